@@ -1,0 +1,48 @@
+defmodule Mix.Tasks.Ringbus.Bench do
+  @shortdoc "Runs a Ringbus benchmark: buffer, len, backlog, ingest or frames"
+
+  @moduledoc """
+  Runs one of Ringbus's benchmarks. Each one reproduces a field report and
+  compares Ringbus with the naive way (and with peers where they apply) in the
+  same run, prints the figures and can write them as CSV with `--out FILE`.
+
+      mix ringbus.bench buffer [options]    # ETS ring vs :queue in a GenServer
+      mix ringbus.bench len [options]       # O(1) len vs length/1 and :queue.len/1
+      mix ringbus.bench backlog [options]   # selective receive under a backlog
+      mix ringbus.bench ingest [options]    # TCP ingest: pipelined, batched acks
+      mix ringbus.bench frames [options]    # large frames over TCP and TLS
+
+  Run `mix help ringbus.bench` and see each bench module
+  (`Ringbus.Bench.Buffer`, ...) for its options.
+
+  ## Command line options
+
+  The first argument names the bench; the rest are that bench's options.
+  """
+
+  use Mix.Task
+
+  @benches %{
+    "buffer" => Ringbus.Bench.Buffer,
+    "len" => Ringbus.Bench.Len,
+    "backlog" => Ringbus.Bench.Backlog,
+    "ingest" => Ringbus.Bench.Ingest,
+    "frames" => Ringbus.Bench.Frames
+  }
+
+  @impl Mix.Task
+  def run([name | args]) do
+    case Map.fetch(@benches, name) do
+      {:ok, module} ->
+        Mix.Task.run("app.start")
+        module.run(args)
+
+      :error ->
+        Mix.raise("unknown bench #{inspect(name)}; expected one of: #{names()}")
+    end
+  end
+
+  def run([]), do: Mix.raise("expected a bench name, one of: #{names()}")
+
+  defp names, do: @benches |> Map.keys() |> Enum.sort() |> Enum.join(", ")
+end

@@ -1,0 +1,246 @@
+defmodule Ringbus do
+  @moduledoc """
+  Ringbus is a message bus whose channels are named, bounded rings of binaries.
+
+  Every message pushed to a channel gets the next sequence number of that
+  channel. A channel keeps at most `:capacity` messages; when it is full a push
+  either overwrites the oldest message (`overflow: :drop_oldest`) or is
+  refused (`overflow: :reject`), and either way the loss is counted.
+
+  Channels live in ETS, outside any process heap, and every operation runs in
+  the caller's process: pushes, pulls and reads touch the ring and a few
+  `:atomics` directly, with no process hop. Only `create/2` and `delete/1` go
+  through the process that owns the tables.
+
+  ## Example
+
+      :ok = Ringbus.create("events", capacity: 100_000)
+
+      {:ok, 0} = Ringbus.push("events", "hello")
+      {:ok, 1} = Ringbus.push_many("events", ["a", "b"])
+
+      {:ok, [{0, "hello"}, {1, "a"}], 0} = Ringbus.read("events", 0, 2)
+      {:ok, 0, "hello"} = Ringbus.pull("events")
+      2 = Ringbus.len("events")
+
+      {:ok, sub} = Ringbus.subscribe("events", from: :earliest)
+      receive do
+        {:ringbus, ^sub, messages, lost} -> Ringbus.ack(sub, length(messages))
+      end
+
+  ## Messages and loss
+
+  A message leaves a channel in one of three ways, and each is counted in
+  `info/1`: it is pulled (`pulled`), overwritten or dropped to make room
+  (`overwritten`), or it was never taken in (`rejected`). Reads and
+  subscriptions never remove anything; when the messages they ask for are gone
+  they say how many with a `lost` count.
+
+  ## Concurrency
+
+  Any number of processes may push, pull, read and subscribe at once. Messages
+  from one producer keep their order. `pull/1` hands each message to at most
+  one caller.
+  """
+
+  alias Ringbus.{Channel, Store}
+  alias Ringbus.Channel.{Ring, Subscription}
+
+  @typedoc "A channel name. Channels reached over the network are named by binaries."
+  @type name :: term()
+
+  @typedoc "A sequence number: the position of a message in its channel."
+  @type seq :: non_neg_integer()
+
+  @typedoc "A subscription, as returned by `subscribe/2`."
+  @type subscription :: reference()
+
+  @typedoc """
+  A channel's figures, from `info/1`:
+
+    * `:capacity`, `:overflow`, `:max_bytes` - its configuration
+    * `:len` - the messages it holds
+    * `:first_seq` - the oldest seq that may still be held
+    * `:next_seq` - the seq the next push gets
+    * `:pushed` - messages taken in
+    * `:pulled` - messages handed out by `pull/1`
+    * `:overwritten` - messages dropped to make room for newer ones
+    * `:rejected` - pushes refused (ring or `:max_bytes` full, payload too large)
+    * `:bytes` - payload bytes held
+  """
+  @type info :: %{
+          capacity: pos_integer(),
+          overflow: :drop_oldest | :reject,
+          max_bytes: pos_integer() | :infinity,
+          len: non_neg_integer(),
+          first_seq: seq(),
+          next_seq: seq(),
+          pushed: non_neg_integer(),
+          pulled: non_neg_integer(),
+          overwritten: non_neg_integer(),
+          rejected: non_neg_integer(),
+          bytes: non_neg_integer()
+        }
+
+  @doc """
+  Creates a channel.
+
+  See `Ringbus.Channel` for the options: `:capacity` (required), `:overflow`
+  and `:max_bytes`. Bad options raise `ArgumentError`.
+
+      iex> Ringbus.create("doc-create", capacity: 10)
+      :ok
+      iex> Ringbus.create("doc-create", capacity: 10)
+      {:error, :exists}
+  """
+  @spec create(name(), Channel.options()) :: :ok | {:error, :exists}
+  def create(name, opts) do
+    Store.create(name, Channel.validate_options!(opts))
+  end
+
+  @doc "Like `create/2`, but raises `Ringbus.Error` if the channel exists."
+  @spec create!(name(), Channel.options()) :: :ok
+  def create!(name, opts), do: create(name, opts) |> bang(name)
+
+  @doc """
+  Deletes a channel and its messages. Its subscribers receive
+  `{:ringbus_closed, sub, :channel_deleted}`.
+  """
+  @spec delete(name()) :: :ok | {:error, :no_channel}
+  def delete(name), do: Store.delete(name)
+
+  @doc """
+  Pushes one message and returns its sequence number.
+
+  When the channel is full, a `:drop_oldest` channel overwrites its oldest
+  message and a `:reject` channel returns `{:error, :full}`.
+
+      iex> Ringbus.create("doc-push", capacity: 2)
+      iex> Ringbus.push("doc-push", "a")
+      {:ok, 0}
+      iex> Ringbus.push("doc-push", "b")
+      {:ok, 1}
+  """
+  @spec push(name(), binary()) :: {:ok, seq()} | {:error, :no_channel | :full | :too_large}
+  def push(name, payload) when is_binary(payload) do
+    with {:ok, channel} <- Store.lookup(name), do: Ring.push(channel, payload)
+  rescue
+    ArgumentError -> {:error, :no_channel}
+  end
+
+  @doc "Like `push/2`, but returns the seq or raises `Ringbus.Error`."
+  @spec push!(name(), binary()) :: seq()
+  def push!(name, payload), do: push(name, payload) |> bang(name)
+
+  @doc """
+  Pushes a batch of messages with consecutive sequence numbers and returns the
+  first one. On a `:reject` channel the batch goes in whole or not at all.
+  An empty batch pushes nothing and returns the next seq.
+  """
+  @spec push_many(name(), [binary()]) ::
+          {:ok, seq()} | {:error, :no_channel | :full | :too_large}
+  def push_many(name, payloads) when is_list(payloads) do
+    with {:ok, channel} <- Store.lookup(name), do: Ring.push_many(channel, payloads)
+  rescue
+    e in ArgumentError ->
+      if ets_gone?(e), do: {:error, :no_channel}, else: reraise(e, __STACKTRACE__)
+  end
+
+  @doc "Like `push_many/2`, but returns the first seq or raises `Ringbus.Error`."
+  @spec push_many!(name(), [binary()]) :: seq()
+  def push_many!(name, payloads), do: push_many(name, payloads) |> bang(name)
+
+  @doc """
+  Takes the oldest message out of the channel. Each message is pulled at most
+  once, however many processes pull at the same time.
+  """
+  @spec pull(name()) :: {:ok, seq(), binary()} | :empty | {:error, :no_channel}
+  def pull(name) do
+    with {:ok, channel} <- Store.lookup(name), do: Ring.pull(channel)
+  rescue
+    ArgumentError -> {:error, :no_channel}
+  end
+
+  @doc """
+  Reads up to `max` messages from `from_seq` on, without removing them.
+
+  Returns the messages in seq order and `lost`: how many messages at or after
+  `from_seq` were gone (overwritten or pulled) before the first one returned.
+  The messages returned are contiguous; to go on, read again from the seq
+  after the last one.
+  """
+  @spec read(name(), seq(), non_neg_integer()) ::
+          {:ok, [{seq(), binary()}], non_neg_integer()} | {:error, :no_channel}
+  def read(name, from_seq, max)
+      when is_integer(from_seq) and from_seq >= 0 and is_integer(max) and max >= 0 do
+    with {:ok, channel} <- Store.lookup(name) do
+      {messages, _count, lost, _next} = Ring.read(channel, from_seq, max)
+      {:ok, messages, lost}
+    end
+  rescue
+    ArgumentError -> {:error, :no_channel}
+  end
+
+  @doc "The number of messages the channel holds. Constant time."
+  @spec len(name()) :: non_neg_integer() | {:error, :no_channel}
+  def len(name) do
+    with {:ok, channel} <- Store.lookup(name), do: Ring.len(channel)
+  end
+
+  @doc "The channel's figures; see `t:info/0`."
+  @spec info(name()) :: {:ok, info()} | {:error, :no_channel}
+  def info(name) do
+    with {:ok, channel} <- Store.lookup(name), do: {:ok, Ring.info(channel)}
+  end
+
+  @doc "Lists the names of all channels."
+  @spec channels() :: [name()]
+  def channels, do: Store.names()
+
+  @doc """
+  Subscribes the calling process to a channel.
+
+  The subscriber receives `{:ringbus, sub, [{seq, payload}], lost}` batches in
+  seq order, where `lost` is how many messages it missed (overwritten or
+  pulled before it could read them) just before this batch. At most
+  `:max_in_flight` messages are sent ahead of `ack/2`: a subscriber returns
+  credit with `ack(sub, count)` once it has handled `count` messages. A
+  subscriber that stops acking gets nothing more, and nothing is buffered for
+  it beyond the ring; when it acks again it learns through `lost` what it missed.
+
+  When the channel is deleted the subscriber receives
+  `{:ringbus_closed, sub, :channel_deleted}`. The subscription ends when the
+  subscriber exits.
+
+  ## Options
+
+    * `:from` - where to start: a seq, `:earliest` (the oldest message held)
+      or `:latest` (the next message pushed). Defaults to `:latest`.
+    * `:max_in_flight` - messages sent and not yet acked, at most.
+      Defaults to `1000`.
+    * `:max_batch` - messages in one batch, at most. Defaults to `256`.
+  """
+  @spec subscribe(name(), Subscription.options()) ::
+          {:ok, subscription()} | {:error, :no_channel}
+  def subscribe(name, opts \\ []) do
+    opts = Subscription.validate_options!(opts)
+    with {:ok, channel} <- Store.lookup(name), do: Subscription.start(channel, self(), opts)
+  end
+
+  @doc "Returns `count` messages of credit to a subscription."
+  @spec ack(subscription(), pos_integer()) :: :ok | {:error, :no_subscription}
+  def ack(sub, count) when is_reference(sub) and is_integer(count) and count > 0,
+    do: Subscription.ack(sub, count)
+
+  @doc """
+  Ends a subscription. Batches already in the subscriber's mailbox stay there.
+  """
+  @spec unsubscribe(subscription()) :: :ok | {:error, :no_subscription}
+  def unsubscribe(sub) when is_reference(sub), do: Subscription.stop(sub)
+
+  defp bang(:ok, _name), do: :ok
+  defp bang({:ok, value}, _name), do: value
+  defp bang({:error, reason}, name), do: raise(Ringbus.Error, reason: reason, channel: name)
+
+  defp ets_gone?(%ArgumentError{message: message}), do: message =~ "table identifier"
+end

@@ -1,0 +1,212 @@
+defmodule Ringbus.Channel.Subscription do
+  @moduledoc false
+  # One process per subscription. It keeps a cursor into the channel and a
+  # credit of messages it may still send, reads the ring in batches and sends
+  # `{:ringbus, sub, [{seq, payload}], lost}` to the subscriber.
+  #
+  # Flow control: the subscriber holds at most `max_in_flight` undelivered
+  # messages in its mailbox; each `Ringbus.ack/2` returns credit. Nothing is
+  # buffered here: a subscriber that falls behind the ring learns through
+  # `lost` how many messages it missed.
+  #
+  # When it has caught up, it registers as waiting, arms the channel's wake
+  # flag and reads once more; the next push wakes it. It does no selective
+  # receive: every message it gets is handled in arrival order.
+  #
+  # Registry keys in `Ringbus.Channel.Subscriptions` (duplicate keys):
+  #   sub                - the subscription's own reference, for ack/unsubscribe
+  #   name               - every subscription of a channel, to close them
+  #   {:waiting, name}   - the subscriptions waiting for a push
+
+  use GenServer, restart: :temporary
+
+  alias Ringbus.Channel
+  alias Ringbus.Channel.Ring
+
+  @registry Ringbus.Channel.Subscriptions
+  @supervisor Ringbus.Channel.SubscriptionSupervisor
+
+  @type options :: [
+          from: non_neg_integer() | :earliest | :latest,
+          max_in_flight: pos_integer(),
+          max_batch: pos_integer()
+        ]
+
+  @doc "Validates subscription options, raising `ArgumentError` on bad ones."
+  @spec validate_options!(keyword()) :: options()
+  def validate_options!(opts) do
+    opts = Keyword.validate!(opts, from: :latest, max_in_flight: 1000, max_batch: 256)
+
+    case opts[:from] do
+      f when f in [:earliest, :latest] ->
+        :ok
+
+      f when is_integer(f) and f >= 0 ->
+        :ok
+
+      other ->
+        raise ArgumentError,
+              "expected :from to be a non-negative integer, :earliest or :latest, got: #{inspect(other)}"
+    end
+
+    for key <- [:max_in_flight, :max_batch] do
+      case opts[key] do
+        n when is_integer(n) and n > 0 ->
+          :ok
+
+        other ->
+          raise ArgumentError,
+                "expected #{inspect(key)} to be a positive integer, got: #{inspect(other)}"
+      end
+    end
+
+    opts
+  end
+
+  @spec start(Channel.t(), pid(), options()) :: {:ok, reference()} | {:error, term()}
+  def start(%Channel{} = channel, subscriber, opts) do
+    sub = make_ref()
+    spec = {__MODULE__, {channel, subscriber, sub, opts}}
+
+    case DynamicSupervisor.start_child(@supervisor, spec) do
+      {:ok, _pid} -> {:ok, sub}
+      {:error, _} = error -> error
+    end
+  end
+
+  @spec start_link({Channel.t(), pid(), reference(), options()}) :: GenServer.on_start()
+  def start_link(args), do: GenServer.start_link(__MODULE__, args)
+
+  @doc "Returns `count` messages of credit to the subscription."
+  @spec ack(reference(), pos_integer()) :: :ok | {:error, :no_subscription}
+  def ack(sub, count) do
+    case Registry.lookup(@registry, sub) do
+      [{pid, _}] -> send(pid, {:ringbus_ack, count}) && :ok
+      [] -> {:error, :no_subscription}
+    end
+  end
+
+  @spec stop(reference()) :: :ok | {:error, :no_subscription}
+  def stop(sub) do
+    with [{pid, _}] <- Registry.lookup(@registry, sub),
+         :ok <- GenServer.stop(pid, :normal) do
+      :ok
+    else
+      _ -> {:error, :no_subscription}
+    end
+  catch
+    :exit, _ -> {:error, :no_subscription}
+  end
+
+  @doc "Wakes every subscription of `name` that waits for a push."
+  @spec wake_all(Channel.name()) :: :ok
+  def wake_all(name) do
+    Registry.dispatch(@registry, {:waiting, name}, fn entries ->
+      for {pid, _} <- entries, do: send(pid, :ringbus_wake)
+    end)
+  end
+
+  @doc "Tells every subscription of `name` to close with `reason`."
+  @spec close_all(Channel.name(), term()) :: :ok
+  def close_all(name, reason) do
+    Registry.dispatch(@registry, name, fn entries ->
+      for {pid, _} <- entries, do: send(pid, {:ringbus_close, reason})
+    end)
+  end
+
+  ## Process
+
+  @impl true
+  def init({channel, subscriber, sub, opts}) do
+    {:ok, _} = Registry.register(@registry, sub, nil)
+    {:ok, _} = Registry.register(@registry, channel.name, nil)
+    monitor = Process.monitor(subscriber)
+
+    cursor =
+      case opts[:from] do
+        :earliest -> Ring.first_seq(channel)
+        :latest -> Ring.next_seq(channel)
+        seq -> seq
+      end
+
+    state = %{
+      channel: channel,
+      sub: sub,
+      subscriber: subscriber,
+      monitor: monitor,
+      cursor: cursor,
+      credit: opts[:max_in_flight],
+      max_in_flight: opts[:max_in_flight],
+      max_batch: opts[:max_batch],
+      waiting?: false
+    }
+
+    {:ok, state, {:continue, :deliver}}
+  end
+
+  @impl true
+  def handle_continue(:deliver, state), do: {:noreply, deliver(state)}
+
+  @impl true
+  def handle_info(:ringbus_wake, state), do: {:noreply, deliver(unwait(state))}
+
+  def handle_info({:ringbus_ack, count}, state) when is_integer(count) and count > 0 do
+    credit = min(state.credit + count, state.max_in_flight)
+    {:noreply, deliver(%{state | credit: credit})}
+  end
+
+  def handle_info({:ringbus_close, reason}, state) do
+    send(state.subscriber, {:ringbus_closed, state.sub, reason})
+    {:stop, :normal, state}
+  end
+
+  def handle_info({:DOWN, ref, :process, _, _}, %{monitor: ref} = state) do
+    {:stop, :normal, state}
+  end
+
+  def handle_info(_other, state), do: {:noreply, state}
+
+  defp deliver(%{credit: credit} = state) when credit <= 0, do: state
+
+  defp deliver(state) do
+    case read(state) do
+      {[], 0, 0, next} ->
+        wait(%{state | cursor: next})
+
+      {items, n, lost, next} ->
+        send(state.subscriber, {:ringbus, state.sub, items, lost})
+        deliver(%{state | cursor: next, credit: state.credit - n})
+    end
+  end
+
+  # Caught up: arm the wake flag, then look once more before waiting.
+  defp wait(state) do
+    if not state.waiting? do
+      {:ok, _} = Registry.register(@registry, {:waiting, state.channel.name}, nil)
+    end
+
+    Ring.arm_wake(state.channel)
+
+    case read(state) do
+      {[], 0, 0, next} ->
+        %{state | cursor: next, waiting?: true}
+
+      _ ->
+        deliver(unwait(%{state | waiting?: true}))
+    end
+  end
+
+  defp unwait(%{waiting?: false} = state), do: state
+
+  defp unwait(state) do
+    Registry.unregister(@registry, {:waiting, state.channel.name})
+    %{state | waiting?: false}
+  end
+
+  defp read(state) do
+    Ring.read(state.channel, state.cursor, min(state.credit, state.max_batch))
+  rescue
+    # The channel's table is gone: the delete notice is on its way.
+    ArgumentError -> {[], 0, 0, state.cursor}
+  end
+end

@@ -1,0 +1,23 @@
+defmodule Ringbus.Error do
+  @moduledoc """
+  Raised by the `!` functions of `Ringbus` when an operation returns an error.
+
+  `:reason` is the atom the non-raising function returns in
+  `{:error, reason}`; `:channel` names the channel.
+  """
+
+  defexception [:reason, :channel]
+
+  @type t :: %__MODULE__{reason: atom(), channel: term()}
+
+  @impl true
+  def message(%__MODULE__{reason: reason, channel: channel}) do
+    "Ringbus channel #{inspect(channel)}: " <> describe(reason)
+  end
+
+  defp describe(:no_channel), do: "no such channel"
+  defp describe(:exists), do: "a channel of that name exists already"
+  defp describe(:full), do: "the channel is full and rejects pushes"
+  defp describe(:too_large), do: "the payload is larger than the channel's :max_bytes"
+  defp describe(other), do: inspect(other)
+end

@@ -1,0 +1,66 @@
+defmodule Ringbus.Store do
+  @moduledoc false
+  # Owns every ETS table of Ringbus and does nothing else, so that no crash of a
+  # caller, subscriber or connection can take data with it.
+  #
+  # The channel directory `:ringbus_channels` maps a name to its
+  # `Ringbus.Channel` handle. Callers read it directly; only create and delete
+  # go through this process, which keeps them serialised.
+
+  use GenServer
+
+  alias Ringbus.Channel
+  alias Ringbus.Channel.Ring
+
+  @channels :ringbus_channels
+
+  @spec start_link(keyword()) :: GenServer.on_start()
+  def start_link(_opts), do: GenServer.start_link(__MODULE__, :ok, name: __MODULE__)
+
+  @doc "Looks a channel handle up from the calling process."
+  @spec lookup(Channel.name()) :: {:ok, Channel.t()} | {:error, :no_channel}
+  def lookup(name) do
+    case :ets.lookup(@channels, name) do
+      [{_, channel}] -> {:ok, channel}
+      [] -> {:error, :no_channel}
+    end
+  end
+
+  @spec create(Channel.name(), Channel.options()) :: :ok | {:error, :exists}
+  def create(name, opts), do: GenServer.call(__MODULE__, {:create, name, opts})
+
+  @spec delete(Channel.name()) :: :ok | {:error, :no_channel}
+  def delete(name), do: GenServer.call(__MODULE__, {:delete, name})
+
+  @doc "Lists the names of all channels."
+  @spec names() :: [Channel.name()]
+  def names, do: :ets.select(@channels, [{{:"$1", :_}, [], [:"$1"]}])
+
+  @impl true
+  def init(:ok) do
+    :ets.new(@channels, [:named_table, :set, :protected, read_concurrency: true])
+    {:ok, nil}
+  end
+
+  @impl true
+  def handle_call({:create, name, opts}, _from, state) do
+    if :ets.member(@channels, name) do
+      {:reply, {:error, :exists}, state}
+    else
+      :ets.insert(@channels, {name, Ring.new(name, opts)})
+      {:reply, :ok, state}
+    end
+  end
+
+  def handle_call({:delete, name}, _from, state) do
+    case :ets.take(@channels, name) do
+      [{_, channel}] ->
+        :ets.delete(channel.table)
+        Ringbus.Channel.Subscription.close_all(name, :channel_deleted)
+        {:reply, :ok, state}
+
+      [] ->
+        {:reply, {:error, :no_channel}, state}
+    end
+  end
+end

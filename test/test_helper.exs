@@ -1,0 +1,8 @@
+# PropEr comes from Debian's erlang-proper (see .ci/run); without it the
+# property tests cannot run, so fail loudly instead of skipping them.
+case Code.ensure_loaded(:proper) do
+  {:module, :proper} -> :ok
+  _ -> raise "PropEr is missing: install Debian's erlang-proper (apt-get install erlang-proper)"
+end
+
+ExUnit.start()
