@@ -9,7 +9,7 @@ defmodule Ringbus.MixProject do
       start_permanent: Mix.env() == :prod,
       elixirc_paths: elixirc_paths(Mix.env()),
       deps: [],
-      test_coverage: [ignore_modules: []]
+      xref: [exclude: [:proper, :proper_types]]
     ]
   end
 

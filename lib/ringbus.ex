@@ -58,20 +58,24 @@ defmodule Ringbus do
   @typedoc """
   A channel's figures, from `info/1`:
 
-    * `:capacity`, `:overflow`, `:max_bytes` - its configuration
+    * `:capacity`, `:overflow` - its configuration
     * `:len` - the messages it holds
     * `:first_seq` - the oldest seq that may still be held
     * `:next_seq` - the seq the next push gets
     * `:pushed` - messages taken in
     * `:pulled` - messages handed out by `pull/1`
     * `:overwritten` - messages dropped to make room for newer ones
-    * `:rejected` - pushes refused (ring or `:max_bytes` full, payload too large)
-    * `:bytes` - payload bytes held
+    * `:rejected` - messages refused because the ring was full
+    * `:skipped` - seqs given up on because their producer stalled between
+      reserving and storing them (it was killed, or descheduled for longer
+      than a puller waits); a producer that comes back pushes again
+    * `:bytes` - payload bytes pushed in total
+
+  At rest, `pushed == pulled + overwritten + len`.
   """
   @type info :: %{
           capacity: pos_integer(),
           overflow: :drop_oldest | :reject,
-          max_bytes: pos_integer() | :infinity,
           len: non_neg_integer(),
           first_seq: seq(),
           next_seq: seq(),
@@ -79,14 +83,15 @@ defmodule Ringbus do
           pulled: non_neg_integer(),
           overwritten: non_neg_integer(),
           rejected: non_neg_integer(),
+          skipped: non_neg_integer(),
           bytes: non_neg_integer()
         }
 
   @doc """
   Creates a channel.
 
-  See `Ringbus.Channel` for the options: `:capacity` (required), `:overflow`
-  and `:max_bytes`. Bad options raise `ArgumentError`.
+  See `Ringbus.Channel` for the options: `:capacity` (required) and
+  `:overflow`. Bad options raise `ArgumentError`.
 
       iex> Ringbus.create("doc-create", capacity: 10)
       :ok
@@ -121,7 +126,7 @@ defmodule Ringbus do
       iex> Ringbus.push("doc-push", "b")
       {:ok, 1}
   """
-  @spec push(name(), binary()) :: {:ok, seq()} | {:error, :no_channel | :full | :too_large}
+  @spec push(name(), binary()) :: {:ok, seq()} | {:error, :no_channel | :full}
   def push(name, payload) when is_binary(payload) do
     with {:ok, channel} <- Store.lookup(name), do: Ring.push(channel, payload)
   rescue
@@ -138,7 +143,7 @@ defmodule Ringbus do
   An empty batch pushes nothing and returns the next seq.
   """
   @spec push_many(name(), [binary()]) ::
-          {:ok, seq()} | {:error, :no_channel | :full | :too_large}
+          {:ok, seq()} | {:error, :no_channel | :full}
   def push_many(name, payloads) when is_list(payloads) do
     with {:ok, channel} <- Store.lookup(name), do: Ring.push_many(channel, payloads)
   rescue

@@ -15,23 +15,20 @@ defmodule Ringbus.Channel do
       (the default) overwrites the oldest message and counts it as
       `overwritten`; `:reject` returns `{:error, :full}` and counts it as
       `rejected`.
-    * `:max_bytes` - a bound on the payload bytes the ring holds, a positive
-      integer, or `:infinity` (the default). Under `:drop_oldest` the oldest
-      messages are dropped (and counted as `overwritten`) until the ring fits;
-      under `:reject` a push that would pass the bound is rejected. A single
-      payload larger than `:max_bytes` is always rejected with
-      `{:error, :too_large}`.
+
+  A channel's memory is bounded by its capacity times the largest payload
+  pushed to it; the network server also bounds payloads by its maximum frame
+  size.
   """
 
-  @enforce_keys [:name, :table, :atomics, :capacity, :overflow, :max_bytes]
+  @enforce_keys [:name, :table, :atomics, :capacity, :overflow]
   defstruct @enforce_keys
 
   @type name :: term()
 
   @type options :: [
           capacity: pos_integer(),
-          overflow: :drop_oldest | :reject,
-          max_bytes: pos_integer() | :infinity
+          overflow: :drop_oldest | :reject
         ]
 
   @type t :: %__MODULE__{
@@ -39,8 +36,7 @@ defmodule Ringbus.Channel do
           table: :ets.tid(),
           atomics: :atomics.atomics_ref(),
           capacity: pos_integer(),
-          overflow: :drop_oldest | :reject,
-          max_bytes: pos_integer() | :infinity
+          overflow: :drop_oldest | :reject
         }
 
   @doc """
@@ -52,7 +48,7 @@ defmodule Ringbus.Channel do
   def validate_options!(opts) when is_list(opts) do
     opts =
       try do
-        Keyword.validate!(opts, [:capacity, overflow: :drop_oldest, max_bytes: :infinity])
+        Keyword.validate!(opts, [:capacity, overflow: :drop_oldest])
       rescue
         e in ArgumentError ->
           reraise ArgumentError,
@@ -79,18 +75,6 @@ defmodule Ringbus.Channel do
       other ->
         raise ArgumentError,
               "expected :overflow to be :drop_oldest or :reject, got: #{inspect(other)}"
-    end
-
-    case opts[:max_bytes] do
-      :infinity ->
-        :ok
-
-      b when is_integer(b) and b > 0 ->
-        :ok
-
-      other ->
-        raise ArgumentError,
-              "expected :max_bytes to be a positive integer or :infinity, got: #{inspect(other)}"
     end
 
     opts

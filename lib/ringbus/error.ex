@@ -18,6 +18,5 @@ defmodule Ringbus.Error do
   defp describe(:no_channel), do: "no such channel"
   defp describe(:exists), do: "a channel of that name exists already"
   defp describe(:full), do: "the channel is full and rejects pushes"
-  defp describe(:too_large), do: "the payload is larger than the channel's :max_bytes"
   defp describe(other), do: inspect(other)
 end

@@ -2,167 +2,113 @@ defmodule Ringbus.Channel.Ring do
   @moduledoc false
   # The ring: operations on a channel handle that run in the caller's process.
   #
-  # Layout. One public ETS `:set` per channel holds `{seq, payload}`; a key is a
-  # sequence number, so a slot is `rem(seq, capacity)` in spirit but two
-  # messages never share a key. `:atomics` hold the cursors and counters:
+  # Storage. One public ETS `:ordered_set` per channel holds `{seq, payload}`.
+  # Keys are sequence numbers, so two messages never share a key and the ring
+  # "wraps" by deleting `seq - capacity` when `seq` goes in. An ordered set
+  # keeps the keys being written and removed at the two ends of one tree, which
+  # stays in cache; a hash table scatters them (measured: insert + delete of
+  # 1 KB payloads at 200k entries, 0.73-0.80 µs against 0.92-1.01 µs).
   #
-  #   head - the next seq to hand out. A push reserves seqs by bumping it.
-  #   tail - the next seq a pull may claim. Seqs below it are pulled or claimed.
+  # Cursors, in `:atomics`:
   #
-  # Ownership of a message is decided by `:ets.take/2`, which is atomic: the one
-  # process whose take returns the object owns it. A pull claims a seq by a CAS
-  # on tail and then takes it; under `:drop_oldest` the push of `seq + capacity`
-  # takes `seq` to overwrite it. Whichever take wins decides whether the message
-  # was delivered or counted as overwritten; the other finds nothing. So a
-  # message is pulled at most once and is never both pulled and overwritten.
+  #   head - the next seq to hand out; a push reserves seqs by bumping it.
+  #   tail - the oldest seq not yet claimed; every seq below it has been
+  #          claimed exactly once, by a pull or by a push that overwrote it.
   #
-  # Between reserving a seq and inserting it a producer can be descheduled (or
-  # killed). A puller that claimed such a seq waits a bounded time for it, then
-  # writes a tombstone `{seq, :skipped}` with `insert_new`; the late producer's
-  # own `insert_new` then fails and it pushes again under a fresh seq, so the
-  # message is not lost. Tombstones are cleaned by the push that reaches
-  # `seq + capacity`.
+  # A pull claims one seq with a CAS on tail, then takes it. A push of `seq`
+  # into a full drop-oldest ring claims every seq up to `seq - capacity` by
+  # moving tail forward, then deletes `seq - capacity`. Because every seq is
+  # claimed once, the counters follow from the cursors:
+  #
+  #   len         = head - tail
+  #   pushed      = head - skipped
+  #   overwritten = tail - pulled - skipped
+  #
+  # and only `pulled`, `skipped`, `rejected` and `bytes` are counted. A pull
+  # that claimed a seq the ring has since lapped finds it deleted: that message
+  # was overwritten, and the formula already says so.
+  #
+  # Stalled producers. Between reserving a seq and inserting it a producer can
+  # be descheduled, or killed. A puller that claimed such a seq waits a bounded
+  # time for it, then writes a tombstone `{seq, :skipped}` with `insert_new`
+  # and counts the seq as skipped. The late producer's own `insert_new` fails;
+  # it removes the tombstone and pushes again under a fresh seq, so the message
+  # is not lost. A producer lapped by the ring before it inserted removes its
+  # own message again. The push that laps a seq deletes whatever is left
+  # under it: a tombstone, or a message a dead puller claimed and never took.
 
   alias Ringbus.Channel
 
   @head 1
   @tail 2
-  @pushed 3
-  @pulled 4
-  @overwritten 5
-  @rejected 6
-  @bytes 7
-  @waiting 8
-  @slots 8
+  @pulled 3
+  @skipped 4
+  @rejected 5
+  @bytes 6
+  @waiting 7
+  @slots 7
 
-  # How long a puller waits for a reserved seq whose producer has not stored it.
-  @stall_ns 5_000_000
+  # How long a reader waits for a reserved seq whose producer has not stored it.
+  @stall_ms 5
 
   @typep seq :: non_neg_integer()
 
   @doc "Creates the storage of a channel. Called by the table owner."
   @spec new(Channel.name(), Channel.options()) :: Channel.t()
   def new(name, opts) do
-    table = :ets.new(:ringbus_ring, [:set, :public, write_concurrency: true])
-
     %Channel{
       name: name,
-      table: table,
+      table: :ets.new(:ringbus_ring, [:ordered_set, :public, write_concurrency: true]),
       atomics: :atomics.new(@slots, signed: true),
       capacity: Keyword.fetch!(opts, :capacity),
-      overflow: Keyword.fetch!(opts, :overflow),
-      max_bytes: Keyword.fetch!(opts, :max_bytes)
+      overflow: Keyword.fetch!(opts, :overflow)
     }
   end
 
   ## Push
 
-  @spec push(Channel.t(), binary()) :: {:ok, seq} | {:error, :full | :too_large}
-  def push(%Channel{max_bytes: max} = ch, payload)
-      when is_integer(max) and byte_size(payload) > max do
-    :atomics.add(ch.atomics, @rejected, 1)
-    {:error, :too_large}
-  end
-
-  def push(%Channel{overflow: :drop_oldest, atomics: a} = ch, payload) do
-    seq = :atomics.add_get(a, @head, 1) - 1
-
-    if :ets.insert_new(ch.table, {seq, payload}) do
-      :atomics.add(a, @pushed, 1)
-      :atomics.add(a, @bytes, byte_size(payload))
-      overwrite(ch, seq - ch.capacity)
-      settle(ch, seq, seq)
-      {:ok, seq}
-    else
-      retry_skipped(ch, seq)
-      push(ch, payload)
-    end
-  end
-
-  def push(%Channel{overflow: :reject, atomics: a} = ch, payload) do
-    size = byte_size(payload)
-
-    with :ok <- reserve_bytes(ch, size),
-         {:ok, seq} <- reserve_seqs(ch, 1, size) do
+  @spec push(Channel.t(), binary()) :: {:ok, seq} | {:error, :full}
+  def push(%Channel{} = ch, payload) do
+    with {:ok, seq} <- reserve(ch, 1) do
       if :ets.insert_new(ch.table, {seq, payload}) do
-        :atomics.add(a, @pushed, 1)
-        clear_tombstone(ch, seq - ch.capacity)
-        wake(ch)
+        :atomics.add(ch.atomics, @bytes, byte_size(payload))
+        stored(ch, seq, seq)
         {:ok, seq}
       else
-        retry_skipped(ch, seq)
-        :atomics.sub(a, @bytes, size)
+        :ets.delete_object(ch.table, {seq, :skipped})
         push(ch, payload)
       end
     end
   end
 
-  @spec push_many(Channel.t(), [binary()]) ::
-          {:ok, seq} | {:error, :full | :too_large}
+  @spec push_many(Channel.t(), [binary()]) :: {:ok, seq} | {:error, :full}
   def push_many(%Channel{} = ch, payloads) do
-    {count, bytes, too_large?} = measure(payloads, ch.max_bytes, 0, 0, false)
-
-    cond do
-      too_large? ->
-        :atomics.add(ch.atomics, @rejected, count)
-        {:error, :too_large}
-
-      count == 0 ->
-        {:ok, :atomics.get(ch.atomics, @head)}
-
-      true ->
-        push_batch(ch, payloads, count, bytes)
+    case measure(payloads, 0, 0) do
+      {0, _} -> {:ok, :atomics.get(ch.atomics, @head)}
+      {count, bytes} -> push_batch(ch, payloads, count, bytes)
     end
   end
 
-  defp measure([p | rest], max, n, bytes, big?) when is_binary(p) do
-    measure(
-      rest,
-      max,
-      n + 1,
-      bytes + byte_size(p),
-      big? or (is_integer(max) and byte_size(p) > max)
-    )
-  end
+  defp measure([p | rest], n, bytes) when is_binary(p),
+    do: measure(rest, n + 1, bytes + byte_size(p))
 
-  defp measure([], _max, n, bytes, big?), do: {n, bytes, big?}
+  defp measure([], n, bytes), do: {n, bytes}
 
-  defp measure([p | _], _max, _n, _bytes, _big?) do
+  defp measure([p | _], _n, _bytes) do
     raise ArgumentError, "expected every payload to be a binary, got: #{inspect(p)}"
   end
 
-  defp push_batch(%Channel{overflow: :drop_oldest, atomics: a} = ch, payloads, count, bytes) do
-    first = :atomics.add_get(a, @head, count) - count
-
-    if :ets.insert_new(ch.table, number(payloads, first, [])) do
-      :atomics.add(a, @pushed, count)
-      :atomics.add(a, @bytes, bytes)
+  defp push_batch(ch, payloads, count, bytes) do
+    with {:ok, first} <- reserve(ch, count) do
       last = first + count - 1
-      Enum.each((first - ch.capacity)..(last - ch.capacity)//1, &overwrite(ch, &1))
-      settle(ch, first, last)
-      {:ok, first}
-    else
-      Enum.each(first..(first + count - 1)//1, &retry_skipped(ch, &1))
-      push_batch(ch, payloads, count, bytes)
-    end
-  end
 
-  defp push_batch(%Channel{overflow: :reject, atomics: a} = ch, payloads, count, bytes) do
-    with :ok <- reserve_bytes(ch, bytes, count),
-         {:ok, first} <- reserve_seqs(ch, count, bytes) do
       if :ets.insert_new(ch.table, number(payloads, first, [])) do
-        :atomics.add(a, @pushed, count)
-
-        Enum.each(
-          (first - ch.capacity)..(first + count - 1 - ch.capacity)//1,
-          &clear_tombstone(ch, &1)
-        )
-
-        wake(ch)
+        :atomics.add(ch.atomics, @bytes, bytes)
+        stored(ch, first, last)
         {:ok, first}
       else
-        Enum.each(first..(first + count - 1)//1, &retry_skipped(ch, &1))
-        :atomics.sub(a, @bytes, bytes)
+        # A puller gave up on part of the range: abandon all of it, then retry.
+        Enum.each(first..last, &skip(ch, &1))
         push_batch(ch, payloads, count, bytes)
       end
     end
@@ -171,119 +117,79 @@ defmodule Ringbus.Channel.Ring do
   defp number([p | rest], seq, acc), do: number(rest, seq + 1, [{seq, p} | acc])
   defp number([], _seq, acc), do: acc
 
-  # A puller gave up on this seq and left a tombstone: remove it and push again.
-  defp retry_skipped(ch, seq), do: :ets.delete_object(ch.table, {seq, :skipped})
+  defp reserve(%Channel{overflow: :drop_oldest, atomics: a}, count) do
+    {:ok, :atomics.add_get(a, @head, count) - count}
+  end
 
-  defp clear_tombstone(_ch, seq) when seq < 0, do: :ok
-  defp clear_tombstone(ch, seq), do: :ets.delete_object(ch.table, {seq, :skipped})
-
-  # Reject mode: the ring must have room for `count` more seqs beyond tail.
-  defp reserve_seqs(%Channel{atomics: a, capacity: cap} = ch, count, bytes) do
+  defp reserve(%Channel{overflow: :reject, atomics: a, capacity: cap} = ch, count) do
     head = :atomics.get(a, @head)
 
-    if head + count - :atomics.get(a, @tail) > cap do
-      :atomics.add(a, @rejected, count)
-      :atomics.sub(a, @bytes, bytes)
-      {:error, :full}
-    else
-      case :atomics.compare_exchange(a, @head, head, head + count) do
-        :ok -> {:ok, head}
-        _ -> reserve_seqs(ch, count, bytes)
-      end
+    cond do
+      head + count - :atomics.get(a, @tail) > cap ->
+        :atomics.add(a, @rejected, count)
+        {:error, :full}
+
+      :atomics.compare_exchange(a, @head, head, head + count) == :ok ->
+        {:ok, head}
+
+      true ->
+        reserve(ch, count)
     end
   end
 
-  defp reserve_bytes(ch, size, count \\ 1)
-
-  defp reserve_bytes(%Channel{max_bytes: :infinity, atomics: a}, size, _count) do
-    :atomics.add(a, @bytes, size)
-  end
-
-  defp reserve_bytes(%Channel{max_bytes: max, atomics: a}, size, count) do
-    if :atomics.add_get(a, @bytes, size) > max do
-      :atomics.sub(a, @bytes, size)
-      :atomics.add(a, @rejected, count)
-      {:error, :full}
-    else
-      :ok
+  # After first..last went in: make room, catch a lap, wake subscribers.
+  #
+  # The push of `seq` deletes `seq - capacity`. Under drop-oldest it first
+  # claims it (moving tail), which makes it overwritten. Under reject it was
+  # claimed already by a pull; the delete only matters when that pull died or
+  # stalled before its take (it then finds the seq lapped and gone).
+  defp stored(%Channel{capacity: cap} = ch, first, last) do
+    if last >= cap do
+      if ch.overflow == :drop_oldest, do: claim_through(ch.atomics, last - cap)
+      Enum.each(max(first - cap, 0)..(last - cap)//1, &:ets.delete(ch.table, &1))
     end
-  end
 
-  # Drop-oldest: the push of `seq + capacity` overwrites `seq`, if still there.
-  defp overwrite(_ch, seq) when seq < 0, do: :ok
+    # Lapped before our insert landed: the lapping push found nothing to
+    # delete, so remove what we stored (its claimer counts it as overwritten).
+    head = :atomics.get(ch.atomics, @head)
 
-  defp overwrite(ch, seq) do
-    case :ets.take(ch.table, seq) do
-      [{_, payload}] when is_binary(payload) ->
-        :atomics.add(ch.atomics, @overwritten, 1)
-        :atomics.sub(ch.atomics, @bytes, byte_size(payload))
+    if head > first + cap,
+      do: Enum.each(first..min(last, head - cap - 1)//1, &:ets.delete(ch.table, &1))
 
-      _ ->
-        :ok
-    end
-  end
-
-  # After a drop-oldest push of first..last: a producer descheduled long enough
-  # that the ring lapped it must overwrite its own message, or it would stay
-  # behind for good. Then enforce :max_bytes and wake any waiting subscriber.
-  defp settle(%Channel{atomics: a, capacity: cap} = ch, first, last) do
-    head = :atomics.get(a, @head)
-    if head > first + cap, do: Enum.each(first..min(last, head - cap - 1)//1, &overwrite(ch, &1))
-    trim(ch)
     wake(ch)
   end
 
-  defp trim(%Channel{max_bytes: :infinity}), do: :ok
+  # Moves tail past `seq`, claiming (overwriting) everything still unclaimed.
+  defp claim_through(a, seq) do
+    tail = :atomics.get(a, @tail)
 
-  defp trim(%Channel{max_bytes: max, atomics: a} = ch) do
-    if :atomics.get(a, @bytes) > max do
-      case claim(ch) do
-        {:ok, _seq, _payload} ->
-          :atomics.add(a, @overwritten, 1)
-          trim(ch)
-
-        :empty ->
-          :ok
-      end
+    if tail <= seq and :atomics.compare_exchange(a, @tail, tail, seq + 1) != :ok do
+      claim_through(a, seq)
     end
   end
 
   ## Pull
 
   @spec pull(Channel.t()) :: {:ok, seq, binary()} | :empty
-  def pull(%Channel{} = ch) do
-    with {:ok, _seq, _payload} = ok <- claim(ch) do
-      :atomics.add(ch.atomics, @pulled, 1)
-      ok
-    end
-  end
-
-  # Claims the oldest message: CAS tail past it, then take it.
-  defp claim(%Channel{atomics: a, capacity: cap} = ch) do
+  def pull(%Channel{atomics: a} = ch) do
     tail = :atomics.get(a, @tail)
-    head = :atomics.get(a, @head)
 
     cond do
-      tail >= head ->
+      tail >= :atomics.get(a, @head) ->
         :empty
 
-      ch.overflow == :drop_oldest and tail < head - cap ->
-        # Everything below head - capacity is overwritten: skip it in one step.
-        :atomics.compare_exchange(a, @tail, tail, head - cap)
-        claim(ch)
+      :atomics.compare_exchange(a, @tail, tail, tail + 1) != :ok ->
+        pull(ch)
 
-      :atomics.compare_exchange(a, @tail, tail, tail + 1) == :ok ->
+      true ->
         case take_claimed(ch, tail, nil) do
           {:ok, payload} ->
-            :atomics.sub(a, @bytes, byte_size(payload))
+            :atomics.add(a, @pulled, 1)
             {:ok, tail, payload}
 
           :gone ->
-            claim(ch)
+            pull(ch)
         end
-
-      true ->
-        claim(ch)
     end
   end
 
@@ -292,19 +198,22 @@ defmodule Ringbus.Channel.Ring do
       [{_, payload}] when is_binary(payload) ->
         {:ok, payload}
 
+      [{_, :skipped}] ->
+        :gone
+
       [] ->
         cond do
           lapped?(ch, seq) ->
             :gone
 
           deadline == nil ->
-            take_claimed(ch, seq, :erlang.monotonic_time() + @stall_ns)
+            take_claimed(ch, seq, :erlang.monotonic_time(:millisecond) + @stall_ms)
 
-          :erlang.monotonic_time() < deadline ->
+          :erlang.monotonic_time(:millisecond) < deadline ->
             :erlang.yield()
             take_claimed(ch, seq, deadline)
 
-          :ets.insert_new(ch.table, {seq, :skipped}) ->
+          skip(ch, seq) ->
             :gone
 
           true ->
@@ -313,17 +222,28 @@ defmodule Ringbus.Channel.Ring do
     end
   end
 
-  defp lapped?(%Channel{overflow: :drop_oldest} = ch, seq),
-    do: :atomics.get(ch.atomics, @head) > seq + ch.capacity
+  @doc """
+  Gives up on a seq whose producer reserved it and has not stored it:
+  tombstones it so that the producer, if it comes back, pushes again under a
+  fresh seq. Returns false if the message arrived first.
+  """
+  @spec skip(Channel.t(), seq) :: boolean()
+  def skip(ch, seq) do
+    :ets.insert_new(ch.table, {seq, :skipped}) and :atomics.add(ch.atomics, @skipped, 1) == :ok
+  end
 
-  defp lapped?(_ch, _seq), do: false
+  @doc "How long to wait for a reserved seq before `skip/2`, in milliseconds."
+  @spec stall_timeout() :: pos_integer()
+  def stall_timeout, do: @stall_ms
+
+  defp lapped?(ch, seq), do: :atomics.get(ch.atomics, @head) > seq + ch.capacity
 
   ## Read
 
   @doc """
   Reads up to `max` messages from `from`. Returns the messages, their count,
-  how many messages at or after `from` were gone before the first one, and the
-  seq to read from next. The messages returned are contiguous.
+  how many seqs at or after `from` were gone before the first one, and the seq
+  to read from next. The messages returned are contiguous.
   """
   @spec read(Channel.t(), seq, non_neg_integer()) ::
           {[{seq, binary()}], non_neg_integer(), non_neg_integer(), seq}
@@ -345,7 +265,8 @@ defmodule Ringbus.Channel.Ring do
         collect(ch, seq + 1, limit, acc, n, lost)
 
       [] when n == 0 ->
-        if gone?(ch, seq),
+        # Gone if claimed (pulled or overwritten); else its producer is mid-push.
+        if seq < first_seq(ch),
           do: collect(ch, seq + 1, limit, acc, n, lost + 1),
           else: {[], 0, lost, seq}
 
@@ -354,11 +275,7 @@ defmodule Ringbus.Channel.Ring do
     end
   end
 
-  # A seq is gone when it was pulled (or claimed) or overwritten; otherwise it
-  # is reserved by a producer that has not stored it yet.
-  defp gone?(ch, seq), do: seq < first_seq(ch)
-
-  ## Counters
+  ## Figures
 
   @spec first_seq(Channel.t()) :: seq
   def first_seq(%Channel{atomics: a, capacity: cap}) do
@@ -370,25 +287,28 @@ defmodule Ringbus.Channel.Ring do
 
   @spec len(Channel.t()) :: non_neg_integer()
   def len(%Channel{atomics: a, capacity: cap}) do
-    held = :atomics.get(a, @pushed) - :atomics.get(a, @pulled) - :atomics.get(a, @overwritten)
-
-    held |> max(0) |> min(cap)
+    (:atomics.get(a, @head) - :atomics.get(a, @tail)) |> max(0) |> min(cap)
   end
 
   @spec info(Channel.t()) :: map()
-  def info(%Channel{atomics: a} = ch) do
+  def info(%Channel{atomics: a, capacity: cap} = ch) do
+    head = :atomics.get(a, @head)
+    tail = :atomics.get(a, @tail)
+    pulled = :atomics.get(a, @pulled)
+    skipped = :atomics.get(a, @skipped)
+
     %{
-      capacity: ch.capacity,
+      capacity: cap,
       overflow: ch.overflow,
-      max_bytes: ch.max_bytes,
-      len: len(ch),
-      first_seq: first_seq(ch),
-      next_seq: next_seq(ch),
-      pushed: :atomics.get(a, @pushed),
-      pulled: :atomics.get(a, @pulled),
-      overwritten: :atomics.get(a, @overwritten),
+      len: (head - tail) |> max(0) |> min(cap),
+      first_seq: max(tail, head - cap),
+      next_seq: head,
+      pushed: head - skipped,
+      pulled: pulled,
+      overwritten: max(tail - pulled - skipped, 0),
       rejected: :atomics.get(a, @rejected),
-      bytes: max(:atomics.get(a, @bytes), 0)
+      skipped: skipped,
+      bytes: :atomics.get(a, @bytes)
     }
   end
 
@@ -404,7 +324,8 @@ defmodule Ringbus.Channel.Ring do
   def arm_wake(%Channel{atomics: a}), do: :atomics.put(a, @waiting, 1)
 
   defp wake(%Channel{atomics: a} = ch) do
-    if :atomics.get(a, @waiting) != 0 and :atomics.exchange(a, @waiting, 0) != 0 do
+    # An atomic read-modify-write orders this read after the insert above.
+    if :atomics.add_get(a, @waiting, 0) != 0 and :atomics.exchange(a, @waiting, 0) != 0 do
       Ringbus.Channel.Subscription.wake_all(ch.name)
     end
 

@@ -138,7 +138,8 @@ defmodule Ringbus.Channel.Subscription do
       credit: opts[:max_in_flight],
       max_in_flight: opts[:max_in_flight],
       max_batch: opts[:max_batch],
-      waiting?: false
+      waiting?: false,
+      stalled: nil
     }
 
     {:ok, state, {:continue, :deliver}}
@@ -153,6 +154,11 @@ defmodule Ringbus.Channel.Subscription do
   def handle_info({:ringbus_ack, count}, state) when is_integer(count) and count > 0 do
     credit = min(state.credit + count, state.max_in_flight)
     {:noreply, deliver(%{state | credit: credit})}
+  end
+
+  def handle_info({:ringbus_stalled, seq}, %{cursor: seq} = state) do
+    Ring.skip(state.channel, seq)
+    {:noreply, deliver(unwait(state))}
   end
 
   def handle_info({:ringbus_close, reason}, state) do
@@ -179,8 +185,19 @@ defmodule Ringbus.Channel.Subscription do
     end
   end
 
+  # Stuck on a seq its producer reserved but has not stored: give it as long
+  # as a puller would, then skip it (the producer, if alive, pushes again).
+  defp wait(%{cursor: cursor} = state) do
+    if cursor < Ring.next_seq(state.channel) and state.stalled != cursor do
+      Process.send_after(self(), {:ringbus_stalled, cursor}, Ring.stall_timeout())
+      arm(%{state | stalled: cursor})
+    else
+      arm(state)
+    end
+  end
+
   # Caught up: arm the wake flag, then look once more before waiting.
-  defp wait(state) do
+  defp arm(state) do
     if not state.waiting? do
       {:ok, _} = Registry.register(@registry, {:waiting, state.channel.name}, nil)
     end

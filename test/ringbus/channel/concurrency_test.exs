@@ -1,0 +1,84 @@
+defmodule Ringbus.Channel.ConcurrencyTest do
+  # Many producers, pullers, readers and subscribers on one small ring at once.
+  # Payloads name their producer and their index, so every delivery can be
+  # checked against what was pushed.
+  use ExUnit.Case, async: false
+
+  alias Ringbus.Test.Load
+
+  @producers 4
+  @per_producer 3_000
+
+  for overflow <- [:drop_oldest, :reject] do
+    @tag overflow: overflow
+    test "the concurrency contract holds (#{overflow})", %{overflow: overflow} do
+      name = {__MODULE__, overflow}
+      :ok = Ringbus.create(name, capacity: 64, overflow: overflow)
+      on_exit(fn -> Ringbus.delete(name) end)
+
+      subscribers = for _ <- 1..2, do: Load.start_subscriber(name, max_in_flight: 16)
+      readers = for _ <- 1..2, do: Load.start_reader(name)
+      pullers = for _ <- 1..3, do: Load.start_puller(name)
+      pushes = Load.run_producers(name, @producers, @per_producer)
+
+      # Per-producer order: each producer's seqs rise with its index.
+      for {_producer, seqs} <- pushes.seqs_by_producer do
+        assert seqs == Enum.sort(seqs) and seqs == Enum.uniq(seqs)
+      end
+
+      next_seq = Ringbus.info(name) |> elem(1) |> Map.fetch!(:next_seq)
+      pulled = Enum.map(pullers, &Load.stop(&1, next_seq))
+      all_pulled = Enum.concat(pulled)
+      pulled_seqs = Enum.map(all_pulled, fn {seq, _} -> seq end)
+
+      # No message is pulled twice, each puller sees seqs in order, and every
+      # pulled payload is the one pushed under that seq.
+      assert length(pulled_seqs) == length(Enum.uniq(pulled_seqs))
+
+      for seqs <- pulled,
+          do: assert(Enum.map(seqs, &elem(&1, 0)) == Enum.sort(Enum.map(seqs, &elem(&1, 0))))
+
+      for {seq, payload} <- all_pulled, do: assert(Map.fetch!(pushes.by_seq, seq) == payload)
+
+      {:ok, held, _lost} = Ringbus.read(name, 0, 1_000)
+      held_seqs = MapSet.new(held, &elem(&1, 0))
+      assert MapSet.disjoint?(held_seqs, MapSet.new(pulled_seqs))
+      for {seq, payload} <- held, do: assert(Map.fetch!(pushes.by_seq, seq) == payload)
+
+      # Every message is delivered, held, or counted.
+      {:ok, info} = Ringbus.info(name)
+      assert info.pushed == pushes.ok
+      assert info.rejected == pushes.full
+      assert info.pulled == length(all_pulled)
+      assert info.len == length(held)
+      assert info.overwritten == pushes.ok - length(all_pulled) - length(held)
+      if overflow == :reject, do: assert(info.overwritten == 0)
+
+      # Readers and subscribers account for every seq: seen or counted lost.
+      for reader <- readers ++ subscribers do
+        {seen, lost, cursor} = Load.stop(reader, next_seq)
+        assert cursor == next_seq
+        # A seq skipped for a stalled producer holds no message.
+        assert (map_size(seen) + lost) in (next_seq - info.skipped)..next_seq
+        for {seq, payload} <- seen, do: assert(Map.fetch!(pushes.by_seq, seq) == payload)
+      end
+    end
+  end
+
+  test "subscribers and readers see every message when the ring never fills" do
+    name = {__MODULE__, :roomy}
+    :ok = Ringbus.create(name, capacity: @producers * @per_producer)
+    on_exit(fn -> Ringbus.delete(name) end)
+
+    subscribers = for n <- [1, 16, 1000], do: Load.start_subscriber(name, max_in_flight: n)
+    reader = Load.start_reader(name)
+    pushes = Load.run_producers(name, @producers, @per_producer)
+    assert pushes.ok == @producers * @per_producer
+
+    for pid <- [reader | subscribers] do
+      assert {seen, 0, cursor} = Load.stop(pid, pushes.ok)
+      assert cursor == pushes.ok
+      assert seen == pushes.by_seq
+    end
+  end
+end

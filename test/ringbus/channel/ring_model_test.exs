@@ -1,0 +1,29 @@
+defmodule Ringbus.Channel.RingModelTest do
+  # Random command sequences run against a channel and against a plain list
+  # model; every result and every counter must agree.
+  use ExUnit.Case, async: true
+
+  alias Ringbus.Test.RingModel
+
+  @numtests 300
+
+  for overflow <- [:drop_oldest, :reject] do
+    test "the ring agrees with the model (#{overflow})" do
+      overflow = unquote(overflow)
+
+      property =
+        :proper.forall(RingModel.scenario(), fn {capacity, commands} ->
+          name = {__MODULE__, make_ref()}
+          :ok = Ringbus.create(name, capacity: capacity, overflow: overflow)
+
+          try do
+            RingModel.run(name, RingModel.new(capacity, overflow), commands)
+          after
+            Ringbus.delete(name)
+          end
+        end)
+
+      assert :proper.quickcheck(property, [{:numtests, @numtests}, {:to_file, :user}]) == true
+    end
+  end
+end

@@ -1,0 +1,139 @@
+defmodule RingbusTest do
+  use ExUnit.Case, async: true
+
+  doctest Ringbus
+
+  setup do
+    name = {__MODULE__, make_ref()}
+    on_exit(fn -> Ringbus.delete(name) end)
+    {:ok, name: name}
+  end
+
+  describe "create/2" do
+    test "creates once, then says the channel exists", %{name: name} do
+      assert :ok = Ringbus.create(name, capacity: 4)
+      assert {:error, :exists} = Ringbus.create(name, capacity: 4)
+      assert_raise Ringbus.Error, ~r/exists already/, fn -> Ringbus.create!(name, capacity: 4) end
+    end
+
+    test "rejects bad options with a clear message", %{name: name} do
+      assert_raise ArgumentError, "expected :capacity to be given", fn ->
+        Ringbus.create(name, [])
+      end
+
+      assert_raise ArgumentError, "expected :capacity to be a positive integer, got: 0", fn ->
+        Ringbus.create(name, capacity: 0)
+      end
+
+      assert_raise ArgumentError,
+                   ~r/expected :capacity to be a positive integer, got: "10"/,
+                   fn ->
+                     Ringbus.create(name, capacity: "10")
+                   end
+
+      assert_raise ArgumentError,
+                   "expected :overflow to be :drop_oldest or :reject, got: :block",
+                   fn -> Ringbus.create(name, capacity: 1, overflow: :block) end
+
+      assert_raise ArgumentError, ~r/unknown keys \[:capcity\]/, fn ->
+        Ringbus.create(name, capcity: 1)
+      end
+
+      assert_raise ArgumentError, ~r/keyword list/, fn -> Ringbus.create(name, 5) end
+      assert {:error, :no_channel} = Ringbus.info(name)
+    end
+  end
+
+  describe "operations on a missing channel" do
+    test "return {:error, :no_channel}", %{name: name} do
+      assert {:error, :no_channel} = Ringbus.push(name, "x")
+      assert {:error, :no_channel} = Ringbus.push_many(name, ["x"])
+      assert {:error, :no_channel} = Ringbus.pull(name)
+      assert {:error, :no_channel} = Ringbus.read(name, 0, 1)
+      assert {:error, :no_channel} = Ringbus.len(name)
+      assert {:error, :no_channel} = Ringbus.info(name)
+      assert {:error, :no_channel} = Ringbus.subscribe(name)
+      assert {:error, :no_channel} = Ringbus.delete(name)
+      assert_raise Ringbus.Error, ~r/no such channel/, fn -> Ringbus.push!(name, "x") end
+    end
+
+    test "a deleted channel stops taking pushes", %{name: name} do
+      :ok = Ringbus.create(name, capacity: 2)
+      assert {:ok, 0} = Ringbus.push(name, "a")
+      :ok = Ringbus.delete(name)
+      assert {:error, :no_channel} = Ringbus.push(name, "b")
+      assert name not in Ringbus.channels()
+    end
+  end
+
+  describe "push and pull" do
+    test "drop_oldest overwrites the oldest and counts it", %{name: name} do
+      :ok = Ringbus.create(name, capacity: 2)
+      assert [0, 1, 2] = for(p <- ~w(a b c), do: Ringbus.push!(name, p))
+      assert {:ok, 1, "b"} = Ringbus.pull(name)
+      assert {:ok, 2, "c"} = Ringbus.pull(name)
+      assert :empty = Ringbus.pull(name)
+
+      assert {:ok, %{pushed: 3, pulled: 2, overwritten: 1, rejected: 0, len: 0, bytes: 3}} =
+               Ringbus.info(name)
+    end
+
+    test "reject refuses pushes when full, whole batches included", %{name: name} do
+      :ok = Ringbus.create(name, capacity: 2, overflow: :reject)
+      assert {:ok, 0} = Ringbus.push_many(name, ["a", "b"])
+      assert {:error, :full} = Ringbus.push(name, "c")
+      assert {:ok, 0, "a"} = Ringbus.pull(name)
+      assert {:error, :full} = Ringbus.push_many(name, ["d", "e"])
+      assert {:ok, 2} = Ringbus.push(name, "d")
+      assert {:ok, %{rejected: 3, pushed: 3, len: 2}} = Ringbus.info(name)
+    end
+
+    test "push_many gives consecutive seqs and an empty batch pushes nothing", %{name: name} do
+      :ok = Ringbus.create(name, capacity: 10)
+      assert {:ok, 0} = Ringbus.push_many(name, ~w(a b c))
+      assert {:ok, 3} = Ringbus.push_many(name, [])
+      assert {:ok, 3} = Ringbus.push(name, "d")
+      assert {:ok, [{0, "a"}, {1, "b"}, {2, "c"}, {3, "d"}], 0} = Ringbus.read(name, 0, 10)
+    end
+
+    test "a batch larger than the ring keeps its newest messages", %{name: name} do
+      :ok = Ringbus.create(name, capacity: 2)
+      assert {:ok, 0} = Ringbus.push_many(name, ~w(a b c d e))
+      assert {:ok, [{3, "d"}, {4, "e"}], 3} = Ringbus.read(name, 0, 10)
+      assert {:ok, %{overwritten: 3, len: 2}} = Ringbus.info(name)
+    end
+
+    test "push_many refuses non-binary payloads", %{name: name} do
+      :ok = Ringbus.create(name, capacity: 2)
+
+      assert_raise ArgumentError, ~r/expected every payload to be a binary, got: 1/, fn ->
+        Ringbus.push_many(name, ["a", 1])
+      end
+
+      assert Ringbus.len(name) == 0
+    end
+  end
+
+  describe "read/3" do
+    test "counts what is gone before the first message returned", %{name: name} do
+      :ok = Ringbus.create(name, capacity: 3)
+      for p <- ~w(a b c d e), do: Ringbus.push!(name, p)
+      assert {:ok, [{2, "c"}, {3, "d"}], 2} = Ringbus.read(name, 0, 2)
+      assert {:ok, 2, "c"} = Ringbus.pull(name)
+      assert {:ok, [{3, "d"}, {4, "e"}], 1} = Ringbus.read(name, 2, 5)
+      assert {:ok, [], 0} = Ringbus.read(name, 5, 5)
+      assert {:ok, [], 0} = Ringbus.read(name, 100, 5)
+      assert {:ok, [], 3} = Ringbus.read(name, 0, 0)
+    end
+  end
+
+  test "len/1 follows pushes and pulls", %{name: name} do
+    :ok = Ringbus.create(name, capacity: 1000)
+    Ringbus.push_many!(name, List.duplicate("x", 700))
+    assert Ringbus.len(name) == 700
+    for _ <- 1..200, do: {:ok, _, _} = Ringbus.pull(name)
+    assert Ringbus.len(name) == 500
+    Ringbus.push_many!(name, List.duplicate("x", 900))
+    assert Ringbus.len(name) == 1000
+  end
+end
