@@ -9,7 +9,8 @@ defmodule Ringbus.MixProject do
       start_permanent: Mix.env() == :prod,
       elixirc_paths: elixirc_paths(Mix.env()),
       deps: [],
-      xref: [exclude: [:proper, :proper_types]]
+      # PropEr comes from Debian's erlang-proper and is used by the tests only.
+      xref: [exclude: [:proper, :proper_types, :proper_gen]]
     ]
   end
 

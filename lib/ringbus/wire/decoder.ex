@@ -1,0 +1,173 @@
+defmodule Ringbus.Wire.Decoder do
+  @moduledoc """
+  Cuts a byte stream into Ringbus frames, one socket read at a time.
+
+  A connection keeps one decoder and feeds it every read as it comes:
+
+      decoder = Ringbus.Wire.Decoder.new(8 * 1024 * 1024)
+
+      case Ringbus.Wire.Decoder.feed(decoder, bytes) do
+        {:ok, frames, decoder} ->
+          # every frame completed by this read, oldest first; may be []
+          handle(frames)
+
+        {:error, reason, frames} ->
+          # the frames before the bad one are good; handle them, then send
+          # ERROR with Ringbus.Wire.Decoder.error_code(reason) and close
+          handle(frames)
+      end
+
+  Frames are the tuples listed in `Ringbus.Wire.Frame`. The server answers the
+  pushes among the frames of one `feed/2` with one `PUSH_ACKS` frame.
+
+  ## How bytes are held
+
+    * Frames wholly inside one read are matched out of it by binary pattern
+      matching: their fields are sub-binaries of the read, nothing is copied.
+    * A frame that a read leaves incomplete is collected as a list of reads
+      with a running byte count, and joined with one `IO.iodata_to_binary/1`
+      when its last byte arrives. No read is ever appended to a growing
+      binary, so a frame of many megabytes costs one copy, not one per read.
+    * The length prefix is checked against the max frame size as soon as its
+      four bytes are there, before a byte of the body is kept: the header of
+      a 1 GB frame is refused with `:frame_too_large` at once.
+    * `PUSH` and `PUSH_BATCH` payloads go through
+      `Ringbus.Wire.Frame.detach_payload/1`, so a payload put in a channel
+      never keeps more than twice its size of reads alive.
+
+  ## Errors
+
+  `feed/2` returns `{:error, reason, frames}` with a reason of
+  `t:Ringbus.Wire.Frame.decode_error/0`. After an error the stream cannot be
+  resynchronised: the decoder is not returned and the connection must close.
+  """
+
+  alias Ringbus.Wire.Frame
+
+  @enforce_keys [:max_frame_size]
+  defstruct max_frame_size: nil, stage: :idle
+
+  @typedoc """
+  The decoder's state. What it holds between reads:
+
+    * `:idle` - nothing
+    * `{:header, bytes}` - the first 1 to 3 bytes of a length prefix
+    * `{:body, length, reads, size}` - a frame of `length` bytes (opcode and
+      body) of which `size` bytes have come, as `reads` in reverse order
+  """
+  @opaque t :: %__MODULE__{
+            max_frame_size: non_neg_integer(),
+            stage:
+              :idle | {:header, binary()} | {:body, pos_integer(), [binary()], non_neg_integer()}
+          }
+
+  @doc """
+  A decoder that refuses frames whose length prefix is above `max_frame_size`.
+
+  The length prefix counts the opcode and the body, not its own four bytes.
+  """
+  @spec new(non_neg_integer()) :: t()
+  def new(max_frame_size) when is_integer(max_frame_size) and max_frame_size >= 0,
+    do: %__MODULE__{max_frame_size: max_frame_size}
+
+  @doc """
+  Changes the max frame size, say from a small one before `HELLO` to the
+  server's limit after it. Applies from the next frame header on.
+  """
+  @spec put_max_frame_size(t(), non_neg_integer()) :: t()
+  def put_max_frame_size(%__MODULE__{} = decoder, max_frame_size)
+      when is_integer(max_frame_size) and max_frame_size >= 0,
+      do: %__MODULE__{decoder | max_frame_size: max_frame_size}
+
+  @doc "The bytes held for a frame not yet complete."
+  @spec buffered(t()) :: non_neg_integer()
+  def buffered(%__MODULE__{stage: :idle}), do: 0
+  def buffered(%__MODULE__{stage: {:header, bytes}}), do: byte_size(bytes)
+  def buffered(%__MODULE__{stage: {:body, _length, _reads, size}}), do: 4 + size
+
+  @doc """
+  Feeds the bytes of one read and returns every frame they complete, in order.
+
+      iex> decoder = Ringbus.Wire.Decoder.new(1024)
+      iex> {:ok, [], decoder} = Ringbus.Wire.Decoder.feed(decoder, <<0, 0, 0, 5, 0x0D, 0, 0>>)
+      iex> {:ok, frames, _decoder} = Ringbus.Wire.Decoder.feed(decoder, <<0, 1, 0, 0, 0, 5, 0x0D, 0, 0, 0, 2>>)
+      iex> frames
+      [{:ping, 1}, {:ping, 2}]
+  """
+  @spec feed(t(), binary()) ::
+          {:ok, [Frame.t()], t()} | {:error, Frame.decode_error(), [Frame.t()]}
+  def feed(%__MODULE__{stage: :idle} = decoder, bytes) when is_binary(bytes),
+    do: split(bytes, decoder, [])
+
+  def feed(%__MODULE__{stage: {:header, head}} = decoder, bytes) when is_binary(bytes) do
+    missing = 4 - byte_size(head)
+
+    case bytes do
+      <<more::binary-size(missing), rest::binary>> ->
+        # At most three bytes from each side: the read itself is not copied.
+        <<length::32>> = <<head::binary, more::binary>>
+        body(length, rest, decoder, [])
+
+      _ ->
+        {:ok, [], %__MODULE__{decoder | stage: {:header, head <> bytes}}}
+    end
+  end
+
+  def feed(%__MODULE__{stage: {:body, length, reads, size}} = decoder, bytes)
+      when is_binary(bytes) do
+    missing = length - size
+
+    case bytes do
+      <<last::binary-size(missing), rest::binary>> ->
+        frame = IO.iodata_to_binary(:lists.reverse(reads, [last]))
+
+        case Frame.decode_body(frame) do
+          {:ok, frame} -> split(rest, %__MODULE__{decoder | stage: :idle}, [frame])
+          {:error, reason} -> {:error, reason, []}
+        end
+
+      _ ->
+        stage = {:body, length, [bytes | reads], size + byte_size(bytes)}
+        {:ok, [], %__MODULE__{decoder | stage: stage}}
+    end
+  end
+
+  @doc """
+  The protocol error code to send for a decoding error.
+
+      iex> Ringbus.Wire.Decoder.error_code({:truncated, :push})
+      :bad_frame
+  """
+  @spec error_code(Frame.decode_error()) :: :frame_too_large | :unknown_opcode | :bad_frame
+  def error_code(:frame_too_large), do: :frame_too_large
+  def error_code({:unknown_opcode, _opcode}), do: :unknown_opcode
+  def error_code(_reason), do: :bad_frame
+
+  # Takes every whole frame off the front of one read; `frames` is in reverse.
+  defp split(<<length::32, rest::binary>>, decoder, frames),
+    do: body(length, rest, decoder, frames)
+
+  defp split(<<>>, decoder, frames), do: done(decoder, :idle, frames)
+  defp split(head, decoder, frames), do: done(decoder, {:header, head}, frames)
+
+  defp body(length, _rest, %__MODULE__{max_frame_size: max}, frames) when length > max,
+    do: {:error, :frame_too_large, :lists.reverse(frames)}
+
+  defp body(0, _rest, _decoder, frames), do: {:error, :empty_frame, :lists.reverse(frames)}
+
+  defp body(length, rest, decoder, frames) do
+    case rest do
+      <<frame::binary-size(length), rest::binary>> ->
+        case Frame.decode_body(frame) do
+          {:ok, frame} -> split(rest, decoder, [frame | frames])
+          {:error, reason} -> {:error, reason, :lists.reverse(frames)}
+        end
+
+      _ ->
+        done(decoder, {:body, length, [rest], byte_size(rest)}, frames)
+    end
+  end
+
+  defp done(decoder, stage, frames),
+    do: {:ok, :lists.reverse(frames), %__MODULE__{decoder | stage: stage}}
+end

@@ -1,0 +1,119 @@
+defmodule Ringbus.Wire.ErrorCode do
+  @errors [
+    {:bad_frame, 1,
+     "malformed frame: a zero length, a body shorter or longer than its fields, " <>
+       "a field value the encoding does not allow, or a second HELLO"},
+    {:unknown_opcode, 2, "the opcode is not a request opcode of the protocol"},
+    {:frame_too_large, 3, "the length prefix is larger than the server's max frame size"},
+    {:not_hello_first, 4, "the first frame of the connection was not HELLO"},
+    {:bad_version, 5, "the server does not speak the protocol version of HELLO"},
+    {:auth_failed, 6, "the HELLO token is missing or not accepted"},
+    {:handshake_timeout, 7, "no HELLO arrived in time"},
+    {:idle_timeout, 8, "no frame arrived within the idle timeout"},
+    {:server_busy, 9, "the server has too many connections"},
+    {:shutting_down, 10, "the server is stopping"},
+    {:forbidden, 100, "the token does not allow this operation on this channel"},
+    {:no_channel, 101, "no channel of that name (in SUB_CLOSED: the channel was deleted)"},
+    {:exists, 102, "a channel of that name exists already"},
+    {:full, 103, "the channel rejects pushes and is full (capacity or max_bytes)"},
+    {:too_large, 104,
+     "the payload is larger than the channel's max_bytes or the server's max payload size"},
+    {:no_subscription, 105, "no subscription with that id on this connection"},
+    {:too_many_subscriptions, 106, "the connection holds the server's max subscriptions"},
+    {:bad_argument, 107, "a field value is out of range (capacity 0, max_batch 0, credit 0)"},
+    {:internal, 108, "the server failed to handle the request"}
+  ]
+
+  @codes for {reason, code, _text} <- @errors, do: {reason, code}
+
+  @moduledoc """
+  The error codes of the Ringbus protocol and the atoms that name them.
+
+  An `ERROR` frame, a `PUSH_ACKS` entry and a `SUB_CLOSED` frame carry a `u16`
+  code on the wire; `Ringbus.Wire.Frame` turns known codes into these atoms
+  and leaves unknown ones as integers, so a client keeps working when a newer
+  server sends a code it has never seen.
+
+  Codes below 100 are connection errors: the server sends the `ERROR` frame
+  and closes the connection. Codes from 100 on are request errors: the request
+  failed and the connection stays open.
+
+  | Code | Reason | Closes | Meaning |
+  |-----:|--------|:------:|---------|
+  #{for {reason, code, text} <- @errors, into: "" do
+    "| #{code} | `#{inspect(reason)}` | #{if code < 100, do: "yes", else: "no"} | #{text} |\n"
+  end}
+  """
+
+  @typedoc "A known error, by name."
+  @type reason ::
+          :bad_frame
+          | :unknown_opcode
+          | :frame_too_large
+          | :not_hello_first
+          | :bad_version
+          | :auth_failed
+          | :handshake_timeout
+          | :idle_timeout
+          | :server_busy
+          | :shutting_down
+          | :forbidden
+          | :no_channel
+          | :exists
+          | :full
+          | :too_large
+          | :no_subscription
+          | :too_many_subscriptions
+          | :bad_argument
+          | :internal
+
+  @typedoc "An error as frames carry it: a known name, or the bare code of an unknown one."
+  @type t :: reason() | 1..0xFFFF
+
+  @doc """
+  The wire code of an error.
+
+      iex> Ringbus.Wire.ErrorCode.code(:no_channel)
+      101
+      iex> Ringbus.Wire.ErrorCode.code(4242)
+      4242
+  """
+  @spec code(t()) :: 1..0xFFFF
+  for {reason, code} <- @codes do
+    def code(unquote(reason)), do: unquote(code)
+  end
+
+  def code(code) when is_integer(code) and code in 1..0xFFFF, do: code
+
+  def code(other) do
+    raise ArgumentError,
+          "expected a Ringbus error reason or a code in 1..65535, got: #{inspect(other)}"
+  end
+
+  @doc """
+  The error a wire code stands for; unknown codes come back as integers.
+
+      iex> Ringbus.Wire.ErrorCode.reason(103)
+      :full
+      iex> Ringbus.Wire.ErrorCode.reason(4242)
+      4242
+  """
+  @spec reason(1..0xFFFF) :: t()
+  for {reason, code} <- @codes do
+    def reason(unquote(code)), do: unquote(reason)
+  end
+
+  def reason(code) when is_integer(code) and code in 1..0xFFFF, do: code
+
+  @doc """
+  Whether the server closes the connection after sending this error.
+
+  True for codes below 100, including unknown ones.
+  """
+  @spec closes_connection?(t()) :: boolean()
+  def closes_connection?(error), do: code(error) < 100
+
+  @doc "Every known error as `{reason, code, meaning}`, in code order."
+  @spec all() :: [{reason(), 1..0xFFFF, String.t()}]
+  def all, do: @errors
+end

@@ -1,0 +1,885 @@
+defmodule Ringbus.Wire.Frame do
+  @moduledoc """
+  Encoding and decoding of single frames of the Ringbus protocol, version 1.
+
+  `docs/PROTOCOL.md` is the specification; this module is its reference
+  implementation. Every frame is a `u32` length (the bytes of opcode and body),
+  a `u8` opcode and a body; integers are big-endian. Here a frame is a tagged
+  tuple whose first element names its type and whose other elements follow
+  the order of the fields on the wire.
+
+  The codec is pure: it takes and returns data and never touches a socket.
+  To cut a byte stream into frames use `Ringbus.Wire.Decoder`.
+
+  ## Requests (client to server)
+
+      {:hello, corr, version, flags, token}            # token: binary | nil
+      {:create, corr, name, capacity, overflow, max_bytes}
+      {:delete, corr, name}
+      {:push, corr, ack_mode, name, payload}           # ack_mode: :ack | :no_ack
+      {:push_batch, corr, ack_mode, name, count, payloads}
+      {:pull, corr, name}
+      {:read, corr, name, from_seq, max}
+      {:len, corr, name}
+      {:info, corr, name}
+      {:subscribe, corr, name, from, credit, max_batch} # from: seq | :earliest | :latest
+      {:credit, corr, sub_id, credit}
+      {:unsubscribe, corr, sub_id}
+      {:ping, corr}
+
+  ## Responses and server-initiated frames (server to client)
+
+      {:hello_ok, corr, version, limits}               # limits: see t:limits/0
+      {:ok, corr}
+      {:push_acks, count, acks}                        # acks: [{corr, {:ok, seq} | {:error, reason}}]
+      {:pull_ok, corr, seq, payload}
+      {:empty, corr}
+      {:read_ok, corr, lost, count, messages}          # messages: [{seq, payload}]
+      {:len_ok, corr, len}
+      {:info_ok, corr, info}                           # info: Ringbus.info()
+      {:subscribed, corr, sub_id}
+      {:deliver, sub_id, lost, count, messages}
+      {:sub_closed, sub_id, reason}
+      {:pong, corr}
+      {:error, corr, reason, message}
+
+  Frames that carry a list carry its length too (`count`), so neither side
+  walks a long list to count it. The encoder counts while it encodes and
+  raises `ArgumentError` when the count is wrong.
+
+  `overflow` is `:drop_oldest` or `:reject` and `max_bytes` a positive integer
+  or `:infinity`, as in `Ringbus.create/2`. Error reasons are the atoms of
+  `Ringbus.Wire.ErrorCode`, or integers for codes this version does not know.
+
+  ## Example
+
+      iex> frame = {:push, 7, :ack, "events", "hello"}
+      iex> bytes = IO.iodata_to_binary(Ringbus.Wire.Frame.encode(frame))
+      iex> Base.encode16(bytes)
+      "00000017" <> "04" <> "00000007" <> "00" <> "0006" <> "6576656E7473" <> "00000005" <> "68656C6C6F"
+      iex> Ringbus.Wire.Frame.decode(bytes, 1024)
+      {:ok, {:push, 7, :ack, "events", "hello"}, ""}
+
+  ## Payloads kept by the server
+
+  A payload decoded from a `PUSH` or `PUSH_BATCH` frame is a sub-binary of the
+  bytes it was decoded from, and a sub-binary keeps the whole of its parent
+  alive. A channel may hold a payload for a long time, so the decoder applies
+  `detach_payload/1` to these payloads: a payload that is less than half of
+  the binary it points into is copied, one that is at least half of it is
+  kept as it is. A stored payload therefore never keeps more than twice its
+  own size of socket reads alive, and the large frames that make up most of
+  the bytes are never copied a second time.
+
+  ## Errors
+
+  `decode/2` and `decode_body/1` return `{:error, reason}` with:
+
+    * `:frame_too_large` - the length prefix is larger than the maximum;
+      checked before any byte of the body is looked at
+    * `:empty_frame` - the length prefix is 0, so there is no opcode
+    * `{:unknown_opcode, byte}` - the opcode is not one of this version
+    * `{:truncated, type}` - the body ends before its fields do
+    * `{:trailing_bytes, type}` - the body goes on after its last field
+    * `{:bad_field, type, field}` - a field holds a value its encoding does not
+      allow: `:magic`, `:name` (empty or longer than 255 bytes), `:flags`
+      (reserved bits set), `:overflow`, `:from`, `:status`, `:code`
+  """
+
+  alias Ringbus.Wire.ErrorCode
+
+  @magic "RBUS"
+  @version 1
+  @max_name 255
+
+  # Requests
+  @hello 0x01
+  @create 0x02
+  @delete 0x03
+  @push 0x04
+  @push_batch 0x05
+  @pull 0x06
+  @read 0x07
+  @len 0x08
+  @info 0x09
+  @subscribe 0x0A
+  @credit 0x0B
+  @unsubscribe 0x0C
+  @ping 0x0D
+
+  # Responses and server-initiated frames
+  @hello_ok 0x81
+  @ok 0x82
+  @push_acks 0x83
+  @pull_ok 0x84
+  @empty 0x85
+  @read_ok 0x86
+  @len_ok 0x87
+  @info_ok 0x88
+  @subscribed 0x89
+  @deliver 0x8A
+  @sub_closed 0x8B
+  @pong 0x8C
+  @error 0xFF
+
+  @opcodes [
+    hello: @hello,
+    create: @create,
+    delete: @delete,
+    push: @push,
+    push_batch: @push_batch,
+    pull: @pull,
+    read: @read,
+    len: @len,
+    info: @info,
+    subscribe: @subscribe,
+    credit: @credit,
+    unsubscribe: @unsubscribe,
+    ping: @ping,
+    hello_ok: @hello_ok,
+    ok: @ok,
+    push_acks: @push_acks,
+    pull_ok: @pull_ok,
+    empty: @empty,
+    read_ok: @read_ok,
+    len_ok: @len_ok,
+    info_ok: @info_ok,
+    subscribed: @subscribed,
+    deliver: @deliver,
+    sub_closed: @sub_closed,
+    pong: @pong,
+    error: @error
+  ]
+
+  # Body sizes of the frames that have no variable-length field.
+  @fixed_sizes [
+    credit: 12,
+    unsubscribe: 8,
+    ping: 4,
+    hello_ok: 26,
+    ok: 4,
+    empty: 4,
+    len_ok: 12,
+    info_ok: 4 + 4 + 1 + 9 * 8,
+    subscribed: 8,
+    sub_closed: 6,
+    pong: 4
+  ]
+
+  @no_ack_flag 0x01
+
+  @from_seq 0
+  @from_earliest 1
+  @from_latest 2
+
+  @typedoc "A correlation id, chosen by the client; 0 is kept for errors tied to no request."
+  @type corr :: 0..0xFFFF_FFFF
+  @typedoc "A channel name: 1 to 255 bytes."
+  @type name :: binary()
+  @type seq :: Ringbus.seq()
+  @typedoc "A subscription id, chosen by the server, unique on its connection."
+  @type sub_id :: 0..0xFFFF_FFFF
+  @type u32 :: 0..0xFFFF_FFFF
+  @type u64 :: 0..0xFFFF_FFFF_FFFF_FFFF
+  @type ack_mode :: :ack | :no_ack
+  @type overflow :: :drop_oldest | :reject
+
+  @typedoc """
+  The server's limits, sent in `HELLO_OK`:
+
+    * `:max_frame_size` - the largest length prefix either side may send
+    * `:max_payload_size` - the largest payload the server takes in a push
+    * `:max_subscriptions` - subscriptions one connection may hold at once
+    * `:max_credit` - the most credit one subscription may hold; more is ignored
+    * `:idle_timeout` - milliseconds without a frame before the server closes
+      the connection, or `:infinity`
+  """
+  @type limits :: %{
+          max_frame_size: u32(),
+          max_payload_size: u32(),
+          max_subscriptions: u32(),
+          max_credit: u32(),
+          idle_timeout: pos_integer() | :infinity
+        }
+
+  @type request ::
+          {:hello, corr(), 0..0xFFFF, 0..0xFFFF, binary() | nil}
+          | {:create, corr(), name(), u32(), overflow(), pos_integer() | :infinity}
+          | {:delete, corr(), name()}
+          | {:push, corr(), ack_mode(), name(), binary()}
+          | {:push_batch, corr(), ack_mode(), name(), u32(), [binary()]}
+          | {:pull, corr(), name()}
+          | {:read, corr(), name(), seq(), u32()}
+          | {:len, corr(), name()}
+          | {:info, corr(), name()}
+          | {:subscribe, corr(), name(), seq() | :earliest | :latest, u32(), u32()}
+          | {:credit, corr(), sub_id(), u32()}
+          | {:unsubscribe, corr(), sub_id()}
+          | {:ping, corr()}
+
+  @type push_ack :: {corr(), {:ok, seq()} | {:error, ErrorCode.t()}}
+
+  @type response ::
+          {:hello_ok, corr(), 0..0xFFFF, limits()}
+          | {:ok, corr()}
+          | {:push_acks, u32(), [push_ack()]}
+          | {:pull_ok, corr(), seq(), binary()}
+          | {:empty, corr()}
+          | {:read_ok, corr(), u64(), u32(), [{seq(), binary()}]}
+          | {:len_ok, corr(), u64()}
+          | {:info_ok, corr(), Ringbus.info()}
+          | {:subscribed, corr(), sub_id()}
+          | {:deliver, sub_id(), u64(), u32(), [{seq(), binary()}]}
+          | {:sub_closed, sub_id(), ErrorCode.t()}
+          | {:pong, corr()}
+          | {:error, corr(), ErrorCode.t(), binary()}
+
+  @type t :: request() | response()
+
+  @type type ::
+          :hello
+          | :create
+          | :delete
+          | :push
+          | :push_batch
+          | :pull
+          | :read
+          | :len
+          | :info
+          | :subscribe
+          | :credit
+          | :unsubscribe
+          | :ping
+          | :hello_ok
+          | :ok
+          | :push_acks
+          | :pull_ok
+          | :empty
+          | :read_ok
+          | :len_ok
+          | :info_ok
+          | :subscribed
+          | :deliver
+          | :sub_closed
+          | :pong
+          | :error
+
+  @type decode_error ::
+          :frame_too_large
+          | :empty_frame
+          | {:unknown_opcode, byte()}
+          | {:truncated, type()}
+          | {:trailing_bytes, type()}
+          | {:bad_field, type(), atom()}
+
+  defguardp is_u16(x) when is_integer(x) and x >= 0 and x <= 0xFFFF
+  defguardp is_u32(x) when is_integer(x) and x >= 0 and x <= 0xFFFF_FFFF
+  defguardp is_u64(x) when is_integer(x) and x >= 0 and x <= 0xFFFF_FFFF_FFFF_FFFF
+  defguardp is_name(x) when is_binary(x) and byte_size(x) >= 1 and byte_size(x) <= @max_name
+  defguardp is_ack_mode(x) when x in [:ack, :no_ack]
+  defguardp is_overflow(x) when x in [:drop_oldest, :reject]
+
+  @doc "The four bytes a `HELLO` starts with: `\"RBUS\"`."
+  @spec magic() :: binary()
+  def magic, do: @magic
+
+  @doc "The protocol version this module speaks: `1`."
+  @spec version() :: pos_integer()
+  def version, do: @version
+
+  @doc "Every frame type with its opcode, requests first."
+  @spec opcodes() :: [{type(), byte()}]
+  def opcodes, do: @opcodes
+
+  @doc """
+  Whether a frame goes from client to server.
+
+  A server treats a frame for which this is false as an unknown opcode.
+  """
+  @spec request?(t()) :: boolean()
+  def request?(frame) when is_tuple(frame), do: Keyword.fetch!(@opcodes, elem(frame, 0)) < 0x80
+
+  ## Encoding
+
+  @doc """
+  Encodes a frame, length prefix included, as iodata.
+
+  Payloads go into the iodata as they are, never copied. Raises
+  `ArgumentError` when the frame is not one of `t:t/0` or a field is out of
+  the range of its encoding (a name of 0 or more than 255 bytes, an integer
+  that does not fit, a `count` that is not the length of its list).
+  """
+  @spec encode(t()) :: iodata()
+  def encode(frame) do
+    case body(frame) do
+      {opcode, body} -> frame_iodata(opcode, body, IO.iodata_length(body))
+      {opcode, body, size} -> frame_iodata(opcode, body, size)
+    end
+  end
+
+  defp frame_iodata(opcode, body, size) when size + 1 <= 0xFFFF_FFFF,
+    do: [<<size + 1::32, opcode>> | body]
+
+  defp frame_iodata(_opcode, _body, size),
+    do: raise(ArgumentError, "frame body of #{size} bytes does not fit a u32 length")
+
+  defp body({:hello, corr, version, flags, token})
+       when is_u32(corr) and is_u16(version) and is_u16(flags) and
+              (is_nil(token) or (is_binary(token) and byte_size(token) <= 0xFFFF)) do
+    token = token || ""
+    {@hello, [<<corr::32, @magic, version::16, flags::16, byte_size(token)::16>>, token]}
+  end
+
+  defp body({:create, corr, name, capacity, overflow, max_bytes})
+       when is_u32(corr) and is_name(name) and is_u32(capacity) and is_overflow(overflow) and
+              (max_bytes == :infinity or (is_u64(max_bytes) and max_bytes > 0)) do
+    {@create,
+     [
+       <<corr::32>>,
+       name(name),
+       <<capacity::32, overflow(overflow), max_bytes(max_bytes)::64>>
+     ]}
+  end
+
+  defp body({:delete, corr, name}) when is_u32(corr) and is_name(name),
+    do: {@delete, [<<corr::32>> | name(name)]}
+
+  defp body({:push, corr, mode, name, payload})
+       when is_u32(corr) and is_ack_mode(mode) and is_name(name) and is_binary(payload) do
+    {@push, [<<corr::32, push_flags(mode)>>, name(name), <<byte_size(payload)::32>>, payload]}
+  end
+
+  defp body({:push_batch, corr, mode, name, count, payloads})
+       when is_u32(corr) and is_ack_mode(mode) and is_name(name) and is_u32(count) and
+              is_list(payloads) do
+    head = [<<corr::32, push_flags(mode)>>, name(name), <<count::32>>]
+    {entries, size} = encode_payloads(payloads, count, head, 5 + 2 + byte_size(name) + 4)
+    {@push_batch, entries, size}
+  end
+
+  defp body({:pull, corr, name}) when is_u32(corr) and is_name(name),
+    do: {@pull, [<<corr::32>> | name(name)]}
+
+  defp body({:read, corr, name, from, max})
+       when is_u32(corr) and is_name(name) and is_u64(from) and is_u32(max),
+       do: {@read, [<<corr::32>>, name(name), <<from::64, max::32>>]}
+
+  defp body({:len, corr, name}) when is_u32(corr) and is_name(name),
+    do: {@len, [<<corr::32>> | name(name)]}
+
+  defp body({:info, corr, name}) when is_u32(corr) and is_name(name),
+    do: {@info, [<<corr::32>> | name(name)]}
+
+  defp body({:subscribe, corr, name, from, credit, max_batch})
+       when is_u32(corr) and is_name(name) and (from in [:earliest, :latest] or is_u64(from)) and
+              is_u32(credit) and is_u32(max_batch) do
+    from =
+      case from do
+        :earliest -> <<@from_earliest, 0::64>>
+        :latest -> <<@from_latest, 0::64>>
+        seq -> <<@from_seq, seq::64>>
+      end
+
+    {@subscribe, [<<corr::32>>, name(name), from, <<credit::32, max_batch::32>>]}
+  end
+
+  defp body({:credit, corr, sub, credit}) when is_u32(corr) and is_u32(sub) and is_u32(credit),
+    do: {@credit, [<<corr::32, sub::32, credit::32>>]}
+
+  defp body({:unsubscribe, corr, sub}) when is_u32(corr) and is_u32(sub),
+    do: {@unsubscribe, [<<corr::32, sub::32>>]}
+
+  defp body({:ping, corr}) when is_u32(corr), do: {@ping, [<<corr::32>>]}
+
+  defp body(
+         {:hello_ok, corr, version,
+          %{
+            max_frame_size: max_frame_size,
+            max_payload_size: max_payload_size,
+            max_subscriptions: max_subscriptions,
+            max_credit: max_credit,
+            idle_timeout: idle_timeout
+          }}
+       )
+       when is_u32(corr) and is_u16(version) and is_u32(max_frame_size) and
+              is_u32(max_payload_size) and is_u32(max_subscriptions) and is_u32(max_credit) and
+              (idle_timeout == :infinity or (is_u32(idle_timeout) and idle_timeout > 0)) do
+    idle_timeout = if idle_timeout == :infinity, do: 0, else: idle_timeout
+
+    {@hello_ok,
+     [
+       <<corr::32, version::16, max_frame_size::32, max_payload_size::32, max_subscriptions::32,
+         max_credit::32, idle_timeout::32>>
+     ]}
+  end
+
+  defp body({:ok, corr}) when is_u32(corr), do: {@ok, [<<corr::32>>]}
+
+  defp body({:push_acks, count, acks}) when is_u32(count) and is_list(acks) do
+    {entries, size} = encode_acks(acks, count, [<<count::32>>], 4)
+    {@push_acks, entries, size}
+  end
+
+  defp body({:pull_ok, corr, seq, payload})
+       when is_u32(corr) and is_u64(seq) and is_binary(payload),
+       do: {@pull_ok, [<<corr::32, seq::64, byte_size(payload)::32>>, payload]}
+
+  defp body({:empty, corr}) when is_u32(corr), do: {@empty, [<<corr::32>>]}
+
+  defp body({:read_ok, corr, lost, count, messages})
+       when is_u32(corr) and is_u64(lost) and is_u32(count) and is_list(messages) do
+    {entries, size} = encode_messages(messages, count, [<<corr::32, lost::64, count::32>>], 16)
+    {@read_ok, entries, size}
+  end
+
+  defp body({:len_ok, corr, len}) when is_u32(corr) and is_u64(len),
+    do: {@len_ok, [<<corr::32, len::64>>]}
+
+  defp body(
+         {:info_ok, corr,
+          %{
+            capacity: capacity,
+            overflow: overflow,
+            max_bytes: max_bytes,
+            len: len,
+            first_seq: first_seq,
+            next_seq: next_seq,
+            pushed: pushed,
+            pulled: pulled,
+            overwritten: overwritten,
+            rejected: rejected,
+            bytes: bytes
+          }}
+       )
+       when is_u32(corr) and is_u32(capacity) and is_overflow(overflow) and
+              (max_bytes == :infinity or (is_u64(max_bytes) and max_bytes > 0)) and
+              is_u64(len) and is_u64(first_seq) and is_u64(next_seq) and is_u64(pushed) and
+              is_u64(pulled) and is_u64(overwritten) and is_u64(rejected) and is_u64(bytes) do
+    {@info_ok,
+     [
+       <<corr::32, capacity::32, overflow(overflow), max_bytes(max_bytes)::64, len::64,
+         first_seq::64, next_seq::64, pushed::64, pulled::64, overwritten::64, rejected::64,
+         bytes::64>>
+     ]}
+  end
+
+  defp body({:subscribed, corr, sub}) when is_u32(corr) and is_u32(sub),
+    do: {@subscribed, [<<corr::32, sub::32>>]}
+
+  defp body({:deliver, sub, lost, count, messages})
+       when is_u32(sub) and is_u64(lost) and is_u32(count) and is_list(messages) do
+    {entries, size} = encode_messages(messages, count, [<<sub::32, lost::64, count::32>>], 16)
+    {@deliver, entries, size}
+  end
+
+  defp body({:sub_closed, sub, reason}) when is_u32(sub),
+    do: {@sub_closed, [<<sub::32, ErrorCode.code(reason)::16>>]}
+
+  defp body({:pong, corr}) when is_u32(corr), do: {@pong, [<<corr::32>>]}
+
+  defp body({:error, corr, reason, message})
+       when is_u32(corr) and is_binary(message) and byte_size(message) <= 0xFFFF do
+    {@error, [<<corr::32, ErrorCode.code(reason)::16, byte_size(message)::16>>, message]}
+  end
+
+  defp body(frame) do
+    raise ArgumentError,
+          "expected a Ringbus frame with every field in range, got: " <>
+            inspect(frame, limit: 8, printable_limit: 64)
+  end
+
+  defp name(name), do: [<<byte_size(name)::16>> | name]
+
+  defp push_flags(:ack), do: 0
+  defp push_flags(:no_ack), do: @no_ack_flag
+
+  defp overflow(:drop_oldest), do: 0
+  defp overflow(:reject), do: 1
+
+  defp max_bytes(:infinity), do: 0
+  defp max_bytes(max_bytes), do: max_bytes
+
+  # The entries nest as [[[head, e1], e2], e3]: iodata in order, built without a reverse.
+  defp encode_payloads(payloads, count, acc, size, seen \\ 0)
+
+  defp encode_payloads([payload | rest], count, acc, size, seen) when is_binary(payload) do
+    entry = [<<byte_size(payload)::32>>, payload]
+    encode_payloads(rest, count, [acc | entry], size + 4 + byte_size(payload), seen + 1)
+  end
+
+  defp encode_payloads([], count, acc, size, count), do: {acc, size}
+  defp encode_payloads(list, count, _, _, seen), do: bad_list(list, count, seen, "payloads")
+
+  defp encode_messages(messages, count, acc, size, seen \\ 0)
+
+  defp encode_messages([{seq, payload} | rest], count, acc, size, seen)
+       when is_u64(seq) and is_binary(payload) do
+    entry = [<<seq::64, byte_size(payload)::32>>, payload]
+    encode_messages(rest, count, [acc | entry], size + 12 + byte_size(payload), seen + 1)
+  end
+
+  defp encode_messages([], count, acc, size, count), do: {acc, size}
+  defp encode_messages(list, count, _, _, seen), do: bad_list(list, count, seen, "messages")
+
+  defp encode_acks(acks, count, acc, size, seen \\ 0)
+
+  defp encode_acks([{corr, result} | rest], count, acc, size, seen) when is_u32(corr) do
+    entry =
+      case result do
+        {:ok, seq} when is_u64(seq) -> <<corr::32, 0::16, seq::64>>
+        {:error, reason} -> <<corr::32, ErrorCode.code(reason)::16, 0::64>>
+      end
+
+    encode_acks(rest, count, [acc | entry], size + 14, seen + 1)
+  end
+
+  defp encode_acks([], count, acc, size, count), do: {acc, size}
+  defp encode_acks(list, count, _, _, seen), do: bad_list(list, count, seen, "acks")
+
+  defp bad_list([], count, seen, what) do
+    raise ArgumentError, "expected #{count} #{what}, got #{seen}"
+  end
+
+  defp bad_list([_ | _], count, seen, what) when seen >= count do
+    raise ArgumentError, "expected #{count} #{what}, got more"
+  end
+
+  defp bad_list([entry | _], _count, _seen, what) do
+    raise ArgumentError,
+          "expected #{what} entries of the right shape, got: " <>
+            inspect(entry, limit: 8, printable_limit: 64)
+  end
+
+  ## Decoding
+
+  @doc """
+  Decodes the first frame of `binary`.
+
+  Returns `{:ok, frame, rest}` when `binary` starts with a whole frame,
+  `{:more, missing}` when at least `missing` more bytes are needed, and
+  `{:error, reason}` when the bytes are not a frame. The length prefix is
+  checked against `max_frame_size` as soon as its four bytes are there.
+
+      iex> Ringbus.Wire.Frame.decode(<<0, 0, 0, 5, 0x0D, 0, 0, 0, 9, "more">>, 1024)
+      {:ok, {:ping, 9}, "more"}
+      iex> Ringbus.Wire.Frame.decode(<<0, 0, 0, 5, 0x0D>>, 1024)
+      {:more, 4}
+      iex> Ringbus.Wire.Frame.decode(<<0x40, 0, 0, 0>>, 1024)
+      {:error, :frame_too_large}
+  """
+  @spec decode(binary(), non_neg_integer()) ::
+          {:ok, t(), binary()} | {:more, pos_integer()} | {:error, decode_error()}
+  def decode(binary, max_frame_size) when is_binary(binary) and is_integer(max_frame_size) do
+    case binary do
+      <<length::32, _::binary>> when length > max_frame_size ->
+        {:error, :frame_too_large}
+
+      <<0::32, _::binary>> ->
+        {:error, :empty_frame}
+
+      <<length::32, frame::binary-size(length), rest::binary>> ->
+        with {:ok, frame} <- decode_body(frame), do: {:ok, frame, rest}
+
+      <<length::32, part::binary>> ->
+        {:more, length - byte_size(part)}
+
+      _ ->
+        {:more, 4 - byte_size(binary)}
+    end
+  end
+
+  @doc """
+  Decodes the opcode and body of one frame, the bytes its length prefix counts.
+
+  For decoders that have split the stream into frames already, such as
+  `Ringbus.Wire.Decoder`. The bytes must be exactly one frame.
+  """
+  @spec decode_body(binary()) :: {:ok, t()} | {:error, decode_error()}
+  def decode_body(<<opcode, body::binary>>), do: decode_op(opcode, body)
+
+  def decode_body(<<>>), do: {:error, :empty_frame}
+
+  defp decode_op(
+         @hello,
+         <<corr::32, magic::binary-size(4), version::16, flags::16, rest::binary>>
+       ) do
+    with :ok <- check(magic == @magic, :hello, :magic),
+         {:ok, token, rest} <- short_binary(rest, :hello),
+         :ok <- done(rest, :hello) do
+      {:ok, {:hello, corr, version, flags, if(token == "", do: nil, else: token)}}
+    end
+  end
+
+  defp decode_op(@create, <<corr::32, rest::binary>>) do
+    with {:ok, name, rest} <- name(rest, :create) do
+      case rest do
+        <<capacity::32, overflow, max_bytes::64>> ->
+          with {:ok, overflow} <- overflow(overflow, :create) do
+            max_bytes = if max_bytes == 0, do: :infinity, else: max_bytes
+            {:ok, {:create, corr, name, capacity, overflow, max_bytes}}
+          end
+
+        _ ->
+          size_error(rest, 13, :create)
+      end
+    end
+  end
+
+  defp decode_op(@delete, <<corr::32, rest::binary>>), do: name_only(:delete, corr, rest)
+
+  defp decode_op(@push, <<corr::32, flags, rest::binary>>) do
+    with {:ok, mode} <- ack_mode(flags, :push),
+         {:ok, name, rest} <- name(rest, :push),
+         {:ok, payload, rest} <- payload(rest, :push),
+         :ok <- done(rest, :push) do
+      {:ok, {:push, corr, mode, name, detach_payload(payload)}}
+    end
+  end
+
+  defp decode_op(@push_batch, <<corr::32, flags, rest::binary>>) do
+    with {:ok, mode} <- ack_mode(flags, :push_batch),
+         {:ok, name, rest} <- name(rest, :push_batch),
+         {:ok, count, rest} <- u32(rest, :push_batch),
+         {:ok, payloads, rest} <- decode_payloads(rest, count, []),
+         :ok <- done(rest, :push_batch) do
+      {:ok, {:push_batch, corr, mode, name, count, payloads}}
+    end
+  end
+
+  defp decode_op(@pull, <<corr::32, rest::binary>>), do: name_only(:pull, corr, rest)
+
+  defp decode_op(@read, <<corr::32, rest::binary>>) do
+    with {:ok, name, rest} <- name(rest, :read) do
+      case rest do
+        <<from::64, max::32>> -> {:ok, {:read, corr, name, from, max}}
+        _ -> size_error(rest, 12, :read)
+      end
+    end
+  end
+
+  defp decode_op(@len, <<corr::32, rest::binary>>), do: name_only(:len, corr, rest)
+  defp decode_op(@info, <<corr::32, rest::binary>>), do: name_only(:info, corr, rest)
+
+  defp decode_op(@subscribe, <<corr::32, rest::binary>>) do
+    with {:ok, name, rest} <- name(rest, :subscribe) do
+      case rest do
+        <<kind, seq::64, credit::32, max_batch::32>> ->
+          with {:ok, from} <- from(kind, seq) do
+            {:ok, {:subscribe, corr, name, from, credit, max_batch}}
+          end
+
+        _ ->
+          size_error(rest, 17, :subscribe)
+      end
+    end
+  end
+
+  defp decode_op(@credit, <<corr::32, sub::32, credit::32>>),
+    do: {:ok, {:credit, corr, sub, credit}}
+
+  defp decode_op(@unsubscribe, <<corr::32, sub::32>>), do: {:ok, {:unsubscribe, corr, sub}}
+  defp decode_op(@ping, <<corr::32>>), do: {:ok, {:ping, corr}}
+
+  defp decode_op(
+         @hello_ok,
+         <<corr::32, version::16, max_frame_size::32, max_payload_size::32, max_subscriptions::32,
+           max_credit::32, idle_timeout::32>>
+       ) do
+    limits = %{
+      max_frame_size: max_frame_size,
+      max_payload_size: max_payload_size,
+      max_subscriptions: max_subscriptions,
+      max_credit: max_credit,
+      idle_timeout: if(idle_timeout == 0, do: :infinity, else: idle_timeout)
+    }
+
+    {:ok, {:hello_ok, corr, version, limits}}
+  end
+
+  defp decode_op(@ok, <<corr::32>>), do: {:ok, {:ok, corr}}
+
+  defp decode_op(@push_acks, <<count::32, rest::binary>>) do
+    with {:ok, acks, rest} <- decode_acks(rest, count, []),
+         :ok <- done(rest, :push_acks) do
+      {:ok, {:push_acks, count, acks}}
+    end
+  end
+
+  defp decode_op(@pull_ok, <<corr::32, seq::64, rest::binary>>) do
+    with {:ok, payload, rest} <- payload(rest, :pull_ok),
+         :ok <- done(rest, :pull_ok) do
+      {:ok, {:pull_ok, corr, seq, payload}}
+    end
+  end
+
+  defp decode_op(@empty, <<corr::32>>), do: {:ok, {:empty, corr}}
+
+  defp decode_op(@read_ok, <<corr::32, lost::64, count::32, rest::binary>>) do
+    with {:ok, messages, rest} <- decode_messages(rest, count, [], :read_ok),
+         :ok <- done(rest, :read_ok) do
+      {:ok, {:read_ok, corr, lost, count, messages}}
+    end
+  end
+
+  defp decode_op(@len_ok, <<corr::32, len::64>>), do: {:ok, {:len_ok, corr, len}}
+
+  defp decode_op(
+         @info_ok,
+         <<corr::32, capacity::32, overflow, max_bytes::64, len::64, first_seq::64, next_seq::64,
+           pushed::64, pulled::64, overwritten::64, rejected::64, bytes::64>>
+       ) do
+    with {:ok, overflow} <- overflow(overflow, :info_ok) do
+      info = %{
+        capacity: capacity,
+        overflow: overflow,
+        max_bytes: if(max_bytes == 0, do: :infinity, else: max_bytes),
+        len: len,
+        first_seq: first_seq,
+        next_seq: next_seq,
+        pushed: pushed,
+        pulled: pulled,
+        overwritten: overwritten,
+        rejected: rejected,
+        bytes: bytes
+      }
+
+      {:ok, {:info_ok, corr, info}}
+    end
+  end
+
+  defp decode_op(@subscribed, <<corr::32, sub::32>>), do: {:ok, {:subscribed, corr, sub}}
+
+  defp decode_op(@deliver, <<sub::32, lost::64, count::32, rest::binary>>) do
+    with {:ok, messages, rest} <- decode_messages(rest, count, [], :deliver),
+         :ok <- done(rest, :deliver) do
+      {:ok, {:deliver, sub, lost, count, messages}}
+    end
+  end
+
+  defp decode_op(@sub_closed, <<sub::32, code::16>>) do
+    with :ok <- check(code != 0, :sub_closed, :code),
+         do: {:ok, {:sub_closed, sub, ErrorCode.reason(code)}}
+  end
+
+  defp decode_op(@pong, <<corr::32>>), do: {:ok, {:pong, corr}}
+
+  defp decode_op(@error, <<corr::32, code::16, rest::binary>>) do
+    with :ok <- check(code != 0, :error, :code),
+         {:ok, message, rest} <- short_binary(rest, :error),
+         :ok <- done(rest, :error) do
+      {:ok, {:error, corr, ErrorCode.reason(code), message}}
+    end
+  end
+
+  # A known opcode whose fixed fields did not match: a fixed-size body of the
+  # wrong size, or a variable one too short for its fixed part.
+  for {type, opcode} <- @opcodes do
+    case Keyword.fetch(@fixed_sizes, type) do
+      {:ok, size} ->
+        defp decode_op(unquote(opcode), body), do: size_error(body, unquote(size), unquote(type))
+
+      :error ->
+        defp decode_op(unquote(opcode), _body), do: {:error, {:truncated, unquote(type)}}
+    end
+  end
+
+  defp decode_op(opcode, _body), do: {:error, {:unknown_opcode, opcode}}
+
+  @doc """
+  Returns a payload that keeps at most twice its own size alive.
+
+  A payload that is less than half of the binary it is a part of (see
+  `:binary.referenced_byte_size/1`) is copied; any other is returned as it
+  is. The decoder calls this on every `PUSH` and `PUSH_BATCH` payload.
+  """
+  @spec detach_payload(binary()) :: binary()
+  def detach_payload(payload) when is_binary(payload) do
+    if :binary.referenced_byte_size(payload) > 2 * byte_size(payload),
+      do: :binary.copy(payload),
+      else: payload
+  end
+
+  ## Field decoding
+
+  defp name_only(type, corr, rest) do
+    with {:ok, name, rest} <- name(rest, type),
+         :ok <- done(rest, type),
+         do: {:ok, {type, corr, name}}
+  end
+
+  defp name(<<size::16, _::binary>>, type) when size == 0 or size > @max_name,
+    do: {:error, {:bad_field, type, :name}}
+
+  defp name(<<size::16, name::binary-size(size), rest::binary>>, _type), do: {:ok, name, rest}
+  defp name(_, type), do: {:error, {:truncated, type}}
+
+  defp payload(<<size::32, payload::binary-size(size), rest::binary>>, _type),
+    do: {:ok, payload, rest}
+
+  defp payload(_, type), do: {:error, {:truncated, type}}
+
+  defp short_binary(<<size::16, value::binary-size(size), rest::binary>>, _type),
+    do: {:ok, value, rest}
+
+  defp short_binary(_, type), do: {:error, {:truncated, type}}
+
+  defp u32(<<value::32, rest::binary>>, _type), do: {:ok, value, rest}
+  defp u32(_, type), do: {:error, {:truncated, type}}
+
+  defp ack_mode(0, _type), do: {:ok, :ack}
+  defp ack_mode(@no_ack_flag, _type), do: {:ok, :no_ack}
+  defp ack_mode(_, type), do: {:error, {:bad_field, type, :flags}}
+
+  defp overflow(0, _type), do: {:ok, :drop_oldest}
+  defp overflow(1, _type), do: {:ok, :reject}
+  defp overflow(_, type), do: {:error, {:bad_field, type, :overflow}}
+
+  defp from(@from_seq, seq), do: {:ok, seq}
+  defp from(@from_earliest, 0), do: {:ok, :earliest}
+  defp from(@from_latest, 0), do: {:ok, :latest}
+  defp from(_, _), do: {:error, {:bad_field, :subscribe, :from}}
+
+  defp check(true, _type, _field), do: :ok
+  defp check(false, type, field), do: {:error, {:bad_field, type, field}}
+
+  defp done(<<>>, _type), do: :ok
+  defp done(_, type), do: {:error, {:trailing_bytes, type}}
+
+  defp size_error(rest, fixed, type) when byte_size(rest) > fixed,
+    do: {:error, {:trailing_bytes, type}}
+
+  defp size_error(_rest, _fixed, type), do: {:error, {:truncated, type}}
+
+  # Each iteration eats at least four bytes, so a lying count ends at the end of the body.
+  defp decode_payloads(rest, 0, acc), do: {:ok, :lists.reverse(acc), rest}
+
+  defp decode_payloads(<<size::32, payload::binary-size(size), rest::binary>>, left, acc),
+    do: decode_payloads(rest, left - 1, [detach_payload(payload) | acc])
+
+  defp decode_payloads(_, _, _), do: {:error, {:truncated, :push_batch}}
+
+  defp decode_messages(rest, 0, acc, _type), do: {:ok, :lists.reverse(acc), rest}
+
+  defp decode_messages(
+         <<seq::64, size::32, payload::binary-size(size), rest::binary>>,
+         left,
+         acc,
+         type
+       ),
+       do: decode_messages(rest, left - 1, [{seq, payload} | acc], type)
+
+  defp decode_messages(_, _, _, type), do: {:error, {:truncated, type}}
+
+  defp decode_acks(rest, 0, acc), do: {:ok, :lists.reverse(acc), rest}
+
+  defp decode_acks(<<corr::32, 0::16, seq::64, rest::binary>>, left, acc),
+    do: decode_acks(rest, left - 1, [{corr, {:ok, seq}} | acc])
+
+  defp decode_acks(<<corr::32, code::16, 0::64, rest::binary>>, left, acc),
+    do: decode_acks(rest, left - 1, [{corr, {:error, ErrorCode.reason(code)}} | acc])
+
+  defp decode_acks(<<_corr::32, _code::16, _seq::64, _::binary>>, _left, _acc),
+    do: {:error, {:bad_field, :push_acks, :status}}
+
+  defp decode_acks(_, _, _), do: {:error, {:truncated, :push_acks}}
+end

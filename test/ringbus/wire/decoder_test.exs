@@ -1,0 +1,195 @@
+defmodule Ringbus.Wire.DecoderTest do
+  use ExUnit.Case, async: true
+
+  alias Ringbus.Wire.{Decoder, Frame, FrameGenerators}
+
+  doctest Decoder
+
+  @max 16 * 1024 * 1024
+
+  # Feeds `chunks` one after the other; returns all frames and the last state.
+  defp feed_all(decoder, chunks) do
+    Enum.reduce(chunks, {[], decoder}, fn chunk, {frames, decoder} ->
+      {:ok, new, decoder} = Decoder.feed(decoder, chunk)
+      {[new | frames], decoder}
+    end)
+    |> then(fn {frames, decoder} -> {frames |> Enum.reverse() |> Enum.concat(), decoder} end)
+  end
+
+  # Cuts `bytes` at offsets taken from `sizes`, cycling; every byte is kept.
+  defp chunks(bytes, []), do: [bytes]
+  defp chunks(bytes, sizes), do: chunks(bytes, sizes, sizes, [])
+
+  defp chunks(<<>>, _sizes, _all, acc), do: Enum.reverse(acc)
+  defp chunks(bytes, [], all, acc), do: chunks(bytes, all, all, acc)
+
+  defp chunks(bytes, [size | sizes], all, acc) do
+    size = min(size, byte_size(bytes))
+    <<chunk::binary-size(size), rest::binary>> = bytes
+    chunks(rest, sizes, all, [chunk | acc])
+  end
+
+  describe "feed/2" do
+    test "the same bytes split at random offsets give the same frames" do
+      sizes =
+        :proper_types.list(
+          :proper_types.frequency([
+            {4, :proper_types.integer(1, 8)},
+            {4, :proper_types.integer(1, 200)},
+            {1, :proper_types.integer(1, 5000)}
+          ])
+        )
+
+      property =
+        FrameGenerators.forall({:proper_types.list(FrameGenerators.frame()), sizes}, fn {frames,
+                                                                                         sizes} ->
+          bytes = FrameGenerators.bytes(frames)
+          {decoded, decoder} = feed_all(Decoder.new(@max), chunks(bytes, sizes))
+          decoded == frames and Decoder.buffered(decoder) == 0
+        end)
+
+      assert FrameGenerators.check(property, 1000) == true
+    end
+
+    test "one byte at a time" do
+      frames = [{:ping, 1}, {:push, 2, :ack, "e", "payload"}, {:ok, 3}]
+      bytes = FrameGenerators.bytes(frames)
+
+      {decoded, decoder} = feed_all(Decoder.new(@max), for(<<b <- bytes>>, do: <<b>>))
+      assert decoded == frames
+      assert Decoder.buffered(decoder) == 0
+    end
+
+    test "all frames of one read come back together, in order" do
+      frames = for i <- 1..50, do: {:push, i, :no_ack, "events", "m#{i}"}
+      assert {:ok, ^frames, _} = Decoder.feed(Decoder.new(@max), FrameGenerators.bytes(frames))
+    end
+
+    test "an empty read changes nothing" do
+      decoder = Decoder.new(@max)
+      assert {:ok, [], ^decoder} = Decoder.feed(decoder, "")
+    end
+  end
+
+  describe "large frames" do
+    test "are collected over many reads and joined once" do
+      payload = :crypto.strong_rand_bytes(3 * 1024 * 1024)
+      frames = [{:ping, 1}, {:push, 2, :ack, "big", payload}, {:ping, 3}]
+      bytes = FrameGenerators.bytes(frames)
+
+      {decoded, decoder} =
+        Enum.reduce(chunks(bytes, [1460]), {[], Decoder.new(@max)}, fn chunk, {acc, decoder} ->
+          before = Decoder.buffered(decoder)
+          {:ok, new, decoder} = Decoder.feed(decoder, chunk)
+
+          # While a frame is incomplete the decoder holds exactly the bytes it was fed.
+          if new == [], do: assert(Decoder.buffered(decoder) == before + byte_size(chunk))
+          {acc ++ new, decoder}
+        end)
+
+      assert decoded == frames
+      assert Decoder.buffered(decoder) == 0
+
+      # The joined frame is the payload's own binary: one copy, no wasted bytes.
+      [_, {:push, 2, :ack, "big", decoded_payload}, _] = decoded
+      assert :binary.referenced_byte_size(decoded_payload) == byte_size(payload) + 15
+    end
+
+    test "a frame exactly at the maximum is accepted, one byte more is not" do
+      frame = {:push, 1, :ack, "e", :binary.copy("x", 1000)}
+      <<length::32, _::binary>> = bytes = FrameGenerators.bytes([frame])
+
+      assert {:ok, [^frame], _} = Decoder.feed(Decoder.new(length), bytes)
+      assert Decoder.feed(Decoder.new(length - 1), bytes) == {:error, :frame_too_large, []}
+    end
+  end
+
+  describe "errors" do
+    test "the header of a 1 GB frame is refused before any body is buffered" do
+      header = <<1_073_741_824::32, 0x04>>
+      assert Decoder.feed(Decoder.new(@max), header) == {:error, :frame_too_large, []}
+    end
+
+    test "a length prefix split across reads is checked when its last byte comes" do
+      {:ok, [], decoder} = Decoder.feed(Decoder.new(@max), <<0x40, 0>>)
+      assert Decoder.buffered(decoder) == 2
+      assert Decoder.feed(decoder, <<0, 0, 0x04>>) == {:error, :frame_too_large, []}
+    end
+
+    test "the frames before a bad one are returned with the error" do
+      good = [{:ping, 1}, {:ping, 2}]
+
+      bytes =
+        FrameGenerators.bytes(good) <> <<1::32, 0x44>> <> FrameGenerators.bytes([{:ping, 3}])
+
+      assert Decoder.feed(Decoder.new(@max), bytes) == {:error, {:unknown_opcode, 0x44}, good}
+    end
+
+    test "garbage" do
+      http = "GET / HTTP/1.1\r\nHost: example.com\r\n\r\n"
+      assert Decoder.feed(Decoder.new(65_550), http) == {:error, :frame_too_large, []}
+
+      assert Decoder.feed(Decoder.new(@max), <<0::32>>) == {:error, :empty_frame, []}
+
+      assert Decoder.feed(Decoder.new(@max), <<3::32, 0x04, 0xAA, 0xBB>>) ==
+               {:error, {:truncated, :push}, []}
+    end
+
+    test "a truncated body found only when a large frame completes" do
+      # A PUSH whose payload length claims more than the frame holds.
+      body = <<0x04, 1::32, 0, 1::16, "e", 10_000::32>> <> :binary.copy("x", 5000)
+      bytes = <<byte_size(body)::32, body::binary>>
+
+      decoder = Decoder.new(@max)
+      [first, second] = chunks(bytes, [3000])
+      assert {:ok, [], decoder} = Decoder.feed(decoder, first)
+      assert Decoder.feed(decoder, second) == {:error, {:truncated, :push}, []}
+    end
+
+    test "error codes to answer with" do
+      assert Decoder.error_code(:frame_too_large) == :frame_too_large
+      assert Decoder.error_code({:unknown_opcode, 0x44}) == :unknown_opcode
+      assert Decoder.error_code(:empty_frame) == :bad_frame
+      assert Decoder.error_code({:bad_field, :hello, :magic}) == :bad_frame
+    end
+  end
+
+  describe "put_max_frame_size/2" do
+    test "raises the limit after the handshake" do
+      frame = {:push, 1, :ack, "e", :binary.copy("x", 70_000)}
+      bytes = FrameGenerators.bytes([frame])
+
+      decoder = Decoder.new(65_550)
+      assert {:error, :frame_too_large, []} = Decoder.feed(decoder, bytes)
+
+      decoder = Decoder.put_max_frame_size(decoder, @max)
+      assert {:ok, [^frame], _} = Decoder.feed(decoder, bytes)
+    end
+  end
+
+  describe "payloads of pushes split over reads" do
+    test "small pushes completed by a large read do not keep that read alive" do
+      payload = :binary.copy("m", 100)
+      pushes = for i <- 1..200, do: {:push, i, :ack, "events", payload}
+      <<head::binary-size(10), rest::binary>> = FrameGenerators.bytes(pushes)
+
+      {:ok, [], decoder} = Decoder.feed(Decoder.new(@max), head)
+      {:ok, decoded, _} = Decoder.feed(decoder, rest)
+
+      assert decoded == pushes
+
+      # The first push was joined on its own (118 bytes) and keeps that frame;
+      # the others come out of the large read and are copied.
+      [first | others] = for {:push, _, _, _, p} <- decoded, do: :binary.referenced_byte_size(p)
+      assert first == 118
+      assert Enum.all?(others, &(&1 == 100))
+    end
+  end
+
+  test "frames decoded here are what Frame.decode/2 gives" do
+    frame = {:read_ok, 1, 0, 2, [{0, "a"}, {1, "b"}]}
+    bytes = FrameGenerators.bytes([frame])
+    assert {:ok, [decoded], _} = Decoder.feed(Decoder.new(@max), bytes)
+    assert {:ok, ^decoded, ""} = Frame.decode(bytes, @max)
+  end
+end

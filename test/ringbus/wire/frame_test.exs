@@ -1,0 +1,205 @@
+defmodule Ringbus.Wire.FrameTest do
+  use ExUnit.Case, async: true
+
+  alias Ringbus.Wire.{Examples, Frame, FrameGenerators}
+
+  doctest Frame
+  doctest Ringbus.Wire.ErrorCode
+
+  @max 16 * 1024 * 1024
+
+  describe "round trip" do
+    test "every frame decodes to itself after encoding" do
+      property =
+        FrameGenerators.forall(FrameGenerators.frame(), fn frame ->
+          bytes = IO.iodata_to_binary(Frame.encode(frame))
+          Frame.decode(bytes, @max) == {:ok, frame, ""}
+        end)
+
+      assert FrameGenerators.check(property, 3000) == true
+    end
+
+    test "every frame type is covered by the generator" do
+      generated =
+        for _ <- 1..10,
+            {:ok, frames} <- [:proper_gen.pick(:proper_types.list(FrameGenerators.frame()), 100)],
+            frame <- frames,
+            into: MapSet.new(),
+            do: elem(frame, 0)
+
+      assert generated == MapSet.new(Keyword.keys(Frame.opcodes()))
+    end
+
+    test "the rest after a frame is returned untouched" do
+      bytes = IO.iodata_to_binary([Frame.encode({:ping, 1}), "tail"])
+      assert Frame.decode(bytes, @max) == {:ok, {:ping, 1}, "tail"}
+    end
+
+    test "an empty token encodes as none" do
+      bytes = IO.iodata_to_binary(Frame.encode({:hello, 1, 1, 0, ""}))
+      assert {:ok, {:hello, 1, 1, 0, nil}, ""} = Frame.decode(bytes, @max)
+    end
+  end
+
+  describe "decode/2 errors" do
+    test "a length above the maximum is refused from the four length bytes alone" do
+      assert Frame.decode(<<1_073_741_824::32>>, @max) == {:error, :frame_too_large}
+      assert Frame.decode(<<1_073_741_824::32, 0x04>>, @max) == {:error, :frame_too_large}
+    end
+
+    test "incomplete input asks for more" do
+      assert Frame.decode(<<>>, @max) == {:more, 4}
+      assert Frame.decode(<<0, 0>>, @max) == {:more, 2}
+      assert Frame.decode(<<0, 0, 0, 9, 0x04, 1>>, @max) == {:more, 7}
+    end
+
+    test "a zero length has no opcode" do
+      assert Frame.decode(<<0::32, 1, 2, 3>>, @max) == {:error, :empty_frame}
+    end
+
+    test "unknown opcodes" do
+      for opcode <- [0x00, 0x0E, 0x7F, 0x80, 0x8D, 0xFE] do
+        assert Frame.decode(<<1::32, opcode>>, @max) == {:error, {:unknown_opcode, opcode}}
+      end
+    end
+
+    test "every example one byte short is truncated, one byte long has trailing bytes" do
+      for {name, frame, _} <- Examples.all() do
+        type = elem(frame, 0)
+        <<length::32, body::binary>> = Examples.bytes(frame)
+
+        short = <<length - 1::32, binary_part(body, 0, length - 1)::binary>>
+        assert Frame.decode(short, @max) == {:error, {:truncated, type}}, name
+
+        long = <<length + 1::32, body::binary, 0>>
+        assert Frame.decode(long, @max) == {:error, {:trailing_bytes, type}}, name
+      end
+    end
+
+    test "a body that stops inside its fixed fields is truncated" do
+      assert Frame.decode(<<2::32, 0x04, 0>>, @max) == {:error, {:truncated, :push}}
+      assert Frame.decode(<<3::32, 0x83, 0, 0>>, @max) == {:error, {:truncated, :push_acks}}
+    end
+
+    test "a count larger than the entries is truncated, not allocated" do
+      bytes = <<16::32, 0x05, 1::32, 0, 1::16, "e", 0xFFFF_FFFF::32, 0::32>>
+      assert Frame.decode(bytes, @max) == {:error, {:truncated, :push_batch}}
+    end
+
+    test "bad field values" do
+      cases = [
+        {<<7::32, 0x03, 1::32, 0::16>>, {:bad_field, :delete, :name}},
+        {IO.iodata_to_binary([<<263::32, 0x03, 1::32, 256::16>>, :binary.copy("n", 256)]),
+         {:bad_field, :delete, :name}},
+        {<<0x0C::32, 0x04, 1::32, 0x02, 1::16, "e", 0::32>>, {:bad_field, :push, :flags}},
+        {<<0x0C::32, 0x05, 1::32, 0x80, 1::16, "e", 0::32>>, {:bad_field, :push_batch, :flags}},
+        {<<21::32, 0x02, 1::32, 1::16, "e", 1::32, 2, 0::64>>, {:bad_field, :create, :overflow}},
+        {<<25::32, 0x0A, 1::32, 1::16, "e", 3, 0::64, 1::32, 1::32>>,
+         {:bad_field, :subscribe, :from}},
+        {<<25::32, 0x0A, 1::32, 1::16, "e", 1, 5::64, 1::32, 1::32>>,
+         {:bad_field, :subscribe, :from}},
+        {<<15::32, 0x01, 1::32, "XBUS", 1::16, 0::16, 0::16>>, {:bad_field, :hello, :magic}},
+        {<<19::32, 0x83, 1::32, 7::32, 103::16, 5::64>>, {:bad_field, :push_acks, :status}},
+        {<<9::32, 0xFF, 1::32, 0::16, 0::16>>, {:bad_field, :error, :code}},
+        {<<7::32, 0x8B, 1::32, 0::16>>, {:bad_field, :sub_closed, :code}}
+      ]
+
+      for {bytes, reason} <- cases do
+        assert Frame.decode(bytes, @max) == {:error, reason}
+      end
+    end
+  end
+
+  describe "encode/1" do
+    test "returns iodata holding the payload itself, not a copy" do
+      payload = :binary.copy("p", 100_000)
+      iodata = Frame.encode({:push, 1, :ack, "e", payload})
+      assert Enum.any?(binaries(iodata), &:erts_debug.same(&1, payload))
+    end
+
+    test "refuses frames with fields out of range" do
+      bad = [
+        {:push, 1, :ack, "", "p"},
+        {:push, 1, :ack, :binary.copy("n", 256), "p"},
+        {:push, -1, :ack, "e", "p"},
+        {:push, 1, :maybe, "e", "p"},
+        {:read, 1, "e", 0x1_0000_0000_0000_0000, 1},
+        {:create, 1, "e", 10, :drop_oldest, 0},
+        {:push_batch, 1, :ack, "e", 2, ["a"]},
+        {:push_batch, 1, :ack, "e", 1, ["a", "b"]},
+        {:read_ok, 1, 0, 1, [:not_a_message]},
+        {:error, 1, :no_such_reason, "m"},
+        {:nope, 1}
+      ]
+
+      for frame <- bad do
+        assert_raise ArgumentError, fn -> Frame.encode(frame) end
+      end
+    end
+  end
+
+  defp binaries(binary) when is_binary(binary), do: [binary]
+  defp binaries([]), do: []
+  defp binaries([head | tail]), do: binaries(head) ++ binaries(tail)
+
+  describe "request?/1" do
+    test "requests are below 0x80, server frames above" do
+      for {name, frame, _} <- Examples.all() do
+        opcode = Keyword.fetch!(Frame.opcodes(), elem(frame, 0))
+        assert Frame.request?(frame) == opcode < 0x80, name
+      end
+    end
+  end
+
+  describe "detach_payload/1" do
+    test "copies a payload that is a small part of a larger binary" do
+      read = :binary.copy("r", 10_000)
+      payload = binary_part(read, 100, 1000)
+      assert :binary.referenced_byte_size(payload) == 10_000
+
+      detached = Frame.detach_payload(payload)
+      assert detached == payload
+      assert :binary.referenced_byte_size(detached) == 1000
+    end
+
+    test "keeps a payload that is at least half of its binary" do
+      read = :binary.copy("r", 10_000)
+      payload = binary_part(read, 0, 5000)
+      assert :erts_debug.same(Frame.detach_payload(payload), payload)
+    end
+  end
+
+  describe "stored payloads" do
+    test "small pushes taken from a large read do not keep the read alive" do
+      payload = :binary.copy("m", 100)
+      read = FrameGenerators.bytes(for i <- 1..100, do: {:push, i, :ack, "events", payload})
+      assert byte_size(read) > 10_000
+
+      {:ok, {:push, 1, :ack, "events", decoded}, _rest} = Frame.decode(read, @max)
+      assert decoded == payload
+      assert :binary.referenced_byte_size(decoded) == 100
+
+      batch = FrameGenerators.bytes([{:push_batch, 1, :ack, "events", 3, [payload, "a", "b"]}])
+      {:ok, {:push_batch, 1, :ack, "events", 3, payloads}, ""} = Frame.decode(batch, @max)
+      assert payloads == [payload, "a", "b"]
+
+      # The 100-byte payload is most of the 130-byte frame and keeps pointing into it.
+      assert Enum.map(payloads, &:binary.referenced_byte_size/1) == [byte_size(batch), 1, 1]
+    end
+
+    test "a push that is most of the read keeps pointing into it" do
+      payload = :binary.copy("m", 100_000)
+      read = FrameGenerators.bytes([{:push, 1, :ack, "events", payload}])
+
+      {:ok, {:push, 1, :ack, "events", decoded}, ""} = Frame.decode(read, @max)
+      assert decoded == payload
+      assert :binary.referenced_byte_size(decoded) == byte_size(read)
+    end
+
+    test "payloads that are not stored, such as deliveries, are left as they are" do
+      read = FrameGenerators.bytes([{:pull_ok, 1, 0, :binary.copy("m", 100)}, {:ping, 2}])
+      {:ok, {:pull_ok, 1, 0, decoded}, _rest} = Frame.decode(read, @max)
+      assert :binary.referenced_byte_size(decoded) == byte_size(read)
+    end
+  end
+end

@@ -1,0 +1,56 @@
+defmodule Ringbus.Wire.VectorsTest do
+  # The test vectors of docs/PROTOCOL.md and test/fixtures/protocol/.
+  use ExUnit.Case, async: true
+
+  alias Ringbus.Wire.{Decoder, ErrorCode, Examples, Frame}
+
+  @doc_path "docs/PROTOCOL.md"
+  @regenerate "run bin/protocol-vectors to regenerate them from the encoder"
+
+  defp fixture_files, do: Path.wildcard(Path.join(Examples.fixtures_dir(), "*"))
+
+  test "there is one fixture file per example, and nothing else" do
+    names = for file <- fixture_files(), do: Path.basename(file)
+    expected = for {name, _, _} <- Examples.all(), do: name <> ".hex"
+    assert Enum.sort(names) == Enum.sort(expected), @regenerate
+  end
+
+  test "every fixture decodes to its frame, and the encoder gives back its exact bytes" do
+    for {name, frame, _} <- Examples.all() do
+      bytes = Examples.unhex(File.read!(Path.join(Examples.fixtures_dir(), name <> ".hex")))
+
+      assert Frame.decode(bytes, byte_size(bytes)) == {:ok, frame, ""}, name
+      assert {:ok, [^frame], _} = Decoder.feed(Decoder.new(byte_size(bytes)), bytes)
+      assert IO.iodata_to_binary(Frame.encode(frame)) == bytes, "#{name}: " <> @regenerate
+    end
+  end
+
+  test "every opcode has an example" do
+    covered = MapSet.new(Examples.all(), fn {_, frame, _} -> elem(frame, 0) end)
+    assert covered == MapSet.new(Keyword.keys(Frame.opcodes()))
+  end
+
+  test "the document's test vectors are the fixtures" do
+    doc = File.read!(@doc_path)
+    assert Examples.current_doc_section(doc) == Examples.doc_section(), @regenerate
+
+    for {name, frame, _} <- Examples.all() do
+      assert doc =~ "`#{name}.hex`"
+      assert doc =~ String.trim_trailing(Examples.hex(Examples.bytes(frame)))
+    end
+  end
+
+  test "the document lists every opcode and every error code" do
+    doc = File.read!(@doc_path)
+
+    for {type, opcode} <- Frame.opcodes() do
+      hex = opcode |> Integer.to_string(16) |> String.pad_leading(2, "0") |> String.downcase()
+      assert doc =~ "| 0x#{hex} | `#{Examples.opcode_name(type)}`", "opcode #{type}"
+    end
+
+    for {reason, code, _} <- ErrorCode.all() do
+      closes = if ErrorCode.closes_connection?(reason), do: "yes", else: "no"
+      assert doc =~ "| #{code} | `#{reason}` | #{closes} |", "error #{reason}"
+    end
+  end
+end

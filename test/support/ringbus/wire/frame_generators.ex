@@ -1,0 +1,173 @@
+defmodule Ringbus.Wire.FrameGenerators do
+  @moduledoc false
+  # PropEr generators of valid frames of every type, for the codec properties.
+
+  alias Ringbus.Wire.{ErrorCode, Frame}
+
+  def frame do
+    :proper_types.oneof([request(), response()])
+  end
+
+  def request do
+    :proper_types.oneof([
+      hello(),
+      let({u32(), name(), u32(), overflow(), max_bytes()}, &Tuple.insert_at(&1, 0, :create)),
+      let({u32(), name()}, fn {corr, name} -> {:delete, corr, name} end),
+      let({u32(), ack_mode(), name(), payload()}, &Tuple.insert_at(&1, 0, :push)),
+      let({u32(), ack_mode(), name(), :proper_types.list(payload())}, fn {corr, mode, name, ps} ->
+        {:push_batch, corr, mode, name, length(ps), ps}
+      end),
+      let({u32(), name()}, fn {corr, name} -> {:pull, corr, name} end),
+      let({u32(), name(), u64(), u32()}, &Tuple.insert_at(&1, 0, :read)),
+      let({u32(), name()}, fn {corr, name} -> {:len, corr, name} end),
+      let({u32(), name()}, fn {corr, name} -> {:info, corr, name} end),
+      let({u32(), name(), from(), u32(), u32()}, &Tuple.insert_at(&1, 0, :subscribe)),
+      let({u32(), u32(), u32()}, &Tuple.insert_at(&1, 0, :credit)),
+      let({u32(), u32()}, &Tuple.insert_at(&1, 0, :unsubscribe)),
+      let(u32(), &{:ping, &1})
+    ])
+  end
+
+  def response do
+    :proper_types.oneof([
+      hello_ok(),
+      let(u32(), &{:ok, &1}),
+      let(:proper_types.list({u32(), ack_result()}), &{:push_acks, length(&1), &1}),
+      let({u32(), u64(), payload()}, &Tuple.insert_at(&1, 0, :pull_ok)),
+      let(u32(), &{:empty, &1}),
+      let({u32(), u64(), messages()}, fn {corr, lost, ms} ->
+        {:read_ok, corr, lost, length(ms), ms}
+      end),
+      let({u32(), u64()}, &Tuple.insert_at(&1, 0, :len_ok)),
+      info_ok(),
+      let({u32(), u32()}, &Tuple.insert_at(&1, 0, :subscribed)),
+      let({u32(), u64(), messages()}, fn {sub, lost, ms} ->
+        {:deliver, sub, lost, length(ms), ms}
+      end),
+      let({u32(), error_reason()}, &Tuple.insert_at(&1, 0, :sub_closed)),
+      let(u32(), &{:pong, &1}),
+      let({u32(), error_reason(), :proper_types.binary()}, &Tuple.insert_at(&1, 0, :error))
+    ])
+  end
+
+  defp hello do
+    token = :proper_types.oneof([nil, :proper_types.non_empty(:proper_types.binary())])
+    let({u32(), u16(), u16(), token}, &Tuple.insert_at(&1, 0, :hello))
+  end
+
+  defp hello_ok do
+    idle = :proper_types.oneof([:infinity, :proper_types.integer(1, 0xFFFF_FFFF)])
+
+    let({u32(), u16(), u32(), u32(), u32(), u32(), idle}, fn {corr, v, mf, mp, ms, mc, idle} ->
+      limits = %{
+        max_frame_size: mf,
+        max_payload_size: mp,
+        max_subscriptions: ms,
+        max_credit: mc,
+        idle_timeout: idle
+      }
+
+      {:hello_ok, corr, v, limits}
+    end)
+  end
+
+  defp info_ok do
+    counters = List.to_tuple(for _ <- 1..8, do: u64())
+
+    let({u32(), u32(), overflow(), max_bytes(), counters}, fn {corr, cap, ov, mb, counters} ->
+      {len, first, next, pushed, pulled, overwritten, rejected, bytes} = counters
+
+      {:info_ok, corr,
+       %{
+         capacity: cap,
+         overflow: ov,
+         max_bytes: mb,
+         len: len,
+         first_seq: first,
+         next_seq: next,
+         pushed: pushed,
+         pulled: pulled,
+         overwritten: overwritten,
+         rejected: rejected,
+         bytes: bytes
+       }}
+    end)
+  end
+
+  def u16, do: :proper_types.integer(0, 0xFFFF)
+
+  def u32,
+    do:
+      :proper_types.oneof([:proper_types.integer(0, 300), :proper_types.integer(0, 0xFFFF_FFFF)])
+
+  def u64 do
+    :proper_types.oneof([
+      :proper_types.integer(0, 300),
+      :proper_types.integer(0, 0xFFFF_FFFF_FFFF_FFFF)
+    ])
+  end
+
+  def name do
+    :proper_types.oneof([
+      :proper_types.non_empty(:proper_types.binary()),
+      let(:proper_types.integer(1, 255), &:proper_types.binary/1)
+    ])
+  end
+
+  def payload do
+    :proper_types.frequency([
+      {6, :proper_types.binary()},
+      {1, let(:proper_types.integer(0, 3000), &:proper_types.binary/1)}
+    ])
+  end
+
+  defp messages, do: :proper_types.list({u64(), payload()})
+  defp ack_mode, do: :proper_types.elements([:ack, :no_ack])
+  defp overflow, do: :proper_types.elements([:drop_oldest, :reject])
+
+  defp max_bytes do
+    :proper_types.oneof([:infinity, :proper_types.integer(1, 0xFFFF_FFFF_FFFF_FFFF)])
+  end
+
+  defp from, do: :proper_types.oneof([:earliest, :latest, u64()])
+
+  defp ack_result do
+    :proper_types.oneof([let(u64(), &{:ok, &1}), let(error_reason(), &{:error, &1})])
+  end
+
+  # Known codes decode to atoms; unknown ones stay integers.
+  def error_reason do
+    known = for {reason, _code, _text} <- ErrorCode.all(), do: reason
+    :proper_types.oneof([:proper_types.elements(known), :proper_types.integer(1000, 0xFFFF)])
+  end
+
+  defp let(raw, fun), do: :proper_types.bind(raw, fun, false)
+
+  @doc """
+  `:proper.forall/2`, with exceptions turned into failures: the PropEr of
+  Debian calls `erlang:get_stacktrace/0`, which OTP 23 removed, when a
+  property raises.
+  """
+  def forall(generator, property) do
+    :proper.forall(generator, fn value ->
+      try do
+        property.(value)
+      rescue
+        exception ->
+          IO.puts(Exception.format(:error, exception, __STACKTRACE__))
+          false
+      end
+    end)
+  end
+
+  @doc "Runs a property; true, or the counterexample when it fails."
+  def check(property, numtests) do
+    case :proper.quickcheck(property, [:quiet, numtests: numtests]) do
+      true -> true
+      _ -> {:counterexample, :proper.counterexample()}
+    end
+  end
+
+  @doc "The bytes of a list of frames, as one binary."
+  def bytes(frames), do: IO.iodata_to_binary(Enum.map(frames, &Frame.encode/1))
+end
