@@ -1,0 +1,164 @@
+defmodule Ringbus.Server do
+  @moduledoc """
+  The Ringbus network server: channels over TCP or TLS, speaking the binary
+  protocol of `docs/PROTOCOL.md`.
+
+  Start it from the command line with `mix ringbus.server`, or embed it in an
+  application's supervision tree:
+
+      children = [
+        {Ringbus.Server, port: 7171, tokens: %{"s3cret" => :all}}
+      ]
+
+  ## Process tree
+
+      Ringbus.Server (Supervisor, rest_for_one)
+      ├── Ringbus.Server.Listener          owns the listening socket
+      ├── connections (DynamicSupervisor)  one Ringbus.Server.Connection each,
+      │                                    at most :max_connections
+      └── acceptors (Supervisor)           :acceptors Ringbus.Server.Acceptor
+
+  If the listener dies, the connection supervisor and the acceptors restart
+  after it; a connection that dies takes nothing with it, since channels live
+  in `Ringbus.Store`. See `lib/ringbus/server/README.md` for how a connection
+  reads, writes and stays safe under a backlog.
+
+  ## Options
+
+    * `:host` - the address to bind, an IP tuple or string. Default `{127, 0, 0, 1}`.
+    * `:port` - the port, `0` for any free one (see `port/1`). Default `7171`.
+    * `:tls` - `:ssl` server options, with `:certfile`/`:keyfile` (or
+      `:cert`/`:key`), to serve TLS instead of plain TCP. Default `nil`.
+    * `:tokens` - `nil` (no auth, the default) or a map of token to grants:
+      `:all`, or `[read: prefixes, write: prefixes]` where prefixes is `:all`
+      or a list of channel name prefixes. Read covers PULL, READ, LEN, INFO
+      and SUBSCRIBE; write covers CREATE, DELETE, PUSH and PUSH_BATCH. With
+      tokens, a HELLO without a valid one is refused.
+    * `:auto_create` - channel options for channels created by their first
+      push, or `false` to answer such pushes with `no_channel`.
+      Default `[capacity: 100_000, overflow: :drop_oldest]`.
+    * `:max_frame_size` - the largest frame accepted, in bytes; a longer
+      length prefix closes the connection. Default 16 MiB.
+    * `:handshake_timeout` - ms for the TLS handshake and HELLO. Default `5_000`.
+    * `:idle_timeout` - ms within which each frame must be complete after the
+      one before, or `:infinity`. Clients ping to stay connected. Default `300_000`.
+    * `:send_timeout` - ms a write may wait on a client that does not read
+      before the connection closes. Default `30_000`.
+    * `:max_connections` - connections at once; more are refused with
+      `server_busy`. Default `1024`.
+    * `:max_subscriptions` - subscriptions per connection. Default `64`.
+    * `:max_credit` - the most credit a subscription may hold, in messages.
+      Default `10_000`.
+    * `:max_out_bytes` - bytes queued for one client before its connection
+      stops and waits for it (the socket's high watermark). Default 4 MiB.
+    * `:acceptors` - accepting processes. Default `4`.
+    * `:buffer_size` - socket buffer sizes, in bytes. Default 1 MiB.
+    * `:name` - a name to register the server supervisor under.
+
+  Unknown options raise `ArgumentError`.
+  """
+
+  use Supervisor
+
+  alias Ringbus.Server.{Acceptor, Config, Listener}
+
+  @type option ::
+          {:host, :inet.ip_address() | String.t()}
+          | {:port, :inet.port_number()}
+          | {:tls, [:ssl.tls_server_option()] | nil}
+          | {:tokens, %{String.t() => :all | keyword()} | nil}
+          | {:auto_create, Ringbus.Channel.options() | false}
+          | {:max_frame_size, pos_integer()}
+          | {:handshake_timeout, pos_integer()}
+          | {:idle_timeout, pos_integer() | :infinity}
+          | {:send_timeout, pos_integer() | :infinity}
+          | {:max_connections, pos_integer()}
+          | {:max_subscriptions, pos_integer()}
+          | {:max_credit, pos_integer()}
+          | {:max_out_bytes, pos_integer()}
+          | {:acceptors, pos_integer()}
+          | {:buffer_size, pos_integer()}
+          | {:name, atom()}
+
+  @type options :: [option()]
+
+  @doc "Starts a server linked to the caller. See the module doc for the options."
+  @spec start_link(options()) :: Supervisor.on_start()
+  def start_link(opts \\ []) do
+    config = Config.new!(opts)
+    sup_opts = if config.name, do: [name: config.name], else: []
+    Supervisor.start_link(__MODULE__, config, sup_opts)
+  end
+
+  @doc "The port the server listens on (useful after `port: 0`)."
+  @spec port(Supervisor.supervisor()) :: :inet.port_number()
+  def port(server) do
+    {listener, _connections} = parts(server)
+    {_listen, port} = Listener.socket(listener)
+    port
+  end
+
+  @doc """
+  The server's figures: `connections` open now, and since it started,
+  `accepted`, `accept_errors` and `refused` (over `:max_connections`).
+  """
+  @spec stats(Supervisor.supervisor()) :: %{atom() => non_neg_integer()}
+  def stats(server) do
+    {_listener, connections} = parts(server)
+    counters = :persistent_term.get({__MODULE__, connections})
+
+    %{
+      connections: DynamicSupervisor.count_children(connections).active,
+      accepted: :counters.get(counters, 1),
+      accept_errors: :counters.get(counters, 2),
+      refused: :counters.get(counters, 3)
+    }
+  end
+
+  @doc "The default port."
+  @spec default_port() :: :inet.port_number()
+  def default_port, do: Config.default_port()
+
+  @doc false
+  def parts(server) do
+    children = Supervisor.which_children(server)
+    {_, listener, _, _} = List.keyfind(children, Listener, 0)
+    {_, connections, _, _} = List.keyfind(children, :connections, 0)
+    {listener, connections}
+  end
+
+  @impl true
+  def init(config) do
+    server = self()
+    counters = :counters.new(3, [:write_concurrency])
+
+    acceptors =
+      for i <- 1..config.acceptors do
+        Supervisor.child_spec({Acceptor, {server, config, counters}}, id: {Acceptor, i})
+      end
+
+    children = [
+      {Listener, config},
+      %{
+        id: :connections,
+        start: {__MODULE__, :start_connections, [config.max_connections, counters]},
+        type: :supervisor
+      },
+      %{
+        id: :acceptors,
+        start: {Supervisor, :start_link, [acceptors, [strategy: :one_for_one]]},
+        type: :supervisor
+      }
+    ]
+
+    Supervisor.init(children, strategy: :rest_for_one)
+  end
+
+  @doc false
+  def start_connections(max, counters) do
+    with {:ok, pid} <- DynamicSupervisor.start_link(strategy: :one_for_one, max_children: max) do
+      :persistent_term.put({__MODULE__, pid}, counters)
+      {:ok, pid}
+    end
+  end
+end

@@ -1,0 +1,163 @@
+defmodule Ringbus.Server.Config do
+  @moduledoc false
+  # The validated options of one server, shared read-only by its listener,
+  # acceptors and connections.
+
+  @default_port 7171
+
+  @defaults [
+    host: {127, 0, 0, 1},
+    port: @default_port,
+    tls: nil,
+    tokens: nil,
+    auto_create: [capacity: 100_000, overflow: :drop_oldest],
+    max_frame_size: 16 * 1024 * 1024,
+    handshake_timeout: 5_000,
+    idle_timeout: 300_000,
+    send_timeout: 30_000,
+    max_connections: 1_024,
+    max_subscriptions: 64,
+    max_credit: 10_000,
+    max_out_bytes: 4 * 1024 * 1024,
+    acceptors: 4,
+    buffer_size: 1024 * 1024,
+    name: nil
+  ]
+
+  defstruct Keyword.keys(@defaults) ++ [:max_payload_size]
+
+  @type t :: %__MODULE__{}
+
+  @doc "The port a server listens on when none is given."
+  def default_port, do: @default_port
+
+  @doc "Validates server options; raises `ArgumentError` on a bad one."
+  @spec new!(keyword()) :: t()
+  def new!(opts) when is_list(opts) do
+    opts = Keyword.validate!(opts, @defaults)
+    config = struct!(__MODULE__, opts)
+
+    config = %{
+      config
+      | host: host!(config.host),
+        tls: tls!(config.tls),
+        tokens: tokens!(config.tokens),
+        auto_create: auto_create!(config.auto_create)
+    }
+
+    check!(:port, config.port, &(is_integer(&1) and &1 in 0..65_535), "an integer in 0..65535")
+
+    for key <-
+          [:max_frame_size, :max_connections, :max_subscriptions, :max_credit] ++
+            [:max_out_bytes, :acceptors, :buffer_size, :handshake_timeout] do
+      check!(key, Map.fetch!(config, key), &(is_integer(&1) and &1 > 0), "a positive integer")
+    end
+
+    for key <- [:idle_timeout, :send_timeout] do
+      check!(
+        key,
+        Map.fetch!(config, key),
+        &(&1 == :infinity or (is_integer(&1) and &1 > 0)),
+        "a positive integer or :infinity"
+      )
+    end
+
+    check!(:max_frame_size, config.max_frame_size, &(&1 >= 1024), "at least 1024")
+    %{config | max_payload_size: config.max_frame_size - 64}
+  end
+
+  defp check!(key, value, valid?, expected) do
+    unless valid?.(value) do
+      raise ArgumentError, "expected #{inspect(key)} to be #{expected}, got: #{inspect(value)}"
+    end
+  end
+
+  defp host!(host) when is_binary(host) do
+    case :inet.parse_address(String.to_charlist(host)) do
+      {:ok, ip} ->
+        ip
+
+      {:error, _} ->
+        raise ArgumentError, "expected :host to be an IP address, got: #{inspect(host)}"
+    end
+  end
+
+  defp host!(ip) when is_tuple(ip) and tuple_size(ip) in [4, 8], do: ip
+
+  defp host!(other),
+    do: raise(ArgumentError, "expected :host to be an IP address, got: #{inspect(other)}")
+
+  defp tls!(nil), do: nil
+
+  defp tls!(opts) when is_list(opts) do
+    has_cert? = Keyword.has_key?(opts, :certfile) or Keyword.has_key?(opts, :cert)
+    has_key? = Keyword.has_key?(opts, :keyfile) or Keyword.has_key?(opts, :key)
+
+    unless has_cert? and has_key? do
+      raise ArgumentError,
+            "expected :tls to hold :certfile (or :cert) and :keyfile (or :key), got: #{inspect(Keyword.keys(opts))}"
+    end
+
+    opts
+  end
+
+  defp tls!(other),
+    do:
+      raise(
+        ArgumentError,
+        "expected :tls to be a keyword list of ssl options, got: #{inspect(other)}"
+      )
+
+  defp tokens!(nil), do: nil
+
+  defp tokens!(tokens) when is_map(tokens) do
+    Map.new(tokens, fn
+      {token, :all} when is_binary(token) ->
+        {token, %{read: :all, write: :all}}
+
+      {token, grants} when is_binary(token) and is_list(grants) ->
+        grants = Keyword.validate!(grants, read: [], write: [])
+        {token, %{read: prefixes!(grants[:read]), write: prefixes!(grants[:write])}}
+
+      other ->
+        raise ArgumentError,
+              "expected each token to map to :all or [read: prefixes, write: prefixes], got: #{inspect(other)}"
+    end)
+  end
+
+  defp tokens!(other),
+    do:
+      raise(
+        ArgumentError,
+        "expected :tokens to be a map of token => grants, got: #{inspect(other)}"
+      )
+
+  defp prefixes!(:all), do: :all
+
+  defp prefixes!(prefixes) when is_list(prefixes) do
+    if Enum.all?(prefixes, &is_binary/1),
+      do: prefixes,
+      else:
+        raise(
+          ArgumentError,
+          "expected channel prefixes to be binaries, got: #{inspect(prefixes)}"
+        )
+  end
+
+  defp prefixes!(other),
+    do:
+      raise(
+        ArgumentError,
+        "expected channel prefixes to be :all or a list, got: #{inspect(other)}"
+      )
+
+  defp auto_create!(false), do: false
+  defp auto_create!(opts) when is_list(opts), do: Ringbus.Channel.validate_options!(opts)
+
+  defp auto_create!(other),
+    do:
+      raise(
+        ArgumentError,
+        "expected :auto_create to be false or channel options, got: #{inspect(other)}"
+      )
+end
