@@ -14,7 +14,7 @@ defmodule Ringbus.Wire.Frame do
   ## Requests (client to server)
 
       {:hello, corr, version, flags, token}            # token: binary | nil
-      {:create, corr, name, capacity, overflow, max_bytes}
+      {:create, corr, name, capacity, overflow}
       {:delete, corr, name}
       {:push, corr, ack_mode, name, payload}           # ack_mode: :ack | :no_ack
       {:push_batch, corr, ack_mode, name, count, payloads}
@@ -47,9 +47,10 @@ defmodule Ringbus.Wire.Frame do
   walks a long list to count it. The encoder counts while it encodes and
   raises `ArgumentError` when the count is wrong.
 
-  `overflow` is `:drop_oldest` or `:reject` and `max_bytes` a positive integer
-  or `:infinity`, as in `Ringbus.create/2`. Error reasons are the atoms of
-  `Ringbus.Wire.ErrorCode`, or integers for codes this version does not know.
+  `overflow` is `:drop_oldest` or `:reject`, as in `Ringbus.create/2`, and
+  `info` has exactly the keys of `t:Ringbus.info/0`. Error reasons are the
+  atoms of `Ringbus.Wire.ErrorCode`, or integers for codes this version does
+  not know.
 
   ## Example
 
@@ -160,6 +161,8 @@ defmodule Ringbus.Wire.Frame do
     ok: 4,
     empty: 4,
     len_ok: 12,
+    # corr, capacity, overflow, then len, first_seq, next_seq, pushed, pulled,
+    # overwritten, rejected, skipped and bytes as u64.
     info_ok: 4 + 4 + 1 + 9 * 8,
     subscribed: 8,
     sub_closed: 6,
@@ -204,7 +207,7 @@ defmodule Ringbus.Wire.Frame do
 
   @type request ::
           {:hello, corr(), 0..0xFFFF, 0..0xFFFF, binary() | nil}
-          | {:create, corr(), name(), u32(), overflow(), pos_integer() | :infinity}
+          | {:create, corr(), name(), u32(), overflow()}
           | {:delete, corr(), name()}
           | {:push, corr(), ack_mode(), name(), binary()}
           | {:push_batch, corr(), ack_mode(), name(), u32(), [binary()]}
@@ -330,16 +333,9 @@ defmodule Ringbus.Wire.Frame do
     {@hello, [<<corr::32, @magic, version::16, flags::16, byte_size(token)::16>>, token]}
   end
 
-  defp body({:create, corr, name, capacity, overflow, max_bytes})
-       when is_u32(corr) and is_name(name) and is_u32(capacity) and is_overflow(overflow) and
-              (max_bytes == :infinity or (is_u64(max_bytes) and max_bytes > 0)) do
-    {@create,
-     [
-       <<corr::32>>,
-       name(name),
-       <<capacity::32, overflow(overflow), max_bytes(max_bytes)::64>>
-     ]}
-  end
+  defp body({:create, corr, name, capacity, overflow})
+       when is_u32(corr) and is_name(name) and is_u32(capacity) and is_overflow(overflow),
+       do: {@create, [<<corr::32>>, name(name), <<capacity::32, overflow(overflow)>>]}
 
   defp body({:delete, corr, name}) when is_u32(corr) and is_name(name),
     do: {@delete, [<<corr::32>> | name(name)]}
@@ -440,7 +436,6 @@ defmodule Ringbus.Wire.Frame do
           %{
             capacity: capacity,
             overflow: overflow,
-            max_bytes: max_bytes,
             len: len,
             first_seq: first_seq,
             next_seq: next_seq,
@@ -448,18 +443,18 @@ defmodule Ringbus.Wire.Frame do
             pulled: pulled,
             overwritten: overwritten,
             rejected: rejected,
+            skipped: skipped,
             bytes: bytes
-          }}
+          } = info}
        )
-       when is_u32(corr) and is_u32(capacity) and is_overflow(overflow) and
-              (max_bytes == :infinity or (is_u64(max_bytes) and max_bytes > 0)) and
-              is_u64(len) and is_u64(first_seq) and is_u64(next_seq) and is_u64(pushed) and
-              is_u64(pulled) and is_u64(overwritten) and is_u64(rejected) and is_u64(bytes) do
+       when map_size(info) == 11 and is_u32(corr) and is_u32(capacity) and
+              is_overflow(overflow) and is_u64(len) and is_u64(first_seq) and is_u64(next_seq) and
+              is_u64(pushed) and is_u64(pulled) and is_u64(overwritten) and is_u64(rejected) and
+              is_u64(skipped) and is_u64(bytes) do
     {@info_ok,
      [
-       <<corr::32, capacity::32, overflow(overflow), max_bytes(max_bytes)::64, len::64,
-         first_seq::64, next_seq::64, pushed::64, pulled::64, overwritten::64, rejected::64,
-         bytes::64>>
+       <<corr::32, capacity::32, overflow(overflow), len::64, first_seq::64, next_seq::64,
+         pushed::64, pulled::64, overwritten::64, rejected::64, skipped::64, bytes::64>>
      ]}
   end
 
@@ -495,9 +490,6 @@ defmodule Ringbus.Wire.Frame do
 
   defp overflow(:drop_oldest), do: 0
   defp overflow(:reject), do: 1
-
-  defp max_bytes(:infinity), do: 0
-  defp max_bytes(max_bytes), do: max_bytes
 
   # The entries nest as [[[head, e1], e2], e3]: iodata in order, built without a reverse.
   defp encode_payloads(payloads, count, acc, size, seen \\ 0)
@@ -613,14 +605,13 @@ defmodule Ringbus.Wire.Frame do
   defp decode_op(@create, <<corr::32, rest::binary>>) do
     with {:ok, name, rest} <- name(rest, :create) do
       case rest do
-        <<capacity::32, overflow, max_bytes::64>> ->
+        <<capacity::32, overflow>> ->
           with {:ok, overflow} <- overflow(overflow, :create) do
-            max_bytes = if max_bytes == 0, do: :infinity, else: max_bytes
-            {:ok, {:create, corr, name, capacity, overflow, max_bytes}}
+            {:ok, {:create, corr, name, capacity, overflow}}
           end
 
         _ ->
-          size_error(rest, 13, :create)
+          size_error(rest, 5, :create)
       end
     end
   end
@@ -725,14 +716,13 @@ defmodule Ringbus.Wire.Frame do
 
   defp decode_op(
          @info_ok,
-         <<corr::32, capacity::32, overflow, max_bytes::64, len::64, first_seq::64, next_seq::64,
-           pushed::64, pulled::64, overwritten::64, rejected::64, bytes::64>>
+         <<corr::32, capacity::32, overflow, len::64, first_seq::64, next_seq::64, pushed::64,
+           pulled::64, overwritten::64, rejected::64, skipped::64, bytes::64>>
        ) do
     with {:ok, overflow} <- overflow(overflow, :info_ok) do
       info = %{
         capacity: capacity,
         overflow: overflow,
-        max_bytes: if(max_bytes == 0, do: :infinity, else: max_bytes),
         len: len,
         first_seq: first_seq,
         next_seq: next_seq,
@@ -740,6 +730,7 @@ defmodule Ringbus.Wire.Frame do
         pulled: pulled,
         overwritten: overwritten,
         rejected: rejected,
+        skipped: skipped,
         bytes: bytes
       }
 

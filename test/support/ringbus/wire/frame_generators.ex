@@ -11,7 +11,7 @@ defmodule Ringbus.Wire.FrameGenerators do
   def request do
     :proper_types.oneof([
       hello(),
-      let({u32(), name(), u32(), overflow(), max_bytes()}, &Tuple.insert_at(&1, 0, :create)),
+      let({u32(), name(), u32(), overflow()}, &Tuple.insert_at(&1, 0, :create)),
       let({u32(), name()}, fn {corr, name} -> {:delete, corr, name} end),
       let({u32(), ack_mode(), name(), payload()}, &Tuple.insert_at(&1, 0, :push)),
       let({u32(), ack_mode(), name(), :proper_types.list(payload())}, fn {corr, mode, name, ps} ->
@@ -72,16 +72,15 @@ defmodule Ringbus.Wire.FrameGenerators do
   end
 
   defp info_ok do
-    counters = List.to_tuple(for _ <- 1..8, do: u64())
+    counters = List.to_tuple(for _ <- 1..9, do: u64())
 
-    let({u32(), u32(), overflow(), max_bytes(), counters}, fn {corr, cap, ov, mb, counters} ->
-      {len, first, next, pushed, pulled, overwritten, rejected, bytes} = counters
+    let({u32(), u32(), overflow(), counters}, fn {corr, cap, ov, counters} ->
+      {len, first, next, pushed, pulled, overwritten, rejected, skipped, bytes} = counters
 
       {:info_ok, corr,
        %{
          capacity: cap,
          overflow: ov,
-         max_bytes: mb,
          len: len,
          first_seq: first,
          next_seq: next,
@@ -89,6 +88,7 @@ defmodule Ringbus.Wire.FrameGenerators do
          pulled: pulled,
          overwritten: overwritten,
          rejected: rejected,
+         skipped: skipped,
          bytes: bytes
        }}
     end)
@@ -124,10 +124,6 @@ defmodule Ringbus.Wire.FrameGenerators do
   defp messages, do: :proper_types.list({u64(), payload()})
   defp ack_mode, do: :proper_types.elements([:ack, :no_ack])
   defp overflow, do: :proper_types.elements([:drop_oldest, :reject])
-
-  defp max_bytes do
-    :proper_types.oneof([:infinity, :proper_types.integer(1, 0xFFFF_FFFF_FFFF_FFFF)])
-  end
 
   defp from, do: :proper_types.oneof([:earliest, :latest, u64()])
 
