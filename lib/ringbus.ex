@@ -223,6 +223,8 @@ defmodule Ringbus do
       or `:latest` (the next message pushed). Defaults to `:latest`.
     * `:max_in_flight` - messages sent and not yet acked, at most.
       Defaults to `1000`.
+    * `:credit` - the credit to start with, at most `:max_in_flight`.
+      Defaults to `:max_in_flight`.
     * `:max_batch` - messages in one batch, at most. Defaults to `256`.
   """
   @spec subscribe(name(), Subscription.options()) ::

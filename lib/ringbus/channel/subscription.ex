@@ -29,13 +29,14 @@ defmodule Ringbus.Channel.Subscription do
   @type options :: [
           from: non_neg_integer() | :earliest | :latest,
           max_in_flight: pos_integer(),
+          credit: pos_integer(),
           max_batch: pos_integer()
         ]
 
   @doc "Validates subscription options, raising `ArgumentError` on bad ones."
   @spec validate_options!(keyword()) :: options()
   def validate_options!(opts) do
-    opts = Keyword.validate!(opts, from: :latest, max_in_flight: 1000, max_batch: 256)
+    opts = Keyword.validate!(opts, [:credit, from: :latest, max_in_flight: 1000, max_batch: 256])
 
     case opts[:from] do
       f when f in [:earliest, :latest] ->
@@ -49,7 +50,9 @@ defmodule Ringbus.Channel.Subscription do
               "expected :from to be a non-negative integer, :earliest or :latest, got: #{inspect(other)}"
     end
 
-    for key <- [:max_in_flight, :max_batch] do
+    opts = Keyword.put_new(opts, :credit, opts[:max_in_flight])
+
+    for key <- [:max_in_flight, :credit, :max_batch] do
       case opts[key] do
         n when is_integer(n) and n > 0 ->
           :ok
@@ -135,7 +138,7 @@ defmodule Ringbus.Channel.Subscription do
       subscriber: subscriber,
       monitor: monitor,
       cursor: cursor,
-      credit: opts[:max_in_flight],
+      credit: min(opts[:credit], opts[:max_in_flight]),
       max_in_flight: opts[:max_in_flight],
       max_batch: opts[:max_batch],
       waiting?: false,

@@ -88,7 +88,7 @@ defmodule Ringbus.Server.Connection do
 
   defp loop(state) do
     receive do
-      message -> state |> handle(message) |> drain()
+      message -> message |> handle(state) |> drain()
     after
       remaining(state) -> expire(state)
     end
@@ -99,7 +99,7 @@ defmodule Ringbus.Server.Connection do
 
   defp drain(state) do
     receive do
-      message -> state |> handle(message) |> drain()
+      message -> message |> handle(state) |> drain()
     after
       0 -> state |> flush() |> loop()
     end

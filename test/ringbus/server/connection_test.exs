@@ -1,0 +1,123 @@
+defmodule Ringbus.Server.ConnectionTest do
+  # Drives the server through every opcode with a raw TCP client.
+  use ExUnit.Case, async: false
+
+  alias Ringbus.Test.RawClient
+
+  setup do
+    server = start_supervised!({Ringbus.Server, port: 0, auto_create: [capacity: 100]})
+    port = Ringbus.Server.port(server)
+    {client, limits} = RawClient.hello!(port)
+    on_exit(fn -> Enum.each(Ringbus.channels(), &Ringbus.delete/1) end)
+    {:ok, server: server, port: port, client: client, limits: limits}
+  end
+
+  test "HELLO_OK states the server's limits", %{limits: limits} do
+    assert %{max_frame_size: 16_777_216, max_subscriptions: 64, max_credit: 10_000} = limits
+    assert limits.max_payload_size < limits.max_frame_size
+  end
+
+  test "create, delete, len, info and ping", %{client: c} do
+    assert {{:ok, 1}, c} = RawClient.call(c, {:create, 1, "c1", 10, :reject})
+    assert {{:error, 2, :exists, _}, c} = RawClient.call(c, {:create, 2, "c1", 10, :reject})
+    assert {{:error, 3, :bad_argument, _}, c} = RawClient.call(c, {:create, 3, "c2", 0, :reject})
+    assert {{:len_ok, 4, 0}, c} = RawClient.call(c, {:len, 4, "c1"})
+    assert {{:info_ok, 5, info}, c} = RawClient.call(c, {:info, 5, "c1"})
+    assert %{capacity: 10, overflow: :reject, len: 0, pushed: 0} = info
+    assert {{:pong, 6}, c} = RawClient.call(c, {:ping, 6})
+    assert {{:ok, 7}, c} = RawClient.call(c, {:delete, 7, "c1"})
+    assert {{:error, 8, :no_channel, _}, _c} = RawClient.call(c, {:delete, 8, "c1"})
+  end
+
+  test "pushes of one read get one combined PUSH_ACKS frame", %{client: c} do
+    frames =
+      for(i <- 1..50, do: {:push, i, :ack, "acks", "m#{i}"}) ++
+        [{:push_batch, 51, :ack, "acks", 3, ["x", "y", "z"]}, {:push, 52, :no_ack, "acks", "q"}]
+
+    RawClient.send_frames(c, frames)
+    {[{:push_acks, 51, acks}], c} = RawClient.recv(c, 1)
+    assert acks == Enum.map(1..51, &{&1, {:ok, &1 - 1}})
+
+    # The no-ack push was stored all the same.
+    assert {{:read_ok, 1, 0, 2, [{52, "z"}, {53, "q"}]}, _} =
+             RawClient.call(c, {:read, 1, "acks", 52, 10})
+  end
+
+  test "pull and read", %{client: c} do
+    RawClient.send_frames(c, [{:push_batch, 1, :ack, "pr", 3, ["a", "b", "c"]}])
+    {[{:push_acks, 1, [{1, {:ok, 0}}]}], c} = RawClient.recv(c, 1)
+    assert {{:pull_ok, 2, 0, "a"}, c} = RawClient.call(c, {:pull, 2, "pr"})
+
+    assert {{:read_ok, 3, 1, 2, [{1, "b"}, {2, "c"}]}, c} =
+             RawClient.call(c, {:read, 3, "pr", 0, 10})
+
+    assert {{:pull_ok, 4, 1, "b"}, c} = RawClient.call(c, {:pull, 4, "pr"})
+    assert {{:pull_ok, 5, 2, "c"}, c} = RawClient.call(c, {:pull, 5, "pr"})
+    assert {{:empty, 6}, c} = RawClient.call(c, {:pull, 6, "pr"})
+    assert {{:error, 7, :no_channel, _}, _} = RawClient.call(c, {:pull, 7, "nope"})
+  end
+
+  test "a push to a rejecting full channel is reported in PUSH_ACKS", %{client: c} do
+    {{:ok, 1}, c} = RawClient.call(c, {:create, 1, "rj", 2, :reject})
+    RawClient.send_frames(c, for(i <- 2..4, do: {:push, i, :ack, "rj", "m"}))
+    {[{:push_acks, 3, acks}], _c} = RawClient.recv(c, 1)
+    assert acks == [{2, {:ok, 0}}, {3, {:ok, 1}}, {4, {:error, :full}}]
+  end
+
+  test "subscribe, deliveries under credit, credit, unsubscribe", %{client: c} do
+    RawClient.send_frames(c, [{:push_batch, 1, :ack, "sub", 5, ~w(a b c d e)}])
+    {[{:push_acks, 1, _}], c} = RawClient.recv(c, 1)
+
+    {{:subscribed, 2, sub}, c} = RawClient.call(c, {:subscribe, 2, "sub", :earliest, 2, 10})
+    # Credit 2: two messages, then nothing until more credit.
+    {[{:deliver, ^sub, 0, 2, [{0, "a"}, {1, "b"}]}], c} = RawClient.recv(c, 1)
+    assert {{:pong, 3}, c} = RawClient.call(c, {:ping, 3})
+
+    RawClient.send_frames(c, [{:credit, 4, sub, 10}])
+    {[{:deliver, ^sub, 0, 3, [{2, "c"}, {3, "d"}, {4, "e"}]}], c} = RawClient.recv(c, 1)
+
+    RawClient.send_frames(c, [{:push, 5, :no_ack, "sub", "f"}])
+    {[{:deliver, ^sub, 0, 1, [{5, "f"}]}], c} = RawClient.recv(c, 1)
+
+    assert {{:ok, 6}, c} = RawClient.call(c, {:unsubscribe, 6, sub})
+    assert {{:error, 7, :no_subscription, _}, c} = RawClient.call(c, {:unsubscribe, 7, sub})
+    assert {{:error, 8, :no_subscription, _}, _} = RawClient.call(c, {:credit, 8, sub, 1})
+  end
+
+  test "deleting a channel closes its subscriptions", %{client: c} do
+    {{:ok, 1}, c} = RawClient.call(c, {:create, 1, "gone", 10, :drop_oldest})
+    {{:subscribed, 2, sub}, c} = RawClient.call(c, {:subscribe, 2, "gone", :latest, 10, 10})
+    RawClient.send_frames(c, [{:delete, 3, "gone"}])
+    {frames, _} = RawClient.recv(c, 2)
+    assert {:ok, 3} in frames
+    assert {:sub_closed, sub, :no_channel} in frames
+  end
+
+  test "a subscriber that lapses learns what it lost", %{client: c} do
+    {{:ok, 1}, c} = RawClient.call(c, {:create, 1, "lap", 4, :drop_oldest})
+    {{:subscribed, 2, sub}, c} = RawClient.call(c, {:subscribe, 2, "lap", :earliest, 1, 10})
+    RawClient.send_frames(c, [{:push_batch, 3, :no_ack, "lap", 10, Enum.map(0..9, &"#{&1}")}])
+    # The first delivery may catch seq 0 before the batch laps the ring.
+    {[{:deliver, ^sub, lost0, 1, [{seq0, _}]}], c} = RawClient.recv(c, 1)
+    RawClient.send_frames(c, [{:credit, 4, sub, 100}])
+    {[{:deliver, ^sub, lost1, n, messages}], _} = RawClient.recv(c, 1)
+    assert lost0 + 1 + lost1 + n == 10
+    assert seq0 == lost0
+    assert Enum.map(messages, &elem(&1, 0)) == Enum.to_list((10 - n)..9)
+  end
+
+  test "a large frame split over many reads is stored whole", %{client: c} do
+    payload = :crypto.strong_rand_bytes(5_000_000)
+
+    [bytes] = [
+      Ringbus.Wire.Frame.encode({:push, 1, :ack, "big", payload}) |> IO.iodata_to_binary()
+    ]
+
+    for <<chunk::binary-size(100_000) <- binary_part(bytes, 0, 5_000_000)>>,
+      do: RawClient.send_raw(c, chunk)
+
+    RawClient.send_raw(c, binary_part(bytes, 5_000_000, byte_size(bytes) - 5_000_000))
+    {[{:push_acks, 1, [{1, {:ok, 0}}]}], c} = RawClient.recv(c, 1)
+    assert {{:pull_ok, 2, 0, ^payload}, _} = RawClient.call(c, {:pull, 2, "big"})
+  end
+end
