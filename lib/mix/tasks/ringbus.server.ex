@@ -1,0 +1,96 @@
+defmodule Mix.Tasks.Ringbus.Server do
+  @shortdoc "Runs a Ringbus server with embedded defaults"
+
+  @moduledoc """
+  Runs a Ringbus server until interrupted: channels in memory, protocol v1 on
+  `127.0.0.1:#{Ringbus.Server.Config.default_port()}`, channels created on their
+  first push.
+
+      mix ringbus.server
+      mix ringbus.server --port 7000 --token s3cret
+      mix ringbus.server --certfile cert.pem --keyfile key.pem
+
+  ## Command line options
+
+    * `--host ADDR` - the address to bind (`RINGBUS_HOST`). Default `127.0.0.1`.
+    * `--port N` - the port (`RINGBUS_PORT`). Default `#{Ringbus.Server.Config.default_port()}`.
+    * `--certfile FILE`, `--keyfile FILE` - serve TLS with this certificate and
+      key (`RINGBUS_CERTFILE`, `RINGBUS_KEYFILE`).
+    * `--token T` - accept HELLO only with this token, granting all channels;
+      repeat for more tokens (`RINGBUS_TOKENS`, comma-separated). Tokens
+      limited to channel prefixes are set when embedding `Ringbus.Server`.
+    * `--max-frame-size BYTES`, `--max-connections N`, `--max-subscriptions N`,
+      `--idle-timeout MS`, `--handshake-timeout MS` - limits; see `Ringbus.Server`.
+    * `--capacity N` - the capacity of channels created by a push. Default 100000.
+    * `--no-auto-create` - answer pushes to unknown channels with `no_channel`.
+
+  Flags win over environment variables.
+  """
+
+  use Mix.Task
+
+  @switches [
+    host: :string,
+    port: :integer,
+    certfile: :string,
+    keyfile: :string,
+    token: :keep,
+    max_frame_size: :integer,
+    max_connections: :integer,
+    max_subscriptions: :integer,
+    idle_timeout: :integer,
+    handshake_timeout: :integer,
+    capacity: :integer,
+    auto_create: :boolean
+  ]
+
+  @impl Mix.Task
+  def run(args) do
+    {flags, _rest} = OptionParser.parse!(args, strict: @switches)
+    Mix.Task.run("app.start")
+
+    opts = options(flags)
+    {:ok, server} = Ringbus.Server.start_link(opts)
+    kind = if opts[:tls], do: "tls", else: "tcp"
+    auth = if opts[:tokens], do: "tokens required", else: "no auth"
+    host = opts[:host] || "127.0.0.1"
+
+    Mix.shell().info(
+      "Ringbus #{Application.spec(:ringbus, :vsn)} listening on #{host}:#{Ringbus.Server.port(server)} (#{kind}, #{auth}); Ctrl-C to stop"
+    )
+
+    Process.sleep(:infinity)
+  end
+
+  @doc false
+  def options(flags) do
+    env = &System.get_env/1
+    certfile = flags[:certfile] || env.("RINGBUS_CERTFILE")
+    keyfile = flags[:keyfile] || env.("RINGBUS_KEYFILE")
+
+    tokens =
+      case Keyword.get_values(flags, :token) do
+        [] -> (env.("RINGBUS_TOKENS") || "") |> String.split(",", trim: true)
+        tokens -> tokens
+      end
+
+    auto_create =
+      if Keyword.get(flags, :auto_create, true),
+        do: [capacity: flags[:capacity] || 100_000, overflow: :drop_oldest],
+        else: false
+
+    [
+      host: flags[:host] || env.("RINGBUS_HOST"),
+      port: flags[:port] || (env.("RINGBUS_PORT") && String.to_integer(env.("RINGBUS_PORT"))),
+      tls: certfile && keyfile && [certfile: certfile, keyfile: keyfile],
+      tokens: if(tokens != [], do: Map.new(tokens, &{&1, :all})),
+      auto_create: auto_create,
+      max_frame_size: flags[:max_frame_size],
+      max_connections: flags[:max_connections],
+      max_subscriptions: flags[:max_subscriptions],
+      idle_timeout: flags[:idle_timeout],
+      handshake_timeout: flags[:handshake_timeout]
+    ]
+    |> Enum.reject(fn {_key, value} -> is_nil(value) end)
+  end
+end

@@ -1,0 +1,37 @@
+defmodule Mix.Tasks.Ringbus.ServerTest do
+  use ExUnit.Case, async: false
+
+  alias Mix.Tasks.Ringbus.Server, as: Task
+
+  test "flags become server options" do
+    opts =
+      Task.options(
+        host: "127.0.0.2",
+        port: 0,
+        token: "a",
+        token: "b",
+        capacity: 10,
+        max_frame_size: 2048
+      )
+
+    assert opts[:host] == "127.0.0.2"
+    assert opts[:port] == 0
+    assert opts[:tokens] == %{"a" => :all, "b" => :all}
+    assert opts[:auto_create] == [capacity: 10, overflow: :drop_oldest]
+    assert opts[:max_frame_size] == 2048
+    refute Keyword.has_key?(opts, :tls)
+    # The options are valid server options.
+    assert %Ringbus.Server.Config{port: 0} = Ringbus.Server.Config.new!(opts)
+  end
+
+  test "environment variables fill in what flags leave out" do
+    System.put_env(%{"RINGBUS_PORT" => "7001", "RINGBUS_TOKENS" => "x,y"})
+    on_exit(fn -> Enum.each(~w(RINGBUS_PORT RINGBUS_TOKENS), &System.delete_env/1) end)
+
+    opts = Task.options(auto_create: false)
+    assert opts[:port] == 7001
+    assert opts[:tokens] == %{"x" => :all, "y" => :all}
+    assert opts[:auto_create] == false
+    assert Task.options(port: 7002)[:port] == 7002
+  end
+end

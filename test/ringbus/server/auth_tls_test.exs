@@ -1,0 +1,115 @@
+defmodule Ringbus.Server.AuthTLSTest do
+  use ExUnit.Case, async: false
+
+  # TLS alerts from refused handshakes are expected here.
+  @moduletag :capture_log
+
+  alias Ringbus.Test.{RawClient, TLS}
+
+  describe "tokens" do
+    setup do
+      tokens = %{
+        "root" => :all,
+        "app" => [read: ["app."], write: ["app."]],
+        "reader" => [read: :all]
+      }
+
+      server = start_supervised!({Ringbus.Server, port: 0, tokens: tokens})
+      {:ok, port: Ringbus.Server.port(server)}
+    end
+
+    test "HELLO without a valid token is refused and closed", %{port: port} do
+      for token <- [nil, "wrong", "roo", "rootx"] do
+        client = RawClient.connect!(port)
+        RawClient.send_frames(client, [{:hello, 5, 1, 0, token}])
+        assert [{:error, 5, :auth_failed, _}] = RawClient.recv_until_closed(client)
+      end
+    end
+
+    test "a token limited to a prefix may use only those channels", %{port: port} do
+      {c, _} = RawClient.hello!(port, token: "app")
+
+      RawClient.send_frames(c, [
+        {:push, 1, :ack, "app.events", "a"},
+        {:push, 2, :ack, "other", "b"}
+      ])
+
+      assert {[{:push_acks, 2, [{1, {:ok, 0}}, {2, {:error, :forbidden}}]}], c} =
+               RawClient.recv(c, 1)
+
+      assert {{:pull_ok, 3, 0, "a"}, c} = RawClient.call(c, {:pull, 3, "app.events"})
+      assert {{:error, 4, :forbidden, _}, c} = RawClient.call(c, {:read, 4, "other", 0, 1})
+
+      assert {{:error, 5, :forbidden, _}, _} =
+               RawClient.call(c, {:create, 5, "other", 1, :reject})
+    end
+
+    test "a read-only token reads but does not write", %{port: port} do
+      {root, _} = RawClient.hello!(port, token: "root")
+      {{:ok, 1}, _} = RawClient.call(root, {:create, 1, "ro", 10, :drop_oldest})
+      {c, _} = RawClient.hello!(port, token: "reader")
+      assert {{:len_ok, 1, 0}, c} = RawClient.call(c, {:len, 1, "ro"})
+      RawClient.send_frames(c, [{:push, 2, :ack, "ro", "x"}])
+      assert {[{:push_acks, 1, [{2, {:error, :forbidden}}]}], _} = RawClient.recv(c, 1)
+      Ringbus.delete("ro")
+    end
+  end
+
+  test "TLS: handshake, HELLO, push and ack" do
+    {server_tls, client_tls} = TLS.configs()
+    server = start_supervised!({Ringbus.Server, port: 0, tls: server_tls})
+    {c, _} = RawClient.hello!(Ringbus.Server.port(server), tls: client_tls)
+    RawClient.send_frames(c, [{:push, 1, :ack, "tls", "secret"}])
+    assert {[{:push_acks, 1, [{1, {:ok, 0}}]}], c} = RawClient.recv(c, 1)
+    assert {{:pull_ok, 2, 0, "secret"}, _} = RawClient.call(c, {:pull, 2, "tls"})
+    Ringbus.delete("tls")
+  end
+
+  test "TLS: a plain TCP client is not served" do
+    {server_tls, _} = TLS.configs()
+    server = start_supervised!({Ringbus.Server, port: 0, tls: server_tls})
+    client = RawClient.connect!(Ringbus.Server.port(server))
+    RawClient.send_frames(client, [{:hello, 0, 1, 0, nil}])
+    refute Enum.any?(RawClient.recv_until_closed(client), &match?({:hello_ok, _, _, _}, &1))
+  end
+
+  describe "limits" do
+    test "connections over max_connections get server_busy" do
+      server = start_supervised!({Ringbus.Server, port: 0, max_connections: 1, acceptors: 1})
+      port = Ringbus.Server.port(server)
+      {first, _} = RawClient.hello!(port)
+      second = RawClient.connect!(port)
+      assert [{:error, 0, :server_busy, _}] = RawClient.recv_until_closed(second)
+      assert {{:pong, 1}, _} = RawClient.call(first, {:ping, 1})
+      assert %{connections: 1, refused: 1} = Ringbus.Server.stats(server)
+    end
+
+    test "subscriptions over max_subscriptions are refused" do
+      server = start_supervised!({Ringbus.Server, port: 0, max_subscriptions: 1})
+      {c, _} = RawClient.hello!(Ringbus.Server.port(server))
+      {{:ok, 1}, c} = RawClient.call(c, {:create, 1, "subs", 10, :drop_oldest})
+      {{:subscribed, 2, _}, c} = RawClient.call(c, {:subscribe, 2, "subs", :latest, 10, 10})
+
+      assert {{:error, 3, :too_many_subscriptions, _}, _} =
+               RawClient.call(c, {:subscribe, 3, "subs", :latest, 10, 10})
+
+      Ringbus.delete("subs")
+    end
+
+    test "bad server options raise ArgumentError" do
+      assert_raise ArgumentError, ~r/expected :port/, fn ->
+        Ringbus.Server.start_link(port: -1)
+      end
+
+      assert_raise ArgumentError, ~r/unknown keys/, fn -> Ringbus.Server.start_link(prot: 1) end
+
+      assert_raise ArgumentError, ~r/expected :tls/, fn ->
+        Ringbus.Server.start_link(tls: [verify: :verify_none])
+      end
+
+      assert_raise ArgumentError, ~r/expected :host/, fn ->
+        Ringbus.Server.start_link(host: "nowhere")
+      end
+    end
+  end
+end
