@@ -128,7 +128,7 @@ defmodule Ringbus do
   """
   @spec push(name(), binary()) :: {:ok, seq()} | {:error, :no_channel | :full}
   def push(name, payload) when is_binary(payload) do
-    with {:ok, channel} <- Store.lookup(name), do: Ring.push(channel, payload)
+    with {:ok, channel} <- Store.fetch(name), do: Ring.push(channel, payload)
   rescue
     ArgumentError -> {:error, :no_channel}
   end
@@ -145,7 +145,7 @@ defmodule Ringbus do
   @spec push_many(name(), [binary()]) ::
           {:ok, seq()} | {:error, :no_channel | :full}
   def push_many(name, payloads) when is_list(payloads) do
-    with {:ok, channel} <- Store.lookup(name), do: Ring.push_many(channel, payloads)
+    with {:ok, channel} <- Store.fetch(name), do: Ring.push_many(channel, payloads)
   rescue
     e in ArgumentError ->
       if ets_gone?(e), do: {:error, :no_channel}, else: reraise(e, __STACKTRACE__)
@@ -161,7 +161,7 @@ defmodule Ringbus do
   """
   @spec pull(name()) :: {:ok, seq(), binary()} | :empty | {:error, :no_channel}
   def pull(name) do
-    with {:ok, channel} <- Store.lookup(name), do: Ring.pull(channel)
+    with {:ok, channel} <- Store.fetch(name), do: Ring.pull(channel)
   rescue
     ArgumentError -> {:error, :no_channel}
   end
@@ -178,7 +178,7 @@ defmodule Ringbus do
           {:ok, [{seq(), binary()}], non_neg_integer()} | {:error, :no_channel}
   def read(name, from_seq, max)
       when is_integer(from_seq) and from_seq >= 0 and is_integer(max) and max >= 0 do
-    with {:ok, channel} <- Store.lookup(name) do
+    with {:ok, channel} <- Store.fetch(name) do
       {messages, _count, lost, _next} = Ring.read(channel, from_seq, max)
       {:ok, messages, lost}
     end
@@ -189,13 +189,13 @@ defmodule Ringbus do
   @doc "The number of messages the channel holds. Constant time."
   @spec len(name()) :: non_neg_integer() | {:error, :no_channel}
   def len(name) do
-    with {:ok, channel} <- Store.lookup(name), do: Ring.len(channel)
+    with {:ok, channel} <- Store.fetch(name), do: Ring.len(channel)
   end
 
   @doc "The channel's figures; see `t:info/0`."
   @spec info(name()) :: {:ok, info()} | {:error, :no_channel}
   def info(name) do
-    with {:ok, channel} <- Store.lookup(name), do: {:ok, Ring.info(channel)}
+    with {:ok, channel} <- Store.fetch(name), do: {:ok, Ring.info(channel)}
   end
 
   @doc "Lists the names of all channels."
@@ -231,7 +231,7 @@ defmodule Ringbus do
           {:ok, subscription()} | {:error, :no_channel}
   def subscribe(name, opts \\ []) do
     opts = Subscription.validate_options!(opts)
-    with {:ok, channel} <- Store.lookup(name), do: Subscription.start(channel, self(), opts)
+    with {:ok, channel} <- Store.fetch(name), do: Subscription.start(channel, self(), opts)
   end
 
   @doc "Returns `count` messages of credit to a subscription."

@@ -57,6 +57,19 @@ defmodule RingbusTest do
       assert_raise Ringbus.Error, ~r/no such channel/, fn -> Ringbus.push!(name, "x") end
     end
 
+    test "a channel deleted and created again by another process is the new one", %{name: name} do
+      :ok = Ringbus.create(name, capacity: 2)
+      assert {:ok, 0} = Ringbus.push(name, "old")
+      assert :ok = Task.async(fn -> Ringbus.delete(name) end) |> Task.await()
+      assert {:error, :no_channel} = Ringbus.pull(name)
+      assert {:error, :no_channel} = Ringbus.len(name)
+
+      :ok = Task.async(fn -> Ringbus.create(name, capacity: 5) end) |> Task.await()
+      assert :empty = Ringbus.pull(name)
+      assert {:ok, 0} = Ringbus.push(name, "new")
+      assert {:ok, %{capacity: 5, len: 1}} = Ringbus.info(name)
+    end
+
     test "a deleted channel stops taking pushes", %{name: name} do
       :ok = Ringbus.create(name, capacity: 2)
       assert {:ok, 0} = Ringbus.push(name, "a")

@@ -6,6 +6,12 @@ defmodule Ringbus.Store do
   # The channel directory `:ringbus_channels` maps a name to its
   # `Ringbus.Channel` handle. Callers read it directly; only create and delete
   # go through this process, which keeps them serialised.
+  #
+  # Callers also keep the handles they used in their process dictionary
+  # (`fetch/1`): a handle copied out of ETS on every call costs a heap
+  # allocation and two references the caller's GC must sweep. The cache is
+  # tagged with a version that every delete bumps, so no process uses a
+  # deleted channel's handle past its next call.
 
   use GenServer
 
@@ -13,6 +19,9 @@ defmodule Ringbus.Store do
   alias Ringbus.Channel.Ring
 
   @channels :ringbus_channels
+  @version {__MODULE__, :version}
+  @cache {__MODULE__, :handles}
+  @cache_max 256
 
   @spec start_link(keyword()) :: GenServer.on_start()
   def start_link(_opts), do: GenServer.start_link(__MODULE__, :ok, name: __MODULE__)
@@ -23,6 +32,28 @@ defmodule Ringbus.Store do
     case :ets.lookup(@channels, name) do
       [{_, channel}] -> {:ok, channel}
       [] -> {:error, :no_channel}
+    end
+  end
+
+  @doc """
+  Like `lookup/1`, through the calling process's cache of handles.
+  """
+  @spec fetch(Channel.name()) :: {:ok, Channel.t()} | {:error, :no_channel}
+  def fetch(name) do
+    version = :atomics.get(:persistent_term.get(@version), 1)
+
+    case Process.get(@cache) do
+      {^version, %{^name => channel}} -> {:ok, channel}
+      {^version, handles} -> fetch(name, version, handles)
+      _ -> fetch(name, version, %{})
+    end
+  end
+
+  defp fetch(name, version, handles) do
+    with {:ok, channel} <- lookup(name) do
+      handles = if map_size(handles) >= @cache_max, do: %{}, else: handles
+      Process.put(@cache, {version, Map.put(handles, name, channel)})
+      {:ok, channel}
     end
   end
 
@@ -39,6 +70,14 @@ defmodule Ringbus.Store do
   @impl true
   def init(:ok) do
     :ets.new(@channels, [:named_table, :set, :protected, read_concurrency: true])
+
+    # Kept across restarts: replacing a persistent term costs a global scan.
+    if :persistent_term.get(@version, nil) == nil do
+      :persistent_term.put(@version, :atomics.new(1, signed: false))
+    end
+
+    # Tables died with the previous owner: every cached handle is stale.
+    :atomics.add(:persistent_term.get(@version), 1, 1)
     {:ok, nil}
   end
 
@@ -56,6 +95,7 @@ defmodule Ringbus.Store do
     case :ets.take(@channels, name) do
       [{_, channel}] ->
         :ets.delete(channel.table)
+        :atomics.add(:persistent_term.get(@version), 1, 1)
         Ringbus.Channel.Subscription.close_all(name, :channel_deleted)
         {:reply, :ok, state}
 

@@ -15,6 +15,7 @@ defmodule Ringbus.Server.AuthTLSTest do
       }
 
       server = start_supervised!({Ringbus.Server, port: 0, tokens: tokens})
+      on_exit(fn -> Ringbus.delete("app.events") end)
       {:ok, port: Ringbus.Server.port(server)}
     end
 
