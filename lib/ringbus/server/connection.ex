@@ -491,7 +491,7 @@ defmodule Ringbus.Server.Connection do
       max_payload_size: config.max_payload_size,
       max_subscriptions: config.max_subscriptions,
       max_credit: config.max_credit,
-      idle_timeout: if(config.idle_timeout == :infinity, do: 0, else: config.idle_timeout)
+      idle_timeout: config.idle_timeout
     }
   end
 

@@ -97,6 +97,13 @@ defmodule Ringbus.Server.AuthTLSTest do
       Ringbus.delete("subs")
     end
 
+    test "idle_timeout :infinity is announced in HELLO_OK" do
+      server = start_supervised!({Ringbus.Server, port: 0, idle_timeout: :infinity})
+      {c, limits} = RawClient.hello!(Ringbus.Server.port(server))
+      assert limits.idle_timeout == :infinity
+      assert {{:pong, 1}, _} = RawClient.call(c, {:ping, 1})
+    end
+
     test "bad server options raise ArgumentError" do
       assert_raise ArgumentError, ~r/expected :port/, fn ->
         Ringbus.Server.start_link(port: -1)
