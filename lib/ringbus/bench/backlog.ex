@@ -53,8 +53,11 @@ defmodule Ringbus.Bench.Backlog do
     * `--full` - runs `seed,default` at every size.
     * `--max-len N` - the `:max_len` of the `drained` variant's buffer.
       Defaults to `200000`.
-    * `--repeat R` - runs each row up to R times and reports the median; a
-      row is run again only while one run takes under 2 s. Defaults to `3`.
+    * `--repeat R` - runs each row up to R times and reports the median (the
+      note column lists every run); a row is run again only while one run
+      takes under 2 s. Defaults to `3`.
+    * `--only NAME,...` - runs only these cases (`seed`) or variants
+      (`seed/drained`). Defaults to all.
     * `--out FILE` - also writes the rows as CSV:
       `case,variant,n,ms,ratio_per_doubling`. A row that did not finish has
       `skipped` or `over_budget` in `ms`.
@@ -71,6 +74,7 @@ defmodule Ringbus.Bench.Backlog do
     full: :boolean,
     max_len: :integer,
     repeat: :integer,
+    only: :string,
     out: :string
   ]
   @repeat_below_ms 2_000
@@ -95,6 +99,7 @@ defmodule Ringbus.Bench.Backlog do
       full: Keyword.get(opts, :full, false),
       max_len: positive!(opts, :max_len, 200_000),
       repeat: positive!(opts, :repeat, 3),
+      only: parse_only(opts[:only]),
       out: opts[:out]
     }
 
@@ -106,7 +111,13 @@ defmodule Ringbus.Bench.Backlog do
     )
 
     IO.puts(header())
-    rows = Enum.flat_map(cases(config), &run_series(&1, config))
+
+    rows =
+      config
+      |> cases()
+      |> Enum.filter(fn {kase, variant, _} -> selected?(config.only, kase, variant) end)
+      |> Enum.flat_map(&run_series(&1, config))
+
     if config.out, do: write_csv(config.out, rows)
     :ok
   end
@@ -148,7 +159,7 @@ defmodule Ringbus.Bench.Backlog do
         IO.puts(format_row(row))
 
         case row.result do
-          {:ok, _} -> {[row | rows], row, nil}
+          {:ok, _, _} -> {[row | rows], row, nil}
           {:over_budget, _, _} -> {[row | rows], nil, "a smaller size was over budget"}
           {:skipped, _} -> {[row | rows], nil, stop}
         end
@@ -164,11 +175,11 @@ defmodule Ringbus.Bench.Backlog do
 
     case fun.(n, config.max_ms) do
       {:ok, t} ->
-        times = [t | times]
+        times = times ++ [t]
 
         if length(times) < config.repeat and ms(t) < @repeat_below_ms,
           do: measure(fun, n, config, times),
-          else: {:ok, times |> Enum.sort() |> Enum.at(div(length(times), 2))}
+          else: {:ok, times |> Enum.sort() |> Enum.at(div(length(times), 2)), times}
 
       other ->
         other
@@ -176,7 +187,8 @@ defmodule Ringbus.Bench.Backlog do
   end
 
   # Growth per doubling: time(n)/time(prev), scaled when sizes do not double.
-  defp ratio(%{result: {:ok, t}, n: n}, %{result: {:ok, t0}, n: n0}) when t0 > 0 and n > n0 do
+  defp ratio(%{result: {:ok, t, _}, n: n}, %{result: {:ok, t0, _}, n: n0})
+       when t0 > 0 and n > n0 do
     :math.pow(t / t0, 1 / :math.log2(n / n0))
   end
 
@@ -199,7 +211,8 @@ defmodule Ringbus.Bench.Backlog do
   defp format_row(row) do
     {ms, note} =
       case row.result do
-        {:ok, t} -> {:erlang.float_to_binary(ms(t), decimals: 1), ""}
+        {:ok, t, [_]} -> {:erlang.float_to_binary(ms(t), decimals: 1), ""}
+        {:ok, t, runs} -> {:erlang.float_to_binary(ms(t), decimals: 1), "runs " <> runs_ms(runs)}
         {:over_budget, done, t} -> {"-", "over budget: #{done} of #{row.n} in #{round(ms(t))} ms"}
         {:skipped, why} -> {"-", "skipped: " <> why}
       end
@@ -215,6 +228,8 @@ defmodule Ringbus.Bench.Backlog do
     |> IO.iodata_to_binary()
   end
 
+  defp runs_ms(runs), do: Enum.map_join(runs, " ", &:erlang.float_to_binary(ms(&1), decimals: 1))
+
   defp format_ratio(nil), do: "-"
   defp format_ratio(r), do: :erlang.float_to_binary(r, decimals: 2)
 
@@ -223,7 +238,7 @@ defmodule Ringbus.Bench.Backlog do
       for row <- rows do
         ms =
           case row.result do
-            {:ok, t} -> :erlang.float_to_binary(ms(t), decimals: 3)
+            {:ok, t, _runs} -> :erlang.float_to_binary(ms(t), decimals: 3)
             {:over_budget, _, _} -> "over_budget"
             {:skipped, _} -> "skipped"
           end
@@ -438,6 +453,12 @@ defmodule Ringbus.Bench.Backlog do
   end
 
   ## Options
+
+  defp parse_only(nil), do: :all
+  defp parse_only(string), do: String.split(string, ",", trim: true)
+
+  defp selected?(:all, _kase, _variant), do: true
+  defp selected?(only, kase, variant), do: kase in only or "#{kase}/#{variant}" in only
 
   defp parse_sizes(nil), do: @default_sizes
 

@@ -45,6 +45,17 @@ defmodule Ringbus.Bench.BacklogTest do
     refute Ringbus.Bench.Backlog.connection_case() in variants
   end
 
+  test "--only runs the cases and variants named", %{tmp_dir: dir} do
+    out = Path.join(dir, "only.csv")
+    args = ["--sizes", "1000", "--repeat", "1", "--only", "store,seed/drained", "--out", out]
+    capture_io(fn -> assert :ok = Ringbus.Bench.Backlog.run(args) end)
+
+    assert [_header | rows] = out |> File.read!() |> String.split("\n", trim: true)
+
+    assert Enum.map(rows, &(&1 |> String.split(",") |> Enum.take(2))) ==
+             [["seed", "drained"], ["store", "create_exists"]]
+  end
+
   test "rejects sizes that are not ascending" do
     assert_raise Mix.Error, ~r/ascending/, fn ->
       Ringbus.Bench.Backlog.run(["--sizes", "2000,1000"])
