@@ -32,6 +32,15 @@ defmodule Ringbus.Bench.Backlog do
       "declare" calls from clients starting at once); each is answered
       `{:error, :exists}`, and every answer is counted
 
+    * `supervisor` - N processes call `Ringbus.subscribe/2` at once: their
+      `start_child` calls queue in a `DynamicSupervisor` configured as
+      `Ringbus.Channel.SubscriptionSupervisor` is, but started by the bench so
+      that a row over budget can be stopped. Starting a child waits for its
+      init acknowledgement with a selective receive that does not skip the
+      queued calls. The time runs until every caller has its subscription.
+      Variants: `subscribe` (as the application starts it) and
+      `subscribe_off_heap` (`message_queue_data: :off_heap`).
+
   ## Adding a case
 
   A case is a row of `cases/1`: `{case, variant, run}` where `run.(n, budget)`
@@ -133,7 +142,9 @@ defmodule Ringbus.Bench.Backlog do
       {"subscription", "ack_on_heap", &subscription(:ack, :on_heap, &1, &2)},
       {"subscription", "wake", &subscription(:wake, :supervised, &1, &2)},
       {"subscription", "wake_on_heap", &subscription(:wake, :on_heap, &1, &2)},
-      {"store", "create_exists", &store_creates/2}
+      {"store", "create_exists", &store_creates/2},
+      {"supervisor", "subscribe", &subscribes(:on_heap, &1, &2)},
+      {"supervisor", "subscribe_off_heap", &subscribes(:off_heap, &1, &2)}
     ]
   end
 
@@ -197,7 +208,7 @@ defmodule Ringbus.Bench.Backlog do
   defp ms(native), do: System.convert_time_unit(native, :native, :microsecond) / 1000
 
   defp header do
-    :io_lib.format("~-13s ~-14s ~8s ~11s ~9s  ~s", [
+    :io_lib.format("~-13s ~-18s ~8s ~11s ~9s  ~s", [
       "case",
       "variant",
       "n",
@@ -217,7 +228,7 @@ defmodule Ringbus.Bench.Backlog do
         {:skipped, why} -> {"-", "skipped: " <> why}
       end
 
-    :io_lib.format("~-13s ~-14s ~8B ~11s ~9s  ~s", [
+    :io_lib.format("~-13s ~-18s ~8B ~11s ~9s  ~s", [
       row.case,
       row.variant,
       row.n,
@@ -449,6 +460,87 @@ defmodule Ringbus.Bench.Backlog do
     receive do
       {:count, to} -> send(to, {:replies, count})
       {_tag, {:error, :exists}} -> count_replies(count + 1)
+    end
+  end
+
+  ## supervisor: N queued subscribes
+
+  defp subscribes(queue_data, n, budget) do
+    name = {__MODULE__, make_ref()}
+    :ok = Ringbus.create(name, capacity: 16)
+    {:ok, channel} = Ringbus.Store.lookup(name)
+    opts = Subscription.validate_options!([])
+
+    {:ok, sup} =
+      DynamicSupervisor.start_link(
+        strategy: :one_for_one,
+        spawn_opt: [message_queue_data: queue_data]
+      )
+
+    Process.unlink(sup)
+    parent = self()
+    :ok = :sys.suspend(sup)
+
+    clients =
+      for _ <- 1..n do
+        spawn(fn ->
+          spec = {Subscription, {channel, self(), make_ref(), opts}}
+          {:ok, _pid} = DynamicSupervisor.start_child(sup, spec)
+          send(parent, :subscribed)
+
+          receive do
+            :stop -> :ok
+          end
+        end)
+      end
+
+    await_queued(sup, n, 10_000)
+    started = System.monotonic_time()
+    deadline = started + System.convert_time_unit(budget, :millisecond, :native)
+    :ok = :sys.resume(sup)
+    subscribed = await_subscribed(n, 0, deadline)
+    elapsed = System.monotonic_time() - started
+
+    # Stopping the supervisor brutally ends every subscription it started.
+    Process.exit(sup, :kill)
+    Enum.each(clients, &Process.exit(&1, :kill))
+    flush_subscribed()
+    Ringbus.delete(name)
+
+    if subscribed == n, do: {:ok, elapsed}, else: {:over_budget, subscribed, elapsed}
+  end
+
+  # Polls a bounded number of times, one millisecond apart.
+  defp await_queued(_sup, _n, 0), do: raise("the start_child calls did not all queue")
+
+  defp await_queued(sup, n, tries) do
+    case Process.info(sup, :message_queue_len) do
+      {:message_queue_len, len} when len >= n ->
+        :ok
+
+      _ ->
+        Process.sleep(1)
+        await_queued(sup, n, tries - 1)
+    end
+  end
+
+  defp await_subscribed(n, n, _deadline), do: n
+
+  defp await_subscribed(n, done, deadline) do
+    left = System.convert_time_unit(deadline - System.monotonic_time(), :native, :millisecond)
+
+    receive do
+      :subscribed -> await_subscribed(n, done + 1, deadline)
+    after
+      max(left, 0) -> done
+    end
+  end
+
+  defp flush_subscribed do
+    receive do
+      :subscribed -> flush_subscribed()
+    after
+      0 -> :ok
     end
   end
 
