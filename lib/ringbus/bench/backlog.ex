@@ -64,7 +64,7 @@ defmodule Ringbus.Bench.Backlog do
       Defaults to `200000`.
     * `--repeat R` - runs each row up to R times and reports the median (the
       note column lists every run); a row is run again only while one run
-      takes under 2 s. Defaults to `3`.
+      takes under 2 s. Defaults to `5`.
     * `--only NAME,...` - runs only these cases (`seed`) or variants
       (`seed/drained`). Defaults to all.
     * `--out FILE` - also writes the rows as CSV:
@@ -107,7 +107,7 @@ defmodule Ringbus.Bench.Backlog do
       naive_max: positive!(opts, :naive_max, 80_000),
       full: Keyword.get(opts, :full, false),
       max_len: positive!(opts, :max_len, 200_000),
-      repeat: positive!(opts, :repeat, 3),
+      repeat: positive!(opts, :repeat, 5),
       only: parse_only(opts[:only]),
       out: opts[:out]
     }
