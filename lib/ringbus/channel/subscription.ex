@@ -25,6 +25,14 @@ defmodule Ringbus.Channel.Subscription do
   #     of the process, so each collection costs the backlog's length; with
   #     160k queued acks that took 3.3 s instead of 0.14 s
   #     (`mix ringbus.bench backlog`, subscription rows).
+  #   Not yet safe: starting a subscription. `start/3` is a call to
+  #   `Ringbus.Channel.SubscriptionSupervisor`, and a supervisor starting a
+  #   child waits for its init with a selective receive (`proc_lib`, OTP 25)
+  #   that scans every call queued behind it, so a burst of N subscribes costs
+  #   O(N²): 10k took 0.4 s, 40k 8.6 s (supervisor rows of the bench).
+  #   A `PartitionSupervisor` would divide that by its partition count and
+  #   leave it quadratic; the cure is starts that do not wait in one process
+  #   behind each other. Either is a change to `Ringbus.Application`.
   #
   # Registry keys in `Ringbus.Channel.Subscriptions` (duplicate keys):
   #   sub                - the subscription's own reference, for ack/unsubscribe
