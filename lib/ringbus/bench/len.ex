@@ -19,8 +19,10 @@ defmodule Ringbus.Bench.Len do
 
   Each process times its query, then hibernates (`:erlang.hibernate/3`; the
   bench checks that it did), is woken by the next request and times it again.
-  A measurement is the median of 5 rounds of `reps` calls, in nanoseconds per
-  call. The ratio columns compare a row with the smallest size of its impl.
+  A measurement is the median of 7 rounds of `reps` calls, in nanoseconds per
+  call. The smallest size is measured again beside every row, its rounds
+  alternating with the row's, and the `/n0` columns divide the row by it, so
+  the ratio holds when the machine's speed drifts during the run.
 
   ## Command line options
 
@@ -32,7 +34,7 @@ defmodule Ringbus.Bench.Len do
   """
 
   @default_sizes [10, 1_000, 100_000, 1_000_000]
-  @rounds 5
+  @rounds 7
   @ringbus_reps 200_000
   @switches [sizes: :string, reps: :integer, out: :string]
 
@@ -64,22 +66,17 @@ defmodule Ringbus.Bench.Len do
       ])
     )
 
-    rows =
-      for impl <- [:list, :queue, :ringbus] do
-        {rows, _base} =
-          Enum.map_reduce(sizes, nil, fn n, base ->
-            :erlang.garbage_collect()
-            reps_n = reps || default_reps(impl, n)
-            {before, later} = measure(impl, n, reps_n)
-            base = base || {before, later}
-            row = %{impl: impl, n: n, reps: reps_n, before: before, after: later}
-            print_row(row, base)
-            {row, base}
-          end)
+    base_n = hd(sizes)
 
-        rows
+    rows =
+      for impl <- [:list, :queue, :ringbus], n <- sizes do
+        :erlang.garbage_collect()
+        base = {base_n, reps || default_reps(impl, base_n)}
+        target = {n, reps || default_reps(impl, n)}
+        row = Map.merge(%{impl: impl, n: n, reps: elem(target, 1)}, measure(impl, base, target))
+        print_row(row)
+        row
       end
-      |> List.flatten()
 
     if out = opts[:out], do: write_csv(out, rows)
     :ok
@@ -90,7 +87,21 @@ defmodule Ringbus.Bench.Len do
 
   ## Measuring
 
-  defp measure(:ringbus, n, reps) do
+  # The smallest size is measured again next to every size, round for round,
+  # so that the ratio to it holds when the machine's speed drifts.
+  defp measure(:ringbus, {base_n, base_reps}, {n, reps}) do
+    base_name = fill_channel(base_n)
+    name = fill_channel(n)
+    result = with_holder(fn -> {{{:ringbus, base_name}, base_reps}, {{:ringbus, name}, reps}} end)
+    :ok = Ringbus.delete(base_name)
+    :ok = Ringbus.delete(name)
+    result
+  end
+
+  defp measure(impl, {base_n, base_reps}, {n, reps}),
+    do: with_holder(fn -> {{build(impl, base_n), base_reps}, {build(impl, n), reps}} end)
+
+  defp fill_channel(n) do
     name = {__MODULE__, make_ref()}
     :ok = Ringbus.create(name, capacity: n)
     payload = :binary.copy("x", 16)
@@ -100,12 +111,8 @@ defmodule Ringbus.Bench.Len do
     end)
 
     ^n = Ringbus.len(name)
-    result = with_holder(fn -> {:ringbus, name} end, reps)
-    :ok = Ringbus.delete(name)
-    result
+    name
   end
-
-  defp measure(impl, n, reps), do: with_holder(fn -> build(impl, n) end, reps)
 
   defp build(:list, n), do: {:list, Enum.map(1..n, &<<&1::32>>)}
 
@@ -114,24 +121,24 @@ defmodule Ringbus.Bench.Len do
 
   # Spawns the holding process, which builds its data itself, and asks it to
   # time the query before and after it hibernates.
-  defp with_holder(build, reps) do
+  defp with_holder(build) do
     parent = self()
     {pid, ref} = spawn_monitor(fn -> holder_loop(build.(), parent) end)
-    before = ask(pid, ref, reps)
+    {base_before, before} = ask(pid, ref)
     send(pid, :hibernate)
     await_hibernation(pid, 5_000)
-    later = ask(pid, ref, reps)
+    {base_after, later} = ask(pid, ref)
     send(pid, :stop)
 
     receive do
       {:DOWN, ^ref, :process, ^pid, _} -> :ok
     end
 
-    {before, later}
+    %{before: before, after: later, base_before: base_before, base_after: base_after}
   end
 
-  defp ask(pid, ref, reps) do
-    send(pid, {:measure, reps})
+  defp ask(pid, ref) do
+    send(pid, :measure)
 
     receive do
       {:measured, ^pid, ns} -> ns
@@ -156,8 +163,8 @@ defmodule Ringbus.Bench.Len do
   @doc false
   def holder_loop(data, parent) do
     receive do
-      {:measure, reps} ->
-        send(parent, {:measured, self(), median_ns(data, reps)})
+      :measure ->
+        send(parent, {:measured, self(), median_ns(data)})
         holder_loop(data, parent)
 
       :hibernate ->
@@ -168,17 +175,19 @@ defmodule Ringbus.Bench.Len do
     end
   end
 
-  defp median_ns(data, reps) do
-    times =
-      for _ <- 1..@rounds do
-        started = System.monotonic_time()
-        _ = query(data, reps, 0)
-        ns = System.convert_time_unit(System.monotonic_time() - started, :native, :nanosecond)
-        ns / reps
-      end
-
-    times |> Enum.sort() |> Enum.at(div(@rounds, 2))
+  # Rounds alternate between the base and the target; medians of each.
+  defp median_ns({{base, base_reps}, {target, reps}}) do
+    rounds = for _ <- 1..@rounds, do: {time_ns(base, base_reps), time_ns(target, reps)}
+    {median(Enum.map(rounds, &elem(&1, 0))), median(Enum.map(rounds, &elem(&1, 1)))}
   end
+
+  defp time_ns(data, reps) do
+    started = System.monotonic_time()
+    _ = query(data, reps, 0)
+    System.convert_time_unit(System.monotonic_time() - started, :native, :nanosecond) / reps
+  end
+
+  defp median(values), do: values |> Enum.sort() |> Enum.at(div(length(values), 2))
 
   # The results are summed so the calls cannot be left out.
   defp query(_data, 0, acc), do: acc
@@ -188,7 +197,7 @@ defmodule Ringbus.Bench.Len do
 
   ## Output
 
-  defp print_row(row, {base_before, base_after}) do
+  defp print_row(row) do
     IO.puts(
       format_line([
         Atom.to_string(row.impl),
@@ -197,8 +206,8 @@ defmodule Ringbus.Bench.Len do
         float(row.before, 1),
         float(row.after, 1),
         float(row.after / row.before, 2),
-        float(row.before / base_before, 2),
-        float(row.after / base_after, 2)
+        float(row.before / row.base_before, 2),
+        float(row.after / row.base_after, 2)
       ])
     )
   end
