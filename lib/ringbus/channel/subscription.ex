@@ -13,6 +13,27 @@ defmodule Ringbus.Channel.Subscription do
   # flag and reads once more; the next push wakes it. It does no selective
   # receive: every message it gets is handled in arrival order.
   #
+  # Backlog safety. A subscription can get a burst of acks or wakes (a
+  # subscriber acking message by message, many pushes at once), so it must
+  # stay linear in its backlog:
+  #   - it takes every message in arrival order and never receives
+  #     selectively; the calls it makes (Registry, ETS, `:atomics`, `send/2`)
+  #     do not wait for a reply;
+  #   - it counts no list: a read returns its own count, credit is an integer;
+  #   - its message queue is off the heap (`message_queue_data: :off_heap`).
+  #     On the heap, the messages waiting take part in every garbage collection
+  #     of the process, so each collection costs the backlog's length; with
+  #     160k queued acks that took 3.3 s instead of 0.14 s
+  #     (`mix ringbus.bench backlog`, subscription rows).
+  #   Not yet safe: starting a subscription. `start/3` is a call to
+  #   `Ringbus.Channel.SubscriptionSupervisor`, and a supervisor starting a
+  #   child waits for its init with a selective receive (`proc_lib`, OTP 25)
+  #   that scans every call queued behind it, so a burst of N subscribes costs
+  #   O(N²): 10k took 0.4 s, 40k 8.6 s (supervisor rows of the bench).
+  #   A `PartitionSupervisor` would divide that by its partition count and
+  #   leave it quadratic; the cure is starts that do not wait in one process
+  #   behind each other. Either is a change to `Ringbus.Application`.
+  #
   # Registry keys in `Ringbus.Channel.Subscriptions` (duplicate keys):
   #   sub                - the subscription's own reference, for ack/unsubscribe
   #   name               - every subscription of a channel, to close them
@@ -78,7 +99,8 @@ defmodule Ringbus.Channel.Subscription do
   end
 
   @spec start_link({Channel.t(), pid(), reference(), options()}) :: GenServer.on_start()
-  def start_link(args), do: GenServer.start_link(__MODULE__, args)
+  def start_link(args),
+    do: GenServer.start_link(__MODULE__, args, spawn_opt: [message_queue_data: :off_heap])
 
   @doc "Returns `count` messages of credit to the subscription."
   @spec ack(reference(), pos_integer()) :: :ok | {:error, :no_subscription}

@@ -1,0 +1,583 @@
+defmodule Ringbus.Bench.Backlog do
+  @moduledoc """
+  How long a process takes to work through a backlog of N messages, and how
+  that time grows when N doubles. Run it with `mix ringbus.bench backlog`.
+
+  Linear work shows a ratio near 2 per doubling; a selective receive per
+  message over the backlog shows a ratio near 4 (O(N²)).
+
+  ## Cases
+
+    * `seed` - the field report: a process sends itself N messages, then
+      handles each with a `:gen_udp.send/4` to a socket on 127.0.0.1 that
+      nobody reads (packets may drop; that is fine). Variants:
+      * `default` - the default `inet` backend, whose send waits for the
+        port's reply with a selective receive: the baseline, O(N²)
+      * `socket` - `{:inet_backend, :socket}`, whose send is a NIF call
+      * `drained` - the default backend, draining the mailbox into a
+        `Ringbus.Mailbox` (`max_len` from `--max-len`) before each send
+    * `subscription` - a `Ringbus.Channel.Subscription` process is suspended
+      with `:sys.suspend/1`, gets N messages, is resumed, and the time runs
+      until a `:sys.get_state/2` queued behind them returns. Variants:
+      * `ack` - N `{:ringbus_ack, 1}` credits on a full channel with no credit
+        left, so each one reads and delivers one message
+      * `wake` - N `:ringbus_wake` on an empty channel, so each one
+        unregisters, reads, re-registers and re-arms the wake flag
+      * `ack_on_heap`, `wake_on_heap` - the same, but started with
+        `message_queue_data: :on_heap` instead of the subscription's own
+        setting (`ack` and `wake` start it as `Ringbus.subscribe/2` does, under
+        its supervisor)
+    * `store` - `Ringbus.Store` is suspended and gets N queued
+      `Ringbus.create/2` calls for a channel that exists (a burst of
+      "declare" calls from clients starting at once); each is answered
+      `{:error, :exists}`, and every answer is counted
+
+    * `supervisor` - N processes call `Ringbus.subscribe/2` at once: their
+      `start_child` calls queue in a `DynamicSupervisor` configured as
+      `Ringbus.Channel.SubscriptionSupervisor` is, but started by the bench so
+      that a row over budget can be stopped. Starting a child waits for its
+      init acknowledgement with a selective receive that does not skip the
+      queued calls. The time runs until every caller has its subscription.
+      Variants: `subscribe` (as the application starts it) and
+      `subscribe_off_heap` (`message_queue_data: :off_heap`).
+
+  ## Adding a case
+
+  A case is a row of `cases/1`: `{case, variant, run}` where `run.(n, budget)`
+  sets up a backlog of `n` messages, times the work through it in native
+  units, and returns `{:ok, native}`, or `{:over_budget, handled, native}` when
+  it gave up after `budget` milliseconds. Setup is not timed. See
+  `@connection_case` below for the case still to come.
+
+  ## Command line options
+
+    * `--sizes N,N,...` - the backlog sizes, ascending. Defaults to
+      `10000,20000,40000,80000,160000`.
+    * `--max-ms MS` - the time one row may take; a row over it stops, is
+      reported as such, and the larger sizes of its series are skipped.
+      Defaults to `60000`.
+    * `--naive-max N` - the largest N of the `seed,default` row without
+      `--full`; larger ones are skipped, as they would take minutes.
+      Defaults to `80000`.
+    * `--full` - runs `seed,default` at every size.
+    * `--max-len N` - the `:max_len` of the `drained` variant's buffer.
+      Defaults to `200000`.
+    * `--repeat R` - runs each row up to R times and reports the median (the
+      note column lists every run); a row is run again only while one run
+      takes under 2 s. Defaults to `5`.
+    * `--only NAME,...` - runs only these cases (`seed`) or variants
+      (`seed/drained`). Defaults to all.
+    * `--out FILE` - also writes the rows as CSV:
+      `case,variant,n,ms,ratio_per_doubling`. A row that did not finish has
+      `skipped` or `over_budget` in `ms`.
+  """
+
+  alias Ringbus.Channel.Subscription
+  alias Ringbus.Mailbox
+
+  @default_sizes [10_000, 20_000, 40_000, 80_000, 160_000]
+  @switches [
+    sizes: :string,
+    max_ms: :integer,
+    naive_max: :integer,
+    full: :boolean,
+    max_len: :integer,
+    repeat: :integer,
+    only: :string,
+    out: :string
+  ]
+  @repeat_below_ms 2_000
+
+  # The case to add once the TCP connection process exists: a connection with
+  # N queued subscription deliveries to write to its socket, which exercises
+  # the batched writer. There is no such process yet, so there is no row.
+  @connection_case {"connection", "deliveries"}
+
+  @doc false
+  def connection_case, do: @connection_case
+
+  @spec run([String.t()]) :: :ok
+  def run(args) do
+    {opts, rest} = OptionParser.parse!(args, strict: @switches)
+    if rest != [], do: Mix.raise("unexpected arguments: #{Enum.join(rest, " ")}")
+
+    config = %{
+      sizes: parse_sizes(opts[:sizes]),
+      max_ms: positive!(opts, :max_ms, 60_000),
+      naive_max: positive!(opts, :naive_max, 80_000),
+      full: Keyword.get(opts, :full, false),
+      max_len: positive!(opts, :max_len, 200_000),
+      repeat: positive!(opts, :repeat, 5),
+      only: parse_only(opts[:only]),
+      out: opts[:out]
+    }
+
+    IO.puts(
+      "backlog: sizes #{Enum.join(config.sizes, ",")}, max #{config.max_ms} ms a row, " <>
+        "drained max_len #{config.max_len}, median of up to #{config.repeat} runs, " <>
+        "#{System.schedulers_online()} schedulers, " <>
+        "OTP #{System.otp_release()}"
+    )
+
+    IO.puts(header())
+
+    rows =
+      config
+      |> cases()
+      |> Enum.filter(fn {kase, variant, _} -> selected?(config.only, kase, variant) end)
+      |> Enum.flat_map(&run_series(&1, config))
+
+    if config.out, do: write_csv(config.out, rows)
+    :ok
+  end
+
+  @doc "The cases, in the order they run. See \"Adding a case\"."
+  @spec cases(map()) :: [{String.t(), String.t(), (pos_integer(), pos_integer() -> term())}]
+  def cases(config) do
+    [
+      {"seed", "default", &seed(:default, &1, &2, config)},
+      {"seed", "socket", &seed(:socket, &1, &2, config)},
+      {"seed", "drained", &seed(:drained, &1, &2, config)},
+      {"subscription", "ack", &subscription(:ack, :supervised, &1, &2)},
+      {"subscription", "ack_on_heap", &subscription(:ack, :on_heap, &1, &2)},
+      {"subscription", "wake", &subscription(:wake, :supervised, &1, &2)},
+      {"subscription", "wake_on_heap", &subscription(:wake, :on_heap, &1, &2)},
+      {"store", "create_exists", &store_creates/2},
+      {"supervisor", "subscribe", &subscribes(:on_heap, &1, &2)},
+      {"supervisor", "subscribe_off_heap", &subscribes(:off_heap, &1, &2)}
+    ]
+  end
+
+  ## Series and rows
+
+  defp run_series({kase, variant, fun}, config) do
+    {rows, _prev, _stop} =
+      Enum.reduce(config.sizes, {[], nil, nil}, fn n, {rows, prev, stop} ->
+        row =
+          cond do
+            stop != nil ->
+              %{result: {:skipped, stop}}
+
+            kase == "seed" and variant == "default" and not config.full and n > config.naive_max ->
+              %{result: {:skipped, "would take minutes (quadratic); run with --full"}}
+
+            true ->
+              %{result: measure(fun, n, config, [])}
+          end
+
+        row = Map.merge(row, %{case: kase, variant: variant, n: n})
+        row = Map.put(row, :ratio, ratio(row, prev))
+        IO.puts(format_row(row))
+
+        case row.result do
+          {:ok, _, _} -> {[row | rows], row, nil}
+          {:over_budget, _, _} -> {[row | rows], nil, "a smaller size was over budget"}
+          {:skipped, _} -> {[row | rows], nil, stop}
+        end
+      end)
+
+    Enum.reverse(rows)
+  end
+
+  # Runs a row up to `--repeat` times and keeps the median, but runs it once
+  # more only while a run takes under @repeat_below_ms.
+  defp measure(fun, n, config, times) do
+    :erlang.garbage_collect()
+
+    case fun.(n, config.max_ms) do
+      {:ok, t} ->
+        times = times ++ [t]
+
+        if length(times) < config.repeat and ms(t) < @repeat_below_ms,
+          do: measure(fun, n, config, times),
+          else: {:ok, times |> Enum.sort() |> Enum.at(div(length(times), 2)), times}
+
+      other ->
+        other
+    end
+  end
+
+  # Growth per doubling: time(n)/time(prev), scaled when sizes do not double.
+  defp ratio(%{result: {:ok, t, _}, n: n}, %{result: {:ok, t0, _}, n: n0})
+       when t0 > 0 and n > n0 do
+    :math.pow(t / t0, 1 / :math.log2(n / n0))
+  end
+
+  defp ratio(_row, _prev), do: nil
+
+  defp ms(native), do: System.convert_time_unit(native, :native, :microsecond) / 1000
+
+  defp header do
+    :io_lib.format("~-13s ~-18s ~8s ~11s ~9s  ~s", [
+      "case",
+      "variant",
+      "n",
+      "ms",
+      "ratio/2x",
+      "note"
+    ])
+    |> IO.iodata_to_binary()
+  end
+
+  defp format_row(row) do
+    {ms, note} =
+      case row.result do
+        {:ok, t, [_]} -> {:erlang.float_to_binary(ms(t), decimals: 1), ""}
+        {:ok, t, runs} -> {:erlang.float_to_binary(ms(t), decimals: 1), "runs " <> runs_ms(runs)}
+        {:over_budget, done, t} -> {"-", "over budget: #{done} of #{row.n} in #{round(ms(t))} ms"}
+        {:skipped, why} -> {"-", "skipped: " <> why}
+      end
+
+    :io_lib.format("~-13s ~-18s ~8B ~11s ~9s  ~s", [
+      row.case,
+      row.variant,
+      row.n,
+      ms,
+      format_ratio(row.ratio),
+      note
+    ])
+    |> IO.iodata_to_binary()
+  end
+
+  defp runs_ms(runs), do: Enum.map_join(runs, " ", &:erlang.float_to_binary(ms(&1), decimals: 1))
+
+  defp format_ratio(nil), do: "-"
+  defp format_ratio(r), do: :erlang.float_to_binary(r, decimals: 2)
+
+  defp write_csv(path, rows) do
+    lines =
+      for row <- rows do
+        ms =
+          case row.result do
+            {:ok, t, _runs} -> :erlang.float_to_binary(ms(t), decimals: 3)
+            {:over_budget, _, _} -> "over_budget"
+            {:skipped, _} -> "skipped"
+          end
+
+        ratio = if row.ratio, do: :erlang.float_to_binary(row.ratio, decimals: 3), else: "-"
+        [row.case, ?,, row.variant, ?,, Integer.to_string(row.n), ?,, ms, ?,, ratio, ?\n]
+      end
+
+    File.write!(path, ["case,variant,n,ms,ratio_per_doubling\n" | lines])
+    IO.puts("wrote #{path}")
+  end
+
+  ## seed: a UDP send per message
+
+  defp seed(variant, n, budget, config) do
+    {:ok, sink} =
+      :gen_udp.open(0, [:binary, ip: {127, 0, 0, 1}, active: false, recbuf: 8_388_608])
+
+    {:ok, port} = :inet.port(sink)
+    parent = self()
+
+    {pid, ref} =
+      spawn_monitor(fn ->
+        send(parent, {:seed_done, self(), seed_worker(variant, n, port, budget, config)})
+      end)
+
+    receive do
+      {:seed_done, ^pid, result} ->
+        Process.demonitor(ref, [:flush])
+        :gen_udp.close(sink)
+        result
+
+      {:DOWN, ^ref, :process, ^pid, reason} ->
+        :gen_udp.close(sink)
+        raise "seed worker died: #{inspect(reason)}"
+    end
+  end
+
+  defp seed_worker(variant, n, port, budget, config) do
+    open_opts = if variant == :socket, do: [{:inet_backend, :socket}, :binary], else: [:binary]
+    {:ok, socket} = :gen_udp.open(0, open_opts)
+    for i <- 1..n, do: send(self(), {:log, i})
+
+    started = System.monotonic_time()
+    deadline = started + System.convert_time_unit(budget, :millisecond, :native)
+    target = {{127, 0, 0, 1}, port}
+
+    result =
+      case variant do
+        :drained ->
+          drained_loop(Mailbox.new(max_len: config.max_len), socket, target, n, 0, deadline)
+
+        _ ->
+          plain_loop(socket, target, n, 0, deadline)
+      end
+
+    elapsed = System.monotonic_time() - started
+    :gen_udp.close(socket)
+
+    case result do
+      :done -> {:ok, elapsed}
+      {:over_budget, handled} -> {:over_budget, handled, elapsed}
+    end
+  end
+
+  # The budget is checked every 1024 messages, so a row stops near it.
+  defp plain_loop(_socket, _target, n, n, _deadline), do: :done
+
+  defp plain_loop(socket, {ip, port} = target, n, done, deadline) do
+    if Bitwise.band(done, 1023) == 0 and System.monotonic_time() > deadline do
+      {:over_budget, done}
+    else
+      receive do
+        {:log, _i} -> _ = :gen_udp.send(socket, ip, port, "message")
+      end
+
+      plain_loop(socket, target, n, done + 1, deadline)
+    end
+  end
+
+  defp drained_loop(_mailbox, _socket, _target, n, n, _deadline), do: :done
+
+  defp drained_loop(mailbox, socket, {ip, port} = target, n, done, deadline) do
+    if Bitwise.band(done, 1023) == 0 and System.monotonic_time() > deadline do
+      {:over_budget, done}
+    else
+      {:ok, {:log, _i}, mailbox} = Mailbox.next(mailbox, :infinity)
+      mailbox = Mailbox.drain(mailbox)
+      _ = :gen_udp.send(socket, ip, port, "message")
+      drained_loop(mailbox, socket, target, n, done + 1, deadline)
+    end
+  end
+
+  ## subscription: a suspended subscription gets N messages
+
+  defp subscription(kind, start, n, budget) do
+    name = {__MODULE__, make_ref()}
+    in_flight = 1_000
+    :ok = Ringbus.create(name, capacity: n + in_flight + 1)
+    sink = spawn(fn -> discard() end)
+
+    if kind == :ack, do: fill(name, n + in_flight)
+    {:ok, channel} = Ringbus.Store.lookup(name)
+    from = if kind == :ack, do: :earliest, else: :latest
+    opts = Subscription.validate_options!(from: from, max_in_flight: in_flight, max_batch: 256)
+
+    pid = start_subscription(start, channel, sink, opts)
+
+    # The first `in_flight` messages are delivered; then it waits for credit.
+    before = :sys.get_state(pid)
+    :ok = :sys.suspend(pid)
+    message = if kind == :ack, do: {:ringbus_ack, 1}, else: :ringbus_wake
+    for _ <- 1..n, do: send(pid, message)
+
+    started = System.monotonic_time()
+
+    result =
+      try do
+        :ok = :sys.resume(pid, budget)
+        state = :sys.get_state(pid, budget)
+        elapsed = System.monotonic_time() - started
+        if kind == :ack, do: ^n = state.cursor - before.cursor
+        {:ok, elapsed}
+      catch
+        :exit, {:timeout, _} ->
+          elapsed = System.monotonic_time() - started
+          {:message_queue_len, left} = Process.info(pid, :message_queue_len)
+          {:over_budget, max(n - left, 0), elapsed}
+      end
+
+    Process.exit(pid, :kill)
+    Process.exit(sink, :kill)
+    Ringbus.delete(name)
+    result
+  end
+
+  defp start_subscription(:supervised, channel, sink, opts) do
+    {:ok, sub} = Subscription.start(channel, sink, opts)
+    [{pid, _}] = Registry.lookup(Ringbus.Channel.Subscriptions, sub)
+    pid
+  end
+
+  defp start_subscription(:on_heap, channel, sink, opts) do
+    {:ok, pid} =
+      GenServer.start(Subscription, {channel, sink, make_ref(), opts},
+        spawn_opt: [message_queue_data: :on_heap]
+      )
+
+    pid
+  end
+
+  defp fill(name, count) do
+    payload = :binary.copy("x", 16)
+
+    Enum.each(Stream.chunk_every(1..count, 1_000), fn chunk ->
+      {:ok, _} = Ringbus.push_many(name, Enum.map(chunk, fn _ -> payload end))
+    end)
+  end
+
+  defp discard do
+    receive do
+      _ -> discard()
+    end
+  end
+
+  ## store: N queued calls
+
+  defp store_creates(n, budget) do
+    name = {__MODULE__, make_ref()}
+    :ok = Ringbus.create(name, capacity: 16)
+    opts = Ringbus.Channel.validate_options!(capacity: 16)
+    store = Process.whereis(Ringbus.Store)
+    sink = spawn(fn -> count_replies(0) end)
+
+    :ok = :sys.suspend(store)
+    # A GenServer.call as it reaches the server: `{:"$gen_call", from, request}`,
+    # with replies going to the counting sink rather than N waiting processes.
+    for _ <- 1..n, do: send(store, {:"$gen_call", {sink, make_ref()}, {:create, name, opts}})
+
+    started = System.monotonic_time()
+
+    result =
+      try do
+        :ok = :sys.resume(store, budget)
+        _ = :sys.get_state(store, budget)
+        {:ok, System.monotonic_time() - started}
+      catch
+        :exit, {:timeout, _} ->
+          elapsed = System.monotonic_time() - started
+          {:message_queue_len, left} = Process.info(store, :message_queue_len)
+          # Let the store finish before anything else calls it; bounded as well.
+          _ = :sys.get_state(store, 10 * budget)
+          {:over_budget, n - left, elapsed}
+      end
+
+    send(sink, {:count, self()})
+
+    receive do
+      {:replies, count} when count == n -> :ok
+      {:replies, count} -> raise "expected #{n} replies from the store, got #{count}"
+    end
+
+    Ringbus.delete(name)
+    result
+  end
+
+  defp count_replies(count) do
+    receive do
+      {:count, to} -> send(to, {:replies, count})
+      {_tag, {:error, :exists}} -> count_replies(count + 1)
+    end
+  end
+
+  ## supervisor: N queued subscribes
+
+  defp subscribes(queue_data, n, budget) do
+    name = {__MODULE__, make_ref()}
+    :ok = Ringbus.create(name, capacity: 16)
+    {:ok, channel} = Ringbus.Store.lookup(name)
+    opts = Subscription.validate_options!([])
+
+    {:ok, sup} =
+      DynamicSupervisor.start_link(
+        strategy: :one_for_one,
+        spawn_opt: [message_queue_data: queue_data]
+      )
+
+    Process.unlink(sup)
+    parent = self()
+    :ok = :sys.suspend(sup)
+
+    clients =
+      for _ <- 1..n do
+        spawn(fn ->
+          spec = {Subscription, {channel, self(), make_ref(), opts}}
+          {:ok, _pid} = DynamicSupervisor.start_child(sup, spec)
+          send(parent, :subscribed)
+
+          receive do
+            :stop -> :ok
+          end
+        end)
+      end
+
+    await_queued(sup, n, 10_000)
+    started = System.monotonic_time()
+    deadline = started + System.convert_time_unit(budget, :millisecond, :native)
+    :ok = :sys.resume(sup)
+    subscribed = await_subscribed(n, 0, deadline)
+    elapsed = System.monotonic_time() - started
+
+    # Stopping the supervisor brutally ends every subscription it started.
+    Process.exit(sup, :kill)
+    Enum.each(clients, &Process.exit(&1, :kill))
+    flush_subscribed()
+    Ringbus.delete(name)
+
+    if subscribed == n, do: {:ok, elapsed}, else: {:over_budget, subscribed, elapsed}
+  end
+
+  # Polls a bounded number of times, one millisecond apart.
+  defp await_queued(_sup, _n, 0), do: raise("the start_child calls did not all queue")
+
+  defp await_queued(sup, n, tries) do
+    case Process.info(sup, :message_queue_len) do
+      {:message_queue_len, len} when len >= n ->
+        :ok
+
+      _ ->
+        Process.sleep(1)
+        await_queued(sup, n, tries - 1)
+    end
+  end
+
+  defp await_subscribed(n, n, _deadline), do: n
+
+  defp await_subscribed(n, done, deadline) do
+    left = System.convert_time_unit(deadline - System.monotonic_time(), :native, :millisecond)
+
+    receive do
+      :subscribed -> await_subscribed(n, done + 1, deadline)
+    after
+      max(left, 0) -> done
+    end
+  end
+
+  defp flush_subscribed do
+    receive do
+      :subscribed -> flush_subscribed()
+    after
+      0 -> :ok
+    end
+  end
+
+  ## Options
+
+  defp parse_only(nil), do: :all
+  defp parse_only(string), do: String.split(string, ",", trim: true)
+
+  defp selected?(:all, _kase, _variant), do: true
+  defp selected?(only, kase, variant), do: kase in only or "#{kase}/#{variant}" in only
+
+  defp parse_sizes(nil), do: @default_sizes
+
+  defp parse_sizes(string) do
+    sizes =
+      for part <- String.split(string, ",", trim: true) do
+        case Integer.parse(String.trim(part)) do
+          {n, ""} when n > 0 -> n
+          _ -> Mix.raise("expected --sizes to be positive integers, got: #{inspect(string)}")
+        end
+      end
+
+    if sizes == [] or sizes != Enum.sort(sizes),
+      do: Mix.raise("expected --sizes to be ascending, got: #{inspect(string)}")
+
+    sizes
+  end
+
+  defp dashed(key), do: key |> Atom.to_string() |> String.replace("_", "-")
+
+  defp positive!(opts, key, default) do
+    case Keyword.get(opts, key, default) do
+      n when is_integer(n) and n > 0 ->
+        n
+
+      other ->
+        Mix.raise("expected --#{dashed(key)} to be a positive integer, got: #{inspect(other)}")
+    end
+  end
+end

@@ -1,0 +1,64 @@
+defmodule Ringbus.Bench.BacklogTest do
+  # Suspends the application's Ringbus.Store for its store rows.
+  use ExUnit.Case, async: false
+
+  import ExUnit.CaptureIO
+
+  @moduletag :tmp_dir
+
+  test "writes a CSV row for every case, variant and size", %{tmp_dir: dir} do
+    out = Path.join(dir, "backlog.csv")
+    args = ["--sizes", "1000,2000", "--repeat", "1", "--naive-max", "1000", "--out", out]
+    printed = capture_io(fn -> assert :ok = Ringbus.Bench.Backlog.run(args) end)
+
+    assert printed =~ "skipped: would take minutes (quadratic)"
+    assert printed =~ "wrote #{out}"
+
+    [header | rows] = out |> File.read!() |> String.split("\n", trim: true)
+    assert header == "case,variant,n,ms,ratio_per_doubling"
+
+    rows = Enum.map(rows, &String.split(&1, ","))
+    assert length(rows) == 2 * length(Ringbus.Bench.Backlog.cases(%{max_len: 10}))
+
+    for [kase, variant, n, ms, ratio] <- rows do
+      assert n in ["1000", "2000"]
+
+      case {kase, variant, n} do
+        {"seed", "default", "2000"} ->
+          assert ms == "skipped"
+          assert ratio == "-"
+
+        {_, _, "1000"} ->
+          assert {_, ""} = Float.parse(ms)
+          assert ratio == "-"
+
+        {_, _, "2000"} ->
+          assert {_, ""} = Float.parse(ms)
+          assert {_, ""} = Float.parse(ratio)
+      end
+    end
+
+    variants = rows |> Enum.map(fn [k, v | _] -> {k, v} end) |> Enum.uniq()
+    assert {"seed", "drained"} in variants
+    assert {"subscription", "ack"} in variants
+    assert {"store", "create_exists"} in variants
+    refute Ringbus.Bench.Backlog.connection_case() in variants
+  end
+
+  test "--only runs the cases and variants named", %{tmp_dir: dir} do
+    out = Path.join(dir, "only.csv")
+    args = ["--sizes", "1000", "--repeat", "1", "--only", "store,seed/drained", "--out", out]
+    capture_io(fn -> assert :ok = Ringbus.Bench.Backlog.run(args) end)
+
+    assert [_header | rows] = out |> File.read!() |> String.split("\n", trim: true)
+
+    assert Enum.map(rows, &(&1 |> String.split(",") |> Enum.take(2))) ==
+             [["seed", "drained"], ["store", "create_exists"]]
+  end
+
+  test "rejects sizes that are not ascending" do
+    assert_raise Mix.Error, ~r/ascending/, fn ->
+      Ringbus.Bench.Backlog.run(["--sizes", "2000,1000"])
+    end
+  end
+end
