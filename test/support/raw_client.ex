@@ -8,7 +8,6 @@ defmodule Ringbus.Test.RawClient do
 
   defstruct [:socket, :mod, decoder: Decoder.new(1_073_741_824), frames: []]
 
-
   @timeout 5_000
 
   def connect(port, opts \\ []) do
