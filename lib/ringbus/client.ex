@@ -70,6 +70,11 @@ defmodule Ringbus.Client do
   The bound holds the client's memory and the server's work; the owner must
   still take the `:ringbus_acks` messages out of its mailbox.
 
+  The bound is at most 250,000 because the client process writes and reads
+  the socket: when the server's acks for every pending push (14 bytes each)
+  outgrow the socket buffers and the server's output queue, the server
+  stops reading until the client reads, while the client waits to write.
+
   ## Subscriptions
 
   `subscribe/3` streams a channel's messages to the owner, in the shape the
@@ -185,8 +190,8 @@ defmodule Ringbus.Client do
     * `:owner` - the process that receives async acks, deliveries and the
       `:ringbus_down` message; the client closes when it exits. Default the
       caller.
-    * `:max_pending` - async messages in flight at most (see Backpressure).
-      Default `100_000`.
+    * `:max_pending` - async messages in flight at most (see Backpressure),
+      up to `250_000`. Default `100_000`.
     * `:buffer_size` - socket buffer sizes, in bytes. Default 1 MiB.
     * `:send_timeout` - milliseconds a write may wait on a server that does
       not read before the connection closes. Default `30_000`.
@@ -208,6 +213,11 @@ defmodule Ringbus.Client do
   @next_corr 1
   @pending 2
   @closed 3
+
+  # 14 bytes of PUSH_ACKS entry per pending push: 250,000 of them (3.5 MB)
+  # fit in the socket buffers and the server's output queue, so the server
+  # never blocks writing acks while this client blocks writing pushes.
+  @max_pending_limit 250_000
 
   @hello_max_frame 65_544
   @max_corr 0xFFFF_FFFF
@@ -247,9 +257,16 @@ defmodule Ringbus.Client do
     check!(:timeout, opts[:timeout], &timeout?/1, "a positive integer or :infinity")
     check!(:owner, opts[:owner], &is_pid/1, "a pid")
 
-    for key <- [:max_pending, :buffer_size, :send_timeout] do
+    for key <- [:buffer_size, :send_timeout] do
       check!(key, opts[key], &(is_integer(&1) and &1 > 0), "a positive integer")
     end
+
+    check!(
+      :max_pending,
+      opts[:max_pending],
+      &(is_integer(&1) and &1 in 1..@max_pending_limit),
+      "an integer in 1..#{@max_pending_limit}"
+    )
 
     kind = opts[:transport]
 

@@ -57,6 +57,7 @@ defmodule Ringbus.ClientTest do
     test "bad options raise", %{port: port} do
       assert_raise ArgumentError, fn -> Client.connect(port: port, colour: :blue) end
       assert_raise ArgumentError, ~r/:transport/, fn -> Client.connect(transport: :udp) end
+      assert_raise ArgumentError, ~r/:max_pending/, fn -> Client.connect(max_pending: 10 ** 6) end
     end
   end
 
