@@ -1,0 +1,727 @@
+defmodule Ringbus.Client do
+  @moduledoc """
+  A client for a `Ringbus.Server`, over TCP or TLS.
+
+  It speaks the protocol of `docs/PROTOCOL.md` and offers the operations of
+  the embedded `Ringbus` API on a remote server, with the same results where
+  they make sense, and many requests in flight on one connection.
+
+  ## Example
+
+      {:ok, client} = Ringbus.Client.connect(host: "127.0.0.1", port: 7171)
+
+      :ok = Ringbus.Client.create(client, "events", capacity: 100_000)
+      {:ok, 0} = Ringbus.Client.push(client, "events", "hello")
+      {:ok, 1} = Ringbus.Client.push_many(client, "events", ["a", "b"])
+
+      {:ok, [{0, "hello"}, {1, "a"}], 0} = Ringbus.Client.read(client, "events", 0, 2)
+      {:ok, 0, "hello"} = Ringbus.Client.pull(client, "events")
+      {:ok, 2} = Ringbus.Client.len(client, "events")
+
+      :ok = Ringbus.Client.close(client)
+
+  Every function that waits for the server is safe to call from many
+  processes at once on one client: requests are pipelined, each with its own
+  correlation id, and answered as the server handles them.
+
+  ## Fast ingest: pushes with asynchronous acks
+
+  `push/3` waits for the server's ack, so a producer that calls it in a loop
+  does one round trip per message. `push_async/4` returns at once with the
+  push's correlation id; the server acknowledges all the pushes of one socket
+  read with one `PUSH_ACKS` frame, and the client hands each such frame to
+  the owner (see `:owner`) as **one** message:
+
+      {:ringbus_acks, client, [{corr, {:ok, seq} | {:error, reason}}]}
+
+  Entries come in the order the pushes were sent. A producer pushes until
+  the client says `{:error, :backpressure}` and then waits for acks:
+
+      def produce(client, payloads, acked \\\\ 0)
+
+      def produce(client, [payload | rest] = payloads, acked) do
+        case Ringbus.Client.push_async(client, "events", payload) do
+          {:ok, _corr} -> produce(client, rest, acked)
+          {:error, :backpressure} -> produce(client, payloads, acked + await_acks(client))
+        end
+      end
+
+      def produce(_client, [], acked), do: acked
+
+      defp await_acks(client) do
+        receive do
+          {:ringbus_acks, ^client, acks} -> length(acks)
+        end
+      end
+
+  A list of payloads goes as one `PUSH_BATCH` frame with one correlation id
+  and one ack entry, whose seq is that of the first message. With
+  `ack: false` a push is sent in no-ack mode: the server stores it and says
+  nothing, not even when it fails, and `push_async/4` returns `:ok`.
+
+  ### Backpressure
+
+  At most `:max_pending` async messages (default 100,000) are in flight: a
+  message counts from `push_async/4` until its ack reaches the client or, in
+  no-ack mode, until it is written to the socket. Past the bound,
+  `push_async/4` returns `{:error, :backpressure}` and sends nothing; the
+  caller waits for acks and tries again. One push is always taken when
+  nothing is in flight, so a batch larger than the bound still goes alone.
+  The bound holds the client's memory and the server's work; the owner must
+  still take the `:ringbus_acks` messages out of its mailbox.
+
+  The bound is at most 250,000 because the client process writes and reads
+  the socket: when the server's acks for every pending push (14 bytes each)
+  outgrow the socket buffers and the server's output queue, the server
+  stops reading until the client reads, while the client waits to write.
+
+  ## Subscriptions
+
+  `subscribe/3` streams a channel's messages to the owner, in the shape the
+  embedded `Ringbus.subscribe/2` uses, with the server's subscription id (an
+  integer) in place of a reference:
+
+      {:ok, sub} = Ringbus.Client.subscribe(client, "events", from: :earliest, credit: 1000)
+
+      receive do
+        {:ringbus, ^sub, messages, lost} ->
+          handle(messages, lost)
+          Ringbus.Client.ack(client, sub, length(messages))
+
+        {:ringbus_closed, ^sub, reason} ->
+          :gone
+      end
+
+  Flow control is credit in messages: the server sends at most `:credit`
+  messages ahead of `ack/3`, which returns credit (a `CREDIT` frame, with no
+  answer). A subscription ends with `unsubscribe/2`, with
+  `{:ringbus_closed, sub, :no_channel}` when its channel is deleted, or with
+  `{:ringbus_closed, sub, :closed}` when the connection is lost.
+
+  ## Errors
+
+  Functions return `{:ok, value}` (or `:ok`, or `:empty` for `pull/2`) or
+  `{:error, reason}`; the `!` variants raise `Ringbus.Client.Error`. A reason
+  is always an atom (or, for an error code newer than this client, its
+  integer):
+
+    * Request errors from the server, as the protocol names them
+      (`Ringbus.Wire.ErrorCode`): `:no_channel`, `:exists`, `:full`,
+      `:too_large`, `:forbidden`, `:no_subscription`,
+      `:too_many_subscriptions`, `:bad_argument`, `:internal`. The same
+      atoms the embedded `Ringbus` functions return, so code moves between
+      the two. They come from `ERROR` frames and from the status of
+      `PUSH_ACKS` entries alike; the server's text message is not kept (the
+      protocol says clients must not parse it).
+    * `:closed` - the connection is closed, or closed while the request
+      waited. A request that was written may or may not have been handled.
+    * `:timeout` - no answer within `:timeout` milliseconds. The request may
+      still be handled; its late answer is dropped.
+    * `:backpressure` - see above; only from `push_async/4`.
+    * `:frame_too_large` - the request would not fit the server's max frame
+      size; nothing was sent.
+    * From `connect/1` only: socket errors such as `:econnrefused` or
+      `:timeout`, TLS errors as `:ssl` gives them, and the server's refusal:
+      `:auth_failed`, `:bad_version`, `:server_busy`, `:shutting_down`.
+
+  When the connection is lost (the server closed it, a socket error), the
+  owner gets `{:ringbus_closed, sub, :closed}` for each subscription and then
+  `{:ringbus_down, client, reason}`, where `reason` is the connection error
+  the server sent (say `:idle_timeout`), `:closed`, or the socket error. Async
+  pushes without an ack by then may or may not have been stored. Closing the
+  client with `close/1`, or the owner exiting, sends no such messages.
+
+  ## Keep-alive
+
+  A server closes a connection from which no frame came for its idle timeout
+  (announced in `HELLO_OK`). When it has one, the client sends a `PING` every
+  third of it, so a client that only subscribes stays connected.
+
+  ## Process
+
+  The client is a process (`Ringbus.Client.Connection`) that owns the socket;
+  the `t:t/0` value holds its pid and an `:atomics` array that callers use to
+  take correlation ids and count pending pushes without a message to it.
+  Callers encode their requests themselves and send the bytes to the
+  process, which writes whatever is queued with one socket write. It is not
+  linked to the caller; it monitors the owner and closes when the owner exits.
+  See `lib/ringbus/client/README.md`.
+  """
+
+  alias Ringbus.Client.{Connection, Error, Socket}
+  alias Ringbus.Wire.{Decoder, Frame}
+
+  @enforce_keys [:pid, :counters, :max_pending, :max_frame_size, :timeout]
+  defstruct [:pid, :counters, :max_pending, :max_frame_size, :timeout]
+
+  @typedoc "A connected client, as returned by `connect/1`."
+  @type t :: %__MODULE__{
+          pid: pid(),
+          counters: :atomics.atomics_ref(),
+          max_pending: pos_integer(),
+          max_frame_size: pos_integer(),
+          timeout: timeout()
+        }
+
+  @typedoc "A correlation id: identifies an async push in the owner's `:ringbus_acks` messages."
+  @type corr :: 1..0xFFFF_FFFF
+
+  @typedoc "A subscription id, chosen by the server."
+  @type sub_id :: non_neg_integer()
+
+  @type channel :: String.t()
+
+  @typedoc "See the Errors section of the module doc."
+  @type reason :: atom() | pos_integer()
+
+  @typedoc """
+  Options of `connect/1`:
+
+    * `:host` - the server's address, a hostname or IP string, a charlist or
+      an IP tuple. Default `"127.0.0.1"`.
+    * `:port` - the server's port. Default `Ringbus.Server.default_port/0`.
+    * `:transport` - `:tcp` or `:tls`. Default `:tcp`.
+    * `:tls` - `:ssl` client options for `transport: :tls`, such as
+      `verify: :verify_peer, cacerts: [...]`. Default `[]`.
+    * `:token` - the token to authenticate with, or `nil` for none.
+      Default `nil`.
+    * `:timeout` - milliseconds for connecting and `HELLO`, and for each
+      function that waits for an answer. Default `5_000`.
+    * `:owner` - the process that receives async acks, deliveries and the
+      `:ringbus_down` message; the client closes when it exits. Default the
+      caller.
+    * `:max_pending` - async messages in flight at most (see Backpressure),
+      up to `250_000`. Default `100_000`.
+    * `:buffer_size` - socket buffer sizes, in bytes. Default 1 MiB.
+    * `:send_timeout` - milliseconds a write may wait on a server that does
+      not read before the connection closes. Default `30_000`.
+  """
+  @type options :: [
+          host: String.t() | charlist() | :inet.ip_address(),
+          port: :inet.port_number(),
+          transport: :tcp | :tls,
+          tls: [:ssl.tls_client_option()],
+          token: String.t() | nil,
+          timeout: timeout(),
+          owner: pid(),
+          max_pending: pos_integer(),
+          buffer_size: pos_integer(),
+          send_timeout: pos_integer()
+        ]
+
+  # Slots of the `:atomics` array.
+  @next_corr 1
+  @pending 2
+  @closed 3
+
+  # 14 bytes of PUSH_ACKS entry per pending push: 250,000 of them (3.5 MB)
+  # fit in the socket buffers and the server's output queue, so the server
+  # never blocks writing acks while this client blocks writing pushes.
+  @max_pending_limit 250_000
+
+  @hello_max_frame 65_544
+  @max_corr 0xFFFF_FFFF
+
+  ## Connecting
+
+  @doc """
+  Connects to a server, says `HELLO` and returns a client.
+
+  See `t:options/0`. Unknown options raise `ArgumentError`.
+
+      {:ok, client} = Ringbus.Client.connect(port: 7171, token: "s3cret")
+      {:error, :auth_failed} = Ringbus.Client.connect(port: 7171, token: "wrong")
+      {:error, :econnrefused} = Ringbus.Client.connect(port: 1)
+  """
+  @spec connect(options()) :: {:ok, t()} | {:error, reason() | term()}
+  def connect(opts \\ []) do
+    opts =
+      Keyword.validate!(opts,
+        host: "127.0.0.1",
+        port: Ringbus.Server.default_port(),
+        transport: :tcp,
+        tls: [],
+        token: nil,
+        timeout: 5_000,
+        owner: self(),
+        max_pending: 100_000,
+        buffer_size: 1024 * 1024,
+        send_timeout: 30_000
+      )
+
+    host = host!(opts[:host])
+    check!(:port, opts[:port], &(is_integer(&1) and &1 in 0..65_535), "an integer in 0..65535")
+    check!(:transport, opts[:transport], &(&1 in [:tcp, :tls]), ":tcp or :tls")
+    check!(:tls, opts[:tls], &is_list/1, "a keyword list of ssl options")
+    check!(:token, opts[:token], &(is_nil(&1) or is_binary(&1)), "a binary or nil")
+    check!(:timeout, opts[:timeout], &timeout?/1, "a positive integer or :infinity")
+    check!(:owner, opts[:owner], &is_pid/1, "a pid")
+
+    for key <- [:buffer_size, :send_timeout] do
+      check!(key, opts[key], &(is_integer(&1) and &1 > 0), "a positive integer")
+    end
+
+    check!(
+      :max_pending,
+      opts[:max_pending],
+      &(is_integer(&1) and &1 in 1..@max_pending_limit),
+      "an integer in 1..#{@max_pending_limit}"
+    )
+
+    kind = opts[:transport]
+
+    with {:ok, socket} <- Socket.connect(kind, host, opts[:port], opts),
+         {:ok, limits} <- hello(kind, socket, opts[:token], opts[:timeout]) do
+      start(kind, socket, limits, opts)
+    end
+  end
+
+  @doc "Like `connect/1`, but returns the client or raises `Ringbus.Client.Error`."
+  @spec connect!(options()) :: t()
+  def connect!(opts \\ []), do: connect(opts) |> bang()
+
+  defp hello(kind, socket, token, timeout) do
+    data = Frame.encode({:hello, 1, Frame.version(), 0, token})
+
+    result =
+      with :ok <- Socket.send(kind, socket, data),
+           {:ok, frame} <- recv_frame(kind, socket, Decoder.new(@hello_max_frame), timeout) do
+        case frame do
+          {:hello_ok, 1, _version, limits} -> {:ok, limits}
+          {:error, _corr, reason, _message} -> {:error, reason}
+          other -> {:error, {:unexpected_frame, elem(other, 0)}}
+        end
+      end
+
+    with {:error, _} <- result, do: Socket.close(kind, socket)
+    result
+  end
+
+  # The handshake runs in the caller, on the passive socket, before any
+  # process owns it.
+  defp recv_frame(kind, socket, decoder, timeout) do
+    with {:ok, data} <- Socket.recv(kind, socket, timeout) do
+      case Decoder.feed(decoder, data) do
+        {:ok, [], decoder} -> recv_frame(kind, socket, decoder, timeout)
+        {:ok, [frame | _], _decoder} -> {:ok, frame}
+        {:error, reason, _frames} -> {:error, {:bad_frame, reason}}
+      end
+    end
+  end
+
+  defp start(kind, socket, limits, opts) do
+    counters = :atomics.new(3, signed: true)
+    # Correlation id 1 went to HELLO.
+    :atomics.put(counters, @next_corr, 1)
+
+    client = %__MODULE__{
+      pid: nil,
+      counters: counters,
+      max_pending: opts[:max_pending],
+      max_frame_size: limits.max_frame_size,
+      timeout: opts[:timeout]
+    }
+
+    args = %{client: client, kind: kind, socket: socket, owner: opts[:owner], limits: limits}
+
+    # The process puts its own pid in the struct, as the caller does here.
+    {:ok, pid} = Connection.start(args)
+    client = %{client | pid: pid}
+
+    case Socket.controlling_process(kind, socket, pid) do
+      :ok ->
+        send(pid, {:ringbus_activate, socket})
+        {:ok, client}
+
+      {:error, reason} ->
+        Socket.close(kind, socket)
+        GenServer.stop(pid)
+        {:error, reason}
+    end
+  end
+
+  @doc """
+  Closes the connection and stops the client. Calls waiting for an answer
+  return `{:error, :closed}`, and so does every later call. Returns `:ok`,
+  also when the client was closed already.
+  """
+  @spec close(t()) :: :ok
+  def close(%__MODULE__{pid: pid}) do
+    GenServer.call(pid, :close)
+  catch
+    :exit, _ -> :ok
+  end
+
+  @doc "The server's limits, as announced in `HELLO_OK`: today its `max_frame_size`."
+  @spec max_frame_size(t()) :: pos_integer()
+  def max_frame_size(%__MODULE__{max_frame_size: size}), do: size
+
+  ## Channels
+
+  @typedoc """
+  Options of `create/3`:
+
+    * `:capacity` - messages the channel keeps, a positive integer. Required.
+    * `:overflow` - `:drop_oldest` (a push to a full channel overwrites the
+      oldest message) or `:reject` (it is refused with `:full`). Default
+      `:drop_oldest`.
+  """
+  @type create_options :: [capacity: pos_integer(), overflow: :drop_oldest | :reject]
+
+  @doc """
+  Creates a channel. Returns `{:error, :exists}` if there is one of that name.
+
+      :ok = Ringbus.Client.create(client, "events", capacity: 1_000_000, overflow: :drop_oldest)
+  """
+  @spec create(t(), channel(), create_options()) :: :ok | {:error, reason()}
+  def create(client, channel, opts) do
+    opts = Keyword.validate!(opts, [:capacity, overflow: :drop_oldest])
+    capacity = opts[:capacity]
+
+    check!(
+      :capacity,
+      capacity,
+      &(is_integer(&1) and &1 in 1..0xFFFF_FFFF),
+      "a positive integer below 2^32"
+    )
+
+    check!(
+      :overflow,
+      opts[:overflow],
+      &(&1 in [:drop_oldest, :reject]),
+      ":drop_oldest or :reject"
+    )
+
+    call(client, &{:create, &1, channel!(channel), capacity, opts[:overflow]})
+  end
+
+  @doc "Like `create/3`, but raises `Ringbus.Client.Error` on failure."
+  @spec create!(t(), channel(), create_options()) :: :ok
+  def create!(client, channel, opts), do: create(client, channel, opts) |> bang()
+
+  @doc """
+  Deletes a channel and its messages. Every subscription to it, on any
+  connection, ends with `{:ringbus_closed, sub, :no_channel}`.
+  """
+  @spec delete(t(), channel()) :: :ok | {:error, reason()}
+  def delete(client, channel), do: call(client, &{:delete, &1, channel!(channel)})
+
+  @doc "Like `delete/2`, but raises `Ringbus.Client.Error` on failure."
+  @spec delete!(t(), channel()) :: :ok
+  def delete!(client, channel), do: delete(client, channel) |> bang()
+
+  ## Pushes
+
+  @doc """
+  Pushes one message, waits for its ack and returns its seq.
+
+  A channel that does not exist is created by the push when the server has
+  `:auto_create` on (its default); otherwise the result is
+  `{:error, :no_channel}`. A full `:reject` channel gives `{:error, :full}`.
+
+      {:ok, seq} = Ringbus.Client.push(client, "events", "hello")
+  """
+  @spec push(t(), channel(), binary()) :: {:ok, Ringbus.seq()} | {:error, reason()}
+  def push(client, channel, payload) when is_binary(payload),
+    do: call(client, &{:push, &1, :ack, channel!(channel), payload})
+
+  @doc "Like `push/3`, but returns the seq or raises `Ringbus.Client.Error`."
+  @spec push!(t(), channel(), binary()) :: Ringbus.seq()
+  def push!(client, channel, payload), do: push(client, channel, payload) |> bang()
+
+  @doc """
+  Pushes a batch as one `PUSH_BATCH` frame and returns the seq of its first
+  message; the others follow it. On a `:reject` channel the batch goes in
+  whole or not at all.
+  """
+  @spec push_many(t(), channel(), [binary()]) :: {:ok, Ringbus.seq()} | {:error, reason()}
+  def push_many(client, channel, payloads) when is_list(payloads) do
+    # The encoder walks the list anyway; counting it is one more pass in the caller.
+    count = length(payloads)
+    call(client, &{:push_batch, &1, :ack, channel!(channel), count, payloads})
+  end
+
+  @doc "Like `push_many/3`, but returns the first seq or raises `Ringbus.Client.Error`."
+  @spec push_many!(t(), channel(), [binary()]) :: Ringbus.seq()
+  def push_many!(client, channel, payloads), do: push_many(client, channel, payloads) |> bang()
+
+  @doc """
+  Sends a push (a binary) or a batch (a list of binaries, one `PUSH_BATCH`
+  frame) without waiting for the server.
+
+  Returns `{:ok, corr}` at once; the ack comes to the owner later as an entry
+  `{corr, {:ok, seq} | {:error, reason}}` of a
+  `{:ringbus_acks, client, entries}` message, one message per `PUSH_ACKS`
+  frame of the server. For a batch, `seq` is that of its first message.
+
+  Returns `{:error, :backpressure}`, having sent nothing, when `:max_pending`
+  messages are in flight (see the module doc), `{:error, :frame_too_large}`
+  when the frame would exceed the server's max frame size, and
+  `{:error, :closed}` once the connection is closed.
+
+  ## Options
+
+    * `:ack` - `false` sends the push in no-ack mode: the server never
+      answers it, not even on failure, and the result is `:ok`. Default `true`.
+  """
+  @spec push_async(t(), channel(), binary() | [binary()], ack: boolean()) ::
+          {:ok, corr()} | :ok | {:error, :backpressure | :frame_too_large | :closed}
+  def push_async(client, channel, payload_or_payloads, opts \\ [])
+
+  def push_async(%__MODULE__{} = client, channel, payload, opts) when is_binary(payload) do
+    mode = ack_mode(opts)
+    channel = channel!(channel)
+    async(client, mode, 1, &{:push, &1, mode, channel, payload})
+  end
+
+  def push_async(%__MODULE__{} = client, channel, payloads, opts) when is_list(payloads) do
+    mode = ack_mode(opts)
+    channel = channel!(channel)
+    count = length(payloads)
+    async(client, mode, count, &{:push_batch, &1, mode, channel, count, payloads})
+  end
+
+  defp ack_mode([]), do: :ack
+
+  defp ack_mode(opts) do
+    case Keyword.validate!(opts, ack: true)[:ack] do
+      true -> :ack
+      false -> :no_ack
+      other -> raise ArgumentError, "expected :ack to be a boolean, got: #{inspect(other)}"
+    end
+  end
+
+  defp async(%__MODULE__{counters: counters} = client, mode, count, frame) do
+    cond do
+      :atomics.get(counters, @closed) == 1 ->
+        {:error, :closed}
+
+      not reserve(counters, count, client.max_pending) ->
+        {:error, :backpressure}
+
+      true ->
+        corr = next_corr(counters)
+
+        case encode_reserved(client, frame.(corr), count) do
+          {:ok, data, bytes} ->
+            send(client.pid, {:ringbus_push, data, bytes, corr, count, mode})
+            if mode == :ack, do: {:ok, corr}, else: :ok
+
+          error ->
+            :atomics.sub(counters, @pending, count)
+            error
+        end
+    end
+  end
+
+  # Gives the reserved room back when the encoder raises on a bad payload.
+  defp encode_reserved(client, frame, count) do
+    encode(client, frame)
+  rescue
+    e ->
+      :atomics.sub(client.counters, @pending, count)
+      reraise e, __STACKTRACE__
+  end
+
+  # Takes room for `count` messages; refuses past the bound unless nothing
+  # else is in flight.
+  defp reserve(counters, count, max) do
+    pending = :atomics.add_get(counters, @pending, count)
+
+    if pending > max and pending != count do
+      :atomics.sub(counters, @pending, count)
+      false
+    else
+      true
+    end
+  end
+
+  @doc "The async messages in flight now: pushed and not yet acked (or written, in no-ack mode)."
+  @spec pending(t()) :: non_neg_integer()
+  def pending(%__MODULE__{counters: counters}), do: :atomics.get(counters, @pending)
+
+  ## Reads
+
+  @doc """
+  Takes the oldest message out of a channel: `{:ok, seq, payload}`, or
+  `:empty`. Each message is pulled at most once over all clients.
+  """
+  @spec pull(t(), channel()) :: {:ok, Ringbus.seq(), binary()} | :empty | {:error, reason()}
+  def pull(client, channel), do: call(client, &{:pull, &1, channel!(channel)})
+
+  @doc """
+  Reads up to `max` messages from seq `from` on, without removing them.
+
+  Returns the messages in seq order and `lost`: how many messages at or after
+  `from` were gone before the first one returned. The server may return fewer
+  than `max` (it caps a read at 1,000 messages and at its max frame size); to
+  go on, read again from the seq after the last one returned.
+  """
+  @spec read(t(), channel(), Ringbus.seq(), non_neg_integer()) ::
+          {:ok, [{Ringbus.seq(), binary()}], non_neg_integer()} | {:error, reason()}
+  def read(client, channel, from, max)
+      when is_integer(from) and from >= 0 and is_integer(max) and max in 0..0xFFFF_FFFF,
+      do: call(client, &{:read, &1, channel!(channel), from, max})
+
+  @doc "Like `read/4`, but returns `{messages, lost}` or raises `Ringbus.Client.Error`."
+  @spec read!(t(), channel(), Ringbus.seq(), non_neg_integer()) ::
+          {[{Ringbus.seq(), binary()}], non_neg_integer()}
+  def read!(client, channel, from, max) do
+    case read(client, channel, from, max) do
+      {:ok, messages, lost} -> {messages, lost}
+      {:error, reason} -> raise Error, reason: reason
+    end
+  end
+
+  @doc "The number of messages a channel holds."
+  @spec len(t(), channel()) :: {:ok, non_neg_integer()} | {:error, reason()}
+  def len(client, channel), do: call(client, &{:len, &1, channel!(channel)})
+
+  @doc "Like `len/2`, but returns the length or raises `Ringbus.Client.Error`."
+  @spec len!(t(), channel()) :: non_neg_integer()
+  def len!(client, channel), do: len(client, channel) |> bang()
+
+  @doc "A channel's figures, as `Ringbus.info/1` gives them (see `t:Ringbus.info/0`)."
+  @spec info(t(), channel()) :: {:ok, Ringbus.info()} | {:error, reason()}
+  def info(client, channel), do: call(client, &{:info, &1, channel!(channel)})
+
+  @doc "Like `info/2`, but returns the figures or raises `Ringbus.Client.Error`."
+  @spec info!(t(), channel()) :: Ringbus.info()
+  def info!(client, channel), do: info(client, channel) |> bang()
+
+  @doc "Sends `PING` and waits for `PONG`."
+  @spec ping(t()) :: :ok | {:error, reason()}
+  def ping(client), do: call(client, &{:ping, &1})
+
+  ## Subscriptions
+
+  @typedoc """
+  Options of `subscribe/3`:
+
+    * `:from` - where to start: a seq, `:earliest` (the oldest message held)
+      or `:latest` (the next message pushed). Default `:latest`.
+    * `:credit` - messages the server may send before `ack/3` returns
+      credit; the server caps it at its `max_credit`. Default `1000`.
+    * `:max_batch` - messages in one delivery, at most. Default `256`.
+  """
+  @type subscribe_options :: [
+          from: Ringbus.seq() | :earliest | :latest,
+          credit: pos_integer(),
+          max_batch: pos_integer()
+        ]
+
+  @doc """
+  Subscribes the owner to a channel; see the Subscriptions section of the
+  module doc. Returns the subscription id.
+  """
+  @spec subscribe(t(), channel(), subscribe_options()) :: {:ok, sub_id()} | {:error, reason()}
+  def subscribe(client, channel, opts \\ []) do
+    opts = Keyword.validate!(opts, from: :latest, credit: 1000, max_batch: 256)
+    from = opts[:from]
+
+    check!(
+      :from,
+      from,
+      &(&1 in [:earliest, :latest] or (is_integer(&1) and &1 >= 0)),
+      "a seq, :earliest or :latest"
+    )
+
+    check!(:credit, opts[:credit], &u32_positive?/1, "a positive integer below 2^32")
+    check!(:max_batch, opts[:max_batch], &u32_positive?/1, "a positive integer below 2^32")
+
+    call(
+      client,
+      &{:subscribe, &1, channel!(channel), from, opts[:credit], opts[:max_batch]}
+    )
+  end
+
+  @doc "Like `subscribe/3`, but returns the id or raises `Ringbus.Client.Error`."
+  @spec subscribe!(t(), channel(), subscribe_options()) :: sub_id()
+  def subscribe!(client, channel, opts \\ []), do: subscribe(client, channel, opts) |> bang()
+
+  @doc """
+  Returns `count` messages of credit to a subscription. Does not wait: the
+  server answers `CREDIT` only when it fails, and such an answer is dropped
+  (it happens when the credit crosses the subscription's end). Returns `:ok`,
+  or `{:error, :closed}`.
+  """
+  @spec ack(t(), sub_id(), pos_integer()) :: :ok | {:error, :closed}
+  def ack(%__MODULE__{} = client, sub_id, count)
+      when is_integer(sub_id) and sub_id >= 0 and is_integer(count) and count > 0 do
+    if :atomics.get(client.counters, @closed) == 1 do
+      {:error, :closed}
+    else
+      corr = next_corr(client.counters)
+      data = Frame.encode({:credit, corr, sub_id, min(count, 0xFFFF_FFFF)})
+      send(client.pid, {:ringbus_write, data, 17})
+      :ok
+    end
+  end
+
+  @doc """
+  Ends a subscription. No delivery for it follows the `:ok`, though some may
+  be in the owner's mailbox already.
+  """
+  @spec unsubscribe(t(), sub_id()) :: :ok | {:error, reason()}
+  def unsubscribe(client, sub_id) when is_integer(sub_id) and sub_id >= 0,
+    do: call(client, &{:unsubscribe, &1, sub_id}, {:unsubscribe, sub_id})
+
+  ## Internals
+
+  @doc false
+  @spec next_corr(:atomics.atomics_ref()) :: corr()
+  def next_corr(counters) do
+    # 0 is reserved for errors tied to no request.
+    rem(:atomics.add_get(counters, @next_corr, 1) - 1, @max_corr) + 1
+  end
+
+  # A request that waits for its answer: encoded here, written by the process.
+  defp call(%__MODULE__{} = client, frame, action \\ nil) do
+    corr = next_corr(client.counters)
+
+    with {:ok, data, bytes} <- encode(client, frame.(corr)) do
+      GenServer.call(client.pid, {:request, corr, data, bytes, action}, client.timeout)
+    end
+  catch
+    :exit, {:timeout, _} -> {:error, :timeout}
+    :exit, _ -> {:error, :closed}
+  end
+
+  defp encode(client, frame) do
+    data = Frame.encode(frame)
+    bytes = IO.iodata_length(data)
+
+    if bytes - 4 > client.max_frame_size,
+      do: {:error, :frame_too_large},
+      else: {:ok, data, bytes}
+  end
+
+  defp channel!(channel) when is_binary(channel) and byte_size(channel) in 1..255, do: channel
+
+  defp channel!(channel) do
+    raise ArgumentError,
+          "expected a channel name of 1 to 255 bytes, got: #{inspect(channel)}"
+  end
+
+  defp bang(:ok), do: :ok
+  defp bang({:ok, value}), do: value
+  defp bang({:error, reason}), do: raise(Error, reason: reason)
+
+  defp host!(host) when is_binary(host), do: String.to_charlist(host)
+  defp host!(host) when is_list(host), do: host
+  defp host!(ip) when is_tuple(ip) and tuple_size(ip) in [4, 8], do: ip
+
+  defp host!(other),
+    do: raise(ArgumentError, "expected :host to be a hostname or an IP, got: #{inspect(other)}")
+
+  defp timeout?(:infinity), do: true
+  defp timeout?(t), do: is_integer(t) and t > 0
+
+  defp u32_positive?(n), do: is_integer(n) and n in 1..0xFFFF_FFFF
+
+  defp check!(key, value, valid?, expected) do
+    unless valid?.(value) do
+      raise ArgumentError, "expected #{inspect(key)} to be #{expected}, got: #{inspect(value)}"
+    end
+  end
+end
