@@ -34,8 +34,10 @@ defmodule Ringbus.Channel.Ring do
   # and counts the seq as skipped. The late producer's own `insert_new` fails;
   # it removes the tombstone and pushes again under a fresh seq, so the message
   # is not lost. A producer lapped by the ring before it inserted removes its
-  # own message again. The push that laps a seq deletes whatever is left
-  # under it: a tombstone, or a message a dead puller claimed and never took.
+  # own message again. Under drop-oldest the push that laps a seq deletes
+  # whatever is left under it: a tombstone, or a message a dead puller claimed
+  # and never took. Under reject a tombstone stays if its producer died
+  # mid-push.
 
   alias Ringbus.Channel
 
@@ -139,18 +141,19 @@ defmodule Ringbus.Channel.Ring do
 
   # After first..last went in: make room, catch a lap, wake subscribers.
   #
-  # The push of `seq` deletes `seq - capacity`. Under drop-oldest it first
-  # claims it (moving tail), which makes it overwritten. Under reject it was
-  # claimed already by a pull; the delete only matters when that pull died or
-  # stalled before its take (it then finds the seq lapped and gone).
-  defp stored(%Channel{capacity: cap} = ch, first, last) do
+  # Under drop-oldest the push of `seq` claims `seq - capacity` (moving tail,
+  # which makes it overwritten) and deletes it. Under reject nothing is
+  # deleted: `seq - capacity` was claimed by a pull, which takes it, however
+  # late. (A pull killed between its claim and its take leaves that message in
+  # the table, counted as overwritten, until the channel is deleted.)
+  defp stored(%Channel{overflow: :drop_oldest, capacity: cap} = ch, first, last) do
     if last >= cap do
-      if ch.overflow == :drop_oldest, do: claim_through(ch.atomics, last - cap)
+      claim_through(ch.atomics, last - cap)
       Enum.each(max(first - cap, 0)..(last - cap)//1, &:ets.delete(ch.table, &1))
     end
 
     # Lapped before our insert landed: the lapping push found nothing to
-    # delete, so remove what we stored (its claimer counts it as overwritten).
+    # delete, so remove what we stored (it counts as overwritten already).
     head = :atomics.get(ch.atomics, @head)
 
     if head > first + cap,
@@ -158,6 +161,8 @@ defmodule Ringbus.Channel.Ring do
 
     wake(ch)
   end
+
+  defp stored(ch, _first, _last), do: wake(ch)
 
   # Moves tail past `seq`, claiming (overwriting) everything still unclaimed.
   defp claim_through(a, seq) do
@@ -236,7 +241,10 @@ defmodule Ringbus.Channel.Ring do
   @spec stall_timeout() :: pos_integer()
   def stall_timeout, do: @stall_ms
 
-  defp lapped?(ch, seq), do: :atomics.get(ch.atomics, @head) > seq + ch.capacity
+  defp lapped?(%Channel{overflow: :drop_oldest} = ch, seq),
+    do: :atomics.get(ch.atomics, @head) > seq + ch.capacity
+
+  defp lapped?(_ch, _seq), do: false
 
   ## Read
 
