@@ -3,7 +3,7 @@ defmodule Ringbus.Application do
   # Ringbus.Supervisor (rest_for_one)
   # ├── Ringbus.Store                             owns every ETS table
   # ├── Ringbus.Channel.Subscriptions             Registry of subscriptions
-  # └── Ringbus.Channel.SubscriptionSupervisor    one process per subscription
+  # └── Ringbus.Channel.SubscriptionOwner         every subscription links to it
   #
   # rest_for_one: if the table owner ever restarts, the subscriptions that read
   # its tables restart after it.
@@ -15,7 +15,7 @@ defmodule Ringbus.Application do
     children = [
       Ringbus.Store,
       {Registry, keys: :duplicate, name: Ringbus.Channel.Subscriptions},
-      {DynamicSupervisor, name: Ringbus.Channel.SubscriptionSupervisor, strategy: :one_for_one}
+      Ringbus.Channel.SubscriptionOwner
     ]
 
     Supervisor.start_link(children, strategy: :rest_for_one, name: Ringbus.Supervisor)

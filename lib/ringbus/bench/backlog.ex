@@ -25,21 +25,21 @@ defmodule Ringbus.Bench.Backlog do
         unregisters, reads, re-registers and re-arms the wake flag
       * `ack_on_heap`, `wake_on_heap` - the same, but started with
         `message_queue_data: :on_heap` instead of the subscription's own
-        setting (`ack` and `wake` start it as `Ringbus.subscribe/2` does, under
-        its supervisor)
+        setting (`ack` and `wake` start it as `Ringbus.subscribe/2` does)
     * `store` - `Ringbus.Store` is suspended and gets N queued
       `Ringbus.create/2` calls for a channel that exists (a burst of
       "declare" calls from clients starting at once); each is answered
       `{:error, :exists}`, and every answer is counted
 
-    * `supervisor` - N processes call `Ringbus.subscribe/2` at once: their
-      `start_child` calls queue in a `DynamicSupervisor` configured as
-      `Ringbus.Channel.SubscriptionSupervisor` is, but started by the bench so
-      that a row over budget can be stopped. Starting a child waits for its
-      init acknowledgement with a selective receive that does not skip the
-      queued calls. The time runs until every caller has its subscription.
-      Variants: `subscribe` (as the application starts it) and
-      `subscribe_off_heap` (`message_queue_data: :off_heap`).
+    * `subscribe` - a burst of N subscribes at once; the time runs until
+      every caller has its subscription. Variants:
+      * `ringbus` - N processes call `Ringbus.subscribe/2`, which starts the
+        subscription from the caller and links it to
+        `Ringbus.Channel.SubscriptionOwner`
+      * `dynamic_supervisor` - the naive way, for contrast: the same N starts
+        as `start_child` calls queued in one `DynamicSupervisor`, which waits
+        for each child's init with a selective receive that scans the calls
+        queued behind it
 
   ## Adding a case
 
@@ -138,13 +138,13 @@ defmodule Ringbus.Bench.Backlog do
       {"seed", "default", &seed(:default, &1, &2, config)},
       {"seed", "socket", &seed(:socket, &1, &2, config)},
       {"seed", "drained", &seed(:drained, &1, &2, config)},
-      {"subscription", "ack", &subscription(:ack, :supervised, &1, &2)},
+      {"subscription", "ack", &subscription(:ack, :as_subscribed, &1, &2)},
       {"subscription", "ack_on_heap", &subscription(:ack, :on_heap, &1, &2)},
-      {"subscription", "wake", &subscription(:wake, :supervised, &1, &2)},
+      {"subscription", "wake", &subscription(:wake, :as_subscribed, &1, &2)},
       {"subscription", "wake_on_heap", &subscription(:wake, :on_heap, &1, &2)},
       {"store", "create_exists", &store_creates/2},
-      {"supervisor", "subscribe", &subscribes(:on_heap, &1, &2)},
-      {"supervisor", "subscribe_off_heap", &subscribes(:off_heap, &1, &2)}
+      {"subscribe", "ringbus", &subscribes_ringbus/2},
+      {"subscribe", "dynamic_supervisor", &subscribes(&1, &2)}
     ]
   end
 
@@ -386,7 +386,7 @@ defmodule Ringbus.Bench.Backlog do
     result
   end
 
-  defp start_subscription(:supervised, channel, sink, opts) do
+  defp start_subscription(:as_subscribed, channel, sink, opts) do
     {:ok, sub} = Subscription.start(channel, sink, opts)
     [{pid, _}] = Registry.lookup(Ringbus.Channel.Subscriptions, sub)
     pid
@@ -463,19 +463,50 @@ defmodule Ringbus.Bench.Backlog do
     end
   end
 
-  ## supervisor: N queued subscribes
+  ## subscribe: a burst of N subscribes
 
-  defp subscribes(queue_data, n, budget) do
+  defp subscribes_ringbus(n, budget) do
+    name = {__MODULE__, make_ref()}
+    :ok = Ringbus.create(name, capacity: 16)
+    parent = self()
+
+    clients =
+      for _ <- 1..n do
+        spawn(fn ->
+          receive do
+            :go -> :ok
+          end
+
+          {:ok, _sub} = Ringbus.subscribe(name)
+          send(parent, :subscribed)
+
+          receive do
+            :stop -> :ok
+          end
+        end)
+      end
+
+    started = System.monotonic_time()
+    deadline = started + System.convert_time_unit(budget, :millisecond, :native)
+    Enum.each(clients, &send(&1, :go))
+    subscribed = await_subscribed(n, 0, deadline)
+    elapsed = System.monotonic_time() - started
+
+    # Subscriptions end with their subscriber.
+    Enum.each(clients, &Process.exit(&1, :kill))
+    flush_subscribed()
+    Ringbus.delete(name)
+
+    if subscribed == n, do: {:ok, elapsed}, else: {:over_budget, subscribed, elapsed}
+  end
+
+  defp subscribes(n, budget) do
     name = {__MODULE__, make_ref()}
     :ok = Ringbus.create(name, capacity: 16)
     {:ok, channel} = Ringbus.Store.lookup(name)
     opts = Subscription.validate_options!([])
 
-    {:ok, sup} =
-      DynamicSupervisor.start_link(
-        strategy: :one_for_one,
-        spawn_opt: [message_queue_data: queue_data]
-      )
+    {:ok, sup} = DynamicSupervisor.start_link(strategy: :one_for_one)
 
     Process.unlink(sup)
     parent = self()
@@ -484,7 +515,8 @@ defmodule Ringbus.Bench.Backlog do
     clients =
       for _ <- 1..n do
         spawn(fn ->
-          spec = {Subscription, {channel, self(), make_ref(), opts}}
+          args = {channel, self(), make_ref(), opts}
+          spec = %{id: Subscription, start: {GenServer, :start_link, [Subscription, args]}}
           {:ok, _pid} = DynamicSupervisor.start_child(sup, spec)
           send(parent, :subscribed)
 

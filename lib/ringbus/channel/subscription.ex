@@ -25,14 +25,11 @@ defmodule Ringbus.Channel.Subscription do
   #     of the process, so each collection costs the backlog's length; with
   #     160k queued acks that took 3.3 s instead of 0.14 s
   #     (`mix ringbus.bench backlog`, subscription rows).
-  #   Not yet safe: starting a subscription. `start/3` is a call to
-  #   `Ringbus.Channel.SubscriptionSupervisor`, and a supervisor starting a
-  #   child waits for its init with a selective receive (`proc_lib`, OTP 25)
-  #   that scans every call queued behind it, so a burst of N subscribes costs
-  #   O(N²): 10k took 0.4 s, 40k 8.6 s (supervisor rows of the bench).
-  #   A `PartitionSupervisor` would divide that by its partition count and
-  #   leave it quadratic; the cure is starts that do not wait in one process
-  #   behind each other. Either is a change to `Ringbus.Application`.
+  #   - starting one does not queue behind other starts: the subscriber
+  #     starts it (waiting in its own mailbox) and it links itself to
+  #     `Ringbus.Channel.SubscriptionOwner`. Started under a DynamicSupervisor
+  #     a burst of N subscribes cost O(N²) there (10k 0.4 s, 40k 8.6 s; the
+  #     supervisor rows of `mix ringbus.bench backlog`).
   #
   # Registry keys in `Ringbus.Channel.Subscriptions` (duplicate keys):
   #   sub                - the subscription's own reference, for ack/unsubscribe
@@ -45,7 +42,6 @@ defmodule Ringbus.Channel.Subscription do
   alias Ringbus.Channel.Ring
 
   @registry Ringbus.Channel.Subscriptions
-  @supervisor Ringbus.Channel.SubscriptionSupervisor
 
   @type options :: [
           from: non_neg_integer() | :earliest | :latest,
@@ -90,17 +86,13 @@ defmodule Ringbus.Channel.Subscription do
   @spec start(Channel.t(), pid(), options()) :: {:ok, reference()} | {:error, term()}
   def start(%Channel{} = channel, subscriber, opts) do
     sub = make_ref()
-    spec = {__MODULE__, {channel, subscriber, sub, opts}}
+    args = {channel, subscriber, sub, opts}
 
-    case DynamicSupervisor.start_child(@supervisor, spec) do
+    case GenServer.start(__MODULE__, args, spawn_opt: [message_queue_data: :off_heap]) do
       {:ok, _pid} -> {:ok, sub}
       {:error, _} = error -> error
     end
   end
-
-  @spec start_link({Channel.t(), pid(), reference(), options()}) :: GenServer.on_start()
-  def start_link(args),
-    do: GenServer.start_link(__MODULE__, args, spawn_opt: [message_queue_data: :off_heap])
 
   @doc "Returns `count` messages of credit to the subscription."
   @spec ack(reference(), pos_integer()) :: :ok | {:error, :no_subscription}
@@ -143,6 +135,7 @@ defmodule Ringbus.Channel.Subscription do
 
   @impl true
   def init({channel, subscriber, sub, opts}) do
+    Ringbus.Channel.SubscriptionOwner.adopt()
     {:ok, _} = Registry.register(@registry, sub, nil)
     {:ok, _} = Registry.register(@registry, channel.name, nil)
     monitor = Process.monitor(subscriber)
