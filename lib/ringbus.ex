@@ -151,6 +151,17 @@ defmodule Ringbus do
       if ets_gone?(e), do: {:error, :no_channel}, else: reraise(e, __STACKTRACE__)
   end
 
+  @doc false
+  # For the server, which checks and counts a batch as it validates it.
+  @spec push_measured(name(), [binary()], non_neg_integer(), non_neg_integer()) ::
+          {:ok, seq()} | {:error, :no_channel | :full}
+  def push_measured(name, payloads, count, bytes) do
+    with {:ok, channel} <- Store.fetch(name),
+         do: Ring.push_measured(channel, payloads, count, bytes)
+  rescue
+    ArgumentError -> {:error, :no_channel}
+  end
+
   @doc "Like `push_many/2`, but returns the first seq or raises `Ringbus.Error`."
   @spec push_many!(name(), [binary()]) :: seq()
   def push_many!(name, payloads), do: push_many(name, payloads) |> bang(name)

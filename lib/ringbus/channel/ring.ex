@@ -85,11 +85,18 @@ defmodule Ringbus.Channel.Ring do
 
   @spec push_many(Channel.t(), [binary()]) :: {:ok, seq} | {:error, :full}
   def push_many(%Channel{} = ch, payloads) do
-    case measure(payloads, 0, 0) do
-      {0, _} -> {:ok, :atomics.get(ch.atomics, @head)}
-      {count, bytes} -> push_batch(ch, payloads, count, bytes)
-    end
+    {count, bytes} = measure(payloads, 0, 0)
+    push_measured(ch, payloads, count, bytes)
   end
+
+  @doc """
+  Like `push_many/2` for a caller that already walked the batch: `count`
+  binaries of `bytes` bytes in all.
+  """
+  @spec push_measured(Channel.t(), [binary()], non_neg_integer(), non_neg_integer()) ::
+          {:ok, seq} | {:error, :full}
+  def push_measured(ch, _payloads, 0, _bytes), do: {:ok, :atomics.get(ch.atomics, @head)}
+  def push_measured(ch, payloads, count, bytes), do: push_batch(ch, payloads, count, bytes)
 
   defp measure([p | rest], n, bytes) when is_binary(p),
     do: measure(rest, n + 1, bytes + byte_size(p))

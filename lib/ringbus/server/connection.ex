@@ -179,13 +179,8 @@ defmodule Ringbus.Server.Connection do
   # Runs the frames of one read in order. Consecutive pushes to one channel
   # collect in `batch` and go in with one push_many before anything else runs.
   defp run([{:push, corr, mode, name, payload} | rest], %{stage: :open} = state, batch) do
-    if byte_size(payload) > state.config.max_payload_size do
-      state = store(state, batch)
-      run(rest, ack(state, mode, corr, {:error, :too_large}), nil)
-    else
-      {state, batch} = collect(state, batch, name, {corr, mode, 1, [payload]})
-      run(rest, state, batch)
-    end
+    {state, batch} = collect(state, batch, name, {corr, mode, 1, [payload]})
+    run(rest, state, batch)
   end
 
   defp run(
@@ -193,13 +188,8 @@ defmodule Ringbus.Server.Connection do
          %{stage: :open} = state,
          batch
        ) do
-    if Enum.any?(payloads, &(byte_size(&1) > state.config.max_payload_size)) do
-      state = store(state, batch)
-      run(rest, ack(state, mode, corr, {:error, :too_large}), nil)
-    else
-      {state, batch} = collect(state, batch, name, {corr, mode, count, payloads})
-      run(rest, state, batch)
-    end
+    {state, batch} = collect(state, batch, name, {corr, mode, count, payloads})
+    run(rest, state, batch)
   end
 
   defp run([frame | rest], state, batch) do
@@ -219,33 +209,61 @@ defmodule Ringbus.Server.Connection do
   defp store(state, {name, parts}) do
     parts = :lists.reverse(parts)
 
-    cond do
-      not Auth.allowed?(state.grants, :write, name) ->
-        ack_all(state, parts, {:error, :forbidden})
-
-      true ->
-        payloads = Enum.flat_map(parts, fn {_corr, _mode, _count, payloads} -> payloads end)
-
-        case push_many(state, name, payloads) do
-          {:ok, first} ->
-            ack_seqs(state, parts, first)
-
-          # A rejecting channel: each frame goes in whole or not at all.
-          {:error, :full} when tl(parts) != [] ->
-            Enum.reduce(parts, state, &store(&2, {name, [&1]}))
-
-          {:error, reason} ->
-            ack_all(state, parts, {:error, reason})
-        end
+    if Auth.allowed?(state.grants, :write, name) do
+      # One pass over every payload: sizes checked, bytes counted.
+      {parts, count, bytes} = measure(parts, state.config.max_payload_size, [], 0, 0)
+      push_parts(state, name, parts, count, bytes)
+    else
+      ack_all(state, parts, {:error, :forbidden})
     end
   end
 
-  defp push_many(state, name, payloads) do
-    case Ringbus.push_many(name, payloads) do
+  defp push_parts(state, name, parts, count, bytes) do
+    if Enum.all?(parts, &match?({_, _, :too_large, _}, &1)) do
+      ack_seqs(state, parts, 0)
+    else
+      case push_many(state, name, concat(parts), count, bytes) do
+        {:ok, first} ->
+          ack_seqs(state, parts, first)
+
+        # A rejecting channel: each frame goes in whole or not at all.
+        {:error, :full} when tl(parts) != [] ->
+          Enum.reduce(parts, state, &push_part(&2, name, &1))
+
+        {:error, reason} ->
+          ack_all(state, parts, {:error, reason})
+      end
+    end
+  end
+
+  defp push_part(state, name, {_, _, n, payloads} = part) do
+    bytes = if n == :too_large, do: 0, else: payload_bytes(payloads, :infinity, 0)
+    push_parts(state, name, [part], if(n == :too_large, do: 0, else: n), bytes)
+  end
+
+  # Marks the frames holding a payload over max_payload_size; counts the rest.
+  defp measure([{corr, mode, n, payloads} | rest], max, acc, count, bytes) do
+    case payload_bytes(payloads, max, 0) do
+      :too_large -> measure(rest, max, [{corr, mode, :too_large, []} | acc], count, bytes)
+      size -> measure(rest, max, [{corr, mode, n, payloads} | acc], count + n, bytes + size)
+    end
+  end
+
+  defp measure([], _max, acc, count, bytes), do: {:lists.reverse(acc), count, bytes}
+
+  defp payload_bytes([p | _], max, _bytes) when byte_size(p) > max, do: :too_large
+  defp payload_bytes([p | rest], max, bytes), do: payload_bytes(rest, max, bytes + byte_size(p))
+  defp payload_bytes([], _max, bytes), do: bytes
+
+  defp concat([{_, _, _, payloads}]), do: payloads
+  defp concat(parts), do: Enum.flat_map(parts, fn {_, _, _, payloads} -> payloads end)
+
+  defp push_many(state, name, payloads, count, bytes) do
+    case Ringbus.push_measured(name, payloads, count, bytes) do
       {:error, :no_channel} = error ->
         if state.config.auto_create do
           Ringbus.create(name, state.config.auto_create)
-          Ringbus.push_many(name, payloads)
+          Ringbus.push_measured(name, payloads, count, bytes)
         else
           error
         end
@@ -254,6 +272,9 @@ defmodule Ringbus.Server.Connection do
         result
     end
   end
+
+  defp ack_seqs(state, [{corr, mode, :too_large, _} | rest], seq),
+    do: state |> ack(mode, corr, {:error, :too_large}) |> ack_seqs(rest, seq)
 
   defp ack_seqs(state, [{corr, mode, count, _} | rest], seq),
     do: state |> ack(mode, corr, {:ok, seq}) |> ack_seqs(rest, seq + count)

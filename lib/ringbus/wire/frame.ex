@@ -68,9 +68,10 @@ defmodule Ringbus.Wire.Frame do
   alive. A channel may hold a payload for a long time, so the decoder applies
   `detach_payload/1` to these payloads: a payload that is less than half of
   the binary it points into is copied, one that is at least half of it is
-  kept as it is. A stored payload therefore never keeps more than twice its
-  own size of socket reads alive, and the large frames that make up most of
-  the bytes are never copied a second time.
+  kept as it is. A payload of at most 64 bytes is left alone: ETS copies a
+  sub-binary that small when it stores it. A stored payload therefore never
+  keeps more than twice its own size of socket reads alive, and the large
+  frames that make up most of the bytes are never copied a second time.
 
   ## Errors
 
@@ -781,9 +782,12 @@ defmodule Ringbus.Wire.Frame do
 
   A payload that is less than half of the binary it is a part of (see
   `:binary.referenced_byte_size/1`) is copied; any other is returned as it
-  is. The decoder calls this on every `PUSH` and `PUSH_BATCH` payload.
+  is, and so is any payload of at most 64 bytes, which ETS copies when it
+  stores it. The decoder calls this on every `PUSH` and `PUSH_BATCH` payload.
   """
   @spec detach_payload(binary()) :: binary()
+  def detach_payload(payload) when byte_size(payload) <= 64, do: payload
+
   def detach_payload(payload) when is_binary(payload) do
     if :binary.referenced_byte_size(payload) > 2 * byte_size(payload),
       do: :binary.copy(payload),

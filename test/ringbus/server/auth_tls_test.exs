@@ -97,6 +97,33 @@ defmodule Ringbus.Server.AuthTLSTest do
       Ringbus.delete("subs")
     end
 
+    test "a payload over max_payload_size fails its own frame only" do
+      server = start_supervised!({Ringbus.Server, port: 0, max_frame_size: 1024})
+      {c, %{max_payload_size: max}} = RawClient.hello!(Ringbus.Server.port(server))
+      big = :binary.copy("x", max + 1)
+
+      RawClient.send_frames(c, [
+        {:push, 1, :ack, "limits", "a"},
+        {:push_batch, 2, :ack, "limits", 2, ["b", big]},
+        {:push, 3, :ack, "limits", big},
+        {:push, 4, :ack, "limits", "c"}
+      ])
+
+      assert {[{:push_acks, 4, acks}], c} = RawClient.recv(c, 1)
+
+      assert acks == [
+               {1, {:ok, 0}},
+               {2, {:error, :too_large}},
+               {3, {:error, :too_large}},
+               {4, {:ok, 1}}
+             ]
+
+      assert {{:read_ok, 5, 0, 2, [{0, "a"}, {1, "c"}]}, _} =
+               RawClient.call(c, {:read, 5, "limits", 0, 10})
+
+      Ringbus.delete("limits")
+    end
+
     test "idle_timeout :infinity is announced in HELLO_OK" do
       server = start_supervised!({Ringbus.Server, port: 0, idle_timeout: :infinity})
       {c, limits} = RawClient.hello!(Ringbus.Server.port(server))

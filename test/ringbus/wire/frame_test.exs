@@ -168,6 +168,17 @@ defmodule Ringbus.Wire.FrameTest do
       assert :binary.referenced_byte_size(detached) == 1000
     end
 
+    test "leaves a payload of at most 64 bytes to the copy ETS makes" do
+      read = :binary.copy("r", 10_000)
+      payload = binary_part(read, 100, 64)
+      assert :erts_debug.same(Frame.detach_payload(payload), payload)
+
+      table = :ets.new(:detach, [])
+      :ets.insert(table, {1, payload})
+      [{1, stored}] = :ets.lookup(table, 1)
+      assert :binary.referenced_byte_size(stored) == 64
+    end
+
     test "keeps a payload that is at least half of its binary" do
       read = :binary.copy("r", 10_000)
       payload = binary_part(read, 0, 5000)
