@@ -8,11 +8,16 @@ defmodule Ringbus.Test.Load do
 
   @timeout 60_000
 
-  @doc "Runs `producers` processes that push `count` messages each and waits for them."
-  def run_producers(name, producers, count) do
+  @doc """
+  Runs `producers` processes that push `count` messages each and waits for
+  them. With `batch: n` they push batches of 1 to n messages with `push_many`.
+  """
+  def run_producers(name, producers, count, opts \\ []) do
+    batch = Keyword.get(opts, :batch, 1)
+
     results =
       1..producers
-      |> Enum.map(fn p -> Task.async(fn -> produce(name, p, count) end) end)
+      |> Enum.map(fn p -> Task.async(fn -> produce(name, p, count, batch) end) end)
       |> Task.await_many(@timeout)
 
     %{
@@ -23,7 +28,7 @@ defmodule Ringbus.Test.Load do
     }
   end
 
-  defp produce(name, p, count) do
+  defp produce(name, p, count, 1) do
     Enum.reduce(1..count, %{producer: p, seqs: [], by_seq: %{}, full: 0}, fn i, acc ->
       payload = <<p::8, i::32>>
 
@@ -33,6 +38,32 @@ defmodule Ringbus.Test.Load do
       end
     end)
     |> Map.update!(:seqs, &Enum.reverse/1)
+  end
+
+  defp produce(name, p, count, batch) do
+    1..count
+    |> Enum.map(&<<p::8, &1::32>>)
+    |> chunk_randomly(batch, [])
+    |> Enum.reduce(%{producer: p, seqs: [], by_seq: %{}, full: 0}, fn payloads, acc ->
+      case Ringbus.push_many(name, payloads) do
+        {:ok, first} ->
+          numbered = Enum.with_index(payloads, first)
+          seqs = Enum.reduce(numbered, acc.seqs, fn {_, seq}, seqs -> [seq | seqs] end)
+          by_seq = Enum.reduce(numbered, acc.by_seq, fn {pl, seq}, m -> Map.put(m, seq, pl) end)
+          %{acc | seqs: seqs, by_seq: by_seq}
+
+        {:error, :full} ->
+          %{acc | full: acc.full + length(payloads)}
+      end
+    end)
+    |> Map.update!(:seqs, &Enum.reverse/1)
+  end
+
+  defp chunk_randomly([], _max, acc), do: Enum.reverse(acc)
+
+  defp chunk_randomly(items, max, acc) do
+    {chunk, rest} = Enum.split(items, :rand.uniform(max))
+    chunk_randomly(rest, max, [chunk | acc])
   end
 
   @doc "Starts a process that pulls until stopped and the channel is empty."

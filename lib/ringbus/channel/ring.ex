@@ -48,7 +48,8 @@ defmodule Ringbus.Channel.Ring do
   @rejected 5
   @bytes 6
   @waiting 7
-  @slots 7
+  @chunked 8
+  @slots 8
 
   # How long a reader waits for a reserved seq whose producer has not stored it.
   @stall_ms 5
@@ -107,6 +108,18 @@ defmodule Ringbus.Channel.Ring do
     raise ArgumentError, "expected every payload to be a binary, got: #{inspect(p)}"
   end
 
+  # Drop-oldest batches go in as one chunk object (see "Chunks" above).
+  defp push_batch(%Channel{overflow: :drop_oldest, atomics: a} = ch, payloads, count, bytes)
+       when count > 1 do
+    first = :atomics.add_get(a, @head, count) - count
+    last = first + count - 1
+    if :atomics.get(a, @chunked) == 0, do: :atomics.put(a, @chunked, 1)
+    :ets.insert(ch.table, List.to_tuple([chunk_key(last), first | payloads]))
+    :atomics.add(a, @bytes, bytes)
+    stored(ch, first, last)
+    {:ok, first}
+  end
+
   defp push_batch(ch, payloads, count, bytes) do
     with {:ok, first} <- reserve(ch, count) do
       last = first + count - 1
@@ -156,15 +169,20 @@ defmodule Ringbus.Channel.Ring do
   defp stored(%Channel{overflow: :drop_oldest, capacity: cap} = ch, first, last) do
     if last >= cap do
       claim_through(ch.atomics, last - cap)
-      Enum.each(max(first - cap, 0)..(last - cap)//1, &:ets.delete(ch.table, &1))
+      drop(ch, max(first - cap, 0), last - cap)
     end
 
     # Lapped before our insert landed: the lapping push found nothing to
     # delete, so remove what we stored (it counts as overwritten already).
     head = :atomics.get(ch.atomics, @head)
 
-    if head > first + cap,
-      do: Enum.each(first..min(last, head - cap - 1)//1, &:ets.delete(ch.table, &1))
+    cond do
+      head <= first + cap -> :ok
+      first == last -> :ets.delete(ch.table, first)
+      head > last + cap -> :ets.delete(ch.table, chunk_key(last))
+      # Partly lapped: the push that laps `last` deletes the chunk.
+      true -> :ok
+    end
 
     wake(ch)
   end
@@ -178,6 +196,84 @@ defmodule Ringbus.Channel.Ring do
     if tail <= seq and :atomics.compare_exchange(a, @tail, tail, seq + 1) != :ok do
       claim_through(a, seq)
     end
+  end
+
+  # Deletes every object whose last seq is in from..to: a single message, a
+  # tombstone, or a chunk ending there.
+  defp drop(ch, from, to) do
+    cond do
+      :atomics.get(ch.atomics, @chunked) == 0 ->
+        Enum.each(from..to//1, &:ets.delete(ch.table, &1))
+
+      to - from < 4 ->
+        Enum.each(from..to//1, fn seq ->
+          :ets.delete(ch.table, seq)
+          :ets.delete(ch.table, chunk_key(seq))
+        end)
+
+      true ->
+        drop_walk(ch.table, :ets.next(ch.table, from - 0.25), to + 0.5)
+    end
+  end
+
+  defp drop_walk(table, key, bound) when is_number(key) and key <= bound do
+    :ets.delete(table, key)
+    drop_walk(table, :ets.next(table, key), bound)
+  end
+
+  defp drop_walk(_table, _key, _bound), do: :ok
+
+  ## Chunks
+  #
+  # A drop-oldest batch is stored as one object, `{last + 0.5, first, p1, ...}`.
+  # Its key sorts right after `last` and never equals a message's integer key,
+  # so `:ets.take/2` on a seq only ever finds a single message or a tombstone.
+  # A seq inside a chunk is found with `:ets.next/2` (the chunk is the first
+  # non-integer key after it; integer keys in between are tombstones) and read
+  # with `:ets.lookup_element/3`, which copies that one payload. Chunks are
+  # deleted whole, by the push that laps their last seq; a pull leaves its
+  # message in the chunk, and `first_seq/1` puts it out of every reader's reach.
+
+  defp chunk_key(last), do: last + 0.5
+
+  # The chunk holding `seq`: {key, first, stop}, where `stop` is the last seq
+  # of the chunk not shadowed by a tombstone; or nil.
+  defp chunk_at(ch, seq) do
+    if :atomics.get(ch.atomics, @chunked) == 0,
+      do: nil,
+      else: chunk_after(ch, seq, seq - 0.25, nil)
+  end
+
+  defp chunk_after(ch, seq, from, tombstone) do
+    case :ets.next(ch.table, from) do
+      key when is_float(key) ->
+        case element(ch.table, key, 2) do
+          first when is_integer(first) and first <= seq -> {key, first, tombstone || trunc(key)}
+          _ -> nil
+        end
+
+      key when is_integer(key) ->
+        if element(ch.table, key, 2) == :skipped,
+          do: chunk_after(ch, seq, key, tombstone || key - 1),
+          else: nil
+
+      _end_of_table ->
+        nil
+    end
+  end
+
+  defp chunk_payload(ch, seq) do
+    case chunk_at(ch, seq) do
+      {key, first, stop} when seq <= stop -> element(ch.table, key, 3 + seq - first)
+      _ -> nil
+    end
+  end
+
+  # nil when the object is gone (a lapping push deleted it meanwhile).
+  defp element(table, key, pos) do
+    :ets.lookup_element(table, key, pos)
+  rescue
+    ArgumentError -> nil
   end
 
   ## Pull
@@ -214,7 +310,12 @@ defmodule Ringbus.Channel.Ring do
         :gone
 
       [] ->
+        payload = chunk_payload(ch, seq)
+
         cond do
+          is_binary(payload) ->
+            {:ok, payload}
+
           lapped?(ch, seq) ->
             :gone
 
@@ -279,14 +380,49 @@ defmodule Ringbus.Channel.Ring do
       [{_, :skipped}] when n == 0 ->
         collect(ch, seq + 1, limit, acc, n, lost)
 
-      [] when n == 0 ->
-        # Gone if claimed (pulled or overwritten); else its producer is mid-push.
-        if seq < first_seq(ch),
-          do: collect(ch, seq + 1, limit, acc, n, lost + 1),
-          else: {[], 0, lost, seq}
+      [] ->
+        case chunk_at(ch, seq) do
+          {key, first, stop} when seq <= stop ->
+            collect_chunk(ch, key, first, seq, min(stop, limit - 1), limit, acc, n, lost)
+
+          _ when n == 0 ->
+            # Gone if claimed (pulled or overwritten); else its producer is mid-push.
+            if seq < first_seq(ch),
+              do: collect(ch, seq + 1, limit, acc, n, lost + 1),
+              else: {[], 0, lost, seq}
+
+          _ ->
+            {:lists.reverse(acc), n, lost, seq}
+        end
 
       _ ->
         {:lists.reverse(acc), n, lost, seq}
+    end
+  end
+
+  # Takes seq..stop out of a chunk: one copy of the chunk for a long run, one
+  # element at a time for a short one.
+  defp collect_chunk(ch, key, first, seq, stop, limit, acc, n, lost) when stop - seq >= 16 do
+    case :ets.lookup(ch.table, key) do
+      [chunk] ->
+        acc = Enum.reduce(seq..stop, acc, &[{&1, elem(chunk, 2 + &1 - first)} | &2])
+        collect(ch, stop + 1, limit, acc, n + stop - seq + 1, lost)
+
+      [] ->
+        collect(ch, seq, limit, acc, n, lost)
+    end
+  end
+
+  defp collect_chunk(ch, key, first, seq, stop, limit, acc, n, lost) do
+    case element(ch.table, key, 3 + seq - first) do
+      nil ->
+        collect(ch, seq, limit, acc, n, lost)
+
+      payload when seq == stop ->
+        collect(ch, seq + 1, limit, [{seq, payload} | acc], n + 1, lost)
+
+      payload ->
+        collect_chunk(ch, key, first, seq + 1, stop, limit, [{seq, payload} | acc], n + 1, lost)
     end
   end
 

@@ -9,17 +9,18 @@ defmodule Ringbus.Channel.ConcurrencyTest do
   @producers 4
   @per_producer 3_000
 
-  for overflow <- [:drop_oldest, :reject] do
-    @tag overflow: overflow
-    test "the concurrency contract holds (#{overflow})", %{overflow: overflow} do
-      name = {__MODULE__, overflow}
+  for overflow <- [:drop_oldest, :reject], batch <- [1, 8] do
+    @tag overflow: overflow, batch: batch
+    test "the concurrency contract holds (#{overflow}, batches of up to #{batch})", ctx do
+      %{overflow: overflow, batch: batch} = ctx
+      name = {__MODULE__, overflow, batch}
       :ok = Ringbus.create(name, capacity: 64, overflow: overflow)
       on_exit(fn -> Ringbus.delete(name) end)
 
       subscribers = for _ <- 1..2, do: Load.start_subscriber(name, max_in_flight: 16)
       readers = for _ <- 1..2, do: Load.start_reader(name)
       pullers = for _ <- 1..3, do: Load.start_puller(name)
-      pushes = Load.run_producers(name, @producers, @per_producer)
+      pushes = Load.run_producers(name, @producers, @per_producer, batch: batch)
 
       # Per-producer order: each producer's seqs rise with its index.
       for {_producer, seqs} <- pushes.seqs_by_producer do

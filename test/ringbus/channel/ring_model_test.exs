@@ -5,7 +5,7 @@ defmodule Ringbus.Channel.RingModelTest do
 
   alias Ringbus.Test.RingModel
 
-  @numtests 300
+  @numtests 1_000
 
   for overflow <- [:drop_oldest, :reject] do
     test "the ring agrees with the model (#{overflow})" do
