@@ -116,6 +116,15 @@ defmodule RingbusTest do
       assert {:ok, %{overwritten: 3, len: 2}} = Ringbus.info(name)
     end
 
+    test "messages stored one by one do not keep a larger binary alive", %{name: name} do
+      :ok = Ringbus.create(name, capacity: 4, overflow: :reject)
+      big = :binary.copy("b", 100_000)
+      parts = for i <- 0..1, do: binary_part(big, i * 1000, 1000)
+      {:ok, 0} = Ringbus.push_many(name, parts)
+      {:ok, messages, 0} = Ringbus.read(name, 0, 2)
+      assert Enum.map(messages, fn {_, p} -> :binary.referenced_byte_size(p) end) == [1000, 1000]
+    end
+
     test "push_many refuses non-binary payloads", %{name: name} do
       :ok = Ringbus.create(name, capacity: 2)
 

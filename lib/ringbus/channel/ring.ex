@@ -40,6 +40,7 @@ defmodule Ringbus.Channel.Ring do
   # mid-push.
 
   alias Ringbus.Channel
+  alias Ringbus.Wire.Frame
 
   @head 1
   @tail 2
@@ -136,7 +137,12 @@ defmodule Ringbus.Channel.Ring do
     end
   end
 
-  defp number([p | rest], seq, acc), do: number(rest, seq + 1, [{seq, p} | acc])
+  # Messages stored one by one: a payload that is a small part of a larger
+  # binary (say a batch read off a socket) is copied, so that what the ring
+  # holds never keeps more than twice its size alive.
+  defp number([p | rest], seq, acc),
+    do: number(rest, seq + 1, [{seq, Frame.detach_payload(p)} | acc])
+
   defp number([], _seq, acc), do: acc
 
   defp reserve(%Channel{overflow: :drop_oldest, atomics: a}, count) do

@@ -66,9 +66,11 @@ defmodule Ringbus.Wire.Frame do
   A payload decoded from a `PUSH` or `PUSH_BATCH` frame is a sub-binary of the
   bytes it was decoded from, and a sub-binary keeps the whole of its parent
   alive. A channel may hold a payload for a long time, so the decoder applies
-  `detach_payload/1` to these payloads: a payload that is less than half of
-  the binary it points into is copied, one that is at least half of it is
-  kept as it is. A payload of at most 64 bytes is left alone: ETS copies a
+  `detach_payload/1` to a `PUSH` payload, and to the body of a `PUSH_BATCH`
+  as a whole (a channel stores a batch as one unit and drops it as one; where
+  it stores a batch's messages one by one, `Ringbus.Channel.Ring` detaches
+  each payload): a binary that is less than half of the binary it points into
+  is copied, one that is at least half of it is kept as it is. A payload of at most 64 bytes is left alone: ETS copies a
   sub-binary that small when it stores it. A stored payload therefore never
   keeps more than twice its own size of socket reads alive, and the large
   frames that make up most of the bytes are never copied a second time.
@@ -632,7 +634,8 @@ defmodule Ringbus.Wire.Frame do
     with {:ok, mode} <- ack_mode(flags, :push_batch),
          {:ok, name, rest} <- name(rest, :push_batch),
          {:ok, count, rest} <- u32(rest, :push_batch),
-         {:ok, payloads, rest} <- decode_payloads(rest, count, []),
+         # Detached as a whole: its payloads are stored, and dropped, together.
+         {:ok, payloads, rest} <- decode_payloads(detach_payload(rest), count, []),
          :ok <- done(rest, :push_batch) do
       {:ok, {:push_batch, corr, mode, name, count, payloads}}
     end
@@ -783,7 +786,8 @@ defmodule Ringbus.Wire.Frame do
   A payload that is less than half of the binary it is a part of (see
   `:binary.referenced_byte_size/1`) is copied; any other is returned as it
   is, and so is any payload of at most 64 bytes, which ETS copies when it
-  stores it. The decoder calls this on every `PUSH` and `PUSH_BATCH` payload.
+  stores it. The decoder calls this on every `PUSH` payload and every
+  `PUSH_BATCH` body.
   """
   @spec detach_payload(binary()) :: binary()
   def detach_payload(payload) when byte_size(payload) <= 64, do: payload
@@ -849,7 +853,7 @@ defmodule Ringbus.Wire.Frame do
   defp decode_payloads(rest, 0, acc), do: {:ok, :lists.reverse(acc), rest}
 
   defp decode_payloads(<<size::32, payload::binary-size(size), rest::binary>>, left, acc),
-    do: decode_payloads(rest, left - 1, [detach_payload(payload) | acc])
+    do: decode_payloads(rest, left - 1, [payload | acc])
 
   defp decode_payloads(_, _, _), do: {:error, {:truncated, :push_batch}}
 

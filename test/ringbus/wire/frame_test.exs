@@ -204,6 +204,17 @@ defmodule Ringbus.Wire.FrameTest do
       assert Enum.map(payloads, &:binary.referenced_byte_size/1) == [byte_size(batch), 1, 1]
     end
 
+    test "a batch taken from a large read is detached once, as a whole" do
+      payloads = for i <- 1..10, do: :binary.copy(<<i>>, 100)
+      read = FrameGenerators.bytes(for i <- 1..50, do: {:push_batch, i, :ack, "e", 10, payloads})
+      assert byte_size(read) > 50_000
+
+      {:ok, {:push_batch, 1, :ack, "e", 10, decoded}, _rest} = Frame.decode(read, @max)
+      assert decoded == payloads
+      # All ten point into one copy of the batch body (10 x (4 + 100) bytes).
+      assert Enum.uniq(Enum.map(decoded, &:binary.referenced_byte_size/1)) == [1040]
+    end
+
     test "a push that is most of the read keeps pointing into it" do
       payload = :binary.copy("m", 100_000)
       read = FrameGenerators.bytes([{:push, 1, :ack, "events", payload}])
