@@ -31,6 +31,10 @@ defmodule Ringbus.Bench.Backlog do
       "declare" calls from clients starting at once); each is answered
       `{:error, :exists}`, and every answer is counted
 
+    * `connection` - a `Ringbus.Server` connection with N subscription
+      deliveries queued in its mailbox (one message each, credit for all of
+      them), suspended while they queue; the time runs until a raw TCP
+      subscriber has read all N off the socket. Variant: `deliveries`.
     * `subscribe` - a burst of N subscribes at once; the time runs until
       every caller has its subscription. Variants:
       * `ringbus` - N processes call `Ringbus.subscribe/2`, which starts the
@@ -47,7 +51,7 @@ defmodule Ringbus.Bench.Backlog do
   sets up a backlog of `n` messages, times the work through it in native
   units, and returns `{:ok, native}`, or `{:over_budget, handled, native}` when
   it gave up after `budget` milliseconds. Setup is not timed. See
-  `@connection_case` below for the case still to come.
+  `connection/2` for a case that drives a whole server connection.
 
   ## Command line options
 
@@ -74,6 +78,9 @@ defmodule Ringbus.Bench.Backlog do
 
   alias Ringbus.Channel.Subscription
   alias Ringbus.Mailbox
+  alias Ringbus.Wire.Decoder
+
+  import Bitwise, only: [<<<: 2]
 
   @default_sizes [10_000, 20_000, 40_000, 80_000, 160_000]
   @switches [
@@ -87,14 +94,6 @@ defmodule Ringbus.Bench.Backlog do
     out: :string
   ]
   @repeat_below_ms 2_000
-
-  # The case to add once the TCP connection process exists: a connection with
-  # N queued subscription deliveries to write to its socket, which exercises
-  # the batched writer. There is no such process yet, so there is no row.
-  @connection_case {"connection", "deliveries"}
-
-  @doc false
-  def connection_case, do: @connection_case
 
   @spec run([String.t()]) :: :ok
   def run(args) do
@@ -143,6 +142,7 @@ defmodule Ringbus.Bench.Backlog do
       {"subscription", "wake", &subscription(:wake, :as_subscribed, &1, &2)},
       {"subscription", "wake_on_heap", &subscription(:wake, :on_heap, &1, &2)},
       {"store", "create_exists", &store_creates/2},
+      {"connection", "deliveries", &connection/2},
       {"subscribe", "ringbus", &subscribes_ringbus/2},
       {"subscribe", "dynamic_supervisor", &subscribes(&1, &2)}
     ]
@@ -463,6 +463,79 @@ defmodule Ringbus.Bench.Backlog do
     end
   end
 
+  ## connection: N deliveries queued in a server connection
+
+  # A real server and a raw TCP subscriber with credit for all N messages, one
+  # message a delivery. The connection is suspended while N messages are
+  # pushed, so N deliveries queue in its mailbox; the time runs from its
+  # resumption until the subscriber has read all N off the socket.
+  defp connection(n, budget) do
+    {:ok, server} = Ringbus.Server.start_link(port: 0, max_credit: n, idle_timeout: :infinity)
+    Process.unlink(server)
+    name = "backlog-#{System.unique_integer([:positive])}"
+    :ok = Ringbus.create(name, capacity: n)
+    port = Ringbus.Server.port(server)
+    parent = self()
+
+    reader =
+      spawn(fn ->
+        {:ok, socket} =
+          :gen_tcp.connect(~c"127.0.0.1", port, [:binary, active: false, recbuf: 1 <<< 20])
+
+        hello = [{:hello, 0, 1, 0, nil}, {:subscribe, 1, name, :latest, n, 1}]
+        :ok = :gen_tcp.send(socket, Enum.map(hello, &Ringbus.Wire.Frame.encode/1))
+        {frames, decoder} = recv_frames(socket, Decoder.new(1 <<< 30), 2, [])
+        [{:hello_ok, _, _, _}, {:subscribed, 1, _}] = frames
+        send(parent, :subscribed)
+        count_deliveries(socket, decoder, n, 0)
+        send(parent, :delivered)
+      end)
+
+    receive do
+      :subscribed -> :ok
+    after
+      10_000 -> raise "the backlog subscriber did not subscribe"
+    end
+
+    {_listener, connections} = Ringbus.Server.parts(server)
+    [{_, conn, _, _}] = DynamicSupervisor.which_children(connections)
+    true = :erlang.suspend_process(conn)
+    fill(name, n)
+    await_queued(conn, n, 10_000)
+
+    started = System.monotonic_time()
+    true = :erlang.resume_process(conn)
+
+    result =
+      receive do
+        :delivered -> {:ok, System.monotonic_time() - started}
+      after
+        budget -> {:over_budget, 0, System.monotonic_time() - started}
+      end
+
+    Process.exit(reader, :kill)
+    Supervisor.stop(server)
+    Ringbus.delete(name)
+    result
+  end
+
+  defp recv_frames(_socket, decoder, want, acc) when length(acc) >= want, do: {acc, decoder}
+
+  defp recv_frames(socket, decoder, want, acc) do
+    {:ok, data} = :gen_tcp.recv(socket, 0, 10_000)
+    {:ok, frames, decoder} = Decoder.feed(decoder, data)
+    recv_frames(socket, decoder, want, acc ++ frames)
+  end
+
+  defp count_deliveries(_socket, _decoder, n, seen) when seen >= n, do: :ok
+
+  defp count_deliveries(socket, decoder, n, seen) do
+    {:ok, data} = :gen_tcp.recv(socket, 0, 60_000)
+    {:ok, frames, decoder} = Decoder.feed(decoder, data)
+    seen = Enum.reduce(frames, seen, fn {:deliver, _, _, count, _}, seen -> seen + count end)
+    count_deliveries(socket, decoder, n, seen)
+  end
+
   ## subscribe: a burst of N subscribes
 
   defp subscribes_ringbus(n, budget) do
@@ -543,16 +616,16 @@ defmodule Ringbus.Bench.Backlog do
   end
 
   # Polls a bounded number of times, one millisecond apart.
-  defp await_queued(_sup, _n, 0), do: raise("the start_child calls did not all queue")
+  defp await_queued(_pid, _n, 0), do: raise("the messages did not all queue")
 
-  defp await_queued(sup, n, tries) do
-    case Process.info(sup, :message_queue_len) do
+  defp await_queued(pid, n, tries) do
+    case Process.info(pid, :message_queue_len) do
       {:message_queue_len, len} when len >= n ->
         :ok
 
       _ ->
         Process.sleep(1)
-        await_queued(sup, n, tries - 1)
+        await_queued(pid, n, tries - 1)
     end
   end
 

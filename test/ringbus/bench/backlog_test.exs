@@ -42,7 +42,8 @@ defmodule Ringbus.Bench.BacklogTest do
     assert {"seed", "drained"} in variants
     assert {"subscription", "ack"} in variants
     assert {"store", "create_exists"} in variants
-    refute Ringbus.Bench.Backlog.connection_case() in variants
+    assert {"connection", "deliveries"} in variants
+    assert {"subscribe", "ringbus"} in variants
   end
 
   test "--only runs the cases and variants named", %{tmp_dir: dir} do
