@@ -21,7 +21,7 @@ defmodule Ringbus.Channel do
   size.
   """
 
-  @enforce_keys [:name, :table, :atomics, :capacity, :overflow]
+  @enforce_keys [:name, :table, :waiters, :atomics, :capacity, :overflow]
   defstruct @enforce_keys
 
   @type name :: term()
@@ -34,6 +34,7 @@ defmodule Ringbus.Channel do
   @type t :: %__MODULE__{
           name: name(),
           table: :ets.tid(),
+          waiters: :ets.tid(),
           atomics: :atomics.atomics_ref(),
           capacity: pos_integer(),
           overflow: :drop_oldest | :reject

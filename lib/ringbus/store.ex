@@ -103,6 +103,7 @@ defmodule Ringbus.Store do
     case :ets.take(@channels, name) do
       [{_, channel}] ->
         :ets.delete(channel.table)
+        :ets.delete(channel.waiters)
         :atomics.add(:persistent_term.get(@version), 1, 1)
         Ringbus.Channel.Subscription.close_all(name, :channel_deleted)
         {:reply, :ok, state}

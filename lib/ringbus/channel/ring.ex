@@ -63,6 +63,7 @@ defmodule Ringbus.Channel.Ring do
     %Channel{
       name: name,
       table: :ets.new(:ringbus_ring, [:ordered_set, :public, write_concurrency: true]),
+      waiters: :ets.new(:ringbus_waiters, [:set, :public]),
       atomics: :atomics.new(@slots, signed: true),
       capacity: Keyword.fetch!(opts, :capacity),
       overflow: Keyword.fetch!(opts, :overflow)
@@ -478,12 +479,29 @@ defmodule Ringbus.Channel.Ring do
   looks at the store, so one of the two always sees the other.
   """
   @spec arm_wake(Channel.t()) :: :ok
-  def arm_wake(%Channel{atomics: a}), do: :atomics.put(a, @waiting, 1)
+  def arm_wake(%Channel{atomics: a} = ch) do
+    :ets.insert(ch.waiters, {self()})
+    :atomics.put(a, @waiting, 1)
+  end
+
+  @doc "Withdraws the calling process from the channel's waiters."
+  @spec disarm(Channel.t()) :: true
+  def disarm(%Channel{} = ch), do: :ets.delete(ch.waiters, self())
+
+  # Each waiter is removed and then woken, so none is removed unwoken; a
+  # waiter that died meanwhile is removed all the same. Inserting and
+  # removing one waiter costs the same however many there are.
+  defp wake_all(ch) do
+    for {pid} <- :ets.tab2list(ch.waiters) do
+      :ets.delete(ch.waiters, pid)
+      send(pid, :ringbus_wake)
+    end
+  end
 
   defp wake(%Channel{atomics: a} = ch) do
     # An atomic read-modify-write orders this read after the insert above.
     if :atomics.add_get(a, @waiting, 0) != 0 and :atomics.exchange(a, @waiting, 0) != 0 do
-      Ringbus.Channel.Subscription.wake_all(ch.name)
+      wake_all(ch)
     end
 
     :ok

@@ -31,10 +31,12 @@ defmodule Ringbus.Channel.Subscription do
   #     a burst of N subscribes cost O(N²) there (10k 0.4 s, 40k 8.6 s; the
   #     supervisor rows of `mix ringbus.bench backlog`).
   #
-  # Registry keys in `Ringbus.Channel.Subscriptions` (duplicate keys):
-  #   sub                - the subscription's own reference, for ack/unsubscribe
-  #   name               - every subscription of a channel, to close them
-  #   {:waiting, name}   - the subscriptions waiting for a push
+  # Each subscription is registered in `Ringbus.Channel.Subscriptions` under
+  # its own reference (for ack and unsubscribe), with its channel's name as the
+  # value (to close them all when the channel is deleted). Waiting ones are in
+  # the channel's waiters table. Neither keeps many entries under one key:
+  # removing one of k entries under a shared ETS key costs O(k), so a channel
+  # with many subscribers would pay O(k²) to wake or drop them all.
 
   use GenServer, restart: :temporary
 
@@ -115,20 +117,17 @@ defmodule Ringbus.Channel.Subscription do
     :exit, _ -> {:error, :no_subscription}
   end
 
-  @doc "Wakes every subscription of `name` that waits for a push."
-  @spec wake_all(Channel.name()) :: :ok
-  def wake_all(name) do
-    Registry.dispatch(@registry, {:waiting, name}, fn entries ->
-      for {pid, _} <- entries, do: send(pid, :ringbus_wake)
-    end)
-  end
-
   @doc "Tells every subscription of `name` to close with `reason`."
   @spec close_all(Channel.name(), term()) :: :ok
   def close_all(name, reason) do
-    Registry.dispatch(@registry, name, fn entries ->
-      for {pid, _} <- entries, do: send(pid, {:ringbus_close, reason})
-    end)
+    # A scan of every subscription: deleting a channel is rare.
+    for pid <-
+          Registry.select(@registry, [
+            {{:_, :"$1", :"$2"}, [{:==, :"$2", {:const, name}}], [:"$1"]}
+          ]),
+        do: send(pid, {:ringbus_close, reason})
+
+    :ok
   end
 
   ## Process
@@ -136,8 +135,7 @@ defmodule Ringbus.Channel.Subscription do
   @impl true
   def init({channel, subscriber, sub, opts}) do
     Ringbus.Channel.SubscriptionOwner.adopt()
-    {:ok, _} = Registry.register(@registry, sub, nil)
-    {:ok, _} = Registry.register(@registry, channel.name, nil)
+    {:ok, _} = Registry.register(@registry, sub, channel.name)
     monitor = Process.monitor(subscriber)
 
     cursor =
@@ -167,7 +165,8 @@ defmodule Ringbus.Channel.Subscription do
   def handle_continue(:deliver, state), do: {:noreply, deliver(state)}
 
   @impl true
-  def handle_info(:ringbus_wake, state), do: {:noreply, deliver(unwait(state))}
+  # The waker removed us from the waiters already.
+  def handle_info(:ringbus_wake, state), do: {:noreply, deliver(%{state | waiting?: false})}
 
   def handle_info({:ringbus_ack, count}, state) when is_integer(count) and count > 0 do
     credit = min(state.credit + count, state.max_in_flight)
@@ -189,6 +188,9 @@ defmodule Ringbus.Channel.Subscription do
   end
 
   def handle_info(_other, state), do: {:noreply, state}
+
+  @impl true
+  def terminate(_reason, state), do: unwait(state)
 
   defp deliver(%{credit: credit} = state) when credit <= 0, do: state
 
@@ -216,10 +218,6 @@ defmodule Ringbus.Channel.Subscription do
 
   # Caught up: arm the wake flag, then look once more before waiting.
   defp arm(state) do
-    if not state.waiting? do
-      {:ok, _} = Registry.register(@registry, {:waiting, state.channel.name}, nil)
-    end
-
     Ring.arm_wake(state.channel)
 
     case read(state) do
@@ -229,13 +227,19 @@ defmodule Ringbus.Channel.Subscription do
       _ ->
         deliver(unwait(%{state | waiting?: true}))
     end
+  rescue
+    # The channel is gone: the delete notice is on its way.
+    ArgumentError -> state
   end
 
   defp unwait(%{waiting?: false} = state), do: state
 
   defp unwait(state) do
-    Registry.unregister(@registry, {:waiting, state.channel.name})
+    Ring.disarm(state.channel)
     %{state | waiting?: false}
+  rescue
+    # The channel is gone: the delete notice is on its way.
+    ArgumentError -> %{state | waiting?: false}
   end
 
   defp read(state) do

@@ -97,6 +97,8 @@ defmodule Ringbus.Channel.CrashTest do
   end
 
   defp subscription_processes(name) do
-    Registry.lookup(Ringbus.Channel.Subscriptions, name) |> Enum.map(&elem(&1, 0))
+    Registry.select(Ringbus.Channel.Subscriptions, [
+      {{:_, :"$1", :"$2"}, [{:==, :"$2", {:const, name}}], [:"$1"]}
+    ])
   end
 end
