@@ -66,10 +66,12 @@ defmodule Ringbus.Store do
   end
 
   @spec create(Channel.name(), Channel.options()) :: :ok | {:error, :exists}
-  def create(name, opts), do: GenServer.call(__MODULE__, {:create, name, opts})
+  # No call timeout: the work is done either way, and under a storm of exiting
+  # processes the reply may take a while.
+  def create(name, opts), do: GenServer.call(__MODULE__, {:create, name, opts}, :infinity)
 
   @spec delete(Channel.name()) :: :ok | {:error, :no_channel}
-  def delete(name), do: GenServer.call(__MODULE__, {:delete, name})
+  def delete(name), do: GenServer.call(__MODULE__, {:delete, name}, :infinity)
 
   @doc "Lists the names of all channels."
   @spec names() :: [Channel.name()]

@@ -572,10 +572,10 @@ defmodule Ringbus.Bench.Backlog do
     subscribed = await_subscribed(n, 0, deadline)
     elapsed = System.monotonic_time() - started
 
-    # Subscriptions end with their subscriber.
+    # Deleting the channel ends its subscriptions; then their subscribers.
+    Ringbus.delete(name)
     Enum.each(clients, &Process.exit(&1, :kill))
     flush_subscribed()
-    Ringbus.delete(name)
 
     if subscribed == n, do: {:ok, elapsed}, else: {:over_budget, subscribed, elapsed}
   end
