@@ -102,7 +102,7 @@ defmodule Ringbus.Bench.Backlog do
     if rest != [], do: Mix.raise("unexpected arguments: #{Enum.join(rest, " ")}")
 
     config = %{
-      sizes: parse_sizes(opts[:sizes]),
+      sizes: Ringbus.Bench.Args.sizes!(opts[:sizes], @default_sizes),
       max_ms: positive!(opts, :max_ms, 60_000),
       naive_max: positive!(opts, :naive_max, 80_000),
       full: Keyword.get(opts, :full, false),
@@ -665,23 +665,6 @@ defmodule Ringbus.Bench.Backlog do
 
   defp selected?(:all, _kase, _variant), do: true
   defp selected?(only, kase, variant), do: kase in only or "#{kase}/#{variant}" in only
-
-  defp parse_sizes(nil), do: @default_sizes
-
-  defp parse_sizes(string) do
-    sizes =
-      for part <- String.split(string, ",", trim: true) do
-        case Integer.parse(String.trim(part)) do
-          {n, ""} when n > 0 -> n
-          _ -> Mix.raise("expected --sizes to be positive integers, got: #{inspect(string)}")
-        end
-      end
-
-    if sizes == [] or sizes != Enum.sort(sizes),
-      do: Mix.raise("expected --sizes to be ascending, got: #{inspect(string)}")
-
-    sizes
-  end
 
   defp dashed(key), do: key |> Atom.to_string() |> String.replace("_", "-")
 

@@ -42,7 +42,7 @@ defmodule Ringbus.Bench.Len do
   def run(args) do
     {opts, rest} = OptionParser.parse!(args, strict: @switches)
     if rest != [], do: Mix.raise("unexpected arguments: #{Enum.join(rest, " ")}")
-    sizes = parse_sizes(opts[:sizes])
+    sizes = Ringbus.Bench.Args.sizes!(opts[:sizes], @default_sizes)
 
     reps =
       case Keyword.get(opts, :reps) do
@@ -227,22 +227,5 @@ defmodule Ringbus.Bench.Len do
 
     File.write!(path, ["impl,n,hibernated,ns_per_call\n" | lines])
     IO.puts("wrote #{path}")
-  end
-
-  defp parse_sizes(nil), do: @default_sizes
-
-  defp parse_sizes(string) do
-    sizes =
-      for part <- String.split(string, ",", trim: true) do
-        case Integer.parse(String.trim(part)) do
-          {n, ""} when n > 0 -> n
-          _ -> Mix.raise("expected --sizes to be positive integers, got: #{inspect(string)}")
-        end
-      end
-
-    if sizes == [] or sizes != Enum.sort(sizes),
-      do: Mix.raise("expected --sizes to be ascending, got: #{inspect(string)}")
-
-    sizes
   end
 end

@@ -1,0 +1,23 @@
+defmodule Ringbus.Bench.Args do
+  @moduledoc false
+  # Command line values the benches share.
+
+  @doc "Parses `--sizes N,N,...`: positive and ascending, or `default` when absent."
+  @spec sizes!(String.t() | nil, [pos_integer()]) :: [pos_integer()]
+  def sizes!(nil, default), do: default
+
+  def sizes!(string, _default) do
+    sizes =
+      for part <- String.split(string, ",", trim: true) do
+        case Integer.parse(String.trim(part)) do
+          {n, ""} when n > 0 -> n
+          _ -> Mix.raise("expected --sizes to be positive integers, got: #{inspect(string)}")
+        end
+      end
+
+    if sizes == [] or sizes != Enum.sort(sizes),
+      do: Mix.raise("expected --sizes to be ascending, got: #{inspect(string)}")
+
+    sizes
+  end
+end
