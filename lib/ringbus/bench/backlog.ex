@@ -544,6 +544,7 @@ defmodule Ringbus.Bench.Backlog do
   @subscribes_per_client 8
 
   defp subscribes_ringbus(n, budget) do
+    baseline = :erlang.system_info(:process_count)
     name = {__MODULE__, make_ref()}
     :ok = Ringbus.create(name, capacity: 16)
     parent = self()
@@ -576,11 +577,13 @@ defmodule Ringbus.Bench.Backlog do
     Ringbus.delete(name)
     Enum.each(clients, &Process.exit(&1, :kill))
     flush_subscribed()
+    settle(baseline)
 
     if subscribed == n, do: {:ok, elapsed}, else: {:over_budget, subscribed, elapsed}
   end
 
   defp subscribes(n, budget) do
+    baseline = :erlang.system_info(:process_count)
     name = {__MODULE__, make_ref()}
     :ok = Ringbus.create(name, capacity: 16)
     {:ok, channel} = Ringbus.Store.lookup(name)
@@ -619,9 +622,20 @@ defmodule Ringbus.Bench.Backlog do
     Process.exit(sup, :kill)
     Enum.each(clients, &Process.exit(&1, :kill))
     flush_subscribed()
+    settle(baseline)
     Ringbus.delete(name)
 
     if subscribed == n, do: {:ok, elapsed}, else: {:over_budget, subscribed, elapsed}
+  end
+
+  # Waits (up to 60 s, polling every 10 ms) until the processes a run started
+  # have all exited, so that the next run does not share the cores with their
+  # cleanup.
+  defp settle(baseline, tries \\ 6_000) do
+    if tries > 0 and :erlang.system_info(:process_count) > baseline + 16 do
+      Process.sleep(10)
+      settle(baseline, tries - 1)
+    end
   end
 
   # Polls a bounded number of times, one millisecond apart.
