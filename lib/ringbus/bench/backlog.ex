@@ -629,13 +629,30 @@ defmodule Ringbus.Bench.Backlog do
   end
 
   # Waits (up to 60 s, polling every 10 ms) until the processes a run started
-  # have all exited, so that the next run does not share the cores with their
-  # cleanup.
+  # have all exited and the processes that clean up after them (the registry
+  # partitions and the subscription owner, each with an `:EXIT` per ended
+  # subscription) are idle, so that the next run does not share the cores
+  # with that cleanup.
   defp settle(baseline, tries \\ 6_000) do
-    if tries > 0 and :erlang.system_info(:process_count) > baseline + 16 do
+    busy? =
+      :erlang.system_info(:process_count) > baseline + 16 or
+        Enum.any?(cleaners(), fn pid ->
+          match?({:message_queue_len, len} when len > 0, Process.info(pid, :message_queue_len))
+        end)
+
+    if tries > 0 and busy? do
       Process.sleep(10)
       settle(baseline, tries - 1)
     end
+  end
+
+  defp cleaners do
+    partitions =
+      for {_, pid, _, _} <- Supervisor.which_children(Ringbus.Channel.Subscriptions),
+          is_pid(pid),
+          do: pid
+
+    [Process.whereis(Ringbus.Channel.SubscriptionOwner) | partitions]
   end
 
   # Polls a bounded number of times, one millisecond apart.
