@@ -68,7 +68,8 @@ defmodule Ringbus do
     * `:rejected` - messages refused because the ring was full
     * `:skipped` - seqs given up on because their producer stalled between
       reserving and storing them (it was killed, or descheduled for longer
-      than a puller waits); a producer that comes back pushes again
+      than a reader waits, 5 ms); a single push that comes back pushes again,
+      a message of a drop-oldest batch is counted here and not delivered
     * `:bytes` - payload bytes pushed in total
 
   At rest, `pushed == pulled + overwritten + len`.

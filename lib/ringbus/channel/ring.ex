@@ -37,7 +37,9 @@ defmodule Ringbus.Channel.Ring do
   # own message again. Under drop-oldest the push that laps a seq deletes
   # whatever is left under it: a tombstone, or a message a dead puller claimed
   # and never took. Under reject a tombstone stays if its producer died
-  # mid-push.
+  # mid-push. A drop-oldest batch stored as a chunk (see "Chunks") is not
+  # pushed again: a seq tombstoned inside it stays skipped, counted, and its
+  # message is not delivered.
 
   alias Ringbus.Channel
   alias Ringbus.Wire.Frame
