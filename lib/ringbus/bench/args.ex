@@ -20,4 +20,17 @@ defmodule Ringbus.Bench.Args do
 
     sizes
   end
+
+  @doc "The option `key` as a positive integer, or `default`; raises `Mix.Error` otherwise."
+  @spec positive!(keyword(), atom(), pos_integer()) :: pos_integer()
+  def positive!(opts, key, default) do
+    case Keyword.get(opts, key, default) do
+      n when is_integer(n) and n > 0 ->
+        n
+
+      other ->
+        flag = key |> Atom.to_string() |> String.replace("_", "-")
+        Mix.raise("expected --#{flag} to be a positive integer, got: #{inspect(other)}")
+    end
+  end
 end

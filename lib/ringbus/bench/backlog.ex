@@ -77,6 +77,7 @@ defmodule Ringbus.Bench.Backlog do
       `skipped` or `over_budget` in `ms`.
   """
 
+  alias Ringbus.Bench.Args
   alias Ringbus.Channel.Subscription
   alias Ringbus.Mailbox
   alias Ringbus.Wire.Decoder
@@ -102,12 +103,12 @@ defmodule Ringbus.Bench.Backlog do
     if rest != [], do: Mix.raise("unexpected arguments: #{Enum.join(rest, " ")}")
 
     config = %{
-      sizes: Ringbus.Bench.Args.sizes!(opts[:sizes], @default_sizes),
-      max_ms: positive!(opts, :max_ms, 60_000),
-      naive_max: positive!(opts, :naive_max, 80_000),
+      sizes: Args.sizes!(opts[:sizes], @default_sizes),
+      max_ms: Args.positive!(opts, :max_ms, 60_000),
+      naive_max: Args.positive!(opts, :naive_max, 80_000),
       full: Keyword.get(opts, :full, false),
-      max_len: positive!(opts, :max_len, 200_000),
-      repeat: positive!(opts, :repeat, 5),
+      max_len: Args.positive!(opts, :max_len, 200_000),
+      repeat: Args.positive!(opts, :repeat, 5),
       only: parse_only(opts[:only]),
       out: opts[:out]
     }
@@ -696,16 +697,4 @@ defmodule Ringbus.Bench.Backlog do
 
   defp selected?(:all, _kase, _variant), do: true
   defp selected?(only, kase, variant), do: kase in only or "#{kase}/#{variant}" in only
-
-  defp dashed(key), do: key |> Atom.to_string() |> String.replace("_", "-")
-
-  defp positive!(opts, key, default) do
-    case Keyword.get(opts, key, default) do
-      n when is_integer(n) and n > 0 ->
-        n
-
-      other ->
-        Mix.raise("expected --#{dashed(key)} to be a positive integer, got: #{inspect(other)}")
-    end
-  end
 end

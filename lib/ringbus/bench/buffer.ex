@@ -89,7 +89,7 @@ defmodule Ringbus.Bench.Buffer do
   Progress goes to stderr, a line per 10% of each run's requests.
   """
 
-  alias Ringbus.Bench.{Chart, CSV, EtsServerBuffer, QueueBuffer, Stats, Tracer}
+  alias Ringbus.Bench.{Args, Chart, CSV, EtsServerBuffer, QueueBuffer, Stats, Tracer}
 
   @impls ["queue", "ets_server", "ringbus"]
 
@@ -220,21 +220,14 @@ defmodule Ringbus.Bench.Buffer do
 
     %{
       impls: impls,
-      runs: positive!(opts, :runs, 1),
-      capacity: positive!(opts, :capacity, 200_000),
-      ops: positive!(opts, :ops, 2_000_000),
-      timeout_ms: positive!(opts, :timeout, 600) * 1000,
+      runs: Args.positive!(opts, :runs, 1),
+      capacity: Args.positive!(opts, :capacity, 200_000),
+      ops: Args.positive!(opts, :ops, 2_000_000),
+      timeout_ms: Args.positive!(opts, :timeout, 600) * 1000,
       trace?: Keyword.get(opts, :trace, false),
       out: opts[:out],
       svg: opts[:svg]
     }
-  end
-
-  defp positive!(opts, key, default) do
-    case Keyword.get(opts, key, default) do
-      n when n > 0 -> n
-      n -> Mix.raise("expected --#{key} to be a positive integer, got: #{n}")
-    end
   end
 
   defp timing(%{trace?: true}), do: "traced"
@@ -414,47 +407,20 @@ defmodule Ringbus.Bench.Buffer do
     timed(target, samples, i + 1, stop, pool, j)
   end
 
-  defp timed_push({:queue, pid}, bin) do
+  defp timed_push(target, bin) do
     started = :erlang.monotonic_time()
-    :ok = QueueBuffer.push(pid, bin)
+    push(target, bin)
     :erlang.monotonic_time() - started
   end
 
-  defp timed_push({:ets_server, pid}, bin) do
+  defp timed_pull(target) do
     started = :erlang.monotonic_time()
-    :ok = EtsServerBuffer.push(pid, bin)
-    :erlang.monotonic_time() - started
-  end
-
-  defp timed_push({:ringbus, name}, bin) do
-    started = :erlang.monotonic_time()
-    {:ok, _seq} = Ringbus.push(name, bin)
-    :erlang.monotonic_time() - started
-  end
-
-  defp timed_pull({:queue, pid}) do
-    started = :erlang.monotonic_time()
-    result = QueueBuffer.pull(pid)
-    took = :erlang.monotonic_time() - started
-    pulled!(result, took)
-  end
-
-  defp timed_pull({:ets_server, pid}) do
-    started = :erlang.monotonic_time()
-    result = EtsServerBuffer.pull(pid)
-    took = :erlang.monotonic_time() - started
-    pulled!(result, took)
-  end
-
-  defp timed_pull({:ringbus, name}) do
-    started = :erlang.monotonic_time()
-    result = Ringbus.pull(name)
+    result = pull(target)
     took = :erlang.monotonic_time() - started
     pulled!(result, took)
   end
 
   defp pulled!({:ok, _bin}, took), do: took
-  defp pulled!({:ok, _seq, _bin}, took), do: took
   defp pulled!(:empty, took), do: took
 
   # Distinct binaries: each starts with its own id.

@@ -76,7 +76,7 @@ defmodule Ringbus.Bench.Frames do
       (`Ringbus.Server`'s `:buffer_size`). Defaults to `1048576`.
   """
 
-  alias Ringbus.Bench.{CSV, NaiveFrameReader, Stats}
+  alias Ringbus.Bench.{Args, CSV, NaiveFrameReader, Stats}
   alias Ringbus.Wire.{Decoder, Frame}
 
   @mb 1_048_576
@@ -171,10 +171,10 @@ defmodule Ringbus.Bench.Frames do
       sizes: sizes,
       transports: list!(opts, :transports, @transports),
       impls: list!(opts, :impl, @impls),
-      runs: positive!(opts, :runs, 1),
+      runs: Args.positive!(opts, :runs, 1),
       out: opts[:out],
-      naive_cap_ms: positive!(opts, :naive_cap, 10) * 1000,
-      buffer_size: positive!(opts, :buffer_size, @mb)
+      naive_cap_ms: Args.positive!(opts, :naive_cap, 10) * 1000,
+      buffer_size: Args.positive!(opts, :buffer_size, @mb)
     }
   end
 
@@ -200,19 +200,6 @@ defmodule Ringbus.Bench.Frames do
         "expected --#{key} to be a comma-separated list of #{Enum.join(allowed, ", ")}, " <>
           "got: #{inspect(opts[key])}"
       )
-    end
-  end
-
-  defp positive!(opts, key, default) do
-    case Keyword.get(opts, key, default) do
-      n when n > 0 ->
-        n
-
-      n ->
-        Mix.raise(
-          "expected --#{String.replace(to_string(key), "_", "-")} " <>
-            "to be a positive integer, got: #{n}"
-        )
     end
   end
 

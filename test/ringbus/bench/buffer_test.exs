@@ -1,9 +1,8 @@
 defmodule Ringbus.Bench.BufferTest do
   use ExUnit.Case, async: false
 
-  import ExUnit.CaptureIO
-
   alias Ringbus.Bench.Buffer
+  alias Ringbus.Test.BenchIO
 
   @header "impl,avg_us,p99_us,p99_9_us,p99_99_us,p99_999_us,max_us," <>
             "gc_count,gc_max_us,proc_mem_kb,total_mem_mb"
@@ -56,16 +55,5 @@ defmodule Ringbus.Bench.BufferTest do
     assert_raise Mix.Error, ~r/--runs to be a positive integer/, fn -> Buffer.run(~w(-r 0)) end
   end
 
-  defp run_quietly(args) do
-    parent = self()
-
-    progress =
-      capture_io(:stderr, fn ->
-        output = capture_io(fn -> Process.put(:results, Buffer.run(args)) end)
-        send(parent, {:output, output})
-      end)
-
-    assert_received {:output, output}
-    {output, progress}
-  end
+  defp run_quietly(args), do: BenchIO.run_quietly(fn -> Buffer.run(args) end)
 end

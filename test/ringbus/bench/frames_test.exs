@@ -1,9 +1,8 @@
 defmodule Ringbus.Bench.FramesTest do
   use ExUnit.Case, async: false
 
-  import ExUnit.CaptureIO
-
   alias Ringbus.Bench.Frames
+  alias Ringbus.Test.BenchIO
 
   @tag :tmp_dir
   test "pushes a 1 MB frame to both receivers over TCP and TLS and writes CSV", %{tmp_dir: dir} do
@@ -45,16 +44,5 @@ defmodule Ringbus.Bench.FramesTest do
     assert_raise Mix.Error, ~r/--runs to be a positive integer/, fn -> Frames.run(~w(-r 0)) end
   end
 
-  defp run_quietly(args) do
-    parent = self()
-
-    progress =
-      capture_io(:stderr, fn ->
-        output = capture_io(fn -> Process.put(:results, Frames.run(args)) end)
-        send(parent, {:output, output})
-      end)
-
-    assert_received {:output, output}
-    {output, progress}
-  end
+  defp run_quietly(args), do: BenchIO.run_quietly(fn -> Frames.run(args) end)
 end
