@@ -146,10 +146,8 @@ defmodule Ringbus do
   @spec push_many(name(), [binary()]) ::
           {:ok, seq()} | {:error, :no_channel | :full}
   def push_many(name, payloads) when is_list(payloads) do
-    with {:ok, channel} <- Store.fetch(name), do: Ring.push_many(channel, payloads)
-  rescue
-    e in ArgumentError ->
-      if ets_gone?(e), do: {:error, :no_channel}, else: reraise(e, __STACKTRACE__)
+    {count, bytes} = Ring.measure!(payloads)
+    push_measured(name, payloads, count, bytes)
   end
 
   @doc false
@@ -260,6 +258,4 @@ defmodule Ringbus do
   defp bang(:ok, _name), do: :ok
   defp bang({:ok, value}, _name), do: value
   defp bang({:error, reason}, name), do: raise(Ringbus.Error, reason: reason, channel: name)
-
-  defp ets_gone?(%ArgumentError{message: message}), do: message =~ "table identifier"
 end

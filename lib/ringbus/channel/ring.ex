@@ -88,15 +88,13 @@ defmodule Ringbus.Channel.Ring do
     end
   end
 
-  @spec push_many(Channel.t(), [binary()]) :: {:ok, seq} | {:error, :full}
-  def push_many(%Channel{} = ch, payloads) do
-    {count, bytes} = measure(payloads, 0, 0)
-    push_measured(ch, payloads, count, bytes)
-  end
+  @doc "Counts a batch and its bytes; raises `ArgumentError` on a payload that is not a binary."
+  @spec measure!([binary()]) :: {non_neg_integer(), non_neg_integer()}
+  def measure!(payloads), do: measure(payloads, 0, 0)
 
   @doc """
-  Like `push_many/2` for a caller that already walked the batch: `count`
-  binaries of `bytes` bytes in all.
+  Pushes a batch of `count` binaries, `bytes` bytes in all, as counted by
+  `measure!/1` (or by a caller that walked the batch already).
   """
   @spec push_measured(Channel.t(), [binary()], non_neg_integer(), non_neg_integer()) ::
           {:ok, seq} | {:error, :full}

@@ -368,7 +368,7 @@ defmodule Ringbus.Server.Connection do
   defp request(state, {:read, corr, name, from, max}) do
     guard(state, corr, :read, name, fn ->
       with {:ok, messages, lost} <- Ringbus.read(name, from, min(max, @read_max)) do
-        {count, messages} = fit(messages, state.config.max_payload_size, 0, 0, [])
+        {count, messages, _rest} = fit(messages, state.config.max_payload_size, 0, 0, [])
         {:read_ok, corr, lost, count, messages}
       end
     end)
@@ -470,21 +470,22 @@ defmodule Ringbus.Server.Connection do
   # One DELIVER frame per batch, split where a frame would pass the limit.
   defp deliver(state, sub_id, messages, lost) do
     case fit(messages, state.config.max_payload_size, 0, 0, []) do
-      {count, ^messages} ->
-        out(state, {:deliver, sub_id, lost, count, messages})
+      {count, fitted, []} ->
+        out(state, {:deliver, sub_id, lost, count, fitted})
 
-      {count, fitted} ->
+      {count, fitted, rest} ->
         state = out(state, {:deliver, sub_id, lost, count, fitted})
-        deliver(state, sub_id, Enum.drop(messages, count), 0)
+        deliver(state, sub_id, rest, 0)
     end
   end
 
-  # Takes messages while their payloads fit in one frame (at least one).
+  # Takes messages while their payloads fit in one frame (at least one);
+  # returns them, their count, and the rest.
   defp fit([{_, payload} = message | rest], max, count, bytes, acc)
        when count == 0 or bytes + byte_size(payload) + 12 <= max,
        do: fit(rest, max, count + 1, bytes + byte_size(payload) + 12, [message | acc])
 
-  defp fit(_rest, _max, count, _bytes, acc), do: {count, :lists.reverse(acc)}
+  defp fit(rest, _max, count, _bytes, acc), do: {count, :lists.reverse(acc), rest}
 
   ## Output
 
