@@ -23,13 +23,13 @@ defmodule Ringbus.Channel.Subscription do
   #   - its message queue is off the heap (`message_queue_data: :off_heap`).
   #     On the heap, the messages waiting take part in every garbage collection
   #     of the process, so each collection costs the backlog's length; with
-  #     160k queued acks that took 3.3 s instead of 0.14 s
+  #     160k queued acks that took 2.4 s instead of 0.21 s
   #     (`mix ringbus.bench backlog`, subscription rows).
   #   - starting one does not queue behind other starts: the subscriber
   #     starts it (waiting in its own mailbox) and it links itself to
   #     `Ringbus.Channel.SubscriptionOwner`. Started under a DynamicSupervisor
-  #     a burst of N subscribes cost O(N²) there (10k 0.4 s, 40k 8.6 s; the
-  #     supervisor rows of `mix ringbus.bench backlog`).
+  #     a burst of N subscribes cost O(N²) there (10k 0.15 s, 40k 3.6 s; the
+  #     subscribe rows of `mix ringbus.bench backlog`).
   #
   # Each subscription is registered in `Ringbus.Channel.Subscriptions` under
   # its own reference (for ack and unsubscribe), with its channel's name as the
