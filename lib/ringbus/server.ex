@@ -52,7 +52,12 @@ defmodule Ringbus.Server do
     * `:max_out_bytes` - bytes queued for one client before its connection
       stops and waits for it (the socket's high watermark). Default 4 MiB.
     * `:acceptors` - accepting processes. Default `4`.
-    * `:buffer_size` - socket buffer sizes, in bytes. Default 1 MiB.
+    * `:buffer_size` - socket buffer sizes, in bytes: the kernel's send and
+      receive buffers and the size of one read. Default 256 KiB, which keeps
+      each read below the binary allocator's single-block carrier threshold
+      (512 KB by default, `+MBsbct`), so reads reuse memory instead of taking
+      a fresh mmap each. Measured here against 1 MiB: 16-byte batched ingest
+      5.1–5.8M → 7.4–7.6M msgs/s, 64 MB TLS frames 350 → 465 MB/s.
     * `:name` - a name to register the server supervisor under.
 
   Unknown options raise `ArgumentError`.

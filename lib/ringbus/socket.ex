@@ -12,6 +12,15 @@ defmodule Ringbus.Socket do
   # back-pressure a writer wants. `:ssl.send/2` is a call whose receive matches
   # a fresh reference, which the runtime answers without scanning older
   # messages.
+  #
+  # TLS writes above 1 MiB go to `:ssl.send/2` in slices of 1 MiB. Given a
+  # whole 64 MB frame, ssl encrypts all of it before the first byte leaves, so
+  # the receiver idles meanwhile, and the 64 MB of ciphertext is fresh memory.
+  # In slices, encryption overlaps the transfer and reuses memory: a bare ssl
+  # receiver took 64 MB at 305–395 MB/s written whole and 650–1,050 MB/s
+  # written in slices here.
+
+  @tls_slice 1024 * 1024
 
   @type kind :: :tcp | :tls
   @type socket :: :gen_tcp.socket() | :ssl.sslsocket()
@@ -37,7 +46,51 @@ defmodule Ringbus.Socket do
     ArgumentError -> {:error, :closed}
   end
 
-  def send(:tls, socket, data), do: :ssl.send(socket, data)
+  def send(:tls, socket, data) do
+    if :erlang.iolist_size(data) > @tls_slice,
+      do: send_slices(socket, slice(data, @tls_slice)),
+      else: :ssl.send(socket, data)
+  end
+
+  defp send_slices(_socket, []), do: :ok
+
+  defp send_slices(socket, [piece | rest]) do
+    with :ok <- :ssl.send(socket, piece), do: send_slices(socket, rest)
+  end
+
+  @doc """
+  Splits `data` into pieces of at most `limit` bytes, in order, without
+  copying: a binary that straddles a boundary is split into sub-binaries.
+  """
+  @spec slice(iodata(), pos_integer()) :: [iodata()]
+  def slice(data, limit) when is_integer(limit) and limit > 0,
+    do: slice([data], limit, limit, [], [])
+
+  # `piece` is the slice being filled, reversed, with `room` bytes left in it.
+  defp slice([], _limit, _room, piece, pieces), do: Enum.reverse(finish(piece, pieces))
+
+  defp slice([empty | rest], limit, room, piece, pieces) when empty in [[], ""],
+    do: slice(rest, limit, room, piece, pieces)
+
+  defp slice(data, limit, 0, piece, pieces),
+    do: slice(data, limit, limit, [], finish(piece, pieces))
+
+  defp slice([[head | tail] | rest], limit, room, piece, pieces),
+    do: slice([head, tail | rest], limit, room, piece, pieces)
+
+  defp slice([byte | rest], limit, room, piece, pieces) when is_integer(byte),
+    do: slice([<<byte>> | rest], limit, room, piece, pieces)
+
+  defp slice([bin | rest], limit, room, piece, pieces) when byte_size(bin) <= room,
+    do: slice(rest, limit, room - byte_size(bin), [bin | piece], pieces)
+
+  defp slice([bin | rest], limit, room, piece, pieces) do
+    <<head::binary-size(room), tail::binary>> = bin
+    slice([tail | rest], limit, limit, [], finish([head | piece], pieces))
+  end
+
+  defp finish([], pieces), do: pieces
+  defp finish(piece, pieces), do: [Enum.reverse(piece) | pieces]
 
   @spec close(kind(), socket()) :: :ok
   def close(:tcp, socket), do: :gen_tcp.close(socket)

@@ -4,6 +4,7 @@ defmodule Ringbus.Server.Config do
   # acceptors and connections.
 
   @default_port 7171
+  @default_buffer_size 256 * 1024
 
   @defaults [
     host: {127, 0, 0, 1},
@@ -20,7 +21,7 @@ defmodule Ringbus.Server.Config do
     max_credit: 10_000,
     max_out_bytes: 4 * 1024 * 1024,
     acceptors: 4,
-    buffer_size: 1024 * 1024,
+    buffer_size: @default_buffer_size,
     name: nil
   ]
 
@@ -30,6 +31,9 @@ defmodule Ringbus.Server.Config do
 
   @doc "The port a server listens on when none is given."
   def default_port, do: @default_port
+
+  @doc "The socket buffer size when none is given."
+  def default_buffer_size, do: @default_buffer_size
 
   @doc "Validates server options; raises `ArgumentError` on a bad one."
   @spec new!(keyword()) :: t()
