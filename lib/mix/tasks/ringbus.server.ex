@@ -59,6 +59,8 @@ defmodule Mix.Tasks.Ringbus.Server do
       "Ringbus #{Application.spec(:ringbus, :vsn)} listening on #{host}:#{Ringbus.Server.port(server)} (#{kind}, #{auth}); Ctrl-C to stop"
     )
 
+    Mix.shell().info("VM memory: #{Ringbus.Server.Memory.describe()}")
+
     Process.sleep(:infinity)
   end
 

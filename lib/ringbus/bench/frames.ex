@@ -137,6 +137,8 @@ defmodule Ringbus.Bench.Frames do
         "OTP #{System.otp_release()}, #{System.schedulers_online()} schedulers"
     )
 
+    IO.puts("VM memory: #{Ringbus.Server.Memory.describe()}")
+
     results = Enum.flat_map(config.transports, &measure_transport(&1, config))
 
     print_table(results)

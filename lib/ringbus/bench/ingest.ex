@@ -119,17 +119,6 @@ defmodule Ringbus.Bench.Ingest do
   @redis_value_size 1024
   @redis_maxlen 200_000
 
-  # The binary allocator's single-block carrier threshold, in KB.
-  defp single_block_threshold_kb do
-    :erlang.system_info({:allocator, :binary_alloc})
-    |> Enum.find_value(fn
-      {:instance, 0, info} -> get_in(info, [:options, :sbct])
-      _ -> nil
-    end)
-    |> Kernel.||(0)
-    |> div(1024)
-  end
-
   @doc "Runs the bench with command line arguments; returns the rows."
   @spec run([String.t()]) :: [map()]
   def run(args) do
@@ -151,10 +140,7 @@ defmodule Ringbus.Bench.Ingest do
         "every push acked; max_pending 100000"
     )
 
-    IO.puts(
-      "binaries above #{single_block_threshold_kb()} KB get a carrier (an mmap) of their own " <>
-        "(+MBsbct; with ELIXIR_ERL_OPTIONS=\"+MBsbct 8192\" 1 MB reads reuse memory)\n"
-    )
+    IO.puts("VM memory: #{Ringbus.Server.Memory.describe()}\n")
 
     rows = Enum.map(config.modes, &run_mode(&1, port, config))
     Supervisor.stop(server)
