@@ -2,8 +2,8 @@ defmodule Ringbus.Application do
   @moduledoc false
   # Ringbus.Supervisor (rest_for_one)
   # ├── Ringbus.Store                             owns every ETS table
-  # ├── Ringbus.Channel.Subscriptions             Registry of subscriptions
   # └── Ringbus.Channel.SubscriptionOwner         every subscription links to it
+  #                                               and registers in its table
   #
   # rest_for_one: if the table owner ever restarts, the subscriptions that read
   # its tables restart after it.
@@ -14,7 +14,6 @@ defmodule Ringbus.Application do
   def start(_type, _args) do
     children = [
       Ringbus.Store,
-      {Registry, keys: :duplicate, name: Ringbus.Channel.Subscriptions},
       Ringbus.Channel.SubscriptionOwner
     ]
 

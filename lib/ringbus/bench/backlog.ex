@@ -390,8 +390,7 @@ defmodule Ringbus.Bench.Backlog do
 
   defp start_subscription(:as_subscribed, channel, sink, opts) do
     {:ok, sub} = Subscription.start(channel, sink, opts)
-    [{pid, _}] = Registry.lookup(Ringbus.Channel.Subscriptions, sub)
-    pid
+    Ringbus.Channel.SubscriptionOwner.whereis(sub)
   end
 
   defp start_subscription(:on_heap, channel, sink, opts) do
@@ -630,30 +629,20 @@ defmodule Ringbus.Bench.Backlog do
   end
 
   # Waits (up to 60 s, polling every 10 ms) until the processes a run started
-  # have all exited and the processes that clean up after them (the registry
-  # partitions and the subscription owner, each with an `:EXIT` per ended
-  # subscription) are idle, so that the next run does not share the cores
-  # with that cleanup.
+  # have all exited and the process that cleans up after them (the
+  # subscription owner, with an `:EXIT` per ended subscription) is idle, so
+  # that the next run does not share the cores with that cleanup.
   defp settle(baseline, tries \\ 6_000) do
+    owner = Process.whereis(Ringbus.Channel.SubscriptionOwner)
+
     busy? =
       :erlang.system_info(:process_count) > baseline + 16 or
-        Enum.any?(cleaners(), fn pid ->
-          match?({:message_queue_len, len} when len > 0, Process.info(pid, :message_queue_len))
-        end)
+        match?({:message_queue_len, len} when len > 0, Process.info(owner, :message_queue_len))
 
     if tries > 0 and busy? do
       Process.sleep(10)
       settle(baseline, tries - 1)
     end
-  end
-
-  defp cleaners do
-    partitions =
-      for {_, pid, _, _} <- Supervisor.which_children(Ringbus.Channel.Subscriptions),
-          is_pid(pid),
-          do: pid
-
-    [Process.whereis(Ringbus.Channel.SubscriptionOwner) | partitions]
   end
 
   # Polls a bounded number of times, one millisecond apart.

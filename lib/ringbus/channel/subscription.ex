@@ -17,7 +17,7 @@ defmodule Ringbus.Channel.Subscription do
   # subscriber acking message by message, many pushes at once), so it must
   # stay linear in its backlog:
   #   - it takes every message in arrival order and never receives
-  #     selectively; the calls it makes (Registry, ETS, `:atomics`, `send/2`)
+  #     selectively; the calls it makes (ETS, `:atomics`, `send/2`)
   #     do not wait for a reply;
   #   - it counts no list: a read returns its own count, credit is an integer;
   #   - its message queue is off the heap (`message_queue_data: :off_heap`).
@@ -31,19 +31,17 @@ defmodule Ringbus.Channel.Subscription do
   #     a burst of N subscribes cost O(N²) there (10k 0.15 s, 40k 3.6 s; the
   #     subscribe rows of `mix ringbus.bench backlog`).
   #
-  # Each subscription is registered in `Ringbus.Channel.Subscriptions` under
-  # its own reference (for ack and unsubscribe), with its channel's name as the
-  # value (to close them all when the channel is deleted). Waiting ones are in
-  # the channel's waiters table. Neither keeps many entries under one key:
+  # Each subscription is registered with `Ringbus.Channel.SubscriptionOwner`
+  # under its own reference (for ack and unsubscribe), with its channel's name
+  # (to close them all when the channel is deleted). Waiting ones are in the
+  # channel's waiters table. Neither keeps many entries under one key:
   # removing one of k entries under a shared ETS key costs O(k), so a channel
   # with many subscribers would pay O(k²) to wake or drop them all.
 
   use GenServer, restart: :temporary
 
   alias Ringbus.Channel
-  alias Ringbus.Channel.Ring
-
-  @registry Ringbus.Channel.Subscriptions
+  alias Ringbus.Channel.{Ring, SubscriptionOwner}
 
   @type options :: [
           from: non_neg_integer() | :earliest | :latest,
@@ -99,15 +97,15 @@ defmodule Ringbus.Channel.Subscription do
   @doc "Returns `count` messages of credit to the subscription."
   @spec ack(reference(), pos_integer()) :: :ok | {:error, :no_subscription}
   def ack(sub, count) do
-    case Registry.lookup(@registry, sub) do
-      [{pid, _}] -> send(pid, {:ringbus_ack, count}) && :ok
-      [] -> {:error, :no_subscription}
+    case SubscriptionOwner.whereis(sub) do
+      nil -> {:error, :no_subscription}
+      pid -> send(pid, {:ringbus_ack, count}) && :ok
     end
   end
 
   @spec stop(reference()) :: :ok | {:error, :no_subscription}
   def stop(sub) do
-    with [{pid, _}] <- Registry.lookup(@registry, sub),
+    with pid when is_pid(pid) <- SubscriptionOwner.whereis(sub),
          :ok <- GenServer.stop(pid, :normal) do
       :ok
     else
@@ -121,11 +119,7 @@ defmodule Ringbus.Channel.Subscription do
   @spec close_all(Channel.name(), term()) :: :ok
   def close_all(name, reason) do
     # A scan of every subscription: deleting a channel is rare.
-    for pid <-
-          Registry.select(@registry, [
-            {{:_, :"$1", :"$2"}, [{:==, :"$2", {:const, name}}], [:"$1"]}
-          ]),
-        do: send(pid, {:ringbus_close, reason})
+    for pid <- SubscriptionOwner.subscriptions(name), do: send(pid, {:ringbus_close, reason})
 
     :ok
   end
@@ -134,8 +128,7 @@ defmodule Ringbus.Channel.Subscription do
 
   @impl true
   def init({channel, subscriber, sub, opts}) do
-    Ringbus.Channel.SubscriptionOwner.adopt()
-    {:ok, _} = Registry.register(@registry, sub, channel.name)
+    SubscriptionOwner.adopt(sub, channel.name)
     monitor = Process.monitor(subscriber)
 
     cursor =

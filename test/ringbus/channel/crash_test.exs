@@ -104,8 +104,6 @@ defmodule Ringbus.Channel.CrashTest do
   end
 
   defp subscription_processes(name) do
-    Registry.select(Ringbus.Channel.Subscriptions, [
-      {{:_, :"$1", :"$2"}, [{:==, :"$2", {:const, name}}], [:"$1"]}
-    ])
+    Ringbus.Channel.SubscriptionOwner.subscriptions(name)
   end
 end
