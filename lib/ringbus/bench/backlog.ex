@@ -77,7 +77,7 @@ defmodule Ringbus.Bench.Backlog do
       `skipped` or `over_budget` in `ms`.
   """
 
-  alias Ringbus.Bench.Args
+  alias Ringbus.Bench.{Args, Stats}
   alias Ringbus.Channel.Subscription
   alias Ringbus.Mailbox
   alias Ringbus.Wire.Decoder
@@ -178,7 +178,29 @@ defmodule Ringbus.Bench.Backlog do
         end
       end)
 
-    Enum.reverse(rows)
+    rows = Enum.reverse(rows)
+    IO.puts(format_fit(rows))
+    rows
+  end
+
+  # The whole series in one figure, robust to one noisy size, and the range
+  # of its single doublings.
+  defp format_fit(rows) do
+    points = for %{result: {:ok, t, _}, n: n} <- rows, do: {n, ms(t)}
+    ratios = for %{ratio: r} when is_float(r) <- rows, do: r
+
+    case {Stats.growth_per_doubling(points), ratios} do
+      {nil, _} ->
+        ""
+
+      {_fit, []} ->
+        ""
+
+      {fit, ratios} ->
+        "#{String.duplicate(" ", 14)}fit over #{length(points)} sizes: " <>
+          "#{format_ratio(fit)} per doubling (single doublings " <>
+          "#{format_ratio(Enum.min(ratios))}–#{format_ratio(Enum.max(ratios))})"
+    end
   end
 
   # Runs a row up to `--repeat` times and keeps the median, but runs it once

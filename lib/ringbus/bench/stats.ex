@@ -149,4 +149,36 @@ defmodule Ringbus.Bench.Stats do
 
     inner ++ [{top, elem(sorted, n - 1)}]
   end
+
+  @doc """
+  The growth of a time per doubling of a size, from a least-squares line
+  through `{size, time}` points on log-log axes: 2.0 for linear growth, 4.0
+  for quadratic. Unlike the ratio of two neighbouring points, one noisy
+  point moves it little. `nil` with fewer than two points of distinct sizes.
+
+      iex> Ringbus.Bench.Stats.growth_per_doubling([{10, 1.0}, {20, 2.0}, {40, 4.0}])
+      2.0
+      iex> Ringbus.Bench.Stats.growth_per_doubling([{10, 1.0}, {20, 4.0}, {40, 16.0}])
+      4.0
+  """
+  @spec growth_per_doubling([{number(), number()}]) :: float() | nil
+  def growth_per_doubling(points) do
+    logs = for {n, t} <- points, n > 0 and t > 0, do: {:math.log2(n), :math.log2(t)}
+
+    {count, sx, sy} =
+      Enum.reduce(logs, {0, 0.0, 0.0}, fn {x, y}, {c, sx, sy} -> {c + 1, sx + x, sy + y} end)
+
+    if count < 2 do
+      nil
+    else
+      {mx, my} = {sx / count, sy / count}
+
+      {sxy, sxx} =
+        Enum.reduce(logs, {0.0, 0.0}, fn {x, y}, {sxy, sxx} ->
+          {sxy + (x - mx) * (y - my), sxx + (x - mx) * (x - mx)}
+        end)
+
+      if sxx == 0.0, do: nil, else: Float.round(:math.pow(2, sxy / sxx), 6)
+    end
+  end
 end
