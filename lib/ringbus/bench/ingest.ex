@@ -12,8 +12,8 @@ defmodule Ringbus.Bench.Ingest do
 
   The bench VM starts a `Ringbus.Server` on 127.0.0.1 (port 0). For each mode
   it creates a fresh channel, `overflow: :drop_oldest` (so with more messages
-  than the capacity the ring really overwrites), and starts the load generator in a **separate OS process**: a
-  second BEAM (`elixir -pa <this build's ebin> -e ...`) running
+  than the capacity the ring really overwrites), and starts the load
+  generator in a **separate OS process**: a second BEAM (`elixir -pa <this build's ebin> -e ...`) running
   `Ringbus.Bench.Ingest.Generator`, which connects with `Ringbus.Client` and
   pushes. Client and server therefore share the machine's cores as two
   separate VMs would in production, and neither sees the other's scheduler.
@@ -94,7 +94,7 @@ defmodule Ringbus.Bench.Ingest do
   Progress goes to stderr, a line per 10% of each mode's messages.
   """
 
-  alias Ringbus.Bench.CSV
+  alias Ringbus.Bench.{Args, CSV}
 
   @modes ["request_reply", "pipelined", "batched", "1kb"]
 
@@ -159,7 +159,7 @@ defmodule Ringbus.Bench.Ingest do
   end
 
   defp config!(opts) do
-    messages = Keyword.get(opts, :messages, 2_000_000)
+    messages = Args.positive!(opts, :messages, 2_000_000)
     modes = opts |> Keyword.get(:modes, Enum.join(@modes, ",")) |> String.split(",", trim: true)
 
     for mode <- modes, mode not in @modes do
@@ -171,19 +171,14 @@ defmodule Ringbus.Bench.Ingest do
       rr_messages: min(Keyword.get(opts, :rr_messages, 200_000), messages),
       payload: Keyword.get(opts, :payload, 16),
       modes: modes,
-      batch: Keyword.get(opts, :batch, 1_000),
-      batch_bytes: Keyword.get(opts, :batch_bytes, 256 * 1024),
-      capacity: Keyword.get(opts, :capacity, 1_000_000),
+      batch: Args.positive!(opts, :batch, 1_000),
+      batch_bytes: Args.positive!(opts, :batch_bytes, 256 * 1024),
+      capacity: Args.positive!(opts, :capacity, 1_000_000),
       vs_redis: Keyword.get(opts, :vs_redis, false),
       out: Keyword.get(opts, :out),
-      timeout: Keyword.get(opts, :timeout, 300),
+      timeout: Args.positive!(opts, :timeout, 300),
       quiet: Keyword.get(opts, :quiet, false)
     }
-
-    for key <- [:messages, :batch, :batch_bytes, :capacity, :timeout],
-        Map.fetch!(config, key) < 1 do
-      Mix.raise("expected --#{key} to be a positive integer, got: #{Map.fetch!(config, key)}")
-    end
 
     if config.payload < 0, do: Mix.raise("expected --payload to be >= 0")
     config
