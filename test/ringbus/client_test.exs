@@ -195,6 +195,18 @@ defmodule Ringbus.ClientTest do
       refute_received {:ringbus_acks, _, _}
     end
 
+    test "output waiting to be written is written even when other messages come first",
+         %{port: port} do
+      c = connect!(port)
+      :ok = :sys.suspend(c.pid)
+      :ok = Client.push_async(c, "idle-flush", "x", ack: false)
+      # A write's reply from the port, handled before the connection is idle.
+      send(c.pid, {:inet_reply, make_ref(), :ok})
+      :ok = :sys.resume(c.pid)
+
+      assert eventually(fn -> Ringbus.len("idle-flush") == 1 end)
+    end
+
     test "pushes past :max_pending get :backpressure until acks come", %{port: port} do
       c = connect!(port, max_pending: 10)
 
@@ -389,5 +401,14 @@ defmodule Ringbus.ClientTest do
       end)
 
     {port, server}
+  end
+
+  # Polls `check` every 5 ms, 400 times at most.
+  defp eventually(check, tries \\ 400) do
+    cond do
+      check.() -> true
+      tries == 0 -> false
+      true -> Process.sleep(5) && eventually(check, tries - 1)
+    end
   end
 end

@@ -98,7 +98,7 @@ defmodule Ringbus.Client.Connection do
   def handle_info({:ringbus_write, data, bytes}, state),
     do: state |> out(data, bytes) |> noreply()
 
-  def handle_info(:timeout, state), do: {:noreply, flush(state)}
+  def handle_info(:timeout, state), do: state |> flush() |> noreply()
 
   def handle_info({tag, socket, data}, %{socket: socket} = state) when tag in [:tcp, :ssl] do
     case Decoder.feed(state.decoder, data) do
@@ -133,7 +133,7 @@ defmodule Ringbus.Client.Connection do
     state |> out(data, 9) |> noreply()
   end
 
-  def handle_info({:inet_reply, _socket, :ok}, state), do: {:noreply, state}
+  def handle_info({:inet_reply, _socket, :ok}, state), do: noreply(state)
   def handle_info({:inet_reply, _socket, {:error, reason}}, state), do: down(state, reason)
 
   def handle_info({closed, socket}, %{socket: socket} = state)
@@ -150,7 +150,7 @@ defmodule Ringbus.Client.Connection do
     {:stop, :normal, state}
   end
 
-  def handle_info(_unexpected, state), do: {:noreply, state}
+  def handle_info(_unexpected, state), do: noreply(state)
 
   ## Frames from the server
 
@@ -279,6 +279,8 @@ defmodule Ringbus.Client.Connection do
     if state.out_bytes >= @flush_bytes, do: flush(state), else: state
   end
 
+  # Every callback returns through here: a return without the timeout while
+  # output waits would leave it unwritten until some other message came.
   defp noreply(%{out_bytes: 0} = state), do: {:noreply, state}
   defp noreply(state), do: {:noreply, state, 0}
 
