@@ -68,8 +68,11 @@ defmodule Ringbus do
     * `:rejected` - messages refused because the ring was full
     * `:skipped` - seqs given up on because their producer stalled between
       reserving and storing them (it was killed, or descheduled for longer
-      than a reader waits, 5 ms); a single push that comes back pushes again,
-      a message of a drop-oldest batch is counted here and not delivered
+      than a reader waits, 5 ms). A producer that comes back pushes its
+      message again under a fresh seq; a message of a drop-oldest batch is
+      counted here and not delivered. Under drop-oldest, a skip its producer
+      has not come back to when the ring laps the seq counts as overwritten
+      instead (a late producer then reports that seq pushed)
     * `:bytes` - payload bytes pushed in total
 
   At rest, `pushed == pulled + overwritten + len`.

@@ -29,17 +29,32 @@ defmodule Ringbus.Channel.Ring do
   # was overwritten, and the formula already says so.
   #
   # Stalled producers. Between reserving a seq and inserting it a producer can
-  # be descheduled, or killed. A puller that claimed such a seq waits a bounded
-  # time for it, then writes a tombstone `{seq, :skipped}` with `insert_new`
-  # and counts the seq as skipped. The late producer's own `insert_new` fails;
-  # it removes the tombstone and pushes again under a fresh seq, so the message
-  # is not lost. A producer lapped by the ring before it inserted removes its
-  # own message again. Under drop-oldest the push that laps a seq deletes
-  # whatever is left under it: a tombstone, or a message a dead puller claimed
-  # and never took. Under reject a tombstone stays if its producer died
-  # mid-push. A drop-oldest batch stored as a chunk (see "Chunks") is not
-  # pushed again: a seq tombstoned inside it stays skipped, counted, and its
-  # message is not delivered.
+  # be descheduled, or killed. Readers wait a bounded time (5 ms) for such a
+  # seq, then give up on it with a mark, inserted with `insert_new` so that it
+  # and the late message exclude each other, and count it as skipped:
+  #
+  #   :skipped          a subscription gave up on a seq no pull had claimed;
+  #                     the pull that claims it later takes the skip over
+  #   :skipped_claimed  the pull that claimed the seq gave up on it
+  #   :abandoned        the producer came back, found a mark, and gave up
+  #                     the seq itself; the pull that claims it removes it
+  #
+  # A late producer whose `insert_new` meets a mark abandons its seq (deleting
+  # a `:skipped_claimed`, turning a `:skipped` into `:abandoned`) and pushes
+  # again under a fresh seq, so its message is not lost and the seq stays
+  # counted as skipped once. The mark is how a producer learns of the skip, so
+  # whoever removes a skip mark before the producer saw it (a push lapping the
+  # seq, a reader withdrawing a mark on a seq claimed meanwhile) also takes
+  # back the count: the late producer then inserts, finds the seq lapped (or
+  # claimed by a pull that waits for it), and the seq counts as pushed. So a
+  # seq is skipped only when its producer abandoned it or its mark still
+  # stands. A producer killed mid-push leaves its mark until a push laps it
+  # (its seq then counts as pushed and overwritten, as an unclaimed one would)
+  # or, under reject, until the channel is deleted.
+  #
+  # A drop-oldest batch stored as a chunk (see "Chunks") is not pushed again:
+  # a seq marked inside it shadows its message, which is not delivered, and
+  # counts as skipped until the ring laps it.
 
   alias Ringbus.Channel
   alias Ringbus.Wire.Frame
@@ -52,12 +67,17 @@ defmodule Ringbus.Channel.Ring do
   @bytes 6
   @waiting 7
   @chunked 8
-  @slots 8
+  @dropped 9
+  @slots 9
 
   # How long a reader waits for a reserved seq whose producer has not stored it.
   @stall_ms 5
 
   @typep seq :: non_neg_integer()
+
+  # What a seq holds when a reader or its producer gave up on it (see
+  # "Stalled producers" above).
+  defguardp is_mark(value) when value in [:skipped, :skipped_claimed, :abandoned]
 
   @doc "Creates the storage of a channel. Called by the table owner."
   @spec new(Channel.name(), Channel.options()) :: Channel.t()
@@ -76,15 +96,21 @@ defmodule Ringbus.Channel.Ring do
 
   @spec push(Channel.t(), binary()) :: {:ok, seq} | {:error, :full}
   def push(%Channel{} = ch, payload) do
-    with {:ok, seq} <- reserve(ch, 1) do
-      if :ets.insert_new(ch.table, {seq, payload}) do
-        :atomics.add(ch.atomics, @bytes, byte_size(payload))
-        stored(ch, seq, seq)
-        {:ok, seq}
-      else
-        :ets.delete_object(ch.table, {seq, :skipped})
-        push(ch, payload)
-      end
+    with {:ok, seq} <- reserve(ch, 1), do: commit(ch, seq, payload)
+  end
+
+  @doc false
+  # The second half of a push: stores `payload` under `seq`, reserved by the
+  # caller. Tests call it late to play a stalled producer.
+  @spec commit(Channel.t(), seq, binary()) :: {:ok, seq} | {:error, :full}
+  def commit(ch, seq, payload) do
+    if :ets.insert_new(ch.table, {seq, payload}) do
+      :atomics.add(ch.atomics, @bytes, byte_size(payload))
+      stored(ch, seq, seq)
+      {:ok, seq}
+    else
+      abandon(ch, seq)
+      push(ch, payload)
     end
   end
 
@@ -99,7 +125,10 @@ defmodule Ringbus.Channel.Ring do
   @spec push_measured(Channel.t(), [binary()], non_neg_integer(), non_neg_integer()) ::
           {:ok, seq} | {:error, :full}
   def push_measured(ch, _payloads, 0, _bytes), do: {:ok, :atomics.get(ch.atomics, @head)}
-  def push_measured(ch, payloads, count, bytes), do: push_batch(ch, payloads, count, bytes)
+
+  def push_measured(ch, payloads, count, bytes) do
+    with {:ok, first} <- reserve(ch, count), do: commit_batch(ch, first, payloads, count, bytes)
+  end
 
   defp measure([p | rest], n, bytes) when is_binary(p),
     do: measure(rest, n + 1, bytes + byte_size(p))
@@ -110,10 +139,22 @@ defmodule Ringbus.Channel.Ring do
     raise ArgumentError, "expected every payload to be a binary, got: #{inspect(p)}"
   end
 
-  # Drop-oldest batches go in as one chunk object (see "Chunks" above).
-  defp push_batch(%Channel{overflow: :drop_oldest, atomics: a} = ch, payloads, count, bytes)
-       when count > 1 do
-    first = :atomics.add_get(a, @head, count) - count
+  @doc false
+  # The second half of `push_measured/4`: stores a batch under the `count`
+  # seqs from `first`, reserved by the caller.
+  @spec commit_batch(Channel.t(), seq, [binary()], pos_integer(), non_neg_integer()) ::
+          {:ok, seq} | {:error, :full}
+  def commit_batch(ch, first, payloads, count, bytes)
+
+  # Drop-oldest batches go in as one chunk object (see "Chunks" below).
+  def commit_batch(
+        %Channel{overflow: :drop_oldest, atomics: a} = ch,
+        first,
+        payloads,
+        count,
+        bytes
+      )
+      when count > 1 do
     last = first + count - 1
     if :atomics.get(a, @chunked) == 0, do: :atomics.put(a, @chunked, 1)
     :ets.insert(ch.table, List.to_tuple([chunk_key(last), first | payloads]))
@@ -122,19 +163,17 @@ defmodule Ringbus.Channel.Ring do
     {:ok, first}
   end
 
-  defp push_batch(ch, payloads, count, bytes) do
-    with {:ok, first} <- reserve(ch, count) do
-      last = first + count - 1
+  def commit_batch(ch, first, payloads, count, bytes) do
+    last = first + count - 1
 
-      if :ets.insert_new(ch.table, number(payloads, first, [])) do
-        :atomics.add(ch.atomics, @bytes, bytes)
-        stored(ch, first, last)
-        {:ok, first}
-      else
-        # A puller gave up on part of the range: abandon all of it, then retry.
-        Enum.each(first..last, &skip(ch, &1))
-        push_batch(ch, payloads, count, bytes)
-      end
+    if :ets.insert_new(ch.table, number(payloads, first, [])) do
+      :atomics.add(ch.atomics, @bytes, bytes)
+      stored(ch, first, last)
+      {:ok, first}
+    else
+      # A reader gave up on part of the range: abandon all of it, then retry.
+      Enum.each(first..last, &abandon(ch, &1))
+      push_measured(ch, payloads, count, bytes)
     end
   end
 
@@ -146,11 +185,16 @@ defmodule Ringbus.Channel.Ring do
 
   defp number([], _seq, acc), do: acc
 
-  defp reserve(%Channel{overflow: :drop_oldest, atomics: a}, count) do
+  @doc false
+  # The first half of a push: reserves `count` seqs and returns the first.
+  @spec reserve(Channel.t(), pos_integer()) :: {:ok, seq} | {:error, :full}
+  def reserve(ch, count)
+
+  def reserve(%Channel{overflow: :drop_oldest, atomics: a}, count) do
     {:ok, :atomics.add_get(a, @head, count) - count}
   end
 
-  defp reserve(%Channel{overflow: :reject, atomics: a, capacity: cap} = ch, count) do
+  def reserve(%Channel{overflow: :reject, atomics: a, capacity: cap} = ch, count) do
     head = :atomics.get(a, @head)
 
     cond do
@@ -168,15 +212,16 @@ defmodule Ringbus.Channel.Ring do
 
   # After first..last went in: make room, catch a lap, wake subscribers.
   #
-  # Under drop-oldest the push of `seq` claims `seq - capacity` (moving tail,
-  # which makes it overwritten) and deletes it. Under reject nothing is
+  # Under drop-oldest the push of `seq` claims every seq up to `seq - capacity`
+  # (moving tail, which makes them overwritten) and deletes what they hold
+  # (see `drop_through/2`). Under reject nothing is
   # deleted: `seq - capacity` was claimed by a pull, which takes it, however
   # late. (A pull killed between its claim and its take leaves that message in
   # the table, counted as overwritten, until the channel is deleted.)
   defp stored(%Channel{overflow: :drop_oldest, capacity: cap} = ch, first, last) do
     if last >= cap do
       claim_through(ch.atomics, last - cap)
-      drop(ch, max(first - cap, 0), last - cap)
+      drop_through(ch, last - cap)
     end
 
     # Lapped before our insert landed: the lapping push found nothing to
@@ -184,11 +229,18 @@ defmodule Ringbus.Channel.Ring do
     head = :atomics.get(ch.atomics, @head)
 
     cond do
-      head <= first + cap -> :ok
-      first == last -> :ets.delete(ch.table, first)
-      head > last + cap -> :ets.delete(ch.table, chunk_key(last))
+      head <= first + cap ->
+        :ok
+
+      first == last ->
+        :ets.select_delete(ch.table, [{{first, :"$1"}, [is_binary: :"$1"], [true]}])
+
+      head > last + cap ->
+        :ets.delete(ch.table, chunk_key(last))
+
       # Partly lapped: the push that laps `last` deletes the chunk.
-      true -> :ok
+      true ->
+        :ok
     end
 
     wake(ch)
@@ -205,30 +257,56 @@ defmodule Ringbus.Channel.Ring do
     end
   end
 
+  # Deletes everything up to `seq` not deleted yet. A cursor (every seq below
+  # `dropped` is gone) makes this cumulative: a seq whose producer abandoned
+  # it or died never stores, so no push of its own deletes the seq a capacity
+  # below it; the next push that gets this far does.
+  defp drop_through(%Channel{atomics: a} = ch, seq) do
+    from = :atomics.get(a, @dropped)
+
+    cond do
+      from > seq -> :ok
+      :atomics.compare_exchange(a, @dropped, from, seq + 1) == :ok -> drop(ch, from, seq)
+      true -> drop_through(ch, seq)
+    end
+  end
+
   # Deletes every object whose last seq is in from..to: a single message, a
-  # tombstone, or a chunk ending there.
+  # mark, or a chunk ending there.
   defp drop(ch, from, to) do
     cond do
       :atomics.get(ch.atomics, @chunked) == 0 ->
-        Enum.each(from..to//1, &:ets.delete(ch.table, &1))
+        Enum.each(from..to//1, &drop_seq(ch, &1))
 
       to - from < 4 ->
         Enum.each(from..to//1, fn seq ->
-          :ets.delete(ch.table, seq)
+          drop_seq(ch, seq)
           :ets.delete(ch.table, chunk_key(seq))
         end)
 
       true ->
-        drop_walk(ch.table, :ets.next(ch.table, from - 0.25), to + 0.5)
+        drop_walk(ch, :ets.next(ch.table, from - 0.25), to + 0.5)
     end
   end
 
-  defp drop_walk(table, key, bound) when is_number(key) and key <= bound do
-    :ets.delete(table, key)
-    drop_walk(table, :ets.next(table, key), bound)
+  defp drop_walk(ch, key, bound) when is_number(key) and key <= bound do
+    if is_integer(key), do: drop_seq(ch, key), else: :ets.delete(ch.table, key)
+    drop_walk(ch, :ets.next(ch.table, key), bound)
   end
 
-  defp drop_walk(_table, _key, _bound), do: :ok
+  defp drop_walk(_ch, _key, _bound), do: :ok
+
+  # A skip still standing when the ring laps its seq becomes an overwrite: its
+  # producer, if it comes back, finds the seq lapped and reports it pushed.
+  defp drop_seq(ch, seq) do
+    case :ets.take(ch.table, seq) do
+      [{_, mark}] when mark in [:skipped, :skipped_claimed] ->
+        :atomics.sub(ch.atomics, @skipped, 1)
+
+      _ ->
+        :ok
+    end
+  end
 
   ## Chunks
   #
@@ -260,7 +338,7 @@ defmodule Ringbus.Channel.Ring do
         end
 
       key when is_integer(key) ->
-        if element(ch.table, key, 2) == :skipped,
+        if is_mark(element(ch.table, key, 2)),
           do: chunk_after(ch, seq, key, tombstone || key - 1),
           else: nil
 
@@ -286,7 +364,12 @@ defmodule Ringbus.Channel.Ring do
   ## Pull
 
   @spec pull(Channel.t()) :: {:ok, seq, binary()} | :empty
-  def pull(%Channel{atomics: a} = ch) do
+  def pull(ch), do: pull(ch, @stall_ms)
+
+  @doc false
+  # `pull/1` with the wait for a stalled producer given, in milliseconds.
+  @spec pull(Channel.t(), non_neg_integer()) :: {:ok, seq, binary()} | :empty
+  def pull(%Channel{atomics: a} = ch, stall_ms) do
     tail = :atomics.get(a, @tail)
 
     cond do
@@ -294,27 +377,32 @@ defmodule Ringbus.Channel.Ring do
         :empty
 
       :atomics.compare_exchange(a, @tail, tail, tail + 1) != :ok ->
-        pull(ch)
+        pull(ch, stall_ms)
 
       true ->
-        case take_claimed(ch, tail, nil) do
+        case take_claimed(ch, tail, stall_ms, nil) do
           {:ok, payload} ->
             :atomics.add(a, @pulled, 1)
             {:ok, tail, payload}
 
           :gone ->
-            pull(ch)
+            pull(ch, stall_ms)
         end
     end
   end
 
-  defp take_claimed(ch, seq, deadline) do
+  defp take_claimed(ch, seq, stall_ms, deadline) do
     case :ets.take(ch.table, seq) do
       [{_, payload}] when is_binary(payload) ->
         {:ok, payload}
 
-      [{_, :skipped}] ->
+      [{_, :abandoned}] ->
         :gone
+
+      # A subscription gave up on it before we claimed it: the skip is ours.
+      [{_, :skipped}] ->
+        :atomics.sub(ch.atomics, @skipped, 1)
+        if skip_claimed(ch, seq), do: :gone, else: take_claimed(ch, seq, stall_ms, deadline)
 
       [] ->
         payload = chunk_payload(ch, seq)
@@ -327,29 +415,85 @@ defmodule Ringbus.Channel.Ring do
             :gone
 
           deadline == nil ->
-            take_claimed(ch, seq, :erlang.monotonic_time(:millisecond) + @stall_ms)
+            deadline = :erlang.monotonic_time(:millisecond) + stall_ms
+            take_claimed(ch, seq, stall_ms, deadline)
 
           :erlang.monotonic_time(:millisecond) < deadline ->
             :erlang.yield()
-            take_claimed(ch, seq, deadline)
+            take_claimed(ch, seq, stall_ms, deadline)
 
-          skip(ch, seq) ->
+          skip_claimed(ch, seq) ->
             :gone
 
           true ->
-            take_claimed(ch, seq, deadline)
+            take_claimed(ch, seq, stall_ms, deadline)
         end
     end
   end
 
+  # The claimer of `seq` gives up on it: a mark its producer, if it comes
+  # back, deletes before it pushes again. False if something landed first.
+  defp skip_claimed(ch, seq) do
+    if :ets.insert_new(ch.table, {seq, :skipped_claimed}) do
+      :atomics.add(ch.atomics, @skipped, 1)
+      # Lapped meanwhile: the lapping push may have passed it already.
+      if lapped?(ch, seq), do: withdraw(ch, seq, :skipped_claimed)
+      true
+    else
+      false
+    end
+  end
+
   @doc """
-  Gives up on a seq whose producer reserved it and has not stored it:
-  tombstones it so that the producer, if it comes back, pushes again under a
-  fresh seq. Returns false if the message arrived first.
+  Gives up on a seq whose producer reserved it and has not stored it, for a
+  subscription stuck on it: marks it so that the producer, if it comes back,
+  pushes again under a fresh seq. Does nothing to a seq a pull (or a lapping
+  push) has claimed: the claimer settles it. Returns true if the mark stands.
   """
   @spec skip(Channel.t(), seq) :: boolean()
-  def skip(ch, seq) do
-    :ets.insert_new(ch.table, {seq, :skipped}) and :atomics.add(ch.atomics, @skipped, 1) == :ok
+  def skip(%Channel{atomics: a} = ch, seq) do
+    if seq >= :atomics.get(a, @tail) and :ets.insert_new(ch.table, {seq, :skipped}) do
+      :atomics.add(a, @skipped, 1)
+      # Claimed meanwhile: the claimer may have taken the message before our
+      # mark went in, so leave the seq to it.
+      seq >= :atomics.get(a, @tail) or not withdraw(ch, seq, :skipped)
+    else
+      false
+    end
+  end
+
+  # Takes a skip back, if its mark is still there. True if it was.
+  defp withdraw(ch, seq, mark) do
+    :ets.select_delete(ch.table, [{{seq, mark}, [], [true]}]) == 1 and
+      :atomics.sub(ch.atomics, @skipped, 1) == :ok
+  end
+
+  # The producer of `seq` gives it up, because a reader marked it while the
+  # producer stalled. Leaves `seq` counted as skipped exactly once.
+  defp abandon(%Channel{table: t} = ch, seq) do
+    case :ets.lookup(t, seq) do
+      # Its claimer gave up on it and went on: nothing looks at it again.
+      [{_, :skipped_claimed}] ->
+        if :ets.select_delete(t, [{{seq, :skipped_claimed}, [], [true]}]) == 0,
+          do: abandon(ch, seq)
+
+      # Not claimed yet: leave a mark for the claimer to take.
+      [{_, :skipped}] ->
+        if :ets.select_replace(t, [{{seq, :skipped}, [], [{{seq, :abandoned}}]}]) == 0,
+          do: abandon(ch, seq)
+
+      # Unmarked: never marked (another seq of the batch was), or the mark was
+      # taken back (the ring lapped the seq, or a pull claimed it).
+      [] ->
+        if :ets.insert_new(t, {seq, :abandoned}) do
+          :atomics.add(ch.atomics, @skipped, 1)
+          if lapped?(ch, seq), do: :ets.delete_object(t, {seq, :abandoned})
+        else
+          abandon(ch, seq)
+        end
+    end
+
+    :ok
   end
 
   @doc "How long to wait for a reserved seq before `skip/2`, in milliseconds."
@@ -384,7 +528,7 @@ defmodule Ringbus.Channel.Ring do
       [{_, payload}] when is_binary(payload) ->
         collect(ch, seq + 1, limit, [{seq, payload} | acc], n + 1, lost)
 
-      [{_, :skipped}] when n == 0 ->
+      [{_, mark}] when is_mark(mark) and n == 0 ->
         collect(ch, seq + 1, limit, acc, n, lost)
 
       [] ->
