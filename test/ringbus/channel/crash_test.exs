@@ -43,12 +43,12 @@ defmodule Ringbus.Channel.CrashTest do
 
     # Kill one of each once the stream is flowing.
     assert_receive {:progress, 1}, 10_000
-    for pid <- [hd(producers), hd(pullers), doomed_sub], do: Process.exit(pid, :kill)
+    Enum.each([hd(producers), hd(pullers), doomed_sub], &kill/1)
     assert_receive {:DOWN, ^sub_ref, :process, ^sub_process, _}, 5_000
 
     # By name: under load the doomed producer may finish before its kill lands.
     for p <- 2..4, do: assert_receive({:done, ^p}, 60_000)
-    Enum.each(tl(pullers), &Process.exit(&1, :kill))
+    Enum.each(tl(pullers), &kill/1)
 
     # Drain what is left and check the books.
     drained = drain(name, [])
@@ -76,6 +76,14 @@ defmodule Ringbus.Channel.CrashTest do
     {:ok, last} = Ringbus.push(name, "after the crash")
     assert {seen, _lost, _} = Load.stop(survivor, last + 1)
     assert seen[last] == "after the crash"
+  end
+
+  # Kills and waits until it is done: a kill is asynchronous, and the books
+  # must not be read while a killed process still runs.
+  defp kill(pid) do
+    ref = Process.monitor(pid)
+    Process.exit(pid, :kill)
+    assert_receive {:DOWN, ^ref, :process, ^pid, _}, 5_000
   end
 
   defp produce(name, p, count, log, parent) do
