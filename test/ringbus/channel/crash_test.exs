@@ -68,9 +68,10 @@ defmodule Ringbus.Channel.CrashTest do
       assert p in 1..4 and i in 1..20_000
     end
 
-    # A killed caller may have finished one operation without logging it.
+    # A killed caller may have finished one operation without logging it:
+    # one producer was killed, and every puller.
     assert (info.pushed - length(logged_pushes)) in 0..1
-    assert (info.pulled - length(pulled_seqs)) in 0..1
+    assert (info.pulled - length(pulled_seqs)) in 0..length(pullers)
 
     # The surviving subscriber still gets what is pushed now.
     {:ok, last} = Ringbus.push(name, "after the crash")
