@@ -38,9 +38,13 @@ defmodule Ringbus.Bench.Backlog do
     * `subscribe` - a burst of N subscribes on one channel, from N/8
       processes making 8 each (so that 160k subscriptions and their
       subscribers fit the default process limit); the time runs until every
-      subscribe has returned. Variants:
+      subscribe has returned (each process reports once, after its eighth).
+      Variants:
       * `ringbus` - `Ringbus.subscribe/2`, which starts the subscription from
         the caller and links it to `Ringbus.Channel.SubscriptionOwner`
+      * `bare_start` - the floor the VM sets, for reference: the same burst
+        of `GenServer.start/2` calls of a process that only monitors its
+        caller, with no Ringbus code at all
       * `dynamic_supervisor` - the naive way, for contrast: the same starts
         as `start_child` calls to one `DynamicSupervisor`, suspended until
         N/8 of them have queued; it waits for each child's init with a
@@ -68,8 +72,10 @@ defmodule Ringbus.Bench.Backlog do
     * `--max-len N` - the `:max_len` of the `drained` variant's buffer.
       Defaults to `200000`.
     * `--repeat R` - runs each row up to R times and reports the median (the
-      note column lists every run); a row is run again only while one run
-      takes under 2 s. Defaults to `5`.
+      note column lists every run). A series runs in rounds: the first goes
+      up the sizes; each later one runs again every size whose first run took
+      under 2 s, going down the sizes and up again by turns, so that no size
+      always runs on a VM just grown by the size before it. Defaults to `5`.
     * `--only NAME,...` - runs only these cases (`seed`) or variants
       (`seed/drained`). Defaults to all.
     * `--out FILE` - also writes the rows as CSV:
@@ -77,7 +83,7 @@ defmodule Ringbus.Bench.Backlog do
       `skipped` or `over_budget` in `ms`.
   """
 
-  alias Ringbus.Bench.{Args, Stats}
+  alias Ringbus.Bench.{Args, IdleServer, Stats}
   alias Ringbus.Channel.Subscription
   alias Ringbus.Mailbox
   alias Ringbus.Wire.Decoder
@@ -146,42 +152,86 @@ defmodule Ringbus.Bench.Backlog do
       {"store", "create_exists", &store_creates/2},
       {"connection", "deliveries", &connection/2},
       {"subscribe", "ringbus", &subscribes_ringbus/2},
+      {"subscribe", "bare_start", &subscribes_bare/2},
       {"subscribe", "dynamic_supervisor", &subscribes(&1, &2)}
     ]
   end
 
   ## Series and rows
 
-  defp run_series({kase, variant, fun}, config) do
-    {rows, _prev, _stop} =
-      Enum.reduce(config.sizes, {[], nil, nil}, fn n, {rows, prev, stop} ->
-        row =
+  # A series runs in rounds. The first round goes up the sizes once, skipping
+  # what is too slow; each later round runs again every size that finished in
+  # under @repeat_below_ms, going down the sizes and up again by turns, so that
+  # no size always runs on a VM just grown by the size before it. A row is the
+  # median of its runs.
+  defp run_series({kase, variant, fun} = series, config) do
+    progress(series, 1, config)
+
+    {first, _stop} =
+      Enum.map_reduce(config.sizes, nil, fn n, stop ->
+        result =
           cond do
             stop != nil ->
-              %{result: {:skipped, stop}}
+              {:skipped, stop}
 
             kase == "seed" and variant == "default" and not config.full and n > config.naive_max ->
-              %{result: {:skipped, "would take minutes (quadratic); run with --full"}}
+              {:skipped, "would take minutes (quadratic); run with --full"}
 
             true ->
-              %{result: measure(fun, n, config, [])}
+              run_once(fun, n, config)
           end
 
-        row = Map.merge(row, %{case: kase, variant: variant, n: n})
-        row = Map.put(row, :ratio, ratio(row, prev))
-        IO.puts(format_row(row))
-
-        case row.result do
-          {:ok, _, _} -> {[row | rows], row, nil}
-          {:over_budget, _, _} -> {[row | rows], nil, "a smaller size was over budget"}
-          {:skipped, _} -> {[row | rows], nil, stop}
+        case result do
+          {:over_budget, _, _} -> {{n, result}, "a smaller size was over budget"}
+          _ -> {{n, result}, stop}
         end
       end)
 
-    rows = Enum.reverse(rows)
+    repeatable = for {n, {:ok, [t]}} <- first, ms(t) < @repeat_below_ms, do: n
+
+    runs =
+      Enum.reduce(2..config.repeat//1, Map.new(first), fn round, runs ->
+        order = if rem(round, 2) == 0, do: Enum.reverse(repeatable), else: repeatable
+        progress(series, round, config)
+        Enum.reduce(order, runs, &again(series, &1, config, &2))
+      end)
+
+    {rows, _prev} =
+      Enum.map_reduce(config.sizes, nil, fn n, prev ->
+        row = %{case: kase, variant: variant, n: n, result: median(runs[n])}
+        row = Map.put(row, :ratio, ratio(row, prev))
+        IO.puts(format_row(row))
+        {row, if(match?({:ok, _, _}, row.result), do: row)}
+      end)
+
     IO.puts(format_fit(rows))
     rows
   end
+
+  defp progress({kase, variant, _fun}, round, config),
+    do: IO.puts(:stderr, "#{kase}/#{variant}: round #{round} of #{config.repeat}")
+
+  # A later round's run of one size; a run over budget now is left out.
+  defp again({_kase, _variant, fun}, n, config, runs) do
+    case run_once(fun, n, config) do
+      {:ok, [t]} -> Map.update!(runs, n, fn {:ok, ts} -> {:ok, ts ++ [t]} end)
+      _ -> runs
+    end
+  end
+
+  defp run_once(fun, n, config) do
+    :erlang.garbage_collect()
+
+    case fun.(n, config.max_ms) do
+      {:ok, t} -> {:ok, [t]}
+      other -> other
+    end
+  end
+
+  defp median({:ok, times}),
+    do: {:ok, times |> Enum.sort() |> Enum.at(div(length(times), 2)), times}
+
+  defp median(other), do: other
 
   # The whole series in one figure, robust to one noisy size, and the range
   # of its single doublings.
@@ -200,24 +250,6 @@ defmodule Ringbus.Bench.Backlog do
         "#{String.duplicate(" ", 14)}fit over #{length(points)} sizes: " <>
           "#{format_ratio(fit)} per doubling (single doublings " <>
           "#{format_ratio(Enum.min(ratios))}–#{format_ratio(Enum.max(ratios))})"
-    end
-  end
-
-  # Runs a row up to `--repeat` times and keeps the median, but runs it once
-  # more only while a run takes under @repeat_below_ms.
-  defp measure(fun, n, config, times) do
-    :erlang.garbage_collect()
-
-    case fun.(n, config.max_ms) do
-      {:ok, t} ->
-        times = times ++ [t]
-
-        if length(times) < config.repeat and ms(t) < @repeat_below_ms,
-          do: measure(fun, n, config, times),
-          else: {:ok, times |> Enum.sort() |> Enum.at(div(length(times), 2)), times}
-
-      other ->
-        other
     end
   end
 
@@ -566,9 +598,58 @@ defmodule Ringbus.Bench.Backlog do
   @subscribes_per_client 8
 
   defp subscribes_ringbus(n, budget) do
-    baseline = :erlang.system_info(:process_count)
     name = {__MODULE__, make_ref()}
     :ok = Ringbus.create(name, capacity: 16)
+
+    # Deleting the channel ends its subscriptions.
+    burst(n, budget,
+      start: fn -> {:ok, _sub} = Ringbus.subscribe(name) end,
+      stop: fn -> Ringbus.delete(name) end
+    )
+  end
+
+  # The started processes stop when their callers do.
+  defp subscribes_bare(n, budget) do
+    burst(n, budget, start: fn -> {:ok, _} = GenServer.start(IdleServer, self()) end)
+  end
+
+  defp subscribes(n, budget) do
+    name = {__MODULE__, make_ref()}
+    :ok = Ringbus.create(name, capacity: 16)
+    {:ok, channel} = Ringbus.Store.lookup(name)
+    opts = Subscription.validate_options!([])
+    {:ok, sup} = DynamicSupervisor.start_link(strategy: :one_for_one)
+    Process.unlink(sup)
+    :ok = :sys.suspend(sup)
+
+    start = fn ->
+      args = {channel, self(), make_ref(), opts}
+      spec = %{id: Subscription, start: {GenServer, :start_link, [Subscription, args]}}
+      {:ok, _pid} = DynamicSupervisor.start_child(sup, spec)
+    end
+
+    # The clients queue their first start_child each while the supervisor is
+    # suspended; the time runs from its resumption. Stopping it brutally ends
+    # every subscription it started.
+    burst(n, budget,
+      start: start,
+      queue: fn -> await_queued(sup, div(n, @subscribes_per_client), 10_000) end,
+      release: fn -> :ok = :sys.resume(sup) end,
+      stop: fn ->
+        Process.exit(sup, :kill)
+        Ringbus.delete(name)
+      end
+    )
+  end
+
+  # N/8 clients, each calling `:start` 8 times once told to go, then
+  # reporting. Untimed: spawning them, and, with `:queue`, telling them to go
+  # and waiting for `:queue` to return. Timed: `:release` (telling them to go
+  # when there is no `:queue`) until the last report. Then `:stop`, the
+  # clients are killed, and the VM settles.
+  defp burst(n, budget, opts) do
+    baseline = :erlang.system_info(:process_count)
+    start = Keyword.fetch!(opts, :start)
     parent = self()
 
     clients =
@@ -578,10 +659,8 @@ defmodule Ringbus.Bench.Backlog do
             :go -> :ok
           end
 
-          for _ <- 1..@subscribes_per_client do
-            {:ok, _sub} = Ringbus.subscribe(name)
-            send(parent, :subscribed)
-          end
+          for _ <- 1..@subscribes_per_client, do: start.()
+          send(parent, {:subscribed, @subscribes_per_client})
 
           receive do
             :stop -> :ok
@@ -589,63 +668,29 @@ defmodule Ringbus.Bench.Backlog do
         end)
       end
 
-    started = System.monotonic_time()
-    deadline = started + System.convert_time_unit(budget, :millisecond, :native)
-    Enum.each(clients, &send(&1, :go))
-    subscribed = await_subscribed(n, 0, deadline)
-    elapsed = System.monotonic_time() - started
+    go = fn -> Enum.each(clients, &send(&1, :go)) end
 
-    # Deleting the channel ends its subscriptions; then their subscribers.
-    Ringbus.delete(name)
-    Enum.each(clients, &Process.exit(&1, :kill))
-    flush_subscribed()
-    settle(baseline)
+    release =
+      case Keyword.fetch(opts, :queue) do
+        {:ok, queue} ->
+          go.()
+          queue.()
+          Keyword.fetch!(opts, :release)
 
-    if subscribed == n, do: {:ok, elapsed}, else: {:over_budget, subscribed, elapsed}
-  end
-
-  defp subscribes(n, budget) do
-    baseline = :erlang.system_info(:process_count)
-    name = {__MODULE__, make_ref()}
-    :ok = Ringbus.create(name, capacity: 16)
-    {:ok, channel} = Ringbus.Store.lookup(name)
-    opts = Subscription.validate_options!([])
-
-    {:ok, sup} = DynamicSupervisor.start_link(strategy: :one_for_one)
-
-    Process.unlink(sup)
-    parent = self()
-    :ok = :sys.suspend(sup)
-
-    clients =
-      for _ <- 1..div(n, @subscribes_per_client) do
-        spawn(fn ->
-          for _ <- 1..@subscribes_per_client do
-            args = {channel, self(), make_ref(), opts}
-            spec = %{id: Subscription, start: {GenServer, :start_link, [Subscription, args]}}
-            {:ok, _pid} = DynamicSupervisor.start_child(sup, spec)
-            send(parent, :subscribed)
-          end
-
-          receive do
-            :stop -> :ok
-          end
-        end)
+        :error ->
+          go
       end
 
-    await_queued(sup, div(n, @subscribes_per_client), 10_000)
     started = System.monotonic_time()
     deadline = started + System.convert_time_unit(budget, :millisecond, :native)
-    :ok = :sys.resume(sup)
+    release.()
     subscribed = await_subscribed(n, 0, deadline)
     elapsed = System.monotonic_time() - started
 
-    # Stopping the supervisor brutally ends every subscription it started.
-    Process.exit(sup, :kill)
+    Keyword.get(opts, :stop, fn -> :ok end).()
     Enum.each(clients, &Process.exit(&1, :kill))
     flush_subscribed()
     settle(baseline)
-    Ringbus.delete(name)
 
     if subscribed == n, do: {:ok, elapsed}, else: {:over_budget, subscribed, elapsed}
   end
@@ -681,13 +726,13 @@ defmodule Ringbus.Bench.Backlog do
     end
   end
 
-  defp await_subscribed(n, n, _deadline), do: n
+  defp await_subscribed(n, done, _deadline) when done >= n, do: done
 
   defp await_subscribed(n, done, deadline) do
     left = System.convert_time_unit(deadline - System.monotonic_time(), :native, :millisecond)
 
     receive do
-      :subscribed -> await_subscribed(n, done + 1, deadline)
+      {:subscribed, count} -> await_subscribed(n, done + count, deadline)
     after
       max(left, 0) -> done
     end
@@ -695,7 +740,7 @@ defmodule Ringbus.Bench.Backlog do
 
   defp flush_subscribed do
     receive do
-      :subscribed -> flush_subscribed()
+      {:subscribed, _} -> flush_subscribed()
     after
       0 -> :ok
     end

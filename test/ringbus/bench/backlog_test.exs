@@ -9,7 +9,9 @@ defmodule Ringbus.Bench.BacklogTest do
   test "writes a CSV row for every case, variant and size", %{tmp_dir: dir} do
     out = Path.join(dir, "backlog.csv")
     args = ["--sizes", "1000,2000", "--repeat", "1", "--naive-max", "1000", "--out", out]
-    printed = capture_io(fn -> assert :ok = Ringbus.Bench.Backlog.run(args) end)
+
+    printed =
+      capture_io(fn -> quietly(fn -> assert :ok = Ringbus.Bench.Backlog.run(args) end) end)
 
     assert printed =~ "skipped: would take minutes (quadratic)"
     assert printed =~ "wrote #{out}"
@@ -49,7 +51,7 @@ defmodule Ringbus.Bench.BacklogTest do
   test "--only runs the cases and variants named", %{tmp_dir: dir} do
     out = Path.join(dir, "only.csv")
     args = ["--sizes", "1000", "--repeat", "1", "--only", "store,seed/drained", "--out", out]
-    capture_io(fn -> assert :ok = Ringbus.Bench.Backlog.run(args) end)
+    capture_io(fn -> quietly(fn -> assert :ok = Ringbus.Bench.Backlog.run(args) end) end)
 
     assert [_header | rows] = out |> File.read!() |> String.split("\n", trim: true)
 
@@ -61,5 +63,31 @@ defmodule Ringbus.Bench.BacklogTest do
     assert_raise Mix.Error, ~r/ascending/, fn ->
       Ringbus.Bench.Backlog.run(["--sizes", "2000,1000"])
     end
+  end
+
+  test "--repeat runs every fast size once a round, and reports the median of its runs" do
+    args = ["--sizes", "1000,2000", "--repeat", "3", "--only", "store"]
+    {printed, progress} = capture_both(fn -> Ringbus.Bench.Backlog.run(args) end)
+
+    assert progress =~ "store/create_exists: round 3 of 3"
+
+    for n <- ["1000", "2000"] do
+      [row] =
+        printed |> String.split("\n") |> Enum.filter(&(&1 =~ ~r/^store\s+create_exists\s+#{n}\s/))
+
+      [median, runs] = Regex.run(~r/\s(\d+\.\d)\s.*runs ([\d. ]+)$/, row, capture: :all_but_first)
+      runs = String.split(runs)
+      assert length(runs) == 3
+      assert median == Enum.at(Enum.sort_by(runs, &String.to_float/1), 1)
+    end
+  end
+
+  defp quietly(fun), do: capture_io(:stderr, fun)
+
+  defp capture_both(fun) do
+    parent = self()
+    printed = capture_io(fn -> send(parent, {:stderr, capture_io(:stderr, fun)}) end)
+    assert_received {:stderr, progress}
+    {printed, progress}
   end
 end
