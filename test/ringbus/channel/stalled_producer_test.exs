@@ -19,6 +19,13 @@ defmodule Ringbus.Channel.StalledProducerTest do
     ch
   end
 
+  # A channel whose seq 0 a producer has reserved and not stored yet.
+  defp stalled_channel(opts) do
+    ch = channel(opts)
+    {:ok, 0} = Ring.reserve(ch, 1)
+    ch
+  end
+
   defp integer_keys(ch), do: :ets.select(ch.table, [{{:"$1", :_}, [is_integer: :"$1"], [:"$1"]}])
 
   defp balanced?(info), do: info.pushed == info.pulled + info.overwritten + info.len
@@ -33,8 +40,7 @@ defmodule Ringbus.Channel.StalledProducerTest do
   end
 
   test "a producer that finds its seq skipped by a pull pushes again" do
-    ch = channel(capacity: 10)
-    {:ok, 0} = Ring.reserve(ch, 1)
+    ch = stalled_channel(capacity: 10)
     assert Ring.pull(ch, 0) == :empty
     assert Ring.info(ch).skipped == 1
 
@@ -43,8 +49,7 @@ defmodule Ringbus.Channel.StalledProducerTest do
   end
 
   test "a skip the ring laps before its producer comes back counts as pushed and overwritten" do
-    ch = channel(capacity: 2)
-    {:ok, 0} = Ring.reserve(ch, 1)
+    ch = stalled_channel(capacity: 2)
     assert Ring.pull(ch, 0) == :empty
     assert Ring.info(ch).skipped == 1
 
@@ -61,8 +66,7 @@ defmodule Ringbus.Channel.StalledProducerTest do
   end
 
   test "a subscription's skip is taken over by the pull that claims the seq, counted once" do
-    ch = channel(capacity: 10)
-    {:ok, 0} = Ring.reserve(ch, 1)
+    ch = stalled_channel(capacity: 10)
     assert Ring.skip(ch, 0)
     assert Ring.info(ch).skipped == 1
 
@@ -75,8 +79,7 @@ defmodule Ringbus.Channel.StalledProducerTest do
   end
 
   test "a producer back before any pull leaves a mark, so the pull neither waits nor counts it again" do
-    ch = channel(capacity: 10)
-    {:ok, 0} = Ring.reserve(ch, 1)
+    ch = stalled_channel(capacity: 10)
     assert Ring.skip(ch, 0)
     assert Ring.commit(ch, 0, "late") == {:ok, 1}
 
@@ -84,8 +87,7 @@ defmodule Ringbus.Channel.StalledProducerTest do
   end
 
   test "a subscription does not skip a seq a pull has claimed; the pull gets the late message" do
-    ch = channel(capacity: 10)
-    {:ok, 0} = Ring.reserve(ch, 1)
+    ch = stalled_channel(capacity: 10)
     puller = Task.async(fn -> Ring.pull(ch, @forever) end)
     wait_until(fn -> Ring.first_seq(ch) == 1 end)
 
