@@ -284,7 +284,7 @@ defmodule Ringbus.Client do
     data = Frame.encode({:hello, 1, Frame.version(), 0, token})
 
     result =
-      with :ok <- Socket.send(kind, socket, data),
+      with :ok <- Ringbus.Socket.send(kind, socket, data),
            {:ok, frame} <- recv_frame(kind, socket, Decoder.new(@hello_max_frame), timeout) do
         case frame do
           {:hello_ok, 1, _version, limits} -> {:ok, limits}
@@ -293,7 +293,7 @@ defmodule Ringbus.Client do
         end
       end
 
-    with {:error, _} <- result, do: Socket.close(kind, socket)
+    with {:error, _} <- result, do: Ringbus.Socket.close(kind, socket)
     result
   end
 
@@ -328,13 +328,13 @@ defmodule Ringbus.Client do
     {:ok, pid} = Connection.start(args)
     client = %{client | pid: pid}
 
-    case Socket.controlling_process(kind, socket, pid) do
+    case Ringbus.Socket.controlling_process(kind, socket, pid) do
       :ok ->
         send(pid, {:ringbus_activate, socket})
         {:ok, client}
 
       {:error, reason} ->
-        Socket.close(kind, socket)
+        Ringbus.Socket.close(kind, socket)
         GenServer.stop(pid)
         {:error, reason}
     end

@@ -19,7 +19,7 @@ defmodule Ringbus.Client.Connection do
   use GenServer
 
   alias Ringbus.Client
-  alias Ringbus.Client.Socket
+  alias Ringbus.Socket
   alias Ringbus.Wire.{Decoder, ErrorCode}
 
   @flush_bytes 256 * 1024

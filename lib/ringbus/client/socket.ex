@@ -3,17 +3,12 @@ defmodule Ringbus.Client.Socket do
   # The few socket calls the client makes, for plain TCP (`:gen_tcp`) and TLS
   # (`:ssl`). Connecting and the HELLO exchange run in the caller of
   # `Ringbus.Client.connect/1` with the socket passive; the connection process
-  # then owns the socket and reads it in `active: :once` mode. Reads and
-  # writes are `Ringbus.Socket`'s (see there why writes never wait for the
-  # port).
+  # then owns the socket and reads it in `active: :once` mode. Reads, writes
+  # and closing are `Ringbus.Socket`'s, shared with the server (see there why
+  # writes never wait for the port).
 
   @type kind :: Ringbus.Socket.kind()
   @type socket :: Ringbus.Socket.socket()
-
-  defdelegate controlling_process(kind, socket, pid), to: Ringbus.Socket
-  defdelegate activate(kind, socket), to: Ringbus.Socket
-  defdelegate send(kind, socket, data), to: Ringbus.Socket
-  defdelegate close(kind, socket), to: Ringbus.Socket
 
   @spec connect(kind(), :inet.hostname() | :inet.ip_address(), :inet.port_number(), keyword()) ::
           {:ok, socket()} | {:error, term()}

@@ -64,9 +64,9 @@ defmodule Ringbus.Server.Acceptor do
       {:ok, pid} ->
         :counters.add(counters, 1, 1)
 
-        case Transport.controlling_process(kind, socket, pid) do
+        case Ringbus.Socket.controlling_process(kind, socket, pid) do
           :ok -> Connection.hand_over(pid, kind, socket)
-          {:error, _} -> Transport.close(kind, socket)
+          {:error, _} -> Ringbus.Socket.close(kind, socket)
         end
 
       {:error, :max_children} ->

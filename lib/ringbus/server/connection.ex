@@ -88,7 +88,7 @@ defmodule Ringbus.Server.Connection do
       next_sub: 1
     }
 
-    :ok = Transport.activate(kind, socket)
+    :ok = Ringbus.Socket.activate(kind, socket)
     loop(state)
   end
 
@@ -169,7 +169,7 @@ defmodule Ringbus.Server.Connection do
   defp handle(_unexpected, state), do: state
 
   defp activate(state) do
-    case Transport.activate(state.kind, state.socket) do
+    case Ringbus.Socket.activate(state.kind, state.socket) do
       :ok -> :ok
       {:error, _} -> close(state)
     end
@@ -499,7 +499,7 @@ defmodule Ringbus.Server.Connection do
   defp flush(%{out_bytes: 0} = state), do: state
 
   defp flush(state) do
-    case Transport.send(state.kind, state.socket, state.out) do
+    case Ringbus.Socket.send(state.kind, state.socket, state.out) do
       :ok -> %{state | out: [], out_bytes: 0}
       {:error, _} -> close(state)
     end
@@ -511,7 +511,7 @@ defmodule Ringbus.Server.Connection do
   end
 
   defp close(state) do
-    Transport.close(state.kind, state.socket)
+    Ringbus.Socket.close(state.kind, state.socket)
     exit(:normal)
   end
 

@@ -1,16 +1,12 @@
 defmodule Ringbus.Server.Transport do
   @moduledoc false
-  # The socket calls the server makes, for plain TCP (`:gen_tcp`) and TLS
-  # (`:ssl`): listening and accepting here, reads and writes in
-  # `Ringbus.Socket` (see there why writes never wait for the port).
+  # The socket calls only the server makes, for plain TCP (`:gen_tcp`) and
+  # TLS (`:ssl`): listening, accepting and the handshake. Reads, writes and
+  # closing are `Ringbus.Socket`'s, shared with the client (see there why
+  # writes never wait for the port).
 
   @type kind :: Ringbus.Socket.kind()
   @type socket :: Ringbus.Socket.socket()
-
-  defdelegate controlling_process(kind, socket, pid), to: Ringbus.Socket
-  defdelegate activate(kind, socket), to: Ringbus.Socket
-  defdelegate send(kind, socket, data), to: Ringbus.Socket
-  defdelegate close(kind, socket), to: Ringbus.Socket
 
   @spec listen(Ringbus.Server.Config.t()) :: {:ok, {kind(), term()}} | {:error, term()}
   def listen(config) do
@@ -51,5 +47,5 @@ defmodule Ringbus.Server.Transport do
   def port({:tls, listen}), do: listen |> :ssl.sockname() |> elem(1) |> elem(1)
 
   @spec close_listener({kind(), term()}) :: :ok
-  def close_listener({kind, listen}), do: close(kind, listen)
+  def close_listener({kind, listen}), do: Ringbus.Socket.close(kind, listen)
 end
