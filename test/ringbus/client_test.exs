@@ -4,6 +4,8 @@ defmodule Ringbus.ClientTest do
 
   alias Ringbus.Client
 
+  import Ringbus.Test.Eventually
+
   setup context do
     server_opts =
       Keyword.merge([port: 0, auto_create: [capacity: 1_000]], Map.get(context, :server, []))
@@ -401,14 +403,5 @@ defmodule Ringbus.ClientTest do
       end)
 
     {port, server}
-  end
-
-  # Polls `check` every 5 ms, 400 times at most.
-  defp eventually(check, tries \\ 400) do
-    cond do
-      check.() -> true
-      tries == 0 -> false
-      true -> Process.sleep(5) && eventually(check, tries - 1)
-    end
   end
 end

@@ -7,6 +7,8 @@ defmodule Ringbus.Channel.StalledProducerTest do
   alias Ringbus.Channel.Ring
   alias Ringbus.Store
 
+  import Ringbus.Test.Eventually
+
   # A wait for a stalled producer long enough that a test would time out if a
   # pull waited where it should not.
   @forever 600_000
@@ -89,7 +91,7 @@ defmodule Ringbus.Channel.StalledProducerTest do
   test "a subscription does not skip a seq a pull has claimed; the pull gets the late message" do
     ch = stalled_channel(capacity: 10)
     puller = Task.async(fn -> Ring.pull(ch, @forever) end)
-    wait_until(fn -> Ring.first_seq(ch) == 1 end)
+    assert eventually(fn -> Ring.first_seq(ch) == 1 end)
 
     refute Ring.skip(ch, 0)
     assert Ring.commit(ch, 0, "late") == {:ok, 0}
@@ -290,12 +292,5 @@ defmodule Ringbus.Channel.StalledProducerTest do
   defp shadowed(ch, state) do
     marks = marks_in_chunks(ch)
     Enum.count(state.stored, fn {_p, seq} -> seq in marks end)
-  end
-
-  defp wait_until(fun) do
-    unless fun.() do
-      Process.sleep(1)
-      wait_until(fun)
-    end
   end
 end

@@ -3,6 +3,8 @@ defmodule Ringbus.Channel.SubscriptionOwnerTest do
 
   alias Ringbus.Channel.SubscriptionOwner
 
+  import Ringbus.Test.Eventually
+
   setup do
     name = {:_, "owner-test-#{System.unique_integer([:positive])}"}
     other = {:"$1", "owner-test-#{System.unique_integer([:positive])}"}
@@ -40,20 +42,12 @@ defmodule Ringbus.Channel.SubscriptionOwnerTest do
     :ok = Ringbus.unsubscribe(stopped)
 
     # The owner takes each :EXIT in its own time: poll, a bounded number of times.
-    assert eventually(fn -> SubscriptionOwner.whereis(killed) == nil end)
-    assert eventually(fn -> SubscriptionOwner.whereis(stopped) == nil end)
+    assert eventually(fn -> SubscriptionOwner.whereis(killed) == nil end, 200)
+    assert eventually(fn -> SubscriptionOwner.whereis(stopped) == nil end, 200)
     assert SubscriptionOwner.whereis(killed) == nil
     assert SubscriptionOwner.whereis(stopped) == nil
     assert :ets.lookup(SubscriptionOwner, pid) == []
     assert SubscriptionOwner.subscriptions(name) == []
     assert Ringbus.ack(killed, 1) == {:error, :no_subscription}
-  end
-
-  defp eventually(check, tries \\ 200) do
-    cond do
-      check.() -> true
-      tries == 0 -> false
-      true -> Process.sleep(5) && eventually(check, tries - 1)
-    end
   end
 end
