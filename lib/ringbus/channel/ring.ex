@@ -312,9 +312,9 @@ defmodule Ringbus.Channel.Ring do
   #
   # A drop-oldest batch is stored as one object, `{last + 0.5, first, p1, ...}`.
   # Its key sorts right after `last` and never equals a message's integer key,
-  # so `:ets.take/2` on a seq only ever finds a single message or a tombstone.
+  # so `:ets.take/2` on a seq only ever finds a single message or a mark.
   # A seq inside a chunk is found with `:ets.next/2` (the chunk is the first
-  # non-integer key after it; integer keys in between are tombstones) and read
+  # non-integer key after it; integer keys in between are skip marks) and read
   # with `:ets.lookup_element/3`, which copies that one payload. Chunks are
   # deleted whole, by the push that laps their last seq; a pull leaves its
   # message in the chunk, and `first_seq/1` puts it out of every reader's reach.
@@ -322,24 +322,24 @@ defmodule Ringbus.Channel.Ring do
   defp chunk_key(last), do: last + 0.5
 
   # The chunk holding `seq`: {key, first, stop}, where `stop` is the last seq
-  # of the chunk not shadowed by a tombstone; or nil.
+  # of the chunk not shadowed by a skip mark; or nil.
   defp chunk_at(ch, seq) do
     if :atomics.get(ch.atomics, @chunked) == 0,
       do: nil,
       else: chunk_after(ch, seq, seq - 0.25, nil)
   end
 
-  defp chunk_after(ch, seq, from, tombstone) do
+  defp chunk_after(ch, seq, from, stop) do
     case :ets.next(ch.table, from) do
       key when is_float(key) ->
         case element(ch.table, key, 2) do
-          first when is_integer(first) and first <= seq -> {key, first, tombstone || trunc(key)}
+          first when is_integer(first) and first <= seq -> {key, first, stop || trunc(key)}
           _ -> nil
         end
 
       key when is_integer(key) ->
         if is_mark(element(ch.table, key, 2)),
-          do: chunk_after(ch, seq, key, tombstone || key - 1),
+          do: chunk_after(ch, seq, key, stop || key - 1),
           else: nil
 
       _end_of_table ->

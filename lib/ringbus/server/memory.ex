@@ -10,9 +10,8 @@ defmodule Ringbus.Server.Memory do
   # it (`:buffer_size`, 256 KiB by default). A frame of several MB cannot, and
   # every such frame costs its size in page faults, unless the VM has a super
   # carrier (`+MMscs`): carriers freed inside it keep their pages, and the
-  # next large frame reuses them. Measured here, 64 MB frames with and without
-  # `+MMscs 4096 +MMsco false`: TCP 1,825 against 1,022–1,084 MB/s, TLS 1,295
-  # against 657–780 MB/s.
+  # next large frame reuses them (measured: "Large frames and the VM's
+  # memory" in `Ringbus.Server`'s docs).
 
   @recommended "+MMscs 4096 +MMsco false"
 
