@@ -52,8 +52,11 @@ defmodule Ringbus do
   @typedoc "A sequence number: the position of a message in its channel."
   @type seq :: non_neg_integer()
 
-  @typedoc "A subscription, as returned by `subscribe/2`."
-  @type subscription :: reference()
+  @typedoc """
+  A subscription, as returned by `subscribe/2`. Match batches with `^sub` and
+  pass it to `ack/2` and `unsubscribe/1`; its shape is not part of the API.
+  """
+  @type subscription :: Subscription.t()
 
   @typedoc """
   A channel's figures, from `info/1`:
@@ -227,8 +230,9 @@ defmodule Ringbus do
   it beyond the ring; when it acks again it learns through `lost` what it missed.
 
   When the channel is deleted the subscriber receives
-  `{:ringbus_closed, sub, :channel_deleted}`. The subscription ends when the
-  subscriber exits.
+  `{:ringbus_closed, sub, :channel_deleted}`; when the Ringbus application
+  stops, `{:ringbus_closed, sub, :shutdown}`. The subscription ends then,
+  when it is unsubscribed, and when the subscriber exits.
 
   ## Options
 
@@ -249,14 +253,17 @@ defmodule Ringbus do
 
   @doc "Returns `count` messages of credit to a subscription."
   @spec ack(subscription(), pos_integer()) :: :ok | {:error, :no_subscription}
-  def ack(sub, count) when is_reference(sub) and is_integer(count) and count > 0,
-    do: Subscription.ack(sub, count)
+  def ack({pid, ref} = sub, count)
+      when is_pid(pid) and is_reference(ref) and is_integer(count) and count > 0,
+      do: Subscription.ack(sub, count)
 
   @doc """
-  Ends a subscription. Batches already in the subscriber's mailbox stay there.
+  Ends a subscription. Batches already in the subscriber's mailbox stay there;
+  once it returns, no more are sent.
   """
   @spec unsubscribe(subscription()) :: :ok | {:error, :no_subscription}
-  def unsubscribe(sub) when is_reference(sub), do: Subscription.stop(sub)
+  def unsubscribe({pid, ref} = sub) when is_pid(pid) and is_reference(ref),
+    do: Subscription.stop(sub)
 
   defp bang(:ok, _name), do: :ok
   defp bang({:ok, value}, _name), do: value

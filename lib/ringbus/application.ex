@@ -1,22 +1,17 @@
 defmodule Ringbus.Application do
   @moduledoc false
-  # Ringbus.Supervisor (rest_for_one)
-  # ├── Ringbus.Store                             owns every ETS table
-  # └── Ringbus.Channel.SubscriptionOwner         every subscription links to it
-  #                                               and registers in its table
+  # Ringbus.Supervisor
+  # └── Ringbus.Store          owns every ETS table; links to each channel's
+  #                            Ringbus.Channel.Anchor, which its subscriptions
+  #                            monitor
   #
-  # rest_for_one: if the table owner ever restarts, the subscriptions that read
-  # its tables restart after it.
+  # Subscriptions belong to no supervisor: each is started by its subscriber
+  # and ends with it, or with its channel's anchor.
 
   use Application
 
   @impl true
   def start(_type, _args) do
-    children = [
-      Ringbus.Store,
-      Ringbus.Channel.SubscriptionOwner
-    ]
-
-    Supervisor.start_link(children, strategy: :rest_for_one, name: Ringbus.Supervisor)
+    Supervisor.start_link([Ringbus.Store], strategy: :one_for_one, name: Ringbus.Supervisor)
   end
 end

@@ -1,7 +1,7 @@
 defmodule Ringbus.Channel do
   @moduledoc """
   The handle of one channel: its ETS ring, its `:atomics` cursors and counters,
-  and its configuration.
+  the process its subscriptions monitor, and its configuration.
 
   Handles are created by `Ringbus.Store` and read straight from ETS by the
   calling process; every operation on a channel (`Ringbus.Channel.Ring`) works
@@ -21,7 +21,7 @@ defmodule Ringbus.Channel do
   size.
   """
 
-  @enforce_keys [:name, :table, :waiters, :atomics, :capacity, :overflow]
+  @enforce_keys [:name, :table, :waiters, :atomics, :anchor, :capacity, :overflow]
   defstruct @enforce_keys
 
   @type name :: term()
@@ -36,6 +36,7 @@ defmodule Ringbus.Channel do
           table: :ets.tid(),
           waiters: :ets.tid(),
           atomics: :atomics.atomics_ref(),
+          anchor: pid(),
           capacity: pos_integer(),
           overflow: :drop_oldest | :reject
         }

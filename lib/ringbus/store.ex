@@ -1,7 +1,10 @@
 defmodule Ringbus.Store do
   @moduledoc false
   # Owns every ETS table of Ringbus and does nothing else, so that no crash of a
-  # caller, subscriber or connection can take data with it.
+  # caller, subscriber or connection can take data with it. It is linked to
+  # each channel's `Ringbus.Channel.Anchor` and traps exits: deleting a channel
+  # stops its anchor, which closes its subscriptions; if this process stops,
+  # the anchors stop with it.
   #
   # The channel directory `:ringbus_channels` maps a name to its
   # `Ringbus.Channel` handle. Callers read it directly; only create and delete
@@ -24,7 +27,7 @@ defmodule Ringbus.Store do
   use GenServer
 
   alias Ringbus.Channel
-  alias Ringbus.Channel.Ring
+  alias Ringbus.Channel.{Anchor, Ring}
 
   @channels :ringbus_channels
   @version {__MODULE__, :version}
@@ -87,7 +90,8 @@ defmodule Ringbus.Store do
     end
 
     # Tables died with the previous owner: every cached handle is stale.
-    :atomics.add(:persistent_term.get(@version), 1, 1)
+    bump_version()
+    Process.flag(:trap_exit, true)
     {:ok, nil}
   end
 
@@ -106,12 +110,29 @@ defmodule Ringbus.Store do
       [{_, channel}] ->
         :ets.delete(channel.table)
         :ets.delete(channel.waiters)
-        :atomics.add(:persistent_term.get(@version), 1, 1)
-        Ringbus.Channel.Subscription.close_all(name, :channel_deleted)
+        bump_version()
+        Anchor.stop(channel.anchor, :channel_deleted)
         {:reply, :ok, state}
 
       [] ->
         {:reply, {:error, :no_channel}, state}
     end
   end
+
+  @impl true
+  # A deleted channel's anchor, stopped above.
+  def handle_info({:EXIT, _anchor, :channel_deleted}, state), do: {:noreply, state}
+
+  # An anchor stopped by something else: its subscriptions have closed, and
+  # the channel, if it still exists, gets a new anchor for the next ones.
+  def handle_info({:EXIT, pid, _reason}, state) do
+    for {name, channel} <- :ets.match_object(@channels, {:_, %{anchor: pid}}) do
+      :ets.insert(@channels, {name, %{channel | anchor: Anchor.start_link()}})
+      bump_version()
+    end
+
+    {:noreply, state}
+  end
+
+  defp bump_version, do: :atomics.add(:persistent_term.get(@version), 1, 1)
 end

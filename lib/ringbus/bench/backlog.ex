@@ -41,7 +41,7 @@ defmodule Ringbus.Bench.Backlog do
       subscribe has returned (each process reports once, after its eighth).
       Variants:
       * `ringbus` - `Ringbus.subscribe/2`, which starts the subscription from
-        the caller and links it to `Ringbus.Channel.SubscriptionOwner`
+        the caller; it monitors the caller and the channel's anchor
       * `bare_start` - the floor the VM sets, for reference: the same burst
         of `GenServer.start/2` calls of a process that only monitors its
         caller, with no Ringbus code at all
@@ -417,7 +417,7 @@ defmodule Ringbus.Bench.Backlog do
     # The first `in_flight` messages are delivered; then it waits for credit.
     before = :sys.get_state(pid)
     :ok = :sys.suspend(pid)
-    message = if kind == :ack, do: {:ringbus_ack, 1}, else: :ringbus_wake
+    message = if kind == :ack, do: {:ringbus_ack, before.sub, 1}, else: :ringbus_wake
     for _ <- 1..n, do: send(pid, message)
 
     started = System.monotonic_time()
@@ -444,7 +444,7 @@ defmodule Ringbus.Bench.Backlog do
 
   defp start_subscription(:as_subscribed, channel, sink, opts) do
     {:ok, sub} = Subscription.start(channel, sink, opts)
-    Ringbus.Channel.SubscriptionOwner.whereis(sub)
+    Subscription.pid(sub)
   end
 
   defp start_subscription(:on_heap, channel, sink, opts) do
@@ -696,17 +696,10 @@ defmodule Ringbus.Bench.Backlog do
   end
 
   # Waits (up to 60 s, polling every 10 ms) until the processes a run started
-  # have all exited and the process that cleans up after them (the
-  # subscription owner, with an `:EXIT` per ended subscription) is idle, so
-  # that the next run does not share the cores with that cleanup.
+  # have all exited, so that the next run does not share the cores with their
+  # exits.
   defp settle(baseline, tries \\ 6_000) do
-    owner = Process.whereis(Ringbus.Channel.SubscriptionOwner)
-
-    busy? =
-      :erlang.system_info(:process_count) > baseline + 16 or
-        match?({:message_queue_len, len} when len > 0, Process.info(owner, :message_queue_len))
-
-    if tries > 0 and busy? do
+    if tries > 0 and :erlang.system_info(:process_count) > baseline + 16 do
       Process.sleep(10)
       settle(baseline, tries - 1)
     end

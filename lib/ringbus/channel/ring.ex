@@ -57,6 +57,7 @@ defmodule Ringbus.Channel.Ring do
   # counts as skipped until the ring laps it.
 
   alias Ringbus.Channel
+  alias Ringbus.Channel.Anchor
   alias Ringbus.Wire.Frame
 
   @head 1
@@ -79,7 +80,10 @@ defmodule Ringbus.Channel.Ring do
   # "Stalled producers" above).
   defguardp is_mark(value) when value in [:skipped, :skipped_claimed, :abandoned]
 
-  @doc "Creates the storage of a channel. Called by the table owner."
+  @doc """
+  Creates the storage of a channel and starts its `Ringbus.Channel.Anchor`,
+  linked to the caller. Called by the table owner.
+  """
   @spec new(Channel.name(), Channel.options()) :: Channel.t()
   def new(name, opts) do
     %Channel{
@@ -87,6 +91,7 @@ defmodule Ringbus.Channel.Ring do
       table: :ets.new(:ringbus_ring, [:ordered_set, :public, write_concurrency: true]),
       waiters: :ets.new(:ringbus_waiters, [:set, :public]),
       atomics: :atomics.new(@slots, signed: true),
+      anchor: Anchor.start_link(),
       capacity: Keyword.fetch!(opts, :capacity),
       overflow: Keyword.fetch!(opts, :overflow)
     }

@@ -25,23 +25,29 @@ defmodule Ringbus.Channel.Subscription do
   #     of the process, so each collection costs the backlog's length; with
   #     160k queued acks that took 2.4 s instead of 0.21 s
   #     (`mix ringbus.bench backlog`, subscription rows).
-  #   - starting one does not queue behind other starts: the subscriber
-  #     starts it (waiting in its own mailbox) and it links itself to
-  #     `Ringbus.Channel.SubscriptionOwner`. Started under a DynamicSupervisor
-  #     a burst of N subscribes cost O(N²) there (10k 0.15 s, 40k 3.6 s; the
-  #     subscribe rows of `mix ringbus.bench backlog`).
+  #   - starting one does not queue behind other starts, and registers it
+  #     nowhere shared: the subscriber starts it (waiting in its own mailbox),
+  #     and it monitors its subscriber and its channel's
+  #     `Ringbus.Channel.Anchor`. Started under a DynamicSupervisor a burst of
+  #     N subscribes cost O(N²) there (10k 0.15 s, 40k 3.6 s; the subscribe
+  #     rows of `mix ringbus.bench backlog`).
   #
-  # Each subscription is registered with `Ringbus.Channel.SubscriptionOwner`
-  # under its own reference (for ack and unsubscribe), with its channel's name
-  # (to close them all when the channel is deleted). Waiting ones are in the
-  # channel's waiters table. Neither keeps many entries under one key:
-  # removing one of k entries under a shared ETS key costs O(k), so a channel
-  # with many subscribers would pay O(k²) to wake or drop them all.
+  # Its handle, `{pid, ref}`, is all ack and unsubscribe need: no lookup.
+  # It ends when its subscriber exits, when it is unsubscribed, and when its
+  # channel's anchor stops (the channel is deleted, or Ringbus stops), which
+  # it tells the subscriber with `{:ringbus_closed, handle, reason}`.
+  #
+  # Waiting ones are in the channel's waiters table, one key each: removing
+  # one of k entries under a shared ETS key costs O(k), so a channel with many
+  # subscribers would pay O(k²) to wake them all.
 
   use GenServer, restart: :temporary
 
   alias Ringbus.Channel
-  alias Ringbus.Channel.{Ring, SubscriptionOwner}
+  alias Ringbus.Channel.Ring
+
+  @typedoc "A subscription: its process and its reference."
+  @type t :: {pid(), reference()}
 
   @type options :: [
           from: non_neg_integer() | :earliest | :latest,
@@ -83,53 +89,53 @@ defmodule Ringbus.Channel.Subscription do
     opts
   end
 
-  @spec start(Channel.t(), pid(), options()) :: {:ok, reference()} | {:error, term()}
+  @doc """
+  Starts a subscription of `subscriber` to `channel` from the caller, which
+  waits for its init in its own mailbox.
+  """
+  @spec start(Channel.t(), pid(), options()) :: {:ok, t()} | {:error, term()}
   def start(%Channel{} = channel, subscriber, opts) do
     sub = make_ref()
     args = {channel, subscriber, sub, opts}
 
     case GenServer.start(__MODULE__, args, spawn_opt: [message_queue_data: :off_heap]) do
-      {:ok, _pid} -> {:ok, sub}
+      {:ok, pid} -> {:ok, {pid, sub}}
       {:error, _} = error -> error
     end
   end
 
-  @doc "Returns `count` messages of credit to the subscription."
-  @spec ack(reference(), pos_integer()) :: :ok | {:error, :no_subscription}
-  def ack(sub, count) do
-    case SubscriptionOwner.whereis(sub) do
-      nil -> {:error, :no_subscription}
-      pid -> send(pid, {:ringbus_ack, count}) && :ok
-    end
-  end
+  @doc "The process of subscription `sub`."
+  @spec pid(t()) :: pid()
+  def pid({pid, _ref}), do: pid
 
-  @spec stop(reference()) :: :ok | {:error, :no_subscription}
-  def stop(sub) do
-    with pid when is_pid(pid) <- SubscriptionOwner.whereis(sub),
-         :ok <- GenServer.stop(pid, :normal) do
+  @doc "Returns `count` messages of credit to the subscription."
+  @spec ack(t(), pos_integer()) :: :ok | {:error, :no_subscription}
+  def ack({pid, ref}, count) do
+    # A process that is not this subscription (its pid reused) drops the
+    # message: each subscription takes only credit tagged with its own ref.
+    if Process.alive?(pid) do
+      send(pid, {:ringbus_ack, ref, count})
       :ok
     else
-      _ -> {:error, :no_subscription}
+      {:error, :no_subscription}
     end
-  catch
-    :exit, _ -> {:error, :no_subscription}
   end
 
-  @doc "Tells every subscription of `name` to close with `reason`."
-  @spec close_all(Channel.name(), term()) :: :ok
-  def close_all(name, reason) do
-    # A scan of every subscription: deleting a channel is rare.
-    for pid <- SubscriptionOwner.subscriptions(name), do: send(pid, {:ringbus_close, reason})
-
-    :ok
+  @doc "Ends the subscription and waits until it has."
+  @spec stop(t()) :: :ok | {:error, :no_subscription}
+  def stop({pid, ref}) do
+    # No timeout: it answers after the messages queued before this call.
+    GenServer.call(pid, {:ringbus_unsubscribe, ref}, :infinity)
+  catch
+    :exit, _ -> {:error, :no_subscription}
   end
 
   ## Process
 
   @impl true
   def init({channel, subscriber, sub, opts}) do
-    SubscriptionOwner.adopt(sub, channel.name)
     monitor = Process.monitor(subscriber)
+    Process.monitor(channel.anchor)
 
     cursor =
       case opts[:from] do
@@ -141,6 +147,7 @@ defmodule Ringbus.Channel.Subscription do
     state = %{
       channel: channel,
       sub: sub,
+      handle: {self(), sub},
       subscriber: subscriber,
       monitor: monitor,
       cursor: cursor,
@@ -155,13 +162,21 @@ defmodule Ringbus.Channel.Subscription do
   end
 
   @impl true
+  def handle_call({:ringbus_unsubscribe, sub}, _from, %{sub: sub} = state),
+    do: {:stop, :normal, :ok, state}
+
+  def handle_call({:ringbus_unsubscribe, _other}, _from, state),
+    do: {:reply, {:error, :no_subscription}, state}
+
+  @impl true
   def handle_continue(:deliver, state), do: {:noreply, deliver(state)}
 
   @impl true
   # The waker removed us from the waiters already.
   def handle_info(:ringbus_wake, state), do: {:noreply, deliver(%{state | waiting?: false})}
 
-  def handle_info({:ringbus_ack, count}, state) when is_integer(count) and count > 0 do
+  def handle_info({:ringbus_ack, sub, count}, %{sub: sub} = state)
+      when is_integer(count) and count > 0 do
     credit = min(state.credit + count, state.max_in_flight)
     {:noreply, deliver(%{state | credit: credit})}
   end
@@ -171,12 +186,15 @@ defmodule Ringbus.Channel.Subscription do
     {:noreply, deliver(unwait(state))}
   end
 
-  def handle_info({:ringbus_close, reason}, state) do
-    send(state.subscriber, {:ringbus_closed, state.sub, reason})
+  def handle_info({:DOWN, ref, :process, _, _}, %{monitor: ref} = state) do
     {:stop, :normal, state}
   end
 
-  def handle_info({:DOWN, ref, :process, _, _}, %{monitor: ref} = state) do
+  # The channel's anchor: the channel is deleted (or was before this
+  # subscription could monitor it), or Ringbus is stopping.
+  def handle_info({:DOWN, _, :process, anchor, reason}, %{channel: %{anchor: anchor}} = state) do
+    reason = if reason in [:channel_deleted, :noproc], do: :channel_deleted, else: reason
+    send(state.subscriber, {:ringbus_closed, state.handle, reason})
     {:stop, :normal, state}
   end
 
@@ -193,7 +211,7 @@ defmodule Ringbus.Channel.Subscription do
         wait(%{state | cursor: next})
 
       {items, n, lost, next} ->
-        send(state.subscriber, {:ringbus, state.sub, items, lost})
+        send(state.subscriber, {:ringbus, state.handle, items, lost})
         deliver(%{state | cursor: next, credit: state.credit - n})
     end
   end

@@ -113,7 +113,10 @@ defmodule Ringbus.Channel.CrashTest do
     end
   end
 
+  # Every subscription monitors its channel's anchor.
   defp subscription_processes(name) do
-    Ringbus.Channel.SubscriptionOwner.subscriptions(name)
+    {:ok, channel} = Ringbus.Store.lookup(name)
+    {:monitored_by, pids} = Process.info(channel.anchor, :monitored_by)
+    pids
   end
 end

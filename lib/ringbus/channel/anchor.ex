@@ -1,0 +1,40 @@
+defmodule Ringbus.Channel.Anchor do
+  @moduledoc false
+  # A channel's lifetime as a process, for its subscriptions to monitor.
+  #
+  # Every subscription monitors its channel's anchor. Deleting the channel
+  # stops the anchor with reason `:channel_deleted`, and the VM sends each
+  # subscription a `:DOWN`: the channel keeps no list of its subscriptions,
+  # and a subscribe writes to no shared table and links to no shared process.
+  #
+  # Why a monitor and not a link or a table: the VM keeps the monitors that
+  # local processes hold on a process in a doubly linked list on that process,
+  # so adding or removing one costs the same however many there are; links
+  # sit in a tree on both sides, so every link to one shared process costs
+  # O(log N) there. In a burst of 160k subscribes, linking each subscription
+  # to one process and registering it in a table (the design this replaces)
+  # cost 1.35 µs more per subscribe than at 10k; a monitor costs 0.3 µs more
+  # (`mix ringbus.bench backlog --only subscribe`, and the README's notes).
+  #
+  # The anchor is linked to `Ringbus.Store`, which owns the channel's tables:
+  # if the store stops or dies, its anchors die with it and every
+  # subscription closes. The anchor holds no data and hibernates; nothing is
+  # sent to it, and whatever comes anyway is dropped.
+
+  @doc "Starts an anchor linked to the calling process."
+  @spec start_link() :: pid()
+  def start_link, do: :proc_lib.spawn_link(__MODULE__, :sleep, [])
+
+  @doc "Stops `anchor` with `reason`: each subscription gets a `:DOWN` with it."
+  @spec stop(pid(), term()) :: true
+  def stop(anchor, reason), do: Process.exit(anchor, reason)
+
+  @doc false
+  def sleep do
+    receive do
+      _stray -> sleep()
+    after
+      0 -> :erlang.hibernate(__MODULE__, :sleep, [])
+    end
+  end
+end
