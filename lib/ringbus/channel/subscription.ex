@@ -90,18 +90,31 @@ defmodule Ringbus.Channel.Subscription do
   end
 
   @doc """
-  Starts a subscription of `subscriber` to `channel` from the caller, which
-  waits for its init in its own mailbox.
+  Starts a subscription of `subscriber` to `channel` from the caller, and
+  returns once it runs.
   """
   @spec start(Channel.t(), pid(), options()) :: {:ok, t()} | {:error, term()}
   def start(%Channel{} = channel, subscriber, opts) do
     sub = make_ref()
     args = {channel, subscriber, sub, opts}
+    pid = :proc_lib.spawn_opt(__MODULE__, :enter_loop, [args], message_queue_data: :off_heap)
 
-    case GenServer.start(__MODULE__, args, spawn_opt: [message_queue_data: :off_heap]) do
-      {:ok, pid} -> {:ok, {pid, sub}}
-      {:error, _} = error -> error
-    end
+    # Not `GenServer.start/3`: proc_lib's start waits for an ack that carries
+    # no reference, so the runtime finds it by scanning the caller's mailbox.
+    # A caller with 100k messages queued took 350-400 µs a subscribe that
+    # way, instead of 6-9 µs. A call waits on a fresh monitor reference,
+    # which the runtime matches without scanning.
+    GenServer.call(pid, :ringbus_started, :infinity)
+    {:ok, {pid, sub}}
+  catch
+    :exit, {reason, {GenServer, :call, _}} -> {:error, reason}
+  end
+
+  @doc false
+  # The subscription's process: `init/1`, then the gen_server loop.
+  def enter_loop(args) do
+    {:ok, state, continue} = init(args)
+    :gen_server.enter_loop(__MODULE__, [], state, continue)
   end
 
   @doc "The process of subscription `sub`."
@@ -162,6 +175,8 @@ defmodule Ringbus.Channel.Subscription do
   end
 
   @impl true
+  def handle_call(:ringbus_started, _from, state), do: {:reply, :ok, state}
+
   def handle_call({:ringbus_unsubscribe, sub}, _from, %{sub: sub} = state),
     do: {:stop, :normal, :ok, state}
 

@@ -36,6 +36,15 @@ defmodule Ringbus.Channel.SubscriptionTest do
     assert_receive {:ringbus, ^sub, [{2, "c"}], 0}
   end
 
+  test "subscribing leaves the caller's queued messages as they were", %{name: name} do
+    for i <- 1..3, do: send(self(), {:queued, i})
+
+    {:ok, _sub} = Ringbus.subscribe(name)
+
+    assert Process.info(self(), :messages) ==
+             {:messages, [{:queued, 1}, {:queued, 2}, {:queued, 3}]}
+  end
+
   test "deleting a channel closes its subscriptions and no other's", %{name: name, other: other} do
     {:ok, a} = Ringbus.subscribe(name)
     {:ok, b} = Ringbus.subscribe(name)
