@@ -10,11 +10,14 @@ defmodule Ringbus.Channel.Anchor do
   # Why a monitor and not a link or a table: the VM keeps the monitors that
   # local processes hold on a process in a doubly linked list on that process,
   # so adding or removing one costs the same however many there are; links
-  # sit in a tree on both sides, so every link to one shared process costs
-  # O(log N) there. In a burst of 160k subscribes, linking each subscription
-  # to one process and registering it in a table (the design this replaces)
-  # cost 1.35 µs more per subscribe than at 10k; a monitor costs 0.3 µs more
-  # (`mix ringbus.bench backlog --only subscribe`, and the README's notes).
+  # sit in a tree on both sides. Measured per process start in a burst of
+  # 160k, added to a process that only monitors its caller: a link to one
+  # shared process 0.65 µs, two inserts into one shared table 0.72 µs, a
+  # monitor of one shared process 0.21-0.32 µs; at 10k none of them added
+  # more than 0.06 µs (separate runs vary by 20-30%). The subscribe burst of
+  # `mix ringbus.bench backlog` took 1,114 ms at 160k with the link and the
+  # table, and 732-876 ms with this monitor, both started by
+  # `GenServer.start/3` (`Subscription.start/3` says why it no longer is).
   #
   # The anchor is linked to `Ringbus.Store`, which owns the channel's tables:
   # if the store stops or dies, its anchors die with it and every

@@ -26,14 +26,14 @@ defmodule Ringbus.Channel.SubscriptionTest do
     {:ok, sub} = Ringbus.subscribe(name, max_in_flight: 2, from: :earliest)
     {:ok, 0} = Ringbus.push_many(name, ~w(a b c))
 
-    assert_receive {:ringbus, ^sub, batch, 0}
+    assert_receive {:ringbus, ^sub, batch, 0}, 1_000
     # Two in flight at most, in one batch or two.
     batch = if length(batch) == 1, do: batch ++ next_batch(sub), else: batch
     assert batch == [{0, "a"}, {1, "b"}]
     refute_receive {:ringbus, ^sub, _, _}, 50
 
     assert :ok = Ringbus.ack(sub, 2)
-    assert_receive {:ringbus, ^sub, [{2, "c"}], 0}
+    assert_receive {:ringbus, ^sub, [{2, "c"}], 0}, 1_000
   end
 
   test "subscribing leaves the caller's queued messages as they were", %{name: name} do
@@ -53,16 +53,16 @@ defmodule Ringbus.Channel.SubscriptionTest do
 
     :ok = Ringbus.delete(name)
 
-    assert_receive {:ringbus_closed, ^a, :channel_deleted}
-    assert_receive {:ringbus_closed, ^b, :channel_deleted}
-    for ref <- refs, do: assert_receive({:DOWN, ^ref, :process, _, :normal})
+    assert_receive {:ringbus_closed, ^a, :channel_deleted}, 1_000
+    assert_receive {:ringbus_closed, ^b, :channel_deleted}, 1_000
+    for ref <- refs, do: assert_receive({:DOWN, ^ref, :process, _, :normal}, 1_000)
     assert Ringbus.ack(a, 1) == {:error, :no_subscription}
     assert Ringbus.unsubscribe(b) == {:error, :no_subscription}
 
     refute_received {:ringbus_closed, ^c, _}
     assert Process.alive?(Subscription.pid(c))
     {:ok, 0} = Ringbus.push(other, "still here")
-    assert_receive {:ringbus, ^c, [{0, "still here"}], 0}
+    assert_receive {:ringbus, ^c, [{0, "still here"}], 0}, 1_000
   end
 
   test "a subscription to a channel deleted before it started closes at once", %{name: name} do
@@ -71,7 +71,7 @@ defmodule Ringbus.Channel.SubscriptionTest do
 
     {:ok, sub} = Subscription.start(channel, self(), Subscription.validate_options!([]))
 
-    assert_receive {:ringbus_closed, ^sub, :channel_deleted}
+    assert_receive {:ringbus_closed, ^sub, :channel_deleted}, 1_000
   end
 
   test "an ended subscription is gone for ack and unsubscribe, and from its anchor",
@@ -84,14 +84,14 @@ defmodule Ringbus.Channel.SubscriptionTest do
       for sub <- [killed, stopped], do: Process.monitor(Subscription.pid(sub))
 
     Process.exit(Subscription.pid(killed), :kill)
-    assert_receive {:DOWN, ^killed_ref, :process, _, :killed}
+    assert_receive {:DOWN, ^killed_ref, :process, _, :killed}, 1_000
 
     # Once unsubscribe returns, nothing more is sent.
     assert :ok = Ringbus.unsubscribe(stopped)
     {:ok, _} = Ringbus.push(name, "after")
-    assert_receive {:ringbus, ^kept, [{_, "after"}], 0}
+    assert_receive {:ringbus, ^kept, [{_, "after"}], 0}, 1_000
     refute_received {:ringbus, ^stopped, _, _}
-    assert_receive {:DOWN, ^stopped_ref, :process, _, :normal}
+    assert_receive {:DOWN, ^stopped_ref, :process, _, :normal}, 1_000
 
     for sub <- [killed, stopped] do
       assert Ringbus.ack(sub, 1) == {:error, :no_subscription}
@@ -115,16 +115,16 @@ defmodule Ringbus.Channel.SubscriptionTest do
         Process.sleep(:infinity)
       end)
 
-    assert_receive {:sub, sub}
+    assert_receive {:sub, sub}, 1_000
     ref = Process.monitor(Subscription.pid(sub))
     Process.exit(subscriber, :kill)
-    assert_receive {:DOWN, ^ref, :process, _, :normal}
+    assert_receive {:DOWN, ^ref, :process, _, :normal}, 1_000
   end
 
   test "a handle whose reference is not the subscription's changes nothing", %{name: name} do
     {:ok, {pid, _ref} = sub} = Ringbus.subscribe(name, max_in_flight: 1, from: :earliest)
     {:ok, 0} = Ringbus.push_many(name, ~w(a b))
-    assert_receive {:ringbus, ^sub, [{0, "a"}], 0}
+    assert_receive {:ringbus, ^sub, [{0, "a"}], 0}, 1_000
 
     forged = {pid, make_ref()}
     assert Ringbus.unsubscribe(forged) == {:error, :no_subscription}
@@ -133,7 +133,7 @@ defmodule Ringbus.Channel.SubscriptionTest do
     refute_receive {:ringbus, _, _, _}, 50
 
     assert :ok = Ringbus.ack(sub, 1)
-    assert_receive {:ringbus, ^sub, [{1, "b"}], 0}
+    assert_receive {:ringbus, ^sub, [{1, "b"}], 0}, 1_000
   end
 
   test "an anchor stopped from outside closes its subscriptions with the reason, and the channel gets a new one",
@@ -143,18 +143,18 @@ defmodule Ringbus.Channel.SubscriptionTest do
 
     Process.exit(channel.anchor, :kill)
 
-    assert_receive {:ringbus_closed, ^old, :killed}
+    assert_receive {:ringbus_closed, ^old, :killed}, 1_000
     # The store replaces the anchor when it takes the :EXIT.
     assert eventually(fn -> Store.lookup(name) != {:ok, channel} end, 200)
     {:ok, new} = Ringbus.subscribe(name)
     {:ok, 0} = Ringbus.push(name, "after")
-    assert_receive {:ringbus, ^new, [{0, "after"}], 0}
+    assert_receive {:ringbus, ^new, [{0, "after"}], 0}, 1_000
     {:ok, channel} = Store.lookup(name)
     assert Process.alive?(channel.anchor)
   end
 
   defp next_batch(sub) do
-    assert_receive {:ringbus, ^sub, batch, 0}
+    assert_receive {:ringbus, ^sub, batch, 0}, 1_000
     batch
   end
 end
