@@ -22,8 +22,9 @@ defmodule Ringbus.Store do
   # calls and `send/2` only, no call to another process) and counts no list,
   # so the work stays linear in the backlog (`mix ringbus.bench backlog
   # --only store`). Its queue is off the heap, where the queued calls take no
-  # part in its garbage collections: 160k of them took 91-92 ms (five runs)
-  # instead of 117-175 ms with the queue on the heap.
+  # part in its garbage collections: 160k of them took 91-92 ms (medians of
+  # two runs of five; single runs 91-107 ms) instead of 140-160 ms (single
+  # runs 117-175 ms) with the queue on the heap.
 
   use GenServer
 

@@ -417,7 +417,7 @@ defmodule Ringbus.Bench.Backlog do
     # The first `in_flight` messages are delivered; then it waits for credit.
     before = :sys.get_state(pid)
     :ok = :sys.suspend(pid)
-    message = if kind == :ack, do: {:ringbus_ack, before.sub, 1}, else: :ringbus_wake
+    message = if kind == :ack, do: {:ringbus_ack, elem(before.handle, 1), 1}, else: :ringbus_wake
     for _ <- 1..n, do: send(pid, message)
 
     started = System.monotonic_time()

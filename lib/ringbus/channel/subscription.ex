@@ -23,8 +23,8 @@ defmodule Ringbus.Channel.Subscription do
   #   - its message queue is off the heap (`message_queue_data: :off_heap`).
   #     On the heap, the messages waiting take part in every garbage collection
   #     of the process, so each collection costs the backlog's length; with
-  #     160k queued acks that took 2.4 s instead of 0.21 s
-  #     (`mix ringbus.bench backlog`, subscription rows).
+  #     160k queued wake-ups that took 6.7-7.3 s instead of 89-93 ms (medians
+  #     of two runs of `mix ringbus.bench backlog`, subscription rows).
   #   - starting one does not queue behind other starts, and registers it
   #     nowhere shared: the subscriber starts it (waiting in its own mailbox),
   #     and it monitors its subscriber and its channel's
@@ -41,7 +41,7 @@ defmodule Ringbus.Channel.Subscription do
   # one of k entries under a shared ETS key costs O(k), so a channel with many
   # subscribers would pay O(k²) to wake them all.
 
-  use GenServer, restart: :temporary
+  use GenServer
 
   alias Ringbus.Channel
   alias Ringbus.Channel.Ring
@@ -159,7 +159,6 @@ defmodule Ringbus.Channel.Subscription do
 
     state = %{
       channel: channel,
-      sub: sub,
       handle: {self(), sub},
       subscriber: subscriber,
       monitor: monitor,
@@ -177,7 +176,7 @@ defmodule Ringbus.Channel.Subscription do
   @impl true
   def handle_call(:ringbus_started, _from, state), do: {:reply, :ok, state}
 
-  def handle_call({:ringbus_unsubscribe, sub}, _from, %{sub: sub} = state),
+  def handle_call({:ringbus_unsubscribe, sub}, _from, %{handle: {_, sub}} = state),
     do: {:stop, :normal, :ok, state}
 
   def handle_call({:ringbus_unsubscribe, _other}, _from, state),
@@ -190,7 +189,7 @@ defmodule Ringbus.Channel.Subscription do
   # The waker removed us from the waiters already.
   def handle_info(:ringbus_wake, state), do: {:noreply, deliver(%{state | waiting?: false})}
 
-  def handle_info({:ringbus_ack, sub, count}, %{sub: sub} = state)
+  def handle_info({:ringbus_ack, sub, count}, %{handle: {_, sub}} = state)
       when is_integer(count) and count > 0 do
     credit = min(state.credit + count, state.max_in_flight)
     {:noreply, deliver(%{state | credit: credit})}
