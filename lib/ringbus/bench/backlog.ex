@@ -19,7 +19,7 @@ defmodule Ringbus.Bench.Backlog do
     * `subscription` - a `Ringbus.Channel.Subscription` process is suspended
       with `:sys.suspend/1`, gets N messages, is resumed, and the time runs
       until a `:sys.get_state/2` queued behind them returns. Variants:
-      * `ack` - N `{:ringbus_ack, 1}` credits on a full channel with no credit
+      * `ack` - N acks of one credit each on a full channel with no credit
         left, so each one reads and delivers one message
       * `wake` - N `:ringbus_wake` on an empty channel, so each one
         unregisters, reads, re-registers and re-arms the wake flag
@@ -35,16 +35,25 @@ defmodule Ringbus.Bench.Backlog do
       deliveries queued in its mailbox (one message each, credit for all of
       them), suspended while they queue; the time runs until a raw TCP
       subscriber has read all N off the socket. Variant: `deliveries`.
-    * `subscribe` - a burst of N subscribes on one channel, from N/8
-      processes making 8 each (so that 160k subscriptions and their
-      subscribers fit the default process limit); the time runs until every
-      subscribe has returned (each process reports once, after its eighth).
-      Variants:
+    * `subscribe` - a burst of N subscribes on one channel from 1,250
+      processes (N/1,250 each; as many as `subscribe_crowd` has at 10k), so
+      that what grows with N is the number of subscribes and of live
+      subscriptions, not the number of callers in flight; the time runs until
+      every subscribe has returned (each process reports once, after its
+      last). Variants:
       * `ringbus` - `Ringbus.subscribe/2`, which starts the subscription from
         the caller; it monitors the caller and the channel's anchor
       * `bare_start` - the floor the VM sets, for reference: the same burst
         of `GenServer.start/2` calls of a process that only monitors its
         caller, with no Ringbus code at all
+    * `subscribe_crowd` - the same burst from N/8 processes making 8 each, as
+      when every subscriber starts at once (160k subscriptions and their
+      callers fit the default process limit). The callers' memory in flight
+      grows with N, and with it the cost of every start, Ringbus's or not.
+      Variants:
+      * `ringbus` and `bare_start` - as in `subscribe`
+      * `spawn` - a plain `spawn/1` of a process that only monitors its
+        caller, whose reply nobody waits for: the least a start can cost
       * `dynamic_supervisor` - the naive way, for contrast: the same starts
         as `start_child` calls to one `DynamicSupervisor`, suspended until
         N/8 of them have queued; it waits for each child's init with a
@@ -151,9 +160,12 @@ defmodule Ringbus.Bench.Backlog do
       {"subscription", "wake_on_heap", &subscription(:wake, :on_heap, &1, &2)},
       {"store", "create_exists", &store_creates/2},
       {"connection", "deliveries", &connection/2},
-      {"subscribe", "ringbus", &subscribes_ringbus/2},
-      {"subscribe", "bare_start", &subscribes_bare/2},
-      {"subscribe", "dynamic_supervisor", &subscribes(&1, &2)}
+      {"subscribe", "ringbus", &subscribes_ringbus(&1, &2, :few)},
+      {"subscribe", "bare_start", &subscribes_bare(&1, &2, :few)},
+      {"subscribe_crowd", "ringbus", &subscribes_ringbus(&1, &2, :crowd)},
+      {"subscribe_crowd", "bare_start", &subscribes_bare(&1, &2, :crowd)},
+      {"subscribe_crowd", "spawn", &subscribes_spawn/2},
+      {"subscribe_crowd", "dynamic_supervisor", &subscribes_supervised/2}
     ]
   end
 
@@ -593,27 +605,46 @@ defmodule Ringbus.Bench.Backlog do
 
   ## subscribe: a burst of N subscribes
 
-  # N subscribes come from N/8 processes, so that N subscriptions and their
-  # subscribers stay under the default process limit (262,144) at 160k.
-  @subscribes_per_client 8
+  # `subscribe` spreads the burst over a fixed number of callers, so that only
+  # the number of subscribes and of live subscriptions grows with N; as many
+  # as the crowd has at 10k. `subscribe_crowd` has one caller per 8
+  # subscribes, so that 160k subscriptions and their callers fit the default
+  # process limit (262,144).
+  @callers 1_250
+  @crowd_share 8
 
-  defp subscribes_ringbus(n, budget) do
+  defp callers(:few, n), do: min(n, @callers)
+  defp callers(:crowd, n), do: max(div(n, @crowd_share), 1)
+
+  defp subscribes_ringbus(n, budget, shape) do
     name = {__MODULE__, make_ref()}
     :ok = Ringbus.create(name, capacity: 16)
 
     # Deleting the channel ends its subscriptions.
     burst(n, budget,
+      callers: callers(shape, n),
       start: fn -> {:ok, _sub} = Ringbus.subscribe(name) end,
       stop: fn -> Ringbus.delete(name) end
     )
   end
 
   # The started processes stop when their callers do.
-  defp subscribes_bare(n, budget) do
-    burst(n, budget, start: fn -> {:ok, _} = GenServer.start(IdleServer, self()) end)
+  defp subscribes_bare(n, budget, shape) do
+    burst(n, budget,
+      callers: callers(shape, n),
+      start: fn -> {:ok, _} = GenServer.start(IdleServer, self()) end
+    )
   end
 
-  defp subscribes(n, budget) do
+  # No reply awaited: the least a process start can cost.
+  defp subscribes_spawn(n, budget) do
+    burst(n, budget,
+      callers: callers(:crowd, n),
+      start: fn -> IdleServer.spawn_watching(self()) end
+    )
+  end
+
+  defp subscribes_supervised(n, budget) do
     name = {__MODULE__, make_ref()}
     :ok = Ringbus.create(name, capacity: 16)
     {:ok, channel} = Ringbus.Store.lookup(name)
@@ -628,12 +659,13 @@ defmodule Ringbus.Bench.Backlog do
       {:ok, _pid} = DynamicSupervisor.start_child(sup, spec)
     end
 
-    # The clients queue their first start_child each while the supervisor is
+    # The callers queue their first start_child each while the supervisor is
     # suspended; the time runs from its resumption. Stopping it brutally ends
     # every subscription it started.
     burst(n, budget,
+      callers: callers(:crowd, n),
       start: start,
-      queue: fn -> await_queued(sup, div(n, @subscribes_per_client), 10_000) end,
+      queue: fn -> await_queued(sup, callers(:crowd, n), 10_000) end,
       release: fn -> :ok = :sys.resume(sup) end,
       stop: fn ->
         Process.exit(sup, :kill)
@@ -642,25 +674,27 @@ defmodule Ringbus.Bench.Backlog do
     )
   end
 
-  # N/8 clients, each calling `:start` 8 times once told to go, then
-  # reporting. Untimed: spawning them, and, with `:queue`, telling them to go
-  # and waiting for `:queue` to return. Timed: `:release` (telling them to go
-  # when there is no `:queue`) until the last report. Then `:stop`, the
-  # clients are killed, and the VM settles.
+  # `:callers` processes sharing N calls of `:start` evenly, each making its
+  # share once told to go, then reporting how many it made. Untimed: spawning
+  # them, and, with `:queue`, telling them to go and waiting for `:queue` to
+  # return. Timed: `:release` (telling them to go when there is no `:queue`)
+  # until the last report. Then `:stop`, the callers are killed, and the VM
+  # settles.
   defp burst(n, budget, opts) do
     baseline = :erlang.system_info(:process_count)
     start = Keyword.fetch!(opts, :start)
+    callers = Keyword.fetch!(opts, :callers)
     parent = self()
 
     clients =
-      for _ <- 1..div(n, @subscribes_per_client) do
+      for share <- shares(n, callers) do
         spawn(fn ->
           receive do
             :go -> :ok
           end
 
-          for _ <- 1..@subscribes_per_client, do: start.()
-          send(parent, {:subscribed, @subscribes_per_client})
+          for _ <- 1..share, do: start.()
+          send(parent, {:subscribed, share})
 
           receive do
             :stop -> :ok
@@ -693,6 +727,13 @@ defmodule Ringbus.Bench.Backlog do
     settle(baseline)
 
     if subscribed == n, do: {:ok, elapsed}, else: {:over_budget, subscribed, elapsed}
+  end
+
+  # N split into `callers` shares that differ by at most one.
+  defp shares(n, callers) do
+    base = div(n, callers)
+    extra = rem(n, callers)
+    for i <- 1..callers, do: if(i <= extra, do: base + 1, else: base)
   end
 
   # Waits (up to 60 s, polling every 10 ms) until the processes a run started

@@ -7,6 +7,22 @@ defmodule Ringbus.Bench.IdleServer do
 
   use GenServer
 
+  @doc """
+  Spawns a plain process, not a `GenServer`, that only waits for `owner` to
+  exit, and returns without waiting for it to run: the least a process start
+  can cost.
+  """
+  @spec spawn_watching(pid()) :: pid()
+  def spawn_watching(owner) do
+    spawn(fn ->
+      ref = Process.monitor(owner)
+
+      receive do
+        {:DOWN, ^ref, :process, _, _} -> :ok
+      end
+    end)
+  end
+
   @impl true
   def init(owner) when is_pid(owner) do
     Process.monitor(owner)

@@ -46,6 +46,7 @@ defmodule Ringbus.Bench.BacklogTest do
     assert {"store", "create_exists"} in variants
     assert {"connection", "deliveries"} in variants
     assert {"subscribe", "ringbus"} in variants
+    assert {"subscribe_crowd", "spawn"} in variants
   end
 
   test "--only runs the cases and variants named", %{tmp_dir: dir} do
