@@ -259,7 +259,7 @@ defmodule Ringbus.Bench.Backlog do
         ""
 
       {fit, ratios} ->
-        "#{String.duplicate(" ", 14)}fit over #{length(points)} sizes: " <>
+        "#{String.duplicate(" ", 16)}fit over #{length(points)} sizes: " <>
           "#{format_ratio(fit)} per doubling (single doublings " <>
           "#{format_ratio(Enum.min(ratios))}–#{format_ratio(Enum.max(ratios))})"
     end
@@ -276,7 +276,7 @@ defmodule Ringbus.Bench.Backlog do
   defp ms(native), do: System.convert_time_unit(native, :native, :microsecond) / 1000
 
   defp header do
-    :io_lib.format("~-13s ~-18s ~8s ~11s ~9s  ~s", [
+    :io_lib.format("~-15s ~-18s ~8s ~11s ~9s  ~s", [
       "case",
       "variant",
       "n",
@@ -296,7 +296,7 @@ defmodule Ringbus.Bench.Backlog do
         {:skipped, why} -> {"-", "skipped: " <> why}
       end
 
-    :io_lib.format("~-13s ~-18s ~8B ~11s ~9s  ~s", [
+    :io_lib.format("~-15s ~-18s ~8B ~11s ~9s  ~s", [
       row.case,
       row.variant,
       row.n,
