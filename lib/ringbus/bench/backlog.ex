@@ -48,8 +48,8 @@ defmodule Ringbus.Bench.Backlog do
         caller, with no Ringbus code at all
     * `subscribe_crowd` - the same burst from N/8 processes making 8 each, as
       when every subscriber starts at once (160k subscriptions and their
-      callers fit the default process limit). The callers' memory in flight
-      grows with N, and with it the cost of every start, Ringbus's or not.
+      callers fit the default process limit). The number of callers in
+      flight grows with N, and every start slows with it, Ringbus's or not.
       Variants:
       * `ringbus` and `bare_start` - as in `subscribe`
       * `spawn` - a plain `spawn/1` of a process that only monitors its

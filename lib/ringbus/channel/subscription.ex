@@ -29,8 +29,8 @@ defmodule Ringbus.Channel.Subscription do
   #     nowhere shared: the subscriber starts it (waiting in its own mailbox),
   #     and it monitors its subscriber and its channel's
   #     `Ringbus.Channel.Anchor`. Started under a DynamicSupervisor a burst of
-  #     N subscribes cost O(N²) there (10k 0.15 s, 40k 3.6 s; the subscribe
-  #     rows of `mix ringbus.bench backlog`).
+  #     N subscribes cost O(N²) there (10k 0.15 s, 40k 3.6 s; the
+  #     subscribe_crowd rows of `mix ringbus.bench backlog`).
   #
   # Its handle, `{pid, ref}`, is all ack and unsubscribe need: no lookup.
   # It ends when its subscriber exits, when it is unsubscribed, and when its
