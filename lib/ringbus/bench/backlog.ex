@@ -645,6 +645,7 @@ defmodule Ringbus.Bench.Backlog do
   end
 
   defp subscribes_supervised(n, budget) do
+    callers = callers(:crowd, n)
     name = {__MODULE__, make_ref()}
     :ok = Ringbus.create(name, capacity: 16)
     {:ok, channel} = Ringbus.Store.lookup(name)
@@ -663,9 +664,9 @@ defmodule Ringbus.Bench.Backlog do
     # suspended; the time runs from its resumption. Stopping it brutally ends
     # every subscription it started.
     burst(n, budget,
-      callers: callers(:crowd, n),
+      callers: callers,
       start: start,
-      queue: fn -> await_queued(sup, callers(:crowd, n), 10_000) end,
+      queue: fn -> await_queued(sup, callers, 10_000) end,
       release: fn -> :ok = :sys.resume(sup) end,
       stop: fn ->
         Process.exit(sup, :kill)

@@ -1,8 +1,9 @@
 defmodule Ringbus.Bench.IdleServer do
   @moduledoc """
-  A `GenServer` that does nothing but stop when the process it was given
-  exits: the least a started process can be, as a reference for the cost of
-  starting processes in a burst.
+  References for the cost of starting processes in a burst: a `GenServer`
+  that does nothing but stop when the process it was given exits (the least a
+  started process can be), and `spawn_watching/1`, the same without
+  `GenServer` or a reply to wait for.
   """
 
   use GenServer

@@ -13,7 +13,8 @@ defmodule Ringbus.Bench.Ingest do
   The bench VM starts a `Ringbus.Server` on 127.0.0.1 (port 0). For each mode
   it creates a fresh channel, `overflow: :drop_oldest` (so with more messages
   than the capacity the ring really overwrites), and starts the load
-  generator in a **separate OS process**: a second BEAM (`elixir -pa <this build's ebin> -e ...`) running
+  generator in a **separate OS process**: a second BEAM
+  (`elixir -pa <this build's ebin> -e ...`) running
   `Ringbus.Bench.Ingest.Generator`, which connects with `Ringbus.Client` and
   pushes. Client and server therefore share the machine's cores as two
   separate VMs would in production, and neither sees the other's scheduler.

@@ -15,9 +15,9 @@ defmodule Ringbus.Server.Connection do
   #
   # Backlog safety. The loop takes messages in arrival order and never does a
   # selective receive: TCP writes go to the port without waiting for its reply
-  # (see `Ringbus.Server.Transport`), and the calls it makes (create, delete,
-  # subscribe, unsubscribe) wait on a fresh reference, which the runtime
-  # matches without scanning older messages. What can queue here is bounded: one read at a
+  # (see `Ringbus.Socket`), and the calls it makes (create, delete, subscribe,
+  # unsubscribe) wait on a fresh reference, which the runtime matches without
+  # scanning older messages. What can queue here is bounded: one read at a
   # time (`active: :once`) and, per subscription, the credit the client gave.
   # The queue is off the heap, so queued deliveries take no part in the
   # process's GCs (on the heap, 160k of them took 189 ms to write instead of
