@@ -45,7 +45,7 @@ defmodule Ringbus.Wire.Decoder do
   alias Ringbus.Wire.Frame
 
   @enforce_keys [:max_frame_size]
-  defstruct max_frame_size: nil, stage: :idle
+  defstruct max_frame_size: nil, first: nil, accept: :any, stage: :idle
 
   @typedoc """
   The decoder's state. What it holds between reads:
@@ -57,6 +57,8 @@ defmodule Ringbus.Wire.Decoder do
   """
   @opaque t :: %__MODULE__{
             max_frame_size: non_neg_integer(),
+            first: non_neg_integer() | nil,
+            accept: Frame.direction(),
             stage:
               :idle | {:header, binary()} | {:body, pos_integer(), [binary()], non_neg_integer()}
           }
@@ -65,19 +67,22 @@ defmodule Ringbus.Wire.Decoder do
   A decoder that refuses frames whose length prefix is above `max_frame_size`.
 
   The length prefix counts the opcode and the body, not its own four bytes.
-  """
-  @spec new(non_neg_integer()) :: t()
-  def new(max_frame_size) when is_integer(max_frame_size) and max_frame_size >= 0,
-    do: %__MODULE__{max_frame_size: max_frame_size}
 
-  @doc """
-  Changes the max frame size, say from a small one before `HELLO` to the
-  server's limit after it. Applies from the next frame header on.
+  ## Options
+
+    * `:first` - the limit of the first frame instead of `max_frame_size`.
+      A server reads `HELLO` with `Ringbus.Wire.Frame.max_hello_frame_size/0`
+      and every byte after it with its own limit, however the bytes are
+      split into reads. Default: `max_frame_size`.
+    * `:accept` - `:requests` (a server), `:responses` (a client) or `:any`.
+      A frame whose opcode belongs to the other direction is
+      `{:unknown_opcode, byte}`, whatever its body. Default `:any`.
   """
-  @spec put_max_frame_size(t(), non_neg_integer()) :: t()
-  def put_max_frame_size(%__MODULE__{} = decoder, max_frame_size)
-      when is_integer(max_frame_size) and max_frame_size >= 0,
-      do: %__MODULE__{decoder | max_frame_size: max_frame_size}
+  @spec new(non_neg_integer(), first: non_neg_integer(), accept: Frame.direction()) :: t()
+  def new(max_frame_size, opts \\ []) when is_integer(max_frame_size) and max_frame_size >= 0 do
+    opts = Keyword.validate!(opts, first: nil, accept: :any)
+    %__MODULE__{max_frame_size: max_frame_size, first: opts[:first], accept: opts[:accept]}
+  end
 
   @doc "The bytes held for a frame not yet complete."
   @spec buffered(t()) :: non_neg_integer()
@@ -121,7 +126,7 @@ defmodule Ringbus.Wire.Decoder do
       <<last::binary-size(missing), rest::binary>> ->
         frame = IO.iodata_to_binary(:lists.reverse(reads, [last]))
 
-        case Frame.decode_body(frame) do
+        case Frame.decode_body(frame, decoder.accept) do
           {:ok, frame} -> split(rest, %__MODULE__{decoder | stage: :idle}, [frame])
           {:error, reason} -> {:error, reason, []}
         end
@@ -150,6 +155,14 @@ defmodule Ringbus.Wire.Decoder do
   defp split(<<>>, decoder, frames), do: done(decoder, :idle, frames)
   defp split(head, decoder, frames), do: done(decoder, {:header, head}, frames)
 
+  # The first header is checked against `first`, every later one against
+  # `max_frame_size`.
+  defp body(length, rest, %__MODULE__{first: first} = decoder, frames) when first != nil do
+    if length > first,
+      do: {:error, :frame_too_large, :lists.reverse(frames)},
+      else: body(length, rest, %__MODULE__{decoder | first: nil}, frames)
+  end
+
   defp body(length, _rest, %__MODULE__{max_frame_size: max}, frames) when length > max,
     do: {:error, :frame_too_large, :lists.reverse(frames)}
 
@@ -158,7 +171,7 @@ defmodule Ringbus.Wire.Decoder do
   defp body(length, rest, decoder, frames) do
     case rest do
       <<frame::binary-size(length), rest::binary>> ->
-        case Frame.decode_body(frame) do
+        case Frame.decode_body(frame, decoder.accept) do
           {:ok, frame} -> split(rest, decoder, [frame | frames])
           {:error, reason} -> {:error, reason, :lists.reverse(frames)}
         end

@@ -112,6 +112,24 @@ defmodule Ringbus.Wire.ErrorCode do
   @spec closes_connection?(t()) :: boolean()
   def closes_connection?(error), do: code(error) < 100
 
+  @doc """
+  What an error means, in words: the meaning of a known one, the code of an
+  unknown one.
+
+      iex> Ringbus.Wire.ErrorCode.describe(:full)
+      "the channel rejects pushes and is full"
+  """
+  @spec describe(t()) :: String.t()
+  for {reason, _code, text} <- @errors do
+    def describe(unquote(reason)), do: unquote(text)
+  end
+
+  def describe(code) when is_integer(code), do: "error code #{code}"
+
+  @doc "Whether `reason` names an error of the protocol."
+  @spec known?(term()) :: boolean()
+  def known?(reason), do: List.keymember?(@codes, reason, 0)
+
   @doc "Every known error as `{reason, code, meaning}`, in code order."
   @spec all() :: [{reason(), 1..0xFFFF, String.t()}]
   def all, do: @errors

@@ -95,6 +95,13 @@ defmodule Ringbus.Wire.Frame do
   @magic "RBUS"
   @version 1
   @max_name 255
+  @default_port 7171
+
+  # The largest HELLO (opcode, corr, magic, version, flags, a 65,535-byte
+  # token) and the largest ERROR (opcode, corr, code, a 65,535-byte message):
+  # the limits before the handshake on each side.
+  @max_hello_frame 1 + 4 + 4 + 2 + 2 + 2 + 0xFFFF
+  @max_error_frame 1 + 4 + 2 + 2 + 0xFFFF
 
   # Requests
   @hello 0x01
@@ -270,6 +277,9 @@ defmodule Ringbus.Wire.Frame do
           | :pong
           | :error
 
+  @typedoc "Which frames a receiver takes: a server `:requests`, a client `:responses`."
+  @type direction :: :requests | :responses | :any
+
   @type decode_error ::
           :frame_too_large
           | :empty_frame
@@ -285,13 +295,27 @@ defmodule Ringbus.Wire.Frame do
   defguardp is_ack_mode(x) when x in [:ack, :no_ack]
   defguardp is_overflow(x) when x in [:drop_oldest, :reject]
 
-  @doc "The four bytes a `HELLO` starts with: `\"RBUS\"`."
-  @spec magic() :: binary()
-  def magic, do: @magic
-
   @doc "The protocol version this module speaks: `1`."
   @spec version() :: pos_integer()
   def version, do: @version
+
+  @doc "The port a server listens on and a client connects to unless told otherwise: `7171`."
+  @spec default_port() :: :inet.port_number()
+  def default_port, do: @default_port
+
+  @doc """
+  The length prefix of the largest `HELLO`, 65,550: the most a server accepts
+  before the handshake.
+  """
+  @spec max_hello_frame_size() :: pos_integer()
+  def max_hello_frame_size, do: @max_hello_frame
+
+  @doc """
+  The length prefix of the largest `ERROR`, 65,544: enough for a client to
+  read the answer to its `HELLO`, whatever it is.
+  """
+  @spec max_error_frame_size() :: pos_integer()
+  def max_error_frame_size, do: @max_error_frame
 
   @doc "Every frame type with its opcode, requests first."
   @spec opcodes() :: [{type(), byte()}]
@@ -588,11 +612,22 @@ defmodule Ringbus.Wire.Frame do
 
   For decoders that have split the stream into frames already, such as
   `Ringbus.Wire.Decoder`. The bytes must be exactly one frame.
-  """
-  @spec decode_body(binary()) :: {:ok, t()} | {:error, decode_error()}
-  def decode_body(<<opcode, body::binary>>), do: decode_op(opcode, body)
 
-  def decode_body(<<>>), do: {:error, :empty_frame}
+  With `:requests` or `:responses` as `direction`, an opcode of the other
+  direction is `{:unknown_opcode, byte}`, whatever its body: a server takes
+  only requests, a client only server frames.
+  """
+  @spec decode_body(binary(), direction()) :: {:ok, t()} | {:error, decode_error()}
+  def decode_body(bytes, direction \\ :any)
+
+  def decode_body(<<opcode, _::binary>>, :requests) when opcode >= 0x80,
+    do: {:error, {:unknown_opcode, opcode}}
+
+  def decode_body(<<opcode, _::binary>>, :responses) when opcode < 0x80,
+    do: {:error, {:unknown_opcode, opcode}}
+
+  def decode_body(<<opcode, body::binary>>, _direction), do: decode_op(opcode, body)
+  def decode_body(<<>>, _direction), do: {:error, :empty_frame}
 
   defp decode_op(
          @hello,

@@ -154,16 +154,39 @@ defmodule Ringbus.Wire.DecoderTest do
     end
   end
 
-  describe "put_max_frame_size/2" do
-    test "raises the limit after the handshake" do
-      frame = {:push, 1, :ack, "e", :binary.copy("x", 70_000)}
-      bytes = FrameGenerators.bytes([frame])
+  describe ":first and :accept" do
+    test "the first frame has its own limit and every later byte the other, however split" do
+      hello = {:hello, 1, 1, 0, :binary.copy("t", 0xFFFF)}
+      big = {:push, 2, :ack, "e", :binary.copy("x", 70_000)}
+      bytes = FrameGenerators.bytes([hello, big])
+      decoder = Decoder.new(@max, first: 65_550)
 
-      decoder = Decoder.new(65_550)
-      assert {:error, :frame_too_large, []} = Decoder.feed(decoder, bytes)
+      # The largest HELLO fits the first limit; the push after it is over that
+      # limit but within the other, in one read or split anywhere.
+      for at <- [0, 3, 4, 5, 65_553, 65_554, 65_555, 65_560, byte_size(bytes) - 1] do
+        <<a::binary-size(at), b::binary>> = bytes
+        {:ok, first, decoder} = Decoder.feed(decoder, a)
+        {:ok, second, _} = Decoder.feed(decoder, b)
+        assert first ++ second == [hello, big], "split at #{at}"
+      end
 
-      decoder = Decoder.put_max_frame_size(decoder, @max)
-      assert {:ok, [^frame], _} = Decoder.feed(decoder, bytes)
+      assert {:error, :frame_too_large, []} =
+               Decoder.feed(Decoder.new(@max, first: 65_550), FrameGenerators.bytes([big]))
+    end
+
+    test "a frame of the other direction is an unknown opcode, whatever its body" do
+      server = Decoder.new(@max, accept: :requests)
+      client = Decoder.new(@max, accept: :responses)
+
+      # 0x81 (HELLO_OK) with a 4-byte body that does not parse as HELLO_OK.
+      assert Decoder.feed(server, <<0, 0, 0, 5, 0x81, 0, 0, 0, 1>>) ==
+               {:error, {:unknown_opcode, 0x81}, []}
+
+      assert Decoder.feed(client, IO.iodata_to_binary(Frame.encode({:ping, 1}))) ==
+               {:error, {:unknown_opcode, 0x0D}, []}
+
+      assert {:ok, [{:pong, 1}], _} =
+               Decoder.feed(client, IO.iodata_to_binary(Frame.encode({:pong, 1})))
     end
   end
 
