@@ -41,6 +41,17 @@ defmodule Ringbus do
   Any number of processes may push, pull, read and subscribe at once. Messages
   from one producer keep their order. `pull/1` hands each message to at most
   one caller.
+
+  ## State kept in the calling process
+
+  Every function that takes a channel name finds the channel's handle (its
+  tables and counters) in ETS. So as not to copy the handle out of ETS on
+  every call, each process keeps the handles it has used in its process
+  dictionary, under the key `{Ringbus.Store, :handles}`: at most 256 of
+  them, dropped all at once when that many are cached. The cache is
+  invalidated whenever any channel is deleted or Ringbus restarts, so a
+  process never uses a deleted channel's handle past its next call. Nothing
+  else of Ringbus lives in a caller.
   """
 
   alias Ringbus.{Channel, Store}
@@ -224,7 +235,7 @@ defmodule Ringbus do
   The subscriber receives `{:ringbus, sub, [{seq, payload}], lost}` batches in
   seq order, where `lost` is how many messages it missed (overwritten or
   pulled before it could read them) just before this batch. At most
-  `:max_in_flight` messages are sent ahead of `ack/2`: a subscriber returns
+  `:max_credit` messages are sent ahead of `ack/2`: a subscriber returns
   credit with `ack(sub, count)` once it has handled `count` messages. A
   subscriber that stops acking gets nothing more, and nothing is buffered for
   it beyond the ring; when it acks again it learns through `lost` what it missed.
@@ -238,10 +249,10 @@ defmodule Ringbus do
 
     * `:from` - where to start: a seq, `:earliest` (the oldest message held)
       or `:latest` (the next message pushed). Defaults to `:latest`.
-    * `:max_in_flight` - messages sent and not yet acked, at most.
+    * `:max_credit` - messages sent and not yet acked, at most.
       Defaults to `1000`.
-    * `:credit` - the credit to start with, at most `:max_in_flight`.
-      Defaults to `:max_in_flight`.
+    * `:credit` - the credit to start with, at most `:max_credit`.
+      Defaults to `:max_credit`.
     * `:max_batch` - messages in one batch, at most. Defaults to `256`.
   """
   @spec subscribe(name(), Subscription.options()) ::

@@ -21,7 +21,9 @@ defmodule Ringbus.Channel do
   size.
   """
 
-  @enforce_keys [:name, :table, :waiters, :atomics, :anchor, :capacity, :overflow]
+  alias Ringbus.Options
+
+  @enforce_keys [:table, :waiters, :atomics, :anchor, :capacity, :overflow]
   defstruct @enforce_keys
 
   @type name :: term()
@@ -32,7 +34,6 @@ defmodule Ringbus.Channel do
         ]
 
   @type t :: %__MODULE__{
-          name: name(),
           table: :ets.tid(),
           waiters: :ets.tid(),
           atomics: :atomics.atomics_ref(),
@@ -47,42 +48,19 @@ defmodule Ringbus.Channel do
   Raises `ArgumentError` on an unknown key or a bad value.
   """
   @spec validate_options!(keyword()) :: options()
-  def validate_options!(opts) when is_list(opts) do
-    opts =
-      try do
-        Keyword.validate!(opts, [:capacity, overflow: :drop_oldest])
-      rescue
-        e in ArgumentError ->
-          reraise ArgumentError,
-                  "invalid channel options: " <> Exception.message(e),
-                  __STACKTRACE__
-      end
+  def validate_options!(opts) do
+    opts = Options.validate!(opts, [:capacity, overflow: :drop_oldest], "channel")
 
-    case opts[:capacity] do
-      c when is_integer(c) and c > 0 ->
-        :ok
+    if opts[:capacity] == nil, do: raise(ArgumentError, "expected :capacity to be given")
+    Options.check!(:capacity, opts[:capacity], &Options.positive?/1, "a positive integer")
 
-      nil ->
-        raise ArgumentError, "expected :capacity to be given"
-
-      other ->
-        raise ArgumentError,
-              "expected :capacity to be a positive integer, got: #{inspect(other)}"
-    end
-
-    case opts[:overflow] do
-      o when o in [:drop_oldest, :reject] ->
-        :ok
-
-      other ->
-        raise ArgumentError,
-              "expected :overflow to be :drop_oldest or :reject, got: #{inspect(other)}"
-    end
+    Options.check!(
+      :overflow,
+      opts[:overflow],
+      &(&1 in [:drop_oldest, :reject]),
+      ":drop_oldest or :reject"
+    )
 
     opts
-  end
-
-  def validate_options!(other) do
-    raise ArgumentError, "expected channel options to be a keyword list, got: #{inspect(other)}"
   end
 end

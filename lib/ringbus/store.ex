@@ -10,21 +10,21 @@ defmodule Ringbus.Store do
   # `Ringbus.Channel` handle. Callers read it directly; only create and delete
   # go through this process, which keeps them serialised.
   #
-  # Callers also keep the handles they used in their process dictionary
-  # (`fetch/1`): a handle copied out of ETS on every call costs a heap
-  # allocation and two references the caller's GC must sweep. The cache is
-  # tagged with a version that every delete bumps, so no process uses a
-  # deleted channel's handle past its next call.
+  # Callers keep the handles they used in their process dictionary
+  # (`fetch/1`, documented in `Ringbus`'s moduledoc): a handle copied out of
+  # ETS on every call costs a heap allocation and two references the caller's
+  # GC must sweep. The cache is stamped with this store's `:atomics` version,
+  # which every delete bumps, so no process uses a deleted channel's handle
+  # past its next call; a restarted store has a new version array, so no
+  # stamp of the old one matches. The version array is found through a
+  # `:persistent_term` key that `terminate/2` erases.
   #
   # Backlog safety. A burst of create or delete calls (clients declaring their
   # channels at once) queues here. Each is handled in arrival order by
-  # gen_server's plain receive; handling one does no selective receive (ETS
-  # calls and `send/2` only, no call to another process) and counts no list,
-  # so the work stays linear in the backlog (`mix ringbus.bench backlog
-  # --only store`). Its queue is off the heap, where the queued calls take no
-  # part in its garbage collections: 160k of them took 91-92 ms (medians of
-  # two runs of five; single runs 91-107 ms) instead of 140-160 ms (single
-  # runs 117-175 ms) with the queue on the heap.
+  # gen_server's plain receive; handling one does no selective receive and
+  # counts no list, so the work stays linear in the backlog (`mix ringbus.bench
+  # backlog --only store`). Its queue is off the heap, where the queued calls
+  # take no part in its garbage collections.
 
   use GenServer
 
@@ -44,34 +44,35 @@ defmodule Ringbus.Store do
         spawn_opt: [message_queue_data: :off_heap]
       )
 
-  @doc "Looks a channel handle up from the calling process."
-  @spec lookup(Channel.name()) :: {:ok, Channel.t()} | {:error, :no_channel}
-  def lookup(name) do
-    case :ets.lookup(@channels, name) do
-      [{_, channel}] -> {:ok, channel}
-      [] -> {:error, :no_channel}
-    end
-  end
-
   @doc """
-  Like `lookup/1`, through the calling process's cache of handles.
+  The handle of channel `name`, read from ETS by the calling process through
+  its cache of handles.
   """
   @spec fetch(Channel.name()) :: {:ok, Channel.t()} | {:error, :no_channel}
   def fetch(name) do
-    version = :atomics.get(:persistent_term.get(@version), 1)
-
-    case Process.get(@cache) do
-      {^version, %{^name => channel}} -> {:ok, channel}
-      {^version, handles} -> fetch(name, version, handles)
-      _ -> fetch(name, version, %{})
+    case :persistent_term.get(@version, nil) do
+      nil -> {:error, :no_channel}
+      version -> fetch(name, version, :atomics.get(version, 1))
     end
   end
 
-  defp fetch(name, version, handles) do
-    with {:ok, channel} <- lookup(name) do
-      handles = if map_size(handles) >= @cache_max, do: %{}, else: handles
-      Process.put(@cache, {version, Map.put(handles, name, channel)})
-      {:ok, channel}
+  defp fetch(name, version, stamp) do
+    case Process.get(@cache) do
+      {^version, ^stamp, %{^name => channel}} -> {:ok, channel}
+      {^version, ^stamp, handles} -> cache(name, version, stamp, handles)
+      _ -> cache(name, version, stamp, %{})
+    end
+  end
+
+  defp cache(name, version, stamp, handles) do
+    case :ets.lookup(@channels, name) do
+      [{_, channel}] ->
+        handles = if map_size(handles) >= @cache_max, do: %{}, else: handles
+        Process.put(@cache, {version, stamp, Map.put(handles, name, channel)})
+        {:ok, channel}
+
+      [] ->
+        {:error, :no_channel}
     end
   end
 
@@ -90,24 +91,21 @@ defmodule Ringbus.Store do
   @impl true
   def init(:ok) do
     :ets.new(@channels, [:named_table, :set, :protected, read_concurrency: true])
-
-    # Kept across restarts: replacing a persistent term costs a global scan.
-    if :persistent_term.get(@version, nil) == nil do
-      :persistent_term.put(@version, :atomics.new(1, signed: false))
-    end
-
-    # Tables died with the previous owner: every cached handle is stale.
-    bump_version()
+    # A fresh array: handles cached from a previous store match no stamp.
+    :persistent_term.put(@version, :atomics.new(1, signed: false))
     Process.flag(:trap_exit, true)
     {:ok, nil}
   end
+
+  @impl true
+  def terminate(_reason, _state), do: :persistent_term.erase(@version)
 
   @impl true
   def handle_call({:create, name, opts}, _from, state) do
     if :ets.member(@channels, name) do
       {:reply, {:error, :exists}, state}
     else
-      :ets.insert(@channels, {name, Ring.new(name, opts)})
+      :ets.insert(@channels, {name, Ring.new(opts)})
       {:reply, :ok, state}
     end
   end

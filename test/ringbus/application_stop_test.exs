@@ -9,7 +9,7 @@ defmodule Ringbus.ApplicationStopTest do
     name = {__MODULE__, :stop}
     :ok = Ringbus.create(name, capacity: 4)
     {:ok, sub} = Ringbus.subscribe(name)
-    ref = Process.monitor(Ringbus.Channel.Subscription.pid(sub))
+    ref = Process.monitor(Ringbus.Test.Internals.subscription_pid(sub))
 
     :ok = Application.stop(:ringbus)
 

@@ -8,16 +8,11 @@ defmodule Ringbus.Channel.Anchor do
   # and a subscribe writes to no shared table and links to no shared process.
   #
   # Why a monitor and not a link or a table: the VM keeps the monitors that
-  # local processes hold on a process in a doubly linked list on that process,
-  # so adding or removing one costs the same however many there are; links
-  # sit in a tree on both sides. Measured per process start in a burst of
-  # 160k, added to a process that only monitors its caller: a link to one
-  # shared process 0.65 µs, two inserts into one shared table 0.72 µs, a
-  # monitor of one shared process 0.21-0.32 µs; at 10k none of them added
-  # more than 0.06 µs (separate runs vary by 20-30%). The subscribe burst of
-  # `mix ringbus.bench backlog` took 1,114 ms at 160k with the link and the
-  # table, and 732-876 ms with this monitor, both started by
-  # `GenServer.start/3` (`Subscription.start/3` says why it no longer is).
+  # local processes hold on a process in a doubly linked list on that
+  # process, so adding or removing one costs the same however many there
+  # are, where links sit in a tree on both sides and a shared table is one
+  # more contended write per subscribe (the `subscribe` rows of `mix
+  # ringbus.bench backlog`).
   #
   # The anchor is linked to `Ringbus.Store`, which owns the channel's tables:
   # if the store stops or dies, its anchors die with it and every

@@ -4,7 +4,7 @@ defmodule Ringbus.Channel.Subscription do
   # credit of messages it may still send, reads the ring in batches and sends
   # `{:ringbus, sub, [{seq, payload}], lost}` to the subscriber.
   #
-  # Flow control: the subscriber holds at most `max_in_flight` undelivered
+  # Flow control: the subscriber holds at most `max_credit` undelivered
   # messages in its mailbox; each `Ringbus.ack/2` returns credit. Nothing is
   # buffered here: a subscriber that falls behind the ring learns through
   # `lost` how many messages it missed.
@@ -22,15 +22,13 @@ defmodule Ringbus.Channel.Subscription do
   #   - it counts no list: a read returns its own count, credit is an integer;
   #   - its message queue is off the heap (`message_queue_data: :off_heap`).
   #     On the heap, the messages waiting take part in every garbage collection
-  #     of the process, so each collection costs the backlog's length; with
-  #     160k queued wake-ups that took 6.7-7.3 s instead of 89-93 ms (medians
-  #     of two runs of `mix ringbus.bench backlog`, subscription rows).
+  #     of the process, so each collection costs the backlog's length (the
+  #     on-heap rows of `mix ringbus.bench backlog`).
   #   - starting one does not queue behind other starts, and registers it
   #     nowhere shared: the subscriber starts it (waiting in its own mailbox),
   #     and it monitors its subscriber and its channel's
-  #     `Ringbus.Channel.Anchor`. Started under a DynamicSupervisor a burst of
-  #     N subscribes cost O(N²) there (10k 0.15 s, 40k 3.6 s; the
-  #     subscribe_crowd rows of `mix ringbus.bench backlog`).
+  #     `Ringbus.Channel.Anchor`. Under a DynamicSupervisor a burst of N
+  #     subscribes costs O(N²) (the `subscribe_crowd` rows of the same bench).
   #
   # Its handle, `{pid, ref}`, is all ack and unsubscribe need: no lookup.
   # It ends when its subscriber exits, when it is unsubscribed, and when its
@@ -43,7 +41,7 @@ defmodule Ringbus.Channel.Subscription do
 
   use GenServer
 
-  alias Ringbus.Channel
+  alias Ringbus.{Channel, Options}
   alias Ringbus.Channel.Ring
 
   @typedoc "A subscription: its process and its reference."
@@ -51,7 +49,7 @@ defmodule Ringbus.Channel.Subscription do
 
   @type options :: [
           from: non_neg_integer() | :earliest | :latest,
-          max_in_flight: pos_integer(),
+          max_credit: pos_integer(),
           credit: pos_integer(),
           max_batch: pos_integer()
         ]
@@ -59,31 +57,24 @@ defmodule Ringbus.Channel.Subscription do
   @doc "Validates subscription options, raising `ArgumentError` on bad ones."
   @spec validate_options!(keyword()) :: options()
   def validate_options!(opts) do
-    opts = Keyword.validate!(opts, [:credit, from: :latest, max_in_flight: 1000, max_batch: 256])
+    opts =
+      Options.validate!(
+        opts,
+        [:credit, from: :latest, max_credit: 1000, max_batch: 256],
+        "subscription"
+      )
 
-    case opts[:from] do
-      f when f in [:earliest, :latest] ->
-        :ok
+    Options.check!(
+      :from,
+      opts[:from],
+      &(&1 in [:earliest, :latest] or (is_integer(&1) and &1 >= 0)),
+      "a non-negative integer, :earliest or :latest"
+    )
 
-      f when is_integer(f) and f >= 0 ->
-        :ok
+    opts = Keyword.put_new(opts, :credit, opts[:max_credit])
 
-      other ->
-        raise ArgumentError,
-              "expected :from to be a non-negative integer, :earliest or :latest, got: #{inspect(other)}"
-    end
-
-    opts = Keyword.put_new(opts, :credit, opts[:max_in_flight])
-
-    for key <- [:max_in_flight, :credit, :max_batch] do
-      case opts[key] do
-        n when is_integer(n) and n > 0 ->
-          :ok
-
-        other ->
-          raise ArgumentError,
-                "expected #{inspect(key)} to be a positive integer, got: #{inspect(other)}"
-      end
+    for key <- [:max_credit, :credit, :max_batch] do
+      Options.check!(key, opts[key], &Options.positive?/1, "a positive integer")
     end
 
     opts
@@ -100,10 +91,10 @@ defmodule Ringbus.Channel.Subscription do
     pid = :proc_lib.spawn_opt(__MODULE__, :enter_loop, [args], message_queue_data: :off_heap)
 
     # Not `GenServer.start/3`: proc_lib's start waits for an ack that carries
-    # no reference, so the runtime finds it by scanning the caller's mailbox.
-    # A caller with 100k messages queued took 350-400 µs a subscribe that
-    # way, instead of 6-9 µs. A call waits on a fresh monitor reference,
-    # which the runtime matches without scanning.
+    # no reference, so the runtime finds it by scanning the caller's mailbox,
+    # and a caller with a backlog pays for it on every subscribe. A call
+    # waits on a fresh monitor reference, which the runtime matches without
+    # scanning.
     GenServer.call(pid, :ringbus_started, :infinity)
     {:ok, {pid, sub}}
   catch
@@ -116,10 +107,6 @@ defmodule Ringbus.Channel.Subscription do
     {:ok, state, continue} = init(args)
     :gen_server.enter_loop(__MODULE__, [], state, continue)
   end
-
-  @doc "The process of subscription `sub`."
-  @spec pid(t()) :: pid()
-  def pid({pid, _ref}), do: pid
 
   @doc "Returns `count` messages of credit to the subscription."
   @spec ack(t(), pos_integer()) :: :ok | {:error, :no_subscription}
@@ -163,8 +150,8 @@ defmodule Ringbus.Channel.Subscription do
       subscriber: subscriber,
       monitor: monitor,
       cursor: cursor,
-      credit: min(opts[:credit], opts[:max_in_flight]),
-      max_in_flight: opts[:max_in_flight],
+      credit: min(opts[:credit], opts[:max_credit]),
+      max_credit: opts[:max_credit],
       max_batch: opts[:max_batch],
       waiting?: false,
       stalled: nil
@@ -191,7 +178,7 @@ defmodule Ringbus.Channel.Subscription do
 
   def handle_info({:ringbus_ack, sub, count}, %{handle: {_, sub}} = state)
       when is_integer(count) and count > 0 do
-    credit = min(state.credit + count, state.max_in_flight)
+    credit = min(state.credit + count, state.max_credit)
     {:noreply, deliver(%{state | credit: credit})}
   end
 

@@ -17,7 +17,7 @@ defmodule Ringbus.Channel.ConcurrencyTest do
       :ok = Ringbus.create(name, capacity: 64, overflow: overflow)
       on_exit(fn -> Ringbus.delete(name) end)
 
-      subscribers = for _ <- 1..2, do: Load.start_subscriber(name, max_in_flight: 16)
+      subscribers = for _ <- 1..2, do: Load.start_subscriber(name, max_credit: 16)
       readers = for _ <- 1..2, do: Load.start_reader(name)
       pullers = for _ <- 1..3, do: Load.start_puller(name)
       pushes = Load.run_producers(name, @producers, @per_producer, batch: batch)
@@ -71,7 +71,7 @@ defmodule Ringbus.Channel.ConcurrencyTest do
     :ok = Ringbus.create(name, capacity: @producers * @per_producer)
     on_exit(fn -> Ringbus.delete(name) end)
 
-    subscribers = for n <- [1, 16, 1000], do: Load.start_subscriber(name, max_in_flight: n)
+    subscribers = for n <- [1, 16, 1000], do: Load.start_subscriber(name, max_credit: n)
     reader = Load.start_reader(name)
     pushes = Load.run_producers(name, @producers, @per_producer)
     assert pushes.ok == @producers * @per_producer

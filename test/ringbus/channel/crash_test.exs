@@ -31,7 +31,7 @@ defmodule Ringbus.Channel.CrashTest do
 
     producers = for p <- 1..4, do: spawn(fn -> produce(name, p, 20_000, log, parent) end)
     pullers = for _ <- 1..2, do: spawn(fn -> pull_forever(name, log) end)
-    [doomed_sub, survivor] = for _ <- 1..2, do: Load.start_subscriber(name, max_in_flight: 64)
+    [doomed_sub, survivor] = for _ <- 1..2, do: Load.start_subscriber(name, max_credit: 64)
     Process.unlink(doomed_sub)
 
     [sub_process] =
@@ -115,7 +115,7 @@ defmodule Ringbus.Channel.CrashTest do
 
   # Every subscription monitors its channel's anchor.
   defp subscription_processes(name) do
-    {:ok, channel} = Ringbus.Store.lookup(name)
+    {:ok, channel} = Ringbus.Test.Internals.channel(name)
     {:monitored_by, pids} = Process.info(channel.anchor, :monitored_by)
     pids
   end

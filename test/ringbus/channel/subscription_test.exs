@@ -4,7 +4,7 @@ defmodule Ringbus.Channel.SubscriptionTest do
   use ExUnit.Case, async: true
 
   alias Ringbus.Channel.Subscription
-  alias Ringbus.Store
+  alias Ringbus.Test.Internals
 
   import Ringbus.Test.Eventually
 
@@ -23,7 +23,7 @@ defmodule Ringbus.Channel.SubscriptionTest do
   end
 
   test "delivers in seq order under credit, and acks return credit", %{name: name} do
-    {:ok, sub} = Ringbus.subscribe(name, max_in_flight: 2, from: :earliest)
+    {:ok, sub} = Ringbus.subscribe(name, max_credit: 2, from: :earliest)
     {:ok, 0} = Ringbus.push_many(name, ~w(a b c))
 
     assert_receive {:ringbus, ^sub, batch, 0}, 1_000
@@ -49,7 +49,7 @@ defmodule Ringbus.Channel.SubscriptionTest do
     {:ok, a} = Ringbus.subscribe(name)
     {:ok, b} = Ringbus.subscribe(name)
     {:ok, c} = Ringbus.subscribe(other)
-    refs = for sub <- [a, b], do: Process.monitor(Subscription.pid(sub))
+    refs = for sub <- [a, b], do: Process.monitor(Internals.subscription_pid(sub))
 
     :ok = Ringbus.delete(name)
 
@@ -60,13 +60,13 @@ defmodule Ringbus.Channel.SubscriptionTest do
     assert Ringbus.unsubscribe(b) == {:error, :no_subscription}
 
     refute_received {:ringbus_closed, ^c, _}
-    assert Process.alive?(Subscription.pid(c))
+    assert Process.alive?(Internals.subscription_pid(c))
     {:ok, 0} = Ringbus.push(other, "still here")
     assert_receive {:ringbus, ^c, [{0, "still here"}], 0}, 1_000
   end
 
   test "a subscription to a channel deleted before it started closes at once", %{name: name} do
-    {:ok, channel} = Store.lookup(name)
+    {:ok, channel} = Internals.channel(name)
     :ok = Ringbus.delete(name)
 
     {:ok, sub} = Subscription.start(channel, self(), Subscription.validate_options!([]))
@@ -81,9 +81,9 @@ defmodule Ringbus.Channel.SubscriptionTest do
     {:ok, kept} = Ringbus.subscribe(name)
 
     [killed_ref, stopped_ref] =
-      for sub <- [killed, stopped], do: Process.monitor(Subscription.pid(sub))
+      for sub <- [killed, stopped], do: Process.monitor(Internals.subscription_pid(sub))
 
-    Process.exit(Subscription.pid(killed), :kill)
+    Process.exit(Internals.subscription_pid(killed), :kill)
     assert_receive {:DOWN, ^killed_ref, :process, _, :killed}, 1_000
 
     # Once unsubscribe returns, nothing more is sent.
@@ -100,8 +100,8 @@ defmodule Ringbus.Channel.SubscriptionTest do
 
     # The dead ones' monitors leave the anchor in its own time (a signal from
     # each); the living one's stays.
-    {:ok, channel} = Store.lookup(name)
-    alive = {:monitored_by, [Subscription.pid(kept)]}
+    {:ok, channel} = Internals.channel(name)
+    alive = {:monitored_by, [Internals.subscription_pid(kept)]}
     assert eventually(fn -> Process.info(channel.anchor, :monitored_by) == alive end, 200)
   end
 
@@ -116,13 +116,13 @@ defmodule Ringbus.Channel.SubscriptionTest do
       end)
 
     assert_receive {:sub, sub}, 1_000
-    ref = Process.monitor(Subscription.pid(sub))
+    ref = Process.monitor(Internals.subscription_pid(sub))
     Process.exit(subscriber, :kill)
     assert_receive {:DOWN, ^ref, :process, _, :normal}, 1_000
   end
 
   test "a handle whose reference is not the subscription's changes nothing", %{name: name} do
-    {:ok, {pid, _ref} = sub} = Ringbus.subscribe(name, max_in_flight: 1, from: :earliest)
+    {:ok, {pid, _ref} = sub} = Ringbus.subscribe(name, max_credit: 1, from: :earliest)
     {:ok, 0} = Ringbus.push_many(name, ~w(a b))
     assert_receive {:ringbus, ^sub, [{0, "a"}], 0}, 1_000
 
@@ -139,17 +139,17 @@ defmodule Ringbus.Channel.SubscriptionTest do
   test "an anchor stopped from outside closes its subscriptions with the reason, and the channel gets a new one",
        %{name: name} do
     {:ok, old} = Ringbus.subscribe(name)
-    {:ok, channel} = Store.lookup(name)
+    {:ok, channel} = Internals.channel(name)
 
     Process.exit(channel.anchor, :kill)
 
     assert_receive {:ringbus_closed, ^old, :killed}, 1_000
     # The store replaces the anchor when it takes the :EXIT.
-    assert eventually(fn -> Store.lookup(name) != {:ok, channel} end, 200)
+    assert eventually(fn -> Internals.channel(name) != {:ok, channel} end, 200)
     {:ok, new} = Ringbus.subscribe(name)
     {:ok, 0} = Ringbus.push(name, "after")
     assert_receive {:ringbus, ^new, [{0, "after"}], 0}, 1_000
-    {:ok, channel} = Store.lookup(name)
+    {:ok, channel} = Internals.channel(name)
     assert Process.alive?(channel.anchor)
   end
 

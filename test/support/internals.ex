@@ -1,0 +1,19 @@
+defmodule Ringbus.Test.Internals do
+  @moduledoc """
+  The internal contracts that tests reach into, in one place: a subscription
+  handle is `{pid, ref}`, and a channel name resolves to its
+  `Ringbus.Channel` handle through `Ringbus.Store.fetch/1`.
+  """
+
+  @doc "The process behind a subscription handle."
+  def subscription_pid({pid, ref}) when is_pid(pid) and is_reference(ref), do: pid
+
+  @doc "The handle of an existing channel."
+  def channel!(name) do
+    {:ok, channel} = Ringbus.Store.fetch(name)
+    channel
+  end
+
+  @doc "The handle of a channel, or `{:error, :no_channel}`."
+  def channel(name), do: Ringbus.Store.fetch(name)
+end
