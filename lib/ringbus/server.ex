@@ -13,10 +13,11 @@ defmodule Ringbus.Server do
   ## Process tree
 
       Ringbus.Server (Supervisor, rest_for_one)
-      ├── Ringbus.Server.Listener          owns the listening socket
-      ├── connections (DynamicSupervisor)  one Ringbus.Server.Connection each,
-      │                                    at most :max_connections
-      └── acceptors (Supervisor)           :acceptors Ringbus.Server.Acceptor
+      ├── Ringbus.Server.Listener              owns the listening socket and
+      │                                        the accept counters
+      ├── Ringbus.Server.ConnectionSupervisor  one Ringbus.Server.Connection
+      │                                        each, at most :max_connections
+      └── acceptors (Supervisor)               :acceptors Ringbus.Server.Acceptor
 
   If the listener dies, the connection supervisor and the acceptors restart
   after it; a connection that dies takes nothing with it, since channels live
@@ -36,9 +37,8 @@ defmodule Ringbus.Server do
   `+MMscs` is the super carrier's size in MB (virtual address space; pages
   are used as needed), `+MMsco false` lets allocations go on outside it when
   it is full. Memory freed inside it stays with the VM rather than going back
-  to the OS. Measured here with `mix ringbus.bench frames`, 64 MB frames:
-  TCP 1,825 MB/s with it against 1,022–1,084 without, TLS 1,295 against
-  657–780. `mix ringbus.server` says at start-up whether the VM has one.
+  to the OS. README's `frames` bench section has the figures with and
+  without one. `mix ringbus.server` says at start-up whether the VM has one.
 
   ## Options
 
@@ -73,8 +73,7 @@ defmodule Ringbus.Server do
       receive buffers and the size of one read. Default 256 KiB, which keeps
       each read below the binary allocator's single-block carrier threshold
       (512 KB by default, `+MBsbct`), so reads reuse memory instead of taking
-      a fresh mmap each. Measured here against 1 MiB: 16-byte batched ingest
-      5.1–5.8M → 7.4–7.6M msgs/s, 64 MB TLS frames 350 → 465 MB/s.
+      a fresh mmap each (README's `ingest` bench section).
     * `:name` - a name to register the server supervisor under.
 
   Unknown options raise `ArgumentError`.
@@ -82,7 +81,7 @@ defmodule Ringbus.Server do
 
   use Supervisor
 
-  alias Ringbus.Server.{Acceptor, Config, Listener}
+  alias Ringbus.Server.{Acceptor, Config, ConnectionSupervisor, Listener}
 
   @type option ::
           {:host, :inet.ip_address() | String.t()}
@@ -114,11 +113,7 @@ defmodule Ringbus.Server do
 
   @doc "The port the server listens on (useful after `port: 0`)."
   @spec port(Supervisor.supervisor()) :: :inet.port_number()
-  def port(server) do
-    {listener, _connections} = parts(server)
-    {_listen, port} = Listener.socket(listener)
-    port
-  end
+  def port(server), do: Listener.info(Listener.whereis(server)).port
 
   @doc """
   The server's figures: `connections` open now, and since it started,
@@ -126,46 +121,32 @@ defmodule Ringbus.Server do
   """
   @spec stats(Supervisor.supervisor()) :: %{atom() => non_neg_integer()}
   def stats(server) do
-    {_listener, connections} = parts(server)
-    counters = :persistent_term.get({__MODULE__, connections})
-
-    %{
-      connections: DynamicSupervisor.count_children(connections).active,
-      accepted: :counters.get(counters, 1),
-      accept_errors: :counters.get(counters, 2),
-      refused: :counters.get(counters, 3)
-    }
+    %{active: active} = DynamicSupervisor.count_children(ConnectionSupervisor.whereis(server))
+    counts = Listener.counts(Listener.info(Listener.whereis(server)).counters)
+    Map.put(counts, :connections, active)
   end
 
-  @doc "The default port."
-  @spec default_port() :: :inet.port_number()
-  def default_port, do: Config.default_port()
-
-  @doc false
-  def parts(server) do
-    children = Supervisor.which_children(server)
-    {_, listener, _, _} = List.keyfind(children, Listener, 0)
-    {_, connections, _, _} = List.keyfind(children, :connections, 0)
-    {listener, connections}
+  @doc "The processes of the connections open now, one per client."
+  @spec connections(Supervisor.supervisor()) :: [pid()]
+  def connections(server) do
+    for {_, pid, _, _} <- DynamicSupervisor.which_children(ConnectionSupervisor.whereis(server)),
+        is_pid(pid),
+        do: pid
   end
 
   @impl true
   def init(config) do
-    server = self()
-    counters = :counters.new(3, [:write_concurrency])
+    # Made here, so that they outlive a restart of the listener.
+    counters = Listener.new_counters()
 
     acceptors =
       for i <- 1..config.acceptors do
-        Supervisor.child_spec({Acceptor, {server, config, counters}}, id: {Acceptor, i})
+        Supervisor.child_spec({Acceptor, {self(), config}}, id: {Acceptor, i})
       end
 
     children = [
-      {Listener, config},
-      %{
-        id: :connections,
-        start: {__MODULE__, :start_connections, [config.max_connections, counters]},
-        type: :supervisor
-      },
+      {Listener, {config, counters}},
+      {ConnectionSupervisor, config},
       %{
         id: :acceptors,
         start: {Supervisor, :start_link, [acceptors, [strategy: :one_for_one]]},
@@ -174,13 +155,5 @@ defmodule Ringbus.Server do
     ]
 
     Supervisor.init(children, strategy: :rest_for_one)
-  end
-
-  @doc false
-  def start_connections(max, counters) do
-    with {:ok, pid} <- DynamicSupervisor.start_link(strategy: :one_for_one, max_children: max) do
-      :persistent_term.put({__MODULE__, pid}, counters)
-      {:ok, pid}
-    end
   end
 end

@@ -14,11 +14,9 @@ defmodule Ringbus.Socket do
   # messages.
   #
   # TLS writes above 1 MiB go to `:ssl.send/2` in slices of 1 MiB. Given a
-  # whole 64 MB frame, ssl encrypts all of it before the first byte leaves, so
-  # the receiver idles meanwhile, and the 64 MB of ciphertext is fresh memory.
-  # In slices, encryption overlaps the transfer and reuses memory: a bare ssl
-  # receiver took 64 MB at 305–395 MB/s written whole and 650–1,050 MB/s
-  # written in slices here.
+  # whole multi-MB frame, ssl encrypts all of it before the first byte leaves,
+  # so the receiver idles meanwhile and the ciphertext is fresh memory; in
+  # slices, encryption overlaps the transfer and reuses memory.
 
   @tls_slice 1024 * 1024
 

@@ -3,7 +3,7 @@ defmodule Mix.Tasks.Ringbus.Server do
 
   @moduledoc """
   Runs a Ringbus server until interrupted: channels in memory, protocol v1 on
-  `127.0.0.1:#{Ringbus.Server.Config.default_port()}`, channels created on their
+  `127.0.0.1:#{Ringbus.Wire.Frame.default_port()}`, channels created on their
   first push.
 
       mix ringbus.server
@@ -13,7 +13,7 @@ defmodule Mix.Tasks.Ringbus.Server do
   ## Command line options
 
     * `--host ADDR` - the address to bind (`RINGBUS_HOST`). Default `127.0.0.1`.
-    * `--port N` - the port (`RINGBUS_PORT`). Default `#{Ringbus.Server.Config.default_port()}`.
+    * `--port N` - the port (`RINGBUS_PORT`). Default `#{Ringbus.Wire.Frame.default_port()}`.
     * `--certfile FILE`, `--keyfile FILE` - serve TLS with this certificate and
       key (`RINGBUS_CERTFILE`, `RINGBUS_KEYFILE`).
     * `--token T` - accept HELLO only with this token, granting all channels;

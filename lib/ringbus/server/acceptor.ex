@@ -15,20 +15,20 @@ defmodule Ringbus.Server.Acceptor do
 
   require Logger
 
-  alias Ringbus.Server.{Connection, Transport}
+  alias Ringbus.Server.{Connection, ConnectionSupervisor, Listener}
+  alias Ringbus.Server.Transport
   alias Ringbus.Wire.Frame
 
   @transient [:econnaborted, :econnreset, :timeout, :einval, :eproto, :esslaccept]
 
-  def start_link({server, config, counters}) do
-    Task.start_link(__MODULE__, :run, [server, config, counters])
-  end
+  def start_link({server, config}), do: Task.start_link(__MODULE__, :run, [server, config])
 
   @doc false
-  def run(server, config, counters) do
-    {listener, connections} = Ringbus.Server.parts(server)
-    {listen, _port} = Ringbus.Server.Listener.socket(listener)
-    loop(listen, connections, config, counters)
+  # Runs once the server supervisor has started every child, since it asks
+  # the supervisor for its siblings.
+  def run(server, config) do
+    %{socket: listen, counters: counters} = Listener.info(Listener.whereis(server))
+    loop(listen, ConnectionSupervisor.whereis(server), config, counters)
   end
 
   defp loop({kind, _} = listen, connections, config, counters) do
@@ -42,16 +42,16 @@ defmodule Ringbus.Server.Acceptor do
 
       {:error, reason} when reason in [:emfile, :enfile, :enobufs] ->
         Logger.error("Ringbus server cannot accept: #{reason}; retrying in 100 ms")
-        :counters.add(counters, 2, 1)
+        Listener.count(counters, :accept_errors)
         Process.sleep(100)
         loop(listen, connections, config, counters)
 
       {:error, reason} when reason in @transient ->
-        :counters.add(counters, 2, 1)
+        Listener.count(counters, :accept_errors)
         loop(listen, connections, config, counters)
 
       {:error, {:tls_alert, _}} ->
-        :counters.add(counters, 2, 1)
+        Listener.count(counters, :accept_errors)
         loop(listen, connections, config, counters)
 
       {:error, reason} ->
@@ -60,9 +60,9 @@ defmodule Ringbus.Server.Acceptor do
   end
 
   defp start_connection(kind, socket, connections, config, counters) do
-    case DynamicSupervisor.start_child(connections, {Connection, config}) do
+    case ConnectionSupervisor.start_connection(connections, config) do
       {:ok, pid} ->
-        :counters.add(counters, 1, 1)
+        Listener.count(counters, :accepted)
 
         case Ringbus.Socket.controlling_process(kind, socket, pid) do
           :ok -> Connection.hand_over(pid, kind, socket)
@@ -70,7 +70,7 @@ defmodule Ringbus.Server.Acceptor do
         end
 
       {:error, :max_children} ->
-        :counters.add(counters, 3, 1)
+        Listener.count(counters, :refused)
         refuse(kind, socket)
     end
   end

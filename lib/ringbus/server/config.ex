@@ -3,12 +3,14 @@ defmodule Ringbus.Server.Config do
   # The validated options of one server, shared read-only by its listener,
   # acceptors and connections.
 
-  @default_port 7171
+  alias Ringbus.Options
+  alias Ringbus.Wire.Frame
+
   @default_buffer_size 256 * 1024
 
   @defaults [
     host: {127, 0, 0, 1},
-    port: @default_port,
+    port: Frame.default_port(),
     tls: nil,
     tokens: nil,
     auto_create: [capacity: 100_000, overflow: :drop_oldest],
@@ -29,16 +31,13 @@ defmodule Ringbus.Server.Config do
 
   @type t :: %__MODULE__{}
 
-  @doc "The port a server listens on when none is given."
-  def default_port, do: @default_port
-
   @doc "The socket buffer size when none is given."
   def default_buffer_size, do: @default_buffer_size
 
   @doc "Validates server options; raises `ArgumentError` on a bad one."
   @spec new!(keyword()) :: t()
   def new!(opts) when is_list(opts) do
-    opts = Keyword.validate!(opts, @defaults)
+    opts = Options.validate!(opts, @defaults, "server")
     config = struct!(__MODULE__, opts)
 
     config = %{
@@ -49,16 +48,21 @@ defmodule Ringbus.Server.Config do
         auto_create: auto_create!(config.auto_create)
     }
 
-    check!(:port, config.port, &(is_integer(&1) and &1 in 0..65_535), "an integer in 0..65535")
+    Options.check!(
+      :port,
+      config.port,
+      &(is_integer(&1) and &1 in 0..65_535),
+      "an integer in 0..65535"
+    )
 
     for key <-
           [:max_frame_size, :max_connections, :max_subscriptions, :max_credit] ++
             [:max_out_bytes, :acceptors, :buffer_size, :handshake_timeout] do
-      check!(key, Map.fetch!(config, key), &(is_integer(&1) and &1 > 0), "a positive integer")
+      Options.check!(key, Map.fetch!(config, key), &Options.positive?/1, "a positive integer")
     end
 
     for key <- [:idle_timeout, :send_timeout] do
-      check!(
+      Options.check!(
         key,
         Map.fetch!(config, key),
         &(&1 == :infinity or (is_integer(&1) and &1 > 0)),
@@ -66,14 +70,8 @@ defmodule Ringbus.Server.Config do
       )
     end
 
-    check!(:max_frame_size, config.max_frame_size, &(&1 >= 1024), "at least 1024")
+    Options.check!(:max_frame_size, config.max_frame_size, &(&1 >= 1024), "at least 1024")
     %{config | max_payload_size: config.max_frame_size - 64}
-  end
-
-  defp check!(key, value, valid?, expected) do
-    unless valid?.(value) do
-      raise ArgumentError, "expected #{inspect(key)} to be #{expected}, got: #{inspect(value)}"
-    end
   end
 
   defp host!(host) when is_binary(host) do

@@ -4,6 +4,8 @@ defmodule Ringbus.Server.ConnectionTest do
 
   alias Ringbus.Test.RawClient
 
+  import Ringbus.Test.Eventually
+
   setup do
     server = start_supervised!({Ringbus.Server, port: 0, auto_create: [capacity: 100]})
     port = Ringbus.Server.port(server)
@@ -119,5 +121,20 @@ defmodule Ringbus.Server.ConnectionTest do
     RawClient.send_raw(c, binary_part(bytes, 5_000_000, byte_size(bytes) - 5_000_000))
     {[{:push_acks, 1, [{1, {:ok, 0}}]}], c} = RawClient.recv(c, 1)
     assert {{:pull_ok, 2, 0, ^payload}, _} = RawClient.call(c, {:pull, 2, "big"})
+  end
+
+  test "a connection is an OTP process: :sys.get_state and :sys.suspend work", ctx do
+    [conn] = Ringbus.Server.connections(ctx.server)
+    assert %{session: %Ringbus.Server.Session{stage: :open}} = :sys.get_state(conn)
+
+    # While suspended it handles nothing; resumed, it answers what came meanwhile.
+    :ok = :sys.suspend(conn)
+    RawClient.send_frames(ctx.client, [{:ping, 1}])
+
+    assert eventually(fn -> match?({:messages, [{:tcp, _, _}]}, Process.info(conn, :messages)) end)
+
+    assert {:error, :timeout} = :gen_tcp.recv(ctx.client.socket, 0, 0)
+    :ok = :sys.resume(conn)
+    assert {[{:pong, 1}], _} = RawClient.recv(ctx.client, 1)
   end
 end

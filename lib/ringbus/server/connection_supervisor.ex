@@ -1,0 +1,30 @@
+defmodule Ringbus.Server.ConnectionSupervisor do
+  @moduledoc false
+  # The supervisor of a server's connections: a DynamicSupervisor whose
+  # `max_children` is the server's `:max_connections`, so that an acceptor
+  # learns from `start_child/2` that the server is full.
+
+  alias Ringbus.Server.Connection
+
+  @spec child_spec(Ringbus.Server.Config.t()) :: Supervisor.child_spec()
+  def child_spec(config) do
+    %{id: __MODULE__, start: {__MODULE__, :start_link, [config]}, type: :supervisor}
+  end
+
+  @spec start_link(Ringbus.Server.Config.t()) :: Supervisor.on_start()
+  def start_link(config) do
+    DynamicSupervisor.start_link(strategy: :one_for_one, max_children: config.max_connections)
+  end
+
+  @doc "The connection supervisor of the server supervisor `server`."
+  @spec whereis(Supervisor.supervisor()) :: pid()
+  def whereis(server) do
+    {_, pid, _, _} = List.keyfind(Supervisor.which_children(server), __MODULE__, 0)
+    pid
+  end
+
+  @doc "Starts a connection process for a socket not yet handed over."
+  @spec start_connection(pid(), Ringbus.Server.Config.t()) ::
+          {:ok, pid()} | {:error, :max_children | term()}
+  def start_connection(sup, config), do: DynamicSupervisor.start_child(sup, {Connection, config})
+end
