@@ -148,7 +148,8 @@ defmodule Ringbus.Client do
   See `lib/ringbus/client/README.md`.
   """
 
-  alias Ringbus.Client.{Connection, Error, Socket}
+  alias Ringbus.Client.{Connection, Counters, Error, Socket}
+  alias Ringbus.Options
   alias Ringbus.Wire.{Decoder, Frame}
 
   @enforce_keys [:pid, :counters, :max_pending, :max_frame_size, :timeout]
@@ -179,7 +180,8 @@ defmodule Ringbus.Client do
 
     * `:host` - the server's address, a hostname or IP string, a charlist or
       an IP tuple. Default `"127.0.0.1"`.
-    * `:port` - the server's port. Default `Ringbus.Server.default_port/0`.
+    * `:port` - the server's port. Default `7171`
+      (`Ringbus.Wire.Frame.default_port/0`).
     * `:transport` - `:tcp` or `:tls`. Default `:tcp`.
     * `:tls` - `:ssl` client options for `transport: :tls`, such as
       `verify: :verify_peer, cacerts: [...]`. Default `[]`.
@@ -209,18 +211,10 @@ defmodule Ringbus.Client do
           send_timeout: pos_integer()
         ]
 
-  # Slots of the `:atomics` array.
-  @next_corr 1
-  @pending 2
-  @closed 3
-
   # 14 bytes of PUSH_ACKS entry per pending push: 250,000 of them (3.5 MB)
   # fit in the socket buffers and the server's output queue, so the server
   # never blocks writing acks while this client blocks writing pushes.
   @max_pending_limit 250_000
-
-  @hello_max_frame 65_544
-  @max_corr 0xFFFF_FFFF
 
   ## Connecting
 
@@ -238,7 +232,7 @@ defmodule Ringbus.Client do
     opts =
       Keyword.validate!(opts,
         host: "127.0.0.1",
-        port: Ringbus.Server.default_port(),
+        port: Frame.default_port(),
         transport: :tcp,
         tls: [],
         token: nil,
@@ -250,18 +244,25 @@ defmodule Ringbus.Client do
       )
 
     host = host!(opts[:host])
-    check!(:port, opts[:port], &(is_integer(&1) and &1 in 0..65_535), "an integer in 0..65535")
-    check!(:transport, opts[:transport], &(&1 in [:tcp, :tls]), ":tcp or :tls")
-    check!(:tls, opts[:tls], &is_list/1, "a keyword list of ssl options")
-    check!(:token, opts[:token], &(is_nil(&1) or is_binary(&1)), "a binary or nil")
-    check!(:timeout, opts[:timeout], &timeout?/1, "a positive integer or :infinity")
-    check!(:owner, opts[:owner], &is_pid/1, "a pid")
+
+    Options.check!(
+      :port,
+      opts[:port],
+      &(is_integer(&1) and &1 in 0..65_535),
+      "an integer in 0..65535"
+    )
+
+    Options.check!(:transport, opts[:transport], &(&1 in [:tcp, :tls]), ":tcp or :tls")
+    Options.check!(:tls, opts[:tls], &is_list/1, "a keyword list of ssl options")
+    Options.check!(:token, opts[:token], &(is_nil(&1) or is_binary(&1)), "a binary or nil")
+    Options.check!(:timeout, opts[:timeout], &timeout?/1, "a positive integer or :infinity")
+    Options.check!(:owner, opts[:owner], &is_pid/1, "a pid")
 
     for key <- [:buffer_size, :send_timeout] do
-      check!(key, opts[key], &(is_integer(&1) and &1 > 0), "a positive integer")
+      Options.check!(key, opts[key], &Options.positive?/1, "a positive integer")
     end
 
-    check!(
+    Options.check!(
       :max_pending,
       opts[:max_pending],
       &(is_integer(&1) and &1 in 1..@max_pending_limit),
@@ -285,7 +286,7 @@ defmodule Ringbus.Client do
 
     result =
       with :ok <- Ringbus.Socket.send(kind, socket, data),
-           {:ok, frame} <- recv_frame(kind, socket, Decoder.new(@hello_max_frame), timeout) do
+           {:ok, frame} <- recv_frame(kind, socket, hello_decoder(), timeout) do
         case frame do
           {:hello_ok, 1, _version, limits} -> {:ok, limits}
           {:error, _corr, reason, _message} -> {:error, reason}
@@ -296,6 +297,9 @@ defmodule Ringbus.Client do
     with {:error, _} <- result, do: Ringbus.Socket.close(kind, socket)
     result
   end
+
+  # Before HELLO_OK the largest frame a server may send is an ERROR.
+  defp hello_decoder, do: Decoder.new(Frame.max_error_frame_size(), accept: :responses)
 
   # The handshake runs in the caller, on the passive socket, before any
   # process owns it.
@@ -310,13 +314,9 @@ defmodule Ringbus.Client do
   end
 
   defp start(kind, socket, limits, opts) do
-    counters = :atomics.new(3, signed: true)
-    # Correlation id 1 went to HELLO.
-    :atomics.put(counters, @next_corr, 1)
-
     client = %__MODULE__{
       pid: nil,
-      counters: counters,
+      counters: Counters.new(),
       max_pending: opts[:max_pending],
       max_frame_size: limits.max_frame_size,
       timeout: opts[:timeout]
@@ -378,14 +378,14 @@ defmodule Ringbus.Client do
     opts = Keyword.validate!(opts, [:capacity, overflow: :drop_oldest])
     capacity = opts[:capacity]
 
-    check!(
+    Options.check!(
       :capacity,
       capacity,
       &(is_integer(&1) and &1 in 1..0xFFFF_FFFF),
       "a positive integer below 2^32"
     )
 
-    check!(
+    Options.check!(
       :overflow,
       opts[:overflow],
       &(&1 in [:drop_oldest, :reject]),
@@ -493,14 +493,14 @@ defmodule Ringbus.Client do
 
   defp async(%__MODULE__{counters: counters} = client, mode, count, frame) do
     cond do
-      :atomics.get(counters, @closed) == 1 ->
+      Counters.closed?(counters) ->
         {:error, :closed}
 
-      not reserve(counters, count, client.max_pending) ->
+      not Counters.reserve(counters, count, client.max_pending) ->
         {:error, :backpressure}
 
       true ->
-        corr = next_corr(counters)
+        corr = Counters.next_corr(counters)
 
         case encode_reserved(client, frame.(corr), count) do
           {:ok, data, bytes} ->
@@ -508,7 +508,7 @@ defmodule Ringbus.Client do
             if mode == :ack, do: {:ok, corr}, else: :ok
 
           error ->
-            :atomics.sub(counters, @pending, count)
+            Counters.release(counters, count)
             error
         end
     end
@@ -519,26 +519,13 @@ defmodule Ringbus.Client do
     encode(client, frame)
   rescue
     e ->
-      :atomics.sub(client.counters, @pending, count)
+      Counters.release(client.counters, count)
       reraise e, __STACKTRACE__
-  end
-
-  # Takes room for `count` messages; refuses past the bound unless nothing
-  # else is in flight.
-  defp reserve(counters, count, max) do
-    pending = :atomics.add_get(counters, @pending, count)
-
-    if pending > max and pending != count do
-      :atomics.sub(counters, @pending, count)
-      false
-    else
-      true
-    end
   end
 
   @doc "The async messages in flight now: pushed and not yet acked (or written, in no-ack mode)."
   @spec pending(t()) :: non_neg_integer()
-  def pending(%__MODULE__{counters: counters}), do: :atomics.get(counters, @pending)
+  def pending(%__MODULE__{counters: counters}), do: Counters.pending(counters)
 
   ## Reads
 
@@ -619,15 +606,21 @@ defmodule Ringbus.Client do
     opts = Keyword.validate!(opts, from: :latest, credit: 1000, max_batch: 256)
     from = opts[:from]
 
-    check!(
+    Options.check!(
       :from,
       from,
       &(&1 in [:earliest, :latest] or (is_integer(&1) and &1 >= 0)),
       "a seq, :earliest or :latest"
     )
 
-    check!(:credit, opts[:credit], &u32_positive?/1, "a positive integer below 2^32")
-    check!(:max_batch, opts[:max_batch], &u32_positive?/1, "a positive integer below 2^32")
+    Options.check!(:credit, opts[:credit], &u32_positive?/1, "a positive integer below 2^32")
+
+    Options.check!(
+      :max_batch,
+      opts[:max_batch],
+      &u32_positive?/1,
+      "a positive integer below 2^32"
+    )
 
     call(
       client,
@@ -648,12 +641,12 @@ defmodule Ringbus.Client do
   @spec ack(t(), sub_id(), pos_integer()) :: :ok | {:error, :closed}
   def ack(%__MODULE__{} = client, sub_id, count)
       when is_integer(sub_id) and sub_id >= 0 and is_integer(count) and count > 0 do
-    if :atomics.get(client.counters, @closed) == 1 do
+    if Counters.closed?(client.counters) do
       {:error, :closed}
     else
-      corr = next_corr(client.counters)
+      corr = Counters.next_corr(client.counters)
       data = Frame.encode({:credit, corr, sub_id, min(count, 0xFFFF_FFFF)})
-      send(client.pid, {:ringbus_write, data, 17})
+      send(client.pid, {:ringbus_write, data, IO.iodata_length(data)})
       :ok
     end
   end
@@ -668,16 +661,9 @@ defmodule Ringbus.Client do
 
   ## Internals
 
-  @doc false
-  @spec next_corr(:atomics.atomics_ref()) :: corr()
-  def next_corr(counters) do
-    # 0 is reserved for errors tied to no request.
-    rem(:atomics.add_get(counters, @next_corr, 1) - 1, @max_corr) + 1
-  end
-
   # A request that waits for its answer: encoded here, written by the process.
   defp call(%__MODULE__{} = client, frame, action \\ nil) do
-    corr = next_corr(client.counters)
+    corr = Counters.next_corr(client.counters)
 
     with {:ok, data, bytes} <- encode(client, frame.(corr)) do
       GenServer.call(client.pid, {:request, corr, data, bytes, action}, client.timeout)
@@ -718,10 +704,4 @@ defmodule Ringbus.Client do
   defp timeout?(t), do: is_integer(t) and t > 0
 
   defp u32_positive?(n), do: is_integer(n) and n in 1..0xFFFF_FFFF
-
-  defp check!(key, value, valid?, expected) do
-    unless valid?.(value) do
-      raise ArgumentError, "expected #{inspect(key)} to be #{expected}, got: #{inspect(value)}"
-    end
-  end
 end

@@ -37,6 +37,8 @@ defmodule Ringbus.ClientTest do
       client = connect!(port)
       assert Client.max_frame_size(client) == 16 * 1024 * 1024
       assert :ok = Client.ping(client)
+      # The connection is an OTP process.
+      assert %{session: %Ringbus.Client.Session{}} = :sys.get_state(client.pid)
       assert :ok = Client.close(client)
     end
 

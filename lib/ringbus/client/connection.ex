@@ -1,12 +1,13 @@
 defmodule Ringbus.Client.Connection do
   @moduledoc false
   # The process behind a `Ringbus.Client`: it owns the socket, writes the
-  # requests that callers have encoded, and routes what the server sends back.
+  # requests that callers have encoded, and carries out what
+  # `Ringbus.Client.Session` says about each frame the server sends back.
   # See `lib/ringbus/client/README.md` for the process model.
   #
-  # Reads. The socket is in `active: :once` mode with 1 MiB buffers; every
-  # frame of a read is decoded with `Ringbus.Wire.Decoder` and handled in
-  # order before the socket is armed again.
+  # Reads. The socket is in `active: :once` mode; every frame of a read is
+  # decoded with `Ringbus.Wire.Decoder` and routed before the socket is armed
+  # again.
   #
   # Writes. Callers encode their frames and send the iodata here. It is
   # collected and written with one socket write when the mailbox is empty (the
@@ -18,15 +19,11 @@ defmodule Ringbus.Client.Connection do
 
   use GenServer
 
-  alias Ringbus.Client
+  alias Ringbus.Client.{Counters, Session}
   alias Ringbus.Socket
-  alias Ringbus.Wire.{Decoder, ErrorCode}
+  alias Ringbus.Wire.{Decoder, Frame}
 
   @flush_bytes 256 * 1024
-
-  # Slots of the client's `:atomics` array; see `Ringbus.Client`.
-  @pending 2
-  @closed 3
 
   @spec start(map()) :: GenServer.on_start()
   def start(args), do: GenServer.start(__MODULE__, args)
@@ -36,28 +33,20 @@ defmodule Ringbus.Client.Connection do
   @impl true
   def init(args) do
     %{client: client, kind: kind, socket: socket, owner: owner, limits: limits} = args
-    owner_ref = Process.monitor(owner)
 
     state = %{
-      # Sent to the owner with acks, so that it can match on its client.
-      client: %{client | pid: self()},
+      session: Session.new(%{client | pid: self()}),
       counters: client.counters,
       kind: kind,
       socket: socket,
-      decoder: Decoder.new(limits.max_frame_size),
+      decoder: Decoder.new(limits.max_frame_size, accept: :responses),
       owner: owner,
-      owner_ref: owner_ref,
+      owner_ref: Process.monitor(owner),
       out: [],
       out_bytes: 0,
+      # No-ack pushes count as pending until they are written.
       out_no_ack: 0,
-      # Sync requests waiting for an answer: corr => {from, action}.
-      pending: %{},
-      # Async pushes of other than one message: corr => message count.
-      batches: %{},
-      # Live subscriptions: sub_id => true.
-      subs: %{},
-      ping_interval: ping_interval(limits.idle_timeout),
-      closing: :closed
+      ping_interval: ping_interval(limits.idle_timeout)
     }
 
     {:ok, state}
@@ -72,7 +61,7 @@ defmodule Ringbus.Client.Connection do
 
   @impl true
   def handle_call({:request, corr, data, bytes, action}, from, state) do
-    state = %{state | pending: Map.put(state.pending, corr, {from, action})}
+    state = %{state | session: Session.await(state.session, corr, from, action)}
     state |> out(data, bytes) |> noreply()
   end
 
@@ -88,8 +77,7 @@ defmodule Ringbus.Client.Connection do
     state =
       case mode do
         :no_ack -> %{state | out_no_ack: state.out_no_ack + count}
-        :ack when count == 1 -> state
-        :ack -> %{state | batches: Map.put(state.batches, corr, count)}
+        :ack -> %{state | session: Session.async(state.session, corr, count)}
       end
 
     state |> out(data, bytes) |> noreply()
@@ -103,7 +91,7 @@ defmodule Ringbus.Client.Connection do
   def handle_info({tag, socket, data}, %{socket: socket} = state) when tag in [:tcp, :ssl] do
     case Decoder.feed(state.decoder, data) do
       {:ok, frames, decoder} ->
-        state = handle_frames(frames, %{state | decoder: decoder})
+        state = route(frames, %{state | decoder: decoder})
 
         case Socket.activate(state.kind, state.socket) do
           :ok -> noreply(state)
@@ -111,7 +99,7 @@ defmodule Ringbus.Client.Connection do
         end
 
       {:error, reason, frames} ->
-        state = handle_frames(frames, state)
+        state = route(frames, state)
         Socket.close(state.kind, state.socket)
         down(state, {:bad_frame, reason})
     end
@@ -128,9 +116,8 @@ defmodule Ringbus.Client.Connection do
 
   def handle_info(:ping, state) do
     Process.send_after(self(), :ping, state.ping_interval)
-    corr = Client.next_corr(state.counters)
-    data = Ringbus.Wire.Frame.encode({:ping, corr})
-    state |> out(data, 9) |> noreply()
+    data = Frame.encode({:ping, Counters.next_corr(state.counters)})
+    state |> out(data, IO.iodata_length(data)) |> noreply()
   end
 
   def handle_info({:inet_reply, _socket, :ok}, state), do: noreply(state)
@@ -138,7 +125,7 @@ defmodule Ringbus.Client.Connection do
 
   def handle_info({closed, socket}, %{socket: socket} = state)
       when closed in [:tcp_closed, :ssl_closed],
-      do: down(state, state.closing)
+      do: down(state, Session.closing(state.session))
 
   def handle_info({error, socket, reason}, %{socket: socket} = state)
       when error in [:tcp_error, :ssl_error],
@@ -154,123 +141,17 @@ defmodule Ringbus.Client.Connection do
 
   ## Frames from the server
 
-  defp handle_frames([frame | rest], state), do: handle_frames(rest, handle_frame(frame, state))
-  defp handle_frames([], state), do: state
+  defp route([], state), do: state
 
-  defp handle_frame({:push_acks, count, acks}, state) do
-    if map_size(state.pending) == 0 and map_size(state.batches) == 0 do
-      # Only single async pushes in flight: every entry is the owner's.
-      :atomics.sub(state.counters, @pending, count)
-      send(state.owner, {:ringbus_acks, state.client, acks})
-      state
-    else
-      route_acks(acks, state, [], 0)
-    end
+  defp route(frames, state) do
+    {effects, released, session} = Session.handle(frames, state.session)
+    Counters.release(state.counters, released)
+    Enum.each(effects, &effect(&1, state.owner))
+    %{state | session: session}
   end
 
-  defp handle_frame({:deliver, sub_id, lost, _count, messages}, state) do
-    if Map.has_key?(state.subs, sub_id), do: send(state.owner, {:ringbus, sub_id, messages, lost})
-    state
-  end
-
-  defp handle_frame({:sub_closed, sub_id, reason}, state) do
-    case Map.pop(state.subs, sub_id) do
-      {nil, _} ->
-        state
-
-      {_, subs} ->
-        send(state.owner, {:ringbus_closed, sub_id, reason})
-        %{state | subs: subs}
-    end
-  end
-
-  # A connection error (code below 100) is followed by the server closing the
-  # socket; it becomes the reason the owner is told.
-  defp handle_frame({:error, corr, reason, _message}, state) do
-    state = if ErrorCode.closes_connection?(reason), do: %{state | closing: reason}, else: state
-
-    reply(state, corr, {:error, reason})
-  end
-
-  defp handle_frame({:subscribed, corr, sub_id}, state) do
-    case Map.pop(state.pending, corr) do
-      {nil, _} ->
-        state
-
-      {{from, _action}, pending} ->
-        GenServer.reply(from, {:ok, sub_id})
-        %{state | pending: pending, subs: Map.put(state.subs, sub_id, true)}
-    end
-  end
-
-  defp handle_frame({:ok, corr}, state) do
-    case Map.pop(state.pending, corr) do
-      {nil, _} ->
-        state
-
-      {{from, action}, pending} ->
-        GenServer.reply(from, :ok)
-
-        case action do
-          {:unsubscribe, sub_id} ->
-            %{state | pending: pending, subs: Map.delete(state.subs, sub_id)}
-
-          nil ->
-            %{state | pending: pending}
-        end
-    end
-  end
-
-  defp handle_frame({:pong, corr}, state), do: reply(state, corr, :ok)
-  defp handle_frame({:empty, corr}, state), do: reply(state, corr, :empty)
-  defp handle_frame({:len_ok, corr, len}, state), do: reply(state, corr, {:ok, len})
-  defp handle_frame({:info_ok, corr, info}, state), do: reply(state, corr, {:ok, info})
-
-  defp handle_frame({:pull_ok, corr, seq, payload}, state),
-    do: reply(state, corr, {:ok, seq, payload})
-
-  defp handle_frame({:read_ok, corr, lost, _count, messages}, state),
-    do: reply(state, corr, {:ok, messages, lost})
-
-  defp handle_frame(_other, state), do: state
-
-  # Answers a sync request; an answer nobody waits for (the caller timed out,
-  # or it is a PONG to a keep-alive ping) is dropped.
-  defp reply(state, corr, result) do
-    case Map.pop(state.pending, corr) do
-      {nil, _} ->
-        state
-
-      {{from, _action}, pending} ->
-        GenServer.reply(from, result)
-        %{state | pending: pending}
-    end
-  end
-
-  # Entries of sync pushes go to their callers; the rest to the owner, in one
-  # message per PUSH_ACKS frame.
-  defp route_acks([{corr, result} = ack | rest], state, owners, released) do
-    case Map.pop(state.pending, corr) do
-      {{from, _action}, pending} ->
-        GenServer.reply(from, result)
-        route_acks(rest, %{state | pending: pending}, owners, released)
-
-      {nil, _} ->
-        case Map.pop(state.batches, corr) do
-          {nil, _} ->
-            route_acks(rest, state, [ack | owners], released + 1)
-
-          {count, batches} ->
-            route_acks(rest, %{state | batches: batches}, [ack | owners], released + count)
-        end
-    end
-  end
-
-  defp route_acks([], state, owners, released) do
-    if released > 0, do: :atomics.sub(state.counters, @pending, released)
-    if owners != [], do: send(state.owner, {:ringbus_acks, state.client, :lists.reverse(owners)})
-    state
-  end
+  defp effect({:reply, from, result}, _owner), do: GenServer.reply(from, result)
+  defp effect({:owner, message}, owner), do: send(owner, message)
 
   ## Output
 
@@ -287,16 +168,12 @@ defmodule Ringbus.Client.Connection do
   defp flush(%{out_bytes: 0} = state), do: state
 
   defp flush(state) do
-    case Socket.send(state.kind, state.socket, state.out) do
-      :ok ->
-        # No-ack pushes count as pending until they are written.
-        if state.out_no_ack > 0, do: :atomics.sub(state.counters, @pending, state.out_no_ack)
-        %{state | out: [], out_bytes: 0, out_no_ack: 0}
+    # A failed write shows up as the socket's closed message, which ends
+    # the connection.
+    if Socket.send(state.kind, state.socket, state.out) == :ok,
+      do: Counters.release(state.counters, state.out_no_ack)
 
-      {:error, _reason} ->
-        # The socket is gone; its closed message ends the connection.
-        %{state | out: [], out_bytes: 0, out_no_ack: 0}
-    end
+    %{state | out: [], out_bytes: 0, out_no_ack: 0}
   end
 
   ## Closing
@@ -305,23 +182,12 @@ defmodule Ringbus.Client.Connection do
   # owner learns that its subscriptions and the connection are gone.
   defp down(state, reason) do
     finish(state, true)
-    send(state.owner, {:ringbus_down, state.client, reason})
+    send(state.owner, {:ringbus_down, state.session.client, reason})
     {:stop, {:shutdown, reason}, state}
   end
 
   defp finish(state, notify_owner?) do
-    :atomics.put(state.counters, @closed, 1)
-
-    Enum.each(state.pending, fn {_corr, {from, _action}} ->
-      GenServer.reply(from, {:error, :closed})
-    end)
-
-    if notify_owner? do
-      Enum.each(state.subs, fn {sub_id, _} ->
-        send(state.owner, {:ringbus_closed, sub_id, :closed})
-      end)
-    end
-
-    :ok
+    Counters.close(state.counters)
+    Enum.each(Session.down(state.session, notify_owner?), &effect(&1, state.owner))
   end
 end

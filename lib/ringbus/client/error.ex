@@ -9,6 +9,8 @@ defmodule Ringbus.Client.Error do
   (`:econnrefused`, ...).
   """
 
+  alias Ringbus.Wire.ErrorCode
+
   defexception [:reason]
 
   @type t :: %__MODULE__{reason: term()}
@@ -22,10 +24,9 @@ defmodule Ringbus.Client.Error do
   defp describe(:frame_too_large), do: "the request is larger than the server's max frame size"
 
   defp describe(reason) when is_atom(reason) do
-    case List.keyfind(Ringbus.Wire.ErrorCode.all(), reason, 0) do
-      {_, code, text} -> "#{text} (#{reason}, code #{code})"
-      nil -> reason |> :inet.format_error() |> List.to_string()
-    end
+    if ErrorCode.known?(reason),
+      do: "#{ErrorCode.describe(reason)} (#{reason}, code #{ErrorCode.code(reason)})",
+      else: reason |> :inet.format_error() |> List.to_string()
   end
 
   defp describe(reason), do: inspect(reason)

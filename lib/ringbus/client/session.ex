@@ -1,0 +1,196 @@
+defmodule Ringbus.Client.Session do
+  @moduledoc false
+  # The protocol of one client connection, as functions of data: which
+  # requests wait for an answer, which async batches are in flight, which
+  # subscriptions are live, and where each frame from the server goes. It
+  # never touches the socket, the mailbox or the counters;
+  # `Ringbus.Client.Connection` carries out what it returns:
+  #
+  #   {:reply, from, result}   answer a caller waiting in `GenServer.call`
+  #   {:owner, message}        send a message to the client's owner
+  #
+  # and `handle/2` also returns how many async messages the frames acked, for
+  # the connection to release from the `:max_pending` bound.
+  #
+  # Async pushes are not kept one by one: the ack entries of a PUSH_ACKS
+  # frame go to the owner as they are, in one message per frame, and only
+  # batches (whose ack releases more than one message) are remembered.
+
+  alias Ringbus.Wire.{ErrorCode, Frame}
+
+  defstruct [
+    # The `Ringbus.Client` value, in the owner's messages so it can match on it.
+    :client,
+    # Sync requests waiting for an answer: corr => {from, action}.
+    pending: %{},
+    # Acked async pushes of other than one message: corr => message count.
+    batches: %{},
+    # Live subscriptions: sub_id => true.
+    subs: %{},
+    # What the owner is told when the server closes: the connection error
+    # the server sent before closing, or :closed.
+    closing: :closed
+  ]
+
+  @type t :: %__MODULE__{}
+  @type effect :: {:reply, GenServer.from(), term()} | {:owner, term()}
+  @typedoc "What the caller asks the connection to do once the answer comes."
+  @type action :: nil | {:unsubscribe, non_neg_integer()}
+
+  @spec new(Ringbus.Client.t()) :: t()
+  def new(client), do: %__MODULE__{client: client}
+
+  @doc "A sync request went out: its answer goes to `from`."
+  @spec await(t(), Frame.corr(), GenServer.from(), action()) :: t()
+  def await(session, corr, from, action),
+    do: %{session | pending: Map.put(session.pending, corr, {from, action})}
+
+  @doc "An acked async push of `count` messages went out."
+  @spec async(t(), Frame.corr(), pos_integer()) :: t()
+  def async(session, _corr, 1), do: session
+  def async(session, corr, count), do: %{session | batches: Map.put(session.batches, corr, count)}
+
+  @doc "Routes the frames of one read: the effects in order, and the async messages acked."
+  @spec handle([Frame.t()], t()) :: {[effect()], non_neg_integer(), t()}
+  def handle(frames, session), do: handle(frames, session, [], 0)
+
+  defp handle([frame | rest], session, effects, released) do
+    {effects, more, session} = frame(frame, session, effects)
+    handle(rest, session, effects, released + more)
+  end
+
+  defp handle([], session, effects, released), do: {:lists.reverse(effects), released, session}
+
+  @doc """
+  The connection is gone: every waiting caller gets `{:error, :closed}` and,
+  when `notify_owner?`, the owner learns that each subscription has closed.
+  """
+  @spec down(t(), boolean()) :: [effect()]
+  def down(session, notify_owner?) do
+    replies =
+      for {_corr, {from, _action}} <- session.pending, do: {:reply, from, {:error, :closed}}
+
+    closes =
+      if notify_owner?,
+        do: for({sub_id, _} <- session.subs, do: {:owner, {:ringbus_closed, sub_id, :closed}}),
+        else: []
+
+    replies ++ closes
+  end
+
+  @doc "What the owner is told the connection ended with."
+  @spec closing(t()) :: term()
+  def closing(%__MODULE__{closing: closing}), do: closing
+
+  ## Frames from the server
+
+  defp frame({:push_acks, count, acks}, session, effects) do
+    if map_size(session.pending) == 0 and map_size(session.batches) == 0 do
+      # Only single async pushes in flight: every entry is the owner's.
+      {[{:owner, {:ringbus_acks, session.client, acks}} | effects], count, session}
+    else
+      route_acks(acks, session, effects, [], 0)
+    end
+  end
+
+  defp frame({:deliver, sub_id, lost, _count, messages}, session, effects) do
+    if Map.has_key?(session.subs, sub_id),
+      do: {[{:owner, {:ringbus, sub_id, messages, lost}} | effects], 0, session},
+      else: {effects, 0, session}
+  end
+
+  defp frame({:sub_closed, sub_id, reason}, session, effects) do
+    case Map.pop(session.subs, sub_id) do
+      {nil, _} ->
+        {effects, 0, session}
+
+      {_, subs} ->
+        {[{:owner, {:ringbus_closed, sub_id, reason}} | effects], 0, %{session | subs: subs}}
+    end
+  end
+
+  # A connection error (code below 100) is followed by the server closing the
+  # socket; it becomes the reason the owner is told.
+  defp frame({:error, corr, reason, _message}, session, effects) do
+    session =
+      if ErrorCode.closes_connection?(reason), do: %{session | closing: reason}, else: session
+
+    reply(session, corr, {:error, reason}, effects)
+  end
+
+  # A subscription whose caller gave up waiting stays unknown here, so its
+  # deliveries are dropped.
+  defp frame({:subscribed, corr, sub_id}, session, effects) do
+    case Map.pop(session.pending, corr) do
+      {nil, _} ->
+        {effects, 0, session}
+
+      {{from, _action}, pending} ->
+        session = %{session | pending: pending, subs: Map.put(session.subs, sub_id, true)}
+        {[{:reply, from, {:ok, sub_id}} | effects], 0, session}
+    end
+  end
+
+  defp frame({:ok, corr}, session, effects) do
+    case Map.pop(session.pending, corr) do
+      {{from, {:unsubscribe, sub_id}}, pending} ->
+        session = %{session | pending: pending, subs: Map.delete(session.subs, sub_id)}
+        {[{:reply, from, :ok} | effects], 0, session}
+
+      _ ->
+        reply(session, corr, :ok, effects)
+    end
+  end
+
+  defp frame({:pong, corr}, session, effects), do: reply(session, corr, :ok, effects)
+  defp frame({:empty, corr}, session, effects), do: reply(session, corr, :empty, effects)
+  defp frame({:len_ok, corr, len}, s, effects), do: reply(s, corr, {:ok, len}, effects)
+  defp frame({:info_ok, corr, info}, s, effects), do: reply(s, corr, {:ok, info}, effects)
+
+  defp frame({:pull_ok, corr, seq, payload}, s, effects),
+    do: reply(s, corr, {:ok, seq, payload}, effects)
+
+  defp frame({:read_ok, corr, lost, _count, messages}, s, effects),
+    do: reply(s, corr, {:ok, messages, lost}, effects)
+
+  defp frame(_other, session, effects), do: {effects, 0, session}
+
+  # Answers a sync request; an answer nobody waits for (the caller timed out,
+  # or it is the PONG to a keep-alive ping) is dropped.
+  defp reply(session, corr, result, effects) do
+    case Map.pop(session.pending, corr) do
+      {nil, _} ->
+        {effects, 0, session}
+
+      {{from, _action}, pending} ->
+        {[{:reply, from, result} | effects], 0, %{session | pending: pending}}
+    end
+  end
+
+  # Entries of sync pushes go to their callers; the rest to the owner, in one
+  # message for the frame.
+  defp route_acks([{corr, result} = ack | rest], session, effects, owners, released) do
+    case Map.pop(session.pending, corr) do
+      {{from, _action}, pending} ->
+        effects = [{:reply, from, result} | effects]
+        route_acks(rest, %{session | pending: pending}, effects, owners, released)
+
+      {nil, _} ->
+        case Map.pop(session.batches, corr) do
+          {nil, _} ->
+            route_acks(rest, session, effects, [ack | owners], released + 1)
+
+          {count, batches} ->
+            session = %{session | batches: batches}
+            route_acks(rest, session, effects, [ack | owners], released + count)
+        end
+    end
+  end
+
+  defp route_acks([], session, effects, [], released), do: {effects, released, session}
+
+  defp route_acks([], session, effects, owners, released) do
+    message = {:ringbus_acks, session.client, :lists.reverse(owners)}
+    {[{:owner, message} | effects], released, session}
+  end
+end
