@@ -8,6 +8,10 @@ defmodule Ringbus.MixProject do
       elixir: "~> 1.14",
       start_permanent: Mix.env() == :prod,
       elixirc_paths: elixirc_paths(Mix.env()),
+      test_paths: ["test", "bench/test"],
+      # The benchmarks live in bench/ and compile only in the bench (and test)
+      # environment, so that no application depending on :ringbus ships them.
+      preferred_cli_env: ["ringbus.bench": :bench],
       deps: [],
       # PropEr comes from Debian's erlang-proper and is used by the tests only.
       xref: [exclude: [:proper, :proper_types, :proper_gen]]
@@ -16,11 +20,12 @@ defmodule Ringbus.MixProject do
 
   def application do
     [
-      extra_applications: [:logger, :crypto, :ssl, :public_key, :runtime_tools],
+      extra_applications: [:logger, :crypto, :ssl, :public_key],
       mod: {Ringbus.Application, []}
     ]
   end
 
-  defp elixirc_paths(:test), do: ["lib", "test/support"]
+  defp elixirc_paths(:test), do: ["lib", "bench/lib", "test/support", "bench/test/support"]
+  defp elixirc_paths(:bench), do: ["lib", "bench/lib"]
   defp elixirc_paths(_), do: ["lib"]
 end

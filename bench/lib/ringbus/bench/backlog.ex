@@ -15,7 +15,7 @@ defmodule Ringbus.Bench.Backlog do
         port's reply with a selective receive: the baseline, O(N²)
       * `socket` - `{:inet_backend, :socket}`, whose send is a NIF call
       * `drained` - the default backend, draining the mailbox into a
-        `Ringbus.Mailbox` (`max_len` from `--max-len`) before each send
+        `Ringbus.Bench.Mailbox` (`max_len` from `--max-len`) before each send
     * `subscription` - a `Ringbus.Channel.Subscription` process is suspended
       with `:sys.suspend/1`, gets N messages, is resumed, and the time runs
       until a `:sys.get_state/2` queued behind them returns. Variants:
@@ -94,7 +94,7 @@ defmodule Ringbus.Bench.Backlog do
 
   alias Ringbus.Bench.{Args, IdleServer, Stats}
   alias Ringbus.Channel.Subscription
-  alias Ringbus.Mailbox
+  alias Ringbus.Bench.Mailbox
   alias Ringbus.Wire.Decoder
 
   import Bitwise, only: [<<<: 2]
@@ -420,9 +420,9 @@ defmodule Ringbus.Bench.Backlog do
     sink = spawn(fn -> discard() end)
 
     if kind == :ack, do: fill(name, n + in_flight)
-    {:ok, channel} = Ringbus.Store.lookup(name)
+    {:ok, channel} = Ringbus.Store.fetch(name)
     from = if kind == :ack, do: :earliest, else: :latest
-    opts = Subscription.validate_options!(from: from, max_in_flight: in_flight, max_batch: 256)
+    opts = Subscription.validate_options!(from: from, max_credit: in_flight, max_batch: 256)
 
     pid = start_subscription(start, channel, sink, opts)
 
@@ -455,8 +455,8 @@ defmodule Ringbus.Bench.Backlog do
   end
 
   defp start_subscription(:as_subscribed, channel, sink, opts) do
-    {:ok, sub} = Subscription.start(channel, sink, opts)
-    Subscription.pid(sub)
+    {:ok, {pid, _ref}} = Subscription.start(channel, sink, opts)
+    pid
   end
 
   defp start_subscription(:on_heap, channel, sink, opts) do
@@ -564,14 +564,13 @@ defmodule Ringbus.Bench.Backlog do
       10_000 -> raise "the backlog subscriber did not subscribe"
     end
 
-    {_listener, connections} = Ringbus.Server.parts(server)
-    [{_, conn, _, _}] = DynamicSupervisor.which_children(connections)
-    true = :erlang.suspend_process(conn)
+    [conn] = Ringbus.Server.connections(server)
+    :ok = :sys.suspend(conn)
     fill(name, n)
     await_queued(conn, n, 10_000)
 
     started = System.monotonic_time()
-    true = :erlang.resume_process(conn)
+    :ok = :sys.resume(conn)
 
     result =
       receive do
@@ -648,7 +647,7 @@ defmodule Ringbus.Bench.Backlog do
     callers = callers(:crowd, n)
     name = {__MODULE__, make_ref()}
     :ok = Ringbus.create(name, capacity: 16)
-    {:ok, channel} = Ringbus.Store.lookup(name)
+    {:ok, channel} = Ringbus.Store.fetch(name)
     opts = Subscription.validate_options!([])
     {:ok, sup} = DynamicSupervisor.start_link(strategy: :one_for_one)
     Process.unlink(sup)

@@ -335,7 +335,7 @@ defmodule Ringbus.Bench.Buffer do
   defp table_bytes({:ets_server, pid}), do: EtsServerBuffer.info(pid).table_bytes
 
   defp table_bytes({:ringbus, name}) do
-    {:ok, channel} = Ringbus.Store.lookup(name)
+    {:ok, channel} = Ringbus.Store.fetch(name)
     :ets.info(channel.table, :memory) * :erlang.system_info(:wordsize)
   end
 

@@ -1,4 +1,4 @@
-defmodule Ringbus.Mailbox do
+defmodule Ringbus.Bench.Mailbox do
   @moduledoc """
   A bounded local copy of the calling process's mailbox, so that a selective
   receive done under a backlog scans only what arrived since the last drain.
@@ -43,10 +43,10 @@ defmodule Ringbus.Mailbox do
   A process that writes each message it gets to a UDP socket:
 
       def loop(mailbox, socket) do
-        case Ringbus.Mailbox.next(mailbox, :infinity) do
+        case Ringbus.Bench.Mailbox.next(mailbox, :infinity) do
           {:ok, {:log, line}, mailbox} ->
             # The send below waits for the port's reply with a selective receive.
-            mailbox = Ringbus.Mailbox.drain(mailbox)
+            mailbox = Ringbus.Bench.Mailbox.drain(mailbox)
             :ok = :gen_udp.send(socket, {127, 0, 0, 1}, 514, line)
             loop(mailbox, socket)
 
@@ -55,15 +55,15 @@ defmodule Ringbus.Mailbox do
         end
       end
 
-      loop(Ringbus.Mailbox.new(max_len: 100_000), socket)
+      loop(Ringbus.Bench.Mailbox.new(max_len: 100_000), socket)
 
   A selective receive of your own goes through `receive_match/3`, which looks
   in the buffer before it waits on the mailbox:
 
-      require Ringbus.Mailbox
+      require Ringbus.Bench.Mailbox
 
       {:ok, reply, mailbox} =
-        Ringbus.Mailbox.receive_match(mailbox, 5_000) do
+        Ringbus.Bench.Mailbox.receive_match(mailbox, 5_000) do
           {:reply, ^tag, reply} -> reply
         end
 
@@ -104,7 +104,7 @@ defmodule Ringbus.Mailbox do
   @doc """
   Returns an empty buffer.
 
-      iex> Ringbus.Mailbox.new(max_len: 10).max_len
+      iex> Ringbus.Bench.Mailbox.new(max_len: 10).max_len
       10
   """
   @spec new(options()) :: t()
@@ -199,15 +199,15 @@ defmodule Ringbus.Mailbox do
   awaited message cannot be in the buffer - a reply to a request sent after
   the last drain - a plain `receive` after `drain/1` skips that cost.
 
-      iex> require Ringbus.Mailbox
+      iex> require Ringbus.Bench.Mailbox
       iex> send(self(), {:other, 1})
       iex> send(self(), {:reply, 2})
-      iex> mailbox = Ringbus.Mailbox.drain(Ringbus.Mailbox.new())
+      iex> mailbox = Ringbus.Bench.Mailbox.drain(Ringbus.Bench.Mailbox.new())
       iex> {:ok, 2, mailbox} =
-      ...>   Ringbus.Mailbox.receive_match(mailbox, 100) do
+      ...>   Ringbus.Bench.Mailbox.receive_match(mailbox, 100) do
       ...>     {:reply, n} -> n
       ...>   end
-      iex> {:ok, message, _mailbox} = Ringbus.Mailbox.next(mailbox)
+      iex> {:ok, message, _mailbox} = Ringbus.Bench.Mailbox.next(mailbox)
       iex> message
       {:other, 1}
   """
@@ -223,10 +223,10 @@ defmodule Ringbus.Mailbox do
       end
 
     quote do
-      deadline = Ringbus.Mailbox.__deadline__(unquote(timeout))
-      unquote(mb) = Ringbus.Mailbox.drain(unquote(mailbox))
+      deadline = Ringbus.Bench.Mailbox.__deadline__(unquote(timeout))
+      unquote(mb) = Ringbus.Bench.Mailbox.drain(unquote(mailbox))
 
-      case Ringbus.Mailbox.__take_first__(unquote(mb), unquote(finder)) do
+      case Ringbus.Bench.Mailbox.__take_first__(unquote(mb), unquote(finder)) do
         {:ok, _value, _mailbox} = found ->
           found
 
@@ -234,7 +234,7 @@ defmodule Ringbus.Mailbox do
           receive do
             unquote(received)
           after
-            Ringbus.Mailbox.__remaining__(deadline) -> {:timeout, unquote(mb)}
+            Ringbus.Bench.Mailbox.__remaining__(deadline) -> {:timeout, unquote(mb)}
           end
       end
     end

@@ -1,10 +1,10 @@
-defmodule Ringbus.MailboxTest do
+defmodule Ringbus.Bench.MailboxTest do
   use ExUnit.Case, async: true
 
-  require Ringbus.Mailbox
-  alias Ringbus.Mailbox
+  require Ringbus.Bench.Mailbox
+  alias Ringbus.Bench.Mailbox
 
-  doctest Ringbus.Mailbox
+  doctest Ringbus.Bench.Mailbox
 
   defp take_all(mailbox, acc \\ []) do
     case Mailbox.next(mailbox) do
