@@ -18,6 +18,7 @@ defmodule Ringbus.Server.Config do
     handshake_timeout: 5_000,
     idle_timeout: 300_000,
     send_timeout: 30_000,
+    shutdown_timeout: 5_000,
     max_connections: 1_024,
     max_subscriptions: 64,
     max_credit: 10_000,
@@ -57,7 +58,7 @@ defmodule Ringbus.Server.Config do
 
     for key <-
           [:max_frame_size, :max_connections, :max_subscriptions, :max_credit] ++
-            [:max_out_bytes, :acceptors, :buffer_size, :handshake_timeout] do
+            [:max_out_bytes, :acceptors, :buffer_size, :handshake_timeout, :shutdown_timeout] do
       Options.check!(key, Map.fetch!(config, key), &Options.positive?/1, "a positive integer")
     end
 

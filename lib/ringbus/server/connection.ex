@@ -29,6 +29,11 @@ defmodule Ringbus.Server.Connection do
   # Time limits. HELLO must arrive within `handshake_timeout`, and after it
   # each frame must be complete within `idle_timeout` of the one before; a
   # client that trickles bytes runs into the same deadline.
+  #
+  # Shutdown. It traps exits, so when the server stops, its supervisor's
+  # shutdown reaches `terminate/2`: the read already taken in is answered,
+  # deliveries already here are written, then ERROR shutting_down, and the
+  # socket closes. The server's `:shutdown_timeout` bounds all of it.
 
   use GenServer, restart: :temporary
 
@@ -53,6 +58,8 @@ defmodule Ringbus.Server.Connection do
 
   @impl true
   def init(%Config{} = config) do
+    Process.flag(:trap_exit, true)
+
     state = %{
       config: config,
       kind: nil,
@@ -127,6 +134,43 @@ defmodule Ringbus.Server.Connection do
     do: close(state)
 
   def handle_info(_unexpected, state), do: noreply(state)
+
+  @impl true
+  def terminate(reason, %{socket: socket} = state) when socket != nil do
+    with true <- shutdown?(reason),
+         {:ok, state} <- answer_queued(state) do
+      {_reason, frame} = Session.fatal_frame(state.session, :shutting_down)
+      state |> write([frame]) |> flush() |> close()
+    end
+
+    :ok
+  end
+
+  def terminate(_reason, _state), do: :ok
+
+  defp shutdown?(reason), do: reason == :shutdown or match?({:shutdown, _}, reason)
+
+  # What reached the mailbox before the shutdown: one read at most (the
+  # socket is `active: :once`) and deliveries within the credit given.
+  # {:ok, state}, or the stop of a session that closed the connection itself.
+  defp answer_queued(%{socket: socket} = state) do
+    receive do
+      {tag, ^socket, data} when tag in [:tcp, :ssl] ->
+        case Decoder.feed(state.decoder, data) do
+          {:ok, frames, decoder} -> answer(frames, %{state | decoder: decoder})
+          {:error, _reason, frames} -> answer(frames, state)
+        end
+
+      {:ringbus, sub, messages, lost} ->
+        answer_queued(write(state, Session.deliver(state.session, sub, messages, lost)))
+    after
+      0 -> {:ok, state}
+    end
+  end
+
+  defp answer(frames, state) do
+    with {:ok, state} <- run(frames, state), do: answer_queued(state)
+  end
 
   ## Reads
 

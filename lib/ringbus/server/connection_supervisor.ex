@@ -26,5 +26,8 @@ defmodule Ringbus.Server.ConnectionSupervisor do
   @doc "Starts a connection process for a socket not yet handed over."
   @spec start_connection(pid(), Ringbus.Server.Config.t()) ::
           {:ok, pid()} | {:error, :max_children | term()}
-  def start_connection(sup, config), do: DynamicSupervisor.start_child(sup, {Connection, config})
+  def start_connection(sup, config) do
+    spec = Supervisor.child_spec({Connection, config}, shutdown: config.shutdown_timeout)
+    DynamicSupervisor.start_child(sup, spec)
+  end
 end

@@ -421,18 +421,27 @@ defmodule Ringbus.Server.Session do
     end
   end
 
-  @doc "Subscription `sub` has ended: the SUB_CLOSED frame for it, if it was live here."
+  @doc """
+  Subscription `sub` has ended for `reason` (as `Ringbus.subscribe/2` gives
+  it): the SUB_CLOSED frame for it, if it was live here.
+  """
   @spec closed(t(), term(), term()) :: {[Frame.t()], t()}
-  def closed(%__MODULE__{} = session, sub, _reason) do
+  def closed(%__MODULE__{} = session, sub, reason) do
     case Map.pop(session.refs, sub) do
       {nil, _} ->
         {[], session}
 
       {id, refs} ->
         session = %{session | refs: refs, subs: Map.delete(session.subs, id)}
-        {[{:sub_closed, id, :no_channel}], session}
+        {[{:sub_closed, id, closed_code(reason)}], session}
     end
   end
+
+  # The channel was deleted; Ringbus is stopping; its channel's anchor died
+  # of something else (the subscription could not go on).
+  defp closed_code(:channel_deleted), do: :no_channel
+  defp closed_code(:shutdown), do: :shutting_down
+  defp closed_code(_other), do: :internal
 
   # Takes messages while their payloads fit in one frame (at least one);
   # returns them, their count, and the rest.

@@ -137,4 +137,38 @@ defmodule Ringbus.Server.ConnectionTest do
     :ok = :sys.resume(conn)
     assert {[{:pong, 1}], _} = RawClient.recv(ctx.client, 1)
   end
+
+  test "SUB_CLOSED says why: channel deleted, or its anchor gone", %{client: c} do
+    {{:ok, 1}, c} = RawClient.call(c, {:create, 1, "why", 10, :drop_oldest})
+    {{:subscribed, 2, sub}, c} = RawClient.call(c, {:subscribe, 2, "why", :latest, 10, 10})
+    Process.exit(Ringbus.Test.Internals.channel!("why").anchor, :kill)
+    {[{:sub_closed, ^sub, :internal}], c} = RawClient.recv(c, 1)
+
+    {{:subscribed, 3, sub}, c} = RawClient.call(c, {:subscribe, 3, "why", :latest, 10, 10})
+    {[{:ok, 4}, {:sub_closed, ^sub, :no_channel}], _} = delete_and_recv(c, "why")
+  end
+
+  # OK and SUB_CLOSED come in either order; sorted, OK first.
+  defp delete_and_recv(c, name) do
+    RawClient.send_frames(c, [{:delete, 4, name}])
+    {frames, c} = RawClient.recv(c, 2)
+    {Enum.sort_by(frames, &(elem(&1, 0) != :ok)), c}
+  end
+
+  test "a stopping server answers what it has read, then says shutting_down and closes", ctx do
+    RawClient.send_frames(ctx.client, for(i <- 1..100, do: {:push, i, :ack, "bye", "m"}))
+    {[{:push_acks, 100, _}], c} = RawClient.recv(ctx.client, 1)
+    [conn] = Ringbus.Server.connections(ctx.server)
+
+    # A read taken in but not yet handled when the stop comes is answered.
+    :ok = :sys.suspend(conn)
+    RawClient.send_frames(c, for(i <- 101..110, do: {:push, i, :ack, "bye", "m"}))
+    assert eventually(fn -> match?({:messages, [_ | _]}, Process.info(conn, :messages)) end)
+    :ok = stop_supervised(Ringbus.Server)
+
+    assert [{:push_acks, 10, acks}, {:error, 0, :shutting_down, _}] =
+             RawClient.recv_until_closed(c)
+
+    assert Enum.map(acks, &elem(&1, 0)) == Enum.to_list(101..110)
+  end
 end
