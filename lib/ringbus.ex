@@ -30,11 +30,12 @@ defmodule Ringbus do
 
   ## Messages and loss
 
-  A message leaves a channel in one of three ways, and each is counted in
-  `info/1`: it is pulled (`pulled`), overwritten or dropped to make room
-  (`overwritten`), or it was never taken in (`rejected`). Reads and
-  subscriptions never remove anything; when the messages they ask for are gone
-  they say how many with a `lost` count.
+  Every message a push reported stored is, from then on, readable, pulled, or
+  counted as overwritten. A message leaves a channel in one of three ways, and
+  each is counted in `info/1`: it is pulled (`pulled`), overwritten or dropped
+  to make room (`overwritten`), or it was never taken in (`rejected`). Reads
+  and subscriptions never remove anything; when the messages they ask for are
+  gone they say how many with a `lost` count.
 
   ## Concurrency
 
@@ -80,14 +81,20 @@ defmodule Ringbus do
     * `:pulled` - messages handed out by `pull/1`
     * `:overwritten` - messages dropped to make room for newer ones
     * `:rejected` - messages refused because the ring was full
+    * `:rejected` - messages refused: the ring was full (by count, or by
+      `:max_bytes` under reject), or a payload was larger than `:max_bytes`
     * `:skipped` - seqs given up on because their producer stalled between
       reserving and storing them (it was killed, or descheduled for longer
       than a reader waits, 5 ms). A producer that comes back pushes its
-      message again under a fresh seq; a message of a drop-oldest batch is
-      counted here and not delivered. Under drop-oldest, a skip its producer
-      has not come back to when the ring laps the seq counts as overwritten
-      instead (a late producer then reports that seq pushed)
-    * `:bytes` - payload bytes pushed in total
+      message again under a fresh seq, and reports that seq. Under
+      drop-oldest, a skip its producer has not come back to when the ring
+      drops the seq counts as overwritten instead (a late producer then
+      reports that seq pushed)
+    * `:max_bytes` - its configuration: the bound on payload bytes, or nil
+    * `:bytes` - payload bytes the channel holds now. A batch stored as one
+      unit (a drop-oldest batch on a channel without `:max_bytes`) is freed
+      whole, when the last of its messages leaves
+    * `:bytes_pushed` - payload bytes pushed in total
 
   At rest, `pushed == pulled + overwritten + len`.
   """
@@ -102,14 +109,16 @@ defmodule Ringbus do
           overwritten: non_neg_integer(),
           rejected: non_neg_integer(),
           skipped: non_neg_integer(),
-          bytes: non_neg_integer()
+          max_bytes: pos_integer() | nil,
+          bytes: non_neg_integer(),
+          bytes_pushed: non_neg_integer()
         }
 
   @doc """
   Creates a channel.
 
-  See `Ringbus.Channel` for the options: `:capacity` (required) and
-  `:overflow`. Bad options raise `ArgumentError`.
+  See `Ringbus.Channel` for the options: `:capacity` (required),
+  `:overflow` and `:max_bytes`. Bad options raise `ArgumentError`.
 
       iex> Ringbus.create("doc-create", capacity: 10)
       :ok
@@ -136,7 +145,8 @@ defmodule Ringbus do
   Pushes one message and returns its sequence number.
 
   When the channel is full, a `:drop_oldest` channel overwrites its oldest
-  message and a `:reject` channel returns `{:error, :full}`.
+  message and a `:reject` channel returns `{:error, :full}`. A payload larger
+  than the channel's `:max_bytes` returns `{:error, :too_large}`.
 
       iex> Ringbus.create("doc-push", capacity: 2)
       iex> Ringbus.push("doc-push", "a")
@@ -144,7 +154,7 @@ defmodule Ringbus do
       iex> Ringbus.push("doc-push", "b")
       {:ok, 1}
   """
-  @spec push(name(), binary()) :: {:ok, seq()} | {:error, :no_channel | :full}
+  @spec push(name(), binary()) :: {:ok, seq()} | {:error, :no_channel | :full | :too_large}
   def push(name, payload) when is_binary(payload) do
     with {:ok, channel} <- Store.fetch(name), do: Ring.push(channel, payload)
   rescue
@@ -161,19 +171,27 @@ defmodule Ringbus do
   An empty batch pushes nothing and returns the next seq.
   """
   @spec push_many(name(), [binary()]) ::
-          {:ok, seq()} | {:error, :no_channel | :full}
+          {:ok, seq()} | {:error, :no_channel | :full | :too_large}
   def push_many(name, payloads) when is_list(payloads) do
     {count, bytes} = Ring.measure!(payloads)
     push_measured(name, payloads, count, bytes)
   end
 
-  @doc false
-  # For the server, which checks and counts a batch as it validates it.
-  @spec push_measured(name(), [binary()], non_neg_integer(), non_neg_integer()) ::
-          {:ok, seq()} | {:error, :no_channel | :full}
-  def push_measured(name, payloads, count, bytes) do
+  defp push_measured(name, payloads, count, bytes) do
     with {:ok, channel} <- Store.fetch(name),
          do: Ring.push_measured(channel, payloads, count, bytes)
+  rescue
+    ArgumentError -> {:error, :no_channel}
+  end
+
+  @doc false
+  # For the server, which takes many pushes to a channel in one read and has
+  # counted each batch as it checked it: `[{payloads, count, bytes}]`, each
+  # batch whole or not at all; one result per batch.
+  @spec push_batches(name(), [{[binary()], non_neg_integer(), non_neg_integer()}]) ::
+          {:ok, [{:ok, seq()} | {:error, :full | :too_large}]} | {:error, :no_channel}
+  def push_batches(name, batches) do
+    with {:ok, channel} <- Store.fetch(name), do: {:ok, Ring.push_batches(channel, batches)}
   rescue
     ArgumentError -> {:error, :no_channel}
   end

@@ -15,22 +15,32 @@ defmodule Ringbus.Channel do
       (the default) overwrites the oldest message and counts it as
       `overwritten`; `:reject` returns `{:error, :full}` and counts it as
       `rejected`.
+    * `:max_bytes` - the most payload bytes the channel holds, a positive
+      integer, or `nil` (the default) for no bound but the capacity. A push
+      that would pass it overwrites the oldest messages until it fits
+      (`:drop_oldest`) or is refused with `{:error, :full}` (`:reject`),
+      as RabbitMQ's `x-max-length-bytes` and JetStream's `max_bytes` do. A
+      payload larger than `max_bytes` itself is refused with
+      `{:error, :too_large}` under either policy, and counted as `rejected`.
+      Under `:drop_oldest` such a channel stores batches message by message,
+      so that its bytes are freed one message at a time.
 
   A channel's memory is bounded by its capacity times the largest payload
-  pushed to it; the network server also bounds payloads by its maximum frame
-  size.
+  pushed to it, and by `:max_bytes` when it has one; the network server also
+  bounds payloads by its maximum frame size.
   """
 
   alias Ringbus.Options
 
   @enforce_keys [:table, :waiters, :atomics, :anchor, :capacity, :overflow]
-  defstruct @enforce_keys
+  defstruct @enforce_keys ++ [max_bytes: nil]
 
   @type name :: term()
 
   @type options :: [
           capacity: pos_integer(),
-          overflow: :drop_oldest | :reject
+          overflow: :drop_oldest | :reject,
+          max_bytes: pos_integer() | nil
         ]
 
   @type t :: %__MODULE__{
@@ -39,7 +49,8 @@ defmodule Ringbus.Channel do
           atomics: :atomics.atomics_ref(),
           anchor: pid(),
           capacity: pos_integer(),
-          overflow: :drop_oldest | :reject
+          overflow: :drop_oldest | :reject,
+          max_bytes: pos_integer() | nil
         }
 
   @doc """
@@ -49,7 +60,7 @@ defmodule Ringbus.Channel do
   """
   @spec validate_options!(keyword()) :: options()
   def validate_options!(opts) do
-    opts = Options.validate!(opts, [:capacity, overflow: :drop_oldest], "channel")
+    opts = Options.validate!(opts, [:capacity, overflow: :drop_oldest, max_bytes: nil], "channel")
 
     if opts[:capacity] == nil, do: raise(ArgumentError, "expected :capacity to be given")
     Options.check!(:capacity, opts[:capacity], &Options.positive?/1, "a positive integer")
@@ -59,6 +70,13 @@ defmodule Ringbus.Channel do
       opts[:overflow],
       &(&1 in [:drop_oldest, :reject]),
       ":drop_oldest or :reject"
+    )
+
+    Options.check!(
+      :max_bytes,
+      opts[:max_bytes],
+      &(&1 == nil or Options.positive?(&1)),
+      "a positive integer or nil"
     )
 
     opts

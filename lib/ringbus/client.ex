@@ -365,8 +365,14 @@ defmodule Ringbus.Client do
     * `:overflow` - `:drop_oldest` (a push to a full channel overwrites the
       oldest message) or `:reject` (it is refused with `:full`). Default
       `:drop_oldest`.
+    * `:max_bytes` - the most payload bytes the channel holds, or `nil` for
+      no bound but the capacity (see `Ringbus.Channel`). Default `nil`.
   """
-  @type create_options :: [capacity: pos_integer(), overflow: :drop_oldest | :reject]
+  @type create_options :: [
+          capacity: pos_integer(),
+          overflow: :drop_oldest | :reject,
+          max_bytes: pos_integer() | nil
+        ]
 
   @doc """
   Creates a channel. Returns `{:error, :exists}` if there is one of that name.
@@ -375,7 +381,7 @@ defmodule Ringbus.Client do
   """
   @spec create(t(), channel(), create_options()) :: :ok | {:error, reason()}
   def create(client, channel, opts) do
-    opts = Keyword.validate!(opts, [:capacity, overflow: :drop_oldest])
+    opts = Options.validate!(opts, [:capacity, overflow: :drop_oldest, max_bytes: nil], "create")
     capacity = opts[:capacity]
 
     Options.check!(
@@ -392,7 +398,14 @@ defmodule Ringbus.Client do
       ":drop_oldest or :reject"
     )
 
-    call(client, &{:create, &1, channel!(channel), capacity, opts[:overflow]})
+    Options.check!(
+      :max_bytes,
+      opts[:max_bytes],
+      &(&1 == nil or (is_integer(&1) and &1 in 1..0xFFFF_FFFF_FFFF_FFFF)),
+      "a positive integer below 2^64, or nil"
+    )
+
+    call(client, &{:create, &1, channel!(channel), capacity, opts[:overflow], opts[:max_bytes]})
   end
 
   @doc "Like `create/3`, but raises `Ringbus.Client.Error` on failure."

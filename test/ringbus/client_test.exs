@@ -398,7 +398,7 @@ defmodule Ringbus.ClientTest do
           idle_timeout: :infinity
         }
 
-        :ok = :gen_tcp.send(socket, Ringbus.Wire.Frame.encode({:hello_ok, corr, 1, limits}))
+        :ok = :gen_tcp.send(socket, Ringbus.Wire.Frame.encode({:hello_ok, corr, 2, limits}))
 
         fun.(socket)
         :gen_tcp.close(listen)

@@ -2,39 +2,64 @@ defmodule Ringbus.Test.RingModel do
   @moduledoc """
   A reference model of a channel (a plain list of `{seq, payload}`) and PropEr
   generators of command sequences, for model-based tests of the ring.
+
+  The model keeps what `Ringbus.info/1` promises: the counts, and the bytes
+  the channel holds. A drop-oldest batch on a channel without `:max_bytes`
+  is stored as one unit and freed whole once none of its messages is left;
+  every other message is a unit of its own.
   """
 
   defstruct [
     :capacity,
     :overflow,
+    :max_bytes,
     head: 0,
+    # {seq, payload, unit}: the messages held, oldest first
     items: [],
+    # unit => bytes, for units with a message held
+    units: %{},
     pushed: 0,
     pulled: 0,
     overwritten: 0,
-    rejected: 0
+    rejected: 0,
+    bytes_pushed: 0
   ]
 
-  @doc "A PropEr generator of `{capacity, commands}`."
+  @doc "A PropEr generator of `{capacity, max_bytes, commands}`."
   def scenario do
-    :proper_types.tuple([:proper_types.integer(1, 5), :proper_types.list(command())])
-  end
-
-  defp command do
-    :proper_types.oneof([
-      {:push, payload()},
-      {:push, payload()},
-      {:push_many, :proper_types.list(payload())},
-      :pull,
-      {:read, :proper_types.integer(0, 40), :proper_types.integer(0, 8)},
-      :len,
-      :info
+    :proper_types.tuple([
+      :proper_types.integer(1, 5),
+      :proper_types.elements([nil, 4, 10, 70_000]),
+      :proper_types.list(command())
     ])
   end
 
-  defp payload, do: :proper_types.binary(2)
+  defp command do
+    :proper_types.frequency([
+      {4, {:push, payload()}},
+      {2, {:push_many, :proper_types.list(payload())}},
+      {3, :pull},
+      {2, {:read, :proper_types.integer(0, 40), :proper_types.integer(0, 8)}},
+      {1, :len},
+      {2, :info},
+      {1, :recreate}
+    ])
+  end
 
-  def new(capacity, overflow), do: %__MODULE__{capacity: capacity, overflow: overflow}
+  # Small payloads, and the sizes at the edges: empty, two bytes, 64 KiB
+  # (made from one byte: PropEr would build a random binary that long byte by
+  # byte).
+  defp payload do
+    :proper_types.frequency([
+      {6, :proper_types.binary(2)},
+      {3, :proper_types.binary()},
+      {1, :proper_types.elements([<<>>, <<0, 255>>])},
+      {1, :proper_types.bind(:proper_types.byte(), &:binary.copy(<<&1>>, 65_536), false)}
+    ])
+  end
+
+  def new(capacity, overflow, max_bytes),
+    do: %__MODULE__{capacity: capacity, overflow: overflow, max_bytes: max_bytes}
 
   @doc """
   Runs `commands` against the channel `name` and the model. Returns true when
@@ -43,48 +68,73 @@ defmodule Ringbus.Test.RingModel do
   def run(_name, _model, []), do: true
 
   def run(name, model, [command | rest]) do
-    actual = apply_real(name, command)
+    actual = apply_real(name, model, command)
     {expected, model} = apply_model(model, command)
 
     if actual == expected do
       run(name, model, rest)
     else
       IO.puts(
-        "\n#{inspect(command)} returned #{inspect(actual)}, model says #{inspect(expected)}"
+        "\n#{inspect(command, limit: 8, printable_limit: 16)} returned " <>
+          "#{inspect(actual, limit: 8, printable_limit: 16)}, model says " <>
+          "#{inspect(expected, limit: 8, printable_limit: 16)}"
       )
 
       false
     end
   end
 
-  defp apply_real(name, {:push, p}), do: Ringbus.push(name, p)
-  defp apply_real(name, {:push_many, ps}), do: Ringbus.push_many(name, ps)
-  defp apply_real(name, :pull), do: Ringbus.pull(name)
-  defp apply_real(name, {:read, from, max}), do: Ringbus.read(name, from, max)
-  defp apply_real(name, :len), do: Ringbus.len(name)
+  defp apply_real(name, _m, {:push, p}), do: Ringbus.push(name, p)
+  defp apply_real(name, _m, {:push_many, ps}), do: Ringbus.push_many(name, ps)
+  defp apply_real(name, _m, :pull), do: Ringbus.pull(name)
+  defp apply_real(name, _m, {:read, from, max}), do: Ringbus.read(name, from, max)
+  defp apply_real(name, _m, :len), do: Ringbus.len(name)
 
-  defp apply_real(name, :info) do
+  defp apply_real(name, m, :recreate) do
+    :ok = Ringbus.delete(name)
+    Ringbus.create(name, capacity: m.capacity, overflow: m.overflow, max_bytes: m.max_bytes)
+  end
+
+  defp apply_real(name, _m, :info) do
     {:ok, info} = Ringbus.info(name)
-    Map.take(info, [:len, :first_seq, :next_seq, :pushed, :pulled, :overwritten, :rejected])
+
+    Map.take(info, [
+      :len,
+      :first_seq,
+      :next_seq,
+      :pushed,
+      :pulled,
+      :overwritten,
+      :rejected,
+      :bytes,
+      :bytes_pushed,
+      :max_bytes
+    ])
   end
 
   defp apply_model(m, {:push, p}), do: append(m, [p])
   defp apply_model(m, {:push_many, []}), do: {{:ok, m.head}, m}
   defp apply_model(m, {:push_many, ps}), do: append(m, ps)
-
   defp apply_model(%{items: []} = m, :pull), do: {:empty, m}
 
-  defp apply_model(%{items: [{seq, p} | rest]} = m, :pull),
-    do: {{:ok, seq, p}, %{m | items: rest, pulled: m.pulled + 1}}
+  defp apply_model(m, :pull) do
+    [{seq, p, _unit} | _] = m.items
+    {{:ok, seq, p}, %{remove_oldest(m) | pulled: m.pulled + 1}}
+  end
 
   defp apply_model(m, {:read, from, max}) do
     tail = m.head - length(m.items)
     start = max(from, tail)
-    found = m.items |> Enum.filter(fn {seq, _} -> seq >= start end) |> Enum.take(max)
+
+    found =
+      for({seq, p, _} <- m.items, seq >= start, do: {seq, p})
+      |> Enum.take(max)
+
     {{:ok, found, start - from}, m}
   end
 
   defp apply_model(m, :len), do: {length(m.items), m}
+  defp apply_model(m, :recreate), do: {:ok, new(m.capacity, m.overflow, m.max_bytes)}
 
   defp apply_model(m, :info) do
     len = length(m.items)
@@ -96,7 +146,10 @@ defmodule Ringbus.Test.RingModel do
       pushed: m.pushed,
       pulled: m.pulled,
       overwritten: m.overwritten,
-      rejected: m.rejected
+      rejected: m.rejected,
+      bytes: m.units |> Map.values() |> Enum.sum(),
+      bytes_pushed: m.bytes_pushed,
+      max_bytes: m.max_bytes
     }
 
     {info, m}
@@ -104,15 +157,65 @@ defmodule Ringbus.Test.RingModel do
 
   defp append(m, payloads) do
     count = length(payloads)
+    bytes = payloads |> Enum.map(&byte_size/1) |> Enum.sum()
 
-    if m.overflow == :reject and length(m.items) + count > m.capacity do
-      {{:error, :full}, %{m | rejected: m.rejected + count}}
-    else
-      new = Enum.with_index(payloads, fn p, i -> {m.head + i, p} end)
-      items = m.items ++ new
-      drop = max(length(items) - m.capacity, 0)
-      m = %{m | head: m.head + count, items: Enum.drop(items, drop), pushed: m.pushed + count}
-      {{:ok, m.head - count}, %{m | overwritten: m.overwritten + drop}}
+    cond do
+      m.max_bytes && Enum.any?(payloads, &(byte_size(&1) > m.max_bytes)) ->
+        {{:error, :too_large}, %{m | rejected: m.rejected + count}}
+
+      m.overflow == :reject and
+          (length(m.items) + count > m.capacity or
+             (m.max_bytes && held(m) + bytes > m.max_bytes)) ->
+        {{:error, :full}, %{m | rejected: m.rejected + count}}
+
+      true ->
+        first = m.head
+        m = store(m, payloads, first)
+
+        m = %{
+          m
+          | head: first + count,
+            pushed: m.pushed + count,
+            bytes_pushed: m.bytes_pushed + bytes
+        }
+
+        m = drop_while(m, &(length(&1.items) > &1.capacity))
+        m = drop_while(m, &(&1.max_bytes != nil and held(&1) > &1.max_bytes))
+        {{:ok, first}, m}
     end
   end
+
+  # A drop-oldest batch without max_bytes is one unit (named by its first
+  # seq); anything else, a unit a message.
+  defp store(%{overflow: :drop_oldest, max_bytes: nil} = m, [_, _ | _] = payloads, first) do
+    items = Enum.with_index(payloads, fn p, i -> {first + i, p, first} end)
+    bytes = payloads |> Enum.map(&byte_size/1) |> Enum.sum()
+    %{m | items: m.items ++ items, units: Map.put(m.units, first, bytes)}
+  end
+
+  defp store(m, payloads, first) do
+    items = Enum.with_index(payloads, fn p, i -> {first + i, p, first + i} end)
+
+    units =
+      Enum.reduce(items, m.units, fn {_, p, unit}, units -> Map.put(units, unit, byte_size(p)) end)
+
+    %{m | items: m.items ++ items, units: units}
+  end
+
+  defp drop_while(m, condition) do
+    if m.items != [] and condition.(m),
+      do: drop_while(%{remove_oldest(m) | overwritten: m.overwritten + 1}, condition),
+      else: m
+  end
+
+  # Removes the oldest message; its unit is freed once none of its messages
+  # is left.
+  defp remove_oldest(%{items: [{_, _, unit} | rest]} = m) do
+    units =
+      if Enum.any?(rest, &(elem(&1, 2) == unit)), do: m.units, else: Map.delete(m.units, unit)
+
+    %{m | items: rest, units: units}
+  end
+
+  defp held(m), do: m.units |> Map.values() |> Enum.sum()
 end

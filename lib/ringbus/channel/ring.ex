@@ -2,35 +2,56 @@ defmodule Ringbus.Channel.Ring do
   @moduledoc false
   # The ring: operations on a channel handle that run in the caller's process.
   #
-  # Storage. One public ETS `:ordered_set` per channel holds `{seq, payload}`.
-  # Keys are sequence numbers, so two messages never share a key and the ring
-  # "wraps" by deleting `seq - capacity` when `seq` goes in. An ordered set
-  # keeps the keys being written and removed at the two ends of one tree, which
-  # stays in cache; a hash table scatters them.
+  # Storage. One public ETS `:ordered_set` per channel. Keys are sequence
+  # numbers, so two messages never share a key and the ring "wraps" by
+  # deleting `seq - capacity` when `seq` goes in. An ordered set keeps the
+  # keys being written and removed at the two ends of one tree, which stays in
+  # cache; a hash table scatters them. The table holds:
   #
-  # Cursors, in `:atomics`:
+  #   {seq, payload}                  a message stored on its own
+  #   {seq, mark}                     a seq given up on (see "Stalls")
+  #   {last + 0.5, first, bytes, left, p..}
+  #                                   a chunk: a drop-oldest batch as one object,
+  #                                   `left` of its messages not yet pulled
+  #   {last + 0.25, first, pid}       a reservation: a chunk `pid` is storing
   #
-  #   head - the next seq to hand out; a push reserves seqs by bumping it.
-  #   tail - the oldest seq not yet claimed; every seq below it has been
-  #          claimed exactly once, by a pull or by a push that overwrote it.
+  # Cursors and counters, in `:atomics`:
+  #
+  #   head    the next seq to hand out; a push reserves seqs by bumping it
+  #   tail    the oldest seq not yet claimed; every seq below it has been
+  #           claimed exactly once: by a pull, or by a push that overwrote it
+  #   dropped every object keyed below it has been deleted (drop-oldest)
+  #   pulled, skipped, rejected, held (payload bytes in the table),
+  #   bytes_pushed, and the wake and chunked flags
   #
   # A pull claims one seq with a CAS on tail, then takes it. A push of `seq`
   # into a full drop-oldest ring claims every seq up to `seq - capacity` by
-  # moving tail forward, then deletes `seq - capacity`. Because every seq is
-  # claimed once, the counters follow from the cursors:
+  # moving tail, then deletes what those seqs hold (`drop_through/2`). Because
+  # every seq is claimed once, the counts follow from the cursors:
   #
   #   len         = head - tail
   #   pushed      = head - skipped
   #   overwritten = tail - pulled - skipped
   #
-  # and only `pulled`, `skipped`, `rejected` and `bytes` are counted. A pull
-  # that claimed a seq the ring has since lapped finds it deleted: that message
-  # was overwritten, and the formula already says so.
+  # A pull that claimed a seq a push has since dropped finds it gone: that
+  # message was overwritten, and the formula already says so.
   #
-  # Stalled producers. Between reserving a seq and inserting it a producer can
-  # be descheduled, or killed. Readers wait a bounded time (5 ms) for such a
-  # seq, then give up on it with a mark, inserted with `insert_new` so that it
-  # and the late message exclude each other, and count it as skipped:
+  # Bytes. `held` is the payload bytes the table holds: it grows when a
+  # message is stored and shrinks when an object is deleted, by whoever
+  # deletes it (each object is deleted exactly once: `take`, or `select_delete`
+  # of the exact object). A chunk is deleted whole: by the drop that reaches
+  # its last seq, or by the pull that takes its last message (each pull counts
+  # `left` down once it has its payload). Under `max_bytes`, a
+  # drop-oldest push claims the oldest seqs until `held` fits again, and a
+  # reject push reserves its bytes with a CAS before it reserves seqs (so
+  # under reject `held` includes the bytes of pushes in flight). Drop-oldest
+  # channels with `max_bytes` store batches message by message, so that bytes
+  # are freed one message at a time.
+  #
+  # Stalls. Between reserving a seq and storing it a producer can be
+  # descheduled, or killed. Readers wait a bounded time (5 ms) for such a seq,
+  # then give up on it with a mark, inserted with `insert_new` so that it and
+  # the late message exclude each other, and count it as skipped:
   #
   #   :skipped          a subscription gave up on a seq no pull had claimed;
   #                     the pull that claims it later takes the skip over
@@ -41,19 +62,27 @@ defmodule Ringbus.Channel.Ring do
   # A late producer whose `insert_new` meets a mark abandons its seq (deleting
   # a `:skipped_claimed`, turning a `:skipped` into `:abandoned`) and pushes
   # again under a fresh seq, so its message is not lost and the seq stays
-  # counted as skipped once. The mark is how a producer learns of the skip, so
-  # whoever removes a skip mark before the producer saw it (a push lapping the
-  # seq, a reader withdrawing a mark on a seq claimed meanwhile) also takes
-  # back the count: the late producer then inserts, finds the seq lapped (or
-  # claimed by a pull that waits for it), and the seq counts as pushed. So a
-  # seq is skipped only when its producer abandoned it or its mark still
-  # stands. A producer killed mid-push leaves its mark until a push laps it
-  # (its seq then counts as pushed and overwritten, as an unclaimed one would)
-  # or, under reject, until the channel is deleted.
+  # counted as skipped once. Whoever removes a mark before the producer saw
+  # it (a push dropping the seq, a reader withdrawing a mark on a seq claimed
+  # meanwhile) also takes back the count: the late producer then stores, finds
+  # the seq dropped (or claimed by a pull that waits for it), and the seq
+  # counts as pushed. So a seq is skipped only when its producer abandoned it
+  # or its mark still stands. A producer killed mid-push leaves its mark until
+  # a push drops the seq (it then counts as pushed and overwritten, as an
+  # unclaimed seq would) or, under reject, until the channel is deleted.
   #
-  # A drop-oldest batch stored as a chunk (see "Chunks") is not pushed again:
-  # a seq marked inside it shadows its message, which is not delivered, and
-  # counts as skipped until the ring laps it.
+  # Chunks are never shadowed. A chunk cannot go in with `insert_new` over its
+  # seqs, so its producer first inserts a reservation, then looks for marks in
+  # its range: if there is one, nothing of the batch has been seen yet, and it
+  # abandons the range and pushes the batch again under fresh seqs; if there
+  # is none, it inserts the chunk and removes the reservation. A reader never
+  # marks a seq a live producer's reservation covers, and after inserting a
+  # mark it looks for a reservation or chunk covering the seq, and withdraws
+  # the mark if it finds one. The producer looks after its reservation is in,
+  # the reader after its mark is in, so at least one sees the other. A mark
+  # that still stands inside a stored chunk (its reader died before it could
+  # withdraw it) is stale, and whoever meets it withdraws it. So every message
+  # a push reported stored is readable, pulled, or counted overwritten.
 
   alias Ringbus.Channel
   alias Ringbus.Channel.Anchor
@@ -63,19 +92,19 @@ defmodule Ringbus.Channel.Ring do
   @pulled 3
   @skipped 4
   @rejected 5
-  @bytes 6
-  @waiting 7
-  @chunked 8
-  @dropped 9
-  @slots 9
+  @held 6
+  @bytes_pushed 7
+  @waiting 8
+  @chunked 9
+  @dropped 10
+  @slots 10
 
   # How long a reader waits for a reserved seq whose producer has not stored it.
   @stall_ms 5
 
   @typep seq :: non_neg_integer()
+  @typep batch :: {[binary()], non_neg_integer(), non_neg_integer()}
 
-  # What a seq holds when a reader or its producer gave up on it (see
-  # "Stalled producers" above).
   defguardp is_mark(value) when value in [:skipped, :skipped_claimed, :abandoned]
 
   @doc """
@@ -90,27 +119,36 @@ defmodule Ringbus.Channel.Ring do
       atomics: :atomics.new(@slots, signed: true),
       anchor: Anchor.start_link(),
       capacity: Keyword.fetch!(opts, :capacity),
-      overflow: Keyword.fetch!(opts, :overflow)
+      overflow: Keyword.fetch!(opts, :overflow),
+      max_bytes: Keyword.get(opts, :max_bytes)
     }
   end
 
   ## Push
 
-  @spec push(Channel.t(), binary()) :: {:ok, seq} | {:error, :full}
+  @spec push(Channel.t(), binary()) :: {:ok, seq} | {:error, :full | :too_large}
   def push(%Channel{} = ch, payload) do
-    with {:ok, seq} <- reserve(ch, 1), do: commit(ch, seq, payload)
+    size = byte_size(payload)
+
+    case reserve_for(ch, [payload], 1, size) do
+      {:ok, seq} -> commit(ch, seq, payload)
+      {:error, reason} -> refuse(ch, 1, reason)
+    end
   end
 
   @doc false
   # The second half of a push: stores `payload` under `seq`, reserved by the
   # caller. Tests call it late to play a stalled producer.
-  @spec commit(Channel.t(), seq, binary()) :: {:ok, seq} | {:error, :full}
+  @spec commit(Channel.t(), seq, binary()) :: {:ok, seq} | {:error, :full | :too_large}
   def commit(ch, seq, payload) do
+    size = byte_size(payload)
+
     if :ets.insert_new(ch.table, {seq, payload}) do
-      :atomics.add(ch.atomics, @bytes, byte_size(payload))
+      stored_bytes(ch, size)
       stored(ch, seq, seq)
       {:ok, seq}
     else
+      unreserve_bytes(ch, size)
       abandon(ch, seq)
       push(ch, payload)
     end
@@ -119,18 +157,6 @@ defmodule Ringbus.Channel.Ring do
   @doc "Counts a batch and its bytes; raises `ArgumentError` on a payload that is not a binary."
   @spec measure!([binary()]) :: {non_neg_integer(), non_neg_integer()}
   def measure!(payloads), do: measure(payloads, 0, 0)
-
-  @doc """
-  Pushes a batch of `count` binaries, `bytes` bytes in all, as counted by
-  `measure!/1` (or by a caller that walked the batch already).
-  """
-  @spec push_measured(Channel.t(), [binary()], non_neg_integer(), non_neg_integer()) ::
-          {:ok, seq} | {:error, :full}
-  def push_measured(ch, _payloads, 0, _bytes), do: {:ok, :atomics.get(ch.atomics, @head)}
-
-  def push_measured(ch, payloads, count, bytes) do
-    with {:ok, first} <- reserve(ch, count), do: commit_batch(ch, first, payloads, count, bytes)
-  end
 
   defp measure([p | rest], n, bytes) when is_binary(p),
     do: measure(rest, n + 1, bytes + byte_size(p))
@@ -141,46 +167,119 @@ defmodule Ringbus.Channel.Ring do
     raise ArgumentError, "expected every payload to be a binary, got: #{inspect(p)}"
   end
 
-  @doc false
-  # The second half of `push_measured/4`: stores a batch under the `count`
-  # seqs from `first`, reserved by the caller.
-  @spec commit_batch(Channel.t(), seq, [binary()], pos_integer(), non_neg_integer()) ::
-          {:ok, seq} | {:error, :full}
-  def commit_batch(ch, first, payloads, count, bytes)
+  @doc """
+  Pushes a batch of `count` binaries, `bytes` bytes in all, as counted by
+  `measure!/1` (or by a caller that walked the batch already). Under reject
+  it goes in whole or not at all.
+  """
+  @spec push_measured(Channel.t(), [binary()], non_neg_integer(), non_neg_integer()) ::
+          {:ok, seq} | {:error, :full | :too_large}
+  def push_measured(ch, _payloads, 0, _bytes), do: {:ok, :atomics.get(ch.atomics, @head)}
 
-  # Drop-oldest batches go in as one chunk object (see "Chunks" below).
-  def commit_batch(
-        %Channel{overflow: :drop_oldest, atomics: a} = ch,
-        first,
-        payloads,
-        count,
-        bytes
-      )
-      when count > 1 do
-    last = first + count - 1
-    if :atomics.get(a, @chunked) == 0, do: :atomics.put(a, @chunked, 1)
-    :ets.insert(ch.table, List.to_tuple([chunk_key(last), first | payloads]))
-    :atomics.add(a, @bytes, bytes)
-    stored(ch, first, last)
-    {:ok, first}
-  end
-
-  def commit_batch(ch, first, payloads, count, bytes) do
-    last = first + count - 1
-
-    if :ets.insert_new(ch.table, number(payloads, first, [])) do
-      :atomics.add(ch.atomics, @bytes, bytes)
-      stored(ch, first, last)
-      {:ok, first}
-    else
-      # A reader gave up on part of the range: abandon all of it, then retry.
-      Enum.each(first..last, &abandon(ch, &1))
-      push_measured(ch, payloads, count, bytes)
+  def push_measured(ch, payloads, count, bytes) do
+    case reserve_for(ch, payloads, count, bytes) do
+      {:ok, first} -> commit_batch(ch, first, payloads, count, bytes)
+      {:error, reason} -> refuse(ch, count, reason)
     end
   end
 
-  defp number([p | rest], seq, acc), do: number(rest, seq + 1, [{seq, detach(p)} | acc])
-  defp number([], _seq, acc), do: acc
+  @doc """
+  Pushes several batches, each whole or not at all, for a caller that takes
+  many pushes at once (a server read). They go in as one batch when they all
+  fit, with consecutive seqs; otherwise one by one. A refusal is counted once
+  per message refused. Returns one result per batch, in order.
+  """
+  @spec push_batches(Channel.t(), [batch()]) :: [{:ok, seq} | {:error, :full | :too_large}]
+  def push_batches(ch, [{payloads, count, bytes}]),
+    do: [push_measured(ch, payloads, count, bytes)]
+
+  def push_batches(ch, batches) do
+    {payloads, count, bytes} = concat(batches)
+
+    with {:ok, first} <- reserve_for(ch, payloads, count, bytes),
+         {:ok, first} <- store_batch(ch, first, payloads, count, bytes) do
+      number(batches, first, [])
+    else
+      # Some batch does not fit, or a reader marked part of the range: each
+      # batch goes on its own.
+      _ -> Enum.map(batches, fn {p, n, b} -> push_measured(ch, p, n, b) end)
+    end
+  end
+
+  defp concat(batches) do
+    {lists, count, bytes} =
+      Enum.reduce(batches, {[], 0, 0}, fn {p, n, b}, {lists, count, bytes} ->
+        {[p | lists], count + n, bytes + b}
+      end)
+
+    {lists |> :lists.reverse() |> :lists.append(), count, bytes}
+  end
+
+  defp number([{_, n, _} | rest], seq, acc), do: number(rest, seq + n, [{:ok, seq} | acc])
+  defp number([], _seq, acc), do: :lists.reverse(acc)
+
+  @doc false
+  # The second half of `push_measured/4`: stores a batch under the `count`
+  # seqs from `first`, reserved by the caller; pushes it again under fresh
+  # seqs if a reader gave up on part of the range meanwhile.
+  @spec commit_batch(Channel.t(), seq, [binary()], pos_integer(), non_neg_integer()) ::
+          {:ok, seq} | {:error, :full | :too_large}
+  def commit_batch(ch, first, payloads, count, bytes) do
+    case store_batch(ch, first, payloads, count, bytes) do
+      {:ok, first} -> {:ok, first}
+      :retry -> push_measured(ch, payloads, count, bytes)
+    end
+  end
+
+  # Stores a batch: {:ok, first}, or :retry when a reader had given up on
+  # part of the range, which is then abandoned whole.
+  defp store_batch(%Channel{overflow: :drop_oldest, max_bytes: nil} = ch, first, ps, count, bytes)
+       when count > 1,
+       do: store_chunk(ch, first, ps, count, bytes)
+
+  defp store_batch(ch, first, payloads, count, bytes) do
+    last = first + count - 1
+
+    if :ets.insert_new(ch.table, objects(payloads, first, [])) do
+      stored_bytes(ch, bytes)
+      stored(ch, first, last)
+      {:ok, first}
+    else
+      unreserve_bytes(ch, bytes)
+      Enum.each(first..last, &abandon(ch, &1))
+      :retry
+    end
+  end
+
+  # A drop-oldest batch as one chunk object, behind a reservation (see
+  # "Chunks are never shadowed" above).
+  defp store_chunk(%Channel{table: t, atomics: a} = ch, first, payloads, count, bytes) do
+    last = first + count - 1
+    if :atomics.get(a, @chunked) == 0, do: :atomics.put(a, @chunked, 1)
+    :ets.insert(t, {reservation_key(last), first, self()})
+
+    if mark_in?(ch, first, last) do
+      Enum.each(first..last, &abandon(ch, &1))
+      :ets.delete(t, reservation_key(last))
+      :retry
+    else
+      :ets.insert(t, List.to_tuple([chunk_key(last), first, bytes, count | payloads]))
+      :ets.delete(t, reservation_key(last))
+      stored_bytes(ch, bytes)
+      stored(ch, first, last)
+      {:ok, first}
+    end
+  end
+
+  # Whether a mark stands on a seq in first..last: the only integer keys a
+  # reserved range can hold.
+  defp mark_in?(ch, first, last) do
+    key = :ets.next(ch.table, first - 0.125)
+    is_integer(key) and key <= last
+  end
+
+  defp objects([p | rest], seq, acc), do: objects(rest, seq + 1, [{seq, detach(p)} | acc])
+  defp objects([], _seq, acc), do: acc
 
   # A message stored on its own never keeps more than twice its size alive: a
   # payload that is a small part of a larger binary (a batch read off a
@@ -193,82 +292,163 @@ defmodule Ringbus.Channel.Ring do
       else: payload
   end
 
-  @doc false
-  # The first half of a push: reserves `count` seqs and returns the first.
-  @spec reserve(Channel.t(), pos_integer()) :: {:ok, seq} | {:error, :full}
-  def reserve(ch, count)
+  defp refuse(ch, count, reason) do
+    :atomics.add(ch.atomics, @rejected, count)
+    {:error, reason}
+  end
 
-  def reserve(%Channel{overflow: :drop_oldest, atomics: a}, count) do
+  # Reserves seqs (and bytes) for a batch, unless one of its payloads is
+  # larger than the channel's whole `max_bytes`. Counts nothing.
+  defp reserve_for(ch, payloads, count, bytes) do
+    if too_large?(ch, payloads, bytes), do: {:error, :too_large}, else: reserve(ch, count, bytes)
+  end
+
+  defp too_large?(%Channel{max_bytes: nil}, _payloads, _bytes), do: false
+  defp too_large?(%Channel{max_bytes: max}, _payloads, bytes) when bytes <= max, do: false
+
+  defp too_large?(%Channel{max_bytes: max}, payloads, _bytes),
+    do: Enum.any?(payloads, &(byte_size(&1) > max))
+
+  @doc false
+  # The first half of a push: reserves `count` seqs (and, under reject,
+  # `bytes`) and returns the first seq. Counts nothing as rejected.
+  @spec reserve(Channel.t(), pos_integer(), non_neg_integer()) :: {:ok, seq} | {:error, :full}
+  def reserve(ch, count, bytes \\ 0)
+
+  def reserve(%Channel{overflow: :drop_oldest, atomics: a}, count, _bytes) do
     {:ok, :atomics.add_get(a, @head, count) - count}
   end
 
-  def reserve(%Channel{overflow: :reject, atomics: a, capacity: cap} = ch, count) do
-    head = :atomics.get(a, @head)
+  def reserve(%Channel{overflow: :reject} = ch, count, bytes) do
+    with :ok <- reserve_bytes(ch, bytes) do
+      case reserve_seqs(ch, count) do
+        {:ok, first} ->
+          {:ok, first}
 
-    cond do
-      head + count - :atomics.get(a, @tail) > cap ->
-        :atomics.add(a, @rejected, count)
-        {:error, :full}
-
-      :atomics.compare_exchange(a, @head, head, head + count) == :ok ->
-        {:ok, head}
-
-      true ->
-        reserve(ch, count)
+        :full ->
+          unreserve_bytes(ch, bytes)
+          {:error, :full}
+      end
     end
   end
 
-  # After first..last went in: make room, catch a lap, wake subscribers.
+  defp reserve_seqs(%Channel{atomics: a, capacity: cap} = ch, count) do
+    head = :atomics.get(a, @head)
+
+    cond do
+      head + count - :atomics.get(a, @tail) > cap -> :full
+      :atomics.compare_exchange(a, @head, head, head + count) == :ok -> {:ok, head}
+      true -> reserve_seqs(ch, count)
+    end
+  end
+
+  defp reserve_bytes(%Channel{max_bytes: nil, atomics: a}, bytes) do
+    :atomics.add(a, @held, bytes)
+  end
+
+  defp reserve_bytes(%Channel{max_bytes: max, atomics: a} = ch, bytes) do
+    held = :atomics.get(a, @held)
+
+    cond do
+      held + bytes > max -> {:error, :full}
+      :atomics.compare_exchange(a, @held, held, held + bytes) == :ok -> :ok
+      true -> reserve_bytes(ch, bytes)
+    end
+  end
+
+  # Bytes a push took in: under drop-oldest they count as held once stored;
+  # under reject they were held from the reservation on.
+  defp stored_bytes(%Channel{atomics: a, overflow: overflow}, bytes) do
+    if overflow == :drop_oldest, do: :atomics.add(a, @held, bytes)
+    :atomics.add(a, @bytes_pushed, bytes)
+  end
+
+  defp unreserve_bytes(%Channel{overflow: :reject, atomics: a}, bytes),
+    do: :atomics.sub(a, @held, bytes)
+
+  defp unreserve_bytes(_ch, _bytes), do: :ok
+
+  # After first..last went in: make room, catch a drop, wake subscribers.
   #
   # Under drop-oldest the push of `seq` claims every seq up to `seq - capacity`
-  # (moving tail, which makes them overwritten) and deletes what they hold
-  # (see `drop_through/2`). Under reject nothing is
-  # deleted: `seq - capacity` was claimed by a pull, which takes it, however
-  # late. (A pull killed between its claim and its take leaves that message in
-  # the table, counted as overwritten, until the channel is deleted.)
-  defp stored(%Channel{overflow: :drop_oldest, capacity: cap} = ch, first, last) do
+  # (moving tail, which makes them overwritten) and deletes what they hold;
+  # under `max_bytes` it then claims the oldest seqs until the bytes fit. If
+  # the drop of our own seqs ran before our insert landed, it found nothing
+  # to delete, so we remove what we stored (it counts as overwritten already).
+  # Under reject nothing is deleted: a seq is claimed by a pull, which takes
+  # it, however late. (A pull killed between its claim and its take leaves
+  # that message in the table, counted as overwritten, until the channel is
+  # deleted.)
+  defp stored(%Channel{overflow: :drop_oldest, capacity: cap, atomics: a} = ch, first, last) do
     if last >= cap do
-      claim_through(ch.atomics, last - cap)
+      claim_through(ch, last - cap)
       drop_through(ch, last - cap)
     end
 
-    # Lapped before our insert landed: the lapping push found nothing to
-    # delete, so remove what we stored (it counts as overwritten already).
-    head = :atomics.get(ch.atomics, @head)
-
-    cond do
-      head <= first + cap ->
-        :ok
-
-      first == last ->
-        :ets.select_delete(ch.table, [{{first, :"$1"}, [is_binary: :"$1"], [true]}])
-
-      head > last + cap ->
-        :ets.delete(ch.table, chunk_key(last))
-
-      # Partly lapped: the push that laps `last` deletes the chunk.
-      true ->
-        :ok
-    end
-
+    if ch.max_bytes, do: drop_bytes(ch)
+    if :atomics.get(a, @dropped) > first, do: drop_own(ch, first, last)
     wake(ch)
   end
 
   defp stored(ch, _first, _last), do: wake(ch)
 
+  # What of first..last the drop passed before it was stored: single
+  # messages one by one; a chunk only whole, once the drop passed its last
+  # seq (until then the drop that reaches it deletes it).
+  defp drop_own(ch, first, last) do
+    dropped = :atomics.get(ch.atomics, @dropped)
+    Enum.each(first..min(last, dropped - 1)//1, &drop_seq(ch, &1))
+    if first < last and dropped > last, do: drop_chunk(ch, chunk_key(last))
+    :ok
+  end
+
   # Moves tail past `seq`, claiming (overwriting) everything still unclaimed.
-  defp claim_through(a, seq) do
+  defp claim_through(%Channel{atomics: a} = ch, seq) do
     tail = :atomics.get(a, @tail)
 
-    if tail <= seq and :atomics.compare_exchange(a, @tail, tail, seq + 1) != :ok do
-      claim_through(a, seq)
+    cond do
+      tail > seq -> :ok
+      :atomics.compare_exchange(a, @tail, tail, seq + 1) == :ok -> claimed(ch, tail, seq)
+      true -> claim_through(ch, seq)
     end
   end
 
-  # Deletes everything up to `seq` not deleted yet. A cursor (every seq below
-  # `dropped` is gone) makes this cumulative: a seq whose producer abandoned
-  # it or died never stores, so no push of its own deletes the seq a capacity
-  # below it; the next push that gets this far does.
+  # from..to were claimed by moving tail: a chunk they end inside counts them
+  # as gone, as a pull counts its one message, so that it is deleted as soon
+  # as nothing in it is left to take. (Chunks ending inside the range are
+  # deleted by the drop that follows.)
+  defp claimed(ch, from, to) do
+    with {:chunk, key, first} when trunc(key) > to <- cover(ch, to) do
+      count_down(ch, key, to - max(from, first) + 1)
+    end
+
+    :ok
+  end
+
+  # Claims the oldest seqs, one at a time, until the table's bytes fit.
+  defp drop_bytes(%Channel{atomics: a, max_bytes: max} = ch) do
+    if :atomics.get(a, @held) > max do
+      tail = :atomics.get(a, @tail)
+
+      cond do
+        tail >= :atomics.get(a, @head) ->
+          :ok
+
+        :atomics.compare_exchange(a, @tail, tail, tail + 1) == :ok ->
+          claimed(ch, tail, tail)
+          drop_through(ch, tail)
+          drop_bytes(ch)
+
+        true ->
+          drop_bytes(ch)
+      end
+    end
+  end
+
+  # Deletes everything up to `seq` not deleted yet. A cursor (every object
+  # keyed below `dropped` is gone) makes this cumulative: a seq whose producer
+  # abandoned it or died never stores, so no push of its own deletes the seq
+  # a capacity below it; the next push that gets this far does.
   defp drop_through(%Channel{atomics: a} = ch, seq) do
     from = :atomics.get(a, @dropped)
 
@@ -280,7 +460,7 @@ defmodule Ringbus.Channel.Ring do
   end
 
   # Deletes every object whose last seq is in from..to: a single message, a
-  # mark, or a chunk ending there.
+  # mark, a chunk or a reservation ending there.
   defp drop(ch, from, to) do
     cond do
       :atomics.get(ch.atomics, @chunked) == 0 ->
@@ -289,25 +469,34 @@ defmodule Ringbus.Channel.Ring do
       to - from < 4 ->
         Enum.each(from..to//1, fn seq ->
           drop_seq(ch, seq)
-          :ets.delete(ch.table, chunk_key(seq))
+          drop_chunk(ch, chunk_key(seq))
+          :ets.delete(ch.table, reservation_key(seq))
         end)
 
       true ->
-        drop_walk(ch, :ets.next(ch.table, from - 0.25), to + 0.5)
+        drop_walk(ch, :ets.next(ch.table, from - 0.125), to + 0.5)
     end
   end
 
   defp drop_walk(ch, key, bound) when is_number(key) and key <= bound do
-    if is_integer(key), do: drop_seq(ch, key), else: :ets.delete(ch.table, key)
+    cond do
+      is_integer(key) -> drop_seq(ch, key)
+      chunk_key?(key) -> drop_chunk(ch, key)
+      true -> :ets.delete(ch.table, key)
+    end
+
     drop_walk(ch, :ets.next(ch.table, key), bound)
   end
 
   defp drop_walk(_ch, _key, _bound), do: :ok
 
-  # A skip still standing when the ring laps its seq becomes an overwrite: its
-  # producer, if it comes back, finds the seq lapped and reports it pushed.
+  # A skip still standing when the ring drops its seq becomes an overwrite: its
+  # producer, if it comes back, finds the seq dropped and reports it pushed.
   defp drop_seq(ch, seq) do
     case :ets.take(ch.table, seq) do
+      [{_, payload}] when is_binary(payload) ->
+        release(ch, byte_size(payload))
+
       [{_, mark}] when mark in [:skipped, :skipped_claimed] ->
         :atomics.sub(ch.atomics, @skipped, 1)
 
@@ -316,57 +505,79 @@ defmodule Ringbus.Channel.Ring do
     end
   end
 
-  ## Chunks
-  #
-  # A drop-oldest batch is stored as one object, `{last + 0.5, first, p1, ...}`.
-  # Its key sorts right after `last` and never equals a message's integer key,
-  # so `:ets.take/2` on a seq only ever finds a single message or a mark.
-  # A seq inside a chunk is found with `:ets.next/2` (the chunk is the first
-  # non-integer key after it; integer keys in between are skip marks) and read
-  # with `:ets.lookup_element/3`, which copies that one payload. Chunks are
-  # deleted whole, by the push that laps their last seq; a pull leaves its
-  # message in the chunk, and `first_seq/1` puts it out of every reader's reach.
+  # Deletes a chunk and releases its bytes, if it is still there: of two
+  # callers racing for it, only the one whose delete matched releases them.
+  defp drop_chunk(ch, key) do
+    with [first, bytes] <- elements(ch.table, key, [2, 3]) do
+      pattern = List.to_tuple([key | List.duplicate(:_, trunc(key) - first + 4)])
+      if :ets.select_delete(ch.table, [{pattern, [], [true]}]) == 1, do: release(ch, bytes)
+    end
 
-  defp chunk_key(last), do: last + 0.5
-
-  # The chunk holding `seq`: {key, first, stop}, where `stop` is the last seq
-  # of the chunk not shadowed by a skip mark; or nil.
-  defp chunk_at(ch, seq) do
-    if :atomics.get(ch.atomics, @chunked) == 0,
-      do: nil,
-      else: chunk_after(ch, seq, seq - 0.25, nil)
+    :ok
   end
 
-  defp chunk_after(ch, seq, from, stop) do
+  defp release(ch, bytes), do: :atomics.sub(ch.atomics, @held, bytes)
+
+  ## Chunks and reservations
+  #
+  # A chunk `{last + 0.5, first, bytes, left, p1, ...}` sorts right after `last`
+  # and a reservation `{last + 0.25, first, pid}` right before it; neither
+  # key ever equals a message's integer key, so `:ets.take/2` on a seq only
+  # ever finds a single message or a mark. A seq inside a chunk is found with
+  # `:ets.next/2` (the chunk or reservation is the first non-integer key after
+  # it; integer keys in between are marks) and read with
+  # `:ets.lookup_element/3`, which copies that one payload. Chunks are deleted
+  # whole; a pull leaves its message in the chunk, and `first_seq/1` puts it
+  # out of every reader's reach.
+
+  defp chunk_key(last), do: last + 0.5
+  defp reservation_key(last), do: last + 0.25
+  defp chunk_key?(key), do: key - trunc(key) == 0.5
+
+  # What covers `seq` in place of an integer key: `{:chunk, key, first}`, a
+  # live producer's `:reservation`, or nil.
+  defp cover(ch, seq) do
+    if :atomics.get(ch.atomics, @chunked) == 0, do: nil, else: cover_after(ch, seq, seq)
+  end
+
+  defp cover_after(ch, seq, from) do
     case :ets.next(ch.table, from) do
       key when is_float(key) ->
-        case element(ch.table, key, 2) do
-          first when is_integer(first) and first <= seq -> {key, first, stop || trunc(key)}
-          _ -> nil
+        case elements(ch.table, key, [2, 3]) do
+          [first, pid] when first <= seq and is_pid(pid) ->
+            if Process.alive?(pid), do: :reservation, else: cover_after(ch, seq, key)
+
+          [first, _bytes] when first <= seq ->
+            {:chunk, key, first}
+
+          _ ->
+            nil
         end
 
+      # Marks on seqs of the range; a message means no batch covers `seq`.
       key when is_integer(key) ->
-        if is_mark(element(ch.table, key, 2)),
-          do: chunk_after(ch, seq, key, stop || key - 1),
-          else: nil
+        if is_mark(element(ch.table, key, 2)), do: cover_after(ch, seq, key), else: nil
 
       _end_of_table ->
         nil
     end
   end
 
-  defp chunk_payload(ch, seq) do
-    case chunk_at(ch, seq) do
-      {key, first, stop} when seq <= stop -> element(ch.table, key, 3 + seq - first)
-      _ -> nil
-    end
-  end
+  defp chunk_payload(ch, key, first, seq), do: element(ch.table, key, 5 + seq - first)
 
-  # nil when the object is gone (a lapping push deleted it meanwhile).
+  # nil when the object is gone (a drop deleted it meanwhile).
   defp element(table, key, pos) do
     :ets.lookup_element(table, key, pos)
   rescue
     ArgumentError -> nil
+  end
+
+  # Two elements of an object, each copied alone (a chunk's payloads are
+  # not); nil when it is gone.
+  defp elements(table, key, [a, b]) do
+    with x when x != nil <- element(table, key, a),
+         y when y != nil <- element(table, key, b),
+         do: [x, y]
   end
 
   ## Pull
@@ -402,69 +613,122 @@ defmodule Ringbus.Channel.Ring do
   defp take_claimed(ch, seq, stall_ms, deadline) do
     case :ets.take(ch.table, seq) do
       [{_, payload}] when is_binary(payload) ->
+        release(ch, byte_size(payload))
         {:ok, payload}
 
       [{_, :abandoned}] ->
         :gone
 
-      # A subscription gave up on it before we claimed it: the skip is ours.
+      # A subscription gave up on it before we claimed it: the skip is ours,
+      # and the wait was done.
       [{_, :skipped}] ->
         :atomics.sub(ch.atomics, @skipped, 1)
-        if skip_claimed(ch, seq), do: :gone, else: take_claimed(ch, seq, stall_ms, deadline)
+        take_claimed(ch, seq, stall_ms, :expired)
 
       [] ->
-        payload = chunk_payload(ch, seq)
+        case cover(ch, seq) do
+          {:chunk, key, first} ->
+            from_chunk(ch, key, first, seq, stall_ms, deadline)
 
-        cond do
-          is_binary(payload) ->
-            {:ok, payload}
-
-          lapped?(ch, seq) ->
-            :gone
-
-          deadline == nil ->
-            deadline = :erlang.monotonic_time(:millisecond) + stall_ms
-            take_claimed(ch, seq, stall_ms, deadline)
-
-          :erlang.monotonic_time(:millisecond) < deadline ->
+          # Its producer is storing the chunk right now.
+          :reservation ->
             :erlang.yield()
             take_claimed(ch, seq, stall_ms, deadline)
 
-          skip_claimed(ch, seq) ->
-            :gone
-
-          true ->
-            take_claimed(ch, seq, stall_ms, deadline)
+          nil ->
+            wait_claimed(ch, seq, stall_ms, deadline)
         end
     end
   end
 
+  defp from_chunk(ch, key, first, seq, stall_ms, deadline) do
+    case chunk_payload(ch, key, first, seq) do
+      nil ->
+        take_claimed(ch, seq, stall_ms, deadline)
+
+      payload ->
+        count_down(ch, key, 1)
+        {:ok, payload}
+    end
+  end
+
+  # `count` messages of a chunk were claimed; whoever claims the last one
+  # left deletes it.
+  defp count_down(ch, key, count) do
+    if :ets.update_counter(ch.table, key, {4, -count}) == 0, do: drop_chunk(ch, key)
+  rescue
+    # Dropped meanwhile, whole: its bytes went with it.
+    ArgumentError -> :ok
+  end
+
+  defp wait_claimed(ch, seq, stall_ms, deadline) do
+    cond do
+      gone?(ch, seq) ->
+        :gone
+
+      deadline == :expired ->
+        skip_claimed(ch, seq, stall_ms, deadline)
+
+      deadline == nil ->
+        deadline = :erlang.monotonic_time(:millisecond) + stall_ms
+        take_claimed(ch, seq, stall_ms, deadline)
+
+      :erlang.monotonic_time(:millisecond) < deadline ->
+        :erlang.yield()
+        take_claimed(ch, seq, stall_ms, deadline)
+
+      true ->
+        skip_claimed(ch, seq, stall_ms, deadline)
+    end
+  end
+
   # The claimer of `seq` gives up on it: a mark its producer, if it comes
-  # back, deletes before it pushes again. False if something landed first.
-  defp skip_claimed(ch, seq) do
+  # back, deletes before it pushes again. If a chunk or a reservation covers
+  # the seq once the mark is in, the mark goes and the claimer takes the
+  # message after all.
+  defp skip_claimed(ch, seq, stall_ms, deadline) do
     if :ets.insert_new(ch.table, {seq, :skipped_claimed}) do
       :atomics.add(ch.atomics, @skipped, 1)
-      # Lapped meanwhile: the lapping push may have passed it already.
-      if lapped?(ch, seq), do: withdraw(ch, seq, :skipped_claimed)
-      true
+
+      cond do
+        # Dropped meanwhile: the drop may have passed it already.
+        gone?(ch, seq) ->
+          withdraw(ch, seq, :skipped_claimed)
+          :gone
+
+        cover(ch, seq) != nil ->
+          withdraw(ch, seq, :skipped_claimed)
+          take_claimed(ch, seq, stall_ms, deadline)
+
+        true ->
+          :gone
+      end
     else
-      false
+      take_claimed(ch, seq, stall_ms, deadline)
     end
   end
 
   @doc """
   Gives up on a seq whose producer reserved it and has not stored it, for a
   subscription stuck on it: marks it so that the producer, if it comes back,
-  pushes again under a fresh seq. Does nothing to a seq a pull (or a lapping
-  push) has claimed: the claimer settles it. Returns true if the mark stands.
+  pushes again under a fresh seq. Does nothing to a seq a pull (or a drop)
+  has claimed, nor to one a live producer's batch covers. Returns true if the
+  mark stands.
   """
   @spec skip(Channel.t(), seq) :: boolean()
   def skip(%Channel{atomics: a} = ch, seq) do
-    if seq >= :atomics.get(a, @tail) and :ets.insert_new(ch.table, {seq, :skipped}) do
+    if seq >= :atomics.get(a, @tail) and cover(ch, seq) == nil and
+         :ets.insert_new(ch.table, {seq, :skipped}) do
       :atomics.add(a, @skipped, 1)
-      # Claimed meanwhile: the claimer may have taken the message before our
-      # mark went in, so leave the seq to it.
-      seq >= :atomics.get(a, @tail) or not withdraw(ch, seq, :skipped)
+
+      cond do
+        # A batch covers it after all: leave the seq to it.
+        cover(ch, seq) != nil -> not withdraw(ch, seq, :skipped)
+        # Claimed meanwhile: the claimer may have taken the message before
+        # our mark went in, so leave the seq to it.
+        seq < :atomics.get(a, @tail) -> not withdraw(ch, seq, :skipped)
+        true -> true
+      end
     else
       false
     end
@@ -491,11 +755,11 @@ defmodule Ringbus.Channel.Ring do
           do: abandon(ch, seq)
 
       # Unmarked: never marked (another seq of the batch was), or the mark was
-      # taken back (the ring lapped the seq, or a pull claimed it).
+      # taken back (the ring dropped the seq, or a pull claimed it).
       [] ->
         if :ets.insert_new(t, {seq, :abandoned}) do
           :atomics.add(ch.atomics, @skipped, 1)
-          if lapped?(ch, seq), do: :ets.delete_object(t, {seq, :abandoned})
+          if gone?(ch, seq), do: :ets.delete_object(t, {seq, :abandoned})
         else
           abandon(ch, seq)
         end
@@ -508,10 +772,12 @@ defmodule Ringbus.Channel.Ring do
   @spec stall_timeout() :: pos_integer()
   def stall_timeout, do: @stall_ms
 
-  defp lapped?(%Channel{overflow: :drop_oldest} = ch, seq),
-    do: :atomics.get(ch.atomics, @head) > seq + ch.capacity
+  # Whether a drop-oldest push has dropped `seq`, or is about to: lapped by
+  # count, or behind the drop cursor.
+  defp gone?(%Channel{overflow: :drop_oldest, atomics: a} = ch, seq),
+    do: :atomics.get(a, @head) > seq + ch.capacity or :atomics.get(a, @dropped) > seq
 
-  defp lapped?(_ch, _seq), do: false
+  defp gone?(_ch, _seq), do: false
 
   ## Read
 
@@ -536,15 +802,26 @@ defmodule Ringbus.Channel.Ring do
       [{_, payload}] when is_binary(payload) ->
         collect(ch, seq + 1, limit, [{seq, payload} | acc], n + 1, lost)
 
-      [{_, mark}] when is_mark(mark) and n == 0 ->
-        collect(ch, seq + 1, limit, acc, n, lost)
+      [{_, mark}] when is_mark(mark) ->
+        case cover(ch, seq) do
+          # A stale mark inside a stored chunk: it goes, the message stays.
+          {:chunk, key, first} ->
+            withdraw(ch, seq, mark)
+            collect_chunk(ch, key, first, seq, limit, acc, n, lost)
+
+          nil when n == 0 ->
+            collect(ch, seq + 1, limit, acc, n, lost)
+
+          _ ->
+            {:lists.reverse(acc), n, lost, seq}
+        end
 
       [] ->
-        case chunk_at(ch, seq) do
-          {key, first, stop} when seq <= stop ->
-            collect_chunk(ch, key, first, seq, min(stop, limit - 1), limit, acc, n, lost)
+        case cover(ch, seq) do
+          {:chunk, key, first} ->
+            collect_chunk(ch, key, first, seq, limit, acc, n, lost)
 
-          _ when n == 0 ->
+          nil when n == 0 ->
             # Gone if claimed (pulled or overwritten); else its producer is mid-push.
             if seq < first_seq(ch),
               do: collect(ch, seq + 1, limit, acc, n, lost + 1),
@@ -553,35 +830,27 @@ defmodule Ringbus.Channel.Ring do
           _ ->
             {:lists.reverse(acc), n, lost, seq}
         end
-
-      _ ->
-        {:lists.reverse(acc), n, lost, seq}
     end
   end
 
-  # Takes seq..stop out of a chunk: one copy of the chunk for a long run, one
-  # element at a time for a short one.
-  defp collect_chunk(ch, key, first, seq, stop, limit, acc, n, lost) when stop - seq >= 16 do
-    case :ets.lookup(ch.table, key) do
+  # Takes seq.. out of a chunk, up to its last seq or a mark: one copy of the
+  # chunk for a long run, one element at a time for a short one.
+  defp collect_chunk(ch, key, first, seq, limit, acc, n, lost) do
+    stop = min(trunc(key), limit - 1)
+
+    case stop - seq >= 16 and :ets.lookup(ch.table, key) do
       [chunk] ->
-        acc = Enum.reduce(seq..stop, acc, &[{&1, elem(chunk, 2 + &1 - first)} | &2])
+        acc = Enum.reduce(seq..stop, acc, &[{&1, elem(chunk, 4 + &1 - first)} | &2])
         collect(ch, stop + 1, limit, acc, n + stop - seq + 1, lost)
 
       [] ->
         collect(ch, seq, limit, acc, n, lost)
-    end
-  end
 
-  defp collect_chunk(ch, key, first, seq, stop, limit, acc, n, lost) do
-    case element(ch.table, key, 3 + seq - first) do
-      nil ->
-        collect(ch, seq, limit, acc, n, lost)
-
-      payload when seq == stop ->
-        collect(ch, seq + 1, limit, [{seq, payload} | acc], n + 1, lost)
-
-      payload ->
-        collect_chunk(ch, key, first, seq + 1, stop, limit, [{seq, payload} | acc], n + 1, lost)
+      false ->
+        case chunk_payload(ch, key, first, seq) do
+          nil -> collect(ch, seq, limit, acc, n, lost)
+          payload -> collect(ch, seq + 1, limit, [{seq, payload} | acc], n + 1, lost)
+        end
     end
   end
 
@@ -610,6 +879,7 @@ defmodule Ringbus.Channel.Ring do
     %{
       capacity: cap,
       overflow: ch.overflow,
+      max_bytes: ch.max_bytes,
       len: (head - tail) |> max(0) |> min(cap),
       first_seq: max(tail, head - cap),
       next_seq: head,
@@ -618,7 +888,8 @@ defmodule Ringbus.Channel.Ring do
       overwritten: max(tail - pulled - skipped, 0),
       rejected: :atomics.get(a, @rejected),
       skipped: skipped,
-      bytes: :atomics.get(a, @bytes)
+      bytes: max(:atomics.get(a, @held), 0),
+      bytes_pushed: :atomics.get(a, @bytes_pushed)
     }
   end
 

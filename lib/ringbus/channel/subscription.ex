@@ -182,8 +182,11 @@ defmodule Ringbus.Channel.Subscription do
     {:noreply, deliver(%{state | credit: credit})}
   end
 
+  # Still stuck on the seq after a puller's wait: skip it. If it cannot be
+  # skipped (a pull claimed it, or a live producer's batch covers it), the
+  # next wait on it may time out again.
   def handle_info({:ringbus_stalled, seq}, %{cursor: seq} = state) do
-    Ring.skip(state.channel, seq)
+    state = if Ring.skip(state.channel, seq), do: state, else: %{state | stalled: nil}
     {:noreply, deliver(unwait(state))}
   end
 

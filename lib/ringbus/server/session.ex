@@ -116,78 +116,62 @@ defmodule Ringbus.Server.Session do
 
     if Auth.allowed?(session.grants, :write, name) do
       # One pass over every payload: sizes checked, bytes counted.
-      {parts, count, bytes} = measure(parts, session.config.max_payload_size, [], 0, 0)
-      push_parts(session.config, name, parts, count, bytes, acks)
-    else
-      ack_all(parts, {:error, :forbidden}, acks)
-    end
-  end
-
-  defp push_parts(config, name, parts, count, bytes, acks) do
-    if Enum.all?(parts, &match?({_, _, :too_large, _}, &1)) do
-      ack_seqs(parts, 0, acks)
-    else
-      case push_many(config, name, concat(parts), count, bytes) do
-        {:ok, first} ->
-          ack_seqs(parts, first, acks)
-
-        # A rejecting channel: each frame goes in whole or not at all.
-        {:error, :full} when tl(parts) != [] ->
-          Enum.reduce(parts, acks, &push_part(config, name, &1, &2))
-
-        {:error, reason} ->
-          ack_all(parts, {:error, reason}, acks)
+      case measure(parts, session.config.max_payload_size, [], []) do
+        {parts, []} -> ack_parts(parts, [], acks)
+        {parts, batches} -> ack_parts(parts, push_batches(session.config, name, batches), acks)
       end
+    else
+      ack_parts(parts, {:error, :forbidden}, acks)
     end
   end
 
-  defp push_part(config, name, {_, _, n, payloads} = part, acks) do
-    bytes = if n == :too_large, do: 0, else: payload_bytes(payloads, :infinity, 0)
-    push_parts(config, name, [part], if(n == :too_large, do: 0, else: n), bytes, acks)
-  end
-
-  # Marks the frames holding a payload over max_payload_size; counts the rest.
-  defp measure([{corr, mode, n, payloads} | rest], max, acc, count, bytes) do
+  # Marks the frames holding a payload over max_payload_size; the others
+  # become batches `{payloads, count, bytes}` for the channel.
+  defp measure([{corr, mode, n, payloads} | rest], max, parts, batches) do
     case payload_bytes(payloads, max, 0) do
-      :too_large -> measure(rest, max, [{corr, mode, :too_large, []} | acc], count, bytes)
-      size -> measure(rest, max, [{corr, mode, n, payloads} | acc], count + n, bytes + size)
+      :too_large ->
+        measure(rest, max, [{corr, mode, :too_large} | parts], batches)
+
+      bytes ->
+        measure(rest, max, [{corr, mode, :pushed} | parts], [{payloads, n, bytes} | batches])
     end
   end
 
-  defp measure([], _max, acc, count, bytes), do: {:lists.reverse(acc), count, bytes}
+  defp measure([], _max, parts, batches), do: {:lists.reverse(parts), :lists.reverse(batches)}
 
   defp payload_bytes([p | _], max, _bytes) when byte_size(p) > max, do: :too_large
   defp payload_bytes([p | rest], max, bytes), do: payload_bytes(rest, max, bytes + byte_size(p))
   defp payload_bytes([], _max, bytes), do: bytes
 
-  defp concat([{_, _, _, payloads}]), do: payloads
-  defp concat(parts), do: Enum.flat_map(parts, fn {_, _, _, payloads} -> payloads end)
+  # One result per batch, or one error for them all.
+  defp push_batches(config, name, batches) do
+    case Ringbus.push_batches(name, batches) do
+      {:ok, results} ->
+        results
 
-  defp push_many(config, name, payloads, count, bytes) do
-    case Ringbus.push_measured(name, payloads, count, bytes) do
-      {:error, :no_channel} = error ->
-        if config.auto_create do
-          Ringbus.create(name, config.auto_create)
-          Ringbus.push_measured(name, payloads, count, bytes)
-        else
-          error
+      {:error, :no_channel} when config.auto_create != false ->
+        Ringbus.create(name, config.auto_create)
+
+        case Ringbus.push_batches(name, batches) do
+          {:ok, results} -> results
+          error -> error
         end
 
-      result ->
-        result
+      error ->
+        error
     end
   end
 
-  defp ack_seqs([{corr, mode, :too_large, _} | rest], seq, acks),
-    do: ack_seqs(rest, seq, ack(mode, corr, {:error, :too_large}, acks))
+  defp ack_parts([{corr, mode, :too_large} | rest], results, acks),
+    do: ack_parts(rest, results, ack(mode, corr, {:error, :too_large}, acks))
 
-  defp ack_seqs([{corr, mode, count, _} | rest], seq, acks),
-    do: ack_seqs(rest, seq + count, ack(mode, corr, {:ok, seq}, acks))
+  defp ack_parts([{corr, mode, :pushed} | rest], [result | results], acks),
+    do: ack_parts(rest, results, ack(mode, corr, result, acks))
 
-  defp ack_seqs([], _seq, acks), do: acks
+  defp ack_parts([part | rest], {:error, _} = error, acks),
+    do: ack_parts(rest, error, ack(elem(part, 1), elem(part, 0), error, acks))
 
-  defp ack_all(parts, result, acks),
-    do: Enum.reduce(parts, acks, fn {corr, mode, _, _}, acks -> ack(mode, corr, result, acks) end)
+  defp ack_parts([], _results, acks), do: acks
 
   defp ack(:no_ack, _corr, _result, acks), do: acks
   defp ack(:ack, corr, result, acks), do: [{corr, result} | acks]
@@ -244,15 +228,13 @@ defmodule Ringbus.Server.Session do
 
   defp request(session, {:ping, corr}), do: reply(session, {:pong, corr})
 
-  defp request(session, {:create, corr, name, capacity, overflow}) do
+  defp request(session, {:create, corr, name, capacity, overflow, max_bytes}) do
     guarded(session, corr, :write, name, fn ->
-      cond do
-        capacity == 0 ->
-          {:error, :bad_argument, "capacity must be positive"}
-
-        true ->
-          with :ok <- Ringbus.create(name, capacity: capacity, overflow: overflow),
-               do: {:ok, corr}
+      if capacity == 0 do
+        {:error, :bad_argument, "capacity must be positive"}
+      else
+        opts = [capacity: capacity, overflow: overflow, max_bytes: max_bytes]
+        with :ok <- Ringbus.create(name, opts), do: {:ok, corr}
       end
     end)
   end

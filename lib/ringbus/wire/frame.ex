@@ -1,6 +1,6 @@
 defmodule Ringbus.Wire.Frame do
   @moduledoc """
-  Encoding and decoding of single frames of the Ringbus protocol, version 1.
+  Encoding and decoding of single frames of the Ringbus protocol, version 2.
 
   `docs/PROTOCOL.md` is the specification; this module is its reference
   implementation. Every frame is a `u32` length (the bytes of opcode and body),
@@ -14,7 +14,7 @@ defmodule Ringbus.Wire.Frame do
   ## Requests (client to server)
 
       {:hello, corr, version, flags, token}            # token: binary | nil
-      {:create, corr, name, capacity, overflow}
+      {:create, corr, name, capacity, overflow, max_bytes}  # max_bytes: pos | nil
       {:delete, corr, name}
       {:push, corr, ack_mode, name, payload}           # ack_mode: :ack | :no_ack
       {:push_batch, corr, ack_mode, name, count, payloads}
@@ -93,7 +93,7 @@ defmodule Ringbus.Wire.Frame do
   alias Ringbus.Wire.ErrorCode
 
   @magic "RBUS"
-  @version 1
+  @version 2
   @max_name 255
   @default_port 7171
 
@@ -173,7 +173,7 @@ defmodule Ringbus.Wire.Frame do
     len_ok: 12,
     # corr, capacity, overflow, then len, first_seq, next_seq, pushed, pulled,
     # overwritten, rejected, skipped and bytes as u64.
-    info_ok: 4 + 4 + 1 + 9 * 8,
+    info_ok: 4 + 4 + 1 + 11 * 8,
     subscribed: 8,
     sub_closed: 6,
     pong: 4
@@ -217,7 +217,7 @@ defmodule Ringbus.Wire.Frame do
 
   @type request ::
           {:hello, corr(), 0..0xFFFF, 0..0xFFFF, binary() | nil}
-          | {:create, corr(), name(), u32(), overflow()}
+          | {:create, corr(), name(), u32(), overflow(), pos_integer() | nil}
           | {:delete, corr(), name()}
           | {:push, corr(), ack_mode(), name(), binary()}
           | {:push_batch, corr(), ack_mode(), name(), u32(), [binary()]}
@@ -360,9 +360,12 @@ defmodule Ringbus.Wire.Frame do
     {@hello, [<<corr::32, @magic, version::16, flags::16, byte_size(token)::16>>, token]}
   end
 
-  defp body({:create, corr, name, capacity, overflow})
-       when is_u32(corr) and is_name(name) and is_u32(capacity) and is_overflow(overflow),
-       do: {@create, [<<corr::32>>, name(name), <<capacity::32, overflow(overflow)>>]}
+  defp body({:create, corr, name, capacity, overflow, max_bytes})
+       when is_u32(corr) and is_name(name) and is_u32(capacity) and is_overflow(overflow) and
+              (is_nil(max_bytes) or (is_u64(max_bytes) and max_bytes > 0)) do
+    max_bytes = max_bytes || 0
+    {@create, [<<corr::32>>, name(name), <<capacity::32, overflow(overflow), max_bytes::64>>]}
+  end
 
   defp body({:delete, corr, name}) when is_u32(corr) and is_name(name),
     do: {@delete, [<<corr::32>> | name(name)]}
@@ -463,6 +466,7 @@ defmodule Ringbus.Wire.Frame do
           %{
             capacity: capacity,
             overflow: overflow,
+            max_bytes: max_bytes,
             len: len,
             first_seq: first_seq,
             next_seq: next_seq,
@@ -471,17 +475,22 @@ defmodule Ringbus.Wire.Frame do
             overwritten: overwritten,
             rejected: rejected,
             skipped: skipped,
-            bytes: bytes
+            bytes: bytes,
+            bytes_pushed: bytes_pushed
           } = info}
        )
-       when map_size(info) == 11 and is_u32(corr) and is_u32(capacity) and
-              is_overflow(overflow) and is_u64(len) and is_u64(first_seq) and is_u64(next_seq) and
-              is_u64(pushed) and is_u64(pulled) and is_u64(overwritten) and is_u64(rejected) and
-              is_u64(skipped) and is_u64(bytes) do
+       when map_size(info) == 13 and is_u32(corr) and is_u32(capacity) and
+              is_overflow(overflow) and (is_nil(max_bytes) or is_u64(max_bytes)) and
+              is_u64(len) and is_u64(first_seq) and is_u64(next_seq) and is_u64(pushed) and
+              is_u64(pulled) and is_u64(overwritten) and is_u64(rejected) and is_u64(skipped) and
+              is_u64(bytes) and is_u64(bytes_pushed) do
+    max_bytes = max_bytes || 0
+
     {@info_ok,
      [
-       <<corr::32, capacity::32, overflow(overflow), len::64, first_seq::64, next_seq::64,
-         pushed::64, pulled::64, overwritten::64, rejected::64, skipped::64, bytes::64>>
+       <<corr::32, capacity::32, overflow(overflow), max_bytes::64, len::64, first_seq::64,
+         next_seq::64, pushed::64, pulled::64, overwritten::64, rejected::64, skipped::64,
+         bytes::64, bytes_pushed::64>>
      ]}
   end
 
@@ -643,13 +652,13 @@ defmodule Ringbus.Wire.Frame do
   defp decode_op(@create, <<corr::32, rest::binary>>) do
     with {:ok, name, rest} <- name(rest, :create) do
       case rest do
-        <<capacity::32, overflow>> ->
+        <<capacity::32, overflow, max_bytes::64>> ->
           with {:ok, overflow} <- overflow(overflow, :create) do
-            {:ok, {:create, corr, name, capacity, overflow}}
+            {:ok, {:create, corr, name, capacity, overflow, nil_if_zero(max_bytes)}}
           end
 
         _ ->
-          size_error(rest, 5, :create)
+          size_error(rest, 13, :create)
       end
     end
   end
@@ -755,13 +764,15 @@ defmodule Ringbus.Wire.Frame do
 
   defp decode_op(
          @info_ok,
-         <<corr::32, capacity::32, overflow, len::64, first_seq::64, next_seq::64, pushed::64,
-           pulled::64, overwritten::64, rejected::64, skipped::64, bytes::64>>
+         <<corr::32, capacity::32, overflow, max_bytes::64, len::64, first_seq::64, next_seq::64,
+           pushed::64, pulled::64, overwritten::64, rejected::64, skipped::64, bytes::64,
+           bytes_pushed::64>>
        ) do
     with {:ok, overflow} <- overflow(overflow, :info_ok) do
       info = %{
         capacity: capacity,
         overflow: overflow,
+        max_bytes: nil_if_zero(max_bytes),
         len: len,
         first_seq: first_seq,
         next_seq: next_seq,
@@ -770,7 +781,8 @@ defmodule Ringbus.Wire.Frame do
         overwritten: overwritten,
         rejected: rejected,
         skipped: skipped,
-        bytes: bytes
+        bytes: bytes,
+        bytes_pushed: bytes_pushed
       }
 
       {:ok, {:info_ok, corr, info}}
@@ -872,6 +884,9 @@ defmodule Ringbus.Wire.Frame do
   defp from(@from_earliest, 0), do: {:ok, :earliest}
   defp from(@from_latest, 0), do: {:ok, :latest}
   defp from(_, _), do: {:error, {:bad_field, :subscribe, :from}}
+
+  defp nil_if_zero(0), do: nil
+  defp nil_if_zero(n), do: n
 
   defp check(true, _type, _field), do: :ok
   defp check(false, type, field), do: {:error, {:bad_field, type, field}}

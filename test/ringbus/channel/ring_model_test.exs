@@ -1,6 +1,7 @@
 defmodule Ringbus.Channel.RingModelTest do
   # Random command sequences run against a channel and against a plain list
-  # model; every result and every counter must agree.
+  # model; every result, every counter and the bytes held must agree, with
+  # and without max_bytes, across deletes and re-creates.
   use ExUnit.Case, async: true
 
   alias Ringbus.Test.RingModel
@@ -12,12 +13,12 @@ defmodule Ringbus.Channel.RingModelTest do
       overflow = unquote(overflow)
 
       property =
-        :proper.forall(RingModel.scenario(), fn {capacity, commands} ->
+        :proper.forall(RingModel.scenario(), fn {capacity, max_bytes, commands} ->
           name = {__MODULE__, make_ref()}
-          :ok = Ringbus.create(name, capacity: capacity, overflow: overflow)
+          :ok = Ringbus.create(name, capacity: capacity, overflow: overflow, max_bytes: max_bytes)
 
           try do
-            RingModel.run(name, RingModel.new(capacity, overflow), commands)
+            RingModel.run(name, RingModel.new(capacity, overflow, max_bytes), commands)
           after
             Ringbus.delete(name)
           end

@@ -250,13 +250,15 @@ defmodule Ringbus.Channel.StalledProducerTest do
     pulled_payloads = Enum.map(state.pulled, &elem(&1, 0))
 
     checks = [
-      pushed: info.pushed == map_size(state.stored) - shadowed(ch, state),
+      pushed: info.pushed == map_size(state.stored),
       balanced: balanced?(info),
       empty: info.len == 0,
       pulled_count: info.pulled == length(state.pulled),
       pulled_once: length(pulled_payloads) == length(Enum.uniq(pulled_payloads)),
       pulled_as_stored: Enum.all?(state.pulled, fn {p, seq} -> state.stored[p] == seq end),
-      nothing_left: integer_keys(ch) -- marks_in_chunks(ch) == [],
+      nothing_left: integer_keys(ch) == [],
+      bytes_held: info.bytes == table_bytes(ch),
+      bytes_pushed: info.bytes_pushed == 4 * map_size(state.stored),
       none_dropped_under_reject: ch.overflow == :drop_oldest or info.overwritten == 0
     ]
 
@@ -270,27 +272,12 @@ defmodule Ringbus.Channel.StalledProducerTest do
     end
   end
 
-  # Under drop-oldest a batch goes in as one chunk whatever marks its range
-  # holds: a marked seq shadows its message, which counts as skipped until the
-  # ring laps it, and its mark stays until then.
-  defp marks_in_chunks(ch) do
-    objects = :ets.tab2list(ch.table)
-
-    chunks =
-      for {key, first} <- Enum.map(objects, &{elem(&1, 0), elem(&1, 1)}),
-          is_float(key),
-          do: first..trunc(key)
-
-    for {key, mark} <- Enum.map(objects, &{elem(&1, 0), elem(&1, 1)}),
-        is_integer(key) and is_atom(mark),
-        Enum.any?(chunks, &(key in &1)),
-        do: key
-  end
-
-  defp shadowed(%{overflow: :reject}, _state), do: 0
-
-  defp shadowed(ch, state) do
-    marks = marks_in_chunks(ch)
-    Enum.count(state.stored, fn {_p, seq} -> seq in marks end)
+  # The payload bytes the table holds: messages stored alone, and chunks.
+  defp table_bytes(ch) do
+    Enum.reduce(:ets.tab2list(ch.table), 0, fn
+      {seq, payload}, sum when is_integer(seq) and is_binary(payload) -> sum + byte_size(payload)
+      chunk, sum when is_float(elem(chunk, 0)) and tuple_size(chunk) > 3 -> sum + elem(chunk, 2)
+      _mark_or_reservation, sum -> sum
+    end)
   end
 end

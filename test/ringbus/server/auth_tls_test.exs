@@ -22,7 +22,7 @@ defmodule Ringbus.Server.AuthTLSTest do
     test "HELLO without a valid token is refused and closed", %{port: port} do
       for token <- [nil, "wrong", "roo", "rootx"] do
         client = RawClient.connect!(port)
-        RawClient.send_frames(client, [{:hello, 5, 1, 0, token}])
+        RawClient.send_frames(client, [{:hello, 5, 2, 0, token}])
         assert [{:error, 5, :auth_failed, _}] = RawClient.recv_until_closed(client)
       end
     end
@@ -42,12 +42,12 @@ defmodule Ringbus.Server.AuthTLSTest do
       assert {{:error, 4, :forbidden, _}, c} = RawClient.call(c, {:read, 4, "other", 0, 1})
 
       assert {{:error, 5, :forbidden, _}, _} =
-               RawClient.call(c, {:create, 5, "other", 1, :reject})
+               RawClient.call(c, {:create, 5, "other", 1, :reject, nil})
     end
 
     test "a read-only token reads but does not write", %{port: port} do
       {root, _} = RawClient.hello!(port, token: "root")
-      {{:ok, 1}, _} = RawClient.call(root, {:create, 1, "ro", 10, :drop_oldest})
+      {{:ok, 1}, _} = RawClient.call(root, {:create, 1, "ro", 10, :drop_oldest, nil})
       {c, _} = RawClient.hello!(port, token: "reader")
       assert {{:len_ok, 1, 0}, c} = RawClient.call(c, {:len, 1, "ro"})
       RawClient.send_frames(c, [{:push, 2, :ack, "ro", "x"}])
@@ -70,7 +70,7 @@ defmodule Ringbus.Server.AuthTLSTest do
     {server_tls, _} = TLS.configs()
     server = start_supervised!({Ringbus.Server, port: 0, tls: server_tls})
     client = RawClient.connect!(Ringbus.Server.port(server))
-    RawClient.send_frames(client, [{:hello, 0, 1, 0, nil}])
+    RawClient.send_frames(client, [{:hello, 0, 2, 0, nil}])
     refute Enum.any?(RawClient.recv_until_closed(client), &match?({:hello_ok, _, _, _}, &1))
   end
 
@@ -88,7 +88,7 @@ defmodule Ringbus.Server.AuthTLSTest do
     test "subscriptions over max_subscriptions are refused" do
       server = start_supervised!({Ringbus.Server, port: 0, max_subscriptions: 1})
       {c, _} = RawClient.hello!(Ringbus.Server.port(server))
-      {{:ok, 1}, c} = RawClient.call(c, {:create, 1, "subs", 10, :drop_oldest})
+      {{:ok, 1}, c} = RawClient.call(c, {:create, 1, "subs", 10, :drop_oldest, nil})
       {{:subscribed, 2, _}, c} = RawClient.call(c, {:subscribe, 2, "subs", :latest, 10, 10})
 
       assert {{:error, 3, :too_many_subscriptions, _}, _} =

@@ -2,6 +2,7 @@ defmodule Ringbus.Server.ConnectionTest do
   # Drives the server through every opcode with a raw TCP client.
   use ExUnit.Case, async: false
 
+  alias Ringbus.Channel.Ring
   alias Ringbus.Test.RawClient
 
   import Ringbus.Test.Eventually
@@ -20,9 +21,12 @@ defmodule Ringbus.Server.ConnectionTest do
   end
 
   test "create, delete, len, info and ping", %{client: c} do
-    assert {{:ok, 1}, c} = RawClient.call(c, {:create, 1, "c1", 10, :reject})
-    assert {{:error, 2, :exists, _}, c} = RawClient.call(c, {:create, 2, "c1", 10, :reject})
-    assert {{:error, 3, :bad_argument, _}, c} = RawClient.call(c, {:create, 3, "c2", 0, :reject})
+    assert {{:ok, 1}, c} = RawClient.call(c, {:create, 1, "c1", 10, :reject, nil})
+    assert {{:error, 2, :exists, _}, c} = RawClient.call(c, {:create, 2, "c1", 10, :reject, nil})
+
+    assert {{:error, 3, :bad_argument, _}, c} =
+             RawClient.call(c, {:create, 3, "c2", 0, :reject, nil})
+
     assert {{:len_ok, 4, 0}, c} = RawClient.call(c, {:len, 4, "c1"})
     assert {{:info_ok, 5, info}, c} = RawClient.call(c, {:info, 5, "c1"})
     assert %{capacity: 10, overflow: :reject, len: 0, pushed: 0} = info
@@ -59,11 +63,32 @@ defmodule Ringbus.Server.ConnectionTest do
     assert {{:error, 7, :no_channel, _}, _} = RawClient.call(c, {:pull, 7, "nope"})
   end
 
-  test "a push to a rejecting full channel is reported in PUSH_ACKS", %{client: c} do
-    {{:ok, 1}, c} = RawClient.call(c, {:create, 1, "rj", 2, :reject})
+  test "a push to a rejecting full channel is reported in PUSH_ACKS, and counted once", %{
+    client: c
+  } do
+    {{:ok, 1}, c} = RawClient.call(c, {:create, 1, "rj", 2, :reject, nil})
     RawClient.send_frames(c, for(i <- 2..4, do: {:push, i, :ack, "rj", "m"}))
-    {[{:push_acks, 3, acks}], _c} = RawClient.recv(c, 1)
+    {[{:push_acks, 3, acks}], c} = RawClient.recv(c, 1)
     assert acks == [{2, {:ok, 0}}, {3, {:ok, 1}}, {4, {:error, :full}}]
+    assert {{:info_ok, 5, %{rejected: 1, pushed: 2}}, c} = RawClient.call(c, {:info, 5, "rj"})
+
+    # Ten pushes and a batch of two, no-ack ones among them, into room for three.
+    {{:ok, 6}, c} = RawClient.call(c, {:create, 6, "rj2", 3, :reject, nil})
+
+    frames =
+      for(i <- 7..16, do: {:push, i, if(rem(i, 2) == 0, do: :no_ack, else: :ack), "rj2", "m"}) ++
+        [{:push_batch, 17, :ack, "rj2", 2, ["x", "y"]}]
+
+    RawClient.send_frames(c, frames)
+    {[{:push_acks, 6, acks}], c} = RawClient.recv(c, 1)
+
+    assert acks ==
+             [{7, {:ok, 0}}, {9, {:ok, 2}}] ++
+               for(corr <- [11, 13, 15, 17], do: {corr, {:error, :full}})
+
+    # Seqs 0..2 went to pushes 7, 8 and 9; the other seven pushes and the
+    # batch's two messages were refused: nine messages, each counted once.
+    assert {{:info_ok, 18, %{rejected: 9, pushed: 3}}, _} = RawClient.call(c, {:info, 18, "rj2"})
   end
 
   test "subscribe, deliveries under credit, credit, unsubscribe", %{client: c} do
@@ -87,7 +112,7 @@ defmodule Ringbus.Server.ConnectionTest do
   end
 
   test "deleting a channel closes its subscriptions", %{client: c} do
-    {{:ok, 1}, c} = RawClient.call(c, {:create, 1, "gone", 10, :drop_oldest})
+    {{:ok, 1}, c} = RawClient.call(c, {:create, 1, "gone", 10, :drop_oldest, nil})
     {{:subscribed, 2, sub}, c} = RawClient.call(c, {:subscribe, 2, "gone", :latest, 10, 10})
     RawClient.send_frames(c, [{:delete, 3, "gone"}])
     {frames, _} = RawClient.recv(c, 2)
@@ -96,7 +121,7 @@ defmodule Ringbus.Server.ConnectionTest do
   end
 
   test "a subscriber that lapses learns what it lost", %{client: c} do
-    {{:ok, 1}, c} = RawClient.call(c, {:create, 1, "lap", 4, :drop_oldest})
+    {{:ok, 1}, c} = RawClient.call(c, {:create, 1, "lap", 4, :drop_oldest, nil})
     {{:subscribed, 2, sub}, c} = RawClient.call(c, {:subscribe, 2, "lap", :earliest, 1, 10})
     RawClient.send_frames(c, [{:push_batch, 3, :no_ack, "lap", 10, Enum.map(0..9, &"#{&1}")}])
     # The first delivery may catch seq 0 before the batch laps the ring.
@@ -139,7 +164,7 @@ defmodule Ringbus.Server.ConnectionTest do
   end
 
   test "SUB_CLOSED says why: channel deleted, or its anchor gone", %{client: c} do
-    {{:ok, 1}, c} = RawClient.call(c, {:create, 1, "why", 10, :drop_oldest})
+    {{:ok, 1}, c} = RawClient.call(c, {:create, 1, "why", 10, :drop_oldest, nil})
     {{:subscribed, 2, sub}, c} = RawClient.call(c, {:subscribe, 2, "why", :latest, 10, 10})
     Process.exit(Ringbus.Test.Internals.channel!("why").anchor, :kill)
     {[{:sub_closed, ^sub, :internal}], c} = RawClient.recv(c, 1)
@@ -170,5 +195,31 @@ defmodule Ringbus.Server.ConnectionTest do
              RawClient.recv_until_closed(c)
 
     assert Enum.map(acks, &elem(&1, 0)) == Enum.to_list(101..110)
+  end
+
+  test "a skipped seq: pipelined pushes are acked with the seqs that hold them, and none is lost",
+       %{client: c} do
+    {{:ok, 1}, c} = RawClient.call(c, {:create, 1, "stall", 100, :drop_oldest, nil})
+    ch = Ringbus.Test.Internals.channel!("stall")
+
+    # A producer reserves seq 0 and stalls; a reader gives up on it.
+    {:ok, 0} = Ring.reserve(ch, 1)
+    assert Ring.skip(ch, 0)
+
+    # Two pushes in one read: stored as one batch, after the skipped seq.
+    RawClient.send_frames(c, [{:push, 2, :ack, "stall", "a"}, {:push, 3, :ack, "stall", "b"}])
+    assert {[{:push_acks, 2, [{2, {:ok, 1}}, {3, {:ok, 2}}]}], c} = RawClient.recv(c, 1)
+
+    # The stalled producer comes back and pushes again under a fresh seq.
+    assert Ring.commit(ch, 0, "late") == {:ok, 3}
+
+    assert {{:read_ok, 4, 0, 3, [{1, "a"}, {2, "b"}, {3, "late"}]}, c} =
+             RawClient.call(c, {:read, 4, "stall", 0, 10})
+
+    # A pull passes over the given-up seq; every count balances.
+    assert {{:pull_ok, 5, 1, "a"}, c} = RawClient.call(c, {:pull, 5, "stall"})
+
+    assert {{:info_ok, 6, %{pushed: 3, pulled: 1, skipped: 1, len: 2, overwritten: 0}}, _} =
+             RawClient.call(c, {:info, 6, "stall"})
   end
 end

@@ -21,8 +21,8 @@ defmodule Ringbus.Server.SessionTest do
   defp open(opts \\ []) do
     session = Session.new(Config.new!([port: 0] ++ opts))
 
-    assert {:ok, [{:hello_ok, 1, 1, _limits}], session} =
-             Session.handle([{:hello, 1, 1, 0, nil}], session)
+    assert {:ok, [{:hello_ok, 1, 2, _limits}], session} =
+             Session.handle([{:hello, 1, 2, 0, nil}], session)
 
     assert Session.open?(session)
     session
@@ -35,16 +35,16 @@ defmodule Ringbus.Server.SessionTest do
              Session.handle([{:ping, 1}, {:ping, 2}], session)
 
     assert {{:close, :bad_version}, [{:error, 7, :bad_version, _}], _} =
-             Session.handle([{:hello, 7, 2, 0, nil}], session)
+             Session.handle([{:hello, 7, 1, 0, nil}], session)
   end
 
   test "a HELLO without a token is refused when tokens are required" do
     session = Session.new(Config.new!(port: 0, tokens: %{"t" => :all}))
 
     assert {{:close, :auth_failed}, [{:error, 1, :auth_failed, _}], _} =
-             Session.handle([{:hello, 1, 1, 0, nil}], session)
+             Session.handle([{:hello, 1, 2, 0, nil}], session)
 
-    assert {:ok, [{:hello_ok, 1, 1, _}], _} = Session.handle([{:hello, 1, 1, 0, "t"}], session)
+    assert {:ok, [{:hello_ok, 1, 2, _}], _} = Session.handle([{:hello, 1, 2, 0, "t"}], session)
   end
 
   test "answers come in order, with the PUSH_ACKS of the read last", %{prefix: p} do

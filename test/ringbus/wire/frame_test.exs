@@ -36,8 +36,8 @@ defmodule Ringbus.Wire.FrameTest do
     end
 
     test "an empty token encodes as none" do
-      bytes = IO.iodata_to_binary(Frame.encode({:hello, 1, 1, 0, ""}))
-      assert {:ok, {:hello, 1, 1, 0, nil}, ""} = Frame.decode(bytes, @max)
+      bytes = IO.iodata_to_binary(Frame.encode({:hello, 1, 2, 0, ""}))
+      assert {:ok, {:hello, 1, 2, 0, nil}, ""} = Frame.decode(bytes, @max)
     end
   end
 
@@ -93,7 +93,7 @@ defmodule Ringbus.Wire.FrameTest do
          {:bad_field, :delete, :name}},
         {<<0x0C::32, 0x04, 1::32, 0x02, 1::16, "e", 0::32>>, {:bad_field, :push, :flags}},
         {<<0x0C::32, 0x05, 1::32, 0x80, 1::16, "e", 0::32>>, {:bad_field, :push_batch, :flags}},
-        {<<13::32, 0x02, 1::32, 1::16, "e", 1::32, 2>>, {:bad_field, :create, :overflow}},
+        {<<21::32, 0x02, 1::32, 1::16, "e", 1::32, 2, 0::64>>, {:bad_field, :create, :overflow}},
         {<<25::32, 0x0A, 1::32, 1::16, "e", 3, 0::64, 1::32, 1::32>>,
          {:bad_field, :subscribe, :from}},
         {<<25::32, 0x0A, 1::32, 1::16, "e", 1, 5::64, 1::32, 1::32>>,
@@ -126,10 +126,12 @@ defmodule Ringbus.Wire.FrameTest do
         {:push, -1, :ack, "e", "p"},
         {:push, 1, :maybe, "e", "p"},
         {:read, 1, "e", 0x1_0000_0000_0000_0000, 1},
-        {:create, 1, "e", 0x1_0000_0000, :drop_oldest},
-        {:create, 1, "e", 10, :sometimes},
+        {:create, 1, "e", 0x1_0000_0000, :drop_oldest, nil},
+        {:create, 1, "e", 10, :sometimes, nil},
         {:create, 1, "e", 10, :drop_oldest, :infinity},
-        {:info_ok, 1, Map.put(info, :max_bytes, 1024)},
+        {:create, 1, "e", 10, :drop_oldest, 0},
+        {:create, 1, "e", 10, :drop_oldest},
+        {:info_ok, 1, Map.put(info, :color, 1024)},
         {:info_ok, 1, Map.delete(info, :skipped)},
         {:push_batch, 1, :ack, "e", 2, ["a"]},
         {:push_batch, 1, :ack, "e", 1, ["a", "b"]},

@@ -53,4 +53,43 @@ defmodule Ringbus.Wire.VectorsTest do
       assert doc =~ "| #{code} | `#{reason}` | #{closes} |", "error #{reason}"
     end
   end
+
+  # Vectors written by hand, byte by byte, from the field tables: they check
+  # the codec against the document, not against itself.
+  @by_hand "test/fixtures/protocol_by_hand"
+
+  @hand_written [
+    {"hello.hex", {:hello, 7, 2, 0, "abc"}},
+    {"push_batch.hex", {:push_batch, 9, :no_ack, "q", 2, ["xy", ""]}},
+    {"info_ok.hex",
+     {:info_ok, 3,
+      %{
+        capacity: 16,
+        overflow: :drop_oldest,
+        max_bytes: nil,
+        len: 2,
+        first_seq: 5,
+        next_seq: 7,
+        pushed: 7,
+        pulled: 3,
+        overwritten: 2,
+        rejected: 0,
+        skipped: 0,
+        bytes: 10,
+        bytes_pushed: 35
+      }}},
+    {"error.hex", {:error, 0, :frame_too_large, "too big"}}
+  ]
+
+  test "the hand-written vectors decode to the frames their comments describe, and back" do
+    assert Enum.sort(File.ls!(@by_hand)) == Enum.sort(Enum.map(@hand_written, &elem(&1, 0)))
+
+    for {file, frame} <- @hand_written do
+      text = File.read!(Path.join(@by_hand, file))
+      bytes = text |> String.replace(~r/#[^\n]*/, "") |> Examples.unhex()
+
+      assert Frame.decode(bytes, byte_size(bytes)) == {:ok, frame, ""}, file
+      assert IO.iodata_to_binary(Frame.encode(frame)) == bytes, file
+    end
+  end
 end

@@ -203,7 +203,7 @@ defmodule Ringbus.Bench.NaiveFrameReader do
           idle_timeout: :infinity
         }
 
-        %{write(conn, {:hello_ok, corr, 1, limits}) | reads: 0}
+        %{write(conn, {:hello_ok, corr, 2, limits}) | reads: 0}
 
       {:ok, {:push, corr, _mode, name, payload}} ->
         write(conn, {:push_acks, 1, [{corr, Ringbus.push(name, payload)}]})

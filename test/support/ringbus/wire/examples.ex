@@ -12,30 +12,40 @@ defmodule Ringbus.Wire.Examples do
   @end_marker "<!-- vectors:end -->"
 
   @examples [
-    {"hello", {:hello, 1, 1, 0, "s3cret"},
-     "HELLO, correlation id 1, version 1, flags 0, token \"s3cret\""},
-    {"hello_no_token", {:hello, 1, 1, 0, nil}, "HELLO without a token"},
-    {"create", {:create, 2, "events", 1000, :reject},
-     "CREATE \"events\", capacity 1000, overflow reject"},
-    {"delete", {:delete, 3, "events"}, "DELETE \"events\""},
-    {"push", {:push, 4, :ack, "events", "hello"}, "PUSH \"hello\" to \"events\", acked"},
+    {"hello", {:hello, 1, 2, 0, "s3cret"},
+     "HELLO: corr 1, magic \"RBUS\", version 2, flags 0, token \"s3cret\" (6 bytes)"},
+    {"hello_no_token", {:hello, 1, 2, 0, nil},
+     "HELLO without a token: corr 1, magic \"RBUS\", version 2, flags 0, token of 0 bytes"},
+    {"create", {:create, 2, "events", 1000, :reject, 1_048_576},
+     "CREATE: corr 2, name \"events\", capacity 1000, overflow 1 (reject), " <>
+       "max_bytes 1048576 (1 MiB)"},
+    {"create_unbounded", {:create, 2, "events", 100_000, :drop_oldest, nil},
+     "CREATE: corr 2, name \"events\", capacity 100000, overflow 0 (drop_oldest), " <>
+       "max_bytes 0 (none)"},
+    {"delete", {:delete, 3, "events"}, "DELETE: corr 3, name \"events\""},
+    {"push", {:push, 4, :ack, "events", "hello"},
+     "PUSH: corr 4, flags 0 (acked), name \"events\", payload \"hello\" (5 bytes)"},
     {"push_no_ack", {:push, 5, :no_ack, "events", "fire"},
-     "PUSH \"fire\" to \"events\" with the no-ack flag"},
+     "PUSH: corr 5, flags 1 (no-ack), name \"events\", payload \"fire\" (4 bytes)"},
     {"push_batch", {:push_batch, 6, :ack, "events", 3, ["a", "bc", "def"]},
-     "PUSH_BATCH of 3 payloads to \"events\""},
-    {"pull", {:pull, 7, "events"}, "PULL from \"events\""},
-    {"read", {:read, 8, "events", 2, 100}, "READ \"events\" from seq 2, at most 100 messages"},
-    {"len", {:len, 9, "events"}, "LEN of \"events\""},
-    {"info", {:info, 10, "events"}, "INFO of \"events\""},
+     "PUSH_BATCH: corr 6, flags 0 (acked), name \"events\", count 3, " <>
+       "payloads \"a\", \"bc\", \"def\""},
+    {"pull", {:pull, 7, "events"}, "PULL: corr 7, name \"events\""},
+    {"read", {:read, 8, "events", 2, 100},
+     "READ: corr 8, name \"events\", from seq 2, max 100 messages"},
+    {"len", {:len, 9, "events"}, "LEN: corr 9, name \"events\""},
+    {"info", {:info, 10, "events"}, "INFO: corr 10, name \"events\""},
     {"subscribe", {:subscribe, 11, "events", :earliest, 1000, 256},
-     "SUBSCRIBE to \"events\" from the earliest message, credit 1000, max batch 256"},
+     "SUBSCRIBE: corr 11, name \"events\", from_kind 1 (earliest), from_seq 0, " <>
+       "credit 1000, max_batch 256"},
     {"subscribe_seq", {:subscribe, 12, "events", 42, 10, 5},
-     "SUBSCRIBE to \"events\" from seq 42, credit 10, max batch 5"},
-    {"credit", {:credit, 13, 1, 100}, "CREDIT of 100 messages to subscription 1"},
-    {"unsubscribe", {:unsubscribe, 14, 1}, "UNSUBSCRIBE subscription 1"},
-    {"ping", {:ping, 15}, "PING"},
+     "SUBSCRIBE: corr 12, name \"events\", from_kind 0 (a seq), from_seq 42, credit 10, " <>
+       "max_batch 5"},
+    {"credit", {:credit, 13, 1, 100}, "CREDIT: corr 13, sub_id 1, credit 100"},
+    {"unsubscribe", {:unsubscribe, 14, 1}, "UNSUBSCRIBE: corr 14, sub_id 1"},
+    {"ping", {:ping, 15}, "PING: corr 15"},
     {"hello_ok",
-     {:hello_ok, 1, 1,
+     {:hello_ok, 1, 2,
       %{
         max_frame_size: 8_388_608,
         max_payload_size: 8_388_544,
@@ -43,31 +53,35 @@ defmodule Ringbus.Wire.Examples do
         max_credit: 100_000,
         idle_timeout: 60_000
       }},
-     "HELLO_OK, version 1, max frame 8 MiB, max payload 8 MiB - 64, " <>
-       "64 subscriptions, max credit 100000, idle timeout 60 s"},
+     "HELLO_OK: corr 1, version 2, max_frame_size 8388608 (8 MiB), " <>
+       "max_payload_size 8388544 (8 MiB - 64), max_subscriptions 64, max_credit 100000, " <>
+       "idle_timeout 60000 ms"},
     {"hello_ok_no_idle",
-     {:hello_ok, 1, 1,
+     {:hello_ok, 1, 2,
       %{
         max_frame_size: 65_536,
         max_payload_size: 65_472,
         max_subscriptions: 16,
         max_credit: 1000,
         idle_timeout: :infinity
-      }}, "HELLO_OK with no idle timeout (0)"},
-    {"ok", {:ok, 2}, "OK to the CREATE of correlation id 2"},
+      }},
+     "HELLO_OK: corr 1, version 2, max_frame_size 65536, max_payload_size 65472, " <>
+       "max_subscriptions 16, max_credit 1000, idle_timeout 0 (none)"},
+    {"ok", {:ok, 2}, "OK: corr 2 (the CREATE)"},
     {"push_acks", {:push_acks, 3, [{4, {:ok, 0}}, {6, {:ok, 1}}, {16, {:error, :full}}]},
-     "PUSH_ACKS for three pushes of one read: seq 0, seq 1 (a batch, its first seq), " <>
-       "and a push refused with full (103)"},
-    {"pull_ok", {:pull_ok, 7, 0, "hello"}, "PULL_OK: seq 0, \"hello\""},
-    {"empty", {:empty, 7}, "EMPTY: the channel held nothing to pull"},
+     "PUSH_ACKS for three pushes of one read: count 3; corr 4, status 0, seq 0; " <>
+       "corr 6 (a batch), status 0, seq 1 (its first); corr 16, status 103 (full), seq 0"},
+    {"pull_ok", {:pull_ok, 7, 0, "hello"}, "PULL_OK: corr 7, seq 0, payload \"hello\" (5 bytes)"},
+    {"empty", {:empty, 7}, "EMPTY: corr 7 (nothing to pull)"},
     {"read_ok", {:read_ok, 8, 1, 2, [{3, "bc"}, {4, "def"}]},
-     "READ_OK: 1 message lost, then seqs 3 and 4"},
-    {"len_ok", {:len_ok, 9, 4}, "LEN_OK: 4 messages"},
+     "READ_OK: corr 8, lost 1, count 2; seq 3, payload \"bc\"; seq 4, payload \"def\""},
+    {"len_ok", {:len_ok, 9, 4}, "LEN_OK: corr 9, len 4"},
     {"info_ok",
      {:info_ok, 10,
       %{
         capacity: 1000,
         overflow: :reject,
+        max_bytes: 1_048_576,
         len: 4,
         first_seq: 2,
         next_seq: 6,
@@ -76,22 +90,27 @@ defmodule Ringbus.Wire.Examples do
         overwritten: 0,
         rejected: 2,
         skipped: 1,
-        bytes: 11
+        bytes: 9,
+        bytes_pushed: 11
       }},
-     "INFO_OK of a reject channel: seq 0 pulled, seq 1 skipped (its producer stalled), " <>
-       "seqs 2 to 5 held, 2 messages refused, 11 payload bytes pushed in all"},
-    {"subscribed", {:subscribed, 11, 1}, "SUBSCRIBED: subscription id 1"},
+     "INFO_OK of a reject channel: corr 10, capacity 1000, overflow 1 (reject), " <>
+       "max_bytes 1048576, len 4, first_seq 2, next_seq 6, pushed 5, pulled 1, " <>
+       "overwritten 0, rejected 2, skipped 1 (seq 1: its producer stalled), bytes 9 held, " <>
+       "bytes_pushed 11"},
+    {"subscribed", {:subscribed, 11, 1}, "SUBSCRIBED: corr 11, sub_id 1"},
     {"deliver", {:deliver, 1, 0, 2, [{1, "a"}, {2, "bc"}]},
-     "DELIVER to subscription 1: nothing lost, seqs 1 and 2"},
+     "DELIVER: sub_id 1, lost 0, count 2; seq 1, payload \"a\"; seq 2, payload \"bc\""},
     {"deliver_lost", {:deliver, 1, 7, 1, [{10, "late"}]},
-     "DELIVER to subscription 1: 7 messages lost, then seq 10"},
+     "DELIVER: sub_id 1, lost 7, count 1; seq 10, payload \"late\""},
     {"sub_closed", {:sub_closed, 1, :no_channel},
-     "SUB_CLOSED: subscription 1 ended, its channel was deleted (no_channel, 101)"},
-    {"pong", {:pong, 15}, "PONG"},
+     "SUB_CLOSED: sub_id 1, code 101 (no_channel: its channel was deleted)"},
+    {"pong", {:pong, 15}, "PONG: corr 15"},
     {"error", {:error, 2, :exists, "channel exists"},
-     "ERROR to correlation id 2: exists (102), connection stays open"},
+     "ERROR: corr 2, code 102 (exists), message \"channel exists\"; " <>
+       "the connection stays open"},
     {"error_connection", {:error, 0, :idle_timeout, "idle"},
-     "ERROR tied to no request: idle_timeout (8), the server closes the connection"}
+     "ERROR tied to no request: corr 0, code 8 (idle_timeout), message \"idle\"; " <>
+       "the server closes the connection"}
   ]
 
   @doc "`[{name, frame, description}]`, in the order of the document."

@@ -11,7 +11,7 @@ defmodule Ringbus.Wire.FrameGenerators do
   def request do
     :proper_types.oneof([
       hello(),
-      let({u32(), name(), u32(), overflow()}, &Tuple.insert_at(&1, 0, :create)),
+      let({u32(), name(), u32(), overflow(), max_bytes()}, &Tuple.insert_at(&1, 0, :create)),
       let({u32(), name()}, fn {corr, name} -> {:delete, corr, name} end),
       let({u32(), ack_mode(), name(), payload()}, &Tuple.insert_at(&1, 0, :push)),
       let({u32(), ack_mode(), name(), :proper_types.list(payload())}, fn {corr, mode, name, ps} ->
@@ -72,15 +72,17 @@ defmodule Ringbus.Wire.FrameGenerators do
   end
 
   defp info_ok do
-    counters = List.to_tuple(for _ <- 1..9, do: u64())
+    counters = List.to_tuple(for _ <- 1..10, do: u64())
 
-    let({u32(), u32(), overflow(), counters}, fn {corr, cap, ov, counters} ->
-      {len, first, next, pushed, pulled, overwritten, rejected, skipped, bytes} = counters
+    let({u32(), u32(), overflow(), max_bytes(), counters}, fn {corr, cap, ov, max, counters} ->
+      {len, first, next, pushed, pulled, overwritten, rejected, skipped, bytes, bytes_pushed} =
+        counters
 
       {:info_ok, corr,
        %{
          capacity: cap,
          overflow: ov,
+         max_bytes: max,
          len: len,
          first_seq: first,
          next_seq: next,
@@ -89,21 +91,44 @@ defmodule Ringbus.Wire.FrameGenerators do
          overwritten: overwritten,
          rejected: rejected,
          skipped: skipped,
-         bytes: bytes
+         bytes: bytes,
+         bytes_pushed: bytes_pushed
        }}
     end)
   end
 
   def u16, do: :proper_types.integer(0, 0xFFFF)
 
-  def u32,
-    do:
-      :proper_types.oneof([:proper_types.integer(0, 300), :proper_types.integer(0, 0xFFFF_FFFF)])
+  # Small values, any value, and the edges of the range.
+  def u32 do
+    :proper_types.oneof([
+      :proper_types.integer(0, 300),
+      :proper_types.integer(0, 0xFFFF_FFFF),
+      :proper_types.elements([0, 1, 0xFFFF, 0x1_0000, 0xFFFF_FFFE, 0xFFFF_FFFF])
+    ])
+  end
 
   def u64 do
     :proper_types.oneof([
       :proper_types.integer(0, 300),
-      :proper_types.integer(0, 0xFFFF_FFFF_FFFF_FFFF)
+      :proper_types.integer(0, 0xFFFF_FFFF_FFFF_FFFF),
+      :proper_types.elements([
+        0,
+        1,
+        0xFFFF_FFFF,
+        0x1_0000_0000,
+        0xFFFF_FFFF_FFFF_FFFE,
+        0xFFFF_FFFF_FFFF_FFFF
+      ])
+    ])
+  end
+
+  # nil is sent as 0.
+  defp max_bytes do
+    :proper_types.oneof([
+      nil,
+      :proper_types.integer(1, 0xFFFF_FFFF_FFFF_FFFF),
+      :proper_types.elements([1, 0xFFFF_FFFF_FFFF_FFFF])
     ])
   end
 
@@ -114,12 +139,20 @@ defmodule Ringbus.Wire.FrameGenerators do
     ])
   end
 
+  # Any small payload, and the sizes that test the edges: empty, two bytes,
+  # a few KB, 64 KiB.
   def payload do
     :proper_types.frequency([
       {6, :proper_types.binary()},
-      {1, let(:proper_types.integer(0, 3000), &:proper_types.binary/1)}
+      {1, :proper_types.elements([<<>>, <<0, 255>>])},
+      {1, let(:proper_types.integer(0, 3000), &:proper_types.binary/1)},
+      {1, let({:proper_types.byte(), :proper_types.elements([65_535, 65_536])}, &big/1)}
     ])
   end
+
+  # Made from one random byte: PropEr would build a random binary that long
+  # byte by byte.
+  defp big({byte, size}), do: :binary.copy(<<byte>>, size)
 
   defp messages, do: :proper_types.list({u64(), payload()})
   defp ack_mode, do: :proper_types.elements([:ack, :no_ack])
