@@ -47,12 +47,15 @@ defmodule Ringbus.Server do
     * `:tls` - `:ssl` server options, with `:certfile`/`:keyfile` (or
       `:cert`/`:key`), to serve TLS instead of plain TCP. Default `nil`.
     * `:tokens` - `nil` (no auth, the default) or a map of token to grants:
-      `:all`, or `[read: prefixes, write: prefixes]` where prefixes is `:all`
-      or a list of channel name prefixes. Read covers PULL, READ, LEN, INFO
-      and SUBSCRIBE; write covers CREATE, DELETE, PUSH and PUSH_BATCH. With
-      tokens, a HELLO without a valid one is refused.
-    * `:auto_create` - channel options for channels created by their first
-      push, or `false` to answer such pushes with `no_channel`.
+      `:all`, or `[read: prefixes, write: prefixes, manage: prefixes]` where
+      prefixes is `:all` or a list of channel name prefixes (a grant left out
+      is none). Read covers READ, LEN, INFO and SUBSCRIBE; write covers PUSH,
+      PUSH_BATCH and PULL (a pull removes messages); manage covers CREATE and
+      DELETE. With tokens, a HELLO without a valid one is refused. See the
+      rights table in `docs/PROTOCOL.md`, section 3.
+    * `:auto_create` - channel options (see `Ringbus.Channel`) for channels
+      created by their first push, which needs only the write grant, or
+      `false` to answer such pushes with `no_channel`.
       Default `[capacity: 100_000, overflow: :drop_oldest]`.
     * `:max_frame_size` - the largest frame accepted, in bytes; a longer
       length prefix closes the connection. Default 16 MiB.
@@ -67,7 +70,9 @@ defmodule Ringbus.Server do
     * `:max_credit` - the most credit a subscription may hold, in messages.
       Default `10_000`.
     * `:max_out_bytes` - bytes queued for one client before its connection
-      stops and waits for it (the socket's high watermark). Default 4 MiB.
+      stops and waits for it (the socket's high watermark). The queue holds
+      at most two more writes past it, each the answers to one read or one
+      `DELIVER`. Default 4 MiB.
     * `:acceptors` - accepting processes. Default `4`.
     * `:buffer_size` - socket buffer sizes, in bytes: the kernel's send and
       receive buffers and the size of one read. Default 256 KiB, which keeps

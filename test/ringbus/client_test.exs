@@ -364,6 +364,27 @@ defmodule Ringbus.ClientTest do
       refute_received {:ringbus_down, _, _}
     end
 
+    test "a client pings every third of the server's idle timeout", %{port: _port} do
+      test = self()
+
+      {port, _server} =
+        fake_server(
+          fn socket ->
+            # Count the PINGs that come within twice the timeout.
+            deadline = System.monotonic_time(:millisecond) + 1_200
+            send(test, {:pings, count_pings(socket, deadline, 0)})
+          end,
+          600
+        )
+
+      c = Client.connect!(port: port)
+      # At a third of 600 ms, five or six PINGs come in 1.2 s; at the timeout
+      # itself, two at most.
+      assert_receive {:pings, pings}, 5_000
+      assert pings >= 4
+      Client.close(c)
+    end
+
     test "the client closes when its owner exits", %{port: port} do
       test = self()
 
@@ -381,7 +402,7 @@ defmodule Ringbus.ClientTest do
   end
 
   # A listener that says HELLO_OK to one client, then runs `fun` on the socket.
-  defp fake_server(fun) do
+  defp fake_server(fun, idle_timeout \\ :infinity) do
     {:ok, listen} = :gen_tcp.listen(0, [:binary, active: false, ip: {127, 0, 0, 1}])
     {:ok, port} = :inet.port(listen)
 
@@ -395,7 +416,7 @@ defmodule Ringbus.ClientTest do
           max_payload_size: 1_048_512,
           max_subscriptions: 4,
           max_credit: 100,
-          idle_timeout: :infinity
+          idle_timeout: idle_timeout
         }
 
         :ok = :gen_tcp.send(socket, Ringbus.Wire.Frame.encode({:hello_ok, corr, 2, limits}))
@@ -405,5 +426,16 @@ defmodule Ringbus.ClientTest do
       end)
 
     {port, server}
+  end
+
+  defp count_pings(socket, deadline, count) do
+    case :gen_tcp.recv(socket, 9, max(deadline - System.monotonic_time(:millisecond), 0)) do
+      {:ok, <<5::32, 0x0D, corr::32>>} ->
+        :ok = :gen_tcp.send(socket, Ringbus.Wire.Frame.encode({:pong, corr}))
+        count_pings(socket, deadline, count + 1)
+
+      {:error, :timeout} ->
+        count
+    end
   end
 end

@@ -27,6 +27,12 @@ defmodule Ringbus.Test.RawClient do
     client
   end
 
+  @doc """
+  From now on, reads frames no longer than `max_frame_size`: a longer one
+  fails the read, so a test can hold the server to its own limit.
+  """
+  def limit(client, max_frame_size), do: %{client | decoder: Decoder.new(max_frame_size)}
+
   @doc "Connects and says HELLO; returns the client and the HELLO_OK limits."
   def hello!(port, opts \\ []) do
     client = connect!(port, opts)
@@ -50,8 +56,13 @@ defmodule Ringbus.Test.RawClient do
   def recv(client, count, timeout) do
     case client.mod.recv(client.socket, 0, timeout) do
       {:ok, data} ->
-        {:ok, new, decoder} = Decoder.feed(client.decoder, data)
-        recv(%{client | decoder: decoder, frames: client.frames ++ new}, count, timeout)
+        case Decoder.feed(client.decoder, data) do
+          {:ok, new, decoder} ->
+            recv(%{client | decoder: decoder, frames: client.frames ++ new}, count, timeout)
+
+          {:error, reason, _frames} ->
+            raise "the server sent a bad frame: #{inspect(reason)}"
+        end
 
       {:error, reason} ->
         raise "recv failed after #{length(client.frames)} frames: #{inspect(reason)}"

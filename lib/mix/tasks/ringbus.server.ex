@@ -84,7 +84,7 @@ defmodule Mix.Tasks.Ringbus.Server do
     [
       host: flags[:host] || env.("RINGBUS_HOST"),
       port: flags[:port] || (env.("RINGBUS_PORT") && String.to_integer(env.("RINGBUS_PORT"))),
-      tls: certfile && keyfile && [certfile: certfile, keyfile: keyfile],
+      tls: tls!(certfile, keyfile),
       tokens: if(tokens != [], do: Map.new(tokens, &{&1, :all})),
       auto_create: auto_create,
       max_frame_size: flags[:max_frame_size],
@@ -94,5 +94,21 @@ defmodule Mix.Tasks.Ringbus.Server do
       handshake_timeout: flags[:handshake_timeout]
     ]
     |> Enum.reject(fn {_key, value} -> is_nil(value) end)
+  end
+
+  # TLS takes both files; one without the other must not serve plain TCP.
+  defp tls!(nil, nil), do: nil
+
+  defp tls!(certfile, keyfile) when certfile != nil and keyfile != nil,
+    do: [certfile: certfile, keyfile: keyfile]
+
+  defp tls!(certfile, _keyfile) do
+    {given, missing} =
+      if certfile, do: {"--certfile", "--keyfile"}, else: {"--keyfile", "--certfile"}
+
+    Mix.raise(
+      "#{given} was given without #{missing} (or RINGBUS_CERTFILE/RINGBUS_KEYFILE): " <>
+        "TLS needs both, and the server will not fall back to plain TCP"
+    )
   end
 end

@@ -4,6 +4,7 @@ defmodule Ringbus.Server.Config do
   # acceptors and connections.
 
   alias Ringbus.Options
+  alias Ringbus.Server.Auth
   alias Ringbus.Wire.Frame
 
   @default_buffer_size 256 * 1024
@@ -114,18 +115,27 @@ defmodule Ringbus.Server.Config do
   defp tokens!(nil), do: nil
 
   defp tokens!(tokens) when is_map(tokens) do
-    Map.new(tokens, fn
+    tokens
+    |> Map.new(fn
       {token, :all} when is_binary(token) ->
-        {token, %{read: :all, write: :all}}
+        {token, Auth.all()}
 
       {token, grants} when is_binary(token) and is_list(grants) ->
-        grants = Keyword.validate!(grants, read: [], write: [])
-        {token, %{read: prefixes!(grants[:read]), write: prefixes!(grants[:write])}}
+        grants = Keyword.validate!(grants, read: [], write: [], manage: [])
+
+        {token,
+         %{
+           read: prefixes!(grants[:read]),
+           write: prefixes!(grants[:write]),
+           manage: prefixes!(grants[:manage])
+         }}
 
       other ->
         raise ArgumentError,
-              "expected each token to map to :all or [read: prefixes, write: prefixes], got: #{inspect(other)}"
+              "expected each token to map to :all or [read: prefixes, write: prefixes, " <>
+                "manage: prefixes], got: #{inspect(other)}"
     end)
+    |> Auth.tokens()
   end
 
   defp tokens!(other),

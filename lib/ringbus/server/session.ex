@@ -229,7 +229,7 @@ defmodule Ringbus.Server.Session do
   defp request(session, {:ping, corr}), do: reply(session, {:pong, corr})
 
   defp request(session, {:create, corr, name, capacity, overflow, max_bytes}) do
-    guarded(session, corr, :write, name, fn ->
+    guarded(session, corr, :manage, name, fn ->
       if capacity == 0 do
         {:error, :bad_argument, "capacity must be positive"}
       else
@@ -240,13 +240,14 @@ defmodule Ringbus.Server.Session do
   end
 
   defp request(session, {:delete, corr, name}) do
-    guarded(session, corr, :write, name, fn ->
+    guarded(session, corr, :manage, name, fn ->
       with :ok <- Ringbus.delete(name), do: {:ok, corr}
     end)
   end
 
+  # A pull removes what it takes: it needs the right to write.
   defp request(session, {:pull, corr, name}) do
-    guarded(session, corr, :read, name, fn ->
+    guarded(session, corr, :write, name, fn ->
       case Ringbus.pull(name) do
         {:ok, seq, payload} -> {:pull_ok, corr, seq, payload}
         :empty -> {:empty, corr}

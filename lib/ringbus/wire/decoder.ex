@@ -157,18 +157,19 @@ defmodule Ringbus.Wire.Decoder do
 
   # The first header is checked against `first`, every later one against
   # `max_frame_size`.
-  defp body(length, rest, %__MODULE__{first: first} = decoder, frames) when first != nil do
-    if length > first,
-      do: {:error, :frame_too_large, :lists.reverse(frames)},
-      else: body(length, rest, %__MODULE__{decoder | first: nil}, frames)
-  end
+  defp body(length, rest, %__MODULE__{first: nil, max_frame_size: max} = decoder, frames),
+    do: checked(length, max, rest, decoder, frames)
 
-  defp body(length, _rest, %__MODULE__{max_frame_size: max}, frames) when length > max,
+  defp body(length, rest, %__MODULE__{first: first} = decoder, frames),
+    do: checked(length, first, rest, %__MODULE__{decoder | first: nil}, frames)
+
+  defp checked(length, max, _rest, _decoder, frames) when length > max,
     do: {:error, :frame_too_large, :lists.reverse(frames)}
 
-  defp body(0, _rest, _decoder, frames), do: {:error, :empty_frame, :lists.reverse(frames)}
+  defp checked(0, _max, _rest, _decoder, frames),
+    do: {:error, :empty_frame, :lists.reverse(frames)}
 
-  defp body(length, rest, decoder, frames) do
+  defp checked(length, _max, rest, decoder, frames) do
     case rest do
       <<frame::binary-size(length), rest::binary>> ->
         case Frame.decode_body(frame, decoder.accept) do

@@ -34,4 +34,17 @@ defmodule Mix.Tasks.Ringbus.ServerTest do
     assert opts[:auto_create] == false
     assert Task.options(port: 7002)[:port] == 7002
   end
+
+  test "a certificate without its key, or the reverse, is an error, not plain TCP" do
+    assert_raise Mix.Error, ~r/--certfile was given without --keyfile/, fn ->
+      Task.options(certfile: "cert.pem")
+    end
+
+    assert_raise Mix.Error, ~r/--keyfile was given without --certfile/, fn ->
+      Task.options(keyfile: "key.pem")
+    end
+
+    assert Task.options(certfile: "c.pem", keyfile: "k.pem")[:tls] ==
+             [certfile: "c.pem", keyfile: "k.pem"]
+  end
 end

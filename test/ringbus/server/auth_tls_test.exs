@@ -10,50 +10,94 @@ defmodule Ringbus.Server.AuthTLSTest do
     setup do
       tokens = %{
         "root" => :all,
-        "app" => [read: ["app."], write: ["app."]],
+        "app" => [read: ["app."], write: ["app."], manage: ["app."]],
         "reader" => [read: :all]
       }
 
       server = start_supervised!({Ringbus.Server, port: 0, tokens: tokens})
-      on_exit(fn -> Ringbus.delete("app.events") end)
+      on_exit(fn -> for name <- ["app.x", "other.x", "other.new"], do: Ringbus.delete(name) end)
       {:ok, port: Ringbus.Server.port(server)}
     end
 
     test "HELLO without a valid token is refused and closed", %{port: port} do
-      for token <- [nil, "wrong", "roo", "rootx"] do
+      for token <- [nil, "wrong", "roo", "rootx", "root" <> <<0>>] do
         client = RawClient.connect!(port)
         RawClient.send_frames(client, [{:hello, 5, 2, 0, token}])
         assert [{:error, 5, :auth_failed, _}] = RawClient.recv_until_closed(client)
       end
     end
 
-    test "a token limited to a prefix may use only those channels", %{port: port} do
-      {c, _} = RawClient.hello!(port, token: "app")
+    # Every request on a channel inside and outside the "app." prefix, for a
+    # token with all rights, one with every right on "app." only, and one
+    # that may only read. Each runs on a fresh, empty channel.
+    @requests [
+      create: :manage,
+      delete: :manage,
+      push: :write,
+      push_batch: :write,
+      pull: :write,
+      read: :read,
+      len: :read,
+      info: :read,
+      subscribe: :read
+    ]
 
-      RawClient.send_frames(c, [
-        {:push, 1, :ack, "app.events", "a"},
-        {:push, 2, :ack, "other", "b"}
-      ])
+    test "the rights table: which token may do what on which channel", %{port: port} do
+      for token <- ["root", "app", "reader"],
+          name <- ["app.x", "other.x"],
+          {op, access} <- @requests do
+        Ringbus.delete(name)
+        :ok = Ringbus.create(name, capacity: 10)
+        {c, _} = RawClient.hello!(port, token: token)
+        reply = request(c, op, name)
+        RawClient.close(c)
 
-      assert {[{:push_acks, 2, [{1, {:ok, 0}}, {2, {:error, :forbidden}}]}], c} =
-               RawClient.recv(c, 1)
-
-      assert {{:pull_ok, 3, 0, "a"}, c} = RawClient.call(c, {:pull, 3, "app.events"})
-      assert {{:error, 4, :forbidden, _}, c} = RawClient.call(c, {:read, 4, "other", 0, 1})
-
-      assert {{:error, 5, :forbidden, _}, _} =
-               RawClient.call(c, {:create, 5, "other", 1, :reject, nil})
+        expected = if allowed?(token, access, name), do: allowed_reply(op), else: :forbidden
+        assert outcome(reply) == expected, "#{token} #{op} #{name}: #{inspect(reply)}"
+      end
     end
 
-    test "a read-only token reads but does not write", %{port: port} do
-      {root, _} = RawClient.hello!(port, token: "root")
-      {{:ok, 1}, _} = RawClient.call(root, {:create, 1, "ro", 10, :drop_oldest, nil})
+    test "a push the token may not make creates no channel", %{port: port} do
       {c, _} = RawClient.hello!(port, token: "reader")
-      assert {{:len_ok, 1, 0}, c} = RawClient.call(c, {:len, 1, "ro"})
-      RawClient.send_frames(c, [{:push, 2, :ack, "ro", "x"}])
-      assert {[{:push_acks, 1, [{2, {:error, :forbidden}}]}], _} = RawClient.recv(c, 1)
-      Ringbus.delete("ro")
+      RawClient.send_frames(c, [{:push, 1, :ack, "other.new", "x"}])
+      assert {[{:push_acks, 1, [{1, {:error, :forbidden}}]}], _} = RawClient.recv(c, 1)
+      assert Ringbus.info("other.new") == {:error, :no_channel}
+
+      {c, _} = RawClient.hello!(port, token: "app")
+      RawClient.send_frames(c, [{:push, 1, :ack, "other.new", "x"}])
+      assert {[{:push_acks, 1, [{1, {:error, :forbidden}}]}], _} = RawClient.recv(c, 1)
+      assert Ringbus.info("other.new") == {:error, :no_channel}
     end
+
+    defp allowed?("root", _access, _name), do: true
+    defp allowed?("app", _access, name), do: String.starts_with?(name, "app.")
+    defp allowed?("reader", access, _name), do: access == :read
+
+    defp request(c, :create, name), do: call(c, {:create, 1, name, 10, :reject, nil})
+    defp request(c, :delete, name), do: call(c, {:delete, 1, name})
+    defp request(c, :push, name), do: call(c, {:push, 1, :ack, name, "x"})
+    defp request(c, :push_batch, name), do: call(c, {:push_batch, 1, :ack, name, 1, ["x"]})
+    defp request(c, :pull, name), do: call(c, {:pull, 1, name})
+    defp request(c, :read, name), do: call(c, {:read, 1, name, 0, 10})
+    defp request(c, :len, name), do: call(c, {:len, 1, name})
+    defp request(c, :info, name), do: call(c, {:info, 1, name})
+    defp request(c, :subscribe, name), do: call(c, {:subscribe, 1, name, :latest, 1, 1})
+
+    defp call(c, frame), do: c |> RawClient.call(frame) |> elem(0)
+
+    defp outcome({:error, 1, :forbidden, _}), do: :forbidden
+    defp outcome({:push_acks, 1, [{1, {:error, :forbidden}}]}), do: :forbidden
+    defp outcome({:push_acks, 1, [{1, {:ok, 0}}]}), do: :pushed
+    defp outcome(reply), do: elem(reply, 0)
+
+    defp allowed_reply(:create), do: :error
+    defp allowed_reply(:delete), do: :ok
+    defp allowed_reply(op) when op in [:push, :push_batch], do: :pushed
+    defp allowed_reply(:pull), do: :empty
+    defp allowed_reply(:read), do: :read_ok
+    defp allowed_reply(:len), do: :len_ok
+    defp allowed_reply(:info), do: :info_ok
+    defp allowed_reply(:subscribe), do: :subscribed
   end
 
   test "TLS: handshake, HELLO, push and ack" do

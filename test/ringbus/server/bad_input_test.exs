@@ -6,16 +6,31 @@ defmodule Ringbus.Server.BadInputTest do
   alias Ringbus.Test.RawClient
   alias Ringbus.Wire.Frame
 
+  import Ringbus.Test.Eventually
+
   setup do
     opts = [port: 0, handshake_timeout: 300, idle_timeout: 1_000]
     server = start_supervised!({Ringbus.Server, opts})
     port = Ringbus.Server.port(server)
     {bystander, _} = RawClient.hello!(port)
-    {:ok, port: port, server: server, bystander: bystander}
+    # The bystander's channel and its subscription, to check after each case.
+    Ringbus.delete("bystander")
+    :ok = Ringbus.create("bystander", capacity: 100)
+
+    {{:subscribed, 1, sub}, bystander} =
+      RawClient.call(bystander, {:subscribe, 1, "bystander", :latest, 100, 100})
+
+    [conn] = Ringbus.Server.connections(server)
+    on_exit(fn -> Ringbus.delete("bystander") end)
+    {:ok, port: port, server: server, bystander: {bystander, conn, sub}, tree: tree(server)}
   end
 
-  # Sends `bytes`, expects an ERROR with `code` and then the close; checks the
-  # other connection and the server's memory.
+  # The server's own processes: none may restart because of a client.
+  defp tree(server), do: for({id, pid, _, _} <- Supervisor.which_children(server), do: {id, pid})
+
+  # Sends `bytes`, expects an ERROR with `code` and then the close; checks that
+  # nothing beyond that connection moved: the server's processes, the other
+  # connection, its subscription, and the VM's memory.
   defp assert_refused(ctx, bytes, code, opts \\ []) do
     memory = :erlang.memory(:total)
     client = RawClient.connect!(ctx.port)
@@ -27,10 +42,15 @@ defmodule Ringbus.Server.BadInputTest do
              Enum.reject(frames, &match?({:hello_ok, _, _, _}, &1))
 
     assert is_binary(message) and message != ""
-
-    assert {{:pong, 99}, _} = RawClient.call(ctx.bystander, {:ping, 99})
-    assert Process.alive?(ctx.server)
+    assert_untouched(ctx)
     assert :erlang.memory(:total) - memory < 50_000_000
+  end
+
+  defp assert_untouched(%{bystander: {bystander, conn, sub}} = ctx) do
+    assert tree(ctx.server) == ctx.tree
+    assert Ringbus.Server.connections(ctx.server) == [conn]
+    {:ok, seq} = Ringbus.push("bystander", "still here")
+    assert {[{:deliver, ^sub, 0, 1, [{^seq, "still here"}]}], _} = RawClient.recv(bystander, 1)
   end
 
   test "garbage bytes (an HTTP request)", ctx do
@@ -103,6 +123,13 @@ defmodule Ringbus.Server.BadInputTest do
     )
 
     RawClient.close(client)
-    assert {{:pong, 3}, _} = RawClient.call(ctx.bystander, {:ping, 3})
+    assert eventually(fn -> length(Ringbus.Server.connections(ctx.server)) == 1 end)
+    assert_untouched(ctx)
+  end
+
+  test "a server opcode, whatever its body, is an unknown opcode", ctx do
+    # HELLO_OK's opcode with a body that does not parse as HELLO_OK.
+    assert_refused(ctx, <<0, 0, 0, 5, 0x81, 0, 0, 0, 1>>, :unknown_opcode, hello: true)
+    assert_refused(ctx, <<0, 0, 0, 5, 0x81, 0, 0, 0, 1>>, :unknown_opcode)
   end
 end

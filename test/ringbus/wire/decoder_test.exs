@@ -174,6 +174,19 @@ defmodule Ringbus.Wire.DecoderTest do
                Decoder.feed(Decoder.new(@max, first: 65_550), FrameGenerators.bytes([big]))
     end
 
+    test "a first frame above max_frame_size but within :first is taken, however split" do
+      hello = {:hello, 1, 1, 0, :binary.copy("t", 60_000)}
+      bytes = FrameGenerators.bytes([hello, {:ping, 2}])
+      decoder = Decoder.new(1024, first: 65_550)
+
+      for at <- [1, 4, 5, 1_000, 60_000, byte_size(bytes) - 1] do
+        <<a::binary-size(at), b::binary>> = bytes
+        {:ok, first, decoder} = Decoder.feed(decoder, a)
+        {:ok, second, _} = Decoder.feed(decoder, b)
+        assert first ++ second == [hello, {:ping, 2}], "split at #{at}"
+      end
+    end
+
     test "a frame of the other direction is an unknown opcode, whatever its body" do
       server = Decoder.new(@max, accept: :requests)
       client = Decoder.new(@max, accept: :responses)

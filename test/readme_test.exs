@@ -1,0 +1,30 @@
+defmodule Ringbus.ReadmeTest do
+  # README's "Ten lines" example runs as it is written.
+  use ExUnit.Case, async: false
+
+  test "the ten lines of README run" do
+    [_, after_heading] = String.split(File.read!("README.md"), "## Ten lines", parts: 2)
+    [_, code, _] = String.split(after_heading, ["```elixir\n", "```\n"], parts: 3)
+
+    Ringbus.delete("events")
+    on_exit(fn -> Ringbus.delete("events") end)
+
+    # Run in a process of its own: the example subscribes its caller.
+    task = Task.async(fn -> Code.eval_string(code) end)
+    assert {_result, _binding} = Task.await(task, 5_000)
+  end
+
+  test "the network example prints what README says it prints" do
+    [_, section] = String.split(File.read!("README.md"), "## Over the network", parts: 2)
+    [_, code] = Regex.run(~r/mix run -e '(.*?)'/s, section)
+    [_, printed] = Regex.run(~r/which prints `([^`]+)`/, section)
+
+    server = start_supervised!({Ringbus.Server, port: 0})
+    Ringbus.delete("events")
+    on_exit(fn -> Ringbus.delete("events") end)
+
+    code = String.replace(code, "port: 7171", "port: #{Ringbus.Server.port(server)}")
+    output = ExUnit.CaptureIO.capture_io(fn -> Code.eval_string(code) end)
+    assert String.trim(output) == printed
+  end
+end

@@ -1,0 +1,177 @@
+defmodule Ringbus.Server.ProtocolTest do
+  # The promises of docs/PROTOCOL.md that are not about one opcode: which
+  # error wins, limits before and after HELLO, auto-create, the order of
+  # answers, and what a subscription says when.
+  use ExUnit.Case, async: false
+
+  alias Ringbus.Test.RawClient
+  alias Ringbus.Wire.Frame
+
+  defp start_server(opts \\ []) do
+    server = start_supervised!({Ringbus.Server, [port: 0] ++ opts})
+    on_exit(fn -> for name <- Ringbus.channels(), is_binary(name), do: Ringbus.delete(name) end)
+    Ringbus.Server.port(server)
+  end
+
+  defp bytes(frames), do: IO.iodata_to_binary(Enum.map(frames, &Frame.encode/1))
+
+  # The one ERROR a connection gets for `first_bytes`, its first bytes.
+  defp refusal(port, first_bytes) do
+    client = RawClient.connect!(port)
+    RawClient.send_raw(client, first_bytes)
+    [{:error, 0, code, _message}] = RawClient.recv_until_closed(client)
+    code
+  end
+
+  describe "the first frame" do
+    test "which error wins: decoding, then not HELLO, then version, then token" do
+      port = start_server(tokens: %{"t" => :all})
+      hello = bytes([{:hello, 0, 2, 0, "t"}])
+
+      # A length over the pre-HELLO limit, whatever follows.
+      assert refusal(port, <<65_551::32, 0x01>>) == :frame_too_large
+      # A request opcode with a broken body, before anything else is judged.
+      assert refusal(port, <<0, 0, 0, 3, 0x0D, 0, 1>>) == :bad_frame
+      # A server opcode, or one no version has.
+      assert refusal(port, bytes([{:pong, 0}])) == :unknown_opcode
+      assert refusal(port, <<0, 0, 0, 5, 0x77, 0, 0, 0, 0>>) == :unknown_opcode
+      # A good frame that is not HELLO.
+      assert refusal(port, bytes([{:ping, 0}])) == :not_hello_first
+      # A HELLO whose magic is wrong is malformed.
+      <<head::binary-size(9), _magic::binary-size(4), rest::binary>> = hello
+      assert refusal(port, head <> "XBUS" <> rest) == :bad_frame
+      # Version before token: a wrong version with a wrong token.
+      assert refusal(port, bytes([{:hello, 0, 1, 0, "wrong"}])) == :bad_version
+      assert refusal(port, bytes([{:hello, 0, 2, 0, "wrong"}])) == :auth_failed
+    end
+
+    test "the largest HELLO is taken, one byte more is refused, whatever max_frame_size" do
+      port = start_server(max_frame_size: 1024)
+      token = :binary.copy("t", 0xFFFF)
+      largest = bytes([{:hello, 0, 2, 0, token}])
+      assert byte_size(largest) == 4 + Frame.max_hello_frame_size()
+
+      client = RawClient.connect!(port)
+      RawClient.send_raw(client, largest)
+      # Read whole, then judged: no tokens are configured, so any is fine.
+      assert {[{:hello_ok, 0, 2, %{max_frame_size: 1024}}], client} = RawClient.recv(client, 1)
+
+      # After HELLO the server's own limit holds.
+      RawClient.send_frames(client, [{:push, 1, :ack, "big", :binary.copy("x", 2000)}])
+      assert [{:error, 0, :frame_too_large, _}] = RawClient.recv_until_closed(client)
+
+      assert refusal(port, <<Frame.max_hello_frame_size() + 1::32, 0x01>>) == :frame_too_large
+    end
+
+    test "every byte after HELLO meets max_frame_size, however TCP splits it" do
+      port = start_server()
+      push = {:push, 1, :ack, "after-hello", :binary.copy("x", 100_000)}
+      both = bytes([{:hello, 0, 2, 0, nil}, push])
+
+      # In one write, and split inside the HELLO, at its end, and inside the push.
+      for at <- [byte_size(both), 10, 19, 30] do
+        client = RawClient.connect!(port)
+        <<a::binary-size(at), b::binary>> = both
+        RawClient.send_raw(client, a)
+        if b != "", do: Process.sleep(20) && RawClient.send_raw(client, b)
+
+        assert {[{:hello_ok, 0, 2, _}, {:push_acks, 1, [{1, {:ok, _}}]}], _} =
+                 RawClient.recv(client, 2)
+      end
+    end
+  end
+
+  describe "channels created by a push" do
+    test "the default server creates a channel on its first push, with its auto_create options" do
+      port = start_server(auto_create: [capacity: 7, overflow: :reject])
+      {c, _} = RawClient.hello!(port)
+      RawClient.send_frames(c, [{:push, 1, :ack, "auto", "x"}])
+      assert {[{:push_acks, 1, [{1, {:ok, 0}}]}], c} = RawClient.recv(c, 1)
+
+      assert {{:info_ok, 2, %{capacity: 7, overflow: :reject, len: 1}}, _} =
+               RawClient.call(c, {:info, 2, "auto"})
+    end
+
+    test "with auto_create: false a push to a missing channel is no_channel" do
+      port = start_server(auto_create: false)
+      {c, _} = RawClient.hello!(port)
+      RawClient.send_frames(c, [{:push, 1, :ack, "manual", "x"}])
+      assert {[{:push_acks, 1, [{1, {:error, :no_channel}}]}], _} = RawClient.recv(c, 1)
+      assert Ringbus.info("manual") == {:error, :no_channel}
+    end
+  end
+
+  describe "answers" do
+    setup do
+      {c, _} = RawClient.hello!(start_server())
+      {:ok, c: c}
+    end
+
+    test "corr 0 is answered like any other, carrying 0", %{c: c} do
+      assert {{:pong, 0}, _} = RawClient.call(c, {:ping, 0})
+    end
+
+    test "READ returns at most 1,000 messages", %{c: c} do
+      {:ok, 0} = Ringbus.push_many(create!("many"), Enum.map(1..1_500, &"#{&1}"))
+
+      assert {{:read_ok, 1, 0, 1_000, messages}, c} =
+               RawClient.call(c, {:read, 1, "many", 0, 5_000})
+
+      assert List.last(messages) == {999, "1000"}
+      assert {{:read_ok, 2, 0, 500, _}, _} = RawClient.call(c, {:read, 2, "many", 1_000, 5_000})
+    end
+
+    test "DELETE of a channel this connection subscribes to: OK, then SUB_CLOSED", %{c: c} do
+      create!("del")
+      {{:subscribed, 1, sub}, c} = RawClient.call(c, {:subscribe, 1, "del", :latest, 10, 10})
+      RawClient.send_frames(c, [{:delete, 2, "del"}])
+      assert {[{:ok, 2}, {:sub_closed, ^sub, :no_channel}], _} = RawClient.recv(c, 2)
+    end
+
+    test "after UNSUBSCRIBE's OK no DELIVER and no SUB_CLOSED follows", %{c: c} do
+      create!("unsub")
+      {{:subscribed, 1, sub}, c} = RawClient.call(c, {:subscribe, 1, "unsub", :latest, 10, 10})
+      {:ok, _} = Ringbus.push("unsub", "before")
+      assert {[{:deliver, ^sub, 0, 1, _}], c} = RawClient.recv(c, 1)
+
+      assert {{:ok, 2}, c} = RawClient.call(c, {:unsubscribe, 2, sub})
+      {:ok, _} = Ringbus.push("unsub", "after")
+      :ok = Ringbus.delete("unsub")
+      # The next answer is the PONG: nothing for the subscription came before it.
+      assert {{:pong, 3}, _} = RawClient.call(c, {:ping, 3})
+    end
+  end
+
+  describe "subscriptions" do
+    setup do
+      {c, _} = RawClient.hello!(start_server())
+      {:ok, c: c}
+    end
+
+    test "a DELIVER with lost alone: the messages at its seq are gone, none after them yet",
+         %{c: c} do
+      {:ok, 0} = Ringbus.push_many(create!("drained"), ~w(a b c))
+      for _ <- 1..3, do: {:ok, _, _} = Ringbus.pull("drained")
+
+      {{:subscribed, 1, sub}, c} = RawClient.call(c, {:subscribe, 1, "drained", 0, 10, 10})
+      assert {[{:deliver, ^sub, 3, 0, []}], c} = RawClient.recv(c, 1)
+
+      {:ok, 3} = Ringbus.push("drained", "d")
+      assert {[{:deliver, ^sub, 0, 1, [{3, "d"}]}], _} = RawClient.recv(c, 1)
+    end
+
+    test "a SUBSCRIBE from a seq past next_seq waits for it, and counts nothing before it lost",
+         %{c: c} do
+      {:ok, 0} = Ringbus.push_many(create!("ahead"), ~w(a b))
+      {{:subscribed, 1, sub}, c} = RawClient.call(c, {:subscribe, 1, "ahead", 5, 10, 10})
+
+      {:ok, 2} = Ringbus.push_many("ahead", ~w(c d e f))
+      assert {[{:deliver, ^sub, 0, 1, [{5, "f"}]}], _} = RawClient.recv(c, 1)
+    end
+  end
+
+  defp create!(name) do
+    :ok = Ringbus.create(name, capacity: 10_000)
+    name
+  end
+end
