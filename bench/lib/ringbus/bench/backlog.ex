@@ -117,6 +117,11 @@ defmodule Ringbus.Bench.Backlog do
   ]
   @repeat_below_ms 2_000
 
+  @doc """
+  Runs the bench with command line `args` (see the module doc) and prints the
+  figures. Raises `OptionParser.ParseError` on an unknown option and
+  `Mix.Error` on a bad value.
+  """
   @spec run([String.t()]) :: :ok
   def run(args) do
     {opts, rest} = OptionParser.parse!(args, strict: @switches)

@@ -130,8 +130,8 @@ defmodule Ringbus.Bench.Ingest do
       ones. Defaults to `1000000`.
     * `--window` - messages in flight at most in `encoded`. Defaults to
       `65536`.
-    * `--chunk-bytes` - bytes per socket write in `encoded`, in whole frames.
-      Defaults to `262144`.
+    * `--chunk-bytes` - bytes per socket write in `encoded`, in whole frames
+      (at least one, at most `--window`). Defaults to `262144`.
     * `--connections` - connections of `encoded_1kb` and of redis-benchmark
       (`-c`). Defaults to `50`.
     * `--pipeline` - messages in flight per connection in `encoded_1kb` and
@@ -305,7 +305,8 @@ defmodule Ringbus.Bench.Ingest do
   defp spec("batched_1kb", c), do: batched(@kb, @redis_maxlen, c)
 
   defp spec("encoded", c) do
-    chunk = max(div(c.chunk_bytes, push_frame_bytes(channel("encoded"), c.payload)), 1)
+    frames = div(c.chunk_bytes, push_frame_bytes(channel("encoded"), c.payload))
+    chunk = frames |> min(c.window) |> max(1)
 
     %{generator: "encoded", payload: c.payload, n: c.messages, capacity: c.capacity}
     |> Map.merge(%{connections: 1, pipeline: c.window, per_frame: 1, chunk: chunk})
