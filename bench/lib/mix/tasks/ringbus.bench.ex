@@ -6,10 +6,10 @@ defmodule Mix.Tasks.Ringbus.Bench do
   compares Ringbus with the naive way (and with peers where they apply) in the
   same run, prints the figures and can write them as CSV with `--out FILE`.
 
-      mix ringbus.bench buffer [options]    # ETS ring vs :queue in a GenServer
+      mix ringbus.bench buffer [options]    # ETS ring vs :queue in a GenServer, 1 and 6 callers
       mix ringbus.bench len [options]       # O(1) len vs length/1 and :queue.len/1
       mix ringbus.bench backlog [options]   # selective receive under a backlog
-      mix ringbus.bench ingest [options]    # TCP ingest: pipelined, batched acks
+      mix ringbus.bench ingest [options]    # TCP ingest, CPU per message, vs Redis XADD
       mix ringbus.bench frames [options]    # large frames over TCP and TLS
 
   Run `mix help ringbus.bench` and see each bench module

@@ -85,11 +85,16 @@ defmodule Ringbus.Bench.Backlog do
       up the sizes; each later one runs again every size whose first run took
       under 2 s, going down the sizes and up again by turns, so that no size
       always runs on a VM just grown by the size before it. Defaults to `5`.
+      So a cell is not always the median of R runs: one whose first run took
+      2 s or more, or went over budget, ran once, a skipped one not at all,
+      and a later run over budget is left out. The `runs` column of the table
+      and of the CSV says how many runs each cell is the median of.
     * `--only NAME,...` - runs only these cases (`seed`) or variants
       (`seed/drained`). Defaults to all.
     * `--out FILE` - also writes the rows as CSV:
-      `case,variant,n,ms,ratio_per_doubling`. A row that did not finish has
-      `skipped` or `over_budget` in `ms`.
+      `case,variant,n,runs,ms,ratio_per_doubling`, where `runs` is the number
+      of runs `ms` is the median of (1 for a row over budget, 0 for a skipped
+      one). A row that did not finish has `skipped` or `over_budget` in `ms`.
   """
 
   alias Ringbus.Bench.{Args, IdleServer, Stats}
@@ -112,6 +117,11 @@ defmodule Ringbus.Bench.Backlog do
   ]
   @repeat_below_ms 2_000
 
+  @doc """
+  Runs the bench with command line `args` (see the module doc) and prints the
+  figures. Raises `OptionParser.ParseError` on an unknown option and
+  `Mix.Error` on a bad value.
+  """
   @spec run([String.t()]) :: :ok
   def run(args) do
     {opts, rest} = OptionParser.parse!(args, strict: @switches)
@@ -130,7 +140,8 @@ defmodule Ringbus.Bench.Backlog do
 
     IO.puts(
       "backlog: sizes #{Enum.join(config.sizes, ",")}, max #{config.max_ms} ms a row, " <>
-        "drained max_len #{config.max_len}, median of up to #{config.repeat} runs, " <>
+        "drained max_len #{config.max_len}, up to #{config.repeat} runs a cell " <>
+        "(ms is the median of the cell's runs, counted in the runs column), " <>
         "#{System.schedulers_online()} schedulers, " <>
         "OTP #{System.otp_release()}"
     )
@@ -276,10 +287,11 @@ defmodule Ringbus.Bench.Backlog do
   defp ms(native), do: System.convert_time_unit(native, :native, :microsecond) / 1000
 
   defp header do
-    :io_lib.format("~-15s ~-18s ~8s ~11s ~9s  ~s", [
+    :io_lib.format("~-15s ~-18s ~8s ~4s ~11s ~9s  ~s", [
       "case",
       "variant",
       "n",
+      "runs",
       "ms",
       "ratio/2x",
       "note"
@@ -296,16 +308,22 @@ defmodule Ringbus.Bench.Backlog do
         {:skipped, why} -> {"-", "skipped: " <> why}
       end
 
-    :io_lib.format("~-15s ~-18s ~8B ~11s ~9s  ~s", [
+    :io_lib.format("~-15s ~-18s ~8B ~4B ~11s ~9s  ~s", [
       row.case,
       row.variant,
       row.n,
+      runs(row.result),
       ms,
       format_ratio(row.ratio),
       note
     ])
     |> IO.iodata_to_binary()
   end
+
+  # How many runs a cell's figure is the median of.
+  defp runs({:ok, _t, runs}), do: length(runs)
+  defp runs({:over_budget, _done, _t}), do: 1
+  defp runs({:skipped, _why}), do: 0
 
   defp runs_ms(runs), do: Enum.map_join(runs, " ", &:erlang.float_to_binary(ms(&1), decimals: 1))
 
@@ -323,10 +341,25 @@ defmodule Ringbus.Bench.Backlog do
           end
 
         ratio = if row.ratio, do: :erlang.float_to_binary(row.ratio, decimals: 3), else: "-"
-        [row.case, ?,, row.variant, ?,, Integer.to_string(row.n), ?,, ms, ?,, ratio, ?\n]
+        runs = Integer.to_string(runs(row.result))
+
+        [
+          row.case,
+          ?,,
+          row.variant,
+          ?,,
+          Integer.to_string(row.n),
+          ?,,
+          runs,
+          ?,,
+          ms,
+          ?,,
+          ratio,
+          ?\n
+        ]
       end
 
-    File.write!(path, ["case,variant,n,ms,ratio_per_doubling\n" | lines])
+    File.write!(path, ["case,variant,n,runs,ms,ratio_per_doubling\n" | lines])
     IO.puts("wrote #{path}")
   end
 
@@ -687,7 +720,7 @@ defmodule Ringbus.Bench.Backlog do
     parent = self()
 
     clients =
-      for share <- shares(n, callers) do
+      for share <- Stats.shares(n, callers) do
         spawn(fn ->
           receive do
             :go -> :ok
@@ -727,13 +760,6 @@ defmodule Ringbus.Bench.Backlog do
     settle(baseline)
 
     if subscribed == n, do: {:ok, elapsed}, else: {:over_budget, subscribed, elapsed}
-  end
-
-  # N split into `callers` shares that differ by at most one.
-  defp shares(n, callers) do
-    base = div(n, callers)
-    extra = rem(n, callers)
-    for i <- 1..callers, do: if(i <= extra, do: base + 1, else: base)
   end
 
   # Waits (up to 60 s, polling every 10 ms) until the processes a run started

@@ -31,13 +31,15 @@ defmodule Ringbus.Bench.Frames do
   receiver with 4 MiB send buffers, which says `HELLO` first and pushes one
   untimed 1 MB frame to warm the connection up. Over TLS it writes a frame in
   1 MiB slices, as `Ringbus.Client` does: handed a whole 64 MB frame, `:ssl`
-  encrypts all of it before the first byte leaves, and the receiver waits
-  (a bare `:ssl` receiver took 64 MB at 305–395 MB/s written whole, 650–1,050
-  MB/s written in slices here). A transfer is timed from just
+  encrypts all of it before the first byte leaves, and the receiver waits.
+  A transfer is timed from just
   before the frame's first byte is handed to the socket to the arrival of the
   `PUSH_ACKS` entry for it: the receiver has read, joined, decoded and stored
   the frame. The time of the send call alone would miss most of it, since the
-  socket takes the bytes before they are read.
+  socket takes the bytes before they are read. The naive receiver clocks
+  its own work on each frame too, from its first read to its store, and the
+  bench keeps that beside the transfer's time (`receiver_ms`), which must
+  contain it.
 
   Each size runs `--runs` times, `ringbus` and `naive` taking turns, and the
   figures are the medians. The payload of a size is built before its runs;
@@ -118,6 +120,7 @@ defmodule Ringbus.Bench.Frames do
           ms: float() | nil,
           mb_per_s: float() | nil,
           reads: number() | nil,
+          receiver_ms: float() | nil,
           skipped: String.t() | nil
         }
 
@@ -254,7 +257,7 @@ defmodule Ringbus.Bench.Frames do
       for {impl, target} <- targets do
         {:ok, _ms, _client} = transfer(target.client, target.channel, warm, @ringbus_timeout)
         check_stored!(target.channel, @mb)
-        take_reads(impl)
+        take_receiver(impl)
       end
 
       {results, _targets, _state} =
@@ -362,15 +365,19 @@ defmodule Ringbus.Bench.Frames do
     case transfer(target.client, target.channel, payload, timeout) do
       {:ok, ms, client} ->
         check_stored!(target.channel, size * @mb)
-        reads = take_reads(impl)
+        receiver = take_receiver(impl)
 
         IO.puts(
           :stderr,
           "#{label}: #{ms(ms)}, #{mb_per_s(size, ms)} MB/s" <>
-            if(reads, do: ", #{reads} reads", else: "")
+            if(receiver,
+              do: ", #{receiver.reads} reads, receiver busy #{ms(receiver.receiver_ms)}",
+              else: ""
+            )
         )
 
-        {%{ms: ms, reads: reads}, Map.put(targets, impl, %{target | client: client})}
+        sample = Map.merge(%{ms: ms, reads: nil, receiver_ms: nil}, receiver || %{})
+        {sample, Map.put(targets, impl, %{target | client: client})}
 
       {:error, reason} ->
         IO.puts(:stderr, "#{label}: abandoned after #{seconds(timeout)} (#{inspect(reason)})")
@@ -389,6 +396,7 @@ defmodule Ringbus.Bench.Frames do
       ms: nil,
       mb_per_s: nil,
       reads: nil,
+      receiver_ms: nil,
       skipped: why
     }
   end
@@ -398,6 +406,7 @@ defmodule Ringbus.Bench.Frames do
     errors = for %{error: error} <- samples, do: error
     ms = measured |> Enum.map(& &1.ms) |> Stats.median()
     reads = measured |> Enum.map(& &1.reads) |> Enum.reject(&is_nil/1) |> Stats.median()
+    busy = measured |> Enum.map(& &1.receiver_ms) |> Enum.reject(&is_nil/1) |> Stats.median()
 
     %{
       transport: transport,
@@ -407,6 +416,7 @@ defmodule Ringbus.Bench.Frames do
       ms: ms && ms * 1.0,
       mb_per_s: ms && size / (ms / 1000),
       reads: reads,
+      receiver_ms: busy,
       skipped: if(errors != [], do: hd(errors))
     }
   end
@@ -536,15 +546,17 @@ defmodule Ringbus.Bench.Frames do
     end
   end
 
-  defp take_reads("naive") do
+  # The naive receiver's own account of the frame: its reads and its busy time.
+  defp take_receiver("naive") do
     receive do
-      {NaiveFrameReader, :frame, reads} -> reads
+      {NaiveFrameReader, :frame, reads, busy} ->
+        %{reads: reads, receiver_ms: System.convert_time_unit(busy, :native, :microsecond) / 1000}
     after
       1_000 -> nil
     end
   end
 
-  defp take_reads(_impl), do: nil
+  defp take_receiver(_impl), do: nil
 
   ## Printing
 

@@ -1,12 +1,14 @@
 defmodule Ringbus.Bench.Ingest do
   @moduledoc """
   The TCP ingest bench: how many messages a producer gets stored **and
-  acknowledged** through `Ringbus.Client` and `Ringbus.Server`, by the way it
-  pushes, and against Redis `XADD` in the same run.
+  acknowledged** by `Ringbus.Server`, by the way it pushes, with the CPU each
+  side spends per message, and against Redis `XADD` in the same run, like for
+  like.
 
       mix ringbus.bench ingest
       mix ringbus.bench ingest --vs-redis --out ingest.csv
-      mix ringbus.bench ingest --messages 200000 --modes pipelined,batched   # a quick look
+      mix ringbus.bench ingest --vs-redis --connections 50 --pipeline 16
+      mix ringbus.bench ingest --messages 200000 --modes pipelined,encoded   # a quick look
 
   ## What it does
 
@@ -15,89 +17,139 @@ defmodule Ringbus.Bench.Ingest do
   than the capacity the ring really overwrites), and starts the load
   generator in a **separate OS process**: a second BEAM
   (`elixir -pa <this build's ebin> -e ...`) running
-  `Ringbus.Bench.Ingest.Generator`, which connects with `Ringbus.Client` and
-  pushes. Client and server therefore share the machine's cores as two
-  separate VMs would in production, and neither sees the other's scheduler.
+  `Ringbus.Bench.Ingest.Generator`. Client and server share the machine's
+  cores as two separate VMs would, and neither sees the other's scheduler.
 
-  The generator times itself, from connected to the last ack received, and
-  reports on a stdout line that the bench parses. Every push is acked (no
-  no-ack mode); a mode counts only when every ack came back without error and
+  The generator says when it is connected and ready, times itself from then
+  to the last ack, and reports on a stdout line that the bench parses. Every
+  push is acked (no no-ack mode). A mode counts only when every ack came back
+  without error, the acks number one per `PUSH` (or per `PUSH_BATCH`), and
   the server's `Ringbus.info/1` of the channel says `pushed` equals the
   messages sent.
 
-  The modes (`--modes`), each a row:
+  ## The modes
+
+  Each mode (`--modes`) is a row. Three use `Ringbus.Client`, whose own cost
+  per message is part of what they measure:
 
     * `request_reply` - `Ringbus.Client.push/3`: one push, wait for its ack,
       the next. Bounded by `--rr-messages` since it is slow.
     * `pipelined` - `Ringbus.Client.push_async/4` of single payloads: one
-      `PUSH` frame each, up to the client's `max_pending` (100,000) in
-      flight; acks come back in `PUSH_ACKS` frames, one per server read.
-    * `batched` - `push_async/4` of lists of `--batch` payloads: one
-      `PUSH_BATCH` frame and one ack entry per batch.
-    * `1kb` - as `batched`, with 1,024-byte payloads.
+      `PUSH` frame and one ack entry per message, up to the client's
+      `max_pending` (100,000) in flight; the acks of one server read come
+      back in one `PUSH_ACKS` frame.
+    * `batched` - **batched**: `push_async/4` of lists of `--batch`
+      payloads, one `PUSH_BATCH` frame and one ack entry per batch.
+    * `batched_1kb` - as `batched`, with 1,024-byte payloads.
+
+  Two use a generator that does the least a producer can
+  (`Ringbus.Bench.Ingest.Encoded`): every frame is a single `PUSH`, encoded
+  once before the clock starts with its own correlation id, written from a
+  raw socket in chunks of many frames; the acks are read off the socket and
+  counted, each checked to answer the oldest push in flight. What these rows
+  measure is the server:
+
+    * `encoded` - `--payload`-byte messages on one connection, writes of
+      `--chunk-bytes`, at most `--window` messages in flight.
+    * `encoded_1kb` - **like for like with Redis**: 1,024-byte messages, one
+      `PUSH` frame and one ack entry per message, over `--connections`
+      connections, each writing `--pipeline` frames and waiting for their
+      acks before the next ones, as `redis-benchmark -c --connections -P
+      --pipeline` does.
 
   A batch holds `--batch` messages or `--batch-bytes` of payload, whichever
   is fewer: 1,000 messages of 16 bytes, 256 of 1 KB. A producer that batches
   by count alone sends 1 MB frames of 1 KB messages, and every such frame is
   above the binary allocator's single-block carrier threshold (512 KB by
   default, `+MBsbct`): the server then joins each one into memory of its own,
-  an mmap and fresh pages per frame. Measured here, `1kb` row with 448 KiB
-  reads and a 1,000,000 capacity: 0.81–0.83M msgs/s in 1,000-message batches,
-  up to 1.44M in 400-message ones.
+  an mmap and fresh pages per frame.
 
-  The channel of the `1kb` row keeps 200,000 messages, the `MAXLEN` Redis
+  The channels of the 1 KB rows keep 200,000 messages, the `MAXLEN` Redis
   keeps below, so both servers hold the same 200 MB; the other rows use
-  `--capacity`.
+  `--capacity`. `request_reply`, `pipelined`, `batched` and `encoded` use
+  `--payload` bytes (16 by default). MB/s counts payload bytes only.
 
-  `request_reply`, `pipelined` and `batched` use `--payload` bytes (16 by
-  default). MB/s counts payload bytes only.
+  ## Redis, like for like
 
-  With `--vs-redis`, if `redis-server` and `redis-benchmark` are on the PATH,
-  the bench starts `redis-server` on a free port of 127.0.0.1 with no
-  persistence (`--save "" --appendonly no`), runs
+  With `--vs-redis`, if `redis-server` and `redis-benchmark` are on the PATH
+  (Debian's `redis-server` and `redis-tools`), the bench starts
+  `redis-server` on a free port of 127.0.0.1 with no persistence
+  (`--save "" --appendonly no`) and runs
 
-      redis-benchmark -h 127.0.0.1 -p PORT -n N -P 16 -q XADD s MAXLEN 200000 * f <1,024 bytes>
+      redis-benchmark -h 127.0.0.1 -p PORT -c CONNECTIONS -P PIPELINE -n N XADD s MAXLEN 200000 * f <1,024 bytes>
 
-  with N the messages of the `1kb` row, prints the ratio of Ringbus `1kb` to
-  Redis `XADD` in messages per second, adds a `redis_xadd_1kb` row, and stops
-  the Redis server. Without them it says so and skips.
+  with `--connections` and `--pipeline`, the same as `encoded_1kb`, and N
+  its messages: one XADD per message and one reply per XADD. The row
+  `redis_xadd_1kb` takes the rate and the requests completed from
+  redis-benchmark's summary, checks with `INFO commandstats` and `XLEN` that
+  Redis executed every XADD and holds the stream it should, and stops the
+  server. The bench prints two ratios, each naming its rows:
+  `encoded_1kb / redis_xadd_1kb`, like for like, and
+  `batched_1kb / redis_xadd_1kb`, which is not (batches in one frame, one
+  ack per batch, one connection). Without Redis the bench says what is
+  missing and skips the row and the ratios.
 
-  The CPU time of the server's VM over each mode (`:erlang.statistics(:runtime)`,
-  all schedulers) and of the generator's VM is printed beside the rate, so a
-  reader sees which side was busy.
+  ## CPU per message
+
+  Every row gives the server's CPU time per message, user and system, beside
+  its rate: for Ringbus the bench VM's (`/proc/self/stat`, every thread;
+  `Ringbus.Bench.CPU`) from the generator's ready line to its result line;
+  for Redis, `redis-server`'s from `INFO cpu`. The share of it spent in the
+  kernel is printed too. The generator's CPU per message is printed beside
+  it: the generator BEAM's own over its timed span, or redis-benchmark's. On
+  a machine without `/proc` these read `-`. A VM's schedulers spin a little
+  before they sleep when they run out of work, so at low rates (the
+  `request_reply` row) that spinning is most of the server's figure.
 
   ## Output
 
-  A table with one row per mode; `--out` writes it as CSV with the columns
-  `mode,payload_bytes,messages,msgs_per_s,mb_per_s`.
+  A table with one row per mode, then the ratios to Redis and the targets.
+  `--out` writes the rows as CSV with the columns
+  `mode,how,payload_bytes,messages,connections,pipeline,msgs_per_frame,acks,ack_frames,seconds,msgs_per_s,mb_per_s,server_cpu_us_per_msg,server_sys_pct,generator_cpu_us_per_msg,overwritten,vs_redis_xadd`:
+  `connections` and `pipeline` (the most messages in flight on a connection)
+  give each row's shape, `msgs_per_frame` is 1 for a `PUSH` or an XADD,
+  `acks` the ack entries (or Redis replies) received, `ack_frames` the
+  `PUSH_ACKS` frames they came in (empty where not seen), and
+  `vs_redis_xadd` a 1 KB row's rate over Redis's.
 
   ## Command line options
 
-    * `-n`, `--messages` - messages of the `pipelined`, `batched` and `1kb`
-      modes. Defaults to `2000000`.
+    * `-n`, `--messages` - messages of every mode but `request_reply`, and of
+      Redis. Defaults to `2000000`.
     * `--rr-messages` - messages of the `request_reply` mode, at most
       `--messages`. Defaults to `200000`.
-    * `-p`, `--payload` - payload bytes of every mode but `1kb`. Defaults to `16`.
+    * `-p`, `--payload` - payload bytes of `request_reply`, `pipelined`,
+      `batched` and `encoded`. Defaults to `16`.
     * `-m`, `--modes` - the modes to run, comma-separated. Defaults to
-      `request_reply,pipelined,batched,1kb`.
+      `request_reply,pipelined,batched,batched_1kb,encoded,encoded_1kb`.
+      An empty list runs none (with `--vs-redis`, Redis alone).
     * `-b`, `--batch` - messages per `PUSH_BATCH` frame. Defaults to `1000`.
     * `--batch-bytes` - payload bytes per `PUSH_BATCH` frame at most (see
       above). Defaults to `262144`.
-    * `-c`, `--capacity` - the channel's capacity in every mode but `1kb`.
-      Defaults to `1000000`.
+    * `-c`, `--capacity` - the channel's capacity in every mode but the 1 KB
+      ones. Defaults to `1000000`.
+    * `--window` - messages in flight at most in `encoded`. Defaults to
+      `65536`.
+    * `--chunk-bytes` - bytes per socket write in `encoded`, in whole frames
+      (at least one, at most `--window`). Defaults to `262144`.
+    * `--connections` - connections of `encoded_1kb` and of redis-benchmark
+      (`-c`). Defaults to `50`.
+    * `--pipeline` - messages in flight per connection in `encoded_1kb` and
+      redis-benchmark (`-P`). Defaults to `16`.
     * `--vs-redis` - run redis-benchmark `XADD` as the baseline (see above).
     * `-o`, `--out` - write the rows as CSV to this file.
     * `--timeout` - the most seconds one mode may take before the generator
       gives up. Defaults to `300`.
-
     * `-q`, `--quiet` - no progress lines.
 
-  Progress goes to stderr, a line per 10% of each mode's messages.
+  Progress goes to stderr, a line per 10% of each client mode's messages.
   """
 
-  alias Ringbus.Bench.{Args, CSV}
+  alias Ringbus.Bench.{Args, CPU, CSV, Table}
+  alias Ringbus.Bench.Ingest.Redis
+  alias Ringbus.Wire.Frame
 
-  @modes ["request_reply", "pipelined", "batched", "1kb"]
+  @modes ["request_reply", "pipelined", "batched", "batched_1kb", "encoded", "encoded_1kb"]
 
   @switches [
     messages: :integer,
@@ -107,6 +159,10 @@ defmodule Ringbus.Bench.Ingest do
     batch: :integer,
     batch_bytes: :integer,
     capacity: :integer,
+    window: :integer,
+    chunk_bytes: :integer,
+    connections: :integer,
+    pipeline: :integer,
     vs_redis: :boolean,
     out: :string,
     timeout: :integer,
@@ -115,15 +171,54 @@ defmodule Ringbus.Bench.Ingest do
 
   @aliases [n: :messages, p: :payload, m: :modes, b: :batch, c: :capacity, o: :out, q: :quiet]
 
-  @header ["mode", "payload_bytes", "messages", "msgs_per_s", "mb_per_s"]
+  @header [
+    "mode",
+    "how",
+    "payload_bytes",
+    "messages",
+    "connections",
+    "pipeline",
+    "msgs_per_frame",
+    "acks",
+    "ack_frames",
+    "seconds",
+    "msgs_per_s",
+    "mb_per_s",
+    "server_cpu_us_per_msg",
+    "server_sys_pct",
+    "generator_cpu_us_per_msg",
+    "overwritten",
+    "vs_redis_xadd"
+  ]
 
-  @redis_value_size 1024
+  @kb 1024
+  # The generator's schedulers sleep as soon as they have nothing to do,
+  # instead of spinning first on the cores the server needs.
+  @generator_erl "+sbwt none +sbwtdcpu none +sbwtdio none"
   @redis_maxlen 200_000
+  @max_pending 100_000
 
-  @doc "Runs the bench with command line arguments; returns the rows."
-  @spec run([String.t()]) :: [map()]
+  # Targets, printed with the figures: rates, and the like-for-like ratio.
+  @encoded_target 3_300_000
+  @pipelined_target 1_500_000
+  @vs_redis_target 3.0
+
+  @typedoc "One row of the table: a mode, or Redis."
+  @type row :: %{
+          required(:mode) => String.t(),
+          required(:msgs_per_s) => float(),
+          optional(atom()) => term()
+        }
+
+  @doc """
+  Runs the bench with command line arguments (see the module doc), prints the
+  table and returns its rows. Raises `OptionParser.ParseError` on an unknown
+  option and `Mix.Error` on a bad value or when a mode lost an ack.
+  """
+  @spec run([String.t()]) :: [row()]
   def run(args) do
-    {opts, _} = OptionParser.parse!(args, strict: @switches, aliases: @aliases)
+    {opts, rest} = OptionParser.parse!(args, strict: @switches, aliases: @aliases)
+    if rest != [], do: Mix.raise("unexpected arguments: #{Enum.join(rest, " ")}")
     config = config!(opts)
 
     {:ok, server} = Ringbus.Server.start_link(port: 0, auto_create: false)
@@ -136,9 +231,10 @@ defmodule Ringbus.Bench.Ingest do
     )
 
     IO.puts(
-      "channel capacity #{config.capacity} (1kb: #{@redis_maxlen}), overflow drop_oldest; " <>
-        "batches of #{config.batch} messages or #{config.batch_bytes} bytes; " <>
-        "every push acked; max_pending 100000"
+      "channel capacity #{config.capacity} (1 KB rows: #{@redis_maxlen}), overflow drop_oldest; " <>
+        "every push acked; client max_pending #{@max_pending}; " <>
+        "encoded: #{config.window} in flight, #{config.chunk_bytes}-byte writes; " <>
+        "encoded_1kb and Redis: #{config.connections} connections x #{config.pipeline} in flight"
     )
 
     IO.puts("VM memory: #{Ringbus.Server.Memory.describe()}\n")
@@ -146,10 +242,9 @@ defmodule Ringbus.Bench.Ingest do
     rows = Enum.map(config.modes, &run_mode(&1, port, config))
     Supervisor.stop(server)
 
-    redis = if config.vs_redis, do: redis(rows), else: nil
-    print(rows, redis)
-
-    all = rows ++ List.wrap(redis)
+    redis = if config.vs_redis, do: redis(rows, config)
+    all = with_ratios(rows ++ List.wrap(redis))
+    print(all, config)
 
     if config.out do
       CSV.write!(config.out, @header, Enum.map(all, &csv_row/1))
@@ -169,298 +264,410 @@ defmodule Ringbus.Bench.Ingest do
 
     config = %{
       messages: messages,
-      rr_messages: min(Keyword.get(opts, :rr_messages, 200_000), messages),
+      rr_messages: min(Args.positive!(opts, :rr_messages, 200_000), messages),
       payload: Keyword.get(opts, :payload, 16),
       modes: modes,
       batch: Args.positive!(opts, :batch, 1_000),
-      batch_bytes: Args.positive!(opts, :batch_bytes, 256 * 1024),
+      batch_bytes: Args.positive!(opts, :batch_bytes, 256 * @kb),
       capacity: Args.positive!(opts, :capacity, 1_000_000),
+      window: Args.positive!(opts, :window, 65_536),
+      chunk_bytes: Args.positive!(opts, :chunk_bytes, 256 * @kb),
+      connections: Args.positive!(opts, :connections, 50),
+      pipeline: Args.positive!(opts, :pipeline, 16),
       vs_redis: Keyword.get(opts, :vs_redis, false),
       out: Keyword.get(opts, :out),
       timeout: Args.positive!(opts, :timeout, 300),
-      quiet: Keyword.get(opts, :quiet, false)
+      quiet: Keyword.get(opts, :quiet, false),
+      hz: CPU.ticks_per_second()
     }
 
-    if config.payload < 0, do: Mix.raise("expected --payload to be >= 0")
+    if not is_integer(config.payload) or config.payload < 0,
+      do: Mix.raise("expected --payload to be a non-negative integer, got: #{config.payload}")
+
     config
   end
 
   ## Ringbus modes
 
+  # What a mode sends, and its generator's arguments.
+  defp spec("request_reply", c) do
+    %{generator: "request_reply", payload: c.payload, n: c.rr_messages, capacity: c.capacity}
+    |> Map.merge(%{connections: 1, pipeline: 1, per_frame: 1, how: "Client.push/3 waits for each"})
+  end
+
+  defp spec("pipelined", c) do
+    %{generator: "pipelined", payload: c.payload, n: c.messages, capacity: c.capacity}
+    |> Map.merge(%{connections: 1, pipeline: @max_pending, per_frame: 1})
+    |> Map.put(:how, "Client.push_async/4")
+  end
+
+  defp spec("batched", c), do: batched(c.payload, c.capacity, c)
+  defp spec("batched_1kb", c), do: batched(@kb, @redis_maxlen, c)
+
+  defp spec("encoded", c) do
+    frames = div(c.chunk_bytes, push_frame_bytes(channel("encoded"), c.payload))
+    chunk = frames |> min(c.window) |> max(1)
+
+    %{generator: "encoded", payload: c.payload, n: c.messages, capacity: c.capacity}
+    |> Map.merge(%{connections: 1, pipeline: c.window, per_frame: 1, chunk: chunk})
+    |> Map.put(:how, "pre-encoded PUSH: #{chunk}-frame writes")
+  end
+
+  defp spec("encoded_1kb", c) do
+    %{generator: "encoded", payload: @kb, n: c.messages, capacity: @redis_maxlen}
+    |> Map.merge(%{connections: c.connections, pipeline: c.pipeline, per_frame: 1})
+    |> Map.merge(%{chunk: c.pipeline, how: "pre-encoded PUSH as redis-benchmark"})
+  end
+
+  defp batched(payload, capacity, c) do
+    batch = c.batch |> min(div(c.batch_bytes, max(payload, 1))) |> max(1)
+
+    %{generator: "batched", payload: payload, n: c.messages, capacity: capacity}
+    |> Map.merge(%{connections: 1, pipeline: @max_pending, per_frame: batch, batch: batch})
+    |> Map.put(:how, "batched: PUSH_BATCH of #{batch}")
+  end
+
+  defp push_frame_bytes(channel, payload),
+    do: IO.iodata_length(Frame.encode({:push, 1, :ack, channel, :binary.copy("x", payload)}))
+
+  defp channel(mode), do: "ingest.#{mode}"
+
   defp run_mode(mode, port, config) do
-    {generator_mode, payload, n, how} =
-      case mode do
-        "request_reply" -> {"request_reply", config.payload, config.rr_messages, "push/3, wait"}
-        "pipelined" -> {"pipelined", config.payload, config.messages, "PUSH frames"}
-        "batched" -> {"batched", config.payload, config.messages, "PUSH_BATCH"}
-        "1kb" -> {"batched", @redis_value_size, config.messages, "PUSH_BATCH"}
-      end
+    spec = spec(mode, config)
+    channel = channel(mode)
+    :ok = Ringbus.create(channel, capacity: spec.capacity, overflow: :drop_oldest)
 
-    capacity = if mode == "1kb", do: @redis_maxlen, else: config.capacity
-    batch = config.batch |> min(div(config.batch_bytes, max(payload, 1))) |> max(1)
-    how = if generator_mode == "batched", do: "#{how} of #{batch}", else: how
-    channel = "ingest." <> mode
-    :ok = Ringbus.create(channel, capacity: capacity, overflow: :drop_oldest)
+    unless config.quiet do
+      IO.puts(
+        :stderr,
+        "==> #{mode}: #{spec.n} messages of #{spec.payload} bytes (#{spec.how}; " <>
+          "#{spec.connections} connection(s), #{spec.pipeline} in flight each)"
+      )
+    end
 
-    unless config.quiet,
-      do: IO.puts(:stderr, "==> #{mode}: #{n} messages of #{payload} bytes (#{how})")
-
-    args = [
-      "--port",
-      port,
-      "--mode",
-      generator_mode,
-      "--messages",
-      n,
-      "--payload",
-      payload,
-      "--batch",
-      batch,
-      "--channel",
-      channel,
-      "--timeout",
-      config.timeout
-    ]
+    args =
+      [port: port, mode: spec.generator, messages: spec.n, payload: spec.payload]
+      |> Keyword.merge(channel: channel, timeout: config.timeout, max_pending: @max_pending)
+      |> Keyword.merge(connections: spec.connections, window: spec.pipeline)
+      |> Keyword.merge(Keyword.take(Map.to_list(spec), [:batch, :chunk]))
+      |> Enum.flat_map(fn {key, value} -> ["--#{key |> to_string() |> dash()}", "#{value}"] end)
 
     args = if config.quiet, do: args ++ ["--quiet"], else: args
-
-    {runtime0, _} = :erlang.statistics(:runtime)
-    result = generate(Enum.map(args, &to_string/1))
-    {runtime1, _} = :erlang.statistics(:runtime)
+    {result, server_cpu} = generate(args, config)
     {:ok, info} = Ringbus.info(channel)
     :ok = Ringbus.delete(channel)
+
+    expected_acks = div(spec.n + spec.per_frame - 1, spec.per_frame)
 
     cond do
       result.errors > 0 ->
         Mix.raise("#{mode}: #{result.errors} pushes were acked with an error")
 
-      info.pushed != n ->
-        Mix.raise("#{mode}: the server stored #{info.pushed} messages, expected #{n}")
+      result.acks != expected_acks ->
+        Mix.raise("#{mode}: #{result.acks} ack entries came back, expected #{expected_acks}")
+
+      info.pushed != spec.n ->
+        Mix.raise("#{mode}: the server stored #{info.pushed} messages, expected #{spec.n}")
 
       true ->
         seconds = result.elapsed_us / 1.0e6
 
-        %{
+        Map.merge(spec, %{
           mode: mode,
-          how: how,
-          payload_bytes: payload,
-          messages: n,
+          payload_bytes: spec.payload,
+          messages: spec.n,
+          acks: result.acks,
+          ack_frames: result.ack_frames,
           seconds: seconds,
-          msgs_per_s: n / seconds,
-          mb_per_s: n * payload / seconds / 1.0e6,
-          ack_messages: result.ack_messages,
+          msgs_per_s: spec.n / seconds,
+          mb_per_s: spec.n * spec.payload / seconds / 1.0e6,
           overwritten: info.overwritten,
-          server_cpu_s: (runtime1 - runtime0) / 1000,
-          generator_cpu_s: result.cpu_ms / 1000
-        }
+          server_cpu: server_cpu,
+          generator_cpu: result.cpu
+        })
     end
   end
 
-  # Runs the generator in its own BEAM and parses its result line.
-  defp generate(args) do
+  defp dash(key), do: String.replace(key, "_", "-")
+
+  # Runs the generator in its own BEAM; reads this VM's CPU time when it says
+  # it is ready and when it gives its result.
+  defp generate(args, config) do
     elixir = System.find_executable("elixir") || Mix.raise("elixir is not on the PATH")
     ebin = :code.which(Ringbus.Client) |> to_string() |> Path.dirname()
     # The elixir CLI reads options up to the first plain argument: "generate".
     code = "Ringbus.Bench.Ingest.Generator.main(tl(System.argv()))"
 
-    case System.cmd(elixir, ["-pa", ebin, "-e", code, "generate" | args]) do
-      {out, 0} ->
-        case Regex.run(~r/^RESULT (.*)$/m, out) do
-          [_, fields] ->
-            fields
-            |> String.split()
-            |> Map.new(fn field ->
-              [key, value] = String.split(field, "=")
-              {String.to_atom(key), String.to_integer(value)}
-            end)
+    port =
+      Port.open({:spawn_executable, elixir}, [
+        :binary,
+        :exit_status,
+        {:line, 64 * @kb},
+        args: ["--erl", @generator_erl, "-pa", ebin, "-e", code, "generate" | args]
+      ])
 
-          nil ->
-            Mix.raise("the generator printed no result: #{inspect(out)}")
-        end
+    deadline = System.monotonic_time(:millisecond) + (config.timeout + 60) * 1000
+    state = collect(port, %{lines: [], cpu0: nil, result: nil, cpu1: nil}, deadline)
 
-      {out, status} ->
-        Mix.raise("the generator failed with status #{status}: #{String.trim(out)}")
+    case state.result do
+      nil ->
+        Mix.raise(
+          "the generator printed no result: #{Enum.join(Enum.reverse(state.lines), "\n")}"
+        )
+
+      result ->
+        {result, CPU.used(state.cpu0, state.cpu1, config.hz)}
     end
+  end
+
+  defp collect(port, state, deadline) do
+    left = max(deadline - System.monotonic_time(:millisecond), 0)
+
+    receive do
+      {^port, {:data, {:eol, "READY"}}} ->
+        collect(port, %{state | cpu0: CPU.sample()}, deadline)
+
+      {^port, {:data, {:eol, "RESULT " <> fields}}} ->
+        collect(port, %{state | cpu1: CPU.sample(), result: parse_result(fields)}, deadline)
+
+      {^port, {:data, {_eol, line}}} ->
+        collect(port, %{state | lines: [line | state.lines]}, deadline)
+
+      {^port, {:exit_status, 0}} ->
+        state
+
+      {^port, {:exit_status, status}} ->
+        Mix.raise(
+          "the generator failed with status #{status}: " <>
+            Enum.join(Enum.reverse(state.lines), "\n")
+        )
+    after
+      left ->
+        with {:os_pid, pid} <- Port.info(port, :os_pid), do: System.cmd("kill", ["#{pid}"])
+        Mix.raise("the generator did not finish within --timeout")
+    end
+  end
+
+  defp parse_result(fields) do
+    result =
+      fields
+      |> String.split()
+      |> Map.new(fn field ->
+        [key, value] = String.split(field, "=")
+        {String.to_atom(key), if(value == "-", do: nil, else: String.to_integer(value))}
+      end)
+
+    cpu =
+      if result.cpu_user_us && result.cpu_sys_us,
+        do: %{user_us: result.cpu_user_us, sys_us: result.cpu_sys_us}
+
+    Map.put(result, :cpu, cpu)
   end
 
   ## Redis baseline
 
-  defp redis(rows) do
-    with server when is_binary(server) <- System.find_executable("redis-server"),
-         bench when is_binary(bench) <- System.find_executable("redis-benchmark") do
-      n =
-        case Enum.find(rows, &(&1.mode == "1kb")) do
-          %{messages: n} -> n
-          nil -> 200_000
-        end
+  defp redis(rows, config) do
+    case Redis.missing() do
+      [] ->
+        kb = Enum.find(rows, &(&1.mode == "encoded_1kb")) || Enum.find(rows, &(&1.payload == @kb))
+        n = if kb, do: kb.messages, else: config.messages
 
-      redis_xadd(server, bench, n)
-    else
-      nil ->
-        IO.puts("redis-server or redis-benchmark is not on the PATH: skipping --vs-redis\n")
+        opts = %{
+          n: n,
+          connections: config.connections,
+          pipeline: config.pipeline,
+          value_size: @kb,
+          maxlen: @redis_maxlen,
+          hz: config.hz,
+          quiet: config.quiet
+        }
+
+        r = Redis.xadd(opts)
+
+        %{
+          mode: "redis_xadd_1kb",
+          how: "redis-benchmark XADD MAXLEN #{@redis_maxlen}",
+          command: r.command,
+          payload_bytes: @kb,
+          messages: n,
+          connections: config.connections,
+          pipeline: config.pipeline,
+          per_frame: 1,
+          acks: r.completed,
+          ack_frames: nil,
+          seconds: r.seconds,
+          msgs_per_s: r.rate,
+          mb_per_s: r.rate * @kb / 1.0e6,
+          overwritten: nil,
+          server_cpu: r.server_cpu,
+          generator_cpu: r.generator_cpu
+        }
+
+      missing ->
+        IO.puts(
+          "--vs-redis: #{Enum.join(missing, " and ")} not on the PATH " <>
+            "(Debian packages redis-server and redis-tools): no Redis row, no ratio to Redis.\n"
+        )
+
         nil
     end
   end
 
-  defp redis_xadd(server, bench, n) do
-    port = free_port()
-
-    redis =
-      Port.open({:spawn_executable, server}, [
-        :binary,
-        :exit_status,
-        :stderr_to_stdout,
-        args: [
-          "--port",
-          "#{port}",
-          "--bind",
-          "127.0.0.1",
-          "--save",
-          "",
-          "--appendonly",
-          "no",
-          "--loglevel",
-          "warning"
-        ]
-      ])
-
-    try do
-      :ok = await_listening(port, 50)
-      value = :binary.copy("v", @redis_value_size)
-
-      args =
-        ["-h", "127.0.0.1", "-p", "#{port}", "-n", "#{n}", "-P", "16", "-q"] ++
-          ["XADD", "s", "MAXLEN", "#{@redis_maxlen}", "*", "f", value]
-
-      IO.puts(
-        :stderr,
-        "==> redis: redis-benchmark -h 127.0.0.1 -p #{port} -n #{n} -P 16 -q " <>
-          "XADD s MAXLEN #{@redis_maxlen} * f <#{@redis_value_size} bytes>"
-      )
-
-      {out, 0} = System.cmd(bench, args)
-
-      rate =
-        case Regex.scan(~r/([\d.]+) requests per second/, out) do
-          [] -> Mix.raise("cannot read redis-benchmark's output: #{inspect(out)}")
-          matches -> matches |> List.last() |> Enum.at(1) |> parse_float()
-        end
-
-      %{
-        mode: "redis_xadd_1kb",
-        how: "redis-benchmark -P 16",
-        payload_bytes: @redis_value_size,
-        messages: n,
-        seconds: n / rate,
-        msgs_per_s: rate,
-        mb_per_s: rate * @redis_value_size / 1.0e6,
-        ack_messages: nil,
-        overwritten: nil,
-        server_cpu_s: nil,
-        generator_cpu_s: nil
-      }
-    after
-      stop_redis(redis)
-    end
-  end
-
-  defp parse_float(text) do
-    {value, _} = Float.parse(text)
-    value
-  end
-
-  defp free_port do
-    {:ok, listen} = :gen_tcp.listen(0, ip: {127, 0, 0, 1})
-    {:ok, port} = :inet.port(listen)
-    :ok = :gen_tcp.close(listen)
-    port
-  end
-
-  # Redis takes a moment to listen; bounded by `tries` times 100 ms.
-  defp await_listening(_port, 0), do: Mix.raise("redis-server did not start listening")
-
-  defp await_listening(port, tries) do
-    case :gen_tcp.connect({127, 0, 0, 1}, port, [], 1_000) do
-      {:ok, socket} ->
-        :gen_tcp.close(socket)
-        :ok
-
-      {:error, _} ->
-        receive after: (100 -> :ok)
-        await_listening(port, tries - 1)
-    end
-  end
-
-  defp stop_redis(redis) do
-    case Port.info(redis, :os_pid) do
-      {:os_pid, pid} ->
-        System.cmd("kill", ["#{pid}"])
-
-        receive do
-          {^redis, {:exit_status, _}} -> :ok
-        after
-          10_000 -> IO.puts(:stderr, "redis-server (pid #{pid}) did not stop in 10 s")
-        end
-
+  # A 1 KB row's rate over Redis's, when Redis ran.
+  defp with_ratios(rows) do
+    case Enum.find(rows, &(&1.mode == "redis_xadd_1kb")) do
       nil ->
-        :ok
+        Enum.map(rows, &Map.put(&1, :vs_redis, nil))
+
+      redis ->
+        Enum.map(rows, fn row ->
+          ratio =
+            if row.mode in ["encoded_1kb", "batched_1kb"], do: row.msgs_per_s / redis.msgs_per_s
+
+          Map.put(row, :vs_redis, ratio)
+        end)
     end
   end
 
   ## Output
 
-  defp print(rows, redis) do
+  @columns [
+    {"mode", 16, :left},
+    {"how", 34, :left},
+    {"conns", 6, :right},
+    {"in flight", 10, :right},
+    {"msgs/frame", 11, :right},
+    {"payload", 8, :right},
+    {"messages", 10, :right},
+    {"seconds", 8, :right},
+    {"msgs/s", 11, :right},
+    {"srv µs/msg", 11, :right},
+    {"srv sys%", 9, :right},
+    {"gen µs/msg", 11, :right},
+    {"MB/s", 8, :right},
+    {"acks", 9, :right},
+    {"ack frames", 11, :right},
+    {"overwr.", 9, :right}
+  ]
+
+  defp print(rows, config) do
     IO.puts("")
+    IO.puts(Table.header(@columns))
 
-    IO.puts(
-      pad("mode", 16) <>
-        pad("how", 22) <>
-        lpad("payload", 8) <>
-        lpad("messages", 10) <>
-        lpad("seconds", 9) <>
-        lpad("msgs/s", 12) <>
-        lpad("MB/s", 9) <>
-        lpad("ack msgs", 10) <>
-        lpad("overwr.", 9) <>
-        lpad("srv cpu s", 10) <> lpad("gen cpu s", 10)
-    )
-
-    for row <- rows ++ List.wrap(redis) do
+    for row <- rows do
       IO.puts(
-        pad(row.mode, 16) <>
-          pad(row.how, 22) <>
-          lpad(row.payload_bytes, 8) <>
-          lpad(row.messages, 10) <>
-          lpad(fmt(row.seconds, 2), 9) <>
-          lpad(round(row.msgs_per_s), 12) <>
-          lpad(fmt(row.mb_per_s, 1), 9) <>
-          lpad(row.ack_messages, 10) <>
-          lpad(row.overwritten, 9) <>
-          lpad(fmt(row.server_cpu_s, 2), 10) <> lpad(fmt(row.generator_cpu_s, 2), 10)
+        Table.line(@columns, [
+          row.mode,
+          row.how,
+          row.connections,
+          row.pipeline,
+          row.per_frame,
+          row.payload_bytes,
+          row.messages,
+          fmt(row.seconds, 2),
+          round(row.msgs_per_s),
+          fmt(per_msg(row.server_cpu, row), 2),
+          fmt(sys_pct(row.server_cpu), 0),
+          fmt(per_msg(row.generator_cpu, row), 2),
+          fmt(row.mb_per_s, 1),
+          row.acks,
+          row.ack_frames,
+          row.overwritten
+        ])
       )
     end
 
-    IO.puts("")
+    if redis = Enum.find(rows, &(&1.mode == "redis_xadd_1kb")),
+      do: IO.puts("\nRedis: " <> redis.command)
 
-    case {Enum.find(rows, &(&1.mode == "1kb")), redis} do
-      {%{msgs_per_s: ours}, %{msgs_per_s: theirs}} ->
-        IO.puts(
-          "Ringbus 1kb / Redis XADD -P 16: #{fmt(ours / theirs, 2)}x " <>
-            "(#{round(ours)} vs #{round(theirs)} msgs/s, same run)"
-        )
-
-      _ ->
-        :ok
-    end
+    print_ratios(rows)
+    print_targets(rows, config)
   end
 
-  defp csv_row(row),
-    do: [row.mode, row.payload_bytes, row.messages, round(row.msgs_per_s), row.mb_per_s]
+  defp print_ratios(rows) do
+    redis = Enum.find(rows, &(&1.mode == "redis_xadd_1kb"))
 
-  defp fmt(nil, _), do: "-"
+    for %{vs_redis: ratio} = row when is_float(ratio) <- rows do
+      like? = row.mode == "encoded_1kb"
+
+      IO.puts(
+        "#{row.mode} / redis_xadd_1kb: #{fmt(ratio, 2)}x " <>
+          "(#{round(row.msgs_per_s)} vs #{round(redis.msgs_per_s)} msgs/s, same run; " <>
+          if(like?,
+            do:
+              "like for like: a frame and an ack per message, " <>
+                "#{row.connections} connections x #{row.pipeline} in flight on both sides)",
+            else:
+              "not like for like: #{row.per_frame} messages a frame and one ack per batch " <>
+                "over #{row.connections} connection, against one XADD and one reply per message)"
+          )
+      )
+    end
+
+    :ok
+  end
+
+  defp print_targets(rows, config) do
+    targets = rows |> Enum.map(&target(&1, config)) |> Enum.reject(&is_nil/1)
+
+    if targets != [] do
+      IO.puts("\nTargets:")
+      Enum.each(targets, &IO.puts("  " <> &1))
+    end
+
+    :ok
+  end
+
+  defp target(%{mode: "encoded"} = row, _config) do
+    "encoded, #{row.payload_bytes} B PUSH frames each acked and stored: " <>
+      "#{round(row.msgs_per_s)} msgs/s (target >= #{@encoded_target}): " <>
+      verdict(row.msgs_per_s >= @encoded_target)
+  end
+
+  defp target(%{mode: "pipelined"} = row, _config) do
+    "pipelined, Ringbus.Client.push_async/4: #{round(row.msgs_per_s)} msgs/s " <>
+      "(target >= #{@pipelined_target}): " <> verdict(row.msgs_per_s >= @pipelined_target)
+  end
+
+  defp target(%{mode: "encoded_1kb", vs_redis: ratio}, _config) when is_float(ratio) do
+    "encoded_1kb / redis_xadd_1kb: #{fmt(ratio, 2)}x (target >= #{fmt(@vs_redis_target, 1)}x): " <>
+      verdict(ratio >= @vs_redis_target)
+  end
+
+  defp target(_row, _config), do: nil
+
+  defp verdict(true), do: "met"
+  defp verdict(false), do: "missed"
+
+  defp csv_row(row) do
+    [
+      row.mode,
+      row.how,
+      row.payload_bytes,
+      row.messages,
+      row.connections,
+      row.pipeline,
+      row.per_frame,
+      row.acks,
+      row.ack_frames,
+      row.seconds,
+      round(row.msgs_per_s),
+      row.mb_per_s,
+      per_msg(row.server_cpu, row),
+      sys_pct(row.server_cpu),
+      per_msg(row.generator_cpu, row),
+      row.overwritten,
+      row.vs_redis
+    ]
+  end
+
+  defp per_msg(nil, _row), do: nil
+  defp per_msg(%{user_us: user, sys_us: sys}, row), do: (user + sys) / row.messages
+
+  defp sys_pct(%{user_us: user, sys_us: sys}) when user + sys > 0, do: 100.0 * sys / (user + sys)
+  defp sys_pct(_cpu), do: nil
+
+  defp fmt(nil, _), do: nil
+  defp fmt(value, 0), do: value |> round() |> Integer.to_string()
   defp fmt(value, decimals), do: :erlang.float_to_binary(value / 1, decimals: decimals)
-
-  defp pad(value, width), do: String.pad_trailing(to_string(value), width)
-  defp lpad(nil, width), do: String.pad_leading("-", width)
-  defp lpad(value, width), do: String.pad_leading(to_string(value), width)
 end

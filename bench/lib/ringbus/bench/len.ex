@@ -38,6 +38,11 @@ defmodule Ringbus.Bench.Len do
   @ringbus_reps 200_000
   @switches [sizes: :string, reps: :integer, out: :string]
 
+  @doc """
+  Runs the bench with command line `args` (see the module doc) and prints the
+  figures. Raises `OptionParser.ParseError` on an unknown option and
+  `Mix.Error` on a bad value.
+  """
   @spec run([String.t()]) :: :ok
   def run(args) do
     {opts, rest} = OptionParser.parse!(args, strict: @switches)

@@ -51,8 +51,9 @@ defmodule Ringbus.Bench.NaiveFrameReader do
     * `:max_frame_size` - the limit announced in `HELLO_OK`; the reader itself
       does not check it. Default 16 MiB.
     * `:notify` - a pid that gets `{Ringbus.Bench.NaiveFrameReader, :frame,
-      reads}` after each push is acknowledged: how many socket reads the frame
-      took. Default `nil`.
+      reads, busy}` after each push is acknowledged: how many socket reads the
+      frame took, and the time in native units from its first read to its
+      store, the receiver's own clock of its work on it. Default `nil`.
   """
   @type options :: [
           tls: [:ssl.tls_server_option()] | nil,
@@ -157,7 +158,7 @@ defmodule Ringbus.Bench.NaiveFrameReader do
   ## Connection
 
   defp start(kind, socket, opts) do
-    conn = %{kind: kind, socket: socket, opts: opts, buffer: <<>>, reads: 0}
+    conn = %{kind: kind, socket: socket, opts: opts, buffer: <<>>, reads: 0, first_read: nil}
     activate(conn)
     loop(conn)
   end
@@ -166,6 +167,7 @@ defmodule Ringbus.Bench.NaiveFrameReader do
     receive do
       {tag, _socket, data} when tag in [:tcp, :ssl] ->
         # The anti-pattern: one growing binary, matched on every read.
+        conn = %{conn | first_read: conn.first_read || System.monotonic_time()}
         {frames, incomplete} = unwrap_all(<<conn.buffer::binary, data::binary>>, [])
         conn = %{conn | buffer: incomplete, reads: conn.reads + 1}
         conn = Enum.reduce(frames, conn, &handle_frame/2)
@@ -203,12 +205,14 @@ defmodule Ringbus.Bench.NaiveFrameReader do
           idle_timeout: :infinity
         }
 
-        %{write(conn, {:hello_ok, corr, 2, limits}) | reads: 0}
+        %{write(conn, {:hello_ok, corr, Frame.version(), limits}) | reads: 0, first_read: nil}
 
       {:ok, {:push, corr, _mode, name, payload}} ->
-        write(conn, {:push_acks, 1, [{corr, Ringbus.push(name, payload)}]})
-        if pid = conn.opts[:notify], do: send(pid, {__MODULE__, :frame, conn.reads})
-        %{conn | reads: 0}
+        stored = Ringbus.push(name, payload)
+        busy = System.monotonic_time() - conn.first_read
+        write(conn, {:push_acks, 1, [{corr, stored}]})
+        if pid = conn.opts[:notify], do: send(pid, {__MODULE__, :frame, conn.reads, busy})
+        %{conn | reads: 0, first_read: nil}
     end
   end
 

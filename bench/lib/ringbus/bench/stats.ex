@@ -151,6 +151,20 @@ defmodule Ringbus.Bench.Stats do
   end
 
   @doc """
+  `n` split into `k` shares that differ by at most one, larger first: the
+  work of each of `k` processes.
+
+      iex> Ringbus.Bench.Stats.shares(10, 4)
+      [3, 3, 2, 2]
+  """
+  @spec shares(non_neg_integer(), pos_integer()) :: [non_neg_integer()]
+  def shares(n, k) when is_integer(n) and n >= 0 and is_integer(k) and k > 0 do
+    base = div(n, k)
+    extra = rem(n, k)
+    for i <- 1..k, do: if(i <= extra, do: base + 1, else: base)
+  end
+
+  @doc """
   The growth of a time per doubling of a size, from a least-squares line
   through `{size, time}` points on log-log axes: 2.0 for linear growth, 4.0
   for quadratic. Unlike the ratio of two neighbouring points, one noisy

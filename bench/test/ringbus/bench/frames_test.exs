@@ -23,10 +23,9 @@ defmodule Ringbus.Bench.FramesTest do
 
     for row <- rows do
       [_, _, _, ms, rate] = String.split(row, ",")
-      {ms, ""} = Float.parse(ms)
-      {rate, ""} = Float.parse(rate)
+      assert {ms, ""} = Float.parse(ms)
+      assert {rate, ""} = Float.parse(rate)
       assert ms > 0 and rate > 0
-      assert_in_delta rate, 1000 / ms, 0.05 * rate
     end
 
     assert output =~ "tls: tlsv1"
@@ -35,6 +34,34 @@ defmodule Ringbus.Bench.FramesTest do
     assert progress =~ "tls 1 MB naive run 1/1:"
     assert length(Process.get(:results)) == 4
     assert Ringbus.channels() == channels
+  end
+
+  # What the bench promises about what it times: a transfer's time contains
+  # the receiver's whole work on the frame (read, joined, decoded, stored), as
+  # the receiver clocks it itself, and the naive receiver gets the frame in
+  # socket reads of at most --buffer-size bytes, so it really reassembles it.
+  test "a transfer's time contains the receiver's work, and naive reassembles many reads" do
+    buffer = 65_536
+    args = ~w(--sizes 1,2 --runs 2 --transports tcp --buffer-size #{buffer})
+    {_output, progress} = run_quietly(args)
+
+    naive = for %{impl: "naive"} = r <- Process.get(:results), do: r
+    assert Enum.map(naive, & &1.frame_mb) == [1, 2]
+
+    for r <- naive do
+      assert r.receiver_ms > 0
+      assert r.ms >= r.receiver_ms
+      assert r.reads >= r.frame_mb * 1_048_576 / buffer
+    end
+
+    transfers =
+      Regex.scan(~r/naive run \d\/2: ([\d.]+) ms, .*, receiver busy ([\d.]+) ms/, progress)
+
+    assert length(transfers) == 4
+
+    for [_, ms, busy] <- transfers do
+      assert String.to_float(ms) >= String.to_float(busy)
+    end
   end
 
   test "rejects unknown options and bad values" do

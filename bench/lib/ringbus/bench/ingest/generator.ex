@@ -1,17 +1,27 @@
 defmodule Ringbus.Bench.Ingest.Generator do
   @moduledoc false
   # The load generator of `Ringbus.Bench.Ingest`. It runs in its own BEAM (an
-  # OS process started by the bench), connects with `Ringbus.Client`, pushes
-  # `--messages` messages in one mode, waits for the last ack and prints one
-  # line on stdout:
+  # OS process started by the bench), pushes `--messages` messages in one mode,
+  # waits for the last ack and prints two lines on stdout:
   #
-  #     RESULT messages=2000000 elapsed_us=812345 ack_messages=1234 errors=0 cpu_ms=1500
+  #     READY
+  #     RESULT messages=2000000 elapsed_us=812345 acks=2000000 ack_frames=1234 errors=0 cpu_user_us=1500000 cpu_sys_us=300000
   #
-  # The clock starts once connected and stops at the last ack; cpu_ms is this
-  # VM's CPU time (all schedulers) over the same span. Progress goes
-  # to stderr, a line per 10% of the messages. Every loop is bounded by the
-  # message count and by `--timeout` seconds.
+  # READY comes once connected (and, in `encoded` mode, with every frame
+  # encoded), just before the clock starts, so that the bench can read its
+  # own CPU time over the same span. The clock stops at the last ack. `acks`
+  # counts ack entries (one per PUSH, one per PUSH_BATCH), `ack_frames` the
+  # PUSH_ACKS frames they came in ("-" where the client does not show them);
+  # the CPU figures are this VM's over the timed span ("-" without /proc).
+  #
+  # Modes: `request_reply`, `pipelined` and `batched` go through
+  # `Ringbus.Client`; `encoded` writes pre-encoded frames from raw sockets
+  # (`Ringbus.Bench.Ingest.Encoded`). Progress goes to stderr, a line per 10%
+  # of the messages. Every loop is bounded by the message count and by
+  # `--timeout` seconds.
 
+  alias Ringbus.Bench.CPU
+  alias Ringbus.Bench.Ingest.Encoded
   alias Ringbus.Client
 
   @switches [
@@ -23,6 +33,9 @@ defmodule Ringbus.Bench.Ingest.Generator do
     channel: :string,
     timeout: :integer,
     max_pending: :integer,
+    connections: :integer,
+    window: :integer,
+    chunk: :integer,
     quiet: :boolean
   ]
 
@@ -33,11 +46,14 @@ defmodule Ringbus.Bench.Ingest.Generator do
   def main(argv) do
     {opts, []} = OptionParser.parse!(argv, strict: @switches)
 
-    case run(opts) do
+    case run(opts, fn -> IO.puts("READY") end) do
       {:ok, result} ->
+        cpu = result.cpu || %{user_us: "-", sys_us: "-"}
+
         IO.puts(
           "RESULT messages=#{result.messages} elapsed_us=#{result.elapsed_us} " <>
-            "ack_messages=#{result.ack_messages} errors=#{result.errors} cpu_ms=#{result.cpu_ms}"
+            "acks=#{result.acks} ack_frames=#{result.ack_frames || "-"} " <>
+            "errors=#{result.errors} cpu_user_us=#{cpu.user_us} cpu_sys_us=#{cpu.sys_us}"
         )
 
         System.halt(0)
@@ -48,55 +64,83 @@ defmodule Ringbus.Bench.Ingest.Generator do
     end
   end
 
-  @doc "Runs one mode; returns its figures."
-  @spec run(keyword()) :: {:ok, map()} | {:error, term()}
-  def run(opts) do
+  @doc """
+  Runs one mode, calling `ready` just before the clock starts; returns its
+  figures.
+  """
+  @spec run(keyword(), (() -> any())) :: {:ok, map()} | {:error, term()}
+  def run(opts, ready) do
     n = Keyword.fetch!(opts, :messages)
     payload = :binary.copy(<<0x5A>>, Keyword.fetch!(opts, :payload))
     timeout_ms = Keyword.get(opts, :timeout, 300) * 1000
 
-    config = %{
-      channel: Keyword.fetch!(opts, :channel),
-      payload: payload,
-      n: n,
-      batch: Keyword.get(opts, :batch, 1_000),
-      tenth: max(div(n, 10), 1),
-      deadline: System.monotonic_time(:millisecond) + timeout_ms,
-      mode: Keyword.fetch!(opts, :mode),
-      quiet: Keyword.get(opts, :quiet, false)
-    }
+    case Keyword.fetch!(opts, :mode) do
+      "encoded" ->
+        Encoded.run(
+          %{
+            port: Keyword.fetch!(opts, :port),
+            channel: Keyword.fetch!(opts, :channel),
+            payload: payload,
+            n: n,
+            connections: Keyword.get(opts, :connections, 1),
+            window: Keyword.fetch!(opts, :window),
+            chunk: Keyword.fetch!(opts, :chunk),
+            timeout_ms: timeout_ms
+          },
+          ready
+        )
 
-    client_opts = [
-      port: Keyword.fetch!(opts, :port),
-      max_pending: Keyword.get(opts, :max_pending, 100_000),
-      timeout: timeout_ms
-    ]
+      mode ->
+        config = %{
+          channel: Keyword.fetch!(opts, :channel),
+          payload: payload,
+          n: n,
+          batch: Keyword.get(opts, :batch, 1_000),
+          tenth: max(div(n, 10), 1),
+          deadline: System.monotonic_time(:millisecond) + timeout_ms,
+          mode: mode,
+          quiet: Keyword.get(opts, :quiet, false)
+        }
 
-    with {:ok, client} <- Client.connect(client_opts) do
-      start = System.monotonic_time()
-      {cpu0, _} = :erlang.statistics(:runtime)
+        client_opts = [
+          port: Keyword.fetch!(opts, :port),
+          max_pending: Keyword.get(opts, :max_pending, 100_000),
+          timeout: timeout_ms
+        ]
 
-      result =
-        try do
-          mode(config.mode, client, config)
-        catch
-          :throw, {:bench_error, reason} -> {:error, reason}
+        with {:ok, client} <- Client.connect(client_opts) do
+          client_mode(client, config, ready)
         end
+    end
+  end
 
-      elapsed = System.monotonic_time() - start
-      {cpu1, _} = :erlang.statistics(:runtime)
-      Client.close(client)
+  defp client_mode(client, config, ready) do
+    hz = CPU.ticks_per_second()
+    ready.()
+    cpu0 = CPU.sample()
+    start = System.monotonic_time()
 
-      with {:ok, ack_messages, errors} <- result do
-        {:ok,
-         %{
-           messages: n,
-           elapsed_us: System.convert_time_unit(elapsed, :native, :microsecond),
-           ack_messages: ack_messages,
-           errors: errors,
-           cpu_ms: cpu1 - cpu0
-         }}
+    result =
+      try do
+        mode(config.mode, client, config)
+      catch
+        :throw, {:bench_error, reason} -> {:error, reason}
       end
+
+    elapsed = System.monotonic_time() - start
+    cpu = CPU.used(cpu0, CPU.sample(), hz)
+    Client.close(client)
+
+    with {:ok, acks, ack_frames, errors} <- result do
+      {:ok,
+       %{
+         messages: config.n,
+         elapsed_us: System.convert_time_unit(elapsed, :native, :microsecond),
+         acks: acks,
+         ack_frames: ack_frames,
+         errors: errors,
+         cpu: cpu
+       }}
     end
   end
 
@@ -110,8 +154,8 @@ defmodule Ringbus.Bench.Ingest.Generator do
 
   defp mode(other, _client, _config), do: {:error, {:unknown_mode, other}}
 
-  # One push, one round trip.
-  defp request_reply(_client, %{n: n}, n, errors), do: {:ok, 0, errors}
+  # One push, one round trip; each push/3 that returns has seen its ack.
+  defp request_reply(_client, %{n: n}, n, errors), do: {:ok, n, nil, errors}
 
   defp request_reply(client, config, sent, errors) do
     check(config, sent + 1, 1)
@@ -182,7 +226,7 @@ defmodule Ringbus.Bench.Ingest.Generator do
   defp count([], {entries, messages, errors}), do: {entries, messages + 1, errors}
 
   defp await_all(_client, frames, {entries, messages, errors}) when entries >= frames,
-    do: {:ok, messages, errors}
+    do: {:ok, entries, messages, errors}
 
   defp await_all(client, frames, acked), do: await_all(client, frames, await_acks(client, acked))
 
