@@ -185,13 +185,27 @@ defmodule Ringbus do
   end
 
   @doc false
-  # For the server, which takes many pushes to a channel in one read and has
-  # counted each batch as it checked it: `[{payloads, count, bytes}]`, each
-  # batch whole or not at all; one result per batch.
+  # For the server, which takes many pushes to a channel in one read and
+  # has counted them as it checked them: all of them as one batch, whole or
+  # not at all, and a refusal counted nowhere (the caller then pushes them
+  # with `push_batches/2`).
+  @spec push_run(name(), [binary()], pos_integer(), non_neg_integer()) ::
+          {:ok, seq()} | {:error, :no_channel | :full | :too_large}
+  def push_run(name, payloads, count, bytes) do
+    with {:ok, channel} <- Store.fetch(name),
+         do: Ring.push_run(channel, payloads, count, bytes)
+  rescue
+    ArgumentError -> {:error, :no_channel}
+  end
+
+  @doc false
+  # For the server: batches `{payloads, count, bytes}` it has counted, each
+  # whole or not at all, each refusal counted; one result per batch.
   @spec push_batches(name(), [{[binary()], non_neg_integer(), non_neg_integer()}]) ::
           {:ok, [{:ok, seq()} | {:error, :full | :too_large}]} | {:error, :no_channel}
   def push_batches(name, batches) do
-    with {:ok, channel} <- Store.fetch(name), do: {:ok, Ring.push_batches(channel, batches)}
+    with {:ok, channel} <- Store.fetch(name),
+         do: {:ok, Enum.map(batches, fn {p, n, b} -> Ring.push_measured(channel, p, n, b) end)}
   rescue
     ArgumentError -> {:error, :no_channel}
   end

@@ -152,6 +152,33 @@ defmodule RingbusTest do
     end
   end
 
+  describe "memory" do
+    # A payload that is a slice of a larger binary (a socket read, say) must
+    # not keep that binary alive once stored.
+    @big :binary.copy("r", 1_000_000)
+
+    defp kept(payload), do: :binary.referenced_byte_size(payload)
+
+    test "a message stored on its own keeps only its bytes", %{name: name} do
+      :ok = Ringbus.create(name, capacity: 10, overflow: :reject)
+      {:ok, 0} = Ringbus.push(name, binary_part(@big, 10, 1000))
+      {:ok, 1} = Ringbus.push_many(name, [binary_part(@big, 0, 100), binary_part(@big, 5, 100)])
+      {:ok, messages, 0} = Ringbus.read(name, 0, 3)
+      assert Enum.map(messages, fn {_, p} -> kept(p) end) == [1000, 100, 100]
+    end
+
+    test "a batch stored as one unit keeps its own bytes, once", %{name: name} do
+      :ok = Ringbus.create(name, capacity: 100)
+      payloads = for i <- 0..9, do: binary_part(@big, i * 1000, 100)
+      {:ok, 0} = Ringbus.push_many(name, payloads)
+      {:ok, messages, 0} = Ringbus.read(name, 0, 10)
+      assert Enum.map(messages, &elem(&1, 1)) == payloads
+      # All ten share one binary of the batch's 1,000 bytes.
+      assert Enum.uniq(Enum.map(messages, fn {_, p} -> kept(p) end)) == [1000]
+      assert {:ok, %{bytes: 1000}} = Ringbus.info(name)
+    end
+  end
+
   test "len/1 follows pushes and pulls", %{name: name} do
     :ok = Ringbus.create(name, capacity: 1000)
     Ringbus.push_many!(name, List.duplicate("x", 700))

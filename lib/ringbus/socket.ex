@@ -1,7 +1,7 @@
 defmodule Ringbus.Socket do
   @moduledoc false
   # The socket calls the server's connections and the client share, for plain
-  # TCP (`:gen_tcp`) and TLS (`:ssl`), on a socket in `active: :once` mode.
+  # TCP (`:gen_tcp`) and TLS (`:ssl`), on a socket that delivers a few reads at a time as messages.
   #
   # Writes on TCP go straight to the port with `:erlang.port_command/2`; the
   # port's `{:inet_reply, socket, status}` comes back as an ordinary message
@@ -27,10 +27,21 @@ defmodule Ringbus.Socket do
   def controlling_process(:tcp, socket, pid), do: :gen_tcp.controlling_process(socket, pid)
   def controlling_process(:tls, socket, pid), do: :ssl.controlling_process(socket, pid)
 
-  @doc "Asks for the next read as one message."
+  # Reads delivered as messages before the socket goes passive again and
+  # must be re-armed: each re-arm is a synchronous call into the port, which
+  # waits while the port is busy writing, so arming once per read costs a
+  # reader that takes many small reads more than the reads themselves. It
+  # also bounds what can queue: this many reads of `:buffer_size` bytes.
+  @reads 4
+
+  @doc """
+  Asks for the next reads as messages, `{:tcp | :ssl, socket, bytes}`, up to
+  a few; then comes `{:tcp_passive | :ssl_passive, socket}`, and the owner
+  calls this again.
+  """
   @spec activate(kind(), socket()) :: :ok | {:error, term()}
-  def activate(:tcp, socket), do: :inet.setopts(socket, active: :once)
-  def activate(:tls, socket), do: :ssl.setopts(socket, active: :once)
+  def activate(:tcp, socket), do: :inet.setopts(socket, active: @reads)
+  def activate(:tls, socket), do: :ssl.setopts(socket, active: @reads)
 
   @doc """
   Writes `data` without waiting for the socket: on TCP the outcome arrives

@@ -1,5 +1,8 @@
 defmodule Ringbus.Channel.Ring do
   @moduledoc false
+  # (Chunks below: a batch's payloads as one binary and the offsets where
+  # each ends, so that storing a batch copies its bytes once, with one
+  # memcpy, whatever its count.)
   # The ring: operations on a channel handle that run in the caller's process.
   #
   # Storage. One public ETS `:ordered_set` per channel. Keys are sequence
@@ -10,9 +13,9 @@ defmodule Ringbus.Channel.Ring do
   #
   #   {seq, payload}                  a message stored on its own
   #   {seq, mark}                     a seq given up on (see "Stalls")
-  #   {last + 0.5, first, bytes, left, p..}
+  #   {last + 0.5, first, bytes, left, data, ends}
   #                                   a chunk: a drop-oldest batch as one object,
-  #                                   `left` of its messages not yet pulled
+  #                                   `left` of its messages not yet claimed
   #   {last + 0.25, first, pid}       a reservation: a chunk `pid` is storing
   #
   # Cursors and counters, in `:atomics`:
@@ -103,7 +106,6 @@ defmodule Ringbus.Channel.Ring do
   @stall_ms 5
 
   @typep seq :: non_neg_integer()
-  @typep batch :: {[binary()], non_neg_integer(), non_neg_integer()}
 
   defguardp is_mark(value) when value in [:skipped, :skipped_claimed, :abandoned]
 
@@ -143,7 +145,7 @@ defmodule Ringbus.Channel.Ring do
   def commit(ch, seq, payload) do
     size = byte_size(payload)
 
-    if :ets.insert_new(ch.table, {seq, payload}) do
+    if :ets.insert_new(ch.table, {seq, detach(payload)}) do
       stored_bytes(ch, size)
       stored(ch, seq, seq)
       {:ok, seq}
@@ -184,39 +186,20 @@ defmodule Ringbus.Channel.Ring do
   end
 
   @doc """
-  Pushes several batches, each whole or not at all, for a caller that takes
-  many pushes at once (a server read). They go in as one batch when they all
-  fit, with consecutive seqs; otherwise one by one. A refusal is counted once
-  per message refused. Returns one result per batch, in order.
+  Pushes a batch whole or not at all, and counts nothing when it is refused:
+  for a caller that tries many pushes as one and, if that fails, pushes them
+  one by one with `push_measured/4`.
   """
-  @spec push_batches(Channel.t(), [batch()]) :: [{:ok, seq} | {:error, :full | :too_large}]
-  def push_batches(ch, [{payloads, count, bytes}]),
-    do: [push_measured(ch, payloads, count, bytes)]
-
-  def push_batches(ch, batches) do
-    {payloads, count, bytes} = concat(batches)
-
-    with {:ok, first} <- reserve_for(ch, payloads, count, bytes),
-         {:ok, first} <- store_batch(ch, first, payloads, count, bytes) do
-      number(batches, first, [])
-    else
-      # Some batch does not fit, or a reader marked part of the range: each
-      # batch goes on its own.
-      _ -> Enum.map(batches, fn {p, n, b} -> push_measured(ch, p, n, b) end)
+  @spec push_run(Channel.t(), [binary()], pos_integer(), non_neg_integer()) ::
+          {:ok, seq} | {:error, :full | :too_large}
+  def push_run(ch, payloads, count, bytes) do
+    with {:ok, first} <- reserve_for(ch, payloads, count, bytes) do
+      case store_batch(ch, first, payloads, count, bytes) do
+        {:ok, first} -> {:ok, first}
+        :retry -> push_run(ch, payloads, count, bytes)
+      end
     end
   end
-
-  defp concat(batches) do
-    {lists, count, bytes} =
-      Enum.reduce(batches, {[], 0, 0}, fn {p, n, b}, {lists, count, bytes} ->
-        {[p | lists], count + n, bytes + b}
-      end)
-
-    {lists |> :lists.reverse() |> :lists.append(), count, bytes}
-  end
-
-  defp number([{_, n, _} | rest], seq, acc), do: number(rest, seq + n, [{:ok, seq} | acc])
-  defp number([], _seq, acc), do: :lists.reverse(acc)
 
   @doc false
   # The second half of `push_measured/4`: stores a batch under the `count`
@@ -234,7 +217,7 @@ defmodule Ringbus.Channel.Ring do
   # Stores a batch: {:ok, first}, or :retry when a reader had given up on
   # part of the range, which is then abandoned whole.
   defp store_batch(%Channel{overflow: :drop_oldest, max_bytes: nil} = ch, first, ps, count, bytes)
-       when count > 1,
+       when count > 1 and bytes < 0x1_0000_0000,
        do: store_chunk(ch, first, ps, count, bytes)
 
   defp store_batch(ch, first, payloads, count, bytes) do
@@ -263,13 +246,21 @@ defmodule Ringbus.Channel.Ring do
       :ets.delete(t, reservation_key(last))
       :retry
     else
-      :ets.insert(t, List.to_tuple([chunk_key(last), first, bytes, count | payloads]))
+      data = IO.iodata_to_binary(payloads)
+      :ets.insert(t, {chunk_key(last), first, bytes, count, data, ends(payloads, 0, <<0::32>>)})
       :ets.delete(t, reservation_key(last))
       stored_bytes(ch, bytes)
       stored(ch, first, last)
       {:ok, first}
     end
   end
+
+  # Where each payload ends in the chunk's data, after a 0: payload i is the
+  # bytes between entries i and i + 1.
+  defp ends([p | rest], at, acc),
+    do: ends(rest, at + byte_size(p), <<acc::binary, at + byte_size(p)::32>>)
+
+  defp ends([], _at, acc), do: acc
 
   # Whether a mark stands on a seq in first..last: the only integer keys a
   # reserved range can hold.
@@ -508,8 +499,8 @@ defmodule Ringbus.Channel.Ring do
   # Deletes a chunk and releases its bytes, if it is still there: of two
   # callers racing for it, only the one whose delete matched releases them.
   defp drop_chunk(ch, key) do
-    with [first, bytes] <- elements(ch.table, key, [2, 3]) do
-      pattern = List.to_tuple([key | List.duplicate(:_, trunc(key) - first + 4)])
+    with bytes when is_integer(bytes) <- element(ch.table, key, 3) do
+      pattern = {key, :_, :_, :_, :_, :_}
       if :ets.select_delete(ch.table, [{pattern, [], [true]}]) == 1, do: release(ch, bytes)
     end
 
@@ -520,15 +511,16 @@ defmodule Ringbus.Channel.Ring do
 
   ## Chunks and reservations
   #
-  # A chunk `{last + 0.5, first, bytes, left, p1, ...}` sorts right after `last`
+  # A chunk `{last + 0.5, first, bytes, left, data, ends}` sorts right after `last`
   # and a reservation `{last + 0.25, first, pid}` right before it; neither
   # key ever equals a message's integer key, so `:ets.take/2` on a seq only
   # ever finds a single message or a mark. A seq inside a chunk is found with
   # `:ets.next/2` (the chunk or reservation is the first non-integer key after
-  # it; integer keys in between are marks) and read with
-  # `:ets.lookup_element/3`, which copies that one payload. Chunks are deleted
-  # whole; a pull leaves its message in the chunk, and `first_seq/1` puts it
-  # out of every reader's reach.
+  # it; integer keys in between are marks) and cut out of its data. A payload
+  # of up to 64 bytes is copied out, as ETS would copy it; a larger one is a
+  # sub-binary of the data, which it keeps alive. Chunks are deleted whole; a
+  # pull leaves its message in the chunk, and `first_seq/1` puts it out of
+  # every reader's reach.
 
   defp chunk_key(last), do: last + 0.5
   defp reservation_key(last), do: last + 0.25
@@ -563,7 +555,18 @@ defmodule Ringbus.Channel.Ring do
     end
   end
 
-  defp chunk_payload(ch, key, first, seq), do: element(ch.table, key, 5 + seq - first)
+  defp chunk_payload(ch, key, seq) do
+    case :ets.lookup(ch.table, key) do
+      [chunk] -> slice(chunk, seq)
+      [] -> nil
+    end
+  end
+
+  defp slice({_key, first, _bytes, _left, data, ends}, seq) do
+    <<_::binary-size(4 * (seq - first)), from::32, to::32, _::binary>> = ends
+    payload = binary_part(data, from, to - from)
+    if to - from <= 64, do: :binary.copy(payload), else: payload
+  end
 
   # nil when the object is gone (a drop deleted it meanwhile).
   defp element(table, key, pos) do
@@ -627,8 +630,8 @@ defmodule Ringbus.Channel.Ring do
 
       [] ->
         case cover(ch, seq) do
-          {:chunk, key, first} ->
-            from_chunk(ch, key, first, seq, stall_ms, deadline)
+          {:chunk, key, _first} ->
+            from_chunk(ch, key, seq, stall_ms, deadline)
 
           # Its producer is storing the chunk right now.
           :reservation ->
@@ -641,8 +644,8 @@ defmodule Ringbus.Channel.Ring do
     end
   end
 
-  defp from_chunk(ch, key, first, seq, stall_ms, deadline) do
-    case chunk_payload(ch, key, first, seq) do
+  defp from_chunk(ch, key, seq, stall_ms, deadline) do
+    case chunk_payload(ch, key, seq) do
       nil ->
         take_claimed(ch, seq, stall_ms, deadline)
 
@@ -805,9 +808,9 @@ defmodule Ringbus.Channel.Ring do
       [{_, mark}] when is_mark(mark) ->
         case cover(ch, seq) do
           # A stale mark inside a stored chunk: it goes, the message stays.
-          {:chunk, key, first} ->
+          {:chunk, key, _first} ->
             withdraw(ch, seq, mark)
-            collect_chunk(ch, key, first, seq, limit, acc, n, lost)
+            collect_chunk(ch, key, seq, limit, acc, n, lost)
 
           nil when n == 0 ->
             collect(ch, seq + 1, limit, acc, n, lost)
@@ -818,8 +821,8 @@ defmodule Ringbus.Channel.Ring do
 
       [] ->
         case cover(ch, seq) do
-          {:chunk, key, first} ->
-            collect_chunk(ch, key, first, seq, limit, acc, n, lost)
+          {:chunk, key, _first} ->
+            collect_chunk(ch, key, seq, limit, acc, n, lost)
 
           nil when n == 0 ->
             # Gone if claimed (pulled or overwritten); else its producer is mid-push.
@@ -833,24 +836,16 @@ defmodule Ringbus.Channel.Ring do
     end
   end
 
-  # Takes seq.. out of a chunk, up to its last seq or a mark: one copy of the
-  # chunk for a long run, one element at a time for a short one.
-  defp collect_chunk(ch, key, first, seq, limit, acc, n, lost) do
-    stop = min(trunc(key), limit - 1)
-
-    case stop - seq >= 16 and :ets.lookup(ch.table, key) do
+  # Takes seq.. out of a chunk, up to its last seq or the limit.
+  defp collect_chunk(ch, key, seq, limit, acc, n, lost) do
+    case :ets.lookup(ch.table, key) do
       [chunk] ->
-        acc = Enum.reduce(seq..stop, acc, &[{&1, elem(chunk, 4 + &1 - first)} | &2])
+        stop = min(trunc(key), limit - 1)
+        acc = Enum.reduce(seq..stop, acc, &[{&1, slice(chunk, &1)} | &2])
         collect(ch, stop + 1, limit, acc, n + stop - seq + 1, lost)
 
       [] ->
         collect(ch, seq, limit, acc, n, lost)
-
-      false ->
-        case chunk_payload(ch, key, first, seq) do
-          nil -> collect(ch, seq, limit, acc, n, lost)
-          payload -> collect(ch, seq + 1, limit, [{seq, payload} | acc], n + 1, lost)
-        end
     end
   end
 

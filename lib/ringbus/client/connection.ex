@@ -5,7 +5,8 @@ defmodule Ringbus.Client.Connection do
   # `Ringbus.Client.Session` says about each frame the server sends back.
   # See `lib/ringbus/client/README.md` for the process model.
   #
-  # Reads. The socket is in `active: :once` mode; every frame of a read is
+  # Reads. The socket delivers a few reads at a time as messages (see
+  # `Ringbus.Socket.activate/2`); every frame of a read is
   # decoded with `Ringbus.Wire.Decoder` and routed before the socket is armed
   # again.
   #
@@ -91,12 +92,7 @@ defmodule Ringbus.Client.Connection do
   def handle_info({tag, socket, data}, %{socket: socket} = state) when tag in [:tcp, :ssl] do
     case Decoder.feed(state.decoder, data) do
       {:ok, frames, decoder} ->
-        state = route(frames, %{state | decoder: decoder})
-
-        case Socket.activate(state.kind, state.socket) do
-          :ok -> noreply(state)
-          {:error, reason} -> down(state, reason)
-        end
+        state |> Map.put(:decoder, decoder) |> then(&route(frames, &1)) |> noreply()
 
       {:error, reason, frames} ->
         state = route(frames, state)
@@ -108,6 +104,15 @@ defmodule Ringbus.Client.Connection do
   def handle_info({:ringbus_activate, socket}, %{socket: socket} = state) do
     if state.ping_interval, do: Process.send_after(self(), :ping, state.ping_interval)
 
+    case Socket.activate(state.kind, socket) do
+      :ok -> noreply(state)
+      {:error, reason} -> down(state, reason)
+    end
+  end
+
+  # The reads asked for have come: ask for more.
+  def handle_info({passive, socket}, %{socket: socket} = state)
+      when passive in [:tcp_passive, :ssl_passive] do
     case Socket.activate(state.kind, socket) do
       :ok -> noreply(state)
       {:error, reason} -> down(state, reason)

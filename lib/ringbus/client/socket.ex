@@ -3,7 +3,7 @@ defmodule Ringbus.Client.Socket do
   # The few socket calls the client makes, for plain TCP (`:gen_tcp`) and TLS
   # (`:ssl`). Connecting and the HELLO exchange run in the caller of
   # `Ringbus.Client.connect/1` with the socket passive; the connection process
-  # then owns the socket and reads it in `active: :once` mode. Reads, writes
+  # then owns the socket and takes its reads as messages, a few at a time. Reads, writes
   # and closing are `Ringbus.Socket`'s, shared with the server (see there why
   # writes never wait for the port).
 

@@ -7,9 +7,11 @@ defmodule Ringbus.Server.Connection do
   # It is a GenServer, so `:sys.get_state/1` and `:sys.suspend/1` work on it,
   # and gen_server's loop takes every message in arrival order.
   #
-  # Reads. The socket is in `active: :once` mode with a large user buffer, so
-  # one message carries whatever the kernel has. The decoder returns every
-  # frame in it, the session answers them all, and the socket is armed again.
+  # Reads. The socket delivers a few reads as messages at a time (see
+  # `Ringbus.Socket.activate/2`), each carrying whatever the kernel has, up
+  # to the large user buffer. The decoder returns every frame of a read and
+  # the session answers them all; the socket is armed again when it says it
+  # has gone passive.
   # The first frame is decoded with the pre-HELLO limit and every later byte
   # with `max_frame_size`, however TCP splits them.
   #
@@ -22,8 +24,8 @@ defmodule Ringbus.Server.Connection do
   # waiting for its reply (see `Ringbus.Socket`), and the calls the session
   # makes (create, delete, subscribe, unsubscribe) wait on a fresh reference,
   # which the runtime matches without scanning older messages. What can queue
-  # here is bounded: one read at a time (`active: :once`) and, per
-  # subscription, the credit the client gave. The queue is off the heap, so
+  # here is bounded: the few reads the socket delivers before it must be
+  # armed again and, per subscription, the credit the client gave. The queue is off the heap, so
   # queued deliveries take no part in the process's garbage collections.
   #
   # Time limits. HELLO must arrive within `handshake_timeout`, and after it
@@ -105,6 +107,15 @@ defmodule Ringbus.Server.Connection do
     end
   end
 
+  # The reads asked for have come: ask for more.
+  def handle_info({passive, socket}, %{socket: socket} = state)
+      when passive in [:tcp_passive, :ssl_passive] do
+    case Ringbus.Socket.activate(state.kind, socket) do
+      :ok -> noreply(state)
+      {:error, _} -> close(state)
+    end
+  end
+
   def handle_info({:ringbus, sub, messages, lost}, state),
     do: state |> write(Session.deliver(state.session, sub, messages, lost)) |> noreply()
 
@@ -150,8 +161,9 @@ defmodule Ringbus.Server.Connection do
 
   defp shutdown?(reason), do: reason == :shutdown or match?({:shutdown, _}, reason)
 
-  # What reached the mailbox before the shutdown: one read at most (the
-  # socket is `active: :once`) and deliveries within the credit given.
+  # What reached the mailbox before the shutdown: the few reads the socket
+  # delivers before it must be armed again, and deliveries within the credit
+  # given.
   # {:ok, state}, or the stop of a session that closed the connection itself.
   defp answer_queued(%{socket: socket} = state) do
     receive do
@@ -190,12 +202,7 @@ defmodule Ringbus.Server.Connection do
 
   defp after_read({:ok, state}, got_frames?) do
     state = if got_frames?, do: touch(state), else: state
-    state = flush(state)
-
-    case Ringbus.Socket.activate(state.kind, state.socket) do
-      :ok -> noreply(state)
-      {:error, _} -> close(state)
-    end
+    state |> flush() |> noreply()
   end
 
   defp after_read(stop, _got_frames?), do: stop

@@ -81,20 +81,20 @@ defmodule Ringbus.Server.Session do
 
   ## Frames
 
-  # `batch` collects consecutive pushes to one channel; it is stored before
+  # `run` collects consecutive pushes to one channel; they are stored before
   # any other frame runs. `out` and `acks` are in reverse.
-  defp run([{:push, corr, mode, name, payload} | rest], %{stage: :open} = s, batch, out, acks) do
-    {batch, acks} = collect(s, batch, name, {corr, mode, 1, [payload]}, acks)
-    run(rest, s, batch, out, acks)
+  defp run([{:push, _, _, _, _} | _] = frames, %{stage: :open} = s, run, out, acks) do
+    {frames, run, acks} = pushes(frames, s, run, acks)
+    run(frames, s, run, out, acks)
   end
 
-  defp run([{:push_batch, corr, mode, name, n, payloads} | rest], %{stage: :open} = s, b, o, a) do
-    {b, a} = collect(s, b, name, {corr, mode, n, payloads}, a)
-    run(rest, s, b, o, a)
+  defp run([{:push_batch, corr, mode, name, n, ps} | rest], %{stage: :open} = s, run, out, acks) do
+    {run, acks} = collect(s, run, name, {corr, mode, n, ps}, acks)
+    run(rest, s, run, out, acks)
   end
 
-  defp run([frame | rest], session, batch, out, acks) do
-    acks = store(session, batch, acks)
+  defp run([frame | rest], session, run, out, acks) do
+    acks = store(session, run, acks)
 
     case request(session, frame) do
       {:ok, frames, session} -> run(rest, session, nil, :lists.reverse(frames, out), acks)
@@ -102,76 +102,154 @@ defmodule Ringbus.Server.Session do
     end
   end
 
-  defp run([], session, batch, out, acks), do: {:ok, out, store(session, batch, acks), session}
-
-  defp collect(_s, {name, parts}, name, part, acks), do: {{name, [part | parts]}, acks}
-  defp collect(s, batch, name, part, acks), do: {{name, [part]}, store(s, batch, acks)}
+  defp run([], session, run, out, acks), do: {:ok, out, store(session, run, acks), session}
 
   ## Pushes
+  #
+  # A run is `{name, parts, payloads, count, bytes}`: its frames in reverse
+  # as parts, and the payloads of those that fit, in reverse, counted and
+  # measured as they come. A part is the corr of an acked PUSH that fits;
+  # `{corr, mode, n, payload_or_payloads}` for any other PUSH or PUSH_BATCH
+  # that fits; `{corr, mode, :too_large}` for one with a payload above
+  # max_payload_size. A run is stored with one push of all its payloads,
+  # whole or not at all; only when that fails do its frames go one by one,
+  # each whole or not at all.
 
-  defp store(_session, nil, acks), do: acks
+  # A PUSH starts or extends the run; the acked PUSHes that follow it to the
+  # same channel, the common case, are taken in a loop of their own.
+  defp pushes([{:push, corr, mode, name, payload} | rest], s, run, acks) do
+    {{^name, parts, payloads, count, bytes}, acks} =
+      collect(s, run, name, {corr, mode, 1, payload}, acks)
 
-  defp store(session, {name, parts}, acks) do
-    parts = :lists.reverse(parts)
+    acked(rest, name, parts, payloads, count, bytes, s.config.max_payload_size, acks)
+  end
 
-    if Auth.allowed?(session.grants, :write, name) do
-      # One pass over every payload: sizes checked, bytes counted.
-      case measure(parts, session.config.max_payload_size, [], []) do
-        {parts, []} -> ack_parts(parts, [], acks)
-        {parts, batches} -> ack_parts(parts, push_batches(session.config, name, batches), acks)
-      end
-    else
-      ack_parts(parts, {:error, :forbidden}, acks)
+  defp acked([{:push, corr, :ack, name, p} | rest], name, parts, ps, count, bytes, max, acks)
+       when byte_size(p) <= max,
+       do: acked(rest, name, [corr | parts], [p | ps], count + 1, bytes + byte_size(p), max, acks)
+
+  defp acked(frames, name, parts, payloads, count, bytes, _max, acks),
+    do: {frames, {name, parts, payloads, count, bytes}, acks}
+
+  defp collect(s, {name, parts, payloads, count, bytes}, name, part, acks),
+    do: {add(part, s.config.max_payload_size, name, parts, payloads, count, bytes), acks}
+
+  defp collect(s, run, name, part, acks),
+    do: {add(part, s.config.max_payload_size, name, [], [], 0, 0), store(s, run, acks)}
+
+  defp add({corr, mode, 1, payload} = part, max, name, parts, payloads, count, bytes)
+       when is_binary(payload) do
+    cond do
+      byte_size(payload) > max ->
+        {name, [{corr, mode, :too_large} | parts], payloads, count, bytes}
+
+      true ->
+        part = if mode == :ack, do: corr, else: part
+        {name, [part | parts], [payload | payloads], count + 1, bytes + byte_size(payload)}
     end
   end
 
-  # Marks the frames holding a payload over max_payload_size; the others
-  # become batches `{payloads, count, bytes}` for the channel.
-  defp measure([{corr, mode, n, payloads} | rest], max, parts, batches) do
-    case payload_bytes(payloads, max, 0) do
-      :too_large ->
-        measure(rest, max, [{corr, mode, :too_large} | parts], batches)
-
-      bytes ->
-        measure(rest, max, [{corr, mode, :pushed} | parts], [{payloads, n, bytes} | batches])
+  defp add({corr, mode, n, list} = part, max, name, parts, payloads, count, bytes) do
+    case payload_bytes(list, max, 0) do
+      :too_large -> {name, [{corr, mode, :too_large} | parts], payloads, count, bytes}
+      size -> {name, [part | parts], :lists.reverse(list, payloads), count + n, bytes + size}
     end
   end
-
-  defp measure([], _max, parts, batches), do: {:lists.reverse(parts), :lists.reverse(batches)}
 
   defp payload_bytes([p | _], max, _bytes) when byte_size(p) > max, do: :too_large
   defp payload_bytes([p | rest], max, bytes), do: payload_bytes(rest, max, bytes + byte_size(p))
   defp payload_bytes([], _max, bytes), do: bytes
 
-  # One result per batch, or one error for them all.
-  defp push_batches(config, name, batches) do
-    case Ringbus.push_batches(name, batches) do
-      {:ok, results} ->
-        results
+  defp store(_session, nil, acks), do: acks
 
-      {:error, :no_channel} when config.auto_create != false ->
-        Ringbus.create(name, config.auto_create)
+  defp store(session, {name, parts, payloads, count, bytes}, acks) do
+    parts = :lists.reverse(parts)
 
-        case Ringbus.push_batches(name, batches) do
-          {:ok, results} -> results
-          error -> error
+    cond do
+      not Auth.allowed?(session.grants, :write, name) ->
+        ack_error(parts, {:error, :forbidden}, acks)
+
+      count == 0 ->
+        one_by_one(session.config, name, parts, [], acks)
+
+      true ->
+        payloads = :lists.reverse(payloads)
+
+        case auto_create(session.config, name, &Ringbus.push_run(&1, payloads, count, bytes)) do
+          {:ok, first} -> ack_run(parts, first, acks)
+          {:error, :no_channel} = error -> ack_error(parts, error, acks)
+          {:error, _full_or_too_large} -> one_by_one(session.config, name, parts, payloads, acks)
         end
-
-      error ->
-        error
     end
   end
 
-  defp ack_parts([{corr, mode, :too_large} | rest], results, acks),
-    do: ack_parts(rest, results, ack(mode, corr, {:error, :too_large}, acks))
+  # A missing channel is created when the server creates them on their first
+  # push, and the push tried again.
+  defp auto_create(config, name, push) do
+    case push.(name) do
+      {:error, :no_channel} when config.auto_create != false ->
+        Ringbus.create(name, config.auto_create)
+        push.(name)
 
-  defp ack_parts([{corr, mode, :pushed} | rest], [result | results], acks),
-    do: ack_parts(rest, results, ack(mode, corr, result, acks))
+      result ->
+        result
+    end
+  end
 
-  defp ack_parts([part | rest], {:error, _} = error, acks),
-    do: ack_parts(rest, error, ack(elem(part, 1), elem(part, 0), error, acks))
+  defp ack_run([corr | rest], seq, acks) when is_integer(corr),
+    do: ack_run(rest, seq + 1, [{corr, {:ok, seq}} | acks])
 
-  defp ack_parts([], _results, acks), do: acks
+  defp ack_run([{corr, mode, :too_large} | rest], seq, acks),
+    do: ack_run(rest, seq, ack(mode, corr, {:error, :too_large}, acks))
+
+  defp ack_run([{corr, mode, n, _} | rest], seq, acks),
+    do: ack_run(rest, seq + n, ack(mode, corr, {:ok, seq}, acks))
+
+  defp ack_run([], _seq, acks), do: acks
+
+  # Each frame on its own, whole or not at all, each refusal counted. The
+  # run's payloads, in order, hold those of the acked PUSHes that fit.
+  defp one_by_one(config, name, parts, payloads, acks) do
+    batches = batches(parts, payloads, [])
+
+    case auto_create(config, name, &Ringbus.push_batches(&1, batches)) do
+      {:ok, results} -> ack_results(parts, results, acks)
+      error -> ack_error(parts, error, acks)
+    end
+  end
+
+  defp batches([corr | parts], [p | payloads], acc) when is_integer(corr),
+    do: batches(parts, payloads, [{[p], 1, byte_size(p)} | acc])
+
+  defp batches([{_, _, :too_large} | parts], payloads, acc), do: batches(parts, payloads, acc)
+
+  defp batches([{_, _, 1, p} | parts], [p | payloads], acc) when is_binary(p),
+    do: batches(parts, payloads, [{[p], 1, byte_size(p)} | acc])
+
+  defp batches([{_, _, n, list} | parts], payloads, acc),
+    do:
+      batches(parts, Enum.drop(payloads, n), [{list, n, payload_bytes(list, :infinity, 0)} | acc])
+
+  defp batches([], _payloads, acc), do: :lists.reverse(acc)
+
+  defp ack_results([corr | rest], [result | results], acks) when is_integer(corr),
+    do: ack_results(rest, results, [{corr, result} | acks])
+
+  defp ack_results([{corr, mode, :too_large} | rest], results, acks),
+    do: ack_results(rest, results, ack(mode, corr, {:error, :too_large}, acks))
+
+  defp ack_results([{corr, mode, _, _} | rest], [result | results], acks),
+    do: ack_results(rest, results, ack(mode, corr, result, acks))
+
+  defp ack_results([], [], acks), do: acks
+
+  defp ack_error([corr | rest], error, acks) when is_integer(corr),
+    do: ack_error(rest, error, [{corr, error} | acks])
+
+  defp ack_error([part | rest], error, acks),
+    do: ack_error(rest, error, ack(elem(part, 1), elem(part, 0), error, acks))
+
+  defp ack_error([], _error, acks), do: acks
 
   defp ack(:no_ack, _corr, _result, acks), do: acks
   defp ack(:ack, corr, result, acks), do: [{corr, result} | acks]

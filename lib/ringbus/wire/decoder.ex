@@ -31,9 +31,8 @@ defmodule Ringbus.Wire.Decoder do
     * The length prefix is checked against the max frame size as soon as its
       four bytes are there, before a byte of the body is kept: the header of
       a 1 GB frame is refused with `:frame_too_large` at once.
-    * `PUSH` and `PUSH_BATCH` payloads go through
-      `Ringbus.Wire.Frame.detach_payload/1`, so a payload put in a channel
-      never keeps more than twice its size of reads alive.
+    * Payloads are sub-binaries of the reads too: whoever keeps one for long
+      copies it (a channel does, as it stores it).
 
   ## Errors
 
@@ -149,6 +148,23 @@ defmodule Ringbus.Wire.Decoder do
   def error_code(_reason), do: :bad_frame
 
   # Takes every whole frame off the front of one read; `frames` is in reverse.
+  #
+  # A PUSH is matched in place, without first cutting its frame out of the
+  # read: it is the frame a server sees most, so its cost per message is the
+  # server's. The clause takes exactly the frames `Frame.decode_body/2` takes
+  # as PUSH and returns what it returns; anything else goes the general way.
+  defp split(
+         <<length::32, 0x04, corr::32, flags, name_size::16, name::binary-size(name_size),
+           size::32, payload::binary-size(size), rest::binary>>,
+         %__MODULE__{first: nil, max_frame_size: max, accept: accept} = decoder,
+         frames
+       )
+       when length == 12 + name_size + size and length <= max and flags <= 1 and
+              name_size in 1..255 and accept != :responses do
+    mode = if flags == 0, do: :ack, else: :no_ack
+    split(rest, decoder, [{:push, corr, mode, name, payload} | frames])
+  end
+
   defp split(<<length::32, rest::binary>>, decoder, frames),
     do: body(length, rest, decoder, frames)
 

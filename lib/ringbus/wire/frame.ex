@@ -61,19 +61,11 @@ defmodule Ringbus.Wire.Frame do
       iex> Ringbus.Wire.Frame.decode(bytes, 1024)
       {:ok, {:push, 7, :ack, "events", "hello"}, ""}
 
-  ## Payloads kept by the server
+  ## Payloads
 
-  A payload decoded from a `PUSH` or `PUSH_BATCH` frame is a sub-binary of the
-  bytes it was decoded from, and a sub-binary keeps the whole of its parent
-  alive. A channel may hold a payload for a long time, so the decoder applies
-  `detach_payload/1` to a `PUSH` payload, and to the body of a `PUSH_BATCH`
-  as a whole (a channel stores a batch as one unit and drops it as one; where
-  it stores a batch's messages one by one, `Ringbus.Channel.Ring` detaches
-  each payload): a binary that is less than half of the binary it points into
-  is copied, one that is at least half of it is kept as it is. A payload of at most 64 bytes is left alone: ETS copies a
-  sub-binary that small when it stores it. A stored payload therefore never
-  keeps more than twice its own size of socket reads alive, and the large
-  frames that make up most of the bytes are never copied a second time.
+  A payload decoded from a frame is a sub-binary of the bytes it was decoded
+  from: the codec copies nothing. Whoever keeps a payload for long decides
+  whether to copy it (`Ringbus.Channel.Ring` does, as it stores it).
 
   ## Errors
 
@@ -442,8 +434,13 @@ defmodule Ringbus.Wire.Frame do
   defp body({:ok, corr}) when is_u32(corr), do: {@ok, [<<corr::32>>]}
 
   defp body({:push_acks, count, acks}) when is_u32(count) and is_list(acks) do
-    {entries, size} = encode_acks(acks, count, [<<count::32>>], 4)
-    {@push_acks, entries, size}
+    entries = encode_acks(acks, <<>>)
+
+    if byte_size(entries) != count * 14 do
+      raise ArgumentError, "expected #{count} acks, got #{div(byte_size(entries), 14)}"
+    end
+
+    {@push_acks, [<<count::32>>, entries], 4 + byte_size(entries)}
   end
 
   defp body({:pull_ok, corr, seq, payload})
@@ -549,20 +546,16 @@ defmodule Ringbus.Wire.Frame do
   defp encode_messages([], count, acc, size, count), do: {acc, size}
   defp encode_messages(list, count, _, _, seen), do: bad_list(list, count, seen, "messages")
 
-  defp encode_acks(acks, count, acc, size, seen \\ 0)
+  # One binary, appended to in place: a frame may hold the acks of thousands
+  # of pushes.
+  defp encode_acks([{corr, {:ok, seq}} | rest], acc) when is_u32(corr) and is_u64(seq),
+    do: encode_acks(rest, <<acc::binary, corr::32, 0::16, seq::64>>)
 
-  defp encode_acks([{corr, result} | rest], count, acc, size, seen) when is_u32(corr) do
-    entry =
-      case result do
-        {:ok, seq} when is_u64(seq) -> <<corr::32, 0::16, seq::64>>
-        {:error, reason} -> <<corr::32, ErrorCode.code(reason)::16, 0::64>>
-      end
+  defp encode_acks([{corr, {:error, reason}} | rest], acc) when is_u32(corr),
+    do: encode_acks(rest, <<acc::binary, corr::32, ErrorCode.code(reason)::16, 0::64>>)
 
-    encode_acks(rest, count, [acc | entry], size + 14, seen + 1)
-  end
-
-  defp encode_acks([], count, acc, size, count), do: {acc, size}
-  defp encode_acks(list, count, _, _, seen), do: bad_list(list, count, seen, "acks")
+  defp encode_acks([], acc), do: acc
+  defp encode_acks([entry | _], _acc), do: bad_list([entry], 1, 0, "acks")
 
   defp bad_list([], count, seen, what) do
     raise ArgumentError, "expected #{count} #{what}, got #{seen}"
@@ -670,7 +663,7 @@ defmodule Ringbus.Wire.Frame do
          {:ok, name, rest} <- name(rest, :push),
          {:ok, payload, rest} <- payload(rest, :push),
          :ok <- done(rest, :push) do
-      {:ok, {:push, corr, mode, name, detach_payload(payload)}}
+      {:ok, {:push, corr, mode, name, payload}}
     end
   end
 
@@ -678,8 +671,7 @@ defmodule Ringbus.Wire.Frame do
     with {:ok, mode} <- ack_mode(flags, :push_batch),
          {:ok, name, rest} <- name(rest, :push_batch),
          {:ok, count, rest} <- u32(rest, :push_batch),
-         # Detached as a whole: its payloads are stored, and dropped, together.
-         {:ok, payloads, rest} <- decode_payloads(detach_payload(rest), count, []),
+         {:ok, payloads, rest} <- decode_payloads(rest, count, []),
          :ok <- done(rest, :push_batch) do
       {:ok, {:push_batch, corr, mode, name, count, payloads}}
     end
@@ -826,24 +818,6 @@ defmodule Ringbus.Wire.Frame do
   end
 
   defp decode_op(opcode, _body), do: {:error, {:unknown_opcode, opcode}}
-
-  @doc """
-  Returns a payload that keeps at most twice its own size alive.
-
-  A payload that is less than half of the binary it is a part of (see
-  `:binary.referenced_byte_size/1`) is copied; any other is returned as it
-  is, and so is any payload of at most 64 bytes, which ETS copies when it
-  stores it. The decoder calls this on every `PUSH` payload and every
-  `PUSH_BATCH` body.
-  """
-  @spec detach_payload(binary()) :: binary()
-  def detach_payload(payload) when byte_size(payload) <= 64, do: payload
-
-  def detach_payload(payload) when is_binary(payload) do
-    if :binary.referenced_byte_size(payload) > 2 * byte_size(payload),
-      do: :binary.copy(payload),
-      else: payload
-  end
 
   ## Field decoding
 

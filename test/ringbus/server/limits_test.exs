@@ -34,6 +34,11 @@ defmodule Ringbus.Server.LimitsTest do
     frames = [{:hello, 0, 2, 0, nil}, {:subscribe, 1, "flood", :latest, 100_000, 256}]
     :ok = Ringbus.create("flood", capacity: 100_000)
     :ok = :gen_tcp.send(socket, Enum.map(frames, &Ringbus.Wire.Frame.encode/1))
+
+    assert eventually(fn ->
+             match?([conn] when is_pid(conn), Ringbus.Server.connections(server))
+           end)
+
     [conn] = Ringbus.Server.connections(server)
     assert eventually(fn -> subscribed?(conn) end)
     ref = Process.monitor(conn)

@@ -203,25 +203,6 @@ defmodule Ringbus.Wire.DecoderTest do
     end
   end
 
-  describe "payloads of pushes split over reads" do
-    test "small pushes completed by a large read do not keep that read alive" do
-      payload = :binary.copy("m", 100)
-      pushes = for i <- 1..200, do: {:push, i, :ack, "events", payload}
-      <<head::binary-size(10), rest::binary>> = FrameGenerators.bytes(pushes)
-
-      {:ok, [], decoder} = Decoder.feed(Decoder.new(@max), head)
-      {:ok, decoded, _} = Decoder.feed(decoder, rest)
-
-      assert decoded == pushes
-
-      # The first push was joined on its own (118 bytes) and keeps that frame;
-      # the others come out of the large read and are copied.
-      [first | others] = for {:push, _, _, _, p} <- decoded, do: :binary.referenced_byte_size(p)
-      assert first == 118
-      assert Enum.all?(others, &(&1 == 100))
-    end
-  end
-
   test "frames decoded here are what Frame.decode/2 gives" do
     frame = {:read_ok, 1, 0, 2, [{0, "a"}, {1, "b"}]}
     bytes = FrameGenerators.bytes([frame])
