@@ -133,7 +133,7 @@ defmodule Ringbus.Resp.Parser do
 
   defp header(<<"$", length::binary>>, rest, %{command: {_, _, bytes}} = p, acc) do
     case integer(length) do
-      {:ok, n} when n >= 0 and n <= p.max_bulk and n <= p.max_command - bytes ->
+      {:ok, n} when n >= 0 and n <= p.max_bulk and n + @arg_cost <= p.max_command - bytes ->
         bulk(n, rest, p, acc)
 
       _ ->

@@ -30,6 +30,7 @@ defmodule Ringbus.Resp.Session do
   @connections 1
   @connections_received 2
   @commands_processed 3
+  @blocked_clients 4
 
   # name => {handler, arity, access, keys}; arity as Redis's: n exactly,
   # -n at least n. keys: :first (the argument after the name), :all (every
@@ -86,7 +87,7 @@ defmodule Ringbus.Resp.Session do
 
   @doc "What every connection of one RESP listener shares: its groups and counters."
   @spec context() :: context()
-  def context, do: %{groups: Groups.new(), stats: :counters.new(3, [:write_concurrency])}
+  def context, do: %{groups: Groups.new(), stats: :counters.new(4, [:write_concurrency])}
 
   @doc "A session for a new connection, counted as connected until `gone/1`."
   @spec new(Config.t(), context()) :: t()
@@ -154,6 +155,7 @@ defmodule Ringbus.Resp.Session do
 
           {:block, block, s} ->
             count(s, n + 1)
+            :counters.add(s.context.stats, @blocked_clients, 1)
             token = make_ref()
 
             {{:block, token, block.timeout}, out,
@@ -569,7 +571,7 @@ defmodule Ringbus.Resp.Session do
     lines([
       "# Clients",
       "connected_clients:#{:counters.get(s.context.stats, @connections)}",
-      "blocked_clients:0"
+      "blocked_clients:#{:counters.get(s.context.stats, @blocked_clients)}"
     ])
   end
 
@@ -632,6 +634,7 @@ defmodule Ringbus.Resp.Session do
   def cancel(%__MODULE__{blocked: nil} = s), do: s
 
   def cancel(s) do
+    :counters.sub(s.context.stats, @blocked_clients, 1)
     Enum.each(Map.keys(s.blocked.subs), &Ringbus.unsubscribe/1)
     %{s | blocked: nil, queued: []}
   end

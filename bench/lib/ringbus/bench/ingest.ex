@@ -95,7 +95,7 @@ defmodule Ringbus.Bench.Ingest do
   Progress goes to stderr, a line per 10% of each mode's messages.
   """
 
-  alias Ringbus.Bench.{Args, CSV}
+  alias Ringbus.Bench.{Args, CSV, RedisServer}
 
   @modes ["request_reply", "pipelined", "batched", "1kb"]
 
@@ -286,7 +286,7 @@ defmodule Ringbus.Bench.Ingest do
   ## Redis baseline
 
   defp redis(rows) do
-    with server when is_binary(server) <- System.find_executable("redis-server"),
+    with true <- RedisServer.available?(),
          bench when is_binary(bench) <- System.find_executable("redis-benchmark") do
       n =
         case Enum.find(rows, &(&1.mode == "1kb")) do
@@ -294,47 +294,27 @@ defmodule Ringbus.Bench.Ingest do
           nil -> 200_000
         end
 
-      redis_xadd(server, bench, n)
+      redis_xadd(bench, n)
     else
-      nil ->
+      _ ->
         IO.puts("redis-server or redis-benchmark is not on the PATH: skipping --vs-redis\n")
         nil
     end
   end
 
-  defp redis_xadd(server, bench, n) do
-    port = free_port()
-
-    redis =
-      Port.open({:spawn_executable, server}, [
-        :binary,
-        :exit_status,
-        :stderr_to_stdout,
-        args: [
-          "--port",
-          "#{port}",
-          "--bind",
-          "127.0.0.1",
-          "--save",
-          "",
-          "--appendonly",
-          "no",
-          "--loglevel",
-          "warning"
-        ]
-      ])
+  defp redis_xadd(bench, n) do
+    redis = RedisServer.start!()
 
     try do
-      :ok = await_listening(port, 50)
       value = :binary.copy("v", @redis_value_size)
 
       args =
-        ["-h", "127.0.0.1", "-p", "#{port}", "-n", "#{n}", "-P", "16", "-q"] ++
+        ["-h", "127.0.0.1", "-p", "#{redis.port}", "-n", "#{n}", "-P", "16", "-q"] ++
           ["XADD", "s", "MAXLEN", "#{@redis_maxlen}", "*", "f", value]
 
       IO.puts(
         :stderr,
-        "==> redis: redis-benchmark -h 127.0.0.1 -p #{port} -n #{n} -P 16 -q " <>
+        "==> redis: redis-benchmark -h 127.0.0.1 -p #{redis.port} -n #{n} -P 16 -q " <>
           "XADD s MAXLEN #{@redis_maxlen} * f <#{@redis_value_size} bytes>"
       )
 
@@ -360,51 +340,13 @@ defmodule Ringbus.Bench.Ingest do
         generator_cpu_s: nil
       }
     after
-      stop_redis(redis)
+      RedisServer.stop(redis)
     end
   end
 
   defp parse_float(text) do
     {value, _} = Float.parse(text)
     value
-  end
-
-  defp free_port do
-    {:ok, listen} = :gen_tcp.listen(0, ip: {127, 0, 0, 1})
-    {:ok, port} = :inet.port(listen)
-    :ok = :gen_tcp.close(listen)
-    port
-  end
-
-  # Redis takes a moment to listen; bounded by `tries` times 100 ms.
-  defp await_listening(_port, 0), do: Mix.raise("redis-server did not start listening")
-
-  defp await_listening(port, tries) do
-    case :gen_tcp.connect({127, 0, 0, 1}, port, [], 1_000) do
-      {:ok, socket} ->
-        :gen_tcp.close(socket)
-        :ok
-
-      {:error, _} ->
-        receive after: (100 -> :ok)
-        await_listening(port, tries - 1)
-    end
-  end
-
-  defp stop_redis(redis) do
-    case Port.info(redis, :os_pid) do
-      {:os_pid, pid} ->
-        System.cmd("kill", ["#{pid}"])
-
-        receive do
-          {^redis, {:exit_status, _}} -> :ok
-        after
-          10_000 -> IO.puts(:stderr, "redis-server (pid #{pid}) did not stop in 10 s")
-        end
-
-      nil ->
-        :ok
-    end
   end
 
   ## Output
