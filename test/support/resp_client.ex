@@ -62,6 +62,25 @@ defmodule Ringbus.Test.RespClient do
     end
   end
 
+  @doc "Sends one command and returns the bytes of its reply, as they came."
+  def call_raw(client, args) do
+    :ok = send_commands(client, [args])
+    recv_raw(client)
+  end
+
+  @doc "Reads the bytes of one reply."
+  def recv_raw(client) do
+    case read(client.buffer) do
+      {:ok, _reply, rest} ->
+        size = byte_size(client.buffer) - byte_size(rest)
+        {binary_part(client.buffer, 0, size), %{client | buffer: rest}}
+
+      :more ->
+        {:ok, data} = client.mod.recv(client.socket, 0, @timeout)
+        recv_raw(%{client | buffer: client.buffer <> data})
+    end
+  end
+
   @doc "Reads until the server closes; returns the bytes that came."
   def recv_until_closed(client, acc \\ []) do
     case client.mod.recv(client.socket, 0, @timeout) do

@@ -192,6 +192,8 @@ defmodule Ringbus.Resp.StreamCommands do
 
   @doc false
   # XADD key [NOMKSTREAM] [MAXLEN|MINID [=|~] threshold [LIMIT n]] *|id field value ...
+  def parse_xadd([]), do: {:error, Session.wrong_arity("xadd")}
+
   def parse_xadd([key | rest]) do
     with :ok <- key_ok(key),
          {:ok, opts, [id | pairs]} <-
@@ -301,6 +303,13 @@ defmodule Ringbus.Resp.StreamCommands do
       {:error,
        Encoder.error(
          "ERR syntax error, MAXLEN and MINID options at the same time are not compatible"
+       )}
+
+  defp trim_compatible(%{limit: limit, trim: nil}) when limit != nil,
+    do:
+      {:error,
+       Encoder.error(
+         "ERR syntax error, LIMIT cannot be used without specifying a trimming strategy"
        )}
 
   defp trim_compatible(%{limit: limit, approx: false}) when limit != nil,
@@ -506,7 +515,8 @@ defmodule Ringbus.Resp.StreamCommands do
   defp decr({ms, 0}), do: {ms - 1, Entry.max_u64()}
   defp decr({ms, n}), do: {ms, n - 1}
 
-  defp read_range(_key, _low, _high, 0, _direction), do: []
+  # As Redis 7.0 answers COUNT 0.
+  defp read_range(_key, _low, _high, 0, _direction), do: :null_array
 
   defp read_range(key, low, high, count, direction) do
     case Ringbus.info(key) do
