@@ -89,7 +89,37 @@ defmodule Ringbus.Resp.Parser do
 
   defp parse(<<>>, p, acc), do: {:ok, :lists.reverse(acc), p}
 
-  defp parse(bytes, p, acc) do
+  # The common case, matched without looking for the line's end first: a
+  # length header whose digits and CRLF are all in this read.
+  defp parse(<<"$", c, rest::binary>> = bytes, %{command: {_, _, used}} = p, acc)
+       when c in ?1..?9 do
+    case digits(rest, c - ?0, 1) do
+      {n, rest} when n <= p.max_bulk and n + @arg_cost <= p.max_command - used ->
+        bulk(n, rest, p, acc)
+
+      _ ->
+        line(bytes, p, acc)
+    end
+  end
+
+  defp parse(<<"*", c, rest::binary>> = bytes, %{command: nil} = p, acc) when c in ?1..?9 do
+    case digits(rest, c - ?0, 1) do
+      {n, rest} when n <= p.max_args -> parse(rest, %{p | command: {n, [], 0}}, acc)
+      _ -> line(bytes, p, acc)
+    end
+  end
+
+  defp parse(bytes, p, acc), do: line(bytes, p, acc)
+
+  # Decimal digits up to CRLF, at most 18 of them; anything else is left to
+  # the general path, which knows every error.
+  defp digits(<<c, rest::binary>>, n, count) when c in ?0..?9 and count < 18,
+    do: digits(rest, n * 10 + c - ?0, count + 1)
+
+  defp digits(<<"\r\n", rest::binary>>, n, _count), do: {n, rest}
+  defp digits(_bytes, _n, _count), do: :more
+
+  defp line(bytes, p, acc) do
     case :binary.match(bytes, "\n") do
       {at, 1} ->
         <<line::binary-size(at), "\n", rest::binary>> = bytes

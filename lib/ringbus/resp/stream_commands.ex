@@ -25,7 +25,7 @@ defmodule Ringbus.Resp.StreamCommands do
   """
   @spec batchable(binary(), [binary()], Session.t()) :: {:ok, term(), map()} | :no
   def batchable(name, args, s) do
-    with true <- byte_size(name) == 4 and Session.upcase(name) == "XADD",
+    with true <- xadd?(name),
          true <- Session.authenticated?(s),
          {:ok, %{id: :auto} = add} <- parse_xadd(args),
          true <- Session.allowed?(s, :write, add.key) do
@@ -35,6 +35,10 @@ defmodule Ringbus.Resp.StreamCommands do
       _ -> :no
     end
   end
+
+  defp xadd?("XADD"), do: true
+  defp xadd?(<<x, _, _, _>> = name) when x in [?x, ?X], do: Session.upcase(name) == "XADD"
+  defp xadd?(_name), do: false
 
   @doc "A batch of XADDs with one key, starting with `payload`."
   def batch(key, payload), do: {key, [payload], 1}
