@@ -12,7 +12,6 @@ defmodule Ringbus.Resp.GroupCommands do
   alias Ringbus.Resp.{Encoder, Entry, Groups, Session, StreamCommands}
 
   @all 4_611_686_018_427_387_904
-  @block_batch 1_000
   # XREADGROUP > retries when another consumer moved the group first.
   @claim_tries 100
 
@@ -51,13 +50,7 @@ defmodule Ringbus.Resp.GroupCommands do
     end
   end
 
-  defp keyed(s, key, fun) do
-    cond do
-      StreamCommands.key_ok(key) != :ok -> {elem(StreamCommands.key_ok(key), 1), s}
-      not Session.allowed?(s, Session.access("XGROUP"), key) -> {Session.no_permission(), s}
-      true -> {fun.(), s}
-    end
-  end
+  defp keyed(s, key, fun), do: Session.keyed(s, Session.access("XGROUP"), key, fun)
 
   defp existing(key, fun) do
     if match?({:ok, _}, Ringbus.info(key)), do: fun.(), else: key_required()
@@ -383,36 +376,22 @@ defmodule Ringbus.Resp.GroupCommands do
   end
 
   defp wait(reads, group, consumer, opts, s) do
-    batch = if opts.count > 0, do: min(opts.count, @block_batch), else: @block_batch
-
-    result =
-      Enum.reduce_while(reads, {:ok, %{}}, fn {key, :new}, {:ok, subs} ->
+    starts =
+      for {key, :new} <- reads do
         {:ok, %{last: last}} = Groups.fetch(s.context.groups, key, group)
+        {key, last + 1}
+      end
 
-        case StreamCommands.subscribe(key, last + 1, batch, s) do
-          {:ok, sub} -> {:cont, {:ok, Map.put(subs, sub, key)}}
-          {:error, reply} -> {:halt, {:error, reply, subs}}
-        end
-      end)
+    block = %{
+      module: __MODULE__,
+      timeout: StreamCommands.timeout(opts.block),
+      group: group,
+      consumer: consumer,
+      count: if(opts.count > 0, do: opts.count, else: @all),
+      noack: opts.noack
+    }
 
-    case result do
-      {:ok, subs} ->
-        block = %{
-          module: __MODULE__,
-          subs: subs,
-          timeout: StreamCommands.timeout(opts.block),
-          group: group,
-          consumer: consumer,
-          count: if(opts.count > 0, do: opts.count, else: @all),
-          noack: opts.noack
-        }
-
-        {:block, block, s}
-
-      {:error, reply, subs} ->
-        Enum.each(Map.keys(subs), &Ringbus.unsubscribe/1)
-        {reply, s}
-    end
+    StreamCommands.block(starts, opts.count, block, s)
   end
 
   @doc false

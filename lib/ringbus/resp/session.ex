@@ -26,6 +26,7 @@ defmodule Ringbus.Resp.Session do
 
   alias Ringbus.Resp.{Encoder, GroupCommands, Groups, StreamCommands}
   alias Ringbus.Server.{Auth, Config}
+  alias Ringbus.Wire.Frame
 
   @connections 1
   @connections_received 2
@@ -245,6 +246,32 @@ defmodule Ringbus.Resp.Session do
   @doc "Whether the session's grants allow `access` on `key`."
   @spec allowed?(t(), :read | :write, binary()) :: boolean()
   def allowed?(%__MODULE__{grants: grants}, access, key), do: Auth.allowed?(grants, access, key)
+
+  @doc """
+  Runs `fun` for its reply if `key` is a valid stream name the session may
+  `access`; else the reply that says why not.
+  """
+  @spec keyed(t(), :read | :write, binary(), (() -> Encoder.reply())) :: {Encoder.reply(), t()}
+  def keyed(s, access, key, fun) do
+    cond do
+      byte_size(key) not in 1..255 ->
+        {Encoder.error("ERR Ringbus stream names are 1 to 255 bytes"), s}
+
+      not allowed?(s, access, key) ->
+        {no_permission(), s}
+
+      true ->
+        {fun.(), s}
+    end
+  end
+
+  @doc "Whether `key` can name a stream: the binary protocol's channel names."
+  @spec name?(binary()) :: boolean()
+  def name?(key), do: byte_size(key) >= 1 and byte_size(key) <= Frame.max_name_size()
+
+  @doc "The reply to a key that cannot name a stream."
+  def bad_name,
+    do: Encoder.error("ERR Ringbus stream names are 1 to #{Frame.max_name_size()} bytes")
 
   @doc "The access the table gives a command, for handlers that check their own keys."
   @spec access(binary()) :: :read | :write | :none

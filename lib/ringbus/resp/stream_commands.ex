@@ -219,8 +219,7 @@ defmodule Ringbus.Resp.StreamCommands do
   end
 
   @doc false
-  def key_ok(key) when byte_size(key) in 1..255, do: :ok
-  def key_ok(_key), do: {:error, Encoder.error("ERR Ringbus stream names are 1 to 255 bytes")}
+  def key_ok(key), do: if(Session.name?(key), do: :ok, else: {:error, Session.bad_name()})
 
   # Redis's streamParseAddOrTrimArgsOrReply: options until one is not an option.
   defp options([opt | rest] = args, acc, xadd?) do
@@ -616,14 +615,21 @@ defmodule Ringbus.Resp.StreamCommands do
   @doc "The reply of XREAD and XREADGROUP: stream => entries."
   def streams_reply(found), do: {:pairs, found}
 
-  # Waits for the next entry of any stream: a subscription to each, from
-  # where the read left off. A missing stream is made (as XADD would make
-  # it), so that an XADD that comes later finds the reader waiting.
   defp wait(starts, opts, s) do
-    batch = if opts.count > 0, do: min(opts.count, @block_batch), else: @block_batch
+    block = %{module: __MODULE__, timeout: timeout(opts.block)}
+    block(for({key, {:ok, from}} <- starts, do: {key, from}), opts.count, block, s)
+  end
+
+  @doc false
+  # Waits for the next entry of any stream: a subscription to each, from
+  # the seq given. A missing stream is made (as XADD would make it), so that
+  # an XADD that comes later finds the reader waiting. `block` is the wait's
+  # state, to which the subscriptions are added.
+  def block(starts, count, block, s) do
+    batch = if count > 0, do: min(count, @block_batch), else: @block_batch
 
     result =
-      Enum.reduce_while(starts, {:ok, %{}}, fn {key, {:ok, from}}, {:ok, subs} ->
+      Enum.reduce_while(starts, {:ok, %{}}, fn {key, from}, {:ok, subs} ->
         case subscribe(key, from, batch, s) do
           {:ok, sub} -> {:cont, {:ok, Map.put(subs, sub, key)}}
           {:error, reply} -> {:halt, {:error, reply, subs}}
@@ -632,7 +638,7 @@ defmodule Ringbus.Resp.StreamCommands do
 
     case result do
       {:ok, subs} ->
-        {:block, %{module: __MODULE__, subs: subs, timeout: timeout(opts.block)}, s}
+        {:block, Map.put(block, :subs, subs), s}
 
       {:error, reply, subs} ->
         Enum.each(Map.keys(subs), &Ringbus.unsubscribe/1)
@@ -640,8 +646,7 @@ defmodule Ringbus.Resp.StreamCommands do
     end
   end
 
-  @doc false
-  def subscribe(key, from, batch, s) do
+  defp subscribe(key, from, batch, s) do
     opts = [from: from, max_credit: batch, max_batch: batch]
 
     case Ringbus.subscribe(key, opts) do
@@ -759,9 +764,7 @@ defmodule Ringbus.Resp.StreamCommands do
     end
   end
 
-  defp guarded(s, key, fun) do
-    if Session.allowed?(s, :read, key), do: {fun.(), s}, else: {Session.no_permission(), s}
-  end
+  defp guarded(s, key, fun), do: Session.keyed(s, :read, key, fun)
 
   defp stream_full(_key, _full),
     do:
