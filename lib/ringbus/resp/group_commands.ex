@@ -9,7 +9,7 @@ defmodule Ringbus.Resp.GroupCommands do
   # `lost` counts them (XINFO GROUPS shows it) and it goes on from the oldest
   # entry held.
 
-  alias Ringbus.Resp.{Encoder, Entry, Groups, Session, StreamCommands}
+  alias Ringbus.Resp.{Commands, Encoder, Entry, Groups, StreamCommands}
 
   @all 4_611_686_018_427_387_904
   # XREADGROUP > retries when another consumer moved the group first.
@@ -18,7 +18,7 @@ defmodule Ringbus.Resp.GroupCommands do
   ## XGROUP
 
   def xgroup([sub | args], s) do
-    upper = Session.upcase(sub)
+    upper = Commands.upcase(sub)
 
     case {upper, args} do
       {"HELP", []} ->
@@ -43,14 +43,14 @@ defmodule Ringbus.Resp.GroupCommands do
 
       {upper, _}
       when upper in ["CREATE", "SETID", "DESTROY", "CREATECONSUMER", "DELCONSUMER", "HELP"] ->
-        {Session.wrong_arity("xgroup|" <> String.downcase(upper)), s}
+        {Commands.wrong_arity("xgroup|" <> String.downcase(upper)), s}
 
       _ ->
-        {Session.unknown_subcommand(sub, "XGROUP"), s}
+        {Commands.unknown_subcommand(sub, "XGROUP"), s}
     end
   end
 
-  defp keyed(s, key, fun), do: Session.keyed(s, Session.access("XGROUP"), key, fun)
+  defp keyed(s, key, fun), do: Commands.keyed(s, Commands.access("XGROUP"), key, fun)
 
   defp existing(key, fun) do
     if match?({:ok, _}, Ringbus.info(key)), do: fun.(), else: key_required()
@@ -90,7 +90,7 @@ defmodule Ringbus.Resp.GroupCommands do
   defp create_options([], mkstream, read), do: {:ok, mkstream, read}
 
   defp create_options([opt | rest], mkstream, read) do
-    case {Session.upcase(opt), rest} do
+    case {Commands.upcase(opt), rest} do
       {"MKSTREAM", rest} ->
         create_options(rest, true, read)
 
@@ -98,7 +98,7 @@ defmodule Ringbus.Resp.GroupCommands do
         with {:ok, n} <- entries_read(n), do: create_options(rest, mkstream, n)
 
       _ ->
-        {:error, Session.syntax_error()}
+        {:error, Commands.syntax_error()}
     end
   end
 
@@ -163,12 +163,12 @@ defmodule Ringbus.Resp.GroupCommands do
   defp setid_options([]), do: {:ok, nil}
 
   defp setid_options([opt, n]) do
-    if Session.upcase(opt) == "ENTRIESREAD",
+    if Commands.upcase(opt) == "ENTRIESREAD",
       do: entries_read(n),
-      else: {:error, Session.syntax_error()}
+      else: {:error, Commands.syntax_error()}
   end
 
-  defp setid_options(_opts), do: {:error, Session.syntax_error()}
+  defp setid_options(_opts), do: {:error, Commands.syntax_error()}
 
   defp create_consumer(key, group, consumer, s) do
     existing(key, fn ->
@@ -468,7 +468,7 @@ defmodule Ringbus.Resp.GroupCommands do
     {idle, args} =
       case args do
         [opt, ms | rest] ->
-          if Session.upcase(opt) == "IDLE",
+          if Commands.upcase(opt) == "IDLE",
             do: {StreamCommands.integer(ms), rest},
             else: {{:ok, 0}, args}
 
@@ -500,9 +500,9 @@ defmodule Ringbus.Resp.GroupCommands do
             do: [Entry.id(seq), owner, max(now - time, 0), deliveries]
       end
     else
-      :error -> Session.not_integer()
+      :error -> Commands.not_integer()
       {:error, reply} -> reply
-      _ -> Session.syntax_error()
+      _ -> Commands.syntax_error()
     end
   end
 
@@ -539,7 +539,7 @@ defmodule Ringbus.Resp.GroupCommands do
   defp autoclaim_options([], count, justid), do: {:ok, count, justid}
 
   defp autoclaim_options([opt | rest], count, justid) do
-    case {Session.upcase(opt), rest} do
+    case {Commands.upcase(opt), rest} do
       {"COUNT", [n | rest]} ->
         case StreamCommands.integer(n) do
           {:ok, n} when n >= 1 and n <= 70_368_744_177_664 -> autoclaim_options(rest, n, justid)
@@ -550,7 +550,7 @@ defmodule Ringbus.Resp.GroupCommands do
         autoclaim_options(rest, count, true)
 
       _ ->
-        {:error, Session.syntax_error()}
+        {:error, Commands.syntax_error()}
     end
   end
 

@@ -16,7 +16,7 @@ defmodule Ringbus.Resp.Session do
   # kept here, and the next three functions end the wait, reply and run
   # them; or `{:close, reason}` after QUIT, whose reply ends `out`.
   #
-  # Every command goes through one table (`@commands`): its handler, its
+  # Every command goes through one table (`Ringbus.Resp.Commands`): its handler, its
   # arity as Redis counts it, and the access its keys need (`:read`,
   # `:write`, or `:none` for no key), checked with the token's grants.
   #
@@ -24,47 +24,24 @@ defmodule Ringbus.Resp.Session do
   # within a read are stored with one push of all their payloads, and
   # answered in order, as the binary server stores a run of pushes.
 
-  alias Ringbus.Resp.{Encoder, GroupCommands, Groups, StreamCommands}
+  alias Ringbus.Resp.{Commands, Encoder, GroupCommands, Groups, StreamCommands}
   alias Ringbus.Server.{Auth, Config}
-  alias Ringbus.Wire.Frame
+
+  import Commands,
+    only: [
+      upcase: 1,
+      allowed?: 3,
+      no_permission: 0,
+      wrong_arity: 1,
+      syntax_error: 0,
+      not_integer: 0,
+      unknown_subcommand: 2
+    ]
 
   @connections 1
   @connections_received 2
   @commands_processed 3
   @blocked_clients 4
-
-  # name => {handler, arity, access, keys}; arity as Redis's: n exactly,
-  # -n at least n. keys: :first (the argument after the name), :all (every
-  # argument) or :own (the handler checks them).
-  @commands %{
-    "PING" => {:ping, -1, :none, :none},
-    "ECHO" => {:echo, 2, :none, :none},
-    "HELLO" => {:hello, -1, :none, :none},
-    "AUTH" => {:auth, -2, :none, :none},
-    "SELECT" => {:select, 2, :none, :none},
-    "CLIENT" => {:client, -2, :none, :none},
-    "QUIT" => {:quit, -1, :none, :none},
-    "COMMAND" => {:command, -1, :none, :none},
-    "CONFIG" => {:config, -2, :none, :none},
-    "INFO" => {:info, -1, :none, :none},
-    "DBSIZE" => {:dbsize, 1, :none, :none},
-    "EXISTS" => {:exists, -2, :read, :all},
-    "TYPE" => {:type, 2, :read, :first},
-    "DEL" => {:del, -2, :write, :all},
-    "XADD" => {:xadd, -5, :write, :first},
-    "XREAD" => {:xread, -4, :read, :own},
-    "XRANGE" => {:xrange, -4, :read, :first},
-    "XREVRANGE" => {:xrevrange, -4, :read, :first},
-    "XLEN" => {:xlen, 2, :read, :first},
-    "XTRIM" => {:xtrim, -4, :write, :first},
-    "XDEL" => {:xdel, -3, :write, :first},
-    "XINFO" => {:xinfo, -2, :read, :own},
-    "XGROUP" => {:xgroup, -2, :write, :own},
-    "XREADGROUP" => {:xreadgroup, -7, :read, :own},
-    "XACK" => {:xack, -4, :read, :first},
-    "XPENDING" => {:xpending, -3, :read, :first},
-    "XAUTOCLAIM" => {:xautoclaim, -6, :read, :first}
-  }
 
   # Before AUTH, when tokens are required: what Redis lets through.
   @before_auth ["AUTH", "HELLO", "QUIT"]
@@ -106,7 +83,7 @@ defmodule Ringbus.Resp.Session do
 
   @doc "Whether the client may run commands (it has authenticated, or needs not)."
   @spec authenticated?(t()) :: boolean()
-  def authenticated?(%__MODULE__{grants: grants}), do: grants != nil
+  def authenticated?(session), do: Commands.authenticated?(session)
 
   @doc "Whether a command waits."
   @spec blocked?(t()) :: boolean()
@@ -186,7 +163,7 @@ defmodule Ringbus.Resp.Session do
   defp encode(s, reply), do: Encoder.encode(reply, s.proto)
 
   defp execute([name | args], s) do
-    case lookup(name) do
+    case Commands.lookup(name) do
       {:ok, upper, {handler, arity, access, keys}} ->
         cond do
           not arity?(arity, args) ->
@@ -211,22 +188,6 @@ defmodule Ringbus.Resp.Session do
     end
   end
 
-  defp lookup(name) do
-    case @commands do
-      %{^name => entry} ->
-        {:ok, name, entry}
-
-      _ ->
-        with upper when is_map_key(@commands, upper) <- upcase(name),
-             do: {:ok, upper, @commands[upper]},
-             else: (_ -> :error)
-    end
-  end
-
-  @doc "An ASCII name in upper case, as Redis matches command names."
-  @spec upcase(binary()) :: binary()
-  def upcase(name), do: for(<<c <- name>>, into: "", do: <<if(c in ?a..?z, do: c - 32, else: c)>>)
-
   defp arity?(arity, args) when arity > 0, do: length_is?(args, arity - 1)
   defp arity?(arity, args), do: length_at_least?(args, -arity - 1)
 
@@ -243,47 +204,6 @@ defmodule Ringbus.Resp.Session do
   defp keys_allowed?(s, access, :first, [key | _]), do: allowed?(s, access, key)
   defp keys_allowed?(s, access, :all, keys), do: Enum.all?(keys, &allowed?(s, access, &1))
 
-  @doc "Whether the session's grants allow `access` on `key`."
-  @spec allowed?(t(), :read | :write, binary()) :: boolean()
-  def allowed?(%__MODULE__{grants: grants}, access, key), do: Auth.allowed?(grants, access, key)
-
-  @doc """
-  Runs `fun` for its reply if `key` is a valid stream name the session may
-  `access`; else the reply that says why not.
-  """
-  @spec keyed(t(), :read | :write, binary(), (() -> Encoder.reply())) :: {Encoder.reply(), t()}
-  def keyed(s, access, key, fun) do
-    cond do
-      byte_size(key) not in 1..255 ->
-        {Encoder.error("ERR Ringbus stream names are 1 to 255 bytes"), s}
-
-      not allowed?(s, access, key) ->
-        {no_permission(), s}
-
-      true ->
-        {fun.(), s}
-    end
-  end
-
-  @doc "Whether `key` can name a stream: the binary protocol's channel names."
-  @spec name?(binary()) :: boolean()
-  def name?(key), do: byte_size(key) >= 1 and byte_size(key) <= Frame.max_name_size()
-
-  @doc "The reply to a key that cannot name a stream."
-  def bad_name,
-    do: Encoder.error("ERR Ringbus stream names are 1 to #{Frame.max_name_size()} bytes")
-
-  @doc "The access the table gives a command, for handlers that check their own keys."
-  @spec access(binary()) :: :read | :write | :none
-  def access(name), do: @commands |> Map.fetch!(name) |> elem(2)
-
-  @doc "Redis's reply to a command on keys the user may not touch."
-  def no_permission,
-    do:
-      Encoder.error(
-        "NOPERM this user has no permissions to access one of the keys used as arguments"
-      )
-
   # Redis 7.0's text: the name and the first arguments, quoted, within 128 bytes.
   defp unknown_command(name, args) do
     listed =
@@ -298,27 +218,6 @@ defmodule Ringbus.Resp.Session do
     name = binary_part(name, 0, min(byte_size(name), 128))
     Encoder.error(["ERR unknown command '", name, "', with args beginning with: ", listed])
   end
-
-  @doc "Redis's reply to an unknown subcommand."
-  def unknown_subcommand(sub, command),
-    do:
-      Encoder.error([
-        "ERR unknown subcommand '",
-        binary_part(sub, 0, min(byte_size(sub), 128)),
-        "'. Try ",
-        command,
-        " HELP."
-      ])
-
-  @doc "Redis's reply to a subcommand with the wrong number of arguments."
-  def wrong_arity(name),
-    do: Encoder.error(["ERR wrong number of arguments for '", name, "' command"])
-
-  @doc "Redis's reply to a malformed command."
-  def syntax_error, do: Encoder.error("ERR syntax error")
-
-  @doc "Redis's reply to an argument that is not a valid integer."
-  def not_integer, do: Encoder.error("ERR value is not an integer or out of range")
 
   ## Dispatch
 
@@ -481,22 +380,22 @@ defmodule Ringbus.Resp.Session do
   # The Redis version whose commands this front end follows.
   defp redis_version, do: "7.0.0"
 
-  defp command([], s), do: {Enum.map(Enum.sort(Map.keys(@commands)), &command_info/1), s}
+  defp command([], s), do: {Enum.map(Commands.names(), &command_info/1), s}
 
   defp command([sub | args], s) do
     case {upcase(sub), args} do
       {"COUNT", []} ->
-        {map_size(@commands), s}
+        {Commands.count(), s}
 
       {"INFO", names} ->
         {Enum.map(names, &command_info(upcase(&1))), s}
 
       {"DOCS", []} ->
-        {{:map, Enum.map(Enum.sort(Map.keys(@commands)), &command_docs/1)}, s}
+        {{:map, Enum.map(Commands.names(), &command_docs/1)}, s}
 
       {"DOCS", names} ->
-        {{:map, for(n <- names, u = upcase(n), Map.has_key?(@commands, u), do: command_docs(u))},
-         s}
+        {{:map,
+          for(n <- names, u = upcase(n), Commands.lookup(u) != :error, do: command_docs(u))}, s}
 
       _ ->
         {unknown_subcommand(sub, "COMMAND"), s}
@@ -504,8 +403,8 @@ defmodule Ringbus.Resp.Session do
   end
 
   defp command_info(name) do
-    case @commands do
-      %{^name => {_, arity, access, keys}} ->
+    case Commands.lookup(name) do
+      {:ok, _, {_, arity, access, keys}} ->
         flags = if access == :write, do: [{:simple, "write"}], else: [{:simple, "readonly"}]
         {first, last} = if keys == :none, do: {0, 0}, else: {1, if(keys == :all, do: -1, else: 1)}
         [String.downcase(name), arity, flags, first, last, 1, [], [], [], []]

@@ -10,7 +10,7 @@ defmodule Ringbus.Resp.StreamCommands do
   # the stream's `pulled` figure counts them. XDEL deletes the IDs given when
   # they are the stream's oldest entries, and refuses to punch a hole.
 
-  alias Ringbus.Resp.{Encoder, Entry, Groups, Session}
+  alias Ringbus.Resp.{Commands, Encoder, Entry, Groups}
 
   # A read with no COUNT: everything, as in Redis; the ring bounds it.
   @all 4_611_686_018_427_387_904
@@ -23,12 +23,12 @@ defmodule Ringbus.Resp.StreamCommands do
   Whether a command is an XADD that can be stored with its neighbours:
   `{:ok, key, entry}` for one with `*` that the session may run, or `:no`.
   """
-  @spec batchable(binary(), [binary()], Session.t()) :: {:ok, term(), map()} | :no
+  @spec batchable(binary(), [binary()], map()) :: {:ok, term(), map()} | :no
   def batchable(name, args, s) do
     with true <- xadd?(name),
-         true <- Session.authenticated?(s),
+         true <- Commands.authenticated?(s),
          {:ok, %{id: :auto} = add} <- parse_xadd(args),
-         true <- Session.allowed?(s, :write, add.key) do
+         true <- Commands.allowed?(s, :write, add.key) do
       payload = Entry.encode(add.pairs)
       {:ok, {add.key, add.nomkstream, add.trim}, payload}
     else
@@ -37,7 +37,7 @@ defmodule Ringbus.Resp.StreamCommands do
   end
 
   defp xadd?("XADD"), do: true
-  defp xadd?(<<x, _, _, _>> = name) when x in [?x, ?X], do: Session.upcase(name) == "XADD"
+  defp xadd?(<<x, _, _, _>> = name) when x in [?x, ?X], do: Commands.upcase(name) == "XADD"
   defp xadd?(_name), do: false
 
   @doc "A batch of XADDs with one key, starting with `payload`."
@@ -47,7 +47,7 @@ defmodule Ringbus.Resp.StreamCommands do
   def add({key, payloads, n}, payload), do: {key, [payload | payloads], n + 1}
 
   @doc "Stores a batch with one push; returns a reply for each XADD, in order."
-  @spec store(term(), Session.t()) :: [Encoder.reply()]
+  @spec store(term(), map()) :: [Encoder.reply()]
   def store({{key, nomkstream, trim}, payloads, n}, s) do
     payloads = :lists.reverse(payloads)
 
@@ -196,7 +196,7 @@ defmodule Ringbus.Resp.StreamCommands do
 
   @doc false
   # XADD key [NOMKSTREAM] [MAXLEN|MINID [=|~] threshold [LIMIT n]] *|id field value ...
-  def parse_xadd([]), do: {:error, Session.wrong_arity("xadd")}
+  def parse_xadd([]), do: {:error, Commands.wrong_arity("xadd")}
 
   def parse_xadd([key | rest]) do
     with :ok <- key_ok(key),
@@ -207,7 +207,7 @@ defmodule Ringbus.Resp.StreamCommands do
          :ok <- pairs_ok(pairs) do
       {:ok, %{key: key, nomkstream: opts.nomkstream, trim: opts.trim, id: id, pairs: pairs}}
     else
-      {:ok, _opts, []} -> {:error, Session.wrong_arity("xadd")}
+      {:ok, _opts, []} -> {:error, Commands.wrong_arity("xadd")}
       error -> error
     end
   end
@@ -215,15 +215,15 @@ defmodule Ringbus.Resp.StreamCommands do
   defp pairs_ok(pairs) do
     if pairs != [] and rem(length(pairs), 2) == 0,
       do: :ok,
-      else: {:error, Session.wrong_arity("xadd")}
+      else: {:error, Commands.wrong_arity("xadd")}
   end
 
   @doc false
-  def key_ok(key), do: if(Session.name?(key), do: :ok, else: {:error, Session.bad_name()})
+  def key_ok(key), do: if(Commands.name?(key), do: :ok, else: {:error, Commands.bad_name()})
 
   # Redis's streamParseAddOrTrimArgsOrReply: options until one is not an option.
   defp options([opt | rest] = args, acc, xadd?) do
-    case {Session.upcase(opt), rest} do
+    case {Commands.upcase(opt), rest} do
       {"*", _} when xadd? ->
         {:ok, acc, args}
 
@@ -244,11 +244,11 @@ defmodule Ringbus.Resp.StreamCommands do
                 {:error, Encoder.error("ERR The MAXLEN argument must be >= 0.")}
 
               :error ->
-                {:error, Session.not_integer()}
+                {:error, Commands.not_integer()}
             end
 
           [] ->
-            {:error, Session.syntax_error()}
+            {:error, Commands.syntax_error()}
         end
 
       {"MINID", [_ | _]} ->
@@ -269,14 +269,14 @@ defmodule Ringbus.Resp.StreamCommands do
             end
 
           [] ->
-            {:error, Session.syntax_error()}
+            {:error, Commands.syntax_error()}
         end
 
       {"LIMIT", [n | rest]} ->
         case integer(n) do
           {:ok, n} when n >= 0 -> options(rest, %{acc | limit: n}, xadd?)
           {:ok, _} -> {:error, Encoder.error("ERR The LIMIT argument must be >= 0.")}
-          :error -> {:error, Session.not_integer()}
+          :error -> {:error, Commands.not_integer()}
         end
 
       {"NOMKSTREAM", _} when xadd? ->
@@ -286,7 +286,7 @@ defmodule Ringbus.Resp.StreamCommands do
         {:ok, acc, args}
 
       _ ->
-        {:error, Session.syntax_error()}
+        {:error, Commands.syntax_error()}
     end
   end
 
@@ -383,7 +383,7 @@ defmodule Ringbus.Resp.StreamCommands do
   def xtrim([key | rest], s) do
     case options(rest, %{nomkstream: false, trim: nil, approx: false, limit: nil}, false) do
       {:ok, %{trim: nil}, _} ->
-        {Session.syntax_error(), s}
+        {Commands.syntax_error(), s}
 
       {:ok, opts, []} ->
         case trim_compatible(opts) do
@@ -473,17 +473,17 @@ defmodule Ringbus.Resp.StreamCommands do
   defp range_count([]), do: {:ok, @all}
 
   defp range_count([opt, n]) do
-    if Session.upcase(opt) == "COUNT" do
+    if Commands.upcase(opt) == "COUNT" do
       case integer(n) do
         {:ok, n} -> {:ok, max(n, 0)}
-        :error -> {:error, Session.not_integer()}
+        :error -> {:error, Commands.not_integer()}
       end
     else
-      {:error, Session.syntax_error()}
+      {:error, Commands.syntax_error()}
     end
   end
 
-  defp range_count(_opts), do: {:error, Session.syntax_error()}
+  defp range_count(_opts), do: {:error, Commands.syntax_error()}
 
   # Redis's streamParseIntervalIDOrReply, with its exclusive `(` form.
   defp range_id("-", _side), do: {:ok, {0, 0}}
@@ -655,7 +655,7 @@ defmodule Ringbus.Resp.StreamCommands do
 
       {:error, :no_channel} ->
         cond do
-          not Session.allowed?(s, :write, key) -> {:error, Session.no_permission()}
+          not Commands.allowed?(s, :write, key) -> {:error, Commands.no_permission()}
           create(key, nil, s) == :ok -> subscribe(key, from, batch, s)
           true -> {:error, no_create(key)}
         end
@@ -678,11 +678,11 @@ defmodule Ringbus.Resp.StreamCommands do
   @doc false
   # XREAD and XREADGROUP options: [COUNT n] [BLOCK ms] [GROUP g c] [NOACK] STREAMS keys... ids...
   def read_options([opt | rest], acc, command) do
-    case {Session.upcase(opt), rest} do
+    case {Commands.upcase(opt), rest} do
       {"COUNT", [n | rest]} ->
         case integer(n) do
           {:ok, n} -> read_options(rest, %{acc | count: max(n, 0)}, command)
-          :error -> {:error, Session.not_integer()}
+          :error -> {:error, Commands.not_integer()}
         end
 
       {"BLOCK", [ms | rest]} ->
@@ -702,11 +702,11 @@ defmodule Ringbus.Resp.StreamCommands do
         streams(rest, acc, command)
 
       _ ->
-        {:error, Session.syntax_error()}
+        {:error, Commands.syntax_error()}
     end
   end
 
-  def read_options([], _acc, _command), do: {:error, Session.syntax_error()}
+  def read_options([], _acc, _command), do: {:error, Commands.syntax_error()}
 
   defp streams(args, acc, command) do
     count = Enum.count(args)
@@ -726,12 +726,12 @@ defmodule Ringbus.Resp.StreamCommands do
 
   @doc false
   def streams_allowed(streams, command, s) do
-    access = Session.access(command)
+    access = Commands.access(command)
 
     Enum.reduce_while(streams, :ok, fn {key, _id}, :ok ->
       cond do
         key_ok(key) != :ok -> {:halt, key_ok(key)}
-        not Session.allowed?(s, access, key) -> {:halt, {:error, Session.no_permission()}}
+        not Commands.allowed?(s, access, key) -> {:halt, {:error, Commands.no_permission()}}
         true -> {:cont, :ok}
       end
     end)
@@ -740,7 +740,7 @@ defmodule Ringbus.Resp.StreamCommands do
   ## XINFO
 
   def xinfo([sub | args], s) do
-    case {Session.upcase(sub), args} do
+    case {Commands.upcase(sub), args} do
       {"STREAM", [key]} ->
         guarded(s, key, fn -> stream_info(key, s) end)
 
@@ -757,14 +757,14 @@ defmodule Ringbus.Resp.StreamCommands do
         {xinfo_help(), s}
 
       {upper, _} when upper in ["STREAM", "GROUPS", "CONSUMERS", "HELP"] ->
-        {Session.wrong_arity("xinfo|" <> String.downcase(upper)), s}
+        {Commands.wrong_arity("xinfo|" <> String.downcase(upper)), s}
 
       _ ->
-        {Session.unknown_subcommand(sub, "XINFO"), s}
+        {Commands.unknown_subcommand(sub, "XINFO"), s}
     end
   end
 
-  defp guarded(s, key, fun), do: Session.keyed(s, :read, key, fun)
+  defp guarded(s, key, fun), do: Commands.keyed(s, :read, key, fun)
 
   defp stream_full(_key, _full),
     do:
