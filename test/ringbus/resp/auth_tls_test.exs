@@ -43,7 +43,7 @@ defmodule Ringbus.Resp.AuthTLSTest do
       {["1-0"], c} = RespClient.call(c, ~w(XADD ra.s * f v))
       {[{:error, "NOPERM" <> _}], c} = RespClient.call(c, ~w(XADD ra-other * f v))
       {[{:error, "NOPERM" <> _}], c} = RespClient.call(c, ~w(XRANGE ra-other - +))
-      {[{:error, "NOPERM" <> _}], c} = RespClient.call(c, ~w(XREAD STREAMS ra.s ra-other 0 0))
+      {[{:error, "NOPERM" <> _}], _} = RespClient.call(c, ~w(XREAD STREAMS ra.s ra-other 0 0))
 
       r = RespClient.connect!(port)
       {[{:simple, "OK"}], r} = RespClient.call(r, ~w(AUTH default reader))
