@@ -5,7 +5,7 @@ defmodule Ringbus.Bench.RedisServer do
   no persistence, stopped with `stop/1`.
   """
 
-  @type t :: %{port: :inet.port_number(), os_port: port()}
+  @type t :: %{port: :inet.port_number(), os_port: port(), os_pid: non_neg_integer()}
 
   @doc "Whether `redis-server` is on the PATH."
   @spec available?() :: boolean()
@@ -27,7 +27,8 @@ defmodule Ringbus.Bench.RedisServer do
             ["--loglevel", "warning", "--dir", System.tmp_dir!()]
       ])
 
-    redis = %{port: port, os_port: os_port}
+    {:os_pid, os_pid} = Port.info(os_port, :os_pid)
+    redis = %{port: port, os_port: os_port, os_pid: os_pid}
 
     case await_listening(port, 50) do
       :ok ->
@@ -39,20 +40,26 @@ defmodule Ringbus.Bench.RedisServer do
     end
   end
 
-  @doc "Stops it and waits for it to exit, 10 s at most."
+  @doc """
+  Stops it and waits for it to exit, 10 s at most. Any process may call it:
+  the server outlives the port's owner (it does not read its stdin), so it is
+  stopped by its OS pid.
+  """
   @spec stop(t()) :: :ok
-  def stop(%{os_port: os_port}) do
-    case Port.info(os_port, :os_pid) do
-      {:os_pid, pid} ->
-        System.cmd("kill", ["#{pid}"])
+  def stop(%{os_pid: pid}) do
+    System.cmd("kill", ["#{pid}"], stderr_to_stdout: true)
+    await_exit(pid, 200)
+  end
 
-        receive do
-          {^os_port, {:exit_status, _}} -> :ok
-        after
-          10_000 -> IO.puts(:stderr, "redis-server (pid #{pid}) did not stop in 10 s")
-        end
+  defp await_exit(pid, 0), do: IO.puts(:stderr, "redis-server (pid #{pid}) did not stop in 10 s")
 
-      nil ->
+  defp await_exit(pid, tries) do
+    case System.cmd("kill", ["-0", "#{pid}"], stderr_to_stdout: true) do
+      {_, 0} ->
+        receive after: (50 -> :ok)
+        await_exit(pid, tries - 1)
+
+      _gone ->
         :ok
     end
   end
