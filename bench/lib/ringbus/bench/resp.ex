@@ -74,6 +74,7 @@ defmodule Ringbus.Bench.Resp do
       if opts[:out], do: CSV.write!(opts[:out], @header, Enum.map(rows, &csv_row/1))
       rows
     after
+      Ringbus.delete("s")
       Supervisor.stop(server)
       RedisServer.stop(redis)
     end
