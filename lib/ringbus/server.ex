@@ -1,7 +1,8 @@
 defmodule Ringbus.Server do
   @moduledoc """
   The Ringbus network server: channels over TCP or TLS, speaking the binary
-  protocol of `docs/PROTOCOL.md`.
+  protocol of `docs/PROTOCOL.md` and, when `:resp_port` is set, Redis's RESP
+  on a second port (`Ringbus.Resp`, `docs/RESP.md`).
 
   Start it from the command line with `mix ringbus.server`, or embed it in an
   application's supervision tree:
@@ -17,10 +18,15 @@ defmodule Ringbus.Server do
       │                                        the accept counters
       ├── Ringbus.Server.ConnectionSupervisor  one Ringbus.Server.Connection
       │                                        each, at most :max_connections
-      └── acceptors (Supervisor)               :acceptors Ringbus.Server.Acceptor
+      ├── acceptors (Supervisor)               :acceptors Ringbus.Server.Acceptor
+      │
+      │   with :resp_port, the same three for RESP clients:
+      ├── Ringbus.Server.Listener
+      ├── Ringbus.Server.ConnectionSupervisor  one Ringbus.Resp.Connection each
+      └── acceptors (Supervisor)
 
-  If the listener dies, the connection supervisor and the acceptors restart
-  after it; a connection that dies takes nothing with it, since channels live
+  If a listener dies, the processes after it restart (a binary listener's
+  death restarts the RESP listener too); a connection that dies takes nothing with it, since channels live
   in `Ringbus.Store`. See `lib/ringbus/server/README.md` for how a connection
   reads, writes and stays safe under a backlog.
 
@@ -44,6 +50,11 @@ defmodule Ringbus.Server do
 
     * `:host` - the address to bind, an IP tuple or string. Default `{127, 0, 0, 1}`.
     * `:port` - the port, `0` for any free one (see `port/1`). Default `7171`.
+    * `:resp_port` - a second port speaking Redis's RESP (`Ringbus.Resp`), or
+      `nil` for none. Redis's port, 6379 (`Ringbus.Resp.default_port/0`), is
+      the one `mix ringbus.server --resp` uses; `0` takes any free one (see `port/2`).
+      It shares every other option: TLS, tokens (`AUTH token`) and limits,
+      `:max_connections` counting each listener's clients apart. Default `nil`.
     * `:tls` - `:ssl` server options, with `:certfile`/`:keyfile` (or
       `:cert`/`:key`), to serve TLS instead of plain TCP. Default `nil`.
     * `:tokens` - `nil` (no auth, the default) or a map of token to grants:
@@ -86,11 +97,16 @@ defmodule Ringbus.Server do
 
   use Supervisor
 
-  alias Ringbus.Server.{Acceptor, Config, ConnectionSupervisor, Listener}
+  alias Ringbus.Server.{Acceptor, Config, ConnectionSupervisor, Listener, Protocol}
+  alias Ringbus.Wire.Frame
+
+  @typedoc "A listener of the server: `:binary` (the protocol) or `:resp`."
+  @type protocol :: :binary | :resp
 
   @type option ::
           {:host, :inet.ip_address() | String.t()}
           | {:port, :inet.port_number()}
+          | {:resp_port, :inet.port_number() | nil}
           | {:tls, [:ssl.tls_server_option()] | nil}
           | {:tokens, %{String.t() => :all | keyword()} | nil}
           | {:auto_create, Ringbus.Channel.options() | false}
@@ -116,49 +132,62 @@ defmodule Ringbus.Server do
     Supervisor.start_link(__MODULE__, config, sup_opts)
   end
 
-  @doc "The port the server listens on (useful after `port: 0`)."
-  @spec port(Supervisor.supervisor()) :: :inet.port_number()
-  def port(server), do: Listener.info(Listener.whereis(server)).port
+  @doc """
+  The port a listener of the server is bound to (useful after `port: 0`):
+  the binary protocol's, or with `:resp` the RESP listener's.
+  """
+  @spec port(Supervisor.supervisor(), protocol()) :: :inet.port_number()
+  def port(server, protocol \\ :binary),
+    do: Listener.info(Listener.whereis(server, protocol)).port
 
   @doc """
-  The server's figures: `connections` open now, and since it started,
+  A listener's figures: `connections` open now, and since it started,
   `accepted`, `accept_errors` and `refused` (over `:max_connections`).
   """
-  @spec stats(Supervisor.supervisor()) :: %{atom() => non_neg_integer()}
-  def stats(server) do
-    %{active: active} = DynamicSupervisor.count_children(ConnectionSupervisor.whereis(server))
-    counts = Listener.counts(Listener.info(Listener.whereis(server)).counters)
+  @spec stats(Supervisor.supervisor(), protocol()) :: %{atom() => non_neg_integer()}
+  def stats(server, protocol \\ :binary) do
+    sup = ConnectionSupervisor.whereis(server, protocol)
+    %{active: active} = DynamicSupervisor.count_children(sup)
+    counts = Listener.counts(Listener.info(Listener.whereis(server, protocol)).counters)
     Map.put(counts, :connections, active)
   end
 
-  @doc "The processes of the connections open now, one per client."
-  @spec connections(Supervisor.supervisor()) :: [pid()]
-  def connections(server) do
-    for {_, pid, _, _} <- DynamicSupervisor.which_children(ConnectionSupervisor.whereis(server)),
-        is_pid(pid),
-        do: pid
+  @doc "The processes of a listener's connections open now, one per client."
+  @spec connections(Supervisor.supervisor(), protocol()) :: [pid()]
+  def connections(server, protocol \\ :binary) do
+    sup = ConnectionSupervisor.whereis(server, protocol)
+    for {_, pid, _, _} <- DynamicSupervisor.which_children(sup), is_pid(pid), do: pid
   end
 
   @impl true
   def init(config) do
-    # Made here, so that they outlive a restart of the listener.
-    counters = Listener.new_counters()
+    binary = %Protocol{
+      name: :binary,
+      port: config.port,
+      connection: {Ringbus.Server.Connection, config},
+      busy: Frame.encode({:error, 0, :server_busy, "the server has too many connections"})
+    }
 
+    resp = if config.resp_port, do: [Ringbus.Resp.protocol(config)], else: []
+    children = Enum.flat_map([binary | resp], &listener_children(config, &1))
+    Supervisor.init(children, strategy: :rest_for_one)
+  end
+
+  defp listener_children(config, %Protocol{name: name} = protocol) do
     acceptors =
       for i <- 1..config.acceptors do
-        Supervisor.child_spec({Acceptor, {self(), config}}, id: {Acceptor, i})
+        Supervisor.child_spec({Acceptor, {self(), config, protocol}}, id: {Acceptor, i})
       end
 
-    children = [
-      {Listener, {config, counters}},
-      {ConnectionSupervisor, config},
+    [
+      # The counters are made here, so that they outlive a restart of the listener.
+      {Listener, {config, protocol.port, Listener.new_counters(), name}},
+      {ConnectionSupervisor, {config, name}},
       %{
-        id: :acceptors,
+        id: {:acceptors, name},
         start: {Supervisor, :start_link, [acceptors, [strategy: :one_for_one]]},
         type: :supervisor
       }
     ]
-
-    Supervisor.init(children, strategy: :rest_for_one)
   end
 end

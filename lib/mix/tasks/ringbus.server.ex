@@ -9,11 +9,15 @@ defmodule Mix.Tasks.Ringbus.Server do
       mix ringbus.server
       mix ringbus.server --port 7000 --token s3cret
       mix ringbus.server --certfile cert.pem --keyfile key.pem
+      mix ringbus.server --resp-port 6380     # Redis clients too (docs/RESP.md)
 
   ## Command line options
 
     * `--host ADDR` - the address to bind (`RINGBUS_HOST`). Default `127.0.0.1`.
     * `--port N` - the port (`RINGBUS_PORT`). Default `#{Ringbus.Wire.Frame.default_port()}`.
+    * `--resp-port N` - also listen for Redis clients (RESP2/RESP3) on this
+      port (`RINGBUS_RESP_PORT`); `--resp` does on Redis's port, 6379. Off
+      by default. See `Ringbus.Resp`.
     * `--certfile FILE`, `--keyfile FILE` - serve TLS with this certificate and
       key (`RINGBUS_CERTFILE`, `RINGBUS_KEYFILE`).
     * `--token T` - accept HELLO only with this token, granting all channels;
@@ -32,6 +36,8 @@ defmodule Mix.Tasks.Ringbus.Server do
   @switches [
     host: :string,
     port: :integer,
+    resp_port: :integer,
+    resp: :boolean,
     certfile: :string,
     keyfile: :string,
     token: :keep,
@@ -59,6 +65,12 @@ defmodule Mix.Tasks.Ringbus.Server do
       "Ringbus #{Application.spec(:ringbus, :vsn)} listening on #{host}:#{Ringbus.Server.port(server)} (#{kind}, #{auth}); Ctrl-C to stop"
     )
 
+    if opts[:resp_port] do
+      Mix.shell().info(
+        "RESP (Redis clients) on #{host}:#{Ringbus.Server.port(server, :resp)}: redis-cli -p #{Ringbus.Server.port(server, :resp)}"
+      )
+    end
+
     Mix.shell().info("VM memory: #{Ringbus.Server.Memory.describe()}")
 
     Process.sleep(:infinity)
@@ -84,6 +96,7 @@ defmodule Mix.Tasks.Ringbus.Server do
     [
       host: flags[:host] || env.("RINGBUS_HOST"),
       port: flags[:port] || (env.("RINGBUS_PORT") && String.to_integer(env.("RINGBUS_PORT"))),
+      resp_port: resp_port(flags, env.("RINGBUS_RESP_PORT")),
       tls: tls!(certfile, keyfile),
       tokens: if(tokens != [], do: Map.new(tokens, &{&1, :all})),
       auto_create: auto_create,
@@ -110,5 +123,14 @@ defmodule Mix.Tasks.Ringbus.Server do
       "#{given} was given without #{missing} (or RINGBUS_CERTFILE/RINGBUS_KEYFILE): " <>
         "TLS needs both, and the server will not fall back to plain TCP"
     )
+  end
+
+  defp resp_port(flags, env) do
+    cond do
+      flags[:resp_port] -> flags[:resp_port]
+      flags[:resp] -> Ringbus.Resp.default_port()
+      env -> String.to_integer(env)
+      true -> nil
+    end
   end
 end

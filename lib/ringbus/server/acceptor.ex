@@ -8,27 +8,28 @@ defmodule Ringbus.Server.Acceptor do
   #   :econnaborted, :timeout, ... one failed connection: count it, go on
   #   anything else                crash, and let the supervisor decide
   #
-  # When the server holds `max_connections`, a new TCP connection gets an
-  # ERROR `server_busy` frame and is closed; a TLS one is closed.
+  # When the listener holds `max_connections`, a new TCP connection gets its
+  # protocol's busy reply (`Ringbus.Server.Protocol`) and is closed; a TLS
+  # one is closed.
 
   use Task, restart: :permanent
 
   require Logger
 
-  alias Ringbus.Server.{Connection, ConnectionSupervisor, Listener}
-  alias Ringbus.Server.Transport
-  alias Ringbus.Wire.Frame
+  alias Ringbus.Server.{ConnectionSupervisor, Listener, Protocol, Transport}
 
   @transient [:econnaborted, :econnreset, :timeout, :einval, :eproto, :esslaccept]
 
-  def start_link({server, config}), do: Task.start_link(__MODULE__, :run, [server, config])
+  def start_link({server, config, protocol}),
+    do: Task.start_link(__MODULE__, :run, [server, config, protocol])
 
   @doc false
   # Runs once the server supervisor has started every child, since it asks
   # the supervisor for its siblings.
-  def run(server, config) do
-    %{socket: listen, counters: counters} = Listener.info(Listener.whereis(server))
-    loop(listen, ConnectionSupervisor.whereis(server), config, counters)
+  def run(server, config, %Protocol{name: name} = protocol) do
+    %{socket: listen, counters: counters} = Listener.info(Listener.whereis(server, name))
+    connections = {ConnectionSupervisor.whereis(server, name), protocol}
+    loop(listen, connections, config, counters)
   end
 
   defp loop({kind, _} = listen, connections, config, counters) do
@@ -59,27 +60,27 @@ defmodule Ringbus.Server.Acceptor do
     end
   end
 
-  defp start_connection(kind, socket, connections, config, counters) do
-    case ConnectionSupervisor.start_connection(connections, config) do
+  defp start_connection(kind, socket, {sup, protocol}, config, counters) do
+    case ConnectionSupervisor.start_connection(sup, protocol, config) do
       {:ok, pid} ->
         Listener.count(counters, :accepted)
+        {module, _arg} = protocol.connection
 
         case Ringbus.Socket.controlling_process(kind, socket, pid) do
-          :ok -> Connection.hand_over(pid, kind, socket)
+          :ok -> module.hand_over(pid, kind, socket)
           {:error, _} -> Ringbus.Socket.close(kind, socket)
         end
 
       {:error, :max_children} ->
         Listener.count(counters, :refused)
-        refuse(kind, socket)
+        refuse(kind, socket, protocol)
     end
   end
 
-  defp refuse(:tcp, socket) do
-    frame = {:error, 0, :server_busy, "the server has too many connections"}
-    :gen_tcp.send(socket, Frame.encode(frame))
+  defp refuse(:tcp, socket, protocol) do
+    :gen_tcp.send(socket, protocol.busy)
     :gen_tcp.close(socket)
   end
 
-  defp refuse(:tls, socket), do: :ssl.close(socket)
+  defp refuse(:tls, socket, _protocol), do: :ssl.close(socket)
 end

@@ -12,6 +12,7 @@ defmodule Ringbus.Server.Config do
   @defaults [
     host: {127, 0, 0, 1},
     port: Frame.default_port(),
+    resp_port: nil,
     tls: nil,
     tokens: nil,
     auto_create: [capacity: 100_000, overflow: :drop_oldest],
@@ -55,6 +56,13 @@ defmodule Ringbus.Server.Config do
       config.port,
       &(is_integer(&1) and &1 in 0..65_535),
       "an integer in 0..65535"
+    )
+
+    Options.check!(
+      :resp_port,
+      config.resp_port,
+      &(&1 == nil or (is_integer(&1) and &1 in 0..65_535)),
+      "nil or an integer in 0..65535"
     )
 
     for key <-

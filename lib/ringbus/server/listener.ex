@@ -22,12 +22,17 @@ defmodule Ringbus.Server.Listener do
           counters: :counters.counters_ref()
         }
 
-  def start_link({config, counters}), do: GenServer.start_link(__MODULE__, {config, counters})
+  def child_spec({config, port, counters, protocol}) do
+    %{
+      id: {__MODULE__, protocol},
+      start: {GenServer, :start_link, [__MODULE__, {config, port, counters}]}
+    }
+  end
 
-  @doc "The listener of the server supervisor `server`."
-  @spec whereis(Supervisor.supervisor()) :: pid()
-  def whereis(server) do
-    {_, pid, _, _} = List.keyfind(Supervisor.which_children(server), __MODULE__, 0)
+  @doc "The listener of `protocol` in the server supervisor `server`."
+  @spec whereis(Supervisor.supervisor(), atom()) :: pid()
+  def whereis(server, protocol) do
+    {_, pid, _, _} = List.keyfind(Supervisor.which_children(server), {__MODULE__, protocol}, 0)
     pid
   end
 
@@ -56,8 +61,8 @@ defmodule Ringbus.Server.Listener do
   end
 
   @impl true
-  def init({config, counters}) do
-    case Transport.listen(config) do
+  def init({config, port, counters}) do
+    case Transport.listen(config, port) do
       {:ok, listen} -> {:ok, %{socket: listen, port: Transport.port(listen), counters: counters}}
       {:error, reason} -> {:stop, {:listen_failed, reason}}
     end

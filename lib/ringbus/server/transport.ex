@@ -8,8 +8,9 @@ defmodule Ringbus.Server.Transport do
   @type kind :: Ringbus.Socket.kind()
   @type socket :: Ringbus.Socket.socket()
 
-  @spec listen(Ringbus.Server.Config.t()) :: {:ok, {kind(), term()}} | {:error, term()}
-  def listen(config) do
+  @spec listen(Ringbus.Server.Config.t(), :inet.port_number()) ::
+          {:ok, {kind(), term()}} | {:error, term()}
+  def listen(config, port) do
     opts = [
       :binary,
       packet: :raw,
@@ -28,8 +29,8 @@ defmodule Ringbus.Server.Transport do
     ]
 
     case config.tls do
-      nil -> with {:ok, l} <- :gen_tcp.listen(config.port, opts), do: {:ok, {:tcp, l}}
-      tls -> with {:ok, l} <- :ssl.listen(config.port, opts ++ tls), do: {:ok, {:tls, l}}
+      nil -> with {:ok, l} <- :gen_tcp.listen(port, opts), do: {:ok, {:tcp, l}}
+      tls -> with {:ok, l} <- :ssl.listen(port, opts ++ tls), do: {:ok, {:tls, l}}
     end
   end
 

@@ -295,6 +295,10 @@ defmodule Ringbus.Wire.Frame do
   @spec default_port() :: :inet.port_number()
   def default_port, do: @default_port
 
+  @doc "The longest channel name in bytes, `255`; names are 1 to that many bytes."
+  @spec max_name_size() :: pos_integer()
+  def max_name_size, do: @max_name
+
   @doc """
   The length prefix of the largest `HELLO`, 65,550: the most a server accepts
   before the handshake.

@@ -24,6 +24,15 @@ defmodule Mix.Tasks.Ringbus.ServerTest do
     assert %Ringbus.Server.Config{port: 0} = Ringbus.Server.Config.new!(opts)
   end
 
+  test "--resp-port and --resp turn the RESP listener on" do
+    assert Task.options(resp_port: 6380)[:resp_port] == 6380
+    assert Task.options(resp: true)[:resp_port] == Ringbus.Resp.default_port()
+    refute Keyword.has_key?(Task.options([]), :resp_port)
+
+    assert %Ringbus.Server.Config{resp_port: 6380} =
+             Ringbus.Server.Config.new!(Task.options(resp_port: 6380))
+  end
+
   test "environment variables fill in what flags leave out" do
     System.put_env(%{"RINGBUS_PORT" => "7001", "RINGBUS_TOKENS" => "x,y"})
     on_exit(fn -> Enum.each(~w(RINGBUS_PORT RINGBUS_TOKENS), &System.delete_env/1) end)

@@ -1,5 +1,5 @@
 defmodule Mix.Tasks.Ringbus.Bench do
-  @shortdoc "Runs a Ringbus benchmark: buffer, len, backlog, ingest or frames"
+  @shortdoc "Runs a Ringbus benchmark: buffer, len, backlog, ingest, frames or resp"
 
   @moduledoc """
   Runs one of Ringbus's benchmarks. Each one reproduces a field report and
@@ -11,6 +11,7 @@ defmodule Mix.Tasks.Ringbus.Bench do
       mix ringbus.bench backlog [options]   # selective receive under a backlog
       mix ringbus.bench ingest [options]    # TCP ingest, CPU per message, vs Redis XADD
       mix ringbus.bench frames [options]    # large frames over TCP and TLS
+      mix ringbus.bench resp [options]      # redis-benchmark: Redis vs the RESP listener
 
   Run `mix help ringbus.bench` and see each bench module
   (`Ringbus.Bench.Buffer`, ...) for its options.
@@ -27,7 +28,8 @@ defmodule Mix.Tasks.Ringbus.Bench do
     "len" => Ringbus.Bench.Len,
     "backlog" => Ringbus.Bench.Backlog,
     "ingest" => Ringbus.Bench.Ingest,
-    "frames" => Ringbus.Bench.Frames
+    "frames" => Ringbus.Bench.Frames,
+    "resp" => Ringbus.Bench.Resp
   }
 
   @impl Mix.Task

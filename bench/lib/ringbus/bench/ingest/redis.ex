@@ -11,7 +11,7 @@ defmodule Ringbus.Bench.Ingest.Redis do
   # CPU from the shell that waited for it (`cutime` and `cstime` in
   # /proc/PID/stat), when there is a /proc.
 
-  alias Ringbus.Bench.CPU
+  alias Ringbus.Bench.{CPU, RedisServer}
 
   @executables ["redis-server", "redis-benchmark"]
 
@@ -34,12 +34,11 @@ defmodule Ringbus.Bench.Ingest.Redis do
   """
   @spec xadd(map()) :: map()
   def xadd(opts) do
-    [server, bench] = Enum.map(@executables, &System.find_executable/1)
-    port = free_port()
-    redis = start_server(server, port)
+    bench = System.find_executable("redis-benchmark")
+    redis = RedisServer.start!()
+    port = redis.port
 
     try do
-      :ok = await_listening(port, 50)
       unless opts.quiet, do: IO.puts(:stderr, "==> redis: " <> command(opts, port))
       before = info(port)
       {out, cpu} = benchmark(bench, port, opts)
@@ -63,19 +62,8 @@ defmodule Ringbus.Bench.Ingest.Redis do
         command: command(opts, port)
       }
     after
-      stop_server(redis)
+      RedisServer.stop(redis)
     end
-  end
-
-  defp start_server(server, port) do
-    Port.open({:spawn_executable, server}, [
-      :binary,
-      :exit_status,
-      :stderr_to_stdout,
-      args:
-        ["--port", "#{port}", "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"] ++
-          ["--loglevel", "warning"]
-    ])
   end
 
   # redis-benchmark under a shell that prints its own /proc stat once the
@@ -212,43 +200,5 @@ defmodule Ringbus.Bench.Ingest.Redis do
   defp parse_float(text) do
     {value, _} = Float.parse(text)
     value
-  end
-
-  defp free_port do
-    {:ok, listen} = :gen_tcp.listen(0, ip: {127, 0, 0, 1})
-    {:ok, port} = :inet.port(listen)
-    :ok = :gen_tcp.close(listen)
-    port
-  end
-
-  # Redis takes a moment to listen; bounded by `tries` times 100 ms.
-  defp await_listening(_port, 0), do: Mix.raise("redis-server did not start listening")
-
-  defp await_listening(port, tries) do
-    case :gen_tcp.connect({127, 0, 0, 1}, port, [], 1_000) do
-      {:ok, socket} ->
-        :gen_tcp.close(socket)
-        :ok
-
-      {:error, _} ->
-        receive after: (100 -> :ok)
-        await_listening(port, tries - 1)
-    end
-  end
-
-  defp stop_server(redis) do
-    case Port.info(redis, :os_pid) do
-      {:os_pid, pid} ->
-        System.cmd("kill", ["#{pid}"])
-
-        receive do
-          {^redis, {:exit_status, _}} -> :ok
-        after
-          10_000 -> IO.puts(:stderr, "redis-server (pid #{pid}) did not stop in 10 s")
-        end
-
-      nil ->
-        :ok
-    end
   end
 end

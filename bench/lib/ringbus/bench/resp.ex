@@ -1,0 +1,235 @@
+defmodule Ringbus.Bench.Resp do
+  @moduledoc """
+  The RESP bench: `redis-benchmark` with identical command lines against a
+  `redis-server` and against Ringbus's RESP listener (`Ringbus.Resp`), in
+  one run, turn by turn.
+
+      mix ringbus.bench resp
+      mix ringbus.bench resp --requests 1000000 --out resp.csv
+
+  ## What it runs
+
+  A `redis-server` of its own on a free port of 127.0.0.1, with no
+  persistence (`Ringbus.Bench.RedisServer`), and a `Ringbus.Server` in the
+  bench VM with `resp_port: 0`. Then, for each workload and pipeline depth
+  (`-P 1` and `-P 16`), the same command line against Redis and then
+  Ringbus, 50 clients (`-c 50`):
+
+    * `XADD s MAXLEN 200000 * f <payload>` with a 16-byte and a 1,024-byte
+      payload: a bounded log of 200,000 entries, a ring of that capacity in
+      Ringbus (MAXLEN on a new stream is its capacity);
+    * `XRANGE s - + COUNT 10`, on the stream the XADDs left;
+    * `PING`.
+
+  Before each XADD workload the stream `s` is deleted on both servers, so
+  each starts empty. Both servers share the machine's cores with
+  `redis-benchmark`; Redis uses one thread, Ringbus every scheduler.
+
+  ## Output
+
+  A table and, with `--out`, CSV with the columns
+  `server,command,payload_bytes,pipeline,clients,requests_per_s,p50_ms,p99_ms,command_line`,
+  from `redis-benchmark --csv`. The command line is the exact one run, with
+  the payload written as the shell expression that makes it. Then the
+  targets: Ringbus at least 1.5x Redis's requests/s on XADD at `-P 16`, and a
+  p99 no worse than Redis's at `-P 1`.
+
+  ## Command line options
+
+    * `--requests N` - requests per workload and server (`-n`). Default `200000`.
+    * `--clients N` - connections (`-c`). Default `50`.
+    * `--out FILE` - write the CSV to FILE.
+  """
+
+  alias Ringbus.Bench.{Args, CSV, RedisServer}
+
+  @switches [requests: :integer, clients: :integer, out: :string]
+  @maxlen 200_000
+  @header ~w(server command payload_bytes pipeline clients requests_per_s p50_ms p99_ms command_line)
+
+  @doc "Runs the bench with command line `args`; returns the rows."
+  @spec run([String.t()]) :: [map()]
+  def run(args) do
+    {opts, _} = OptionParser.parse!(args, strict: @switches)
+    requests = Args.positive!(opts, :requests, 200_000)
+    clients = Args.positive!(opts, :clients, 50)
+
+    bench =
+      System.find_executable("redis-benchmark") || Mix.raise("redis-benchmark is not on the PATH")
+
+    unless RedisServer.available?(), do: Mix.raise("redis-server is not on the PATH")
+
+    redis = RedisServer.start!()
+    {:ok, server} = Ringbus.Server.start_link(port: 0, resp_port: 0)
+    ports = [redis: redis.port, ringbus: Ringbus.Server.port(server, :resp)]
+
+    try do
+      rows =
+        for {command, payload} <- workloads(), pipeline <- [1, 16], {name, port} <- ports do
+          if command == "XADD", do: delete_stream(port)
+          measure(bench, name, port, command, payload, pipeline, requests, clients)
+        end
+
+      print(rows)
+      if opts[:out], do: CSV.write!(opts[:out], @header, Enum.map(rows, &csv_row/1))
+      rows
+    after
+      Ringbus.delete("s")
+      Supervisor.stop(server)
+      RedisServer.stop(redis)
+    end
+  end
+
+  defp workloads, do: [{"XADD", 16}, {"XADD", 1024}, {"XRANGE", nil}, {"PING", nil}]
+
+  defp command_args("XADD", size),
+    do: ["XADD", "s", "MAXLEN", "#{@maxlen}", "*", "f", :binary.copy("v", size)]
+
+  defp command_args("XRANGE", nil), do: ~w(XRANGE s - + COUNT 10)
+  defp command_args("PING", nil), do: ~w(PING)
+
+  defp measure(bench, name, port, command, payload, pipeline, requests, clients) do
+    args =
+      ["-h", "127.0.0.1", "-p", "#{port}", "-c", "#{clients}", "-n", "#{requests}"] ++
+        ["-P", "#{pipeline}", "--csv"] ++ command_args(command, payload)
+
+    line = command_line(args, payload)
+    IO.puts(:stderr, "==> #{name}: #{line}")
+
+    case System.cmd(bench, args, stderr_to_stdout: true) do
+      {out, 0} ->
+        {rps, p50, p99} = parse(out)
+
+        %{
+          server: name,
+          command: command,
+          payload_bytes: payload,
+          pipeline: pipeline,
+          clients: clients,
+          requests_per_s: rps,
+          p50_ms: p50,
+          p99_ms: p99,
+          command_line: line
+        }
+
+      {out, status} ->
+        Mix.raise("redis-benchmark exited #{status}: #{out}")
+    end
+  end
+
+  # The command line as a shell would run it, the payload as the expression that makes it.
+  defp command_line(args, payload) do
+    value = if payload, do: :binary.copy("v", payload)
+
+    Enum.map_join(["redis-benchmark" | args], " ", fn
+      ^value when value != nil ->
+        ~s["$(head -c #{payload} /dev/zero | tr '\\0' v)"]
+
+      "*" ->
+        "'*'"
+
+      arg ->
+        arg
+    end)
+  end
+
+  @doc false
+  # The last line of `redis-benchmark --csv`:
+  # "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"
+  def parse(out) do
+    out
+    |> String.split(["\r", "\n"], trim: true)
+    |> Enum.filter(&String.starts_with?(&1, "\""))
+    |> List.last()
+    |> case do
+      nil ->
+        Mix.raise("cannot read redis-benchmark's output: #{inspect(out)}")
+
+      line ->
+        fields = line |> String.split("\",\"") |> Enum.map(&String.trim(&1, "\""))
+        [_test, rps, _avg, _min, p50, _p95, p99 | _] = fields
+        {to_float(rps), to_float(p50), to_float(p99)}
+    end
+  end
+
+  defp to_float(text) do
+    case Float.parse(text) do
+      {value, _} -> value
+      :error -> Mix.raise("cannot read #{inspect(text)} as a number")
+    end
+  end
+
+  defp delete_stream(port) do
+    case System.cmd("redis-cli", ["-p", "#{port}", "DEL", "s"], stderr_to_stdout: true) do
+      {_, 0} -> :ok
+      {out, status} -> Mix.raise("redis-cli DEL s exited #{status}: #{out}")
+    end
+  end
+
+  ## Output
+
+  defp print(rows) do
+    IO.puts("")
+
+    IO.puts(
+      String.pad_trailing("server", 9) <>
+        String.pad_trailing("command", 8) <>
+        String.pad_leading("payload", 8) <>
+        String.pad_leading("-P", 4) <>
+        String.pad_leading("-c", 4) <>
+        String.pad_leading("requests/s", 12) <>
+        String.pad_leading("p50 ms", 9) <> String.pad_leading("p99 ms", 9)
+    )
+
+    for row <- rows do
+      IO.puts(
+        String.pad_trailing(to_string(row.server), 9) <>
+          String.pad_trailing(row.command, 8) <>
+          String.pad_leading(to_string(row.payload_bytes || "-"), 8) <>
+          String.pad_leading(to_string(row.pipeline), 4) <>
+          String.pad_leading(to_string(row.clients), 4) <>
+          String.pad_leading(to_string(round(row.requests_per_s)), 12) <>
+          String.pad_leading(fmt(row.p50_ms), 9) <> String.pad_leading(fmt(row.p99_ms), 9)
+      )
+    end
+
+    IO.puts("")
+
+    for payload <- [16, 1024] do
+      redis16 = find(rows, :redis, payload, 16)
+      ours16 = find(rows, :ringbus, payload, 16)
+      redis1 = find(rows, :redis, payload, 1)
+      ours1 = find(rows, :ringbus, payload, 1)
+
+      IO.puts(
+        "XADD #{payload} B: -P 16 Ringbus/Redis #{fmt(ours16.requests_per_s / redis16.requests_per_s)}x " <>
+          "(target >= 1.5x); -P 1 p99 Ringbus #{fmt(ours1.p99_ms)} ms vs Redis #{fmt(redis1.p99_ms)} ms " <>
+          "(target: no worse)"
+      )
+    end
+  end
+
+  defp find(rows, server, payload, pipeline),
+    do:
+      Enum.find(
+        rows,
+        &(&1.server == server and &1.command == "XADD" and &1.payload_bytes == payload and
+            &1.pipeline == pipeline)
+      )
+
+  defp fmt(value), do: :erlang.float_to_binary(value / 1, decimals: 2)
+
+  defp csv_row(row) do
+    [
+      row.server,
+      row.command,
+      row.payload_bytes,
+      row.pipeline,
+      row.clients,
+      round(row.requests_per_s),
+      row.p50_ms,
+      row.p99_ms,
+      row.command_line
+    ]
+  end
+end

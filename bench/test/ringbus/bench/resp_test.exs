@@ -1,0 +1,57 @@
+defmodule Ringbus.Bench.RespTest do
+  # Runs the RESP bench at a tiny size: redis-benchmark against redis-server
+  # and against the RESP listener, every workload, into the CSV.
+  use ExUnit.Case, async: false
+
+  alias Ringbus.Test.BenchIO
+
+  @moduletag timeout: 120_000
+
+  @tag :tmp_dir
+  test "every workload runs against both servers and lands in the CSV", %{tmp_dir: dir} do
+    out = Path.join(dir, "resp.csv")
+
+    {output, progress} =
+      BenchIO.run_quietly(fn ->
+        Ringbus.Bench.Resp.run(~w(--requests 500 --clients 5 --out) ++ [out])
+      end)
+
+    rows = Process.get(:results)
+    assert Enum.count(rows) == 16
+    assert output =~ "XADD 1024 B: -P 16 Ringbus/Redis"
+    assert progress =~ "==> ringbus: redis-benchmark"
+
+    [header | lines] = out |> File.read!() |> String.split("\n", trim: true)
+
+    assert header ==
+             "server,command,payload_bytes,pipeline,clients,requests_per_s,p50_ms,p99_ms,command_line"
+
+    for server <- ["redis", "ringbus"],
+        {command, size} <- [{"XADD", "16"}, {"XADD", "1024"}, {"XRANGE", ""}, {"PING", ""}],
+        pipeline <- ["1", "16"] do
+      line =
+        Enum.find(lines, &String.starts_with?(&1, "#{server},#{command},#{size},#{pipeline},5,"))
+
+      assert line, "no row for #{server} #{command} #{size} -P #{pipeline}"
+      [_, _, _, _, _, rps | _] = String.split(line, ",")
+      assert String.to_integer(rps) > 0
+      assert line =~ "redis-benchmark -h 127.0.0.1 -p "
+    end
+
+    # Both servers ran the same command lines, their ports aside.
+    [redis, ringbus] =
+      for server <- ["redis", "ringbus"] do
+        for line <- lines,
+            String.starts_with?(line, server <> ","),
+            do: Regex.replace(~r/^\w+,|-p \d+/, line, "")
+      end
+
+    assert Enum.map(redis, &command_of/1) == Enum.map(ringbus, &command_of/1)
+  end
+
+  defp command_of(line), do: line |> String.split("\"") |> Enum.at(1)
+
+  test "unknown options are refused" do
+    assert_raise OptionParser.ParseError, fn -> Ringbus.Bench.Resp.run(~w(--colour blue)) end
+  end
+end

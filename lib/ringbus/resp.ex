@@ -1,0 +1,55 @@
+defmodule Ringbus.Resp do
+  @moduledoc """
+  Ringbus channels as Redis streams: a RESP2/RESP3 front end, so that any
+  Redis client, `redis-cli` and `redis-benchmark` use Ringbus unchanged.
+
+  Turn it on with the `:resp_port` option of `Ringbus.Server` (or
+  `mix ringbus.server --resp-port N`, or `--resp` for Redis's port, 6379):
+
+      children = [
+        {Ringbus.Server, port: 7171, resp_port: 6379}
+      ]
+
+  and then, from any language:
+
+      $ redis-cli -p 6379 XADD events '*' kind click
+      "1-0"
+      $ redis-cli -p 6379 XRANGE events - +
+      1) 1) "1-0"
+         2) 1) "kind"
+            2) "click"
+
+  The RESP listener shares the binary listener's configuration: TLS, tokens
+  (`AUTH token` or `HELLO 3 AUTH default token`, with the same read and write
+  grants), limits and timeouts.
+
+  A stream is a channel. The entry of seq `s` has the ID `<s + 1>-0`; an
+  XADD's field/value pairs are its payload, and a message pushed over the
+  binary protocol reads as the one field `payload`. `docs/RESP.md` documents
+  the mapping, every command, and where a ring differs from a Redis stream.
+  """
+
+  alias Ringbus.Server.{Config, Protocol}
+
+  @default_port 6379
+
+  @doc "Redis's port, which `mix ringbus.server --resp` listens on."
+  @spec default_port() :: :inet.port_number()
+  def default_port, do: @default_port
+
+  @doc false
+  # The RESP listener of a server, for `Ringbus.Server`'s supervisor: its
+  # consumer groups' table and its counters are made here, in the calling
+  # supervisor, which owns them for as long as the server runs.
+  @spec protocol(Config.t()) :: Protocol.t()
+  def protocol(%Config{} = config) do
+    context = Ringbus.Resp.Session.context()
+
+    %Protocol{
+      name: :resp,
+      port: config.resp_port,
+      connection: {Ringbus.Resp.Connection, {config, context}},
+      busy: "-ERR max number of clients reached\r\n"
+    }
+  end
+end

@@ -1,0 +1,138 @@
+defmodule Ringbus.Resp.Commands do
+  @moduledoc false
+  # The command table of the RESP front end and what every command handler
+  # shares: names, access checks and Redis's wording of common errors. The
+  # session (`Ringbus.Resp.Session`) dispatches through the table; the
+  # handlers (`Ringbus.Resp.StreamCommands`, `Ringbus.Resp.GroupCommands`)
+  # check keys and word errors here, so that nothing calls back up into the
+  # session.
+
+  alias Ringbus.Resp.Encoder
+  alias Ringbus.Server.Auth
+  alias Ringbus.Wire.Frame
+
+  # name => {handler, arity, access, keys}; arity as Redis's: n exactly,
+  # -n at least n. keys: :first (the argument after the name), :all (every
+  # argument) or :own (the handler checks them).
+  @commands %{
+    "PING" => {:ping, -1, :none, :none},
+    "ECHO" => {:echo, 2, :none, :none},
+    "HELLO" => {:hello, -1, :none, :none},
+    "AUTH" => {:auth, -2, :none, :none},
+    "SELECT" => {:select, 2, :none, :none},
+    "CLIENT" => {:client, -2, :none, :none},
+    "QUIT" => {:quit, -1, :none, :none},
+    "COMMAND" => {:command, -1, :none, :none},
+    "CONFIG" => {:config, -2, :none, :none},
+    "INFO" => {:info, -1, :none, :none},
+    "DBSIZE" => {:dbsize, 1, :none, :none},
+    "EXISTS" => {:exists, -2, :read, :all},
+    "TYPE" => {:type, 2, :read, :first},
+    "DEL" => {:del, -2, :manage, :all},
+    "XADD" => {:xadd, -5, :write, :first},
+    "XREAD" => {:xread, -4, :read, :own},
+    "XRANGE" => {:xrange, -4, :read, :first},
+    "XREVRANGE" => {:xrevrange, -4, :read, :first},
+    "XLEN" => {:xlen, 2, :read, :first},
+    "XTRIM" => {:xtrim, -4, :write, :first},
+    "XDEL" => {:xdel, -3, :write, :first},
+    "XINFO" => {:xinfo, -2, :read, :own},
+    "XGROUP" => {:xgroup, -2, :write, :own},
+    "XREADGROUP" => {:xreadgroup, -7, :read, :own},
+    "XACK" => {:xack, -4, :read, :first},
+    "XPENDING" => {:xpending, -3, :read, :first},
+    "XAUTOCLAIM" => {:xautoclaim, -6, :read, :first}
+  }
+
+  @doc "The command's table entry: `{handler, arity, access, keys}`, under its upper-case name."
+  @spec lookup(binary()) :: {:ok, binary(), tuple()} | :error
+  def lookup(name) do
+    case @commands do
+      %{^name => entry} ->
+        {:ok, name, entry}
+
+      _ ->
+        upper = upcase(name)
+        if is_map_key(@commands, upper), do: {:ok, upper, @commands[upper]}, else: :error
+    end
+  end
+
+  @doc "Every command's name."
+  @spec names() :: [binary()]
+  def names, do: @commands |> Map.keys() |> Enum.sort()
+
+  @doc "How many commands there are."
+  @spec count() :: pos_integer()
+  def count, do: map_size(@commands)
+
+  @doc "An ASCII name in upper case, as Redis matches command names."
+  @spec upcase(binary()) :: binary()
+  def upcase(name), do: for(<<c <- name>>, into: "", do: <<if(c in ?a..?z, do: c - 32, else: c)>>)
+
+  @doc "Whether the session has authenticated, or needs not."
+  @spec authenticated?(%{grants: term()}) :: boolean()
+  def authenticated?(%{grants: grants}), do: grants != nil
+
+  @doc "Whether the session's grants allow `access` on `key`."
+  @spec allowed?(%{grants: map()}, :read | :write | :manage, binary()) :: boolean()
+  def allowed?(%{grants: grants}, access, key), do: Auth.allowed?(grants, access, key)
+
+  @doc """
+  Runs `fun` for its reply if `key` is a valid stream name the session may
+  `access`; else the reply that says why not.
+  """
+  @spec keyed(map(), :read | :write | :manage, binary(), (() -> Encoder.reply())) ::
+          {Encoder.reply(), map()}
+  def keyed(s, access, key, fun) do
+    cond do
+      not name?(key) ->
+        {bad_name(), s}
+
+      not allowed?(s, access, key) ->
+        {no_permission(), s}
+
+      true ->
+        {fun.(), s}
+    end
+  end
+
+  @doc "Whether `key` can name a stream: the binary protocol's channel names."
+  @spec name?(binary()) :: boolean()
+  def name?(key), do: byte_size(key) >= 1 and byte_size(key) <= Frame.max_name_size()
+
+  @doc "The reply to a key that cannot name a stream."
+  def bad_name,
+    do: Encoder.error("ERR Ringbus stream names are 1 to #{Frame.max_name_size()} bytes")
+
+  @doc "The access the table gives a command, for handlers that check their own keys."
+  @spec access(binary()) :: :read | :write | :manage | :none
+  def access(name), do: @commands |> Map.fetch!(name) |> elem(2)
+
+  @doc "Redis's reply to a command on keys the user may not touch."
+  def no_permission,
+    do:
+      Encoder.error(
+        "NOPERM this user has no permissions to access one of the keys used as arguments"
+      )
+
+  @doc "Redis's reply to an unknown subcommand."
+  def unknown_subcommand(sub, command),
+    do:
+      Encoder.error([
+        "ERR unknown subcommand '",
+        binary_part(sub, 0, min(byte_size(sub), 128)),
+        "'. Try ",
+        command,
+        " HELP."
+      ])
+
+  @doc "Redis's reply to a subcommand with the wrong number of arguments."
+  def wrong_arity(name),
+    do: Encoder.error(["ERR wrong number of arguments for '", name, "' command"])
+
+  @doc "Redis's reply to a malformed command."
+  def syntax_error, do: Encoder.error("ERR syntax error")
+
+  @doc "Redis's reply to an argument that is not a valid integer."
+  def not_integer, do: Encoder.error("ERR value is not an integer or out of range")
+end

@@ -1,0 +1,615 @@
+defmodule Ringbus.Resp.GroupCommands do
+  @moduledoc false
+  # The consumer group commands of `Ringbus.Resp.Session`: XGROUP,
+  # XREADGROUP, XACK, XPENDING and XAUTOCLAIM, on `Ringbus` and the group
+  # table of `Ringbus.Resp.Groups`. Same shape as `Ringbus.Resp.StreamCommands`.
+  #
+  # A group reads new entries from the seq after its `last`. When the ring
+  # has moved past that seq, the entries in between are gone: the group's
+  # `lost` counts them (XINFO GROUPS shows it) and it goes on from the oldest
+  # entry held.
+
+  alias Ringbus.Resp.{Commands, Encoder, Entry, Groups, StreamCommands}
+
+  @all 4_611_686_018_427_387_904
+  # XREADGROUP > retries when another consumer moved the group first.
+  @claim_tries 100
+
+  ## XGROUP
+
+  def xgroup([sub | args], s) do
+    upper = Commands.upcase(sub)
+
+    case {upper, args} do
+      {"HELP", []} ->
+        {help(), s}
+
+      {"CREATE", [key, group, id | opts]} ->
+        keyed(s, key, fn -> create(key, group, id, opts, s) end)
+
+      {"SETID", [key, group, id | opts]} ->
+        keyed(s, key, fn -> setid(key, group, id, opts, s) end)
+
+      {"DESTROY", [key, group]} ->
+        keyed(s, key, fn ->
+          existing(key, fn -> if(Groups.destroy(s.context.groups, key, group), do: 1, else: 0) end)
+        end)
+
+      {"CREATECONSUMER", [key, group, consumer]} ->
+        keyed(s, key, fn -> create_consumer(key, group, consumer, s) end)
+
+      {"DELCONSUMER", [key, group, consumer]} ->
+        keyed(s, key, fn -> delete_consumer(key, group, consumer, s) end)
+
+      {upper, _}
+      when upper in ["CREATE", "SETID", "DESTROY", "CREATECONSUMER", "DELCONSUMER", "HELP"] ->
+        {Commands.wrong_arity("xgroup|" <> String.downcase(upper)), s}
+
+      _ ->
+        {Commands.unknown_subcommand(sub, "XGROUP"), s}
+    end
+  end
+
+  defp keyed(s, key, fun), do: Commands.keyed(s, Commands.access("XGROUP"), key, fun)
+
+  defp existing(key, fun) do
+    if match?({:ok, _}, Ringbus.info(key)), do: fun.(), else: key_required()
+  end
+
+  defp key_required do
+    Encoder.error(
+      "ERR The XGROUP subcommand requires the key to exist. Note that for CREATE you may want to use the MKSTREAM option to create an empty stream automatically."
+    )
+  end
+
+  defp create(key, group, id, opts, s) do
+    with {:ok, mkstream, entries_read} <- create_options(opts, false, nil),
+         :ok <- ensure_stream(key, mkstream, s),
+         {:ok, last} <- group_position(key, id) do
+      read = entries_read || max(last + 1, 0)
+
+      case Groups.create(s.context.groups, key, group, last, read) do
+        :ok ->
+          {:simple, "OK"}
+
+        {:error, :exists} ->
+          Encoder.error("BUSYGROUP Consumer Group name already exists")
+
+        {:error, :too_many} ->
+          Encoder.error([
+            "ERR stream '",
+            key,
+            "' has #{Groups.limits().groups} groups, the most a Ringbus stream keeps"
+          ])
+      end
+    else
+      {:error, reply} -> reply
+    end
+  end
+
+  defp create_options([], mkstream, read), do: {:ok, mkstream, read}
+
+  defp create_options([opt | rest], mkstream, read) do
+    case {Commands.upcase(opt), rest} do
+      {"MKSTREAM", rest} ->
+        create_options(rest, true, read)
+
+      {"ENTRIESREAD", [n | rest]} ->
+        with {:ok, n} <- entries_read(n), do: create_options(rest, mkstream, n)
+
+      _ ->
+        {:error, Commands.syntax_error()}
+    end
+  end
+
+  defp entries_read(n) do
+    case StreamCommands.integer(n) do
+      {:ok, n} when n >= -1 -> {:ok, max(n, 0)}
+      _ -> {:error, Encoder.error("ERR value for ENTRIESREAD must be positive or -1")}
+    end
+  end
+
+  defp ensure_stream(key, mkstream, s) do
+    cond do
+      match?({:ok, _}, Ringbus.info(key)) ->
+        :ok
+
+      not mkstream ->
+        {:error, key_required()}
+
+      StreamCommands.create(key, nil, s) == :ok ->
+        :ok
+
+      true ->
+        {:error,
+         Encoder.error([
+           "ERR no such stream '",
+           key,
+           "', and this server creates none (auto_create: false)"
+         ])}
+    end
+  end
+
+  # The seq of the last entry a group has had: `$` is the stream's last.
+  defp group_position(key, "$") do
+    case Ringbus.info(key) do
+      {:ok, info} -> {:ok, info.next_seq - 1}
+      _ -> {:ok, -1}
+    end
+  end
+
+  defp group_position(_key, id) do
+    case Entry.parse(id) do
+      {:ok, id} -> {:ok, Entry.seq_through(id)}
+      :error -> {:error, StreamCommands.invalid_id()}
+    end
+  end
+
+  defp setid(key, group, id, opts, s) do
+    with :ok <- existing(key, fn -> :ok end) |> ok_or_error(),
+         {:ok, read} <- setid_options(opts),
+         {:ok, last} <- group_position(key, id) do
+      if Groups.set_last(s.context.groups, key, group, last, read),
+        do: {:simple, "OK"},
+        else: no_group(key, group)
+    else
+      {:error, reply} -> reply
+    end
+  end
+
+  defp ok_or_error(:ok), do: :ok
+  defp ok_or_error(reply), do: {:error, reply}
+
+  defp setid_options([]), do: {:ok, nil}
+
+  defp setid_options([opt, n]) do
+    if Commands.upcase(opt) == "ENTRIESREAD",
+      do: entries_read(n),
+      else: {:error, Commands.syntax_error()}
+  end
+
+  defp setid_options(_opts), do: {:error, Commands.syntax_error()}
+
+  defp create_consumer(key, group, consumer, s) do
+    existing(key, fn ->
+      with {:ok, _} <- Groups.fetch(s.context.groups, key, group),
+           result <- Groups.add_consumer(s.context.groups, key, group, consumer, now()) do
+        case result do
+          :created -> 1
+          :exists -> 0
+          :too_many -> too_many_consumers(group)
+        end
+      else
+        :error -> no_group(key, group)
+      end
+    end)
+  end
+
+  defp delete_consumer(key, group, consumer, s) do
+    existing(key, fn ->
+      case Groups.fetch(s.context.groups, key, group) do
+        {:ok, _} -> Groups.delete_consumer(s.context.groups, key, group, consumer)
+        :error -> no_group(key, group)
+      end
+    end)
+  end
+
+  defp too_many_consumers(group),
+    do:
+      Encoder.error([
+        "ERR group '",
+        group,
+        "' has #{Groups.limits().consumers} consumers, the most a Ringbus group keeps"
+      ])
+
+  defp no_group(key, group),
+    do: Encoder.error(["NOGROUP No such consumer group '", group, "' for key name '", key, "'"])
+
+  defp help do
+    Enum.map(
+      [
+        "XGROUP <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+        "CREATE <key> <groupname> <id|$> [option]",
+        "    Create a new consumer group. Options are:",
+        "    * MKSTREAM",
+        "      Create the empty stream if it does not exist.",
+        "    * ENTRIESREAD entries_read",
+        "      Set the group's entries_read counter (internal use).",
+        "CREATECONSUMER <key> <groupname> <consumer>",
+        "    Create a new consumer in the specified group.",
+        "DELCONSUMER <key> <groupname> <consumer>",
+        "    Remove the specified consumer.",
+        "DESTROY <key> <groupname>",
+        "    Remove the specified group.",
+        "SETID <key> <groupname> <id|$> [ENTRIESREAD entries_read]",
+        "    Set the current group ID and entries_read counter.",
+        "HELP",
+        "    Print this help."
+      ],
+      &{:simple, &1}
+    )
+  end
+
+  ## XREADGROUP
+
+  def xreadgroup(args, s) do
+    with {:ok, opts} <-
+           StreamCommands.read_options(
+             args,
+             %{count: 0, block: nil, group: nil, noack: false},
+             "xreadgroup"
+           ),
+         {:ok, {group, consumer}} <- group_given(opts),
+         :ok <- StreamCommands.streams_allowed(opts.streams, "XREADGROUP", s),
+         {:ok, reads} <- group_reads(opts.streams, group) do
+      t = s.context.groups
+
+      case Enum.find(reads, fn {key, _} ->
+             Groups.fetch(t, key, group) == :error or not match?({:ok, _}, Ringbus.info(key))
+           end) do
+        {key, _} ->
+          {Encoder.error([
+             "NOGROUP No such key '",
+             key,
+             "' or consumer group '",
+             group,
+             "' in XREADGROUP with GROUP option"
+           ]), s}
+
+        nil ->
+          consumer_seen(reads, group, consumer, t)
+          read_group(reads, group, consumer, opts, s)
+      end
+    else
+      {:error, reply} -> {reply, s}
+    end
+  end
+
+  defp group_given(%{group: nil}),
+    do: {:error, Encoder.error("ERR Missing GROUP option for XREADGROUP")}
+
+  defp group_given(%{group: group}), do: {:ok, group}
+
+  defp group_reads(streams, _group) do
+    Enum.reduce_while(streams, {:ok, []}, fn {key, id}, {:ok, acc} ->
+      case id do
+        ">" ->
+          {:cont, {:ok, [{key, :new} | acc]}}
+
+        "$" ->
+          {:halt,
+           {:error,
+            Encoder.error(
+              "ERR The $ ID is meaningless in the context of XREADGROUP: you want to read the history of this consumer by specifying a proper ID, or use the > ID to get new messages. The $ ID would just return an empty result set."
+            )}}
+
+        id ->
+          case Entry.parse(id) do
+            {:ok, id} -> {:cont, {:ok, [{key, {:history, Entry.seq_after(id)}} | acc]}}
+            :error -> {:halt, {:error, StreamCommands.invalid_id()}}
+          end
+      end
+    end)
+    |> case do
+      {:ok, reads} -> {:ok, :lists.reverse(reads)}
+      error -> error
+    end
+  end
+
+  defp consumer_seen(reads, group, consumer, t) do
+    for {key, _} <- reads do
+      Groups.add_consumer(t, key, group, consumer, now())
+      Groups.seen(t, key, group, consumer, now())
+    end
+  end
+
+  defp read_group(reads, group, consumer, opts, s) do
+    max = if opts.count > 0, do: opts.count, else: @all
+
+    found =
+      Enum.map(reads, fn
+        {key, :new} ->
+          {key, claim(key, group, consumer, max, opts.noack, s.context.groups)}
+
+        {key, {:history, from}} ->
+          {key, history(key, group, consumer, from, max, s.context.groups)}
+      end)
+
+    cond do
+      Enum.any?(found, fn {_key, entries} -> entries != [] end) ->
+        {StreamCommands.streams_reply(found), s}
+
+      opts.block == nil or Enum.any?(reads, &match?({_, {:history, _}}, &1)) ->
+        # History reads answer at once, with every stream even when empty.
+        if Enum.any?(reads, &match?({_, {:history, _}}, &1)),
+          do: {StreamCommands.streams_reply(found), s},
+          else: {:null_array, s}
+
+      true ->
+        wait(reads, group, consumer, opts, s)
+    end
+  end
+
+  # Takes up to `max` new entries for the group, moving its position past
+  # them (and past any it lost) with a compare-and-swap.
+  defp claim(key, group, consumer, max, noack, t, tries \\ @claim_tries)
+
+  defp claim(_key, _group, _consumer, _max, _noack, _t, 0), do: []
+
+  defp claim(key, group, consumer, max, noack, t, tries) do
+    with {:ok, %{last: last}} <- Groups.fetch(t, key, group),
+         {:ok, messages, lost} <- Ringbus.read(key, last + 1, max) do
+      {count, new_last} = span(messages, last + lost)
+
+      cond do
+        count == 0 and lost == 0 ->
+          []
+
+        Groups.advance(t, key, group, last, new_last, count, lost) ->
+          unless noack,
+            do:
+              Groups.add_pending(t, key, group, consumer, Enum.map(messages, &elem(&1, 0)), now())
+
+          StreamCommands.entries(messages)
+
+        true ->
+          claim(key, group, consumer, max, noack, t, tries - 1)
+      end
+    else
+      _ -> []
+    end
+  end
+
+  defp span(messages, last),
+    do: Enum.reduce(messages, {0, last}, fn {seq, _}, {n, _} -> {n + 1, seq} end)
+
+  # A consumer's own pending entries after `from`: [id, nil] for one the
+  # ring no longer holds, as Redis answers for a deleted entry.
+  defp history(key, group, consumer, from, max, t) do
+    for {seq, _owner, _time, _deliveries} <-
+          Groups.pending(t, key, group, from, @all, min(max, 10_000), consumer) do
+      case Ringbus.read(key, seq, 1) do
+        {:ok, [{^seq, payload}], _} -> [Entry.id(seq), Entry.decode(payload)]
+        _ -> [Entry.id(seq), nil]
+      end
+    end
+  end
+
+  defp wait(reads, group, consumer, opts, s) do
+    starts =
+      for {key, :new} <- reads do
+        {:ok, %{last: last}} = Groups.fetch(s.context.groups, key, group)
+        {key, last + 1}
+      end
+
+    block = %{
+      module: __MODULE__,
+      timeout: StreamCommands.timeout(opts.block),
+      group: group,
+      consumer: consumer,
+      count: if(opts.count > 0, do: opts.count, else: @all),
+      noack: opts.noack
+    }
+
+    StreamCommands.block(starts, opts.count, block, s)
+  end
+
+  @doc false
+  # New entries on a stream the XREADGROUP waits on: claim them for the
+  # group. Another consumer may have had them first; then wait on.
+  def woken(block, sub, messages, _lost, s) do
+    key = Map.fetch!(block.subs, sub)
+
+    case claim(key, block.group, block.consumer, block.count, block.noack, s.context.groups) do
+      [] ->
+        n = Enum.count(messages)
+        if n > 0, do: Ringbus.ack(sub, n)
+        {:wait, block}
+
+      entries ->
+        {:reply, StreamCommands.streams_reply([{key, entries}]), s}
+    end
+  end
+
+  ## XACK, XPENDING, XAUTOCLAIM
+
+  def xack([key, group | ids], s) do
+    case parse_seqs(ids) do
+      {:ok, seqs} -> {Groups.ack(s.context.groups, key, group, seqs), s}
+      :error -> {StreamCommands.invalid_id(), s}
+    end
+  end
+
+  defp parse_seqs(ids) do
+    Enum.reduce_while(ids, {:ok, []}, fn text, {:ok, acc} ->
+      case Entry.parse(text) do
+        {:ok, id} ->
+          case Entry.seq(id) do
+            {:ok, seq} -> {:cont, {:ok, [seq | acc]}}
+            :none -> {:cont, {:ok, acc}}
+          end
+
+        :error ->
+          {:halt, :error}
+      end
+    end)
+  end
+
+  def xpending([key, group | rest], s) do
+    t = s.context.groups
+
+    cond do
+      not match?({:ok, _}, Ringbus.info(key)) or Groups.fetch(t, key, group) == :error ->
+        {Encoder.error(["NOGROUP No such key '", key, "' or consumer group '", group, "'"]), s}
+
+      rest == [] ->
+        {pending_summary(key, group, t), s}
+
+      true ->
+        {pending_range(key, group, rest, t), s}
+    end
+  end
+
+  defp pending_summary(key, group, t) do
+    case Groups.pending_bounds(t, key, group) do
+      nil ->
+        [0, nil, nil, :null_array]
+
+      {low, high} ->
+        counts = Groups.pending_by_consumer(t, key, group)
+        total = counts |> Map.values() |> Enum.sum()
+        consumers = for {name, n} <- Enum.sort(counts), do: [name, Integer.to_string(n)]
+        [total, Entry.id(low), Entry.id(high), consumers]
+    end
+  end
+
+  # XPENDING key group [IDLE ms] start end count [consumer]
+  defp pending_range(key, group, args, t) do
+    {idle, args} =
+      case args do
+        [opt, ms | rest] ->
+          if Commands.upcase(opt) == "IDLE",
+            do: {StreamCommands.integer(ms), rest},
+            else: {{:ok, 0}, args}
+
+        _ ->
+          {{:ok, 0}, args}
+      end
+
+    with {:ok, idle} <- idle,
+         [start, stop, count | consumer] when length(consumer) <= 1 <- args,
+         {:ok, low} <- Entry.parse(strip(start), 0) |> id_or_bound(start),
+         {:ok, high} <- Entry.parse(strip(stop), Entry.max_u64()) |> id_or_bound(stop),
+         {:ok, count} <- StreamCommands.integer(count) do
+      now = now()
+
+      if count <= 0 do
+        []
+      else
+        for {seq, owner, time, deliveries} <-
+              Groups.pending(
+                t,
+                key,
+                group,
+                Entry.seq_from(low),
+                Entry.seq_through(high),
+                count,
+                List.first(consumer)
+              ),
+            now - time >= idle,
+            do: [Entry.id(seq), owner, max(now - time, 0), deliveries]
+      end
+    else
+      :error -> Commands.not_integer()
+      {:error, reply} -> reply
+      _ -> Commands.syntax_error()
+    end
+  end
+
+  defp strip("-"), do: "0-0"
+  defp strip("+"), do: "18446744073709551615-18446744073709551615"
+  defp strip(text), do: text
+
+  defp id_or_bound({:ok, id}, _text), do: {:ok, id}
+  defp id_or_bound(:error, _text), do: {:error, StreamCommands.invalid_id()}
+
+  # XAUTOCLAIM key group consumer min-idle-time start [COUNT count] [JUSTID]
+  def xautoclaim([key, group, consumer, min_idle, start | opts], s) do
+    t = s.context.groups
+
+    with {:ok, min_idle} <- idle_arg(min_idle),
+         {:ok, start} <- Entry.parse(strip(start)) |> id_or_bound(start),
+         {:ok, count, justid} <- autoclaim_options(opts, 100, false),
+         {:ok, _info} <- stream_of(key, group),
+         {:ok, _group} <- Groups.fetch(t, key, group) |> group_or_error(key, group) do
+      Groups.add_consumer(t, key, group, consumer, now())
+      {autoclaim(key, group, consumer, min_idle, Entry.seq_from(start), count, justid, t), s}
+    else
+      {:error, reply} -> {reply, s}
+    end
+  end
+
+  defp idle_arg(text) do
+    case StreamCommands.integer(text) do
+      {:ok, n} -> {:ok, max(n, 0)}
+      :error -> {:error, Encoder.error("ERR Invalid min-idle-time argument for XAUTOCLAIM")}
+    end
+  end
+
+  defp autoclaim_options([], count, justid), do: {:ok, count, justid}
+
+  defp autoclaim_options([opt | rest], count, justid) do
+    case {Commands.upcase(opt), rest} do
+      {"COUNT", [n | rest]} ->
+        case StreamCommands.integer(n) do
+          {:ok, n} when n >= 1 and n <= 70_368_744_177_664 -> autoclaim_options(rest, n, justid)
+          _ -> {:error, Encoder.error("ERR COUNT must be > 0")}
+        end
+
+      {"JUSTID", rest} ->
+        autoclaim_options(rest, count, true)
+
+      _ ->
+        {:error, Commands.syntax_error()}
+    end
+  end
+
+  defp stream_of(key, group) do
+    case Ringbus.info(key) do
+      {:ok, info} ->
+        {:ok, info}
+
+      _ ->
+        {:error,
+         Encoder.error(["NOGROUP No such key '", key, "' or consumer group '", group, "'"])}
+    end
+  end
+
+  defp group_or_error({:ok, g}, _key, _group), do: {:ok, g}
+
+  defp group_or_error(:error, key, group),
+    do:
+      {:error, Encoder.error(["NOGROUP No such key '", key, "' or consumer group '", group, "'"])}
+
+  defp autoclaim(key, group, consumer, min_idle, from, count, justid, t) do
+    now = now()
+    # As Redis: look at no more than ten times COUNT pending entries.
+    rows = Groups.pending(t, key, group, from, @all, count * 10 + 1)
+
+    {rows, next} =
+      if Enum.count(rows) > count * 10,
+        do: {Enum.take(rows, count * 10), elem(List.last(rows), 0)},
+        else: {rows, nil}
+
+    {claimed, deleted, _n} =
+      Enum.reduce(rows, {[], [], 0}, fn {seq, _, time, _} = row, {claimed, deleted, n} ->
+        cond do
+          n >= count or now - time < min_idle ->
+            {claimed, deleted, n}
+
+          true ->
+            case Ringbus.read(key, seq, 1) do
+              {:ok, [{^seq, payload}], _} ->
+                if Groups.claim(t, key, group, row, consumer, now, not justid),
+                  do: {[{seq, payload} | claimed], deleted, n + 1},
+                  else: {claimed, deleted, n}
+
+              _ ->
+                Groups.forget(t, key, group, seq)
+                {claimed, [Entry.id(seq) | deleted], n + 1}
+            end
+        end
+      end)
+
+    claimed = :lists.reverse(claimed)
+
+    entries =
+      if justid,
+        do: Enum.map(claimed, fn {seq, _} -> Entry.id(seq) end),
+        else: StreamCommands.entries(claimed)
+
+    [if(next, do: Entry.id(next), else: "0-0"), entries, :lists.reverse(deleted)]
+  end
+
+  defp now, do: System.system_time(:millisecond)
+end

@@ -1,0 +1,189 @@
+defmodule Ringbus.Resp.ClientsTest do
+  # Real Redis clients against the RESP listener: redis-cli, redis-cli
+  # --pipe and redis-py, and the same channels over the binary protocol.
+  use ExUnit.Case, async: false
+
+  alias Ringbus.Resp.Entry
+  alias Ringbus.Test.{RedisTools, RespClient}
+
+  @moduletag timeout: 120_000
+
+  setup do
+    server = start_supervised!({Ringbus.Server, port: 0, resp_port: 0})
+
+    on_exit(fn ->
+      for name <- Ringbus.channels(),
+          is_binary(name) and String.starts_with?(name, "rc-"),
+          do: Ringbus.delete(name)
+    end)
+
+    {:ok,
+     server: server,
+     port: Ringbus.Server.port(server, :resp),
+     binary_port: Ringbus.Server.port(server)}
+  end
+
+  test "redis-cli: XADD, then XREAD BLOCK 0 with $ woken by an XADD from another client", %{
+    port: port
+  } do
+    assert RedisTools.cli!(port, ~w(XADD rc-s * f v)) == "1-0\n"
+
+    reader = Task.async(fn -> RedisTools.cli!(port, ~w(XREAD BLOCK 0 STREAMS rc-s $)) end)
+    # INFO counts the reader as blocked once it waits.
+    assert Ringbus.Test.Eventually.eventually(fn -> blocked?(port) end)
+    assert RedisTools.cli!(port, ~w(XADD rc-s * hello world)) == "2-0\n"
+    assert Task.await(reader, 20_000) == "rc-s\n2-0\nhello\nworld\n"
+
+    assert RedisTools.cli!(port, ~w(XRANGE rc-s - +)) == "1-0\nf\nv\n2-0\nhello\nworld\n"
+    assert RedisTools.cli!(port, ~w(XLEN rc-s)) == "2\n"
+    assert RedisTools.cli!(port, ~w(TYPE rc-s)) == "stream\n"
+    assert RedisTools.cli!(port, ~w(PING)) == "PONG\n"
+  end
+
+  defp blocked?(port), do: RedisTools.cli!(port, ~w(INFO clients)) =~ "blocked_clients:1"
+
+  test "redis-cli --pipe stores every command of a piped RESP stream", %{port: port} do
+    commands = for i <- 1..2_000, do: RespClient.encode(["XADD", "rc-pipe", "*", "n", "#{i}"])
+    input = IO.iodata_to_binary(commands)
+    path = Path.join(System.tmp_dir!(), "rc-pipe-#{System.unique_integer([:positive])}.resp")
+    File.write!(path, input)
+    on_exit(fn -> File.rm(path) end)
+
+    {out, 0} = System.cmd("sh", ["-c", "timeout 20 redis-cli -p #{port} --pipe < #{path}"])
+    assert out =~ "errors: 0, replies: 2000"
+    assert Ringbus.len("rc-pipe") == 2_000
+    assert {:ok, [{1999, payload}], 0} = Ringbus.read("rc-pipe", 1999, 1)
+    assert Entry.decode(payload) == ["n", "2000"]
+  end
+
+  test "redis-cli -3 speaks RESP3", %{port: port} do
+    RedisTools.cli!(port, ~w(XADD rc-r3 * a 1))
+    out = RedisTools.cli!(port, ~w(-3 XREAD STREAMS rc-r3 0))
+    assert out =~ "rc-r3"
+    assert out =~ "1-0"
+
+    c = RespClient.connect!(port)
+    {[{:map, hello}], c} = RespClient.call(c, ["HELLO", "3"])
+    assert {"proto", 3} in hello
+
+    {[{:map, [{"rc-r3", [["1-0", ["a", "1"]]]}]}], c} =
+      RespClient.call(c, ["XREAD", "STREAMS", "rc-r3", "0"])
+
+    {[nil], _c} = RespClient.call(c, ["XREAD", "STREAMS", "rc-r3", "$"])
+  end
+
+  @pipeline """
+  import sys, redis
+  r = redis.Redis(port=int(sys.argv[1]))
+  p = r.pipeline(transaction=False)
+  for i in range(100):
+      p.xadd("rc-py", {"i": str(i), "blob": bytes([i, 0, 13, 10, 255])})
+  ids = p.execute()
+  assert ids == [b"%d-0" % (i + 1) for i in range(100)], ids
+  entries = r.xrange("rc-py", "-", "+", count=3)
+  assert entries == [(b"%d-0" % (i + 1), {b"i": b"%d" % i, b"blob": bytes([i, 0, 13, 10, 255])}) for i in range(3)], entries
+  assert r.xlen("rc-py") == 100
+  assert r.xrevrange("rc-py", "+", "-", count=1)[0][0] == b"100-0"
+  assert r.xtrim("rc-py", maxlen=10) == 90
+  assert r.xlen("rc-py") == 10
+  info = r.xinfo_stream("rc-py")
+  assert info["length"] == 10 and info["last-generated-id"] == b"100-0", info
+  print("ok")
+  """
+
+  test "redis-py: a pipeline of XADDs, XRANGE, XREVRANGE, XTRIM, XINFO", %{port: port} do
+    assert RedisTools.python!(@pipeline, ["#{port}"]) == "ok\n"
+  end
+
+  @block """
+  import sys, threading, redis
+  port = int(sys.argv[1])
+  reader, writer = redis.Redis(port=port), redis.Redis(port=port)
+  writer.xadd("rc-block", {"before": "1"})
+  got = []
+  def read():
+      got.append(reader.xread({"rc-block": "$"}, block=0))
+  t = threading.Thread(target=read)
+  t.start()
+  # The server counts the reader as blocked once it waits.
+  import time
+  for _ in range(2000):
+      if writer.info("clients")["blocked_clients"] >= 1:
+          break
+      time.sleep(0.005)
+  writer.xadd("rc-block", {"woke": "up"})
+  t.join(10)
+  assert not t.is_alive(), "XREAD BLOCK was not woken"
+  assert got == [[[b"rc-block", [(b"2-0", {b"woke": b"up"})]]]], got
+  assert reader.xread({"rc-block": "2-0"}, block=50) == []
+  print("ok")
+  """
+
+  test "redis-py: XREAD BLOCK in one client is woken by XADD in another", %{port: port} do
+    assert RedisTools.python!(@block, ["#{port}"]) == "ok\n"
+  end
+
+  @groups """
+  import sys, redis
+  r = redis.Redis(port=int(sys.argv[1]))
+  r.xadd("rc-g", {"n": "0"}, maxlen=5)
+  r.xgroup_create("rc-g", "workers", id="0")
+  for i in range(1, 5):
+      r.xadd("rc-g", {"n": str(i)})
+  got = r.xreadgroup("workers", "alice", {"rc-g": ">"}, count=2)
+  assert [e[0] for e in got[0][1]] == [b"1-0", b"2-0"], got
+  got = r.xreadgroup("workers", "bob", {"rc-g": ">"})
+  assert [e[0] for e in got[0][1]] == [b"3-0", b"4-0", b"5-0"], got
+  assert r.xack("rc-g", "workers", "1-0", "3-0") == 2
+  summary = r.xpending("rc-g", "workers")
+  assert summary["pending"] == 3 and summary["min"] == b"2-0" and summary["max"] == b"5-0", summary
+  assert sorted((c["name"], c["pending"]) for c in summary["consumers"]) == [(b"alice", 1), (b"bob", 2)], summary
+  claimed = r.xautoclaim("rc-g", "workers", "carol", 0, "0-0", count=10)
+  assert [e[0] for e in claimed[1]] == [b"2-0", b"4-0", b"5-0"], claimed
+  assert r.xreadgroup("workers", "alice", {"rc-g": ">"}) == []
+  # Five more entries on a ring of five: the group loses none yet...
+  for i in range(5, 15):
+      r.xadd("rc-g", {"n": str(i)})
+  groups = r.xinfo_groups("rc-g")
+  assert groups[0]["lag"] == 10, groups
+  # ...and is told of the five that fell off the ring when it reads again.
+  got = r.xreadgroup("workers", "alice", {"rc-g": ">"})
+  assert [e[0] for e in got[0][1]] == [b"11-0", b"12-0", b"13-0", b"14-0", b"15-0"], got
+  groups = r.xinfo_groups("rc-g")
+  assert groups[0]["lost"] == 5 and groups[0]["last-delivered-id"] == b"15-0", groups
+  print("ok")
+  """
+
+  test "redis-py: consumer groups, and a group told how many entries it lost", %{port: port} do
+    assert RedisTools.python!(@groups, ["#{port}"]) == "ok\n"
+  end
+
+  test "a message pushed over the binary protocol reads with XRANGE, and the reverse", ctx do
+    {:ok, client} = Ringbus.Client.connect(port: ctx.binary_port)
+    raw = <<0, 1, 2, 255, "\r\n">>
+    {:ok, 0} = Ringbus.Client.push(client, "rc-mixed", raw)
+
+    c = RespClient.connect!(ctx.port)
+    {[["1-0", ["payload", ^raw]]], c} = call1(c, ["XRANGE", "rc-mixed", "-", "+"])
+
+    # An XADD's pairs come back whole to a binary reader, as documented.
+    {["2-0"], c} = RespClient.call(c, ["XADD", "rc-mixed", "*", "f", "v\r\n", "", "x"])
+    {:ok, [{1, payload}], 0} = Ringbus.Client.read(client, "rc-mixed", 1, 1)
+    assert payload == <<0xFF, "RBX", 1, 2::32, 1::32, "f", 3::32, "v\r\n", 0::32, 1::32, "x">>
+    assert Entry.decode(payload) == ["f", "v\r\n", "", "x"]
+
+    # The one pair `payload` goes in as the raw bytes.
+    {["3-0"], c} = RespClient.call(c, ["XADD", "rc-mixed", "*", "payload", "raw bytes"])
+    {:ok, [{2, "raw bytes"}], 0} = Ringbus.Client.read(client, "rc-mixed", 2, 1)
+
+    # And those raw bytes, pushed over the binary protocol, read back the same.
+    {:ok, 3} = Ringbus.Client.push(client, "rc-mixed", payload)
+    {[["4-0", ["f", "v\r\n", "", "x"]]], _c} = call1(c, ["XRANGE", "rc-mixed", "4", "4"])
+    Ringbus.Client.close(client)
+  end
+
+  defp call1(c, args) do
+    {[reply], c} = RespClient.call(c, args)
+    {reply, c}
+  end
+end
