@@ -72,7 +72,7 @@ defmodule Ringbus.Resp.Session do
   def new(%Config{} = config, context) do
     :counters.add(context.stats, @connections, 1)
     :counters.add(context.stats, @connections_received, 1)
-    grants = if config.tokens == nil, do: %{read: :all, write: :all}
+    grants = if config.tokens == nil, do: Auth.all()
     id = :erlang.unique_integer([:positive, :monotonic])
     %__MODULE__{config: config, context: context, id: id, grants: grants}
   end
