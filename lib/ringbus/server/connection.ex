@@ -69,7 +69,8 @@ defmodule Ringbus.Server.Connection do
       decoder:
         Decoder.new(config.max_frame_size,
           first: Frame.max_hello_frame_size(),
-          accept: :requests
+          accept: :requests,
+          group_pushes: config.max_payload_size
         ),
       session: Session.new(config),
       deadline: now() + config.handshake_timeout,

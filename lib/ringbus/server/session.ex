@@ -88,6 +88,21 @@ defmodule Ringbus.Server.Session do
     run(frames, s, run, out, acks)
   end
 
+  # Acked PUSHes the decoder grouped (`Ringbus.Wire.Decoder`'s
+  # `:group_pushes`): corrs and payloads newest first, as a run keeps them.
+  defp run([{:pushes, name, n, bytes, corrs, ps} | rest], %{stage: :open} = s, run, out, acks) do
+    {run, acks} =
+      case run do
+        {^name, parts, payloads, count, run_bytes} ->
+          {{name, corrs ++ parts, ps ++ payloads, count + n, run_bytes + bytes}, acks}
+
+        _ ->
+          {{name, corrs, ps, n, bytes}, store(s, run, acks)}
+      end
+
+    run(rest, s, run, out, acks)
+  end
+
   defp run([{:push_batch, corr, mode, name, n, ps} | rest], %{stage: :open} = s, run, out, acks) do
     {run, acks} = collect(s, run, name, {corr, mode, n, ps}, acks)
     run(rest, s, run, out, acks)

@@ -44,7 +44,7 @@ defmodule Ringbus.Wire.Decoder do
   alias Ringbus.Wire.Frame
 
   @enforce_keys [:max_frame_size]
-  defstruct max_frame_size: nil, first: nil, accept: :any, stage: :idle
+  defstruct max_frame_size: nil, first: nil, accept: :any, group: nil, stage: :idle
 
   @typedoc """
   The decoder's state. What it holds between reads:
@@ -58,6 +58,7 @@ defmodule Ringbus.Wire.Decoder do
             max_frame_size: non_neg_integer(),
             first: non_neg_integer() | nil,
             accept: Frame.direction(),
+            group: non_neg_integer() | nil,
             stage:
               :idle | {:header, binary()} | {:body, pos_integer(), [binary()], non_neg_integer()}
           }
@@ -76,11 +77,48 @@ defmodule Ringbus.Wire.Decoder do
     * `:accept` - `:requests` (a server), `:responses` (a client) or `:any`.
       A frame whose opcode belongs to the other direction is
       `{:unknown_opcode, byte}`, whatever its body. Default `:any`.
+    * `:group_pushes` - a payload size, or `nil` (the default). With a size,
+      consecutive acked `PUSH` frames of one read to one channel, each with a
+      payload of at most that size, come as one element
+
+          {:pushes, name, count, bytes, corrs, payloads}
+
+      with their correlation ids and payloads newest first, and `bytes` the
+      payloads' total: for a server that stores a read's pushes together,
+      without a tuple per frame. `expand/1` turns such elements back into
+      `PUSH` frames.
   """
-  @spec new(non_neg_integer(), first: non_neg_integer(), accept: Frame.direction()) :: t()
+  @spec new(non_neg_integer(),
+          first: non_neg_integer(),
+          accept: Frame.direction(),
+          group_pushes: non_neg_integer() | nil
+        ) :: t()
   def new(max_frame_size, opts \\ []) when is_integer(max_frame_size) and max_frame_size >= 0 do
-    opts = Keyword.validate!(opts, first: nil, accept: :any)
-    %__MODULE__{max_frame_size: max_frame_size, first: opts[:first], accept: opts[:accept]}
+    opts = Keyword.validate!(opts, first: nil, accept: :any, group_pushes: nil)
+
+    %__MODULE__{
+      max_frame_size: max_frame_size,
+      first: opts[:first],
+      accept: opts[:accept],
+      group: opts[:group_pushes]
+    }
+  end
+
+  @doc """
+  Frames with every `{:pushes, ...}` element (see `:group_pushes`) turned
+  back into the `PUSH` frames it stands for, in order.
+  """
+  @spec expand([Frame.t() | tuple()]) :: [Frame.t()]
+  def expand(frames) do
+    Enum.flat_map(frames, fn
+      {:pushes, name, _count, _bytes, corrs, payloads} ->
+        :lists.reverse(corrs)
+        |> Enum.zip(:lists.reverse(payloads))
+        |> Enum.map(fn {corr, payload} -> {:push, corr, :ack, name, payload} end)
+
+      frame ->
+        [frame]
+    end)
   end
 
   @doc "The bytes held for a frame not yet complete."
@@ -161,8 +199,9 @@ defmodule Ringbus.Wire.Decoder do
        )
        when length == 12 + name_size + size and length <= max and flags <= 1 and
               name_size in 1..255 and accept != :responses do
-    mode = if flags == 0, do: :ack, else: :no_ack
-    split(rest, decoder, [{:push, corr, mode, name, payload} | frames])
+    if flags == 0 and decoder.group != nil and size <= decoder.group,
+      do: grouped(rest, decoder, frames, name, 1, size, [corr], [payload]),
+      else: split(rest, decoder, [{:push, corr, mode(flags), name, payload} | frames])
   end
 
   defp split(<<length::32, rest::binary>>, decoder, frames),
@@ -170,6 +209,32 @@ defmodule Ringbus.Wire.Decoder do
 
   defp split(<<>>, decoder, frames), do: done(decoder, :idle, frames)
   defp split(head, decoder, frames), do: done(decoder, {:header, head}, frames)
+
+  defp mode(0), do: :ack
+  defp mode(1), do: :no_ack
+
+  # The acked PUSHes that follow one to the same channel, held in the
+  # arguments: nothing is allocated per frame but a cons for its corr and
+  # one for its payload.
+  defp grouped(
+         <<length::32, 0x04, corr::32, 0, name_size::16, name::binary-size(name_size), size::32,
+           payload::binary-size(size), rest::binary>>,
+         %__MODULE__{max_frame_size: max, group: group} = decoder,
+         frames,
+         name,
+         count,
+         bytes,
+         corrs,
+         payloads
+       )
+       when length == 12 + name_size + size and length <= max and size <= group,
+       do:
+         grouped(rest, decoder, frames, name, count + 1, bytes + size, [corr | corrs], [
+           payload | payloads
+         ])
+
+  defp grouped(rest, decoder, frames, name, count, bytes, corrs, payloads),
+    do: split(rest, decoder, [{:pushes, name, count, bytes, corrs, payloads} | frames])
 
   # The first header is checked against `first`, every later one against
   # `max_frame_size`.

@@ -3,7 +3,10 @@ defmodule Ringbus.Server.SessionTest do
   # out, with no socket and no connection process.
   use ExUnit.Case, async: true
 
+  import Bitwise
+
   alias Ringbus.Server.{Config, Session}
+  alias Ringbus.Wire.Decoder
 
   setup do
     prefix = "session-#{System.unique_integer([:positive])}-"
@@ -63,6 +66,24 @@ defmodule Ringbus.Server.SessionTest do
              {:len_ok, 5, 3},
              {:push_acks, 2, [{1, {:ok, 0}}, {3, {:ok, 1}}]}
            ]
+  end
+
+  test "pushes grouped by the decoder are answered as the same frames one by one", %{prefix: p} do
+    frames = fn name ->
+      for(c <- 1..20, do: {:push, c, :ack, name, "m#{c}"}) ++
+        [{:ping, 21}, {:push, 22, :no_ack, name, "n"}, {:push, 23, :ack, name, "o"}]
+    end
+
+    bytes = fn name ->
+      IO.iodata_to_binary(Enum.map(frames.(name), &Ringbus.Wire.Frame.encode/1))
+    end
+
+    {:ok, grouped, _} = Decoder.feed(Decoder.new(1 <<< 20, group_pushes: 100), bytes.(p <> "g"))
+    assert [{:pushes, _, 20, _, _, _} | _] = grouped
+
+    assert {:ok, out, _} = Session.handle(grouped, open())
+    assert {:ok, ^out, _} = Session.handle(frames.(p <> "f"), open())
+    assert {:ok, %{pushed: 22}} = Ringbus.info(p <> "g")
   end
 
   test "PUSH_ACKS frames stay within max_frame_size", %{prefix: p} do

@@ -51,6 +51,53 @@ defmodule Ringbus.Wire.DecoderTest do
       assert FrameGenerators.check(property, 1000) == true
     end
 
+    test "with :group_pushes, the frames expand to the same frames, however split" do
+      # Runs of acked pushes to a few channels, among other frames.
+      push =
+        :proper_types.bind(
+          {FrameGenerators.u32(), :proper_types.elements(["a", "b"]), FrameGenerators.payload()},
+          fn {corr, name, payload} -> {:push, corr, :ack, name, payload} end,
+          false
+        )
+
+      frames =
+        :proper_types.list(:proper_types.frequency([{6, push}, {1, FrameGenerators.frame()}]))
+
+      sizes = :proper_types.list(:proper_types.integer(1, 300))
+
+      property =
+        FrameGenerators.forall({frames, sizes, :proper_types.integer(0, 100)}, fn {frames, sizes,
+                                                                                   group} ->
+          bytes = FrameGenerators.bytes(frames)
+          {decoded, _} = feed_all(Decoder.new(@max, group_pushes: group), chunks(bytes, sizes))
+
+          grouped_right? =
+            Enum.all?(decoded, fn
+              {:pushes, _name, count, bytes, corrs, payloads} ->
+                count == length(corrs) and count == length(payloads) and
+                  bytes == payloads |> Enum.map(&byte_size/1) |> Enum.sum() and
+                  Enum.all?(payloads, &(byte_size(&1) <= group))
+
+              {:push, _, :ack, _, payload} ->
+                # Not grouped: too large, or the decoder had to join it.
+                true
+
+              _other ->
+                true
+            end)
+
+          Decoder.expand(decoded) == frames and grouped_right?
+        end)
+
+      assert FrameGenerators.check(property, 500) == true
+
+      # In one read, a run to one channel is one element.
+      bytes = FrameGenerators.bytes(for c <- 1..3, do: {:push, c, :ack, "a", "x"})
+
+      assert {:ok, [{:pushes, "a", 3, 3, [3, 2, 1], ["x", "x", "x"]}], _} =
+               Decoder.feed(Decoder.new(@max, group_pushes: 10), bytes)
+    end
+
     test "one byte at a time" do
       frames = [{:ping, 1}, {:push, 2, :ack, "e", "payload"}, {:ok, 3}]
       bytes = FrameGenerators.bytes(frames)
