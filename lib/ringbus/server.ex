@@ -81,7 +81,7 @@ defmodule Ringbus.Server do
 
   use Supervisor
 
-  alias Ringbus.Server.{Acceptor, Config, ConnectionSupervisor, Listener}
+  alias Ringbus.Server.{Acceptor, Config, ConnectionSupervisor, Listener, Stats}
 
   @type option ::
           {:host, :inet.ip_address() | String.t()}
@@ -122,8 +122,8 @@ defmodule Ringbus.Server do
   @spec stats(Supervisor.supervisor()) :: %{atom() => non_neg_integer()}
   def stats(server) do
     %{active: active} = DynamicSupervisor.count_children(ConnectionSupervisor.whereis(server))
-    counts = Listener.counts(Listener.info(Listener.whereis(server)).counters)
-    Map.put(counts, :connections, active)
+    counts = Stats.counts(Listener.info(Listener.whereis(server)).counters)
+    counts |> Map.take([:accepted, :accept_errors, :refused]) |> Map.put(:connections, active)
   end
 
   @doc "The processes of the connections open now, one per client."
@@ -137,7 +137,8 @@ defmodule Ringbus.Server do
   @impl true
   def init(config) do
     # Made here, so that they outlive a restart of the listener.
-    counters = Listener.new_counters()
+    counters = Stats.new()
+    config = %{config | counters: counters}
 
     acceptors =
       for i <- 1..config.acceptors do

@@ -15,7 +15,7 @@ defmodule Ringbus.Server.Acceptor do
 
   require Logger
 
-  alias Ringbus.Server.{Connection, ConnectionSupervisor, Listener}
+  alias Ringbus.Server.{Connection, ConnectionSupervisor, Listener, Stats}
   alias Ringbus.Server.Transport
   alias Ringbus.Wire.Frame
 
@@ -42,16 +42,16 @@ defmodule Ringbus.Server.Acceptor do
 
       {:error, reason} when reason in [:emfile, :enfile, :enobufs] ->
         Logger.error("Ringbus server cannot accept: #{reason}; retrying in 100 ms")
-        Listener.count(counters, :accept_errors)
+        Stats.count(counters, :accept_errors)
         Process.sleep(100)
         loop(listen, connections, config, counters)
 
       {:error, reason} when reason in @transient ->
-        Listener.count(counters, :accept_errors)
+        Stats.count(counters, :accept_errors)
         loop(listen, connections, config, counters)
 
       {:error, {:tls_alert, _}} ->
-        Listener.count(counters, :accept_errors)
+        Stats.count(counters, :accept_errors)
         loop(listen, connections, config, counters)
 
       {:error, reason} ->
@@ -62,7 +62,7 @@ defmodule Ringbus.Server.Acceptor do
   defp start_connection(kind, socket, connections, config, counters) do
     case ConnectionSupervisor.start_connection(connections, config) do
       {:ok, pid} ->
-        Listener.count(counters, :accepted)
+        Stats.count(counters, :accepted)
 
         case Ringbus.Socket.controlling_process(kind, socket, pid) do
           :ok -> Connection.hand_over(pid, kind, socket)
@@ -70,7 +70,7 @@ defmodule Ringbus.Server.Acceptor do
         end
 
       {:error, :max_children} ->
-        Listener.count(counters, :refused)
+        Stats.refused(counters, kind, socket, config.max_connections)
         refuse(kind, socket)
     end
   end

@@ -28,7 +28,8 @@ defmodule Ringbus.Server.Config do
     name: nil
   ]
 
-  defstruct Keyword.keys(@defaults) ++ [:max_payload_size]
+  # `:counters` is the server's `Ringbus.Server.Stats` array, set by `Ringbus.Server`.
+  defstruct Keyword.keys(@defaults) ++ [:max_payload_size, :counters]
 
   @type t :: %__MODULE__{}
 
