@@ -61,6 +61,10 @@ defmodule Ringbus.Server do
       one before, or `:infinity`. Clients ping to stay connected. Default `300_000`.
     * `:send_timeout` - ms a write may wait on a client that does not read
       before the connection closes. Default `30_000`.
+    * `:shutdown_timeout` - ms each connection has, when the server stops,
+      to answer the requests it has read (acks included), write
+      `ERROR shutting_down` and close; then it is killed. Connections stop
+      together, so a stop takes about this long at most. Default `5_000`.
     * `:max_connections` - connections at once; more are refused with
       `server_busy`. Default `1024`.
     * `:max_subscriptions` - subscriptions per connection. Default `64`.
@@ -93,6 +97,7 @@ defmodule Ringbus.Server do
           | {:handshake_timeout, pos_integer()}
           | {:idle_timeout, pos_integer() | :infinity}
           | {:send_timeout, pos_integer() | :infinity}
+          | {:shutdown_timeout, pos_integer()}
           | {:max_connections, pos_integer()}
           | {:max_subscriptions, pos_integer()}
           | {:max_credit, pos_integer()}
