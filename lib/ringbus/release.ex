@@ -106,7 +106,7 @@ defmodule Ringbus.Release do
         do: "HTTP on http://#{:inet.ntoa(boot.http[:host])}:#{Ringbus.HTTP.port(Ringbus.HTTP)}",
         else: "no HTTP"
 
-    Logger.info(
+    Logger.notice(
       "Ringbus #{Application.spec(:ringbus, :vsn)} listening on " <>
         "#{host}:#{Ringbus.Server.port(Ringbus.Server)} (#{kind}, #{auth}); #{http}; " <>
         "#{length(boot.channels)} channels declared; VM memory: #{Ringbus.Server.Memory.describe()}"

@@ -1,7 +1,7 @@
 defmodule Ringbus.ReleaseBuildTest do
   # README's two commands, for real: `MIX_ENV=prod mix release` builds the
   # release and `bin/ringbus start` boots it, configured by RINGBUS_*
-  # variables; `eval`, `rpc`, `stop` and SIGTERM work on it. Each release
+  # variables; `eval`, `rpc`, `remote`, `stop` and SIGTERM work on it. Each release
   # runs as an OS process with a node name of its own.
   use ExUnit.Case, async: true
 
@@ -81,6 +81,54 @@ defmodule Ringbus.ReleaseBuildTest do
     end
   end
 
+  # Runs `expression` in a remote shell on the node (`bin/ringbus remote`,
+  # which needs a terminal: `script` gives it one) and returns what the
+  # shell printed, once it shows the answer.
+  defp remote(env, expression) do
+    script = System.find_executable("script") || flunk("script (util-linux) is missing")
+
+    port_env =
+      for {k, v} <- env,
+          do: {String.to_charlist(k), if(v, do: String.to_charlist(v), else: false)}
+
+    shell =
+      Port.open({:spawn_executable, script}, [
+        :binary,
+        :exit_status,
+        args: ["-qec", "#{@bin} remote", "/dev/null"],
+        env: port_env
+      ])
+
+    {:os_pid, os_pid} = Port.info(shell, :os_pid)
+    on_exit(fn -> System.cmd("kill", ["-KILL", "#{os_pid}"], stderr_to_stdout: true) end)
+    Port.command(shell, "IO.puts(\"remote: \" <> inspect(#{expression}))\n")
+    printed = await_output(shell, ~r/\nremote: [^\r\n]+/, "")
+    Port.close(shell)
+    printed
+  end
+
+  defp await_output(shell, pattern, acc) do
+    receive do
+      {^shell, {:data, data}} ->
+        acc = acc <> data
+        if acc =~ pattern, do: acc, else: await_output(shell, pattern, acc)
+
+      {^shell, {:exit_status, status}} ->
+        flunk("the remote shell exited with #{status}:\n#{acc}")
+    after
+      60_000 -> flunk("no answer from the remote shell within 60 s:\n#{acc}")
+    end
+  end
+
+  # What the release wrote, once it has exited.
+  defp output(release, lines \\ []) do
+    receive do
+      {^release, {:data, {_eol, line}}} -> output(release, [line | lines])
+    after
+      0 -> Enum.reverse(lines)
+    end
+  end
+
   defp get(url) do
     {:ok, {{_, 200, _}, _, body}} =
       :httpc.request(:get, {String.to_charlist(url), []}, [], body_format: :binary)
@@ -115,14 +163,26 @@ defmodule Ringbus.ReleaseBuildTest do
     assert {"[\"events\", \"jobs\"]\n", 0} =
              run(["rpc", "IO.inspect(Enum.sort(Ringbus.channels()))"], node.env)
 
+    assert remote(node.env, "Enum.sort(Ringbus.channels())") =~ ~s(remote: ["events", "jobs"])
+
     assert {_, 0} = run(["stop"], node.env)
     assert_receive {:ringbus_down, ^client, :shutting_down}, 30_000
     release = node.release
     assert_receive {^release, {:exit_status, 0}}, 30_000
+
+    # At the default level, info: a line per connection opened and closed.
+    log = Enum.join(output(release), "\n")
+    assert log =~ ~r/\[info\] Ringbus connection from 127\.0\.0\.1:\d+ opened \(tcp\)/
+    assert log =~ ~r/\[info\] Ringbus connection from 127\.0\.0\.1:\d+ closed \(shutting_down\)/
   end
 
   test "on SIGTERM a pipelining producer gets an ack or an error for every push" do
-    node = boot([{"RINGBUS_CHANNELS", "events:100000"}, {"RINGBUS_SHUTDOWN_TIMEOUT", "5000"}])
+    node =
+      boot([
+        {"RINGBUS_CHANNELS", "events:100000"},
+        {"RINGBUS_SHUTDOWN_TIMEOUT", "5000"},
+        {"RINGBUS_LOG_LEVEL", "notice"}
+      ])
 
     Producer.start(node.tcp, "events")
     assert_receive {:producing, _producer}, 30_000
@@ -139,5 +199,7 @@ defmodule Ringbus.ReleaseBuildTest do
 
     release = node.release
     assert_receive {^release, {:exit_status, 0}}, 30_000
+    # At notice, connections are not logged.
+    refute Enum.any?(output(release), &(&1 =~ "Ringbus connection"))
   end
 end
