@@ -101,8 +101,10 @@ defmodule Ringbus.ReleaseBuildTest do
 
     {:os_pid, os_pid} = Port.info(shell, :os_pid)
     on_exit(fn -> System.cmd("kill", ["-KILL", "#{os_pid}"], stderr_to_stdout: true) end)
+    # Typed once the prompt shows: the shell discards what comes before.
+    prompt = await_output(shell, ~r/iex\([^)]*\)1> /, "")
     Port.command(shell, "IO.puts(\"remote: \" <> inspect(#{expression}))\n")
-    printed = await_output(shell, ~r/\nremote: [^\r\n]+/, "")
+    printed = await_output(shell, ~r/\nremote: [^\r\n]+/, prompt)
     Port.close(shell)
     printed
   end

@@ -33,7 +33,9 @@ defmodule Ringbus.Server.Connection do
   # Shutdown. It traps exits, so when the server stops, its supervisor's
   # shutdown reaches `terminate/2`: the read already taken in is answered,
   # deliveries already here are written, then ERROR shutting_down, and the
-  # socket closes. The server's `:shutdown_timeout` bounds all of it.
+  # socket closes once the client has read it all (see
+  # `Ringbus.Server.Transport.close_gracefully/3`). The server's
+  # `:shutdown_timeout` bounds all of it.
   #
   # Figures and logs. `Ringbus.Server.Stats` counts every read and write in
   # the server's counters and keeps this connection's tally, which it logs
@@ -155,12 +157,18 @@ defmodule Ringbus.Server.Connection do
 
   @impl true
   def terminate(reason, %{socket: socket} = state) when socket != nil do
+    # Before the supervisor's kill, with a margin.
+    deadline = now() + state.config.shutdown_timeout - 100
+
     state =
       with true <- shutdown?(reason),
            {:ok, state} <- answer_queued(state) do
         {_reason, frame} = Session.fatal_frame(state.session, :shutting_down)
-        {:stop, :normal, state} = state |> write([frame]) |> flush() |> close(:shutting_down)
-        state
+        state = state |> write([frame]) |> flush()
+        # The client may still be sending: a plain close would reset the
+        # connection and could lose the acks and the ERROR frame.
+        Transport.close_gracefully(state.kind, state.socket, remaining(deadline))
+        %{state | stats: Stats.closing(state.stats, :shutting_down)}
       else
         false -> state
         {:stop, _normal, state} -> state
