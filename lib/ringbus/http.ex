@@ -75,7 +75,7 @@ defmodule Ringbus.HTTP do
   @spec validate_options!(keyword()) :: keyword()
   def validate_options!(opts) do
     opts = Options.validate!(opts, @defaults, "HTTP")
-    opts = Keyword.update!(opts, :host, &host!/1)
+    opts = Keyword.update!(opts, :host, &Options.ip!(:host, &1))
 
     Options.check!(
       :port,
@@ -88,21 +88,6 @@ defmodule Ringbus.HTTP do
     Options.check!(:name, opts[:name], &is_atom/1, "an atom")
     opts
   end
-
-  defp host!(host) when is_binary(host) do
-    case :inet.parse_address(String.to_charlist(host)) do
-      {:ok, ip} ->
-        ip
-
-      {:error, _} ->
-        raise ArgumentError, "expected :host to be an IP address, got: #{inspect(host)}"
-    end
-  end
-
-  defp host!(ip) when is_tuple(ip) and tuple_size(ip) in [4, 8], do: ip
-
-  defp host!(other),
-    do: raise(ArgumentError, "expected :host to be an IP address, got: #{inspect(other)}")
 
   @doc """
   Fetches `/status.txt` from the endpoint at `url` (`"http://127.0.0.1:9171"`).

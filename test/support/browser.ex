@@ -15,27 +15,20 @@ defmodule Ringbus.Test.Browser do
   end
 
   defp chromium(args) do
-    chromium =
-      System.find_executable("chromium") ||
-        raise "chromium is missing: run bin/test, which installs Debian's chromium package"
+    chromium = Ringbus.Test.Debian.executable!("chromium", "chromium")
 
-    profile =
-      Path.join(System.tmp_dir!(), "ringbus-chromium-#{System.unique_integer([:positive])}")
+    Ringbus.Test.Debian.with_tmp("ringbus-chromium", fn profile ->
+      flags =
+        ~w(--headless --no-sandbox --disable-gpu --hide-scrollbars --no-first-run) ++
+          ["--user-data-dir=#{profile}"]
 
-    flags =
-      ~w(--headless --no-sandbox --disable-gpu --hide-scrollbars --no-first-run) ++
-        ["--user-data-dir=#{profile}"]
-
-    try do
       # Bounded: a browser that hangs fails the test instead of the suite.
       # Its stderr (complaints about a missing D-Bus) is dropped.
       command = ~s(exec timeout 120 "$@" 2>/dev/null)
       {out, status} = System.cmd("sh", ["-c", command, "sh", chromium | flags ++ args])
       if status != 0, do: raise("chromium exited with #{status}")
       out
-    after
-      File.rm_rf(profile)
-    end
+    end)
   end
 
   @doc """

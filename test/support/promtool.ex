@@ -6,19 +6,11 @@ defmodule Ringbus.Test.Promtool do
 
   @doc "`{output, exit_status}` of `promtool check metrics` on `text`."
   def check(text) do
-    promtool =
-      System.find_executable("promtool") ||
-        raise "promtool is missing: run bin/test, which installs Debian's prometheus package"
+    promtool = Ringbus.Test.Debian.executable!("promtool", "prometheus")
 
-    path =
-      Path.join(System.tmp_dir!(), "ringbus-metrics-#{System.unique_integer([:positive])}.txt")
-
-    File.write!(path, text)
-
-    try do
+    Ringbus.Test.Debian.with_tmp("ringbus-metrics", fn path ->
+      File.write!(path, text)
       System.cmd("sh", ["-c", ~s("$0" check metrics < "$1" 2>&1), promtool, path])
-    after
-      File.rm(path)
-    end
+    end)
   end
 end

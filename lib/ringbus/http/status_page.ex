@@ -54,121 +54,71 @@ defmodule Ringbus.HTTP.StatusPage do
     ]
   end
 
-  defp channels(%{channels: []}), do: "<p class=\"none\" id=\"channels\">No channels.</p>\n"
+  defp channels(%{channels: []}), do: none("channels", "No channels.")
 
   defp channels(%{channels: channels, sample_interval_ms: interval}) do
     minute = window(interval)
 
+    header =
+      ["channel", "len / capacity", "held", "pushed", "pulled", "overwritten", "rejected"] ++
+        ["push/s, #{minute}", "pull/s, #{minute}", "subs", "max lag, #{minute}", "lost"]
+
     rows =
       for c <- channels do
-        [
-          "<tr data-channel=\"",
-          h(c.name),
-          "\"><td class=\"name\">",
-          h(c.name),
-          "</td>",
-          td("#{c.len} / #{c.capacity}"),
-          td(bytes(c.held_bytes)),
-          td(c.pushed),
-          td(c.pulled),
-          td(c.overwritten),
-          td(c.rejected),
-          spark(c.push_rate, List.last(c.push_rate)),
-          spark(c.pull_rate, List.last(c.pull_rate)),
-          td(c.subscriptions),
-          spark(c.lag, c.max_lag),
-          td(c.lost),
-          "</tr>\n"
-        ]
+        {[" data-channel=\"", h(c.name), "\""],
+         [
+           c.name,
+           "#{c.len} / #{c.capacity}",
+           bytes(c.held_bytes),
+           c.pushed,
+           c.pulled,
+           c.overwritten,
+           c.rejected,
+           {:spark, c.push_rate, List.last(c.push_rate)},
+           {:spark, c.pull_rate, List.last(c.pull_rate)},
+           c.subscriptions,
+           {:spark, c.lag, c.max_lag},
+           c.lost
+         ]}
       end
 
-    [
-      "<table id=\"channels\"><thead><tr><th class=\"name\">channel</th><th>len / capacity</th>",
-      "<th>held</th><th>pushed</th><th>pulled</th><th>overwritten</th><th>rejected</th>",
-      "<th>push/s, #{minute}</th><th>pull/s, #{minute}</th><th>subs</th>",
-      "<th>max lag, #{minute}</th><th>lost</th></tr></thead><tbody>\n",
-      rows,
-      "</tbody></table>\n"
-    ]
+    table("channels", header, rows)
   end
 
-  defp subscriptions([]), do: "<p class=\"none\" id=\"subscriptions\">No subscriptions.</p>\n"
+  defp subscriptions([]), do: none("subscriptions", "No subscriptions.")
 
   defp subscriptions(subs) do
     rows =
-      for s <- subs do
-        [
-          "<tr><td class=\"name\">",
-          h(s.channel),
-          "</td>",
-          td(s.subscription),
-          td(s.subscriber || "busy"),
-          td(s.lag),
-          td(s.credit),
-          td(s.lost),
-          "</tr>\n"
-        ]
-      end
+      for s <- subs,
+          do: [s.channel, s.subscription, s.subscriber || "busy", s.lag, s.credit, s.lost]
 
-    [
-      "<table id=\"subscriptions\"><thead><tr><th class=\"name\">channel</th><th>subscription</th>",
-      "<th>subscriber</th><th>lag</th><th>credit</th><th>lost</th></tr></thead><tbody>\n",
-      rows,
-      "</tbody></table>\n"
-    ]
+    table("subscriptions", ~w(channel subscription subscriber lag credit lost), rows)
   end
 
-  defp servers([], _interval), do: "<p class=\"none\" id=\"servers\">No server listening.</p>\n"
+  defp servers([], _interval), do: none("servers", "No server listening.")
 
   defp servers(servers, interval) do
+    header =
+      ["protocol", "port", "open, #{window(interval)}", "handshaking", "accepted", "refused"] ++
+        ["frames in", "frames out", "bytes in", "bytes out", "errors"]
+
     rows =
       for s <- servers do
-        [
-          "<tr><td class=\"name\">",
-          h(s.protocol),
-          "</td>",
-          td(s.port),
-          spark(s.connections, s.open),
-          td(s.handshaking),
-          td(s.accepted),
-          td(s.refused),
-          td(s.frames_in),
-          td(s.frames_out),
-          td(bytes(s.bytes_in)),
-          td(bytes(s.bytes_out)),
-          td(s.errors),
-          "</tr>\n"
-        ]
+        [s.protocol, s.port, {:spark, s.connections, s.open}, s.handshaking, s.accepted] ++
+          [s.refused, s.frames_in, s.frames_out, bytes(s.bytes_in), bytes(s.bytes_out), s.errors]
       end
 
-    [
-      "<table id=\"servers\"><thead><tr><th class=\"name\">protocol</th><th>port</th>",
-      "<th>open, #{window(interval)}</th><th>handshaking</th><th>accepted</th><th>refused</th>",
-      "<th>frames in</th><th>frames out</th><th>bytes in</th><th>bytes out</th><th>errors</th>",
-      "</tr></thead><tbody>\n",
-      rows,
-      "</tbody></table>\n"
-    ]
+    table("servers", header, rows)
   end
 
-  defp cluster(nil, _interval), do: "<p class=\"none\" id=\"cluster\">Not in a cluster.</p>\n"
+  defp cluster(nil, _interval), do: none("cluster", "Not in a cluster.")
 
   defp cluster(cluster, interval) do
     up = Enum.count(cluster.links, &(&1.state in ~w(up connected)))
 
     rows =
       for l <- cluster.links do
-        [
-          "<tr><td class=\"name\">",
-          h(l.node),
-          "</td>",
-          td(l.state),
-          td(bytes(l.queued_bytes)),
-          td(l.batches),
-          td(l.drops),
-          td(l.suspensions),
-          "</tr>\n"
-        ]
+        [l.node, l.state, bytes(l.queued_bytes), l.batches, l.drops, l.suspensions]
       end
 
     [
@@ -176,19 +126,50 @@ defmodule Ringbus.HTTP.StatusPage do
       "#{window(interval)}: ",
       sparkline(cluster.links_up),
       " #{up}</p>\n",
-      "<table id=\"links\"><thead><tr><th class=\"name\">node</th><th>state</th>",
-      "<th>queued</th><th>batches</th><th>drops</th><th>suspensions</th></tr></thead><tbody>\n",
-      rows,
-      "</tbody></table>\n"
+      table("links", ~w(node state queued batches drops suspensions), rows)
     ]
   end
 
   ## Pieces
 
-  defp td(value), do: ["<td>", h(value), "</td>"]
+  # A table: the first column names the row and reads left-aligned; a row
+  # is its cells, or {attributes of its <tr>, cells}; a cell is a value or
+  # {:spark, values, current}.
+  defp table(id, header, rows) do
+    [first | rest] = header
 
-  defp spark(values, current),
+    [
+      "<table id=\"",
+      id,
+      "\"><thead><tr><th class=\"name\">",
+      h(first),
+      "</th>",
+      Enum.map(rest, &["<th>", h(&1), "</th>"]),
+      "</tr></thead><tbody>\n",
+      Enum.map(rows, &row/1),
+      "</tbody></table>\n"
+    ]
+  end
+
+  defp row({attributes, [first | rest]}),
+    do: [
+      "<tr",
+      attributes,
+      "><td class=\"name\">",
+      h(first),
+      "</td>",
+      Enum.map(rest, &cell/1),
+      "</tr>\n"
+    ]
+
+  defp row(cells), do: row({"", cells})
+
+  defp cell({:spark, values, current}),
     do: ["<td class=\"spark\">", sparkline(values), h(current), "</td>"]
+
+  defp cell(value), do: ["<td>", h(value), "</td>"]
+
+  defp none(id, text), do: ["<p class=\"none\" id=\"", id, "\">", text, "</p>\n"]
 
   @doc false
   # A polyline of the values, oldest at the left, scaled to the largest.
