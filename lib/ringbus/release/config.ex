@@ -126,14 +126,14 @@ defmodule Ringbus.Release.Config do
             {name, value} when name in @names and name != "RINGBUS_CONFIG" ->
               {:cont, {:ok, Map.put(acc, name, {value, " (#{path} line #{n})"})}}
 
-            _ ->
-              {:halt,
-               {:error,
-                line(
-                  "RINGBUS_CONFIG",
-                  "",
-                  "#{path} line #{n}: expected NAME=value with a Ringbus variable, got: #{inspect(text)}"
-                )}}
+            # The line itself is not shown: it may hold a token.
+            {name, _value} ->
+              message = "#{path} line #{n}: #{inspect(name)} is not a variable the file may set"
+              {:halt, {:error, line("RINGBUS_CONFIG", "", message)}}
+
+            :error ->
+              message = "#{path} line #{n}: expected NAME=value"
+              {:halt, {:error, line("RINGBUS_CONFIG", "", message)}}
           end
         end)
 

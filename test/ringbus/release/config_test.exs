@@ -234,10 +234,15 @@ defmodule Ringbus.Release.ConfigTest do
     assert error(%{"RINGBUS_CONFIG" => path}) ==
              ~s{ringbus: RINGBUS_MAX_CREDIT (#{path} line 2) must be a positive integer, got: "none"}
 
-    File.write!(path, "RINGBUS_PORT 7100\n")
+    File.write!(path, "RINGBUS_TOKENS s3cr3t\n")
 
-    assert error(%{"RINGBUS_CONFIG" => path}) =~
+    assert error(%{"RINGBUS_CONFIG" => path}) ==
              "ringbus: RINGBUS_CONFIG #{path} line 1: expected NAME=value"
+
+    File.write!(path, "\nRINGBUS_PROT=7100\n")
+
+    assert error(%{"RINGBUS_CONFIG" => path}) ==
+             ~s(ringbus: RINGBUS_CONFIG #{path} line 2: "RINGBUS_PROT" is not a variable the file may set)
 
     assert error(%{"RINGBUS_CONFIG" => Path.join(dir, "missing")}) =~
              "ringbus: RINGBUS_CONFIG cannot read #{dir}/missing: no such file or directory"
