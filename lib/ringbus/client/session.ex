@@ -22,6 +22,7 @@ defmodule Ringbus.Client.Session do
   # push it sent. Batches (whose ack releases more than one message) are
   # also remembered with their message count.
 
+  alias Ringbus.Client.InFlight
   alias Ringbus.Wire.{ErrorCode, Frame}
 
   defstruct [
@@ -31,9 +32,8 @@ defmodule Ringbus.Client.Session do
     pending: %{},
     # Acked async pushes of other than one message: corr => message count.
     batches: %{},
-    # Acked async pushes in flight, in send order: a queue of {first, last}
-    # runs of consecutive correlation ids.
-    in_flight: :queue.new(),
+    # Acked async pushes in flight, in send order (`Ringbus.Client.InFlight`).
+    in_flight: InFlight.new(),
     # Live subscriptions: sub_id => true.
     subs: %{},
     # What the owner is told when the server closes: the connection error
@@ -56,36 +56,10 @@ defmodule Ringbus.Client.Session do
 
   @doc "An acked async push of `count` messages went out."
   @spec async(t(), Frame.corr(), pos_integer()) :: t()
-  def async(session, corr, 1), do: %{session | in_flight: extend(session.in_flight, corr)}
+  def async(session, corr, 1), do: %{session | in_flight: InFlight.push(session.in_flight, corr)}
 
   def async(session, corr, count),
     do: %{async(session, corr, 1) | batches: Map.put(session.batches, corr, count)}
-
-  defp extend(runs, corr) do
-    case :queue.peek_r(runs) do
-      {:value, {first, last}} when corr == last + 1 ->
-        :queue.in({first, corr}, :queue.drop_r(runs))
-
-      _ ->
-        :queue.in({corr, corr}, runs)
-    end
-  end
-
-  # The first `n` pushes in flight have been acked.
-  defp acked(runs, 0), do: runs
-
-  defp acked(runs, n) do
-    case :queue.out(runs) do
-      {{:value, {first, last}}, rest} when last - first + 1 <= n ->
-        acked(rest, n - (last - first + 1))
-
-      {{:value, {first, last}}, rest} ->
-        :queue.in_r({first + n, last}, rest)
-
-      {:empty, runs} ->
-        runs
-    end
-  end
 
   @doc "Routes the frames of one read: the effects in order, and the async messages acked."
   @spec handle([Frame.t()], t()) :: {[effect()], non_neg_integer(), t()}
@@ -118,9 +92,7 @@ defmodule Ringbus.Client.Session do
   end
 
   defp unanswered(session) do
-    case for {first, last} <- :queue.to_list(session.in_flight),
-             corr <- first..last,
-             do: {corr, {:error, :closed}} do
+    case for corr <- InFlight.to_list(session.in_flight), do: {corr, {:error, :closed}} do
       [] -> []
       acks -> [{:owner, {:ringbus_acks, session.client, acks}}]
     end
@@ -135,7 +107,7 @@ defmodule Ringbus.Client.Session do
   defp frame({:push_acks, count, acks}, session, effects) do
     if map_size(session.pending) == 0 and map_size(session.batches) == 0 do
       # Only single async pushes in flight: every entry is the owner's.
-      session = %{session | in_flight: acked(session.in_flight, count)}
+      session = %{session | in_flight: InFlight.drop(session.in_flight, count)}
       {[{:owner, {:ringbus_acks, session.client, acks}} | effects], count, session}
     else
       route_acks(acks, session, effects, [], 0)
@@ -225,7 +197,7 @@ defmodule Ringbus.Client.Session do
         route_acks(rest, %{session | pending: pending}, effects, owners, released)
 
       {nil, _} ->
-        session = %{session | in_flight: acked(session.in_flight, 1)}
+        session = %{session | in_flight: InFlight.drop(session.in_flight, 1)}
 
         case Map.pop(session.batches, corr) do
           {nil, _} ->
