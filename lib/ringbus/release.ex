@@ -120,6 +120,9 @@ defmodule Ringbus.Release do
   (`RINGBUS_HTTP_HOST`, `RINGBUS_HTTP_PORT`), or from `url`:
 
       bin/ringbus eval 'Ringbus.Release.stats()'
+
+  Meant for the command line: when the endpoint cannot be read, it says why
+  on stderr and halts the VM with status 1.
   """
   @spec stats(String.t() | nil) :: :ok
   def stats(url \\ nil) do

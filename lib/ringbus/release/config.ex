@@ -215,10 +215,7 @@ defmodule Ringbus.Release.Config do
 
   defp value(:auto_create, "off"), do: {:ok, false}
 
-  defp value(:auto_create, text) do
-    with {:ok, opts} <- channel_options(String.split(text, ":")),
-         do: {:ok, opts}
-  end
+  defp value(:auto_create, text), do: channel_options(String.split(text, ":"))
 
   defp value(:channels, text) do
     text
@@ -262,7 +259,10 @@ defmodule Ringbus.Release.Config do
   defp channel(spec) do
     case String.split(spec, ":") do
       [name | opts] when name != "" and opts != [] ->
-        with {:ok, opts} <- channel_options(opts), do: {:ok, {name, opts}}
+        case channel_options(opts) do
+          {:ok, opts} -> {:ok, {name, opts}}
+          {:error, message} -> {:error, "#{inspect(name)}: #{message}"}
+        end
 
       _ ->
         {:error, "expected NAME:CAPACITY[:OVERFLOW[:MAX_BYTES]], got: #{inspect(spec)}"}
@@ -270,9 +270,10 @@ defmodule Ringbus.Release.Config do
   end
 
   defp channel_options([capacity | rest]) when length(rest) <= 2 do
-    with {:ok, capacity} <- integer(capacity, 1..(2 ** 62), "a positive capacity"),
+    with {:ok, capacity} <-
+           option(:capacity, integer(capacity, 1..(2 ** 62), "a positive integer")),
          {:ok, overflow} <- overflow(Enum.at(rest, 0, "drop_oldest")),
-         {:ok, max_bytes} <- max_bytes(Enum.at(rest, 1)) do
+         {:ok, max_bytes} <- option(:max_bytes, max_bytes(Enum.at(rest, 1))) do
       opts = [capacity: capacity, overflow: overflow]
       {:ok, if(max_bytes, do: opts ++ [max_bytes: max_bytes], else: opts)}
     end
@@ -289,7 +290,10 @@ defmodule Ringbus.Release.Config do
     do: {:error, "overflow must be drop_oldest or reject, got: #{inspect(other)}"}
 
   defp max_bytes(nil), do: {:ok, nil}
-  defp max_bytes(text), do: integer(text, 1..(2 ** 62), "a positive max_bytes")
+  defp max_bytes(text), do: integer(text, 1..(2 ** 62), "a positive integer")
+
+  defp option(_key, {:ok, value}), do: {:ok, value}
+  defp option(key, {:error, message}), do: {:error, "#{key} #{message}"}
 
   defp duplicates(channels) do
     names = Enum.map(channels, &elem(&1, 0))
@@ -435,7 +439,8 @@ defmodule Ringbus.Release.Config do
               {:cont, {:ok, [{channel, opts} | acc]}}
 
             {:error, message} ->
-              {:halt, {:error, line(name, origin, "#{channel}: #{unsupported(message)}")}}
+              {:halt,
+               {:error, line(name, origin, "#{inspect(channel)}: #{unsupported(message)}")}}
           end
         end)
         |> case do

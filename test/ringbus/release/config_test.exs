@@ -95,10 +95,16 @@ defmodule Ringbus.Release.ConfigTest do
              ~s(ringbus: RINGBUS_CHANNELS declares "a" twice)
 
     assert error(%{"RINGBUS_CHANNELS" => "a:0"}) ==
-             "ringbus: RINGBUS_CHANNELS must be a positive capacity, got: 0"
+             ~s(ringbus: RINGBUS_CHANNELS "a": capacity must be a positive integer, got: 0)
 
-    assert error(%{"RINGBUS_CHANNELS" => "a:10:sideways"}) =~
-             ~s(RINGBUS_CHANNELS overflow must be drop_oldest or reject, got: "sideways")
+    assert error(%{"RINGBUS_CHANNELS" => "a:10,b:10:sideways"}) ==
+             ~s(ringbus: RINGBUS_CHANNELS "b": overflow must be drop_oldest or reject, got: "sideways")
+
+    assert error(%{"RINGBUS_CHANNELS" => "a:10:reject:lots"}) ==
+             ~s(ringbus: RINGBUS_CHANNELS "a": max_bytes must be a positive integer, got: "lots")
+
+    assert error(%{"RINGBUS_AUTO_CREATE" => "-1"}) ==
+             "ringbus: RINGBUS_AUTO_CREATE capacity must be a positive integer, got: -1"
 
     assert error(%{"RINGBUS_CHANNELS" => "nameonly"}) =~ "RINGBUS_CHANNELS expected NAME:CAPACITY"
   end
@@ -112,7 +118,7 @@ defmodule Ringbus.Release.ConfigTest do
              ]
     else
       assert error(env) ==
-               "ringbus: RINGBUS_CHANNELS big: is not supported by this build (unknown option :max_bytes)"
+               ~s(ringbus: RINGBUS_CHANNELS "big": is not supported by this build (unknown option :max_bytes\))
     end
   end
 
