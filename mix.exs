@@ -13,6 +13,9 @@ defmodule Ringbus.MixProject do
       # environment, so that no application depending on :ringbus ships them.
       preferred_cli_env: ["ringbus.bench": :bench],
       deps: [],
+      # `MIX_ENV=prod mix release`: configured at boot by config/runtime.exs
+      # (see Ringbus.Release).
+      releases: [ringbus: [include_executables_for: [:unix]]],
       # PropEr comes from Debian's erlang-proper and is used by the tests only.
       xref: [exclude: [:proper, :proper_types, :proper_gen]]
     ]
@@ -20,7 +23,7 @@ defmodule Ringbus.MixProject do
 
   def application do
     [
-      extra_applications: [:logger, :crypto, :ssl, :public_key],
+      extra_applications: [:logger, :crypto, :ssl, :public_key, :inets],
       mod: {Ringbus.Application, []}
     ]
   end

@@ -294,6 +294,50 @@ defmodule Ringbus do
     with {:ok, channel} <- Store.fetch(name), do: Subscription.start(channel, self(), opts)
   end
 
+  @doc """
+  The subscriptions of a channel and how far behind each is, for monitoring.
+
+  Each subscription is asked for its figures, all at once; this takes at
+  most `:timeout` ms. Returns one map per subscription:
+
+    * `:subscription` - its process
+    * `:subscriber` - the process it delivers to
+    * `:cursor` - the next seq it will send
+    * `:lag` - messages pushed that it has not sent yet
+    * `:credit` - messages it may still send before the subscriber acks
+    * `:lost` - messages it missed since it started (see `subscribe/2`)
+
+  A subscription that does not answer in time (busy, or ending) is listed
+  with nil figures.
+
+  ## Options
+
+    * `:timeout` - ms to wait for all answers. Defaults to `100`.
+    * `:limit` - subscriptions asked at most. Defaults to `1000`.
+  """
+  @spec subscriptions(name(), timeout: timeout(), limit: pos_integer()) ::
+          {:ok, [Subscription.figures()]} | {:error, :no_channel}
+  def subscriptions(name, opts \\ []) do
+    opts = Ringbus.Options.validate!(opts, [timeout: 100, limit: 1000], "subscriptions")
+
+    Ringbus.Options.check!(
+      :timeout,
+      opts[:timeout],
+      &(is_integer(&1) and &1 >= 0),
+      "a non-negative integer"
+    )
+
+    Ringbus.Options.check!(
+      :limit,
+      opts[:limit],
+      &Ringbus.Options.positive?/1,
+      "a positive integer"
+    )
+
+    with {:ok, channel} <- Store.fetch(name),
+         do: {:ok, Subscription.survey(channel, opts[:timeout], opts[:limit])}
+  end
+
   @doc "Returns `count` messages of credit to a subscription."
   @spec ack(subscription(), pos_integer()) :: :ok | {:error, :no_subscription}
   def ack({pid, ref} = sub, count)

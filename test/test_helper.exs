@@ -5,4 +5,5 @@ case Code.ensure_loaded(:proper) do
   _ -> raise "PropEr is missing: install Debian's erlang-proper (apt-get install erlang-proper)"
 end
 
-ExUnit.start()
+# Connections log a line when they open and close: shown only for failing tests.
+ExUnit.start(capture_log: true)

@@ -1,17 +1,26 @@
 defmodule Ringbus.Application do
   @moduledoc false
-  # Ringbus.Supervisor
-  # └── Ringbus.Store          owns every ETS table; links to each channel's
-  #                            Ringbus.Channel.Anchor, which its subscriptions
-  #                            monitor
+  # Ringbus.Supervisor (one_for_one)
+  # ├── Ringbus.Store             owns every ETS table; links to each channel's
+  # │                             Ringbus.Channel.Anchor, which its subscriptions
+  # │                             monitor
+  # ├── Ringbus.Server.Directory  the servers listening on this node (a Registry)
+  # └── in a release: the channels, servers and HTTP endpoint its runtime
+  #     configuration declares (`Ringbus.Release`)
   #
   # Subscriptions belong to no supervisor: each is started by its subscriber
-  # and ends with it, or with its channel's anchor.
+  # and ends with it, or with its channel's anchor. Children stop in reverse:
+  # the HTTP endpoint, then the servers (each connection answers what it has
+  # read and says shutting_down), then the store.
 
   use Application
 
   @impl true
   def start(_type, _args) do
-    Supervisor.start_link([Ringbus.Store], strategy: :one_for_one, name: Ringbus.Supervisor)
+    children =
+      [Ringbus.Store, Ringbus.Server.Directory] ++
+        Ringbus.Release.children(Application.get_env(:ringbus, :release))
+
+    Supervisor.start_link(children, strategy: :one_for_one, name: Ringbus.Supervisor)
   end
 end

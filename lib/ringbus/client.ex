@@ -125,11 +125,16 @@ defmodule Ringbus.Client do
       `:auth_failed`, `:bad_version`, `:server_busy`, `:shutting_down`.
 
   When the connection is lost (the server closed it, a socket error), the
-  owner gets `{:ringbus_closed, sub, :closed}` for each subscription and then
-  `{:ringbus_down, client, reason}`, where `reason` is the connection error
-  the server sent (say `:idle_timeout`), `:closed`, or the socket error. Async
-  pushes without an ack by then may or may not have been stored. Closing the
-  client with `close/1`, or the owner exiting, sends no such messages.
+  owner gets one last `{:ringbus_acks, client, entries}` with a
+  `{corr, {:error, :closed}}` entry for each async push not acked by then,
+  so it hears of every push it sent; then `{:ringbus_closed, sub, :closed}`
+  for each subscription, and `{:ringbus_down, client, reason}`, where
+  `reason` is the connection error the server sent (say `:idle_timeout` or
+  `:shutting_down`), `:closed`, or the socket error. A push answered
+  `:closed` may or may not have been stored: a server that shuts down
+  answers every push it has read, so those it did not answer it did not
+  store, but a connection cut short can lose an ack. Closing the client with
+  `close/1`, or the owner exiting, sends no such messages.
 
   ## Keep-alive
 
@@ -517,8 +522,19 @@ defmodule Ringbus.Client do
 
         case encode_reserved(client, frame.(corr), count) do
           {:ok, data, bytes} ->
-            send(client.pid, {:ringbus_push, data, bytes, corr, count, mode})
-            if mode == :ack, do: {:ok, corr}, else: :ok
+            message = {:ringbus_push, data, bytes, corr, count, mode}
+
+            cond do
+              not Counters.send_open(counters, client.pid, message) ->
+                Counters.release(counters, count)
+                {:error, :closed}
+
+              mode == :ack ->
+                {:ok, corr}
+
+              true ->
+                :ok
+            end
 
           error ->
             Counters.release(counters, count)

@@ -26,6 +26,24 @@ defmodule Ringbus.Options do
     raise ArgumentError, "expected #{what} options to be a keyword list, got: #{inspect(other)}"
   end
 
+  @doc "An IP address, given as a tuple or a string; raises unless it is one."
+  @spec ip!(atom(), term()) :: :inet.ip_address()
+  def ip!(key, host) when is_binary(host) do
+    case :inet.parse_address(String.to_charlist(host)) do
+      {:ok, ip} ->
+        ip
+
+      {:error, _} ->
+        raise ArgumentError, "expected #{inspect(key)} to be an IP address, got: #{inspect(host)}"
+    end
+  end
+
+  def ip!(_key, ip) when is_tuple(ip) and tuple_size(ip) in [4, 8], do: ip
+
+  def ip!(key, other),
+    do:
+      raise(ArgumentError, "expected #{inspect(key)} to be an IP address, got: #{inspect(other)}")
+
   @doc "Whether `value` is a positive integer."
   @spec positive?(term()) :: boolean()
   def positive?(value), do: is_integer(value) and value > 0

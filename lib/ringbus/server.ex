@@ -75,6 +75,10 @@ defmodule Ringbus.Server do
       one before, or `:infinity`. Clients ping to stay connected. Default `300_000`.
     * `:send_timeout` - ms a write may wait on a client that does not read
       before the connection closes. Default `30_000`.
+    * `:shutdown_timeout` - ms each connection has, when the server stops,
+      to answer the requests it has read (acks included), write
+      `ERROR shutting_down` and close; then it is killed. Connections stop
+      together, so a stop takes about this long at most. Default `5_000`.
     * `:max_connections` - connections at once; more are refused with
       `server_busy`. Default `1024`.
     * `:max_subscriptions` - subscriptions per connection. Default `64`.
@@ -97,7 +101,7 @@ defmodule Ringbus.Server do
 
   use Supervisor
 
-  alias Ringbus.Server.{Acceptor, Config, ConnectionSupervisor, Listener, Protocol}
+  alias Ringbus.Server.{Acceptor, Config, ConnectionSupervisor, Listener, Protocol, Stats}
   alias Ringbus.Wire.Frame
 
   @typedoc "A listener of the server: `:binary` (the protocol) or `:resp`."
@@ -114,6 +118,7 @@ defmodule Ringbus.Server do
           | {:handshake_timeout, pos_integer()}
           | {:idle_timeout, pos_integer() | :infinity}
           | {:send_timeout, pos_integer() | :infinity}
+          | {:shutdown_timeout, pos_integer()}
           | {:max_connections, pos_integer()}
           | {:max_subscriptions, pos_integer()}
           | {:max_credit, pos_integer()}
@@ -148,8 +153,8 @@ defmodule Ringbus.Server do
   def stats(server, protocol \\ :binary) do
     sup = ConnectionSupervisor.whereis(server, protocol)
     %{active: active} = DynamicSupervisor.count_children(sup)
-    counts = Listener.counts(Listener.info(Listener.whereis(server, protocol)).counters)
-    Map.put(counts, :connections, active)
+    counts = Stats.counts(Listener.info(Listener.whereis(server, protocol)).counters)
+    counts |> Map.take([:accepted, :accept_errors, :refused]) |> Map.put(:connections, active)
   end
 
   @doc "The processes of a listener's connections open now, one per client."
@@ -161,17 +166,29 @@ defmodule Ringbus.Server do
 
   @impl true
   def init(config) do
-    binary = %Protocol{
+    protocols = [:binary | if(config.resp_port, do: [:resp], else: [])]
+
+    children =
+      Enum.flat_map(protocols, fn name ->
+        # Each listener's counters are made here, so that they outlive a
+        # restart of the listener; its connections find them in the config.
+        config = %{config | counters: Stats.new()}
+        listener_children(config, protocol(name, config))
+      end)
+
+    Supervisor.init(children, strategy: :rest_for_one)
+  end
+
+  defp protocol(:binary, config) do
+    %Protocol{
       name: :binary,
       port: config.port,
       connection: {Ringbus.Server.Connection, config},
       busy: Frame.encode({:error, 0, :server_busy, "the server has too many connections"})
     }
-
-    resp = if config.resp_port, do: [Ringbus.Resp.protocol(config)], else: []
-    children = Enum.flat_map([binary | resp], &listener_children(config, &1))
-    Supervisor.init(children, strategy: :rest_for_one)
   end
+
+  defp protocol(:resp, config), do: Ringbus.Resp.protocol(config)
 
   defp listener_children(config, %Protocol{name: name} = protocol) do
     acceptors =
@@ -180,8 +197,7 @@ defmodule Ringbus.Server do
       end
 
     [
-      # The counters are made here, so that they outlive a restart of the listener.
-      {Listener, {config, protocol.port, Listener.new_counters(), name}},
+      {Listener, {config, protocol}},
       {ConnectionSupervisor, {config, name}},
       %{
         id: {:acceptors, name},

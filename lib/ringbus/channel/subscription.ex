@@ -35,6 +35,12 @@ defmodule Ringbus.Channel.Subscription do
   # channel's anchor stops (the channel is deleted, or Ringbus stops), which
   # it tells the subscriber with `{:ringbus_closed, handle, reason}`.
   #
+  # Surveys. `survey/3` finds a channel's subscriptions through the monitors
+  # they hold on its anchor, which the VM keeps, and asks each for its
+  # figures with one request apiece and one deadline for all: a subscription
+  # still registers nowhere, and a busy one only goes unanswered. Each keeps
+  # its own running `lost` for this, in its state.
+  #
   # Waiting ones are in the channel's waiters table, one key each: removing
   # one of k entries under a shared ETS key costs O(k), so a channel with many
   # subscribers would pay O(k²) to wake them all.
@@ -46,6 +52,16 @@ defmodule Ringbus.Channel.Subscription do
 
   @typedoc "A subscription: its process and its reference."
   @type t :: {pid(), reference()}
+
+  @typedoc "A subscription's figures, from `survey/3`; nil where it did not answer."
+  @type figures :: %{
+          subscription: pid(),
+          subscriber: pid() | nil,
+          cursor: non_neg_integer() | nil,
+          lag: non_neg_integer() | nil,
+          credit: non_neg_integer() | nil,
+          lost: non_neg_integer() | nil
+        }
 
   @type options :: [
           from: non_neg_integer() | :earliest | :latest,
@@ -130,6 +146,51 @@ defmodule Ringbus.Channel.Subscription do
     :exit, _ -> {:error, :no_subscription}
   end
 
+  @doc """
+  The figures of up to `limit` subscriptions of `channel`, asked all at
+  once; those that do not answer within `timeout` ms have nil figures.
+  """
+  @spec survey(Channel.t(), timeout(), pos_integer()) :: [figures()]
+  def survey(%Channel{anchor: anchor}, timeout, limit) do
+    pids =
+      case Process.info(anchor, :monitored_by) do
+        {:monitored_by, pids} -> pids |> Stream.filter(&subscription?/1) |> Enum.take(limit)
+        nil -> []
+      end
+
+    requests =
+      Enum.reduce(pids, :gen_server.reqids_new(), fn pid, requests ->
+        :gen_server.send_request(pid, :ringbus_survey, pid, requests)
+      end)
+
+    deadline = System.monotonic_time(:millisecond) + timeout
+    answers = collect(requests, {:abs, deadline}, %{})
+
+    for pid <- pids do
+      Map.get_lazy(answers, pid, fn ->
+        %{subscription: pid, subscriber: nil, cursor: nil, lag: nil, credit: nil, lost: nil}
+      end)
+    end
+  end
+
+  defp subscription?(pid) when is_pid(pid),
+    do: match?({__MODULE__, :enter_loop, _}, :proc_lib.initial_call(pid))
+
+  defp subscription?(_port_or_resource), do: false
+
+  defp collect(requests, deadline, answers) do
+    case :gen_server.receive_response(requests, deadline, true) do
+      {{:reply, figures}, pid, requests} ->
+        collect(requests, deadline, Map.put(answers, pid, figures))
+
+      {{:error, _ended}, _pid, requests} ->
+        collect(requests, deadline, answers)
+
+      _no_request_or_timeout ->
+        answers
+    end
+  end
+
   ## Process
 
   @impl true
@@ -154,7 +215,8 @@ defmodule Ringbus.Channel.Subscription do
       max_credit: opts[:max_credit],
       max_batch: opts[:max_batch],
       waiting?: false,
-      stalled: nil
+      stalled: nil,
+      lost: 0
     }
 
     {:ok, state, {:continue, :deliver}}
@@ -168,6 +230,19 @@ defmodule Ringbus.Channel.Subscription do
 
   def handle_call({:ringbus_unsubscribe, _other}, _from, state),
     do: {:reply, {:error, :no_subscription}, state}
+
+  def handle_call(:ringbus_survey, _from, state) do
+    figures = %{
+      subscription: self(),
+      subscriber: state.subscriber,
+      cursor: state.cursor,
+      lag: max(Ring.next_seq(state.channel) - state.cursor, 0),
+      credit: state.credit,
+      lost: state.lost
+    }
+
+    {:reply, figures, state}
+  end
 
   @impl true
   def handle_continue(:deliver, state), do: {:noreply, deliver(state)}
@@ -216,7 +291,7 @@ defmodule Ringbus.Channel.Subscription do
 
       {items, n, lost, next} ->
         send(state.subscriber, {:ringbus, state.handle, items, lost})
-        deliver(%{state | cursor: next, credit: state.credit - n})
+        deliver(%{state | cursor: next, credit: state.credit - n, lost: state.lost + lost})
     end
   end
 

@@ -193,6 +193,19 @@ defmodule Ringbus.Client.Connection do
 
   defp finish(state, notify_owner?) do
     Counters.close(state.counters)
-    Enum.each(Session.down(state.session, notify_owner?), &effect(&1, state.owner))
+    session = take_pushes(state.session)
+    Enum.each(Session.down(session, notify_owner?), &effect(&1, state.owner))
+  end
+
+  # Async pushes sent before the client was marked closed and not yet
+  # handled: they count as in flight, so the owner hears of each. Once,
+  # at the end, so the selective receive is no hot path.
+  defp take_pushes(session) do
+    receive do
+      {:ringbus_push, _data, _bytes, corr, count, :ack} ->
+        take_pushes(Session.async(session, corr, count))
+    after
+      0 -> session
+    end
   end
 end

@@ -3,12 +3,21 @@ defmodule Ringbus.Client.Counters do
   # The `:atomics` array a client shares between its callers and its
   # connection process: the next correlation id, the async messages in
   # flight (the `:max_pending` bound, checked by callers before they send
-  # anything) and a closed flag. Callers take ids and room here without a
-  # message to the process.
+  # anything), a closed flag, and the async pushes being sent this instant.
+  # Callers take ids and room here without a message to the process.
+  #
+  # The last two make sure no async push is sent into a connection that has
+  # gone: a caller counts itself as sending, then checks the flag, then
+  # sends; the connection sets the flag, then waits until nobody is sending,
+  # then takes what is in its mailbox. Atomics are sequentially consistent,
+  # so either the caller sees the flag, or the connection sees the caller
+  # and waits for its message, which a local send has queued before it
+  # returns.
 
   @next_corr 1
   @pending 2
   @closed 3
+  @sending 4
 
   @max_corr 0xFFFF_FFFF
 
@@ -17,7 +26,7 @@ defmodule Ringbus.Client.Counters do
   @doc "Counters whose next correlation id is 2: HELLO went out with 1."
   @spec new() :: t()
   def new do
-    counters = :atomics.new(3, signed: true)
+    counters = :atomics.new(4, signed: true)
     :atomics.put(counters, @next_corr, 1)
     counters
   end
@@ -51,9 +60,37 @@ defmodule Ringbus.Client.Counters do
   @spec pending(t()) :: integer()
   def pending(counters), do: :atomics.get(counters, @pending)
 
-  @doc "Marks the client closed: callers stop sending."
+  @doc "Marks the client closed: callers stop sending. Returns once no caller is sending."
   @spec close(t()) :: :ok
-  def close(counters), do: :atomics.put(counters, @closed, 1)
+  def close(counters) do
+    :atomics.put(counters, @closed, 1)
+    await_senders(counters)
+  end
+
+  # Callers within `send_open/2` run a flag check and a local send.
+  defp await_senders(counters) do
+    if :atomics.get(counters, @sending) > 0 do
+      :erlang.yield()
+      await_senders(counters)
+    else
+      :ok
+    end
+  end
+
+  @doc "Sends `message` to `pid` unless the client is closed; false if it is."
+  @spec send_open(t(), pid(), term()) :: boolean()
+  def send_open(counters, pid, message) do
+    :atomics.add(counters, @sending, 1)
+
+    if closed?(counters) do
+      :atomics.sub(counters, @sending, 1)
+      false
+    else
+      send(pid, message)
+      :atomics.sub(counters, @sending, 1)
+      true
+    end
+  end
 
   @spec closed?(t()) :: boolean()
   def closed?(counters), do: :atomics.get(counters, @closed) == 1

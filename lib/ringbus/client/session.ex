@@ -12,10 +12,17 @@ defmodule Ringbus.Client.Session do
   # and `handle/2` also returns how many async messages the frames acked, for
   # the connection to release from the `:max_pending` bound.
   #
-  # Async pushes are not kept one by one: the ack entries of a PUSH_ACKS
-  # frame go to the owner as they are, in one message per frame, and only
-  # batches (whose ack releases more than one message) are remembered.
+  # Async pushes. The ack entries of a PUSH_ACKS frame go to the owner as
+  # they are, in one message per frame. The correlation ids of acked async
+  # pushes in flight are kept in send order, which is the order their acks
+  # come back in, as runs of consecutive ids: a producer's pushes take
+  # consecutive ids, so a push extends the last run and a frame of acks
+  # shortens the first ones, O(1) a push. When the connection is lost, each
+  # push still in flight gets an error entry, so the owner hears of every
+  # push it sent. Batches (whose ack releases more than one message) are
+  # also remembered with their message count.
 
+  alias Ringbus.Client.InFlight
   alias Ringbus.Wire.{ErrorCode, Frame}
 
   defstruct [
@@ -25,6 +32,8 @@ defmodule Ringbus.Client.Session do
     pending: %{},
     # Acked async pushes of other than one message: corr => message count.
     batches: %{},
+    # Acked async pushes in flight, in send order (`Ringbus.Client.InFlight`).
+    in_flight: InFlight.new(),
     # Live subscriptions: sub_id => true.
     subs: %{},
     # What the owner is told when the server closes: the connection error
@@ -47,8 +56,10 @@ defmodule Ringbus.Client.Session do
 
   @doc "An acked async push of `count` messages went out."
   @spec async(t(), Frame.corr(), pos_integer()) :: t()
-  def async(session, _corr, 1), do: session
-  def async(session, corr, count), do: %{session | batches: Map.put(session.batches, corr, count)}
+  def async(session, corr, 1), do: %{session | in_flight: InFlight.push(session.in_flight, corr)}
+
+  def async(session, corr, count),
+    do: %{async(session, corr, 1) | batches: Map.put(session.batches, corr, count)}
 
   @doc "Routes the frames of one read: the effects in order, and the async messages acked."
   @spec handle([Frame.t()], t()) :: {[effect()], non_neg_integer(), t()}
@@ -63,19 +74,28 @@ defmodule Ringbus.Client.Session do
 
   @doc """
   The connection is gone: every waiting caller gets `{:error, :closed}` and,
-  when `notify_owner?`, the owner learns that each subscription has closed.
+  when `notify_owner?`, the owner gets an `{:error, :closed}` entry for
+  each async push still in flight, in one `:ringbus_acks` message, and
+  learns that each subscription has closed.
   """
   @spec down(t(), boolean()) :: [effect()]
   def down(session, notify_owner?) do
     replies =
       for {_corr, {from, _action}} <- session.pending, do: {:reply, from, {:error, :closed}}
 
-    closes =
-      if notify_owner?,
-        do: for({sub_id, _} <- session.subs, do: {:owner, {:ringbus_closed, sub_id, :closed}}),
-        else: []
+    if notify_owner?,
+      do:
+        replies ++
+          unanswered(session) ++
+          for({sub_id, _} <- session.subs, do: {:owner, {:ringbus_closed, sub_id, :closed}}),
+      else: replies
+  end
 
-    replies ++ closes
+  defp unanswered(session) do
+    case for corr <- InFlight.to_list(session.in_flight), do: {corr, {:error, :closed}} do
+      [] -> []
+      acks -> [{:owner, {:ringbus_acks, session.client, acks}}]
+    end
   end
 
   @doc "What the owner is told the connection ended with."
@@ -87,6 +107,7 @@ defmodule Ringbus.Client.Session do
   defp frame({:push_acks, count, acks}, session, effects) do
     if map_size(session.pending) == 0 and map_size(session.batches) == 0 do
       # Only single async pushes in flight: every entry is the owner's.
+      session = %{session | in_flight: InFlight.drop(session.in_flight, count)}
       {[{:owner, {:ringbus_acks, session.client, acks}} | effects], count, session}
     else
       route_acks(acks, session, effects, [], 0)
@@ -176,6 +197,8 @@ defmodule Ringbus.Client.Session do
         route_acks(rest, %{session | pending: pending}, effects, owners, released)
 
       {nil, _} ->
+        session = %{session | in_flight: InFlight.drop(session.in_flight, 1)}
+
         case Map.pop(session.batches, corr) do
           {nil, _} ->
             route_acks(rest, session, effects, [ack | owners], released + 1)

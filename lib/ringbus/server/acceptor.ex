@@ -16,7 +16,7 @@ defmodule Ringbus.Server.Acceptor do
 
   require Logger
 
-  alias Ringbus.Server.{ConnectionSupervisor, Listener, Protocol, Transport}
+  alias Ringbus.Server.{ConnectionSupervisor, Listener, Protocol, Stats, Transport}
 
   @transient [:econnaborted, :econnreset, :timeout, :einval, :eproto, :esslaccept]
 
@@ -43,16 +43,16 @@ defmodule Ringbus.Server.Acceptor do
 
       {:error, reason} when reason in [:emfile, :enfile, :enobufs] ->
         Logger.error("Ringbus server cannot accept: #{reason}; retrying in 100 ms")
-        Listener.count(counters, :accept_errors)
+        Stats.count(counters, :accept_errors)
         Process.sleep(100)
         loop(listen, connections, config, counters)
 
       {:error, reason} when reason in @transient ->
-        Listener.count(counters, :accept_errors)
+        Stats.count(counters, :accept_errors)
         loop(listen, connections, config, counters)
 
       {:error, {:tls_alert, _}} ->
-        Listener.count(counters, :accept_errors)
+        Stats.count(counters, :accept_errors)
         loop(listen, connections, config, counters)
 
       {:error, reason} ->
@@ -63,7 +63,7 @@ defmodule Ringbus.Server.Acceptor do
   defp start_connection(kind, socket, {sup, protocol}, config, counters) do
     case ConnectionSupervisor.start_connection(sup, protocol, config) do
       {:ok, pid} ->
-        Listener.count(counters, :accepted)
+        Stats.count(counters, :accepted)
         {module, _arg} = protocol.connection
 
         case Ringbus.Socket.controlling_process(kind, socket, pid) do
@@ -72,7 +72,7 @@ defmodule Ringbus.Server.Acceptor do
         end
 
       {:error, :max_children} ->
-        Listener.count(counters, :refused)
+        Stats.refused(counters, kind, socket, config.max_connections)
         refuse(kind, socket, protocol)
     end
   end

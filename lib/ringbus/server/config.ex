@@ -30,7 +30,8 @@ defmodule Ringbus.Server.Config do
     name: nil
   ]
 
-  defstruct Keyword.keys(@defaults) ++ [:max_payload_size]
+  # `:counters` is the server's `Ringbus.Server.Stats` array, set by `Ringbus.Server`.
+  defstruct Keyword.keys(@defaults) ++ [:max_payload_size, :counters]
 
   @type t :: %__MODULE__{}
 
@@ -84,20 +85,7 @@ defmodule Ringbus.Server.Config do
     %{config | max_payload_size: config.max_frame_size - 64}
   end
 
-  defp host!(host) when is_binary(host) do
-    case :inet.parse_address(String.to_charlist(host)) do
-      {:ok, ip} ->
-        ip
-
-      {:error, _} ->
-        raise ArgumentError, "expected :host to be an IP address, got: #{inspect(host)}"
-    end
-  end
-
-  defp host!(ip) when is_tuple(ip) and tuple_size(ip) in [4, 8], do: ip
-
-  defp host!(other),
-    do: raise(ArgumentError, "expected :host to be an IP address, got: #{inspect(other)}")
+  defp host!(host), do: Options.ip!(:host, host)
 
   defp tls!(nil), do: nil
 

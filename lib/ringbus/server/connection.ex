@@ -35,11 +35,17 @@ defmodule Ringbus.Server.Connection do
   # Shutdown. It traps exits, so when the server stops, its supervisor's
   # shutdown reaches `terminate/2`: the read already taken in is answered,
   # deliveries already here are written, then ERROR shutting_down, and the
-  # socket closes. The server's `:shutdown_timeout` bounds all of it.
+  # socket closes once the client has read it all (see
+  # `Ringbus.Server.Transport.close_gracefully/3`). The server's
+  # `:shutdown_timeout` bounds all of it.
+  #
+  # Figures and logs. `Ringbus.Server.Stats` counts every read and write in
+  # the server's counters and keeps this connection's tally, which it logs
+  # in one line when the connection closes, with the reason `close/2` gave.
 
   use GenServer, restart: :temporary
 
-  alias Ringbus.Server.{Config, Session, Transport}
+  alias Ringbus.Server.{Config, Session, Stats, Transport}
   alias Ringbus.Wire.{Decoder, Frame}
 
   @flush_bytes 64 * 1024
@@ -75,7 +81,8 @@ defmodule Ringbus.Server.Connection do
       session: Session.new(config),
       deadline: now() + config.handshake_timeout,
       out: [],
-      out_bytes: 0
+      out_bytes: 0,
+      stats: nil
     }
 
     {:ok, state, config.handshake_timeout}
@@ -89,7 +96,8 @@ defmodule Ringbus.Server.Connection do
 
     with {:ok, socket} <- Transport.handshake(kind, socket, left),
          :ok <- Ringbus.Socket.activate(kind, socket) do
-      noreply(%{state | kind: kind, socket: socket})
+      stats = Stats.opened(state.config.counters, kind, socket)
+      noreply(%{state | kind: kind, socket: socket, stats: stats})
     else
       _ -> {:stop, :normal, state}
     end
@@ -98,10 +106,17 @@ defmodule Ringbus.Server.Connection do
   def handle_info({tag, socket, data}, %{socket: socket} = state) when tag in [:tcp, :ssl] do
     case Decoder.feed(state.decoder, data) do
       {:ok, frames, decoder} ->
-        state = %{state | decoder: decoder}
+        state = %{
+          state
+          | decoder: decoder,
+            stats: Stats.read(state.stats, frames, byte_size(data))
+        }
+
         frames |> run(state) |> after_read(frames != [])
 
       {:error, reason, frames} ->
+        state = %{state | stats: Stats.read(state.stats, frames, byte_size(data))}
+
         with {:ok, state} <- run(frames, state) do
           fatal(state, Session.fatal_frame(state.session, reason))
         end
@@ -113,7 +128,8 @@ defmodule Ringbus.Server.Connection do
       when passive in [:tcp_passive, :ssl_passive] do
     case Ringbus.Socket.activate(state.kind, socket) do
       :ok -> noreply(state)
-      {:error, _} -> close(state)
+      {:error, :closed} -> close(state, :peer_closed)
+      {:error, _} -> close(state, :socket_error)
     end
   end
 
@@ -137,25 +153,42 @@ defmodule Ringbus.Server.Connection do
   def handle_info(:timeout, state), do: state |> flush() |> noreply()
 
   def handle_info({:inet_reply, _socket, :ok}, state), do: noreply(state)
-  def handle_info({:inet_reply, _socket, {:error, _reason}}, state), do: close(state)
+
+  def handle_info({:inet_reply, _socket, {:error, :timeout}}, state),
+    do: close(state, :send_timeout)
+
+  def handle_info({:inet_reply, _socket, {:error, _reason}}, state),
+    do: close(state, :socket_error)
 
   def handle_info({closed, _socket}, state) when closed in [:tcp_closed, :ssl_closed],
-    do: close(state)
+    do: close(state, :peer_closed)
 
   def handle_info({error, _socket, _reason}, state) when error in [:tcp_error, :ssl_error],
-    do: close(state)
+    do: close(state, :socket_error)
 
   def handle_info(_unexpected, state), do: noreply(state)
 
   @impl true
   def terminate(reason, %{socket: socket} = state) when socket != nil do
-    with true <- shutdown?(reason),
-         {:ok, state} <- answer_queued(state) do
-      {_reason, frame} = Session.fatal_frame(state.session, :shutting_down)
-      state |> write([frame]) |> flush() |> close()
-    end
+    # Before the supervisor's kill, with a margin.
+    deadline = now() + state.config.shutdown_timeout - 100
 
-    :ok
+    state =
+      with true <- shutdown?(reason),
+           {:ok, state} <- answer_queued(state) do
+        {_reason, frame} = Session.fatal_frame(state.session, :shutting_down)
+        state = state |> write([frame]) |> flush()
+        # The client may still be sending: a plain close would reset the
+        # connection and could lose the acks and the ERROR frame.
+        Transport.close_gracefully(state.kind, state.socket, remaining(deadline))
+        %{state | stats: Stats.closing(state.stats, :shutting_down)}
+      else
+        false -> state
+        {:stop, _normal, state} -> state
+      end
+
+    # Every stop but a crash has given its reason to close/2 already.
+    Stats.closed(state.stats, :crashed)
   end
 
   def terminate(_reason, _state), do: :ok
@@ -193,11 +226,12 @@ defmodule Ringbus.Server.Connection do
 
   defp run(frames, state) do
     {status, out, session} = Session.handle(frames, state.session)
-    state = write(%{state | session: session}, out)
+    stats = if Session.open?(session), do: Stats.open(state.stats), else: state.stats
+    state = write(%{state | session: session, stats: stats}, out)
 
     case status do
       :ok -> {:ok, state}
-      {:close, _reason} -> state |> flush() |> close()
+      {:close, reason} -> state |> flush() |> close(reason)
     end
   end
 
@@ -221,7 +255,8 @@ defmodule Ringbus.Server.Connection do
 
   defp write(state, frames) do
     {data, bytes} = encode(frames, [], 0)
-    state = %{state | out: [state.out | data], out_bytes: state.out_bytes + bytes}
+    stats = Stats.wrote(state.stats, frames)
+    state = %{state | out: [state.out | data], out_bytes: state.out_bytes + bytes, stats: stats}
     if state.out_bytes >= @flush_bytes, do: flush(state), else: state
   end
 
@@ -235,9 +270,15 @@ defmodule Ringbus.Server.Connection do
   defp flush(%{out_bytes: 0} = state), do: state
 
   defp flush(state) do
-    # A failed write shows up as the socket's closed message.
-    Ringbus.Socket.send(state.kind, state.socket, state.out)
-    %{state | out: [], out_bytes: 0}
+    # A failed write shows up as the socket's closed message; a TLS write
+    # that timed out also says why here.
+    stats =
+      case Ringbus.Socket.send(state.kind, state.socket, state.out) do
+        {:error, :timeout} -> Stats.closing(state.stats, :send_timeout)
+        _ -> Stats.flushed(state.stats, state.out_bytes)
+      end
+
+    %{state | out: [], out_bytes: 0, stats: stats}
   end
 
   # Output waiting: come back when the mailbox is empty. Otherwise sleep
@@ -246,13 +287,14 @@ defmodule Ringbus.Server.Connection do
   defp noreply(state), do: {:noreply, state, 0}
 
   # A connection error: say why, write what is pending, and close.
-  defp fatal(state, {_reason, frame}), do: state |> write([frame]) |> flush() |> close()
+  defp fatal(state, {reason, frame}), do: state |> write([frame]) |> flush() |> close(reason)
 
-  defp close(%{socket: nil} = state), do: {:stop, :normal, state}
+  # `reason` is why, for the figures and the log line (`Ringbus.Server.Stats`).
+  defp close(%{socket: nil} = state, _reason), do: {:stop, :normal, state}
 
-  defp close(state) do
+  defp close(state, reason) do
     Ringbus.Socket.close(state.kind, state.socket)
-    {:stop, :normal, state}
+    {:stop, :normal, %{state | stats: Stats.closing(state.stats, reason)}}
   end
 
   defp remaining(:infinity), do: :infinity

@@ -4,17 +4,15 @@ defmodule Ringbus.Server.Listener do
   # process dies the socket closes, and the supervisor (rest_for_one) restarts
   # the acceptors after a new listener.
   #
-  # It also holds the server's accept counters (made by `Ringbus.Server` and
-  # given here in the child spec), which the acceptors bump and
-  # `Ringbus.Server.stats/1` reads.
+  # It also holds its protocol's counters (`Ringbus.Server.Stats`, made by
+  # `Ringbus.Server` and given here in the config of the child spec), which
+  # the acceptors and connections bump and `Ringbus.Server.stats/2` reads,
+  # and lists the listener in `Ringbus.Server.Directory` for as long as it
+  # listens.
 
   use GenServer
 
-  alias Ringbus.Server.Transport
-
-  @accepted 1
-  @accept_errors 2
-  @refused 3
+  alias Ringbus.Server.{Directory, Protocol, Transport}
 
   @type info :: %{
           socket: {Transport.kind(), term()},
@@ -22,10 +20,10 @@ defmodule Ringbus.Server.Listener do
           counters: :counters.counters_ref()
         }
 
-  def child_spec({config, port, counters, protocol}) do
+  def child_spec({config, %Protocol{name: name} = protocol}) do
     %{
-      id: {__MODULE__, protocol},
-      start: {GenServer, :start_link, [__MODULE__, {config, port, counters}]}
+      id: {__MODULE__, name},
+      start: {GenServer, :start_link, [__MODULE__, {config, protocol}]}
     }
   end
 
@@ -40,31 +38,16 @@ defmodule Ringbus.Server.Listener do
   @spec info(pid()) :: info()
   def info(pid), do: GenServer.call(pid, :info)
 
-  @doc "Counters for `count/2` and `counts/1`."
-  @spec new_counters() :: :counters.counters_ref()
-  def new_counters, do: :counters.new(3, [:write_concurrency])
-
-  @doc "Counts one accepted connection, accept error or refused connection."
-  @spec count(:counters.counters_ref(), :accepted | :accept_errors | :refused) :: :ok
-  def count(counters, :accepted), do: :counters.add(counters, @accepted, 1)
-  def count(counters, :accept_errors), do: :counters.add(counters, @accept_errors, 1)
-  def count(counters, :refused), do: :counters.add(counters, @refused, 1)
-
-  @doc "What the counters hold."
-  @spec counts(:counters.counters_ref()) :: %{atom() => non_neg_integer()}
-  def counts(counters) do
-    %{
-      accepted: :counters.get(counters, @accepted),
-      accept_errors: :counters.get(counters, @accept_errors),
-      refused: :counters.get(counters, @refused)
-    }
-  end
-
   @impl true
-  def init({config, port, counters}) do
+  def init({config, %Protocol{name: name, port: port}}) do
     case Transport.listen(config, port) do
-      {:ok, listen} -> {:ok, %{socket: listen, port: Transport.port(listen), counters: counters}}
-      {:error, reason} -> {:stop, {:listen_failed, reason}}
+      {:ok, listen} ->
+        port = Transport.port(listen)
+        Directory.register(name, port, config.counters)
+        {:ok, %{socket: listen, port: port, counters: config.counters}}
+
+      {:error, reason} ->
+        {:stop, {:listen_failed, reason}}
     end
   end
 

@@ -78,7 +78,7 @@ defmodule Ringbus.Wire.DecoderTest do
                   bytes == payloads |> Enum.map(&byte_size/1) |> Enum.sum() and
                   Enum.all?(payloads, &(byte_size(&1) <= group))
 
-              {:push, _, :ack, _, payload} ->
+              {:push, _, :ack, _, _payload} ->
                 # Not grouped: too large, or the decoder had to join it.
                 true
 

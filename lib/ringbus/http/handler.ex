@@ -1,0 +1,83 @@
+defmodule Ringbus.HTTP.Handler do
+  @moduledoc false
+  # The `:inets` httpd module behind `Ringbus.HTTP`: httpd parses the
+  # request and calls `do/1` in the request's own process, which gathers a
+  # snapshot (`Ringbus.Metrics`) and renders it. No process is asked but the
+  # subscriptions, within the snapshot's deadline; the history of the last
+  # minute is read from the endpoint's ETS table, named in the httpd config.
+  #
+  #   GET /metrics       Prometheus text format
+  #   GET /status        HTML page, reloads itself
+  #   GET /status.json   the same data as JSON
+  #   GET /status.txt    the same data as terminal tables
+  #   GET /              redirects to /status
+  #
+  # Other paths get 404, other methods 405.
+
+  require Record
+
+  Record.defrecordp(:mod, Record.extract(:mod, from_lib: "inets/include/httpd.hrl"))
+
+  alias Ringbus.HTTP.{JSON, StatusPage, StatusText}
+  alias Ringbus.Metrics
+  alias Ringbus.Metrics.{History, Status}
+
+  @doc false
+  # httpd's module callback.
+  def unquote(:do)(request) do
+    method = mod(request, :method)
+    path = request |> mod(:request_uri) |> to_string() |> String.split("?", parts: 2) |> hd()
+    config = mod(request, :config_db)
+    {:proceed, [response: respond(method, path, config)]}
+  end
+
+  defp respond(method, path, config) when method in [~c"GET", ~c"HEAD"] do
+    case path do
+      "/metrics" ->
+        ok("text/plain; version=0.0.4; charset=utf-8", Metrics.prometheus(Metrics.snapshot()))
+
+      "/status" ->
+        ok("text/html; charset=utf-8", StatusPage.render(status(config)))
+
+      "/status.json" ->
+        ok("application/json", JSON.encode(status(config)))
+
+      "/status.txt" ->
+        ok("text/plain; charset=utf-8", StatusText.render(status(config)))
+
+      "/" ->
+        {:response, [code: 302, location: ~c"/status", content_length: ~c"0"], []}
+
+      _ ->
+        plain(404, "not found; try /metrics, /status, /status.json or /status.txt\n")
+    end
+  end
+
+  defp respond(_method, _path, _config) do
+    {:response, headers, body} = plain(405, "only GET and HEAD\n")
+    {:response, headers ++ [allow: ~c"GET, HEAD"], body}
+  end
+
+  defp status(config) do
+    table = :httpd_util.lookup(config, :ringbus_history)
+    interval = :httpd_util.lookup(config, :ringbus_interval, 1000)
+    Status.build(Metrics.snapshot(), History.read(table), interval)
+  end
+
+  defp ok(type, body), do: response(200, type, body)
+
+  defp plain(code, text), do: response(code, "text/plain; charset=utf-8", text)
+
+  defp response(code, type, body) do
+    body = IO.iodata_to_binary(body)
+
+    headers = [
+      code: code,
+      content_type: String.to_charlist(type),
+      content_length: Integer.to_charlist(byte_size(body)),
+      cache_control: ~c"no-store"
+    ]
+
+    {:response, headers, [body]}
+  end
+end

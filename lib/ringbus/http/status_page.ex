@@ -1,0 +1,215 @@
+defmodule Ringbus.HTTP.StatusPage do
+  @moduledoc false
+  # `/status`: the status (`Ringbus.Metrics.Status`) as one HTML page with
+  # no external assets: its style is inline, its sparklines are inline SVG,
+  # and it reloads itself with a meta refresh, so it needs no script. Every
+  # text that comes from a user (channel names) is escaped. Pure.
+
+  import Ringbus.HTTP.Units
+
+  @refresh_seconds 2
+  @spark_width 120
+  @spark_height 24
+
+  @spec render(map()) :: iodata()
+  def render(status) do
+    [
+      """
+      <!DOCTYPE html>
+      <html lang="en"><head><meta charset="utf-8">
+      <meta http-equiv="refresh" content="#{@refresh_seconds}">
+      <title>Ringbus on #{h(status.node)}</title>
+      <style>
+      body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222;background:#fafafa}
+      h1{font-size:1.4em;margin:0 0 .2em}h1 small{font-weight:normal;color:#666;font-size:.7em}
+      h2{font-size:1.1em;margin:1.4em 0 .4em}
+      table{border-collapse:collapse;background:#fff}
+      th,td{padding:.25em .6em;border-bottom:1px solid #e4e4e4;text-align:right;white-space:nowrap}
+      th{background:#f0f0f0;font-weight:600}td.name,th.name{text-align:left}
+      td.spark{text-align:left}td.spark svg{vertical-align:middle;margin-right:.4em}
+      .vm{color:#444}.none{color:#888}
+      </style></head><body>
+      """,
+      header(status),
+      "<h2>Channels</h2>\n",
+      channels(status),
+      "<h2>Subscriptions</h2>\n",
+      subscriptions(status.subscriptions),
+      "<h2>Connections</h2>\n",
+      servers(status.servers, status.sample_interval_ms),
+      "<h2>Cluster</h2>\n",
+      cluster(status.cluster, status.sample_interval_ms),
+      "</body></html>\n"
+    ]
+  end
+
+  defp header(s) do
+    vm = s.vm
+
+    [
+      "<h1>Ringbus #{h(s.version)} <small>#{h(s.node)} · up #{duration(s.uptime_seconds)} · ",
+      "#{h(s.generated_at)} · reloads every #{@refresh_seconds} s</small></h1>\n",
+      "<p class=\"vm\">VM memory #{bytes(vm.memory_bytes)} · #{vm.processes} processes · ",
+      "run queue #{vm.run_queue} · #{vm.gc_runs} GCs · #{vm.schedulers} schedulers</p>\n"
+    ]
+  end
+
+  defp channels(%{channels: []}), do: none("channels", "No channels.")
+
+  defp channels(%{channels: channels, sample_interval_ms: interval}) do
+    minute = window(interval)
+
+    header =
+      ["channel", "len / capacity", "held", "pushed", "pulled", "overwritten", "rejected"] ++
+        ["push/s, #{minute}", "pull/s, #{minute}", "subs", "max lag, #{minute}", "lost"]
+
+    rows =
+      for c <- channels do
+        {[" data-channel=\"", h(c.name), "\""],
+         [
+           c.name,
+           "#{c.len} / #{c.capacity}",
+           bytes(c.held_bytes),
+           c.pushed,
+           c.pulled,
+           c.overwritten,
+           c.rejected,
+           {:spark, c.push_rate, List.last(c.push_rate)},
+           {:spark, c.pull_rate, List.last(c.pull_rate)},
+           c.subscriptions,
+           {:spark, c.lag, c.max_lag},
+           c.lost
+         ]}
+      end
+
+    table("channels", header, rows)
+  end
+
+  defp subscriptions([]), do: none("subscriptions", "No subscriptions.")
+
+  defp subscriptions(subs) do
+    rows =
+      for s <- subs,
+          do: [s.channel, s.subscription, s.subscriber || "busy", s.lag, s.credit, s.lost]
+
+    table("subscriptions", ~w(channel subscription subscriber lag credit lost), rows)
+  end
+
+  defp servers([], _interval), do: none("servers", "No server listening.")
+
+  defp servers(servers, interval) do
+    header =
+      ["protocol", "port", "open, #{window(interval)}", "handshaking", "accepted", "refused"] ++
+        ["frames in", "frames out", "bytes in", "bytes out", "errors"]
+
+    rows =
+      for s <- servers do
+        [s.protocol, s.port, {:spark, s.connections, s.open}, s.handshaking, s.accepted] ++
+          [s.refused, s.frames_in, s.frames_out, bytes(s.bytes_in), bytes(s.bytes_out), s.errors]
+      end
+
+    table("servers", header, rows)
+  end
+
+  defp cluster(nil, _interval), do: none("cluster", "Not in a cluster.")
+
+  defp cluster(cluster, interval) do
+    up = Enum.count(cluster.links, &(&1.state in ~w(up connected)))
+
+    rows =
+      for l <- cluster.links do
+        [l.node, l.state, bytes(l.queued_bytes), l.batches, l.drops, l.suspensions]
+      end
+
+    [
+      "<p id=\"cluster\">Members: #{h(Enum.join(cluster.members, ", "))}. Links up, ",
+      "#{window(interval)}: ",
+      sparkline(cluster.links_up),
+      " #{up}</p>\n",
+      table("links", ~w(node state queued batches drops suspensions), rows)
+    ]
+  end
+
+  ## Pieces
+
+  # A table: the first column names the row and reads left-aligned; a row
+  # is its cells, or {attributes of its <tr>, cells}; a cell is a value or
+  # {:spark, values, current}.
+  defp table(id, header, rows) do
+    [first | rest] = header
+
+    [
+      "<table id=\"",
+      id,
+      "\"><thead><tr><th class=\"name\">",
+      h(first),
+      "</th>",
+      Enum.map(rest, &["<th>", h(&1), "</th>"]),
+      "</tr></thead><tbody>\n",
+      Enum.map(rows, &row/1),
+      "</tbody></table>\n"
+    ]
+  end
+
+  defp row({attributes, [first | rest]}),
+    do: [
+      "<tr",
+      attributes,
+      "><td class=\"name\">",
+      h(first),
+      "</td>",
+      Enum.map(rest, &cell/1),
+      "</tr>\n"
+    ]
+
+  defp row(cells), do: row({"", cells})
+
+  defp cell({:spark, values, current}),
+    do: ["<td class=\"spark\">", sparkline(values), h(current), "</td>"]
+
+  defp cell(value), do: ["<td>", h(value), "</td>"]
+
+  defp none(id, text), do: ["<p class=\"none\" id=\"", id, "\">", text, "</p>\n"]
+
+  @doc false
+  # A polyline of the values, oldest at the left, scaled to the largest.
+  def sparkline(values) do
+    values = Enum.map(values, &(&1 || 0))
+    top = Enum.max([1 | values])
+    n = max(length(values) - 1, 1)
+
+    points =
+      values
+      |> Enum.with_index()
+      |> Enum.map_join(" ", fn {v, i} ->
+        x = Float.round(i * @spark_width / n, 1)
+        y = Float.round(@spark_height - 1 - v * (@spark_height - 2) / top, 1)
+        "#{x},#{y}"
+      end)
+
+    [
+      "<svg width=\"#{@spark_width}\" height=\"#{@spark_height}\" ",
+      "viewBox=\"0 0 #{@spark_width} #{@spark_height}\"><polyline points=\"",
+      points,
+      "\" fill=\"none\" stroke=\"#2b7bb9\" stroke-width=\"1.5\"/></svg>"
+    ]
+  end
+
+  # HTML-escapes any value.
+  defp h(nil), do: ""
+
+  defp h(value) when is_binary(value) do
+    for <<c <- value>>, into: "" do
+      case c do
+        ?< -> "&lt;"
+        ?> -> "&gt;"
+        ?& -> "&amp;"
+        ?" -> "&quot;"
+        ?' -> "&#39;"
+        c -> <<c>>
+      end
+    end
+  end
+
+  defp h(value), do: value |> to_string() |> h()
+end

@@ -1,0 +1,20 @@
+defmodule Ringbus.HTTP.Units do
+  @moduledoc false
+  # How the status views write sizes and durations for a person to read.
+
+  @spec bytes(non_neg_integer() | nil) :: String.t()
+  def bytes(nil), do: ""
+  def bytes(n) when n < 1024, do: "#{n} B"
+  def bytes(n) when n < 1024 * 1024, do: "#{Float.round(n / 1024, 1)} KiB"
+  def bytes(n) when n < 1024 * 1024 * 1024, do: "#{Float.round(n / 1024 / 1024, 1)} MiB"
+  def bytes(n), do: "#{Float.round(n / 1024 / 1024 / 1024, 2)} GiB"
+
+  @spec duration(non_neg_integer()) :: String.t()
+  def duration(s) when s < 120, do: "#{s} s"
+  def duration(s) when s < 7200, do: "#{div(s, 60)} min"
+  def duration(s), do: "#{div(s, 3600)} h #{rem(div(s, 60), 60)} min"
+
+  @doc "What the sparklines span: 60 samples."
+  @spec window(pos_integer()) :: String.t()
+  def window(interval_ms), do: "last #{duration(div(interval_ms * 60, 1000))}"
+end

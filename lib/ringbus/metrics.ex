@@ -1,0 +1,144 @@
+defmodule Ringbus.Metrics do
+  @moduledoc """
+  What a running Ringbus is doing: its channels, their subscriptions, its
+  servers' connections, the VM, and the cluster's links when there is one.
+
+  `snapshot/1` gathers it all as data; `prometheus/1` renders a snapshot in
+  the Prometheus text format, which `Ringbus.HTTP` serves on `/metrics`:
+
+      Ringbus.Metrics.snapshot() |> Ringbus.Metrics.prometheus() |> IO.puts()
+
+  ## Cost
+
+  Nothing here goes through a shared process. Channel figures are read from
+  their `:atomics`; server figures from each server's `:counters`, found in
+  `Ringbus.Server.Directory`; VM figures from `:erlang`. Subscriptions
+  register nowhere, so each is asked for its lag and losses
+  (`Ringbus.subscriptions/2`), all of a snapshot's within one deadline
+  (`:timeout`): a busy subscription is listed without figures rather than
+  waited for. The cluster's figures come from `Ringbus.cluster_info/0` when
+  the node runs the cluster layer.
+
+  ## Metric families
+
+  Counters end in `_total`; every family has HELP and TYPE lines. Labels:
+  `channel` (a binary name as is, any other name inspected), `subscription`
+  (the subscription's pid), `protocol` and `port` (a listening server),
+  `code` (an error's name), `reason`, `state`, `kind`, `node`.
+
+  #{Ringbus.Metrics.Prometheus.families_doc()}
+  """
+
+  alias Ringbus.Server.{Directory, Stats}
+
+  @typedoc "A snapshot; see `snapshot/1`."
+  @type snapshot :: %{
+          node: node(),
+          version: String.t(),
+          at: integer(),
+          channels: [channel()],
+          servers: [server()],
+          vm: map(),
+          cluster: map() | nil
+        }
+
+  @typedoc """
+  One channel: its name, the name as labels and pages show it (a binary as
+  is, any other term inspected), its `Ringbus.info/1` map (read by field
+  name, so fields added later pass through) and its subscriptions' figures
+  (`Ringbus.subscriptions/2`).
+  """
+  @type channel :: %{
+          name: Ringbus.name(),
+          label: String.t(),
+          info: map(),
+          subscriptions: [map()]
+        }
+
+  @typedoc "One listening server: its protocol, port and `Ringbus.Server.stats/1`-like counts."
+  @type server :: %{protocol: atom(), port: :inet.port_number(), counts: map()}
+
+  # The cluster layer's figures, when it is part of this build.
+  @cluster_info {Ringbus, :cluster_info}
+
+  @doc """
+  Gathers every figure now.
+
+  ## Options
+
+    * `:timeout` - ms within which all subscriptions must answer. Default `100`.
+    * `:subscriptions` - subscriptions asked per channel, at most. Default `1000`.
+  """
+  @spec snapshot(timeout: non_neg_integer(), subscriptions: pos_integer()) :: snapshot()
+  def snapshot(opts \\ []) do
+    opts = Ringbus.Options.validate!(opts, [timeout: 100, subscriptions: 1000], "metrics")
+    deadline = System.monotonic_time(:millisecond) + opts[:timeout]
+
+    %{
+      node: node(),
+      version: to_string(Application.spec(:ringbus, :vsn) || "unknown"),
+      at: System.system_time(:millisecond),
+      channels: channels(deadline, opts[:subscriptions]),
+      servers: servers(),
+      vm: vm(),
+      cluster: cluster()
+    }
+  end
+
+  @doc "A snapshot in the Prometheus text format (version 0.0.4)."
+  @spec prometheus(snapshot()) :: iodata()
+  def prometheus(snapshot \\ snapshot()), do: Ringbus.Metrics.Prometheus.render(snapshot)
+
+  ## Sources
+
+  defp channels(deadline, limit) do
+    Ringbus.channels()
+    |> Enum.map(&{label(&1), &1})
+    |> Enum.sort()
+    |> Enum.flat_map(fn {label, name} ->
+      # A channel deleted meanwhile is left out.
+      with {:ok, info} <- Ringbus.info(name),
+           timeout = max(deadline - System.monotonic_time(:millisecond), 0),
+           {:ok, subs} <- Ringbus.subscriptions(name, timeout: timeout, limit: limit) do
+        [%{name: name, label: label, info: info, subscriptions: subs}]
+      else
+        _ -> []
+      end
+    end)
+  end
+
+  # Labels and pages take UTF-8 without control characters: any other name
+  # reads as Elixir prints it.
+  defp label(name) do
+    if is_binary(name) and String.valid?(name) and not String.match?(name, ~r/[\x00-\x1f\x7f]/),
+      do: name,
+      else: inspect(name)
+  end
+
+  defp servers do
+    for %{protocol: protocol, port: port, counters: counters} <- Directory.servers() do
+      %{protocol: protocol, port: port, counts: Stats.counts(counters)}
+    end
+  end
+
+  defp vm do
+    {gc_runs, gc_words, _} = :erlang.statistics(:garbage_collection)
+
+    %{
+      memory: Map.new(:erlang.memory()),
+      run_queue: :erlang.statistics(:total_run_queue_lengths_all),
+      processes: :erlang.system_info(:process_count),
+      process_limit: :erlang.system_info(:process_limit),
+      ports: :erlang.system_info(:port_count),
+      schedulers: :erlang.system_info(:schedulers_online),
+      gc_runs: gc_runs,
+      gc_reclaimed_bytes: gc_words * :erlang.system_info(:wordsize),
+      uptime_ms: :erlang.statistics(:wall_clock) |> elem(0)
+    }
+  end
+
+  defp cluster do
+    {module, function} = @cluster_info
+    if function_exported?(module, function, 0), do: apply(module, function, [])
+  end
+end

@@ -1,0 +1,265 @@
+defmodule Ringbus.Metrics.Prometheus do
+  @moduledoc false
+  # Renders a `Ringbus.Metrics` snapshot in the Prometheus text format
+  # (version 0.0.4): for each family with samples, a HELP line, a TYPE line
+  # and its samples. Pure: a snapshot in, iodata out.
+  #
+  # A source of figures is one function here, `samples(section, snapshot)`,
+  # which returns `{family, labels, value}` triples, and its families in
+  # `@families`. A value that is not a number (a figure a subscription did
+  # not give in time, a field an older info map lacks) is left out.
+
+  # {name, type, help, labels}, in the order they are written.
+  @families [
+    # Channels: Ringbus.info/1, by field name.
+    {"ringbus_channel_len", :gauge, "Messages the channel holds now.", ~w(channel)},
+    {"ringbus_channel_capacity", :gauge, "The most messages the channel holds.", ~w(channel)},
+    {"ringbus_channel_held_bytes", :gauge, "Payload bytes the channel holds now.", ~w(channel)},
+    {"ringbus_channel_max_bytes", :gauge,
+     "The most payload bytes the channel holds, for a channel with that bound.", ~w(channel)},
+    {"ringbus_channel_pushed_total", :counter, "Messages the channel took in.", ~w(channel)},
+    {"ringbus_channel_pushed_bytes_total", :counter, "Payload bytes the channel took in.",
+     ~w(channel)},
+    {"ringbus_channel_pulled_total", :counter, "Messages handed out by pull.", ~w(channel)},
+    {"ringbus_channel_overwritten_total", :counter,
+     "Messages dropped to make room for newer ones.", ~w(channel)},
+    {"ringbus_channel_rejected_total", :counter, "Messages refused because the channel was full.",
+     ~w(channel)},
+    {"ringbus_channel_skipped", :gauge,
+     "Seqs given up on because their producer stalled; a late producer settles them.",
+     ~w(channel)},
+    {"ringbus_channel_subscriptions", :gauge, "Subscriptions to the channel.", ~w(channel)},
+    {"ringbus_channel_subscriptions_unanswered", :gauge,
+     "Subscriptions that did not give their figures within this scrape's deadline.", ~w(channel)},
+    # Subscriptions: Ringbus.subscriptions/2.
+    {"ringbus_subscription_lag_messages", :gauge,
+     "Messages pushed to the channel that the subscription has not sent yet.",
+     ~w(channel subscription)},
+    {"ringbus_subscription_credit_messages", :gauge,
+     "Messages the subscription may still send before its subscriber acks.",
+     ~w(channel subscription)},
+    {"ringbus_subscription_lost_total", :counter,
+     "Messages the subscription missed: overwritten or pulled before it read them.",
+     ~w(channel subscription)},
+    # Servers: Ringbus.Server.Stats, one set per listening port.
+    {"ringbus_server_connections", :gauge,
+     "Connections now, by state: handshaking (before HELLO) or open.", ~w(protocol port state)},
+    {"ringbus_server_accepted_total", :counter, "Connections accepted.", ~w(protocol port)},
+    {"ringbus_server_refused_total", :counter, "Connections refused at max_connections.",
+     ~w(protocol port)},
+    {"ringbus_server_accept_errors_total", :counter, "Accepts that failed.", ~w(protocol port)},
+    {"ringbus_server_closed_total", :counter,
+     "Connections closed, by reason: peer_closed, socket_error, send_timeout, crashed, " <>
+       "or the connection error the server sent.", ~w(protocol port reason)},
+    {"ringbus_server_frames_received_total", :counter, "Frames read from clients.",
+     ~w(protocol port)},
+    {"ringbus_server_frames_sent_total", :counter, "Frames written to clients.",
+     ~w(protocol port)},
+    {"ringbus_server_received_bytes_total", :counter, "Bytes read from clients.",
+     ~w(protocol port)},
+    {"ringbus_server_sent_bytes_total", :counter, "Bytes written to clients.", ~w(protocol port)},
+    {"ringbus_server_errors_total", :counter,
+     "Errors sent to clients (ERROR frames and failed push acks), by error code.",
+     ~w(protocol port code)},
+    # The VM.
+    {"ringbus_vm_memory_bytes", :gauge,
+     "Memory the VM uses, by kind (:erlang.memory/0; total = processes + system).", ~w(kind)},
+    {"ringbus_vm_run_queue", :gauge, "Processes and ports ready to run, on all run queues.", []},
+    {"ringbus_vm_processes", :gauge, "Processes alive.", []},
+    {"ringbus_vm_process_limit", :gauge, "The most processes the VM allows.", []},
+    {"ringbus_vm_ports", :gauge, "Ports open (sockets, files).", []},
+    {"ringbus_vm_schedulers_online", :gauge, "Schedulers online.", []},
+    {"ringbus_vm_gc_runs_total", :counter, "Garbage collections.", []},
+    {"ringbus_vm_gc_reclaimed_bytes_total", :counter, "Bytes reclaimed by garbage collections.",
+     []},
+    {"ringbus_vm_uptime_seconds", :gauge, "Seconds since the VM started.", []},
+    # The cluster, when the node runs the cluster layer: Ringbus.cluster_info/0.
+    {"ringbus_cluster_members", :gauge, "Nodes in the cluster's membership.", []},
+    {"ringbus_cluster_link_state", :gauge, "1 for the state each link to a node is in.",
+     ~w(node state)},
+    {"ringbus_cluster_link_queued_bytes", :gauge, "Bytes queued on the link to a node.",
+     ~w(node)},
+    {"ringbus_cluster_link_batches_total", :counter, "Batches sent on the link to a node.",
+     ~w(node)},
+    {"ringbus_cluster_link_drops_total", :counter,
+     "Batches the link to a node dropped (not connected, or busy).", ~w(node)},
+    {"ringbus_cluster_link_suspensions_total", :counter,
+     "Times the link to a node was suspended (the distribution buffer was full).", ~w(node)}
+  ]
+
+  @sections [:channels, :subscriptions, :servers, :vm, :cluster]
+
+  @channel_fields [
+    {"ringbus_channel_len", :len},
+    {"ringbus_channel_capacity", :capacity},
+    {"ringbus_channel_held_bytes", :bytes},
+    {"ringbus_channel_max_bytes", :max_bytes},
+    {"ringbus_channel_pushed_total", :pushed},
+    {"ringbus_channel_pushed_bytes_total", :bytes_pushed},
+    {"ringbus_channel_pulled_total", :pulled},
+    {"ringbus_channel_overwritten_total", :overwritten},
+    {"ringbus_channel_rejected_total", :rejected},
+    {"ringbus_channel_skipped", :skipped}
+  ]
+
+  @server_fields [
+    {"ringbus_server_accepted_total", :accepted},
+    {"ringbus_server_refused_total", :refused},
+    {"ringbus_server_accept_errors_total", :accept_errors},
+    {"ringbus_server_frames_received_total", :frames_in},
+    {"ringbus_server_frames_sent_total", :frames_out},
+    {"ringbus_server_received_bytes_total", :bytes_in},
+    {"ringbus_server_sent_bytes_total", :bytes_out}
+  ]
+
+  @link_fields [
+    {"ringbus_cluster_link_queued_bytes", :queued_bytes},
+    {"ringbus_cluster_link_batches_total", :batches},
+    {"ringbus_cluster_link_drops_total", :drops},
+    {"ringbus_cluster_link_suspensions_total", :suspensions}
+  ]
+
+  @doc "The families as a Markdown table, for `Ringbus.Metrics`'s docs."
+  @spec families_doc() :: String.t()
+  def families_doc do
+    rows =
+      for {name, type, help, labels} <- @families do
+        "| `#{name}` | #{type} | #{Enum.join(labels, ", ")} | #{help} |\n"
+      end
+
+    "| Family | Type | Labels | Meaning |\n|---|---|---|---|\n" <> Enum.join(rows)
+  end
+
+  @doc "The names of every family, in order."
+  @spec family_names() :: [String.t()]
+  def family_names, do: for({name, _, _, _} <- @families, do: name)
+
+  @doc "Renders a snapshot."
+  @spec render(map()) :: iodata()
+  def render(snapshot) do
+    samples =
+      @sections
+      |> Enum.flat_map(&samples(&1, snapshot))
+      |> Enum.filter(fn {_family, _labels, value} -> is_number(value) end)
+      |> Enum.group_by(&elem(&1, 0))
+
+    for {name, type, help, _labels} <- @families, family = samples[name], family != nil do
+      [
+        ["# HELP ", name, " ", help, "\n# TYPE ", name, " ", Atom.to_string(type), "\n"]
+        | Enum.map(family, &sample/1)
+      ]
+    end
+  end
+
+  ## Sources
+
+  defp samples(:channels, snapshot) do
+    Enum.flat_map(snapshot.channels, fn %{label: label, info: info, subscriptions: subs} ->
+      labels = [channel: label]
+      unanswered = Enum.count(subs, &is_nil(&1.lag))
+
+      [
+        {"ringbus_channel_subscriptions", labels, length(subs)},
+        {"ringbus_channel_subscriptions_unanswered", labels, unanswered}
+        | for({family, field} <- @channel_fields, do: {family, labels, Map.get(info, field)})
+      ]
+    end)
+  end
+
+  defp samples(:subscriptions, snapshot) do
+    for %{label: label, subscriptions: subs} <- snapshot.channels,
+        sub <- subs,
+        labels = [channel: label, subscription: pid(sub.subscription)],
+        {family, field} <- [
+          {"ringbus_subscription_lag_messages", :lag},
+          {"ringbus_subscription_credit_messages", :credit},
+          {"ringbus_subscription_lost_total", :lost}
+        ],
+        do: {family, labels, Map.get(sub, field)}
+  end
+
+  defp samples(:servers, snapshot) do
+    Enum.flat_map(snapshot.servers, fn %{protocol: protocol, port: port, counts: counts} ->
+      labels = [protocol: protocol, port: port]
+
+      Enum.concat([
+        for(state <- [:handshaking, :open], do: conns(labels, state, counts[state])),
+        for({family, field} <- @server_fields, do: {family, labels, counts[field]}),
+        for({reason, n} <- Enum.sort(counts.closed), do: closed(labels, reason, n)),
+        for({code, n} <- Enum.sort(counts.errors), do: errors(labels, code, n))
+      ])
+    end)
+  end
+
+  defp samples(:vm, %{vm: vm}) do
+    memory =
+      for {kind, bytes} <- Enum.sort(vm.memory),
+          do: {"ringbus_vm_memory_bytes", [kind: kind], bytes}
+
+    memory ++
+      [
+        {"ringbus_vm_run_queue", [], vm.run_queue},
+        {"ringbus_vm_processes", [], vm.processes},
+        {"ringbus_vm_process_limit", [], vm.process_limit},
+        {"ringbus_vm_ports", [], vm.ports},
+        {"ringbus_vm_schedulers_online", [], vm.schedulers},
+        {"ringbus_vm_gc_runs_total", [], vm.gc_runs},
+        {"ringbus_vm_gc_reclaimed_bytes_total", [], vm.gc_reclaimed_bytes},
+        {"ringbus_vm_uptime_seconds", [], vm.uptime_ms / 1000}
+      ]
+  end
+
+  defp samples(:cluster, %{cluster: nil}), do: []
+
+  defp samples(:cluster, %{cluster: cluster}) do
+    %{members: members, links: links} = Ringbus.Metrics.Cluster.normalize(cluster)
+
+    [
+      {"ringbus_cluster_members", [], length(members)}
+      | Enum.flat_map(links, fn link ->
+          labels = [node: link.node]
+
+          [
+            {"ringbus_cluster_link_state", [node: link.node, state: link.state], 1}
+            | for({family, field} <- @link_fields, do: {family, labels, Map.get(link, field)})
+          ]
+        end)
+    ]
+  end
+
+  defp pid(pid), do: List.to_string(:erlang.pid_to_list(pid))
+
+  defp conns(labels, state, n), do: {"ringbus_server_connections", labels ++ [state: state], n}
+
+  defp closed(labels, reason, n),
+    do: {"ringbus_server_closed_total", labels ++ [reason: reason], n}
+
+  defp errors(labels, code, n), do: {"ringbus_server_errors_total", labels ++ [code: code], n}
+
+  ## Text
+
+  defp sample({name, [], value}), do: [name, " ", number(value), "\n"]
+
+  defp sample({name, labels, value}) do
+    pairs =
+      Enum.map_intersperse(labels, ",", fn {k, v} ->
+        [Atom.to_string(k), "=\"", escape(v), "\""]
+      end)
+
+    [name, "{", pairs, "} ", number(value), "\n"]
+  end
+
+  defp number(n) when is_integer(n), do: Integer.to_string(n)
+  defp number(n) when is_float(n), do: Float.to_string(n)
+
+  # A label value: backslash, double quote and newline are escaped.
+  defp escape(value) when is_binary(value) do
+    value
+    |> String.replace("\\", "\\\\")
+    |> String.replace("\"", "\\\"")
+    |> String.replace("\n", "\\n")
+  end
+
+  defp escape(value) when is_atom(value), do: value |> Atom.to_string() |> escape()
+  defp escape(value), do: value |> to_string() |> escape()
+end

@@ -1,0 +1,97 @@
+defmodule Ringbus.Metrics.Status do
+  @moduledoc false
+  # What the status views show (`/status`, `/status.json`, `/status.txt`),
+  # built once from a snapshot and the last minute of history: plain maps of
+  # strings and numbers, so the HTML page, the JSON and the terminal table
+  # hold the same data by construction.
+
+  alias Ringbus.Metrics.{Cluster, History}
+
+  @doc "The status of a snapshot, with the history recorded every `interval_ms`."
+  @spec build(map(), History.t(), pos_integer()) :: map()
+  def build(snapshot, history, interval_ms) do
+    %{
+      node: Atom.to_string(snapshot.node),
+      version: snapshot.version,
+      generated_at: snapshot.at |> DateTime.from_unix!(:millisecond) |> DateTime.to_iso8601(),
+      uptime_seconds: div(snapshot.vm.uptime_ms, 1000),
+      sample_interval_ms: interval_ms,
+      vm: %{
+        memory_bytes: snapshot.vm.memory[:total],
+        processes: snapshot.vm.processes,
+        run_queue: snapshot.vm.run_queue,
+        gc_runs: snapshot.vm.gc_runs,
+        schedulers: snapshot.vm.schedulers
+      },
+      channels: Enum.map(snapshot.channels, &channel(&1, history)),
+      subscriptions: subscriptions(snapshot.channels),
+      servers: Enum.map(snapshot.servers, &server(&1, history)),
+      cluster: cluster(snapshot.cluster, history)
+    }
+  end
+
+  defp channel(%{label: label, info: info, subscriptions: subs}, history) do
+    series = Map.get(history, {:channel, label}, [])
+    lags = for %{lag: lag} when is_integer(lag) <- subs, do: lag
+
+    %{
+      name: label,
+      overflow: to_string(info[:overflow]),
+      len: info[:len],
+      capacity: info[:capacity],
+      held_bytes: info[:bytes],
+      pushed: info[:pushed],
+      pulled: info[:pulled],
+      overwritten: info[:overwritten],
+      rejected: info[:rejected],
+      skipped: info[:skipped],
+      subscriptions: length(subs),
+      max_lag: Enum.max(lags, fn -> nil end),
+      lost: subs |> Enum.map(&(&1.lost || 0)) |> Enum.sum(),
+      push_rate: History.rates(series, 0),
+      pull_rate: History.rates(series, 1),
+      lag: History.values(series, 2)
+    }
+  end
+
+  defp subscriptions(channels) do
+    for %{label: label, subscriptions: subs} <- channels, sub <- subs do
+      %{
+        channel: label,
+        subscription: pid(sub.subscription),
+        subscriber: if(sub.subscriber, do: pid(sub.subscriber)),
+        lag: sub.lag,
+        credit: sub.credit,
+        lost: sub.lost
+      }
+    end
+  end
+
+  defp pid(pid), do: List.to_string(:erlang.pid_to_list(pid))
+
+  defp server(%{protocol: protocol, port: port, counts: counts}, history) do
+    series = Map.get(history, {:server, protocol, port}, [])
+
+    %{
+      protocol: Atom.to_string(protocol),
+      port: port,
+      handshaking: counts.handshaking,
+      open: counts.open,
+      accepted: counts.accepted,
+      refused: counts.refused,
+      frames_in: counts.frames_in,
+      frames_out: counts.frames_out,
+      bytes_in: counts.bytes_in,
+      bytes_out: counts.bytes_out,
+      errors: counts.errors |> Map.values() |> Enum.sum(),
+      connections: History.values(series, 0)
+    }
+  end
+
+  defp cluster(nil, _history), do: nil
+
+  defp cluster(info, history) do
+    %{members: members, links: links} = Cluster.normalize(info)
+    %{members: members, links: links, links_up: History.values(Map.get(history, :links, []), 0)}
+  end
+end

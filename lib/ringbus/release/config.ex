@@ -1,0 +1,508 @@
+defmodule Ringbus.Release.Config do
+  @moduledoc false
+  # The runtime configuration of a release, as a function of data: the
+  # environment (and the file `RINGBUS_CONFIG` names) in, the boot
+  # configuration or the one line that says which variable is wrong out.
+  # `config/runtime.exs` calls `load/1` at boot and stops the boot on an
+  # error; `Ringbus.Release` starts what the result declares.
+  #
+  # Every variable is in `@variables`, whose descriptions become the table
+  # in `Ringbus.Release`'s docs. Values are parsed here; the server's and the
+  # channels' own option checks then run on the result, so a value that
+  # parses but the server refuses (a `max_frame_size` under 1024) is still
+  # reported under the variable's name.
+
+  alias Ringbus.Server.Config, as: ServerConfig
+
+  # {variable, where the value goes, its type, its default in words, what it is}
+  @variables [
+    {"RINGBUS_CONFIG", :config, :file, "none",
+     "A file of `NAME=value` lines setting any variable below; the environment wins over it."},
+    {"RINGBUS_HOST", {:server, :host}, :ip, "`127.0.0.1`",
+     "The address the binary protocol (and RESP) binds."},
+    {"RINGBUS_PORT", {:server, :port}, :port, "`7171`", "The binary protocol's port."},
+    {"RINGBUS_RESP_PORT", {:server, :resp_port}, :port, "none (no RESP)",
+     "The port of the RESP front end."},
+    {"RINGBUS_CERTFILE", :certfile, :file, "none",
+     "PEM certificate: with `RINGBUS_KEYFILE`, the server speaks TLS."},
+    {"RINGBUS_KEYFILE", :keyfile, :file, "none", "PEM private key of `RINGBUS_CERTFILE`."},
+    {"RINGBUS_TOKENS", :tokens, :tokens, "none (no auth)",
+     "Comma-separated tokens, each granting every channel."},
+    {"RINGBUS_TOKENS_FILE", :tokens_file, :file, "none",
+     "A file of tokens, one a line: `TOKEN` (every channel) or " <>
+       "`TOKEN read=PREFIX,... write=PREFIX,...` (`*` for every channel); `#` starts a comment."},
+    {"RINGBUS_AUTO_CREATE", {:server, :auto_create}, :auto_create, "`100000:drop_oldest`",
+     "`CAPACITY[:OVERFLOW[:MAX_BYTES]]` of channels created by their first push, or `off`."},
+    {"RINGBUS_MAX_FRAME_SIZE", {:server, :max_frame_size}, :positive, "16 MiB",
+     "The largest frame accepted, in bytes."},
+    {"RINGBUS_MAX_CONNECTIONS", {:server, :max_connections}, :positive, "`1024`",
+     "Connections at once."},
+    {"RINGBUS_MAX_SUBSCRIPTIONS", {:server, :max_subscriptions}, :positive, "`64`",
+     "Subscriptions per connection."},
+    {"RINGBUS_MAX_CREDIT", {:server, :max_credit}, :positive, "`10000`",
+     "The most credit a subscription may hold, in messages."},
+    {"RINGBUS_MAX_OUT_BYTES", {:server, :max_out_bytes}, :positive, "4 MiB",
+     "Bytes queued for one client before its connection waits for it."},
+    {"RINGBUS_HANDSHAKE_TIMEOUT", {:server, :handshake_timeout}, :positive, "`5000`",
+     "ms for the TLS handshake and HELLO."},
+    {"RINGBUS_IDLE_TIMEOUT", {:server, :idle_timeout}, :timeout, "`300000`",
+     "ms within which each frame must follow the one before, or `infinity`."},
+    {"RINGBUS_SEND_TIMEOUT", {:server, :send_timeout}, :timeout, "`30000`",
+     "ms a write may wait on a client that does not read, or `infinity`."},
+    {"RINGBUS_SHUTDOWN_TIMEOUT", {:server, :shutdown_timeout}, :positive, "`5000`",
+     "ms each connection has, at shutdown, to answer what it has read and close."},
+    {"RINGBUS_ACCEPTORS", {:server, :acceptors}, :positive, "`4`", "Accepting processes."},
+    {"RINGBUS_BUFFER_SIZE", {:server, :buffer_size}, :positive, "256 KiB",
+     "Socket buffer sizes and the size of one read, in bytes."},
+    {"RINGBUS_CHANNELS", :channels, :channels, "none",
+     "Channels created at boot, comma-separated: `NAME:CAPACITY[:OVERFLOW[:MAX_BYTES]]`, " <>
+       "OVERFLOW `drop_oldest` or `reject`."},
+    {"RINGBUS_HTTP_HOST", {:http, :host}, :ip, "`127.0.0.1`",
+     "The address the HTTP endpoint (`/metrics`, `/status`) binds."},
+    {"RINGBUS_HTTP_PORT", {:http, :port}, :port_or_off, "`9171`",
+     "The HTTP endpoint's port, or `off`."},
+    {"RINGBUS_JOIN", :join, :nodes, "none (no cluster)",
+     "Comma-separated node names (`name@host`) of the cluster's members."},
+    {"RINGBUS_LOG_LEVEL", :log_level, :log_level, "`info`",
+     "`debug`, `info`, `notice`, `warning` or `error`: `info` logs each connection " <>
+       "opened and closed, `warning` only limits hit."}
+  ]
+
+  @names for {name, _, _, _, _} <- @variables, do: name
+
+  @typedoc "What a release starts: see `Ringbus.Release.children/1`."
+  @type boot :: %{
+          server: keyword(),
+          channels: [{String.t(), keyword()}],
+          http: keyword() | nil,
+          join: [node()],
+          log_level: Logger.level()
+        }
+
+  @doc "The variables, as `{name, type, default, description}`, for the docs."
+  @spec variables() :: [{String.t(), atom(), String.t(), String.t()}]
+  def variables,
+    do: for({name, _, type, default, text} <- @variables, do: {name, type, default, text})
+
+  @doc """
+  Reads the configuration from `env` (a map of environment variables), and
+  from the file `RINGBUS_CONFIG` names, if any.
+  """
+  @spec load(%{String.t() => String.t()}) :: {:ok, boot()} | {:error, String.t()}
+  def load(env) when is_map(env) do
+    env =
+      for {name, value} <- env,
+          String.starts_with?(name, "RINGBUS_"),
+          into: %{},
+          do: {name, {value, ""}}
+
+    with :ok <- known(env),
+         {:ok, file} <- config_file(env),
+         {:ok, values} <- parse(Map.merge(file, Map.delete(env, "RINGBUS_CONFIG"))) do
+      build(values)
+    end
+  end
+
+  defp known(env) do
+    case Enum.find(Map.keys(env), &(&1 not in @names)) do
+      nil -> :ok
+      name -> {:error, line(name, "", "is not a Ringbus variable (see Ringbus.Release)")}
+    end
+  end
+
+  ## The file
+
+  defp config_file(%{"RINGBUS_CONFIG" => {path, _}}) do
+    case File.read(path) do
+      {:ok, text} ->
+        text
+        |> String.split(["\r\n", "\n"])
+        |> Enum.with_index(1)
+        |> Enum.reduce_while({:ok, %{}}, fn {text, n}, {:ok, acc} ->
+          case file_line(String.trim(text)) do
+            :skip ->
+              {:cont, {:ok, acc}}
+
+            {name, value} when name in @names and name != "RINGBUS_CONFIG" ->
+              {:cont, {:ok, Map.put(acc, name, {value, " (#{path} line #{n})"})}}
+
+            # The line itself is not shown: it may hold a token.
+            {name, _value} ->
+              message = "#{path} line #{n}: #{inspect(name)} is not a variable the file may set"
+              {:halt, {:error, line("RINGBUS_CONFIG", "", message)}}
+
+            :error ->
+              message = "#{path} line #{n}: expected NAME=value"
+              {:halt, {:error, line("RINGBUS_CONFIG", "", message)}}
+          end
+        end)
+
+      {:error, reason} ->
+        {:error, line("RINGBUS_CONFIG", "", "cannot read #{path}: #{:file.format_error(reason)}")}
+    end
+  end
+
+  defp config_file(_env), do: {:ok, %{}}
+
+  defp file_line(""), do: :skip
+  defp file_line("#" <> _), do: :skip
+
+  defp file_line(text) do
+    case String.split(text, "=", parts: 2) do
+      [name, value] -> {String.trim(name), unquote_value(String.trim(value))}
+      _ -> :error
+    end
+  end
+
+  defp unquote_value(<<q, rest::binary>> = value) when q in [?", ?'] do
+    if String.ends_with?(rest, <<q>>), do: String.slice(rest, 0..-2//1), else: value
+  end
+
+  defp unquote_value(value), do: value
+
+  ## Values
+
+  defp parse(vars) do
+    Enum.reduce_while(@variables, {:ok, %{}}, fn {name, target, type, _, _}, {:ok, acc} ->
+      case vars do
+        %{^name => {raw, origin}} ->
+          case value(type, raw) do
+            {:ok, value} -> {:cont, {:ok, Map.put(acc, target, {value, name, origin})}}
+            {:error, message} -> {:halt, {:error, line(name, origin, message)}}
+          end
+
+        _ ->
+          {:cont, {:ok, acc}}
+      end
+    end)
+  end
+
+  defp value(:file, path) do
+    case File.stat(path) do
+      {:ok, %{type: :regular, access: access}} when access in [:read, :read_write] ->
+        {:ok, path}
+
+      {:ok, _} ->
+        {:error, "must name a readable file, got: #{inspect(path)}"}
+
+      {:error, reason} ->
+        {:error, "must name a readable file: #{inspect(path)}: #{:file.format_error(reason)}"}
+    end
+  end
+
+  defp value(:ip, text) do
+    case :inet.parse_address(String.to_charlist(text)) do
+      {:ok, ip} -> {:ok, ip}
+      {:error, _} -> {:error, "must be an IP address, got: #{inspect(text)}"}
+    end
+  end
+
+  defp value(:port, text), do: integer(text, 0..65_535, "an integer in 0..65535")
+  defp value(:port_or_off, "off"), do: {:ok, :off}
+  defp value(:port_or_off, text), do: integer(text, 0..65_535, "an integer in 0..65535 or off")
+  defp value(:positive, text), do: integer(text, 1..(2 ** 62), "a positive integer")
+  defp value(:timeout, "infinity"), do: {:ok, :infinity}
+  defp value(:timeout, text), do: integer(text, 1..(2 ** 62), "a positive integer or infinity")
+
+  # Tokens are secrets: an error never shows them.
+  defp value(:tokens, text) do
+    tokens = String.split(text, ",", trim: true) |> Enum.map(&String.trim/1)
+
+    if tokens != [] and Enum.all?(tokens, &(&1 != "")),
+      do: {:ok, Map.new(tokens, &{&1, :all})},
+      else: {:error, "must be comma-separated tokens"}
+  end
+
+  defp value(:auto_create, "off"), do: {:ok, false}
+
+  defp value(:auto_create, text), do: channel_options(String.split(text, ":"))
+
+  defp value(:channels, text) do
+    text
+    |> String.split([",", " ", "\n", "\t"], trim: true)
+    |> Enum.reduce_while({:ok, []}, fn spec, {:ok, acc} ->
+      case channel(spec) do
+        {:ok, channel} -> {:cont, {:ok, [channel | acc]}}
+        {:error, message} -> {:halt, {:error, message}}
+      end
+    end)
+    |> case do
+      {:ok, channels} -> duplicates(Enum.reverse(channels))
+      error -> error
+    end
+  end
+
+  defp value(:nodes, text) do
+    names = text |> String.split([",", " "], trim: true)
+
+    case Enum.find(names, &(not Regex.match?(~r/^[A-Za-z0-9_.-]+@[A-Za-z0-9_.-]+$/, &1))) do
+      nil -> {:ok, Enum.map(names, &String.to_atom/1)}
+      bad -> {:error, "must be comma-separated node names (name@host), got: #{inspect(bad)}"}
+    end
+  end
+
+  defp value(:log_level, text) do
+    levels = ~w(debug info notice warning error critical alert emergency)
+
+    if text in levels,
+      do: {:ok, String.to_existing_atom(text)},
+      else: {:error, "must be one of #{Enum.join(levels, ", ")}, got: #{inspect(text)}"}
+  end
+
+  defp integer(text, range, expected) do
+    case Integer.parse(text) do
+      {n, ""} -> if n in range, do: {:ok, n}, else: {:error, "must be #{expected}, got: #{text}"}
+      _ -> {:error, "must be #{expected}, got: #{inspect(text)}"}
+    end
+  end
+
+  defp channel(spec) do
+    case String.split(spec, ":") do
+      [name | opts] when name != "" and opts != [] ->
+        case channel_options(opts) do
+          {:ok, opts} -> {:ok, {name, opts}}
+          {:error, message} -> {:error, "#{inspect(name)}: #{message}"}
+        end
+
+      _ ->
+        {:error, "expected NAME:CAPACITY[:OVERFLOW[:MAX_BYTES]], got: #{inspect(spec)}"}
+    end
+  end
+
+  defp channel_options([capacity | rest]) when length(rest) <= 2 do
+    with {:ok, capacity} <-
+           option(:capacity, integer(capacity, 1..(2 ** 62), "a positive integer")),
+         {:ok, overflow} <- overflow(Enum.at(rest, 0, "drop_oldest")),
+         {:ok, max_bytes} <- option(:max_bytes, max_bytes(Enum.at(rest, 1))) do
+      opts = [capacity: capacity, overflow: overflow]
+      {:ok, if(max_bytes, do: opts ++ [max_bytes: max_bytes], else: opts)}
+    end
+  end
+
+  defp channel_options(parts),
+    do:
+      {:error, "expected CAPACITY[:OVERFLOW[:MAX_BYTES]], got: #{inspect(Enum.join(parts, ":"))}"}
+
+  defp overflow("drop_oldest"), do: {:ok, :drop_oldest}
+  defp overflow("reject"), do: {:ok, :reject}
+
+  defp overflow(other),
+    do: {:error, "overflow must be drop_oldest or reject, got: #{inspect(other)}"}
+
+  defp max_bytes(nil), do: {:ok, nil}
+  defp max_bytes(text), do: integer(text, 1..(2 ** 62), "a positive integer")
+
+  defp option(_key, {:ok, value}), do: {:ok, value}
+  defp option(key, {:error, message}), do: {:error, "#{key} #{message}"}
+
+  defp duplicates(channels) do
+    names = Enum.map(channels, &elem(&1, 0))
+
+    case names -- Enum.uniq(names) do
+      [] -> {:ok, channels}
+      [name | _] -> {:error, "declares #{inspect(name)} twice"}
+    end
+  end
+
+  ## The boot configuration
+
+  defp build(values) do
+    with {:ok, server} <- server(values),
+         {:ok, channels} <- channels(values),
+         {:ok, http} <- http(values),
+         {:ok, join} <- join(values) do
+      {:ok,
+       %{
+         server: server,
+         channels: channels,
+         http: http,
+         join: join,
+         log_level: fetch(values, :log_level, :info)
+       }}
+    end
+  end
+
+  # Members need the cluster layer; a build without it says so.
+  defp join(values) do
+    case values[:join] do
+      nil ->
+        {:ok, []}
+
+      {[], _name, _origin} ->
+        {:ok, []}
+
+      {members, name, origin} ->
+        if cluster?(),
+          do: {:ok, members},
+          else: {:error, line(name, origin, "is not supported by this build (no cluster layer)")}
+    end
+  end
+
+  defp cluster?, do: Code.ensure_loaded?(Ringbus.Cluster)
+
+  defp fetch(values, target, default) do
+    case values do
+      %{^target => {value, _name, _origin}} -> value
+      _ -> default
+    end
+  end
+
+  defp server(values) do
+    opts = for {{:server, key}, {value, _, _}} <- values, do: {key, value}
+
+    with {:ok, tls} <- tls(values),
+         {:ok, tokens} <- tokens(values) do
+      opts = opts |> put(:tls, tls) |> put(:tokens, tokens) |> Enum.sort()
+      check(values, fn -> ServerConfig.new!(opts) end, opts)
+    end
+  end
+
+  defp put(opts, _key, nil), do: opts
+  defp put(opts, key, value), do: Keyword.put(opts, key, value)
+
+  defp tls(values) do
+    case {values[:certfile], values[:keyfile]} do
+      {nil, nil} -> {:ok, nil}
+      {{cert, _, _}, {key, _, _}} -> {:ok, [certfile: cert, keyfile: key]}
+      {{_, name, origin}, nil} -> {:error, line(name, origin, "needs RINGBUS_KEYFILE too")}
+      {nil, {_, name, origin}} -> {:error, line(name, origin, "needs RINGBUS_CERTFILE too")}
+    end
+  end
+
+  defp tokens(values) do
+    listed = fetch(values, :tokens, %{})
+
+    with {:ok, filed} <- tokens_file(values[:tokens_file]) do
+      tokens = Map.merge(listed, filed)
+      {:ok, if(tokens == %{}, do: nil, else: tokens)}
+    end
+  end
+
+  defp tokens_file(nil), do: {:ok, %{}}
+
+  defp tokens_file({path, name, origin}) do
+    path
+    |> File.read!()
+    |> String.split(["\r\n", "\n"])
+    |> Enum.with_index(1)
+    |> Enum.reduce_while({:ok, %{}}, fn {text, n}, {:ok, acc} ->
+      case String.split(text, "#", parts: 2) |> hd() |> String.split() do
+        [] ->
+          {:cont, {:ok, acc}}
+
+        [token | grants] ->
+          case grants(grants, []) do
+            {:ok, grants} ->
+              {:cont, {:ok, Map.put(acc, token, grants)}}
+
+            :error ->
+              {:halt,
+               {:error,
+                line(
+                  name,
+                  origin,
+                  "#{path} line #{n}: expected TOKEN [read=PREFIX,...] [write=PREFIX,...]"
+                )}}
+          end
+      end
+    end)
+  end
+
+  defp grants([], []), do: {:ok, :all}
+
+  defp grants([], acc),
+    do: {:ok, [read: Keyword.get(acc, :read, []), write: Keyword.get(acc, :write, [])]}
+
+  defp grants(["all" | rest], acc), do: grants(rest, acc)
+
+  defp grants([grant | rest], acc) do
+    case String.split(grant, "=", parts: 2) do
+      [access, prefixes] when access in ["read", "write"] ->
+        prefixes = String.split(prefixes, ",", trim: true)
+        prefixes = if "*" in prefixes, do: :all, else: prefixes
+        grants(rest, Keyword.put(acc, String.to_existing_atom(access), prefixes))
+
+      _ ->
+        :error
+    end
+  end
+
+  defp channels(values) do
+    case values[:channels] do
+      nil ->
+        {:ok, []}
+
+      {channels, name, origin} ->
+        Enum.reduce_while(channels, {:ok, []}, fn {channel, opts}, {:ok, acc} ->
+          case checked(fn -> Ringbus.Channel.validate_options!(opts) end) do
+            {:ok, _checked} ->
+              {:cont, {:ok, [{channel, opts} | acc]}}
+
+            {:error, message} ->
+              {:halt,
+               {:error, line(name, origin, "#{inspect(channel)}: #{unsupported(message)}")}}
+          end
+        end)
+        |> case do
+          {:ok, channels} -> {:ok, Enum.reverse(channels)}
+          error -> error
+        end
+    end
+  end
+
+  defp http(values) do
+    case fetch(values, {:http, :port}, 9171) do
+      :off ->
+        {:ok, nil}
+
+      port ->
+        opts = [host: fetch(values, {:http, :host}, {127, 0, 0, 1}), port: port]
+        check(values, fn -> Ringbus.HTTP.validate_options!(opts) end, opts)
+    end
+  end
+
+  # Runs an option check; an ArgumentError is reported under the variable
+  # that set the option it names.
+  defp check(values, fun, opts) do
+    case checked(fun) do
+      {:ok, _checked} ->
+        {:ok, opts}
+
+      {:error, message} ->
+        {name, origin} = culprit(values, message)
+        {:error, line(name, origin, unsupported(message))}
+    end
+  end
+
+  defp checked(fun) do
+    {:ok, fun.()}
+  rescue
+    e in ArgumentError -> {:error, Exception.message(e)}
+  end
+
+  defp culprit(values, message) do
+    found =
+      Enum.find_value(values, fn {target, {_value, name, origin}} ->
+        if String.contains?(message, inspect(option(target))), do: {name, origin}
+      end)
+
+    found || {"RINGBUS_CONFIG", ""}
+  end
+
+  # The option a variable sets.
+  defp option({_section, key}), do: key
+  defp option(target) when target in [:certfile, :keyfile], do: :tls
+  defp option(target) when target in [:tokens, :tokens_file], do: :tokens
+  defp option(target), do: target
+
+  # An option this build does not know (a front end or channel option of a
+  # later version) reads better as such.
+  defp unsupported(message) do
+    case Regex.run(~r/unknown keys \[(.*?)\]/, message) do
+      [_, keys] -> "is not supported by this build (unknown option #{keys})"
+      nil -> message
+    end
+  end
+
+  defp line(name, origin, message), do: "ringbus: #{name}#{origin} #{message}"
+end

@@ -1,0 +1,244 @@
+defmodule Ringbus.Server.Stats do
+  @moduledoc false
+  # A server's figures, and the log lines of its connections.
+  #
+  # Every server has one `:counters` array (made by `Ringbus.Server`, held in
+  # its config), which its acceptors and connections bump and which
+  # `Ringbus.Server.stats/1` and `Ringbus.Metrics` read without asking any
+  # process. Connections bump it once per read and once per write, never per
+  # message:
+  #
+  #   accepted, accept_errors, refused   by the acceptors
+  #   handshaking, open                  connections now, by state: one up
+  #                                      when a connection enters a state,
+  #                                      one down when it leaves it
+  #   frames_in, frames_out              frames read and written
+  #   bytes_in, bytes_out
+  #   errors, one per code               ERROR frames and failed PUSH_ACKS
+  #                                      entries sent, by error code
+  #   closed, one per reason             see `close_reasons/0`
+  #
+  # Each connection also keeps a `t:tally/0` of its own, which becomes the
+  # line it logs when it closes. A connection logs one line when it opens and
+  # one when it closes, with its peer, why it closed and what it did, and a
+  # warning when it closes a client that stopped reading (`:send_timeout`):
+  # never a line per frame or per message.
+
+  require Logger
+
+  alias Ringbus.Wire.ErrorCode
+
+  @names [
+    :accepted,
+    :accept_errors,
+    :refused,
+    :handshaking,
+    :open,
+    :frames_in,
+    :frames_out,
+    :bytes_in,
+    :bytes_out
+  ]
+
+  # Why a connection closed: the peer closed it, a socket error, a write
+  # that waited past :send_timeout, the process crashed, or the connection
+  # error the server sent (its code's name: idle_timeout, shutting_down,
+  # bad_frame, ...).
+  @close_reasons [:peer_closed, :socket_error, :send_timeout, :crashed] ++
+                   for({reason, code, _} <- ErrorCode.all(), code < 100, do: reason)
+
+  @codes for {reason, _code, _} <- ErrorCode.all(), do: reason
+
+  @slots (@names ++
+            Enum.map(@codes, &{:error, &1}) ++
+            Enum.map(@close_reasons, &{:closed, &1}))
+         |> Enum.with_index(1)
+         |> Map.new()
+
+  @type counters :: :counters.counters_ref()
+
+  @typedoc "One connection's own figures, for the line it logs when it closes."
+  @type tally :: %{
+          counters: counters(),
+          peer: String.t(),
+          kind: :tcp | :tls,
+          state: :handshaking | :open,
+          since: integer(),
+          frames_in: non_neg_integer(),
+          frames_out: non_neg_integer(),
+          bytes_in: non_neg_integer(),
+          bytes_out: non_neg_integer(),
+          reason: atom() | nil
+        }
+
+  @doc "A server's counters, all zero."
+  @spec new() :: counters()
+  def new, do: :counters.new(map_size(@slots), [:write_concurrency])
+
+  @doc "Why connections close, as `counts/1` names them under `:closed`."
+  @spec close_reasons() :: [atom()]
+  def close_reasons, do: @close_reasons
+
+  @doc "Counts one accepted connection or accept error."
+  @spec count(counters(), :accepted | :accept_errors) :: :ok
+  def count(counters, what) when what in [:accepted, :accept_errors], do: add(counters, what, 1)
+
+  @doc "Counts a connection refused at `max_connections` and warns of it."
+  @spec refused(counters(), :tcp | :tls, term(), pos_integer()) :: :ok
+  def refused(counters, kind, socket, max_connections) do
+    add(counters, :refused, 1)
+
+    Logger.warning(
+      "Ringbus refused a connection from #{peer(kind, socket)}: " <>
+        "max_connections (#{max_connections}) reached"
+    )
+  end
+
+  @doc """
+  What the counters hold: a map of the figures above, with `:errors` (by
+  error code) and `:closed` (by reason) as maps of every reason to its count.
+  """
+  @spec counts(counters()) :: map()
+  def counts(counters) do
+    base = Map.new(@names, &{&1, get(counters, &1)})
+
+    Map.merge(base, %{
+      errors: Map.new(@codes, &{&1, get(counters, {:error, &1})}),
+      closed: Map.new(@close_reasons, &{&1, get(counters, {:closed, &1})})
+    })
+  end
+
+  defp get(counters, key), do: :counters.get(counters, Map.fetch!(@slots, key))
+
+  defp add(counters, key, n), do: :counters.add(counters, Map.fetch!(@slots, key), n)
+
+  ## A connection's tally
+
+  @doc "A connection has its socket: counts it as handshaking and logs the line that says so."
+  @spec opened(counters(), :tcp | :tls, term()) :: tally()
+  def opened(counters, kind, socket) do
+    add(counters, :handshaking, 1)
+    peer = peer(kind, socket)
+    Logger.info("Ringbus connection from #{peer} opened (#{kind})")
+
+    %{
+      counters: counters,
+      peer: peer,
+      kind: kind,
+      state: :handshaking,
+      since: System.monotonic_time(:millisecond),
+      frames_in: 0,
+      frames_out: 0,
+      bytes_in: 0,
+      bytes_out: 0,
+      reason: nil
+    }
+  end
+
+  defp peer(kind, socket) do
+    result = if kind == :tls, do: :ssl.peername(socket), else: :inet.peername(socket)
+
+    case result do
+      {:ok, {ip, port}} -> "#{:inet.ntoa(ip)}:#{port}"
+      {:error, _} -> "an unknown peer"
+    end
+  end
+
+  @doc "HELLO was answered: the connection moves from handshaking to open."
+  @spec open(tally()) :: tally()
+  def open(%{state: :open} = tally), do: tally
+
+  def open(tally) do
+    add(tally.counters, :handshaking, -1)
+    add(tally.counters, :open, 1)
+    %{tally | state: :open}
+  end
+
+  @doc "A read of `bytes` bytes held `frames` (the frames the session is about to walk)."
+  @spec read(tally(), [term()], non_neg_integer()) :: tally()
+  def read(tally, frames, bytes) do
+    n = frames_in(frames, 0)
+    add(tally.counters, :frames_in, n)
+    add(tally.counters, :bytes_in, bytes)
+    %{tally | frames_in: tally.frames_in + n, bytes_in: tally.bytes_in + bytes}
+  end
+
+  # A group of PUSHes the decoder took together counts as its frames.
+  defp frames_in([{:pushes, _name, count, _, _, _} | rest], n), do: frames_in(rest, n + count)
+  defp frames_in([_ | rest], n), do: frames_in(rest, n + 1)
+  defp frames_in([], n), do: n
+
+  @doc """
+  Frames about to be encoded for the client: counted, and every error among
+  them (ERROR frames, failed PUSH_ACKS entries) counted by its code.
+  """
+  @spec wrote(tally(), [tuple()]) :: tally()
+  def wrote(tally, frames) do
+    n = wrote(tally.counters, frames, 0)
+    add(tally.counters, :frames_out, n)
+    %{tally | frames_out: tally.frames_out + n}
+  end
+
+  defp wrote(counters, [{:error, _corr, code, _message} | rest], n) do
+    error(counters, code)
+    wrote(counters, rest, n + 1)
+  end
+
+  defp wrote(counters, [{:push_acks, _count, acks} | rest], n) do
+    ack_errors(counters, acks)
+    wrote(counters, rest, n + 1)
+  end
+
+  defp wrote(counters, [_frame | rest], n), do: wrote(counters, rest, n + 1)
+  defp wrote(_counters, [], n), do: n
+
+  defp ack_errors(counters, [{_corr, {:error, code}} | rest]) do
+    error(counters, code)
+    ack_errors(counters, rest)
+  end
+
+  defp ack_errors(counters, [_ok | rest]), do: ack_errors(counters, rest)
+  defp ack_errors(_counters, []), do: :ok
+
+  defp error(counters, code) when code in @codes, do: add(counters, {:error, code}, 1)
+  defp error(_counters, _unknown), do: :ok
+
+  @doc "`bytes` bytes went to the socket."
+  @spec flushed(tally(), non_neg_integer()) :: tally()
+  def flushed(tally, bytes) do
+    add(tally.counters, :bytes_out, bytes)
+    %{tally | bytes_out: tally.bytes_out + bytes}
+  end
+
+  @doc """
+  Why the connection is closing, when it knows: the first reason given
+  stands. `:send_timeout` is logged as a warning at once.
+  """
+  @spec closing(tally(), atom()) :: tally()
+  def closing(%{reason: nil} = tally, :send_timeout) do
+    Logger.warning(
+      "Ringbus connection from #{tally.peer} closed: it did not read what it was sent " <>
+        "within the server's send_timeout (slow consumer)"
+    )
+
+    %{tally | reason: :send_timeout}
+  end
+
+  def closing(%{reason: nil} = tally, reason), do: %{tally | reason: reason}
+  def closing(tally, _reason), do: tally
+
+  @doc "The connection has ended: it leaves its state's count and logs its line."
+  @spec closed(tally(), atom()) :: :ok
+  def closed(tally, reason) do
+    %{reason: reason} = closing(tally, reason)
+    add(tally.counters, tally.state, -1)
+    add(tally.counters, {:closed, if(reason in @close_reasons, do: reason, else: :crashed)}, 1)
+    ms = System.monotonic_time(:millisecond) - tally.since
+
+    Logger.info(
+      "Ringbus connection from #{tally.peer} closed (#{reason}) after #{ms} ms: " <>
+        "#{tally.frames_in} frames in, #{tally.frames_out} out, " <>
+        "#{tally.bytes_in} bytes in, #{tally.bytes_out} out"
+    )
+  end
+end

@@ -1,0 +1,108 @@
+defmodule Ringbus.HTTPTest do
+  # The operators' endpoint over real HTTP: /metrics (checked by promtool),
+  # /status, /status.json and /status.txt.
+  use ExUnit.Case, async: false
+
+  import Ringbus.Test.Eventually
+
+  alias Ringbus.Test.Promtool
+
+  setup do
+    server = start_supervised!({Ringbus.Server, port: 0})
+    http = start_supervised!({Ringbus.HTTP, port: 0, interval: 20})
+    on_exit(fn -> Enum.each(Ringbus.channels(), &Ringbus.delete/1) end)
+    %{server: server, url: "http://127.0.0.1:#{Ringbus.HTTP.port(http)}"}
+  end
+
+  defp get(url, method \\ :get) do
+    {:ok, {{_, code, _}, headers, body}} =
+      :httpc.request(method, {String.to_charlist(url), []}, [autoredirect: false],
+        body_format: :binary
+      )
+
+    {code, Map.new(headers, fn {k, v} -> {to_string(k), to_string(v)} end), body}
+  end
+
+  test "GET /metrics: the Prometheus text format, which promtool accepts", %{url: url} do
+    :ok = Ringbus.create("scraped", capacity: 10)
+    {:ok, _} = Ringbus.push_many("scraped", ~w(a b c))
+
+    {200, headers, body} = get(url <> "/metrics")
+    assert headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
+    assert body =~ ~s(ringbus_channel_pushed_total{channel="scraped"} 3\n)
+    assert body =~ ~r/ringbus_server_connections\{protocol="binary",port="\d+",state="open"\} 0\n/
+    assert {"", 0} = Promtool.check(body)
+  end
+
+  test "/status, /status.json and /status.txt show the same channel figures", %{url: url} do
+    :ok = Ringbus.create("shown<&>", capacity: 100, overflow: :reject)
+    {:ok, sub} = Ringbus.subscribe("shown<&>", max_credit: 1)
+    {:ok, _} = Ringbus.push_many("shown<&>", ~w(a b c d))
+    assert_receive {:ringbus, ^sub, _, 0}
+
+    {200, headers, html} = get(url <> "/status")
+    assert headers["content-type"] == "text/html; charset=utf-8"
+    assert html =~ ~s(<meta http-equiv="refresh" content="2">)
+    # Self-contained: no script, no stylesheet or image fetched from anywhere.
+    refute html =~ ~r/<script|<link|<img|src=|url\(/i
+    assert html =~ ~s(<table id="channels">)
+
+    assert html =~
+             ~s(<tr data-channel="shown&lt;&amp;&gt;"><td class="name">shown&lt;&amp;&gt;</td><td>4 / 100</td>)
+
+    assert html =~ "<svg"
+    assert html =~ ~s(<table id="subscriptions">)
+    assert html =~ ~s(<table id="servers">)
+    assert html =~ "Not in a cluster."
+
+    {200, headers, json} = get(url <> "/status.json")
+    assert headers["content-type"] == "application/json"
+    assert json =~ ~s("name":"shown<&>")
+    assert json =~ ~s("len":4)
+    assert json =~ ~s("capacity":100)
+    assert json =~ ~s("overflow":"reject")
+    assert json =~ ~s("max_lag":3)
+    assert json =~ ~s("cluster":null)
+
+    {200, _, text} = get(url <> "/status.txt")
+    assert [header | _] = text |> String.split("\n") |> Enum.filter(&(&1 =~ "CHANNEL"))
+    assert header =~ ~r/^CHANNEL\s+LEN\s+CAPACITY\s+HELD\s+PUSHED\s+PULLED/
+    assert text =~ ~r/^shown<&>\s+4\s+100\s+\S+ B\s+4\s+0\s+0\s+0\s+[\d.]+\s+[\d.]+\s+1\s+3\s+0$/m
+    assert text =~ ~r/^binary:\d+\s+0\s+0/m
+  end
+
+  test "the sparklines hold the rates of the last samples", %{url: url} do
+    :ok = Ringbus.create("rated", capacity: 1000)
+    # Sampled before the pushes, and after them.
+    assert eventually(fn -> push_rates(url) != [] end)
+    {:ok, _} = Ringbus.push_many("rated", List.duplicate("m", 500))
+    assert eventually(fn -> Enum.any?(push_rates(url), &(&1 > 0)) end)
+  end
+
+  defp push_rates(url) do
+    {200, _, json} = get(url <> "/status.json")
+    [rates] = Regex.run(~r/"push_rate":\[([^\]]*)\]/, json, capture: :all_but_first)
+    rates |> String.split(",", trim: true) |> Enum.map(&String.to_float/1)
+  end
+
+  test "other paths are not found, other methods not allowed, / leads to /status", %{url: url} do
+    assert {404, _, _} = get(url <> "/nope")
+    assert {405, %{"allow" => "GET, HEAD"}, _} = get(url <> "/metrics", :delete)
+    assert {302, %{"location" => "/status"}, _} = get(url <> "/")
+  end
+
+  test "binds 127.0.0.1 unless told otherwise" do
+    assert Ringbus.HTTP.validate_options!([])[:host] == {127, 0, 0, 1}
+    http = start_supervised!({Ringbus.HTTP, port: 0}, id: :second)
+    port = Ringbus.HTTP.port(http)
+
+    for {_name, opts} <- elem(:inet.getifaddrs(), 1),
+        {:addr, {a, _, _, _} = ip} <- opts,
+        a != 127 do
+      assert {:error, :econnrefused} = :gen_tcp.connect(ip, port, [], 1_000)
+    end
+
+    assert_raise ArgumentError, ~r/:host/, fn -> Ringbus.HTTP.validate_options!(host: "x") end
+    assert_raise ArgumentError, ~r/:port/, fn -> Ringbus.HTTP.validate_options!(port: -1) end
+  end
+end

@@ -1,0 +1,127 @@
+defmodule Ringbus.MetricsTest do
+  # The figures of a snapshot, and their Prometheus text, which promtool
+  # (Debian's prometheus package) must accept.
+  use ExUnit.Case, async: false
+
+  alias Ringbus.Metrics
+  alias Ringbus.Test.Promtool
+
+  setup do
+    on_exit(fn -> Enum.each(Ringbus.channels(), &Ringbus.delete/1) end)
+    :ok
+  end
+
+  defp sample(text, line) do
+    assert text =~ line, "expected a line #{inspect(line)} in:\n#{text}"
+  end
+
+  test "every figure of the issue's list, named the Prometheus way, and promtool accepts it" do
+    server = start_supervised!({Ringbus.Server, port: 0})
+    port = Ringbus.Server.port(server)
+    :ok = Ringbus.create("metrics", capacity: 3, overflow: :drop_oldest)
+    :ok = Ringbus.create("rejects", capacity: 1, overflow: :reject)
+    {:ok, 0} = Ringbus.push_many("metrics", ~w(a bb ccc dddd))
+    {:ok, 1, "bb"} = Ringbus.pull("metrics")
+    {:ok, 0} = Ringbus.push("rejects", "x")
+    {:error, :full} = Ringbus.push("rejects", "y")
+    {:ok, sub} = Ringbus.subscribe("metrics", from: 0, max_credit: 1)
+    assert_receive {:ringbus, ^sub, [{2, "ccc"}], 2}
+    {:ok, client} = Ringbus.Client.connect(port: port)
+
+    text = IO.iodata_to_binary(Metrics.prometheus(Metrics.snapshot()))
+
+    for {family, type} <- [
+          {"ringbus_channel_len", "gauge"},
+          {"ringbus_channel_pushed_total", "counter"},
+          {"ringbus_subscription_lag_messages", "gauge"},
+          {"ringbus_server_connections", "gauge"},
+          {"ringbus_vm_memory_bytes", "gauge"}
+        ] do
+      sample(text, "# HELP #{family} ")
+      sample(text, "# TYPE #{family} #{type}\n")
+    end
+
+    sample(text, ~s(ringbus_channel_len{channel="metrics"} 2\n))
+    sample(text, ~s(ringbus_channel_capacity{channel="metrics"} 3\n))
+    sample(text, ~s(ringbus_channel_pushed_total{channel="metrics"} 4\n))
+    sample(text, ~s(ringbus_channel_pulled_total{channel="metrics"} 1\n))
+    sample(text, ~s(ringbus_channel_overwritten_total{channel="metrics"} 1\n))
+    sample(text, ~s(ringbus_channel_rejected_total{channel="rejects"} 1\n))
+    sample(text, ~s(ringbus_channel_skipped{channel="metrics"} 0\n))
+    sample(text, ~s(ringbus_channel_subscriptions{channel="metrics"} 1\n))
+    assert text =~ ~r/ringbus_channel_held_bytes\{channel="metrics"\} \d+\n/
+
+    sub_label = List.to_string(:erlang.pid_to_list(elem(sub, 0)))
+
+    sample(
+      text,
+      ~s(ringbus_subscription_lag_messages{channel="metrics",subscription="#{sub_label}"} 1\n)
+    )
+
+    sample(
+      text,
+      ~s(ringbus_subscription_lost_total{channel="metrics",subscription="#{sub_label}"} 2\n)
+    )
+
+    labels = ~s(protocol="binary",port="#{port}")
+    sample(text, ~s(ringbus_server_connections{#{labels},state="open"} 1\n))
+    sample(text, ~s(ringbus_server_accepted_total{#{labels}} 1\n))
+    sample(text, ~s(ringbus_server_errors_total{#{labels},code="full"} 0\n))
+    sample(text, ~s(ringbus_server_closed_total{#{labels},reason="send_timeout"} 0\n))
+    assert text =~ ~r/ringbus_server_frames_received_total\{#{labels}\} [1-9]/
+    assert text =~ ~r/ringbus_server_frames_sent_total\{#{labels}\} [1-9]/
+
+    assert text =~ ~r/ringbus_vm_memory_bytes\{kind="total"\} [1-9]/
+    assert text =~ ~r/ringbus_vm_run_queue \d+\n/
+    assert text =~ ~r/ringbus_vm_processes [1-9]/
+    assert text =~ ~r/ringbus_vm_gc_runs_total [1-9]/
+    refute text =~ "ringbus_cluster"
+
+    assert {"", 0} = Promtool.check(text)
+    Ringbus.Client.close(client)
+  end
+
+  test "labels are escaped, and names that are not UTF-8 text are inspected" do
+    :ok = Ringbus.create(~s(quote"back\\slash), capacity: 1)
+    :ok = Ringbus.create(<<255, 0>>, capacity: 1)
+    :ok = Ringbus.create({:tuple, 1}, capacity: 1)
+
+    text = IO.iodata_to_binary(Metrics.prometheus(Metrics.snapshot()))
+
+    sample(text, ~S(ringbus_channel_len{channel="quote\"back\\slash"} 0))
+    sample(text, ~S(ringbus_channel_len{channel="<<255, 0>>"} 0))
+    sample(text, ~S(ringbus_channel_len{channel="{:tuple, 1}"} 0))
+    assert {"", 0} = Promtool.check(text)
+  end
+
+  test "cluster links, read by field name, become their own families" do
+    cluster = %{
+      members: [:a@host, :b@host, :c@host],
+      links: %{
+        :b@host => %{state: :up, queued_bytes: 10, batches: 5, drops: 1, suspensions: 2, new: 9},
+        :c@host => %{state: :down, queued_bytes: 0}
+      }
+    }
+
+    snapshot = %{Metrics.snapshot() | cluster: cluster}
+    text = IO.iodata_to_binary(Metrics.prometheus(snapshot))
+
+    sample(text, "ringbus_cluster_members 3\n")
+    sample(text, ~s(ringbus_cluster_link_state{node="b@host",state="up"} 1\n))
+    sample(text, ~s(ringbus_cluster_link_state{node="c@host",state="down"} 1\n))
+    sample(text, ~s(ringbus_cluster_link_queued_bytes{node="b@host"} 10\n))
+    sample(text, ~s(ringbus_cluster_link_batches_total{node="b@host"} 5\n))
+    sample(text, ~s(ringbus_cluster_link_drops_total{node="b@host"} 1\n))
+    sample(text, ~s(ringbus_cluster_link_suspensions_total{node="b@host"} 2\n))
+    # A figure a link does not give is left out, not made up.
+    refute text =~ ~s(ringbus_cluster_link_batches_total{node="c@host"})
+    assert {"", 0} = Promtool.check(text)
+  end
+
+  test "the module doc lists every family" do
+    {:docs_v1, _, _, _, %{"en" => doc}, _, _} = Code.fetch_docs(Ringbus.Metrics)
+
+    for family <- Ringbus.Metrics.Prometheus.family_names(),
+        do: assert(doc =~ "`#{family}`")
+  end
+end

@@ -1,0 +1,261 @@
+defmodule Ringbus.Release.ConfigTest do
+  # The runtime configuration as a function of the environment: every
+  # variable, and the one line a bad value stops the boot with.
+  use ExUnit.Case, async: true
+
+  alias Ringbus.Release.Config
+
+  @moduletag :tmp_dir
+
+  defp load!(env) do
+    {:ok, boot} = Config.load(env)
+    boot
+  end
+
+  defp error(env) do
+    assert {:error, line} = Config.load(env)
+    refute line =~ "\n"
+    line
+  end
+
+  test "nothing set: the defaults, HTTP on 127.0.0.1:9171" do
+    assert %{server: [], channels: [], join: [], log_level: :info} =
+             boot = load!(%{"HOME" => "/x"})
+
+    assert boot.http == [host: {127, 0, 0, 1}, port: 9171]
+  end
+
+  test "every server limit, address, TLS files and tokens become server options", %{tmp_dir: dir} do
+    cert = Path.join(dir, "cert.pem")
+    key = Path.join(dir, "key.pem")
+    File.write!(cert, "")
+    File.write!(key, "")
+
+    env = %{
+      "RINGBUS_HOST" => "0.0.0.0",
+      "RINGBUS_PORT" => "7000",
+      "RINGBUS_CERTFILE" => cert,
+      "RINGBUS_KEYFILE" => key,
+      "RINGBUS_TOKENS" => "t1, t2",
+      "RINGBUS_AUTO_CREATE" => "500:reject",
+      "RINGBUS_MAX_FRAME_SIZE" => "2048",
+      "RINGBUS_MAX_CONNECTIONS" => "10",
+      "RINGBUS_MAX_SUBSCRIPTIONS" => "3",
+      "RINGBUS_MAX_CREDIT" => "100",
+      "RINGBUS_MAX_OUT_BYTES" => "65536",
+      "RINGBUS_HANDSHAKE_TIMEOUT" => "1000",
+      "RINGBUS_IDLE_TIMEOUT" => "infinity",
+      "RINGBUS_SEND_TIMEOUT" => "2000",
+      "RINGBUS_SHUTDOWN_TIMEOUT" => "3000",
+      "RINGBUS_ACCEPTORS" => "2",
+      "RINGBUS_BUFFER_SIZE" => "8192",
+      "RINGBUS_HTTP_HOST" => "127.0.0.2",
+      "RINGBUS_HTTP_PORT" => "9200",
+      "RINGBUS_LOG_LEVEL" => "warning"
+    }
+
+    boot = load!(env)
+
+    assert boot.server == [
+             acceptors: 2,
+             auto_create: [capacity: 500, overflow: :reject],
+             buffer_size: 8192,
+             handshake_timeout: 1000,
+             host: {0, 0, 0, 0},
+             idle_timeout: :infinity,
+             max_connections: 10,
+             max_credit: 100,
+             max_frame_size: 2048,
+             max_out_bytes: 65536,
+             max_subscriptions: 3,
+             port: 7000,
+             send_timeout: 2000,
+             shutdown_timeout: 3000,
+             tls: [certfile: cert, keyfile: key],
+             tokens: %{"t1" => :all, "t2" => :all}
+           ]
+
+    assert %Ringbus.Server.Config{max_connections: 10} = Ringbus.Server.Config.new!(boot.server)
+    assert boot.http == [host: {127, 0, 0, 2}, port: 9200]
+    assert boot.log_level == :warning
+    assert load!(%{"RINGBUS_AUTO_CREATE" => "off"}).server == [auto_create: false]
+    assert load!(%{"RINGBUS_HTTP_PORT" => "off"}).http == nil
+  end
+
+  test "channels declared at boot" do
+    boot = load!(%{"RINGBUS_CHANNELS" => "events:100000, jobs:10:reject\nlogs:5:drop_oldest"})
+
+    assert boot.channels == [
+             {"events", [capacity: 100_000, overflow: :drop_oldest]},
+             {"jobs", [capacity: 10, overflow: :reject]},
+             {"logs", [capacity: 5, overflow: :drop_oldest]}
+           ]
+
+    assert error(%{"RINGBUS_CHANNELS" => "a:10,a:20"}) ==
+             ~s(ringbus: RINGBUS_CHANNELS declares "a" twice)
+
+    assert error(%{"RINGBUS_CHANNELS" => "a:0"}) ==
+             ~s(ringbus: RINGBUS_CHANNELS "a": capacity must be a positive integer, got: 0)
+
+    assert error(%{"RINGBUS_CHANNELS" => "a:10,b:10:sideways"}) ==
+             ~s(ringbus: RINGBUS_CHANNELS "b": overflow must be drop_oldest or reject, got: "sideways")
+
+    assert error(%{"RINGBUS_CHANNELS" => "a:10:reject:lots"}) ==
+             ~s(ringbus: RINGBUS_CHANNELS "a": max_bytes must be a positive integer, got: "lots")
+
+    assert error(%{"RINGBUS_AUTO_CREATE" => "-1"}) ==
+             "ringbus: RINGBUS_AUTO_CREATE capacity must be a positive integer, got: -1"
+
+    assert error(%{"RINGBUS_CHANNELS" => "nameonly"}) =~ "RINGBUS_CHANNELS expected NAME:CAPACITY"
+  end
+
+  test "a channel's max_bytes goes to the channel, or says this build has no such option" do
+    env = %{"RINGBUS_CHANNELS" => "big:10:drop_oldest:1048576"}
+
+    if max_bytes?() do
+      assert load!(env).channels == [
+               {"big", [capacity: 10, overflow: :drop_oldest, max_bytes: 1_048_576]}
+             ]
+    else
+      assert error(env) ==
+               ~s(ringbus: RINGBUS_CHANNELS "big": is not supported by this build (unknown option :max_bytes\))
+    end
+  end
+
+  defp max_bytes? do
+    Ringbus.Channel.validate_options!(capacity: 1, max_bytes: 1)
+    true
+  rescue
+    ArgumentError -> false
+  end
+
+  test "RESP and cluster members go on as options, or say this build has none" do
+    resp = %{"RINGBUS_RESP_PORT" => "6379"}
+
+    case Config.load(resp) do
+      {:ok, boot} ->
+        assert boot.server[:resp_port] == 6379
+
+      {:error, line} ->
+        assert line ==
+                 "ringbus: RINGBUS_RESP_PORT is not supported by this build (unknown option :resp_port)"
+    end
+
+    join = %{"RINGBUS_JOIN" => "a@host1,b@host2"}
+
+    if Code.ensure_loaded?(Ringbus.Cluster),
+      do: assert(load!(join).join == [:a@host1, :b@host2]),
+      else:
+        assert(
+          error(join) == "ringbus: RINGBUS_JOIN is not supported by this build (no cluster layer)"
+        )
+
+    assert error(%{"RINGBUS_JOIN" => "a@host1,nohost"}) =~
+             ~s{RINGBUS_JOIN must be comma-separated node names (name@host), got: "nohost"}
+  end
+
+  test "a bad value stops with one line that names the variable" do
+    for {env, line} <- [
+          {%{"RINGBUS_PORT" => "abc"},
+           ~s(ringbus: RINGBUS_PORT must be an integer in 0..65535, got: "abc")},
+          {%{"RINGBUS_PORT" => "70000"},
+           "ringbus: RINGBUS_PORT must be an integer in 0..65535, got: 70000"},
+          {%{"RINGBUS_HOST" => "localhost"},
+           ~s(ringbus: RINGBUS_HOST must be an IP address, got: "localhost")},
+          {%{"RINGBUS_MAX_CREDIT" => "0"},
+           "ringbus: RINGBUS_MAX_CREDIT must be a positive integer, got: 0"},
+          {%{"RINGBUS_IDLE_TIMEOUT" => "soon"},
+           ~s(ringbus: RINGBUS_IDLE_TIMEOUT must be a positive integer or infinity, got: "soon")},
+          {%{"RINGBUS_HTTP_PORT" => "on"},
+           ~s(ringbus: RINGBUS_HTTP_PORT must be an integer in 0..65535 or off, got: "on")},
+          {%{"RINGBUS_LOG_LEVEL" => "loud"},
+           ~s(ringbus: RINGBUS_LOG_LEVEL must be one of debug, info, notice, warning, error, critical, alert, emergency, got: "loud")},
+          {%{"RINGBUS_PROT" => "7000"},
+           "ringbus: RINGBUS_PROT is not a Ringbus variable (see Ringbus.Release)"},
+          {%{"RINGBUS_CERTFILE" => "/nonexistent.pem"},
+           ~s(ringbus: RINGBUS_CERTFILE must name a readable file: "/nonexistent.pem": no such file or directory)}
+        ] do
+      assert error(env) == line
+    end
+  end
+
+  test "a value the server's own checks refuse is reported under its variable" do
+    assert error(%{"RINGBUS_MAX_FRAME_SIZE" => "100"}) ==
+             "ringbus: RINGBUS_MAX_FRAME_SIZE expected :max_frame_size to be at least 1024, got: 100"
+  end
+
+  test "TLS needs both files", %{tmp_dir: dir} do
+    cert = Path.join(dir, "cert.pem")
+    File.write!(cert, "")
+
+    assert error(%{"RINGBUS_CERTFILE" => cert}) ==
+             "ringbus: RINGBUS_CERTFILE needs RINGBUS_KEYFILE too"
+  end
+
+  test "a tokens file grants channel prefixes; its errors never show a token", %{tmp_dir: dir} do
+    path = Path.join(dir, "tokens")
+
+    File.write!(path, """
+    # operators
+    admin-token
+    reader read=events.,logs.   # dashboards
+    writer write=events. read=*
+    """)
+
+    boot = load!(%{"RINGBUS_TOKENS_FILE" => path, "RINGBUS_TOKENS" => "extra"})
+
+    assert boot.server[:tokens] == %{
+             "admin-token" => :all,
+             "reader" => [read: ["events.", "logs."], write: []],
+             "writer" => [read: :all, write: ["events."]],
+             "extra" => :all
+           }
+
+    assert %Ringbus.Server.Config{} = Ringbus.Server.Config.new!(boot.server)
+
+    File.write!(path, "s3cr3t-token admin=everything\n")
+    line = error(%{"RINGBUS_TOKENS_FILE" => path})
+    assert line =~ "ringbus: RINGBUS_TOKENS_FILE #{path} line 1: expected TOKEN"
+    refute line =~ "s3cr3t"
+  end
+
+  test "RINGBUS_CONFIG names a file of the same variables; the environment wins", %{tmp_dir: dir} do
+    path = Path.join(dir, "ringbus.conf")
+
+    File.write!(path, """
+    # Ringbus
+    RINGBUS_PORT=7100
+    RINGBUS_CHANNELS="events:100"
+
+    RINGBUS_MAX_CONNECTIONS = '50'
+    """)
+
+    boot = load!(%{"RINGBUS_CONFIG" => path, "RINGBUS_PORT" => "7200"})
+    assert boot.server[:port] == 7200
+    assert boot.server[:max_connections] == 50
+    assert boot.channels == [{"events", [capacity: 100, overflow: :drop_oldest]}]
+
+    File.write!(path, "RINGBUS_PORT=7100\nRINGBUS_MAX_CREDIT=none\n")
+
+    assert error(%{"RINGBUS_CONFIG" => path}) ==
+             ~s{ringbus: RINGBUS_MAX_CREDIT (#{path} line 2) must be a positive integer, got: "none"}
+
+    File.write!(path, "RINGBUS_TOKENS s3cr3t\n")
+
+    assert error(%{"RINGBUS_CONFIG" => path}) ==
+             "ringbus: RINGBUS_CONFIG #{path} line 1: expected NAME=value"
+
+    File.write!(path, "\nRINGBUS_PROT=7100\n")
+
+    assert error(%{"RINGBUS_CONFIG" => path}) ==
+             ~s(ringbus: RINGBUS_CONFIG #{path} line 2: "RINGBUS_PROT" is not a variable the file may set)
+
+    assert error(%{"RINGBUS_CONFIG" => Path.join(dir, "missing")}) =~
+             "ringbus: RINGBUS_CONFIG cannot read #{dir}/missing: no such file or directory"
+  end
+
+  test "Ringbus.Release documents every variable" do
+    {:docs_v1, _, _, _, %{"en" => doc}, _, _} = Code.fetch_docs(Ringbus.Release)
+    for {name, _, _, _} <- Config.variables(), do: assert(doc =~ "`#{name}`")
+  end
+end
