@@ -29,8 +29,9 @@ defmodule Ringbus.Release.Config do
     {"RINGBUS_TOKENS", :tokens, :tokens, "none (no auth)",
      "Comma-separated tokens, each granting every channel."},
     {"RINGBUS_TOKENS_FILE", :tokens_file, :file, "none",
-     "A file of tokens, one a line: `TOKEN` (every channel) or " <>
-       "`TOKEN read=PREFIX,... write=PREFIX,...` (`*` for every channel); `#` starts a comment."},
+     "A file of tokens, one a line: `TOKEN` (every right on every channel) or " <>
+       "`TOKEN read=PREFIX,... write=PREFIX,... manage=PREFIX,...` (`*` for every channel; " <>
+       "a right left out is none); `#` starts a comment."},
     {"RINGBUS_AUTO_CREATE", {:server, :auto_create}, :auto_create, "`100000:drop_oldest`",
      "`CAPACITY[:OVERFLOW[:MAX_BYTES]]` of channels created by their first push, or `off`."},
     {"RINGBUS_MAX_FRAME_SIZE", {:server, :max_frame_size}, :positive, "16 MiB",
@@ -401,7 +402,8 @@ defmodule Ringbus.Release.Config do
                 line(
                   name,
                   origin,
-                  "#{path} line #{n}: expected TOKEN [read=PREFIX,...] [write=PREFIX,...]"
+                  "#{path} line #{n}: expected TOKEN [read=PREFIX,...] [write=PREFIX,...] " <>
+                    "[manage=PREFIX,...]"
                 )}}
           end
       end
@@ -410,14 +412,20 @@ defmodule Ringbus.Release.Config do
 
   defp grants([], []), do: {:ok, :all}
 
-  defp grants([], acc),
-    do: {:ok, [read: Keyword.get(acc, :read, []), write: Keyword.get(acc, :write, [])]}
+  defp grants([], acc) do
+    {:ok,
+     [
+       read: Keyword.get(acc, :read, []),
+       write: Keyword.get(acc, :write, []),
+       manage: Keyword.get(acc, :manage, [])
+     ]}
+  end
 
   defp grants(["all" | rest], acc), do: grants(rest, acc)
 
   defp grants([grant | rest], acc) do
     case String.split(grant, "=", parts: 2) do
-      [access, prefixes] when access in ["read", "write"] ->
+      [access, prefixes] when access in ["read", "write", "manage"] ->
         prefixes = String.split(prefixes, ",", trim: true)
         prefixes = if "*" in prefixes, do: :all, else: prefixes
         grants(rest, Keyword.put(acc, String.to_existing_atom(access), prefixes))

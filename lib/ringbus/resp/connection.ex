@@ -5,10 +5,11 @@ defmodule Ringbus.Resp.Connection do
   # hands every parsed command to `Ringbus.Resp.Session`, which holds the
   # protocol. It reads and writes as `Ringbus.Server.Connection` does:
   #
-  # Reads. The socket is in `active: :once` mode with a large user buffer,
-  # so one message carries whatever the kernel has; the parser returns every
-  # command in it, the session answers them all, the answers go out with one
-  # socket write, and the socket is armed again.
+  # Reads. The socket delivers a few reads at a time as messages (see
+  # `Ringbus.Socket.activate/2`), each carrying whatever the kernel has; the
+  # parser returns every command in a read, the session answers them all,
+  # and the answers go out with one socket write. The socket is armed again
+  # when it says it has gone passive.
   #
   # Writes. Replies and the answers of commands that waited collect as
   # iodata and go out with one write after each read, when the mailbox is
@@ -19,8 +20,9 @@ defmodule Ringbus.Resp.Connection do
   # and says how long to wait; batches arrive as `{:ringbus, sub, messages,
   # lost}` messages like any other, and a timer ends the wait. Meanwhile the
   # socket stays armed, so that a client that hangs up is noticed, but the
-  # one read that may arrive is held, not parsed, until the wait ends: what
-  # queues here stays bounded by one read and one subscription batch.
+  # reads that arrive are held, not parsed, until the wait ends; the socket
+  # is armed again only once they have run, so what queues here stays
+  # bounded by the reads of one arming and one subscription batch.
   #
   # Backlog safety. No selective receive on the path: every message is taken
   # in arrival order by gen_server's loop, the calls the session makes wait
@@ -29,13 +31,17 @@ defmodule Ringbus.Resp.Connection do
   # Time limits. A TLS handshake, and when tokens are required AUTH, must be
   # done within `handshake_timeout`; after that each command must be
   # complete within `idle_timeout` of the one before, except while a command
-  # waits. Shutdown: it traps exits; the read already taken in is answered,
-  # then `-ERR the server is shutting down`, and the socket closes.
+  # waits. Shutdown: it traps exits; the reads already taken in are
+  # answered, then `-ERR the server is shutting down`, and the socket closes
+  # gracefully (`Ringbus.Server.Transport.close_gracefully/3`).
+  #
+  # Figures and logs go through `Ringbus.Server.Stats`, as for the binary
+  # protocol: a command counts as a frame in, a reply as a frame out.
 
   use GenServer, restart: :temporary
 
   alias Ringbus.Resp.{Parser, Session}
-  alias Ringbus.Server.{Config, Transport}
+  alias Ringbus.Server.{Config, Stats, Transport}
 
   @flush_bytes 64 * 1024
   # Before AUTH, when tokens are required: the limits Redis puts on
@@ -76,11 +82,14 @@ defmodule Ringbus.Resp.Connection do
       parser: parser,
       session: session,
       deadline: now() + config.handshake_timeout,
-      # A read that came while a command waited, and the wait's timer.
-      held: nil,
+      # Reads that came while a command waited, newest first; whether the
+      # socket went passive meanwhile; the wait's timer.
+      held: [],
+      passive: false,
       timer: nil,
       out: [],
-      out_bytes: 0
+      out_bytes: 0,
+      stats: nil
     }
 
     {:ok, state, config.handshake_timeout}
@@ -92,7 +101,8 @@ defmodule Ringbus.Resp.Connection do
   def handle_info({:ringbus_socket, kind, socket}, state) do
     with {:ok, socket} <- Transport.handshake(kind, socket, remaining(state.deadline)),
          :ok <- Ringbus.Socket.activate(kind, socket) do
-      state = %{state | kind: kind, socket: socket}
+      stats = Stats.opened(state.config.counters, kind, socket)
+      state = opened(%{state | kind: kind, socket: socket, stats: stats})
       noreply(if Session.authenticated?(state.session), do: touch(state), else: state)
     else
       _ -> {:stop, :normal, state}
@@ -101,8 +111,15 @@ defmodule Ringbus.Resp.Connection do
 
   def handle_info({tag, socket, data}, %{socket: socket} = state) when tag in [:tcp, :ssl] do
     if Session.blocked?(state.session),
-      do: noreply(%{state | held: data}),
+      do: noreply(%{state | held: [data | state.held]}),
       else: read(data, state)
+  end
+
+  # The reads asked for have come: ask for more, unless reads are held
+  # behind a waiting command.
+  def handle_info({passive, socket}, %{socket: socket} = state)
+      when passive in [:tcp_passive, :ssl_passive] do
+    if state.held == [], do: rearm(state), else: noreply(%{state | passive: true})
   end
 
   def handle_info({:ringbus, sub, messages, lost}, state),
@@ -118,33 +135,49 @@ defmodule Ringbus.Resp.Connection do
   def handle_info(:timeout, %{socket: nil} = state), do: {:stop, :normal, state}
 
   def handle_info(:timeout, %{out_bytes: 0} = state) do
+    reason = if Session.authenticated?(state.session), do: :idle_timeout, else: :handshake_timeout
+
     if remaining(state.deadline) == 0,
-      do: fatal(state, Session.fatal(state.session, :timeout)),
+      do: fatal(state, Session.fatal(state.session, :timeout), reason),
       else: noreply(state)
   end
 
   def handle_info(:timeout, state), do: state |> flush() |> noreply()
 
   def handle_info({:inet_reply, _socket, :ok}, state), do: noreply(state)
-  def handle_info({:inet_reply, _socket, {:error, _reason}}, state), do: close(state)
+
+  def handle_info({:inet_reply, _socket, {:error, reason}}, state),
+    do: close(state, if(reason == :timeout, do: :send_timeout, else: :socket_error))
 
   def handle_info({closed, _socket}, state) when closed in [:tcp_closed, :ssl_closed],
-    do: close(state)
+    do: close(state, :peer_closed)
 
   def handle_info({error, _socket, _reason}, state) when error in [:tcp_error, :ssl_error],
-    do: close(state)
+    do: close(state, :socket_error)
 
   def handle_info(_unexpected, state), do: noreply(state)
 
   @impl true
   def terminate(reason, %{socket: socket} = state) when socket != nil do
-    with true <- shutdown?(reason),
-         {:ok, state} <- answer_queued(state) do
-      state |> write(Session.fatal(state.session, :shutting_down)) |> flush() |> close()
-    end
+    # Before the supervisor's kill, with a margin.
+    deadline = now() + state.config.shutdown_timeout - 100
+
+    state =
+      with true <- shutdown?(reason),
+           {:ok, state} <- answer_queued(state) do
+        state = state |> write(Session.fatal(state.session, :shutting_down)) |> flush()
+        # The client may still be sending: a plain close would reset the
+        # connection and could lose the last replies.
+        Transport.close_gracefully(state.kind, state.socket, remaining(deadline))
+        %{state | stats: Stats.closing(state.stats, :shutting_down)}
+      else
+        false -> state
+        {:stop, _normal, state} -> state
+      end
 
     Session.gone(Session.cancel(state.session))
-    :ok
+    # Every stop but a crash has given its reason to close/2 already.
+    Stats.closed(state.stats, :crashed)
   end
 
   def terminate(_reason, state) do
@@ -154,14 +187,19 @@ defmodule Ringbus.Resp.Connection do
 
   defp shutdown?(reason), do: reason == :shutdown or match?({:shutdown, _}, reason)
 
-  # What reached the mailbox before the shutdown: one read at most (the
-  # socket is `active: :once`). A waiting command's read stays unanswered.
+  # What reached the mailbox before the shutdown: the few reads the socket
+  # delivers before it must be armed again. A waiting command's reads stay
+  # unanswered.
   defp answer_queued(%{session: %{blocked: nil}, socket: socket} = state) do
     receive do
       {tag, ^socket, data} when tag in [:tcp, :ssl] ->
         case Parser.feed(state.parser, data) do
-          {:ok, commands, parser} -> run(%{state | parser: parser}, commands)
-          {:error, _message, commands} -> run(state, commands)
+          {:ok, commands, parser} ->
+            state = %{state | parser: parser} |> counted(commands, data)
+            with {:ok, state} <- run(state, commands), do: answer_queued(state)
+
+          {:error, _message, commands} ->
+            state |> counted(commands, data) |> run(commands)
         end
     after
       0 -> {:ok, state}
@@ -175,13 +213,22 @@ defmodule Ringbus.Resp.Connection do
   defp read(data, state) do
     case Parser.feed(state.parser, data) do
       {:ok, commands, parser} ->
-        %{state | parser: parser} |> run(commands) |> after_read(commands != [])
+        %{state | parser: parser}
+        |> counted(commands, data)
+        |> run(commands)
+        |> after_read(commands != [])
 
       {:error, message, commands} ->
-        with {:ok, state} <- run(state, commands) do
-          fatal(state, Session.fatal(state.session, message))
+        with {:ok, state} <- state |> counted(commands, data) |> run(commands) do
+          fatal(state, Session.fatal(state.session, message), :bad_frame)
         end
     end
+  end
+
+  # The commands of a read count in, and their replies out.
+  defp counted(state, commands, data) do
+    stats = Stats.read(state.stats, commands, byte_size(data))
+    %{state | stats: Stats.replied(stats, stats.frames_in - state.stats.frames_in)}
   end
 
   defp run(state, []), do: {:ok, state}
@@ -190,37 +237,66 @@ defmodule Ringbus.Resp.Connection do
   # Queues what the session wrote, and follows its status: {:ok, state} or
   # the stop after QUIT.
   defp after_session(state, {status, out, session}) do
-    state = state |> Map.put(:session, session) |> unlimit() |> write(out)
+    state = state |> Map.put(:session, session) |> opened() |> unlimit() |> write(out)
 
     case status do
       :ok -> {:ok, cancel_timer(state)}
       {:block, token, timeout} -> {:ok, arm_timer(state, token, timeout)}
-      {:close, _reason} -> state |> flush() |> close()
+      {:close, _quit} -> state |> flush() |> close(:peer_closed)
     end
+  end
+
+  # Authenticated (or needing not): the connection counts as open.
+  defp opened(state) do
+    if Session.authenticated?(state.session),
+      do: %{state | stats: Stats.open(state.stats)},
+      else: state
   end
 
   defp after_read({:ok, state}, got_commands?) do
     state = if got_commands?, do: touch(state), else: state
-    state = flush(state)
-
-    case Ringbus.Socket.activate(state.kind, state.socket) do
-      :ok -> noreply(state)
-      {:error, _} -> close(state)
-    end
+    state |> flush() |> noreply()
   end
 
   defp after_read(stop, _got_commands?), do: stop
 
-  # A wait may have ended: if so, the read held meanwhile runs now.
+  # A wait may have ended: if so, the reads held meanwhile run now, oldest
+  # first, and the socket is armed again if it went passive.
   defp resumed({:ok, state}) do
     cond do
       Session.blocked?(state.session) -> noreply(state)
-      state.held != nil -> read(state.held, %{state | held: nil})
+      state.held != [] -> run_held(:lists.reverse(state.held), %{state | held: []})
+      state.passive -> rearm(touch(state))
       true -> noreply(touch(state))
     end
   end
 
   defp resumed(stop), do: stop
+
+  defp run_held([data | rest], state) do
+    case read(data, state) do
+      {:noreply, state, _timeout} when rest != [] ->
+        if Session.blocked?(state.session),
+          do: noreply(%{state | held: :lists.reverse(rest)}),
+          else: run_held(rest, state)
+
+      {:noreply, state, _timeout} ->
+        if state.passive and not Session.blocked?(state.session),
+          do: rearm(state),
+          else: noreply(state)
+
+      stop ->
+        stop
+    end
+  end
+
+  defp rearm(state) do
+    case Ringbus.Socket.activate(state.kind, state.socket) do
+      :ok -> noreply(%{state | passive: false})
+      {:error, :closed} -> close(state, :peer_closed)
+      {:error, _} -> close(state, :socket_error)
+    end
+  end
 
   # Authenticated: the parser takes the server's full limits from now on.
   defp unlimit(%{parser: %{max_args: @anonymous_args} = parser} = state) do
@@ -278,9 +354,15 @@ defmodule Ringbus.Resp.Connection do
   defp flush(%{out_bytes: 0} = state), do: state
 
   defp flush(state) do
-    # A failed write shows up as the socket's closed message.
-    Ringbus.Socket.send(state.kind, state.socket, state.out)
-    %{state | out: [], out_bytes: 0}
+    # A failed write shows up as the socket's closed message; a TLS write
+    # that timed out also says why here.
+    stats =
+      case Ringbus.Socket.send(state.kind, state.socket, state.out) do
+        {:error, :timeout} -> Stats.closing(state.stats, :send_timeout)
+        _ -> Stats.flushed(state.stats, state.out_bytes)
+      end
+
+    %{state | out: [], out_bytes: 0, stats: stats}
   end
 
   # Output waiting: come back when the mailbox is empty. A waiting command
@@ -294,13 +376,14 @@ defmodule Ringbus.Resp.Connection do
   defp noreply(state), do: {:noreply, state, 0}
 
   # A connection error: say why, write what is pending, and close.
-  defp fatal(state, reply), do: state |> write(reply) |> flush() |> close()
+  defp fatal(state, reply, reason), do: state |> write(reply) |> flush() |> close(reason)
 
-  defp close(%{socket: nil} = state), do: {:stop, :normal, state}
+  # `reason` is why, for the figures and the log line (`Ringbus.Server.Stats`).
+  defp close(%{socket: nil} = state, _reason), do: {:stop, :normal, state}
 
-  defp close(state) do
+  defp close(state, reason) do
     Ringbus.Socket.close(state.kind, state.socket)
-    {:stop, :normal, state}
+    {:stop, :normal, %{state | stats: Stats.closing(state.stats, reason)}}
   end
 
   defp remaining(:infinity), do: :infinity

@@ -203,6 +203,13 @@ defmodule Ringbus.Server.Stats do
   defp error(counters, code) when code in @codes, do: add(counters, {:error, code}, 1)
   defp error(_counters, _unknown), do: :ok
 
+  @doc "`count` replies were written (for a protocol whose output is not frames)."
+  @spec replied(tally(), non_neg_integer()) :: tally()
+  def replied(tally, count) do
+    add(tally.counters, :frames_out, count)
+    %{tally | frames_out: tally.frames_out + count}
+  end
+
   @doc "`bytes` bytes went to the socket."
   @spec flushed(tally(), non_neg_integer()) :: tally()
   def flushed(tally, bytes) do

@@ -109,37 +109,16 @@ defmodule Ringbus.Release.ConfigTest do
     assert error(%{"RINGBUS_CHANNELS" => "nameonly"}) =~ "RINGBUS_CHANNELS expected NAME:CAPACITY"
   end
 
-  test "a channel's max_bytes goes to the channel, or says this build has no such option" do
+  test "a channel's max_bytes goes to the channel" do
     env = %{"RINGBUS_CHANNELS" => "big:10:drop_oldest:1048576"}
 
-    if max_bytes?() do
-      assert load!(env).channels == [
-               {"big", [capacity: 10, overflow: :drop_oldest, max_bytes: 1_048_576]}
-             ]
-    else
-      assert error(env) ==
-               ~s(ringbus: RINGBUS_CHANNELS "big": is not supported by this build (unknown option :max_bytes\))
-    end
+    assert load!(env).channels == [
+             {"big", [capacity: 10, overflow: :drop_oldest, max_bytes: 1_048_576]}
+           ]
   end
 
-  defp max_bytes? do
-    Ringbus.Channel.validate_options!(capacity: 1, max_bytes: 1)
-    true
-  rescue
-    ArgumentError -> false
-  end
-
-  test "RESP and cluster members go on as options, or say this build has none" do
-    resp = %{"RINGBUS_RESP_PORT" => "6379"}
-
-    case Config.load(resp) do
-      {:ok, boot} ->
-        assert boot.server[:resp_port] == 6379
-
-      {:error, line} ->
-        assert line ==
-                 "ringbus: RINGBUS_RESP_PORT is not supported by this build (unknown option :resp_port)"
-    end
+  test "RESP and cluster members go on as options" do
+    assert load!(%{"RINGBUS_RESP_PORT" => "6379"}).server[:resp_port] == 6379
 
     join = %{"RINGBUS_JOIN" => "a@host1,b@host2"}
 
@@ -200,14 +179,16 @@ defmodule Ringbus.Release.ConfigTest do
     admin-token
     reader read=events.,logs.   # dashboards
     writer write=events. read=*
+    owner read=app. write=app. manage=app.
     """)
 
     boot = load!(%{"RINGBUS_TOKENS_FILE" => path, "RINGBUS_TOKENS" => "extra"})
 
     assert boot.server[:tokens] == %{
              "admin-token" => :all,
-             "reader" => [read: ["events.", "logs."], write: []],
-             "writer" => [read: :all, write: ["events."]],
+             "reader" => [read: ["events.", "logs."], write: [], manage: []],
+             "writer" => [read: :all, write: ["events."], manage: []],
+             "owner" => [read: ["app."], write: ["app."], manage: ["app."]],
              "extra" => :all
            }
 
