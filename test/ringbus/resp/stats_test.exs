@@ -33,10 +33,4 @@ defmodule Ringbus.Resp.StatsTest do
     assert log =~ ~r/Ringbus connection from 127\.0\.0\.1:\d+ opened \(tcp\)/
     assert log =~ ~r/closed \(peer_closed\) after \d+ ms: 2 frames in, 2 out/
   end
-
-  defp wait_closed(counters) do
-    assert Ringbus.Test.Eventually.eventually(fn ->
-             Stats.counts(counters).closed.peer_closed == 1
-           end)
-  end
 end
