@@ -489,14 +489,14 @@ defmodule Ringbus.Client do
   def push_async(%__MODULE__{} = client, channel, payload, opts) when is_binary(payload) do
     mode = ack_mode(opts)
     channel = channel!(channel)
-    async(client, mode, 1, &{:push, &1, mode, channel, payload})
+    async(client, mode, 1, &Frame.encode_push(&1, mode, channel, payload))
   end
 
   def push_async(%__MODULE__{} = client, channel, payloads, opts) when is_list(payloads) do
     mode = ack_mode(opts)
     channel = channel!(channel)
     count = length(payloads)
-    async(client, mode, count, &{:push_batch, &1, mode, channel, count, payloads})
+    async(client, mode, count, &measured({:push_batch, &1, mode, channel, count, payloads}))
   end
 
   defp ack_mode([]), do: :ack
@@ -509,7 +509,13 @@ defmodule Ringbus.Client do
     end
   end
 
-  defp async(%__MODULE__{counters: counters} = client, mode, count, frame) do
+  defp measured(frame) do
+    data = Frame.encode(frame)
+    {data, IO.iodata_length(data)}
+  end
+
+  # `encode` takes the push's corr and returns its bytes and their count.
+  defp async(%__MODULE__{counters: counters} = client, mode, count, encode) do
     cond do
       Counters.closed?(counters) ->
         {:error, :closed}
@@ -520,7 +526,7 @@ defmodule Ringbus.Client do
       true ->
         corr = Counters.next_corr(counters)
 
-        case encode_reserved(client, frame.(corr), count) do
+        case encode_reserved(client, encode, corr, count) do
           {:ok, data, bytes} ->
             message = {:ringbus_push, data, bytes, corr, count, mode}
 
@@ -544,8 +550,12 @@ defmodule Ringbus.Client do
   end
 
   # Gives the reserved room back when the encoder raises on a bad payload.
-  defp encode_reserved(client, frame, count) do
-    encode(client, frame)
+  defp encode_reserved(client, encode, corr, count) do
+    {data, bytes} = encode.(corr)
+
+    if bytes - 4 > client.max_frame_size,
+      do: {:error, :frame_too_large},
+      else: {:ok, data, bytes}
   rescue
     e ->
       Counters.release(client.counters, count)
