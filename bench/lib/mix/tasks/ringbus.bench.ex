@@ -1,5 +1,5 @@
 defmodule Mix.Tasks.Ringbus.Bench do
-  @shortdoc "Runs a Ringbus benchmark: buffer, len, backlog, ingest or frames"
+  @shortdoc "Runs a Ringbus benchmark: buffer, len, backlog, ingest, frames or cluster"
 
   @moduledoc """
   Runs one of Ringbus's benchmarks. Each one reproduces a field report and
@@ -11,6 +11,7 @@ defmodule Mix.Tasks.Ringbus.Bench do
       mix ringbus.bench backlog [options]   # selective receive under a backlog
       mix ringbus.bench ingest [options]    # TCP ingest: pipelined, batched acks
       mix ringbus.bench frames [options]    # large frames over TCP and TLS
+      mix ringbus.bench cluster [options]   # a silent node: naive sends vs links
 
   Run `mix help ringbus.bench` and see each bench module
   (`Ringbus.Bench.Buffer`, ...) for its options.
@@ -27,7 +28,8 @@ defmodule Mix.Tasks.Ringbus.Bench do
     "len" => Ringbus.Bench.Len,
     "backlog" => Ringbus.Bench.Backlog,
     "ingest" => Ringbus.Bench.Ingest,
-    "frames" => Ringbus.Bench.Frames
+    "frames" => Ringbus.Bench.Frames,
+    "cluster" => Ringbus.Bench.Cluster
   }
 
   @impl Mix.Task
