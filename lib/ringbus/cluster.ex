@@ -45,8 +45,9 @@ defmodule Ringbus.Cluster do
       unsent.
 
   No caller ever waits on a remote process or on the distribution buffer:
-  a call waits on its local link, at most `:call_timeout` ms (creates and
-  deletes of a remote channel: twice `:create_timeout`).
+  a call waits on its local link, at most `:call_timeout` ms. Creates wait
+  for the other nodes' votes, at most `:create_timeout` (and a create or
+  delete of another node's channel, twice that).
 
   Messages from one producer keep their order across the wire. A remote
   subscription gets the same `{:ringbus, sub, messages, lost}` batches
@@ -81,8 +82,8 @@ defmodule Ringbus.Cluster do
       acknowledged makes its link busy: calls to it then return
       `{:error, :node_busy}` without waiting, until it catches up.
       Default `100`.
-    * `:create_timeout` - ms each round of a create waits for the other
-      nodes. Default `1_000`.
+    * `:create_timeout` - ms a create waits for the other nodes to agree.
+      Default `1_000`.
     * `:max_buffer_bytes` - bytes a link holds for its node while the
       distribution buffer is full. Default 4 MiB.
     * `:batch_bytes` - bytes after which a link sends without waiting for

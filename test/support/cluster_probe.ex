@@ -7,13 +7,27 @@ defmodule Ringbus.Test.ClusterProbe do
 
   @doc """
   Pushes to each channel of `names` in turn for `duration_ms`, timing every
-  call. Returns one record per call, `{os_time_us, name, micros, result}`
-  where result is `{:ok, seq, payload}` or the error, in call order.
+  call. Returns `records`, one per call, `{os_time_us, name, micros,
+  result}` where result is `{:ok, seq, payload}` or the error, in call
+  order; and `lateness_us`, how late at worst a process sleeping 1 ms in a
+  loop beside it woke: what the machine alone costs a process that waits.
   """
   def timed_pushes(names, duration_ms, payload_bytes \\ 16) do
     deadline = System.monotonic_time(:millisecond) + duration_ms
     pad = :binary.copy("x", max(payload_bytes - 12, 0))
-    timed_loop(names, names, deadline, pad, 0, [])
+    control = Task.async(fn -> lateness(deadline, 0) end)
+    records = timed_loop(names, names, deadline, pad, 0, [])
+    %{records: records, lateness_us: Task.await(control)}
+  end
+
+  defp lateness(deadline, worst) do
+    if System.monotonic_time(:millisecond) > deadline do
+      worst
+    else
+      t0 = System.monotonic_time(:microsecond)
+      Process.sleep(1)
+      lateness(deadline, max(worst, System.monotonic_time(:microsecond) - t0 - 1_000))
+    end
   end
 
   defp timed_loop(names, [], deadline, pad, i, acc),

@@ -23,10 +23,11 @@ defmodule Ringbus.Cluster.Directory do
   #      every node, and answers `:ok` once the voters have it, so a name
   #      created anywhere resolves everywhere by the time `create` returns.
   #
-  # A round waits `create_timeout` at most: a claim that times out answers
-  # `{:error, :node_busy}` and is released, an announce that times out
-  # answers `:ok` (the channel exists). Busy and down nodes do not vote, so
-  # a silent node cannot stop creates elsewhere.
+  # Both rounds together wait `create_timeout` at most: a claim that times
+  # out answers `{:error, :node_busy}` and is released, an announce that
+  # times out answers `:ok` (the channel exists). Busy and down nodes do not
+  # vote, so a silent node cannot stop creates elsewhere; two creates of one
+  # name on both sides of a partition are resolved when it heals (below).
   #
   # Converging. When a link comes up, both sides send the channels they home,
   # with their incarnation (made when this process starts, i.e. when Ringbus
@@ -95,29 +96,23 @@ defmodule Ringbus.Cluster.Directory do
 
   @doc "A create or delete another node asked for; the answer goes to `link`."
   @spec remote(pid(), reference(), term()) :: :ok
-  def remote(link, ref, request) do
-    send(__MODULE__, {:ringbus_remote, link, ref, request})
-    :ok
-  end
+  def remote(link, ref, request), do: notify({:ringbus_remote, link, ref, request})
 
   @doc "A directory message from `node`."
   @spec peer(node(), term()) :: :ok
-  def peer(node, message) do
-    send(__MODULE__, {:ringbus_dir, node, message})
-    :ok
-  end
+  def peer(node, message), do: notify({:ringbus_dir, node, message})
 
   @doc "The link to `node` is up (or has room again): send it our channels."
   @spec link_up(node()) :: :ok
-  def link_up(node) do
-    send(__MODULE__, {:ringbus_link_up, node})
-    :ok
-  end
+  def link_up(node), do: notify({:ringbus_link_up, node})
 
   @doc "The link to `node` has stopped."
   @spec link_down(node()) :: :ok
-  def link_down(node) do
-    send(__MODULE__, {:ringbus_link_down, node})
+  def link_down(node), do: notify({:ringbus_link_down, node})
+
+  # A link outlives the directory for a moment when the cluster layer stops.
+  defp notify(message) do
+    if pid = Process.whereis(__MODULE__), do: send(pid, message)
     :ok
   end
 

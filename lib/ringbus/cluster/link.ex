@@ -73,9 +73,10 @@ defmodule Ringbus.Cluster.Link do
   @impl true
   def init(%{node: node, counters: counters, config: config}) do
     Process.flag(:trap_exit, true)
-    :ok = :pg.join(Links.scope(), Links.group(node), self())
     Links.set_state(counters, :down)
     Links.set_queued(counters, 0)
+    Links.put(node, self(), counters, config.call_timeout)
+    :ok = :pg.join(Links.scope(), Links.group(node), self())
 
     state = %{
       node: node,
@@ -126,14 +127,14 @@ defmodule Ringbus.Cluster.Link do
 
       # A batch of a peer link that has stopped: its session is over.
       true ->
-        {:noreply, state}
+        noreply(state)
     end
   end
 
   def handle_info({:ringbus_link_peer, pid}, %{peer: nil} = state),
     do: noreply(connect(state, pid))
 
-  def handle_info({:ringbus_link_peer, pid}, %{peer: pid} = state), do: {:noreply, state}
+  def handle_info({:ringbus_link_peer, pid}, %{peer: pid} = state), do: noreply(state)
 
   def handle_info({:ringbus_link_peer, _other}, state),
     do: {:stop, {:shutdown, :peer_changed}, state}
@@ -144,7 +145,7 @@ defmodule Ringbus.Cluster.Link do
 
   def handle_info({:ringbus_call, ref, _name, _op, _deadline}, %{peer: nil} = state) do
     send(ref, {ref, {:error, :node_down}})
-    {:noreply, state}
+    noreply(state)
   end
 
   def handle_info({:ringbus_call, ref, name, {:subscribe, opts, subscriber}, deadline}, state) do
@@ -162,7 +163,7 @@ defmodule Ringbus.Cluster.Link do
     case Map.pop(state.routes, sub) do
       {nil, _} ->
         send(ref, {ref, {:error, :no_subscription}})
-        {:noreply, state}
+        noreply(state)
 
       {{_subscriber, monitor}, routes} ->
         Process.demonitor(monitor, [:flush])
@@ -215,11 +216,11 @@ defmodule Ringbus.Cluster.Link do
 
   def handle_info(:check, state) do
     state = update_stale(%{state | checking?: false}, now())
-    {:noreply, arm_check(state)}
+    noreply(arm_check(state))
   end
 
   # Answers and monitors of subscriptions this link stopped, and the like.
-  def handle_info(_other, state), do: {:noreply, state}
+  def handle_info(_other, state), do: noreply(state)
 
   @impl true
   def terminate(reason, state) do
@@ -369,27 +370,35 @@ defmodule Ringbus.Cluster.Link do
 
   ## Sending
 
-  # Flushes now if the outbox holds a batch's worth, else when the mailbox
-  # is empty (gen_server's timeout 0). While a retry is pending, the retry
-  # timer flushes.
+  # Every callback returns through here. Flushes now if the outbox holds a
+  # batch's worth, else when the mailbox is empty (gen_server's timeout 0),
+  # if anything waits to be sent. A return without the timeout would cancel
+  # a flush an earlier message asked for, so no callback returns otherwise.
+  # While a retry is pending, the retry timer flushes.
   defp noreply(%{suspended: nil, peer: peer} = state) when peer != nil do
-    if Outbox.bytes(state.outbox) >= state.batch_bytes,
-      do: flush(state),
-      else: {:noreply, publish(state), 0}
+    cond do
+      Outbox.bytes(state.outbox) >= state.batch_bytes -> flush(state)
+      pending?(state) -> {:noreply, publish(state), 0}
+      true -> {:noreply, publish(state)}
+    end
   end
 
   defp noreply(state), do: {:noreply, publish(state)}
 
+  defp pending?(state),
+    do:
+      not Outbox.empty?(state.outbox) or map_size(state.acks) > 0 or
+        state.ack_due != state.ack_sent
+
   defp flush(%{suspended: nil} = state), do: send_batch(state)
   defp flush(state), do: {:noreply, publish(state)}
 
-  defp send_batch(%{peer: nil} = state), do: {:noreply, state}
+  defp send_batch(%{peer: nil} = state), do: {:noreply, publish(state)}
 
   defp send_batch(state) do
-    if Outbox.empty?(state.outbox) and map_size(state.acks) == 0 and
-         state.ack_due == state.ack_sent,
-       do: {:noreply, publish(%{state | suspended: nil})},
-       else: send_next(state)
+    if pending?(state),
+      do: send_next(state),
+      else: {:noreply, publish(%{state | suspended: nil})}
   end
 
   defp send_next(state) do

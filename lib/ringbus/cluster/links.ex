@@ -19,6 +19,9 @@ defmodule Ringbus.Cluster.Links do
   # monitor reference, which the runtime finds without scanning the mailbox.
   #
   # The table is owned by `Ringbus.Cluster.Members`, which starts the links.
+  # Each link writes its own row as it starts, before it can take a message
+  # from its peer, so that whatever it tells the directory finds it here;
+  # `Members` clears the row when the link is gone.
 
   @table :ringbus_cluster_links
   @scope :ringbus_cluster
@@ -61,7 +64,7 @@ defmodule Ringbus.Cluster.Links do
   @doc "Creates the table; the calling process owns it."
   @spec new_table() :: :ok
   def new_table do
-    :ets.new(@table, [:named_table, :protected, :set, read_concurrency: true])
+    :ets.new(@table, [:named_table, :public, :set, read_concurrency: true])
     :ok
   end
 
@@ -74,7 +77,7 @@ defmodule Ringbus.Cluster.Links do
     end
   end
 
-  @doc "Records `node`'s link process (or `nil` when it has none)."
+  @doc "Records `node`'s link process (`nil` once it is gone)."
   @spec put(node(), pid() | nil, :atomics.atomics_ref(), pos_integer()) :: :ok
   def put(node, pid, counters, call_timeout) do
     :ets.insert(@table, {node, pid, counters, call_timeout})

@@ -176,7 +176,6 @@ defmodule Ringbus.Cluster.Members do
       counters = Links.counters(node)
       args = %{node: node, counters: counters, config: state.config}
       {:ok, pid} = DynamicSupervisor.start_child(@link_supervisor, {Link, args})
-      Links.put(node, pid, counters, state.config.call_timeout)
       if peer = state.peers[node], do: send(pid, {:ringbus_link_peer, peer})
       %{state | links: Map.put(state.links, node, {pid, Process.monitor(pid)})}
     end

@@ -14,12 +14,17 @@ defmodule Ringbus.Cluster.FaultsTest do
   @moduletag timeout: 90_000
   @ticktime 2
 
-  # A call may wait for its answer `call_timeout` (5 ms) by design; on a
-  # shared, loaded 2-core machine the scheduler adds its own stalls, which a
-  # local call sees too. The assertion is that no call waits on the silent
-  # node: none comes near what a suspended send or a connection setup costs
-  # (seconds). The figures seen are printed with each run.
-  @max_block_us 100_000
+  # A call waits for its answer at most `call_timeout` (5 ms) by design. On
+  # a shared, loaded 2-core machine the OS adds its own stalls to any
+  # process that waits: a process sleeping 1 ms in a loop beside the load
+  # has been seen to wake up to 158 ms late, and the longest call of the
+  # same run was as late. So the assertions are what the design guarantees,
+  # with room for that: the 99th percentile within 10 ms, and no call longer
+  # than 250 ms, or than the sleeper's worst lateness plus 100 ms: far from
+  # what a suspended send or a connection setup costs (the rest of the
+  # silence, or 7 s). The figures seen are printed with each run.
+  @p99_block_us 10_000
+  @max_block_us 250_000
 
   @patient [call_timeout: 2_000]
 
@@ -52,14 +57,14 @@ defmodule Ringbus.Cluster.FaultsTest do
     Process.sleep(silence_ms)
     continued = System.os_time(:microsecond)
     Nodes.signal(c, :cont)
-    records = Task.await(load, 60_000)
+    %{records: records, lateness_us: lateness} = Task.await(load, 60_000)
 
     before = for {at, _, _, _} = r <- records, at < stopped, do: r
     silent = for {at, _, _, _} = r <- records, at >= stopped and at < continued, do: r
     after_cont = for {at, _, _, _} = r <- records, at >= continued, do: r
 
-    # During the silence, every call returned at once, to either node.
-    blocks = silent |> Enum.map(&elem(&1, 2)) |> Enum.sort()
+    # From SIGSTOP on, no call waited on the silent node, to either node.
+    blocks = (silent ++ after_cont) |> Enum.map(&elem(&1, 2)) |> Enum.sort()
     max_block = List.last(blocks)
     p99 = Enum.at(blocks, div(length(blocks) * 99, 100))
 
@@ -71,11 +76,13 @@ defmodule Ringbus.Cluster.FaultsTest do
     results = Enum.frequencies_by(silent, fn {_, name, _, result} -> {name, outcome.(result)} end)
 
     IO.puts(
-      "\n  silence of #{silence_ms} ms: #{length(silent)} calls, max #{max_block} µs, p99 #{p99} µs; " <>
-        "results #{inspect(results)}"
+      "\n  silence of #{silence_ms} ms and after: #{length(blocks)} calls, " <>
+        "max #{max_block} µs, p99 #{p99} µs (a 1 ms sleeper woke at worst #{lateness} µs late); " <>
+        "results during the silence #{inspect(results)}"
     )
 
-    assert max_block < @max_block_us
+    assert p99 <= @p99_block_us
+    assert max_block < max(@max_block_us, lateness + 100_000)
     assert results[{"silent", :node_busy}] > 0
     assert results[{"silent", :node_down}] > 0, "the silence outlasted net_ticktime"
 
@@ -149,6 +156,7 @@ defmodule Ringbus.Cluster.FaultsTest do
   test "a subscriber on a silent node: its link holds what its credit allows, and lost is exact" do
     [a, b] = start(2, "flood", [max_buffer_bytes: 256 * 1024] ++ @patient)
     :ok = call(a, Ringbus, :create, ["flood", [capacity: 1_500]])
+    :ok = call(a, Ringbus, :create, ["on-b", [capacity: 10, node: b.node]])
 
     {:ok, subscriber, _} =
       call(b, Probe, :subscriber, ["flood", [max_credit: 1_000, max_batch: 50], true])
@@ -167,6 +175,11 @@ defmodule Ringbus.Cluster.FaultsTest do
            end)
 
     held = call(a, Ringbus, :cluster_info, []).links[b.node]
+
+    # A call that would wait on the full link is refused at once.
+    {micros, busy} = call(a, :timer, :tc, [Ringbus, :push, ["on-b", "x"]])
+    assert busy == {:error, :node_busy}
+    assert micros < @max_block_us
     Nodes.signal(b, :cont)
 
     assert eventually(fn ->
