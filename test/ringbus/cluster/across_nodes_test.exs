@@ -173,7 +173,7 @@ defmodule Ringbus.Cluster.AcrossNodesTest do
     %{a: a, b: b, c: c} = ctx
     :ok = call(a, Ringbus, :create, ["tcp-a", [capacity: 100]])
     :ok = call(c, Ringbus, :create, ["tcp-c", [capacity: 100]])
-    port = call(b, Probe, :start_server, [[auto_create: false]])
+    port = call(b, Probe, :start_server, [])
 
     {:ok, client} = Ringbus.Client.connect(port: port)
     assert Ringbus.Client.push(client, "tcp-a", "via b") == {:ok, 0}
@@ -187,9 +187,11 @@ defmodule Ringbus.Cluster.AcrossNodesTest do
     call(c, Ringbus, :push, ["tcp-c", "z"])
     assert_receive {:ringbus, ^sub, [{2, "z"}], 0}, 5_000
 
-    # Created through b, homed on b.
+    # Created through b, by CREATE or by a first push: homed on b.
     assert Ringbus.Client.create(client, "tcp-b", capacity: 10) == :ok
     assert call(a, Ringbus.Cluster, :home, ["tcp-b"]) == {:ok, b.node}
+    assert Ringbus.Client.push(client, "tcp-new", "first") == {:ok, 0}
+    assert call(c, Ringbus.Cluster, :home, ["tcp-new"]) == {:ok, b.node}
     Ringbus.Client.close(client)
   end
 

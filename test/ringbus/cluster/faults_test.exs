@@ -128,11 +128,18 @@ defmodule Ringbus.Cluster.FaultsTest do
     :ok = call(b, Ringbus, :create, ["on-a", [capacity: 100, node: a.node]])
     {:ok, 0} = call(a, Ringbus, :push_many, ["on-c", ["1", "2"]])
     {:ok, subscriber, _sub} = call(a, Probe, :subscriber, ["on-c", [from: :earliest], true])
+    {:ok, client} = Ringbus.Client.connect(port: call(a, Probe, :start_server, []))
+    {:ok, tcp_sub} = Ringbus.Client.subscribe(client, "on-c", from: :earliest)
+    assert_receive {:ringbus, ^tcp_sub, [{0, "1"}, {1, "2"}], 0}, 5_000
 
     Nodes.signal(c, :kill)
 
     assert eventually(fn -> call(a, Probe, :received, [subscriber]).closed == :node_down end)
     assert call(a, Ringbus, :push, ["on-c", "x"]) == {:error, :node_down}
+    # Over the wire too: SUB_CLOSED node_down, and ERROR node_down.
+    assert_receive {:ringbus_closed, ^tcp_sub, :node_down}, 5_000
+    assert Ringbus.Client.push(client, "on-c", "x") == {:error, :node_down}
+    Ringbus.Client.close(client)
     assert call(b, Ringbus, :read, ["on-c", 0, 10]) == {:error, :node_down}
     assert call(b, Ringbus, :create, ["on-c", [capacity: 5]]) == {:error, :exists}
     # The others go on.
