@@ -16,7 +16,12 @@ defmodule Ringbus.Test.ClusterProbe do
     deadline = System.monotonic_time(:millisecond) + duration_ms
     pad = :binary.copy("x", max(payload_bytes - 12, 0))
     control = Task.async(fn -> lateness(deadline, 0) end)
-    records = timed_loop(names, names, deadline, pad, 0, [])
+    # Records go to ETS as they are made: a list of them on this process's
+    # heap would grow to megabytes, and its collections would show up as
+    # long calls.
+    table = :ets.new(:records, [:ordered_set, :private])
+    timed_loop(names, names, deadline, pad, 0, table)
+    records = for {_i, record} <- :ets.tab2list(table), do: record
     %{records: records, lateness_us: Task.await(control)}
   end
 
@@ -30,12 +35,12 @@ defmodule Ringbus.Test.ClusterProbe do
     end
   end
 
-  defp timed_loop(names, [], deadline, pad, i, acc),
-    do: timed_loop(names, names, deadline, pad, i, acc)
+  defp timed_loop(names, [], deadline, pad, i, table),
+    do: timed_loop(names, names, deadline, pad, i, table)
 
-  defp timed_loop(names, [name | rest], deadline, pad, i, acc) do
+  defp timed_loop(names, [name | rest], deadline, pad, i, table) do
     if System.monotonic_time(:millisecond) > deadline do
-      :lists.reverse(acc)
+      :ok
     else
       payload = <<i::96>> <> pad
       at = System.os_time(:microsecond)
@@ -49,7 +54,8 @@ defmodule Ringbus.Test.ClusterProbe do
           error -> error
         end
 
-      timed_loop(names, rest, deadline, pad, i + 1, [{at, name, micros, result} | acc])
+      :ets.insert(table, {i, {at, name, micros, result}})
+      timed_loop(names, rest, deadline, pad, i + 1, table)
     end
   end
 

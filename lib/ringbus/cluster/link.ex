@@ -194,8 +194,9 @@ defmodule Ringbus.Cluster.Link do
   # The directory's answer to a create or delete the peer asked for.
   def handle_info({:ringbus_reply, ref, answer}, state), do: noreply(answer(state, ref, answer))
 
+  # A directory message: rare, and a sync can be large, so it is measured.
   def handle_info({:ringbus_cast, item}, state) do
-    case Outbox.push(state.outbox, item, @item_bytes) do
+    case Outbox.push(state.outbox, item, :erlang.external_size(item)) do
       {:ok, outbox} -> noreply(%{state | outbox: outbox})
       :full -> noreply(full(%{state | resync?: true}))
     end

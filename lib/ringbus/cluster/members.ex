@@ -12,8 +12,8 @@ defmodule Ringbus.Cluster.Members do
   # `Links.group(node())`).
   #
   # It keeps connected to the nodes it was told to join and to every member
-  # it has seen: every `reconnect_interval` ms it starts a connection attempt
-  # to each that is not connected. `Node.connect/1` to a silent node waits
+  # it has seen: every `reconnect_interval` ms (while there are any) it
+  # starts a connection attempt to each that is not connected. `Node.connect/1` to a silent node waits
   # up to `net_setuptime` (7 s), so each attempt runs in a process of its
   # own that nobody waits on, one per node at a time. Nodes that join
   # through one member meet the others through `global`'s fully connected
@@ -62,23 +62,23 @@ defmodule Ringbus.Cluster.Members do
       # node => the pid of its link to this node
       peers: %{},
       # node => the process trying to connect to it
-      attempts: %{}
+      attempts: %{},
+      ticking?: false
     }
 
     state = Enum.reduce(groups, state, fn {group, pids}, state -> joined(state, group, pids) end)
-    send(self(), :reconnect)
-    {:ok, state}
+    {:ok, tick(reconnect(state))}
   end
 
   @impl true
   def handle_call({:join, nodes}, _from, state) do
     state = %{state | join: MapSet.union(state.join, MapSet.new(nodes))}
-    {:reply, :ok, reconnect(state)}
+    {:reply, :ok, tick(reconnect(state))}
   end
 
   @impl true
   def handle_info({ref, :join, group, pids}, %{pg: ref} = state),
-    do: {:noreply, joined(state, group, pids)}
+    do: {:noreply, tick(joined(state, group, pids))}
 
   def handle_info({ref, :leave, group, pids}, %{pg: ref} = state),
     do: {:noreply, left(state, group, pids)}
@@ -114,10 +114,8 @@ defmodule Ringbus.Cluster.Members do
     if member?(node), do: {:noreply, ensure_link(state, node)}, else: {:noreply, state}
   end
 
-  def handle_info(:reconnect, state) do
-    Process.send_after(self(), :reconnect, state.config.reconnect_interval)
-    {:noreply, reconnect(state)}
-  end
+  def handle_info(:reconnect, state),
+    do: {:noreply, tick(reconnect(%{state | ticking?: false}))}
 
   def handle_info(_other, state), do: {:noreply, state}
 
@@ -189,6 +187,18 @@ defmodule Ringbus.Cluster.Members do
   end
 
   ## Connections
+
+  # The reconnection timer runs while there is a node to keep connected to.
+  defp tick(%{ticking?: false} = state) do
+    if MapSet.size(state.join) + MapSet.size(state.seen) > 0 do
+      Process.send_after(self(), :reconnect, state.config.reconnect_interval)
+      %{state | ticking?: true}
+    else
+      state
+    end
+  end
+
+  defp tick(state), do: state
 
   defp reconnect(state) do
     if Node.alive?() do

@@ -25,10 +25,15 @@ defmodule Ringbus.Cluster.Outbox do
   @spec new(pos_integer()) :: t()
   def new(max_bytes), do: %__MODULE__{max_bytes: max_bytes}
 
-  @doc "Appends `item` of `bytes`, or returns `:full` when it would pass the bound."
+  @doc """
+  Appends `item` of `bytes`, or returns `:full` when it would pass the
+  bound. An empty outbox takes any one item, however large, as a batch
+  takes at least one: an item larger than the bound must not wait forever.
+  """
   @spec push(t(), term(), non_neg_integer()) :: {:ok, t()} | :full
-  def push(%__MODULE__{bytes: held, max_bytes: max}, _item, bytes) when held + bytes > max,
-    do: :full
+  def push(%__MODULE__{bytes: held, max_bytes: max}, _item, bytes)
+      when held > 0 and held + bytes > max,
+      do: :full
 
   def push(outbox, item, bytes), do: {:ok, force_push(outbox, item, bytes)}
 

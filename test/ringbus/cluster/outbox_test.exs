@@ -14,6 +14,11 @@ defmodule Ringbus.Cluster.OutboxTest do
     assert Outbox.empty?(rest) and Outbox.bytes(rest) == 0
   end
 
+  test "an empty outbox takes one item of any size" do
+    assert {:ok, box} = Outbox.new(10) |> Outbox.push(:huge, 500)
+    assert Outbox.push(box, :b, 1) == :full
+  end
+
   test "forced items go in past the bound" do
     {:ok, box} = Outbox.new(10) |> Outbox.push(:a, 10)
     box = Outbox.force_push(box, :close, 64)
