@@ -146,15 +146,7 @@ defmodule Ringbus.Test.ClusterProbe do
   end
 
   @doc "What a subscriber has received: `%{batches: [{messages, lost}], closed: reason | nil}`."
-  def received(pid) do
-    send(pid, {:get, self()})
-
-    receive do
-      {:got, state} -> state
-    after
-      5_000 -> :timeout
-    end
-  end
+  def received(pid), do: ask(pid, {:get, self()}, :got)
 
   @doc """
   A subscriber's batches summed up without shipping them: messages
@@ -175,26 +167,10 @@ defmodule Ringbus.Test.ClusterProbe do
   end
 
   @doc "Makes a subscriber ack `count` messages; returns what `Ringbus.ack/2` did."
-  def ack(pid, count) do
-    send(pid, {:ack, self(), count})
-
-    receive do
-      {:acked, result} -> result
-    after
-      5_000 -> :timeout
-    end
-  end
+  def ack(pid, count), do: ask(pid, {:ack, self(), count}, :acked)
 
   @doc "Makes a subscriber unsubscribe; returns what `Ringbus.unsubscribe/1` did."
-  def unsubscribe(pid) do
-    send(pid, {:unsubscribe, self()})
-
-    receive do
-      {:unsubscribed, result} -> result
-    after
-      5_000 -> :timeout
-    end
-  end
+  def unsubscribe(pid), do: ask(pid, {:unsubscribe, self()}, :unsubscribed)
 
   @doc "Pushes `count` payloads of `bytes` to `name` one by one; returns the results."
   def push_n(name, count, bytes) do
@@ -250,11 +226,14 @@ defmodule Ringbus.Test.ClusterProbe do
   end
 
   @doc "The events a `node_watcher/0` recorded, oldest first."
-  def node_events(pid) do
-    send(pid, {:get, self()})
+  def node_events(pid), do: ask(pid, {:get, self()}, :events)
+
+  # Asks a process started here and waits for its `{tag, answer}`.
+  defp ask(pid, request, tag) do
+    send(pid, request)
 
     receive do
-      {:events, events} -> events
+      {^tag, answer} -> answer
     after
       5_000 -> :timeout
     end
