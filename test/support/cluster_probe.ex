@@ -151,10 +151,12 @@ defmodule Ringbus.Test.ClusterProbe do
   @doc """
   A subscriber's batches summed up without shipping them: messages
   delivered, `lost` in total, whether every batch starts at the seq after
-  the one before plus its `lost`, and why it closed (or `nil`).
+  the one before plus its `lost`, the batches that report a loss
+  (`{first_seq, lost}`), and why it closed (or `nil`).
   """
   def tally(pid) do
     %{batches: batches, closed: closed} = received(pid)
+    gaps = for {[{first, _} | _], lost} <- batches, lost > 0, do: {first, lost}
 
     {delivered, lost, _next, contiguous?} =
       Enum.reduce(batches, {0, 0, nil, true}, fn {messages, lost}, {d, l, next, ok?} ->
@@ -163,7 +165,7 @@ defmodule Ringbus.Test.ClusterProbe do
         {d + length(messages), l + lost, last + 1, ok? and (next == nil or first == next + lost)}
       end)
 
-    %{delivered: delivered, lost: lost, contiguous?: contiguous?, closed: closed}
+    %{delivered: delivered, lost: lost, contiguous?: contiguous?, gaps: gaps, closed: closed}
   end
 
   @doc "Makes a subscriber ack `count` messages; returns what `Ringbus.ack/2` did."

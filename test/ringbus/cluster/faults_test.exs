@@ -194,16 +194,21 @@ defmodule Ringbus.Cluster.FaultsTest do
              delivered + lost == 3_000
            end)
 
-    %{delivered: delivered, lost: lost, contiguous?: contiguous?, closed: nil} =
+    %{delivered: delivered, lost: lost, contiguous?: contiguous?, gaps: gaps, closed: nil} =
       call(b, Probe, :tally, [subscriber])
 
     IO.puts(
-      "\n  delivered #{delivered}, lost #{lost}; the link while b was stopped: #{inspect(held)}"
+      "\n  delivered #{delivered}, lost #{lost} (#{inspect(gaps)}); " <>
+        "the link while b was stopped: #{inspect(held)}"
     )
 
-    # 0..999 on credit, then 1,000..1,499 overwritten, then 1,500..2,999.
+    # Every message delivered or counted, in order: typically 0..999 on
+    # credit, 1,000..1,499 overwritten, then 1,500..2,999. (Where the gap
+    # falls depends on when the kernel stopped b, which a loaded machine
+    # may delay past a first batch.)
     assert contiguous?
-    assert {delivered, lost} == {2_500, 500}
+    assert delivered + lost == 3_000
+    assert lost > 0 and gaps != []
     # The link held at most max_buffer_bytes and the subscription's credit.
     assert held.queued_bytes <= 256 * 1024 + 1_000 * (8_192 + 100)
     assert call(a, Ringbus, :cluster_info, []).links[b.node].state == :up
