@@ -67,8 +67,10 @@ defmodule Ringbus.Bench.Cluster do
   Then, unless `--no-throughput`, on two fresh nodes (with `call_timeout`
   and `busy_timeout` of 5 s, since these runs measure throughput, not
   waits) with 16-byte payloads:
-  remote ingest (`push_many/2` of `--batch` messages from A into a channel
-  on B, waiting for each) beside the same pushes into a channel on A, and
+  remote ingest (`push_many/2` of `--batch` messages from `--producers`
+  processes on A into a channel on B, each waiting for each of its pushes,
+  so that the link has several requests to batch) beside the same pushes
+  into a channel on A, and
   remote subscription delivery (a subscriber on A to a prefilled channel on
   B, acking every batch, credit 10,000, batches of 1,000) beside a
   subscriber on B. Targets: remote ingest >= 2M msg/s, remote delivery
@@ -89,6 +91,7 @@ defmodule Ringbus.Bench.Cluster do
     * `--ingest-messages` - messages of each ingest run. Defaults to `2000000`.
     * `--sub-messages` - messages of each delivery run. Defaults to `1000000`.
     * `--batch` - messages per `push_many/2` of the ingest runs. Defaults to `1000`.
+    * `--producers` - processes pushing at once in the ingest runs. Defaults to `4`.
     * `--no-throughput` - skip the throughput runs.
     * `-o`, `--out` - write the variant rows as CSV to this file.
     * `--throughput-out` - write the throughput rows as CSV to this file.
@@ -111,6 +114,7 @@ defmodule Ringbus.Bench.Cluster do
     ingest_messages: :integer,
     sub_messages: :integer,
     batch: :integer,
+    producers: :integer,
     throughput: :boolean,
     out: :string,
     throughput_out: :string,
@@ -179,6 +183,7 @@ defmodule Ringbus.Bench.Cluster do
       ingest_messages: Args.positive!(opts, :ingest_messages, 2_000_000),
       sub_messages: Args.positive!(opts, :sub_messages, 1_000_000),
       batch: Args.positive!(opts, :batch, 1_000),
+      producers: Args.positive!(opts, :producers, 4),
       throughput: Keyword.get(opts, :throughput, true),
       out: opts[:out],
       throughput_out: opts[:throughput_out],
@@ -296,13 +301,20 @@ defmodule Ringbus.Bench.Cluster do
   @link_payload 16
 
   defp link_throughput([a, b], config) do
+    # Whole batches only.
+    config = %{
+      config
+      | ingest_messages: max(div(config.ingest_messages, config.batch), 1) * config.batch,
+        sub_messages: max(div(config.sub_messages, config.batch), 1) * config.batch
+    }
+
     capacity = max(config.ingest_messages, config.sub_messages)
 
     for {name, home} <- [{"near", a}, {"far", b}, {"fill", b}],
         do: :ok = Nodes.call(a, Ringbus, :create, [name, [capacity: capacity, node: home.node]])
 
     ingest = fn node, name, messages ->
-      args = [name, messages, @link_payload, config.batch]
+      args = [name, messages, @link_payload, config.batch, config.producers]
       Nodes.call(node, Producer, :ingest, args, 600_000)
     end
 
@@ -322,7 +334,7 @@ defmodule Ringbus.Bench.Cluster do
     progress(config, "throughput: local delivery")
     local = deliver.(b)
 
-    kind = "ingest (push_many of #{config.batch})"
+    kind = "ingest (#{config.producers} producers, push_many of #{config.batch})"
 
     rows = [
       rate(kind, "remote", config.ingest_messages, far),

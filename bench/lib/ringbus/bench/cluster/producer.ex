@@ -256,15 +256,28 @@ defmodule Ringbus.Bench.Cluster.Producer do
   ## Throughput
 
   @doc """
-  Pushes `messages` payloads of `bytes` to `name` with `push_many/2` in
-  batches of `batch`; returns the seconds it took and whether every push
-  was stored.
+  Pushes `messages` payloads of `bytes` (rounded down to whole batches) to
+  `name` with `push_many/2` in batches of `batch`, from `producers`
+  processes at once, each waiting for
+  each of its pushes; returns the seconds it took and `true`, or the first
+  error.
   """
-  @spec ingest(term(), pos_integer(), pos_integer(), pos_integer()) :: {float(), true | term()}
-  def ingest(name, messages, bytes, batch) do
+  @spec ingest(term(), pos_integer(), pos_integer(), pos_integer(), pos_integer()) ::
+          {float(), true | term()}
+  def ingest(name, messages, bytes, batch, producers \\ 1) do
     payloads = List.duplicate(:binary.copy("i", bytes), batch)
+    rounds = div(messages, batch)
     t0 = System.monotonic_time(:microsecond)
-    ok? = push_rounds(name, payloads, div(messages, batch))
+
+    results =
+      0..(producers - 1)
+      |> Enum.map(fn i ->
+        mine = div(rounds, producers) + if(i < rem(rounds, producers), do: 1, else: 0)
+        Task.async(fn -> push_rounds(name, payloads, mine) end)
+      end)
+      |> Task.await_many(:infinity)
+
+    ok? = Enum.find(results, true, &(&1 != true))
     {(System.monotonic_time(:microsecond) - t0) / 1_000_000, ok?}
   end
 
