@@ -98,12 +98,21 @@ defmodule Ringbus.Cluster do
 
   alias Ringbus.Cluster.{Directory, Links, Members, Router}
 
+  @typedoc "One link's figures in `info/0`."
+  @type link_info :: %{
+          state: :up | :busy | :down,
+          queued_bytes: non_neg_integer(),
+          batches: non_neg_integer(),
+          drops: non_neg_integer(),
+          suspensions: non_neg_integer()
+        }
+
   @typedoc "What `info/0` returns."
   @type info :: %{
           node: node(),
           members: [node()],
           channels: %{node() => non_neg_integer()},
-          links: %{node() => Links.info()}
+          links: %{node() => link_info()}
         }
 
   @doc """
