@@ -9,6 +9,8 @@ if System.get_env("RELEASE_NAME") do
     {:ok, boot} ->
       config :ringbus, :release, boot
       config :logger, level: boot.log_level
+      # The cluster layer reads the nodes to join when Ringbus starts.
+      if boot.join != [], do: config(:ringbus, :cluster, join: boot.join)
 
     {:error, line} ->
       IO.puts(:stderr, line)

@@ -43,6 +43,15 @@ defmodule Ringbus do
   from one producer keep their order. `pull/1` hands each message to at most
   one caller.
 
+  ## In a cluster
+
+  On distributed nodes (`Ringbus.Cluster`), every function here works on
+  the channels of every node, with the same arguments and results. A
+  channel of this node takes the local path above, unchanged; one of
+  another node goes through that node's link and returns
+  `{:error, :node_down}` or `{:error, :node_busy}` at once when the node
+  cannot be reached. `channels/0` lists this node's channels.
+
   ## State kept in the calling process
 
   Every function that takes a channel name finds the channel's handle (its
@@ -57,6 +66,7 @@ defmodule Ringbus do
 
   alias Ringbus.{Channel, Store}
   alias Ringbus.Channel.{Ring, Subscription}
+  alias Ringbus.Cluster.Router
 
   @typedoc "A channel name. Channels reached over the network are named by binaries."
   @type name :: term()
@@ -114,20 +124,32 @@ defmodule Ringbus do
           bytes_pushed: non_neg_integer()
         }
 
+  @typedoc """
+  Why a channel of another node could not be reached, at once and without
+  waiting on it: `:node_down` (not connected) or `:node_busy` (not
+  answering in time, or its link is full). See `Ringbus.Cluster`.
+  """
+  @type node_error :: :node_down | :node_busy
+
   @doc """
   Creates a channel.
 
   See `Ringbus.Channel` for the options: `:capacity` (required),
-  `:overflow` and `:max_bytes`. Bad options raise `ArgumentError`.
+  `:overflow` and `:max_bytes`. Bad options raise `ArgumentError`. In a
+  cluster (`Ringbus.Cluster`), `node: node` creates the channel on that node
+  instead of this one; `{:error, :node_down}` or `{:error, :node_busy}` when
+  it cannot be reached.
 
       iex> Ringbus.create("doc-create", capacity: 10)
       :ok
       iex> Ringbus.create("doc-create", capacity: 10)
       {:error, :exists}
   """
-  @spec create(name(), Channel.options()) :: :ok | {:error, :exists}
+  @spec create(name(), Channel.options() | [{:node, node()} | {atom(), term()}]) ::
+          :ok | {:error, :exists | :node_down | :node_busy}
   def create(name, opts) do
-    Store.create(name, Channel.validate_options!(opts))
+    {home, opts} = pop_node!(opts)
+    Router.create(name, Channel.validate_options!(opts), home)
   end
 
   @doc "Like `create/2`, but raises `Ringbus.Error` if the channel exists."
@@ -138,8 +160,8 @@ defmodule Ringbus do
   Deletes a channel and its messages. Its subscribers receive
   `{:ringbus_closed, sub, :channel_deleted}`.
   """
-  @spec delete(name()) :: :ok | {:error, :no_channel}
-  def delete(name), do: Store.delete(name)
+  @spec delete(name()) :: :ok | {:error, :no_channel | :node_down | :node_busy}
+  def delete(name), do: Router.delete(name)
 
   @doc """
   Pushes one message and returns its sequence number.
@@ -154,9 +176,13 @@ defmodule Ringbus do
       iex> Ringbus.push("doc-push", "b")
       {:ok, 1}
   """
-  @spec push(name(), binary()) :: {:ok, seq()} | {:error, :no_channel | :full | :too_large}
+  @spec push(name(), binary()) ::
+          {:ok, seq()} | {:error, :no_channel | :full | :too_large | node_error()}
   def push(name, payload) when is_binary(payload) do
-    with {:ok, channel} <- Store.fetch(name), do: Ring.push(channel, payload)
+    case Store.fetch(name) do
+      {:ok, channel} -> Ring.push(channel, payload)
+      {:error, :no_channel} -> Router.request(name, {:push, payload})
+    end
   rescue
     ArgumentError -> {:error, :no_channel}
   end
@@ -171,15 +197,17 @@ defmodule Ringbus do
   An empty batch pushes nothing and returns the next seq.
   """
   @spec push_many(name(), [binary()]) ::
-          {:ok, seq()} | {:error, :no_channel | :full | :too_large}
+          {:ok, seq()} | {:error, :no_channel | :full | :too_large | node_error()}
   def push_many(name, payloads) when is_list(payloads) do
     {count, bytes} = Ring.measure!(payloads)
     push_measured(name, payloads, count, bytes)
   end
 
   defp push_measured(name, payloads, count, bytes) do
-    with {:ok, channel} <- Store.fetch(name),
-         do: Ring.push_measured(channel, payloads, count, bytes)
+    case Store.fetch(name) do
+      {:ok, channel} -> Ring.push_measured(channel, payloads, count, bytes)
+      {:error, :no_channel} -> Router.request(name, {:push_many, payloads, count, bytes})
+    end
   rescue
     ArgumentError -> {:error, :no_channel}
   end
@@ -190,10 +218,12 @@ defmodule Ringbus do
   # not at all, and a refusal counted nowhere (the caller then pushes them
   # with `push_batches/2`).
   @spec push_run(name(), [binary()], pos_integer(), non_neg_integer()) ::
-          {:ok, seq()} | {:error, :no_channel | :full | :too_large}
+          {:ok, seq()} | {:error, :no_channel | :full | :too_large | node_error()}
   def push_run(name, payloads, count, bytes) do
-    with {:ok, channel} <- Store.fetch(name),
-         do: Ring.push_run(channel, payloads, count, bytes)
+    case Store.fetch(name) do
+      {:ok, channel} -> Ring.push_run(channel, payloads, count, bytes)
+      {:error, :no_channel} -> Router.request(name, {:push_run, payloads, count, bytes})
+    end
   rescue
     ArgumentError -> {:error, :no_channel}
   end
@@ -202,10 +232,13 @@ defmodule Ringbus do
   # For the server: batches `{payloads, count, bytes}` it has counted, each
   # whole or not at all, each refusal counted; one result per batch.
   @spec push_batches(name(), [{[binary()], non_neg_integer(), non_neg_integer()}]) ::
-          {:ok, [{:ok, seq()} | {:error, :full | :too_large}]} | {:error, :no_channel}
+          {:ok, [{:ok, seq()} | {:error, :full | :too_large}]}
+          | {:error, :no_channel | node_error()}
   def push_batches(name, batches) do
-    with {:ok, channel} <- Store.fetch(name),
-         do: {:ok, Enum.map(batches, fn {p, n, b} -> Ring.push_measured(channel, p, n, b) end)}
+    case Store.fetch(name) do
+      {:ok, channel} -> {:ok, Ring.push_batches(channel, batches)}
+      {:error, :no_channel} -> Router.request(name, {:push_batches, batches})
+    end
   rescue
     ArgumentError -> {:error, :no_channel}
   end
@@ -218,9 +251,12 @@ defmodule Ringbus do
   Takes the oldest message out of the channel. Each message is pulled at most
   once, however many processes pull at the same time.
   """
-  @spec pull(name()) :: {:ok, seq(), binary()} | :empty | {:error, :no_channel}
+  @spec pull(name()) :: {:ok, seq(), binary()} | :empty | {:error, :no_channel | node_error()}
   def pull(name) do
-    with {:ok, channel} <- Store.fetch(name), do: Ring.pull(channel)
+    case Store.fetch(name) do
+      {:ok, channel} -> Ring.pull(channel)
+      {:error, :no_channel} -> Router.request(name, :pull)
+    end
   rescue
     ArgumentError -> {:error, :no_channel}
   end
@@ -234,30 +270,40 @@ defmodule Ringbus do
   after the last one.
   """
   @spec read(name(), seq(), non_neg_integer()) ::
-          {:ok, [{seq(), binary()}], non_neg_integer()} | {:error, :no_channel}
+          {:ok, [{seq(), binary()}], non_neg_integer()} | {:error, :no_channel | node_error()}
   def read(name, from_seq, max)
       when is_integer(from_seq) and from_seq >= 0 and is_integer(max) and max >= 0 do
-    with {:ok, channel} <- Store.fetch(name) do
-      {messages, _count, lost, _next} = Ring.read(channel, from_seq, max)
-      {:ok, messages, lost}
+    case Store.fetch(name) do
+      {:ok, channel} ->
+        {messages, _count, lost, _next} = Ring.read(channel, from_seq, max)
+        {:ok, messages, lost}
+
+      {:error, :no_channel} ->
+        Router.request(name, {:read, from_seq, max})
     end
   rescue
     ArgumentError -> {:error, :no_channel}
   end
 
   @doc "The number of messages the channel holds. Constant time."
-  @spec len(name()) :: non_neg_integer() | {:error, :no_channel}
+  @spec len(name()) :: non_neg_integer() | {:error, :no_channel | node_error()}
   def len(name) do
-    with {:ok, channel} <- Store.fetch(name), do: Ring.len(channel)
+    case Store.fetch(name) do
+      {:ok, channel} -> Ring.len(channel)
+      {:error, :no_channel} -> Router.request(name, :len)
+    end
   end
 
   @doc "The channel's figures; see `t:info/0`."
-  @spec info(name()) :: {:ok, info()} | {:error, :no_channel}
+  @spec info(name()) :: {:ok, info()} | {:error, :no_channel | node_error()}
   def info(name) do
-    with {:ok, channel} <- Store.fetch(name), do: {:ok, Ring.info(channel)}
+    case Store.fetch(name) do
+      {:ok, channel} -> {:ok, Ring.info(channel)}
+      {:error, :no_channel} -> Router.request(name, :info)
+    end
   end
 
-  @doc "Lists the names of all channels."
+  @doc "Lists the names of the channels of this node."
   @spec channels() :: [name()]
   def channels, do: Store.names()
 
@@ -274,7 +320,8 @@ defmodule Ringbus do
 
   When the channel is deleted the subscriber receives
   `{:ringbus_closed, sub, :channel_deleted}`; when the Ringbus application
-  stops, `{:ringbus_closed, sub, :shutdown}`. The subscription ends then,
+  stops, `{:ringbus_closed, sub, :shutdown}`; when the channel's home node
+  goes down, `{:ringbus_closed, sub, :node_down}`. The subscription ends then,
   when it is unsubscribed, and when the subscriber exits.
 
   ## Options
@@ -288,10 +335,14 @@ defmodule Ringbus do
     * `:max_batch` - messages in one batch, at most. Defaults to `256`.
   """
   @spec subscribe(name(), Subscription.options()) ::
-          {:ok, subscription()} | {:error, :no_channel}
+          {:ok, subscription()} | {:error, :no_channel | node_error()}
   def subscribe(name, opts \\ []) do
     opts = Subscription.validate_options!(opts)
-    with {:ok, channel} <- Store.fetch(name), do: Subscription.start(channel, self(), opts)
+
+    case Store.fetch(name) do
+      {:ok, channel} -> Subscription.start(channel, self(), opts)
+      {:error, :no_channel} -> Router.subscribe(name, opts)
+    end
   end
 
   @doc """
@@ -341,16 +392,36 @@ defmodule Ringbus do
   @doc "Returns `count` messages of credit to a subscription."
   @spec ack(subscription(), pos_integer()) :: :ok | {:error, :no_subscription}
   def ack({pid, ref} = sub, count)
-      when is_pid(pid) and is_reference(ref) and is_integer(count) and count > 0,
-      do: Subscription.ack(sub, count)
+      when is_pid(pid) and is_reference(ref) and is_integer(count) and count > 0 do
+    if node(pid) == node(), do: Subscription.ack(sub, count), else: Router.ack(sub, count)
+  end
 
   @doc """
   Ends a subscription. Batches already in the subscriber's mailbox stay there;
   once it returns, no more are sent.
   """
-  @spec unsubscribe(subscription()) :: :ok | {:error, :no_subscription}
-  def unsubscribe({pid, ref} = sub) when is_pid(pid) and is_reference(ref),
-    do: Subscription.stop(sub)
+  @spec unsubscribe(subscription()) :: :ok | {:error, :no_subscription | :node_busy}
+  def unsubscribe({pid, ref} = sub) when is_pid(pid) and is_reference(ref) do
+    if node(pid) == node(), do: Subscription.stop(sub), else: Router.unsubscribe(sub)
+  end
+
+  @doc """
+  The cluster as this node sees it: its members and, per remote node, the
+  link's state, queued bytes, batches sent, drops and suspensions. See
+  `Ringbus.Cluster.info/0`.
+  """
+  @spec cluster_info() :: Ringbus.Cluster.info()
+  def cluster_info, do: Ringbus.Cluster.info()
+
+  # `create/2`'s `:node` option, which is not a channel option.
+  defp pop_node!(opts) when is_list(opts) do
+    case Keyword.pop(opts, :node) do
+      {home, opts} when is_atom(home) -> {home, opts}
+      {home, _} -> raise ArgumentError, "expected :node to be a node name, got: #{inspect(home)}"
+    end
+  end
+
+  defp pop_node!(opts), do: {nil, opts}
 
   defp bang(:ok, _name), do: :ok
   defp bang({:ok, value}, _name), do: value

@@ -1,10 +1,13 @@
 defmodule Ringbus.Application do
   @moduledoc false
-  # Ringbus.Supervisor (one_for_one)
-  # ├── Ringbus.Store             owns every ETS table; links to each channel's
-  # │                             Ringbus.Channel.Anchor, which its subscriptions
-  # │                             monitor
-  # ├── Ringbus.Server.Directory  the servers listening on this node (a Registry)
+  # Ringbus.Supervisor (rest_for_one)
+  # ├── Ringbus.Store               owns every ETS table; links to each
+  # │                               channel's Ringbus.Channel.Anchor, which its
+  # │                               subscriptions monitor
+  # ├── Ringbus.Cluster.Supervisor  the cluster layer (see its moduledoc);
+  # │                               restarts with the store, whose channels
+  # │                               it announces
+  # ├── Ringbus.Server.Directory    the servers listening on this node (a Registry)
   # └── in a release: the channels, servers and HTTP endpoint its runtime
   #     configuration declares (`Ringbus.Release`)
   #
@@ -18,9 +21,9 @@ defmodule Ringbus.Application do
   @impl true
   def start(_type, _args) do
     children =
-      [Ringbus.Store, Ringbus.Server.Directory] ++
+      [Ringbus.Store, Ringbus.Cluster.Supervisor, Ringbus.Server.Directory] ++
         Ringbus.Release.children(Application.get_env(:ringbus, :release))
 
-    Supervisor.start_link(children, strategy: :one_for_one, name: Ringbus.Supervisor)
+    Supervisor.start_link(children, strategy: :rest_for_one, name: Ringbus.Supervisor)
   end
 end

@@ -108,7 +108,8 @@ defmodule Ringbus.Client do
     * Request errors from the server, as the protocol names them
       (`Ringbus.Wire.ErrorCode`): `:no_channel`, `:exists`, `:full`,
       `:too_large`, `:forbidden`, `:no_subscription`,
-      `:too_many_subscriptions`, `:bad_argument`, `:internal`. The same
+      `:too_many_subscriptions`, `:bad_argument`, `:internal`, and in a
+      cluster `:node_down` and `:node_busy` (see `Ringbus.Cluster`). The same
       atoms the embedded `Ringbus` functions return, so code moves between
       the two. They come from `ERROR` frames and from the status of
       `PUSH_ACKS` entries alike; the server's text message is not kept (the

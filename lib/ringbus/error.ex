@@ -18,5 +18,7 @@ defmodule Ringbus.Error do
   defp describe(:no_channel), do: "no such channel"
   defp describe(:exists), do: "a channel of that name exists already"
   defp describe(:full), do: "the channel is full and rejects pushes"
+  defp describe(:node_down), do: "the node that holds the channel is not connected"
+  defp describe(:node_busy), do: "the node that holds the channel did not answer in time"
   defp describe(other), do: inspect(other)
 end

@@ -59,7 +59,6 @@ defmodule Ringbus.Metrics do
   @type server :: %{protocol: atom(), port: :inet.port_number(), counts: map()}
 
   # The cluster layer's figures, when it is part of this build.
-  @cluster_info {Ringbus, :cluster_info}
 
   @doc """
   Gathers every figure now.
@@ -137,8 +136,6 @@ defmodule Ringbus.Metrics do
     }
   end
 
-  defp cluster do
-    {module, function} = @cluster_info
-    if function_exported?(module, function, 0), do: apply(module, function, [])
-  end
+  # A node that is not distributed is in no cluster: no cluster figures.
+  defp cluster, do: if(Node.alive?(), do: Ringbus.cluster_info())
 end

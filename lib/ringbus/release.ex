@@ -36,10 +36,10 @@ defmodule Ringbus.Release do
   ## What runs
 
       Ringbus.Supervisor
-      ├── Ringbus.Store, Ringbus.Server.Directory
+      ├── Ringbus.Store, the cluster layer (joining RINGBUS_JOIN's nodes),
+      │   Ringbus.Server.Directory
       ├── the channels of RINGBUS_CHANNELS, created in order
       ├── Ringbus.Server          the binary protocol (and RESP)
-      ├── the cluster layer        with RINGBUS_JOIN
       └── Ringbus.HTTP             /metrics, /status, /status.json, /status.txt
 
   ## Stopping
@@ -67,16 +67,10 @@ defmodule Ringbus.Release do
     List.flatten([
       %{id: :ringbus_channels, start: {__MODULE__, :declare, [boot.channels]}},
       {Ringbus.Server, Keyword.put(boot.server, :name, Ringbus.Server)},
-      cluster(boot.join),
       if(boot.http, do: [{Ringbus.HTTP, Keyword.put(boot.http, :name, Ringbus.HTTP)}], else: []),
       %{id: :ringbus_announce, start: {__MODULE__, :announce, [boot]}}
     ])
   end
-
-  # The cluster layer's child, with the members RINGBUS_JOIN names: the one
-  # place that starts it.
-  defp cluster([]), do: []
-  defp cluster(members), do: [{Ringbus.Cluster, members: members}]
 
   @doc false
   # A child's start: creates the declared channels, then steps aside.

@@ -10,6 +10,7 @@ defmodule Mix.Tasks.Ringbus.Server do
       mix ringbus.server --port 7000 --token s3cret
       mix ringbus.server --certfile cert.pem --keyfile key.pem
       mix ringbus.server --resp-port 6380     # Redis clients too (docs/RESP.md)
+      mix ringbus.server --name b@127.0.0.1 --cookie c --join a@127.0.0.1 --port 7172
 
   ## Command line options
 
@@ -27,6 +28,19 @@ defmodule Mix.Tasks.Ringbus.Server do
       `--idle-timeout MS`, `--handshake-timeout MS` - limits; see `Ringbus.Server`.
     * `--capacity N` - the capacity of channels created by a push. Default 100000.
     * `--no-auto-create` - answer pushes to unknown channels with `no_channel`.
+
+  In a cluster (see `Ringbus.Cluster`):
+
+    * `--name NAME@HOST` - start this VM as a distributed node of that name
+      (`RINGBUS_NAME`); long names when HOST has a dot, short names
+      otherwise. Starts `epmd` if it is not running.
+    * `--cookie C` - the cluster's cookie (`RINGBUS_COOKIE`); every node needs
+      the same one.
+    * `--join NODE,...` - nodes to connect to and keep connected to
+      (`RINGBUS_JOIN`); joining one member is enough to meet them all.
+    * `--net-ticktime SECONDS` - how long a silent node takes to be declared
+      down, ± 25% (`RINGBUS_NET_TICKTIME`); set it alike on every node.
+      Default 60, the VM's.
 
   Flags win over environment variables.
   """
@@ -47,13 +61,20 @@ defmodule Mix.Tasks.Ringbus.Server do
     idle_timeout: :integer,
     handshake_timeout: :integer,
     capacity: :integer,
-    auto_create: :boolean
+    auto_create: :boolean,
+    name: :string,
+    cookie: :string,
+    join: :string,
+    net_ticktime: :integer
   ]
 
   @impl Mix.Task
   def run(args) do
     {flags, _rest} = OptionParser.parse!(args, strict: @switches)
+    cluster = cluster_options(flags)
+    start_node!(cluster)
     Mix.Task.run("app.start")
+    join!(cluster)
 
     opts = options(flags)
     {:ok, server} = Ringbus.Server.start_link(opts)
@@ -74,6 +95,70 @@ defmodule Mix.Tasks.Ringbus.Server do
     Mix.shell().info("VM memory: #{Ringbus.Server.Memory.describe()}")
 
     Process.sleep(:infinity)
+  end
+
+  @doc false
+  # The cluster flags (and their environment variables), checked.
+  def cluster_options(flags) do
+    env = &System.get_env/1
+    name = flags[:name] || env.("RINGBUS_NAME")
+    cookie = flags[:cookie] || env.("RINGBUS_COOKIE")
+    join = (flags[:join] || env.("RINGBUS_JOIN") || "") |> String.split(",", trim: true)
+
+    ticktime =
+      flags[:net_ticktime] ||
+        (env.("RINGBUS_NET_TICKTIME") && String.to_integer(env.("RINGBUS_NET_TICKTIME")))
+
+    if name == nil and (cookie || join != [] || ticktime),
+      do: Mix.raise("--cookie, --join and --net-ticktime need --name")
+
+    if name != nil and not String.contains?(name, "@"),
+      do: Mix.raise("expected --name to be NAME@HOST, got: #{inspect(name)}")
+
+    if ticktime != nil and ticktime < 1,
+      do: Mix.raise("expected --net-ticktime to be a positive integer, got: #{ticktime}")
+
+    %{
+      name: name && String.to_atom(name),
+      name_domain: if(name && host(name) =~ ".", do: :longnames, else: :shortnames),
+      cookie: cookie && String.to_atom(cookie),
+      join: Enum.map(join, &String.to_atom(String.trim(&1))),
+      net_ticktime: ticktime
+    }
+  end
+
+  defp host(name), do: name |> String.split("@") |> List.last()
+
+  defp start_node!(%{name: nil}), do: :ok
+
+  defp start_node!(cluster) do
+    if Node.alive?(), do: Mix.raise("this VM is a distributed node already: #{node()}")
+    # A node registers its name with epmd, which must run first.
+    if epmd = System.find_executable("epmd"), do: System.cmd(epmd, ["-daemon"])
+
+    opts = %{name_domain: cluster.name_domain}
+
+    opts =
+      if cluster.net_ticktime, do: Map.put(opts, :net_ticktime, cluster.net_ticktime), else: opts
+
+    case :net_kernel.start(cluster.name, opts) do
+      {:ok, _} -> :ok
+      {:error, reason} -> Mix.raise("could not start node #{cluster.name}: #{inspect(reason)}")
+    end
+
+    if cluster.cookie, do: Node.set_cookie(cluster.cookie)
+    :ok
+  end
+
+  defp join!(%{name: nil}), do: :ok
+
+  defp join!(cluster) do
+    :ok = Ringbus.Cluster.join(cluster.join)
+
+    Mix.shell().info(
+      "Node #{node()} (net_ticktime #{:net_kernel.get_net_ticktime()} s), joining: " <>
+        if(cluster.join == [], do: "none", else: Enum.join(cluster.join, ", "))
+    )
   end
 
   @doc false

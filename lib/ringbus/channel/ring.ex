@@ -185,6 +185,12 @@ defmodule Ringbus.Channel.Ring do
     end
   end
 
+  @doc "Pushes batches `{payloads, count, bytes}` one by one, each whole or not at all."
+  @spec push_batches(Channel.t(), [{[binary()], non_neg_integer(), non_neg_integer()}]) ::
+          [{:ok, seq} | {:error, :full | :too_large}]
+  def push_batches(ch, batches),
+    do: Enum.map(batches, fn {payloads, n, bytes} -> push_measured(ch, payloads, n, bytes) end)
+
   @doc """
   Pushes a batch whole or not at all, and counts nothing when it is refused:
   for a caller that tries many pushes as one and, if that fails, pushes them

@@ -63,7 +63,8 @@ defmodule Ringbus.Release.Config do
     {"RINGBUS_HTTP_PORT", {:http, :port}, :port_or_off, "`9171`",
      "The HTTP endpoint's port, or `off`."},
     {"RINGBUS_JOIN", :join, :nodes, "none (no cluster)",
-     "Comma-separated node names (`name@host`) of the cluster's members."},
+     "Comma-separated node names (`name@host`) of the cluster's members to join; " <>
+       "the release's own name and cookie are `RELEASE_NODE` and `RELEASE_COOKIE`."},
     {"RINGBUS_LOG_LEVEL", :log_level, :log_level, "`info`",
      "`debug`, `info`, `notice`, `warning` or `error`: `info` logs each connection " <>
        "opened and closed, `warning` only limits hit."}
@@ -323,23 +324,12 @@ defmodule Ringbus.Release.Config do
     end
   end
 
-  # Members need the cluster layer; a build without it says so.
   defp join(values) do
     case values[:join] do
-      nil ->
-        {:ok, []}
-
-      {[], _name, _origin} ->
-        {:ok, []}
-
-      {members, name, origin} ->
-        if cluster?(),
-          do: {:ok, members},
-          else: {:error, line(name, origin, "is not supported by this build (no cluster layer)")}
+      nil -> {:ok, []}
+      {members, _name, _origin} -> {:ok, members}
     end
   end
-
-  defp cluster?, do: Code.ensure_loaded?(Ringbus.Cluster)
 
   defp fetch(values, target, default) do
     case values do

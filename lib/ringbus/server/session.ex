@@ -513,9 +513,11 @@ defmodule Ringbus.Server.Session do
     end
   end
 
-  # The channel was deleted; Ringbus is stopping; its channel's anchor died
-  # of something else (the subscription could not go on).
+  # The channel was deleted; its home node (in a cluster) went down;
+  # Ringbus is stopping; its channel's anchor died of something else (the
+  # subscription could not go on).
   defp closed_code(:channel_deleted), do: :no_channel
+  defp closed_code(:node_down), do: :node_down
   defp closed_code(:shutdown), do: :shutting_down
   defp closed_code(_other), do: :internal
 

@@ -21,7 +21,10 @@ defmodule Ringbus.Wire.ErrorCode do
     {:no_subscription, 105, "no subscription with that id on this connection"},
     {:too_many_subscriptions, 106, "the connection holds the server's max subscriptions"},
     {:bad_argument, 107, "a field value is out of range (capacity 0, max_batch 0, credit 0)"},
-    {:internal, 108, "the server failed to handle the request"}
+    {:internal, 108, "the server failed to handle the request"},
+    {:node_down, 109, "the channel's home node (in a cluster) is not connected"},
+    {:node_busy, 110,
+     "the channel's home node (in a cluster) did not answer in time, or its link is full"}
   ]
 
   @codes for {reason, code, _text} <- @errors, do: {reason, code}
@@ -66,6 +69,8 @@ defmodule Ringbus.Wire.ErrorCode do
           | :too_many_subscriptions
           | :bad_argument
           | :internal
+          | :node_down
+          | :node_busy
 
   @typedoc "An error as frames carry it: a known name, or the bare code of an unknown one."
   @type t :: reason() | 1..0xFFFF

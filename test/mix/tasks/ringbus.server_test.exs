@@ -56,4 +56,33 @@ defmodule Mix.Tasks.Ringbus.ServerTest do
     assert Task.options(certfile: "c.pem", keyfile: "k.pem")[:tls] ==
              [certfile: "c.pem", keyfile: "k.pem"]
   end
+
+  test "cluster flags name the node, its cookie and the nodes to join" do
+    cluster =
+      Task.cluster_options(
+        name: "b@127.0.0.1",
+        cookie: "c",
+        join: "a@127.0.0.1, c@127.0.0.1",
+        net_ticktime: 10
+      )
+
+    assert cluster == %{
+             name: :"b@127.0.0.1",
+             name_domain: :longnames,
+             cookie: :c,
+             join: [:"a@127.0.0.1", :"c@127.0.0.1"],
+             net_ticktime: 10
+           }
+
+    assert %{name: :b@host, name_domain: :shortnames, join: []} =
+             Task.cluster_options(name: "b@host")
+
+    assert %{name: nil} = Task.cluster_options([])
+    assert_raise Mix.Error, ~r/need --name/, fn -> Task.cluster_options(join: "a@h") end
+    assert_raise Mix.Error, ~r/NAME@HOST/, fn -> Task.cluster_options(name: "b") end
+
+    assert_raise Mix.Error, ~r/net-ticktime/, fn ->
+      Task.cluster_options(name: "b@h", net_ticktime: 0)
+    end
+  end
 end

@@ -122,12 +122,7 @@ defmodule Ringbus.Release.ConfigTest do
 
     join = %{"RINGBUS_JOIN" => "a@host1,b@host2"}
 
-    if Code.ensure_loaded?(Ringbus.Cluster),
-      do: assert(load!(join).join == [:a@host1, :b@host2]),
-      else:
-        assert(
-          error(join) == "ringbus: RINGBUS_JOIN is not supported by this build (no cluster layer)"
-        )
+    assert load!(join).join == [:a@host1, :b@host2]
 
     assert error(%{"RINGBUS_JOIN" => "a@host1,nohost"}) =~
              ~s{RINGBUS_JOIN must be comma-separated node names (name@host), got: "nohost"}

@@ -1,5 +1,5 @@
 defmodule Mix.Tasks.Ringbus.Bench do
-  @shortdoc "Runs a Ringbus benchmark: buffer, len, backlog, ingest, frames or resp"
+  @shortdoc "Runs a Ringbus benchmark: buffer, len, backlog, ingest, frames, resp or cluster"
 
   @moduledoc """
   Runs one of Ringbus's benchmarks. Each one reproduces a field report and
@@ -12,6 +12,7 @@ defmodule Mix.Tasks.Ringbus.Bench do
       mix ringbus.bench ingest [options]    # TCP ingest, CPU per message, vs Redis XADD
       mix ringbus.bench frames [options]    # large frames over TCP and TLS
       mix ringbus.bench resp [options]      # redis-benchmark: Redis vs the RESP listener
+      mix ringbus.bench cluster [options]   # a silent node: naive sends vs links
 
   Run `mix help ringbus.bench` and see each bench module
   (`Ringbus.Bench.Buffer`, ...) for its options.
@@ -29,7 +30,8 @@ defmodule Mix.Tasks.Ringbus.Bench do
     "backlog" => Ringbus.Bench.Backlog,
     "ingest" => Ringbus.Bench.Ingest,
     "frames" => Ringbus.Bench.Frames,
-    "resp" => Ringbus.Bench.Resp
+    "resp" => Ringbus.Bench.Resp,
+    "cluster" => Ringbus.Bench.Cluster
   }
 
   @impl Mix.Task

@@ -1,0 +1,248 @@
+defmodule Ringbus.Cluster.Links do
+  @moduledoc false
+  # The table of links, one row per remote node, and everything a caller
+  # does with a link: find it, read its state, hand it a request and wait for
+  # the answer within a bound.
+  #
+  # A row is `{node, link_pid | nil, counters, call_timeout}`. The counters
+  # are an `:atomics` array the link writes (its state, the bytes it holds,
+  # batches sent, drops, suspensions) and that callers and `cluster_info/0`
+  # read without asking the link anything. They belong to the node, not to
+  # one link process, so they count across reconnections.
+  #
+  # A caller never waits on a remote process. It sends its request to the
+  # local link (a local send, which cannot block) and waits for the answer
+  # on a monitor alias, at most `call_timeout` ms. A link that is busy or
+  # down is refused before anything is sent. The alias is deactivated when
+  # the caller gives up, so a late answer is dropped by the runtime instead
+  # of landing in the caller's mailbox; the receive matches the fresh
+  # monitor reference, which the runtime finds without scanning the mailbox.
+  #
+  # The table is owned by `Ringbus.Cluster.Members`, which starts the links.
+  # Each link writes its own row as it starts, before it can take a message
+  # from its peer, so that whatever it tells the directory finds it here;
+  # `Members` clears the row when the link is gone.
+
+  @table :ringbus_cluster_links
+  @scope :ringbus_cluster
+
+  # Counter indices.
+  @state 1
+  @queued 2
+  @batches 3
+  @drops 4
+  @suspensions 5
+  @size 5
+
+  @down 0
+  @up 1
+  @busy 2
+
+  @typedoc "The figures of one link, as `Ringbus.cluster_info/0` shows them."
+  @type info :: %{
+          state: :up | :busy | :down,
+          queued_bytes: non_neg_integer(),
+          batches: non_neg_integer(),
+          drops: non_neg_integer(),
+          suspensions: non_neg_integer()
+        }
+
+  @doc "The `:pg` scope of the cluster layer."
+  @spec scope() :: atom()
+  def scope, do: @scope
+
+  @doc "The `:pg` group of every node's cluster layer."
+  @spec members_group() :: term()
+  def members_group, do: :ringbus_members
+
+  @doc "The `:pg` group of the links, on every node, that talk to `node`."
+  @spec group(node()) :: term()
+  def group(node), do: {:ringbus_link, node}
+
+  ## The table (its owner, Members)
+
+  @doc "Creates the table; the calling process owns it."
+  @spec new_table() :: :ok
+  def new_table do
+    :ets.new(@table, [:named_table, :public, :set, read_concurrency: true])
+    :ok
+  end
+
+  @doc "The counters of `node`'s link, made the first time a link to it starts."
+  @spec counters(node()) :: :atomics.atomics_ref()
+  def counters(node) do
+    case :ets.lookup(@table, node) do
+      [{_, _, counters, _}] -> counters
+      [] -> :atomics.new(@size, signed: false)
+    end
+  end
+
+  @doc "Records `node`'s link process (`nil` once it is gone)."
+  @spec put(node(), pid() | nil, :atomics.atomics_ref(), pos_integer()) :: :ok
+  def put(node, pid, counters, call_timeout) do
+    :ets.insert(@table, {node, pid, counters, call_timeout})
+    :ok
+  end
+
+  ## Counters (the link)
+
+  @doc "Sets a link's state."
+  @spec set_state(:atomics.atomics_ref(), :up | :busy | :down) :: :ok
+  def set_state(counters, :up), do: :atomics.put(counters, @state, @up)
+  def set_state(counters, :busy), do: :atomics.put(counters, @state, @busy)
+  def set_state(counters, :down), do: :atomics.put(counters, @state, @down)
+
+  @doc "Sets the bytes a link holds."
+  @spec set_queued(:atomics.atomics_ref(), non_neg_integer()) :: :ok
+  def set_queued(counters, bytes), do: :atomics.put(counters, @queued, bytes)
+
+  @doc "Counts a batch sent, `n` items dropped or a suspension avoided."
+  @spec count(:atomics.atomics_ref(), :batches | :drops | :suspensions, pos_integer()) :: :ok
+  def count(counters, :batches, n), do: :atomics.add(counters, @batches, n)
+  def count(counters, :drops, n), do: :atomics.add(counters, @drops, n)
+  def count(counters, :suspensions, n), do: :atomics.add(counters, @suspensions, n)
+
+  ## Reading
+
+  @doc "Every link's figures, by node."
+  @spec info() :: %{node() => info()}
+  def info do
+    for {node, _pid, counters, _} <- :ets.tab2list(@table), into: %{} do
+      {node,
+       %{
+         state: state_name(:atomics.get(counters, @state)),
+         queued_bytes: :atomics.get(counters, @queued),
+         batches: :atomics.get(counters, @batches),
+         drops: :atomics.get(counters, @drops),
+         suspensions: :atomics.get(counters, @suspensions)
+       }}
+    end
+  rescue
+    ArgumentError -> %{}
+  end
+
+  @doc "The nodes whose links are in one of `states` now."
+  @spec nodes([:up | :busy | :down]) :: [node()]
+  def nodes(states), do: for({node, state} <- states(), state in states, do: node)
+
+  @doc "The nodes that have a link process, with its state."
+  @spec states() :: [{node(), :up | :busy | :down}]
+  def states do
+    for {node, pid, counters, _} <- :ets.tab2list(@table),
+        is_pid(pid),
+        do: {node, state_name(:atomics.get(counters, @state))}
+  rescue
+    ArgumentError -> []
+  end
+
+  @doc "Hands `item` to `node`'s link for its next batch; dropped if it has none."
+  @spec cast(node(), term()) :: :ok
+  def cast(node, item) do
+    case :ets.lookup(@table, node) do
+      [{_, pid, _, _}] when is_pid(pid) -> send(pid, {:ringbus_cast, item})
+      _ -> :ok
+    end
+
+    :ok
+  end
+
+  ## Callers
+
+  @doc """
+  Runs `op` on channel `name` at `node` through the link and returns its
+  answer, `{:error, :node_down}` or `{:error, :node_busy}`. Waits at most
+  `timeout` ms (the link's `call_timeout` when `nil`).
+  """
+  @spec call(node(), term(), term(), pos_integer() | nil) :: term()
+  def call(node, name, op, timeout \\ nil) do
+    case lookup(node) do
+      {:up, pid, call_timeout} ->
+        timeout = timeout || call_timeout
+        deadline = System.monotonic_time(:millisecond) + timeout
+        await(pid, &{:ringbus_call, &1, name, op, deadline}, timeout)
+
+      {:busy, _, _} ->
+        {:error, :node_busy}
+
+      {:down, _, _} ->
+        {:error, :node_down}
+    end
+  end
+
+  @doc """
+  Returns credit to subscription `sub` at `node`. Credit is never refused
+  while the link lives: a busy link adds it up until it can send it.
+  """
+  @spec ack(node(), {pid(), reference()}, pos_integer()) :: :ok | {:error, :no_subscription}
+  def ack(node, sub, count) do
+    case lookup(node) do
+      {:down, _, _} ->
+        {:error, :no_subscription}
+
+      {_up_or_busy, pid, _} ->
+        send(pid, {:ringbus_link_ack, sub, count})
+        :ok
+    end
+  end
+
+  @doc """
+  Ends subscription `sub` at `node`: once this returns, the link forwards no
+  more of its batches. The subscription itself stops when the link's message
+  reaches its node.
+  """
+  @spec unsubscribe(node(), {pid(), reference()}) ::
+          :ok | {:error, :no_subscription | :node_busy}
+  def unsubscribe(node, sub) do
+    case lookup(node) do
+      {:down, _, _} ->
+        {:error, :no_subscription}
+
+      {_up_or_busy, pid, call_timeout} ->
+        case await(pid, &{:ringbus_unsubscribe, &1, sub}, call_timeout) do
+          {:error, :node_down} -> {:error, :no_subscription}
+          reply -> reply
+        end
+    end
+  end
+
+  defp lookup(node) do
+    case :ets.lookup(@table, node) do
+      [{_, pid, counters, call_timeout}] when is_pid(pid) ->
+        {state_name(:atomics.get(counters, @state)), pid, call_timeout}
+
+      _ ->
+        {:down, nil, nil}
+    end
+  rescue
+    # No table: the cluster layer is not running.
+    ArgumentError -> {:down, nil, nil}
+  end
+
+  defp await(pid, request, timeout) do
+    ref = :erlang.monitor(:process, pid, [{:alias, :demonitor}])
+    send(pid, request.(ref))
+
+    receive do
+      {^ref, reply} ->
+        Process.demonitor(ref, [:flush])
+        reply
+
+      {:DOWN, ^ref, _, _, _} ->
+        {:error, :node_down}
+    after
+      timeout ->
+        Process.demonitor(ref, [:flush])
+
+        # The answer may have come in just before the alias was deactivated.
+        receive do
+          {^ref, reply} -> reply
+        after
+          0 -> {:error, :node_busy}
+        end
+    end
+  end
+
+  defp state_name(@up), do: :up
+  defp state_name(@busy), do: :busy
+  defp state_name(@down), do: :down
+end

@@ -1,0 +1,243 @@
+defmodule Ringbus.Test.ClusterProbe do
+  @moduledoc """
+  Functions the cluster tests run inside peer nodes (through
+  `Ringbus.Bench.Cluster.Nodes.call/5`), where a test's own closures cannot
+  go: timed loads, long-lived subscribers, a server.
+  """
+
+  @doc """
+  Pushes to each channel of `names` in turn for `duration_ms`, timing every
+  call. Returns `records`, one per call, `{os_time_us, name, micros,
+  result}` where result is `{:ok, seq, payload}` or the error, in call
+  order; and `lateness_us`, how late at worst a process sleeping 1 ms in a
+  loop beside it woke: what the machine alone costs a process that waits.
+  """
+  def timed_pushes(names, duration_ms, payload_bytes \\ 16) do
+    deadline = System.monotonic_time(:millisecond) + duration_ms
+    pad = :binary.copy("x", max(payload_bytes - 12, 0))
+    control = Task.async(fn -> lateness(deadline, 0) end)
+    # Records go to ETS as they are made: a list of them on this process's
+    # heap would grow to megabytes, and its collections would show up as
+    # long calls.
+    table = :ets.new(:records, [:ordered_set, :private])
+    timed_loop(names, names, deadline, pad, 0, table)
+    records = for {_i, record} <- :ets.tab2list(table), do: record
+    %{records: records, lateness_us: Task.await(control)}
+  end
+
+  defp lateness(deadline, worst) do
+    if System.monotonic_time(:millisecond) > deadline do
+      worst
+    else
+      t0 = System.monotonic_time(:microsecond)
+      Process.sleep(1)
+      lateness(deadline, max(worst, System.monotonic_time(:microsecond) - t0 - 1_000))
+    end
+  end
+
+  defp timed_loop(names, [], deadline, pad, i, table),
+    do: timed_loop(names, names, deadline, pad, i, table)
+
+  defp timed_loop(names, [name | rest], deadline, pad, i, table) do
+    if System.monotonic_time(:millisecond) > deadline do
+      :ok
+    else
+      payload = <<i::96>> <> pad
+      at = System.os_time(:microsecond)
+      t0 = System.monotonic_time(:microsecond)
+      result = Ringbus.push(name, payload)
+      micros = System.monotonic_time(:microsecond) - t0
+
+      result =
+        case result do
+          {:ok, seq} -> {:ok, seq, payload}
+          error -> error
+        end
+
+      :ets.insert(table, {i, {at, name, micros, result}})
+      timed_loop(names, rest, deadline, pad, i + 1, table)
+    end
+  end
+
+  @doc """
+  The acked messages of `records` (from `timed_pushes/3`) that a read of
+  their channel no longer returns, read in chunks through `Ringbus.read/3`.
+  """
+  def missing(records) do
+    for {name, acked} <-
+          Enum.group_by(for({_, n, _, {:ok, s, p}} <- records, do: {n, s, p}), &elem(&1, 0)),
+        held = read_all(name),
+        {_, seq, payload} <- acked,
+        Map.get(held, seq) != payload,
+        do: {name, seq}
+  end
+
+  # Small reads, retried: under a short `call_timeout` on a loaded machine
+  # one may come back `node_busy`.
+  defp read_all(name), do: read_all(name, 0, %{}, 200)
+
+  defp read_all(_name, _from, _acc, 0), do: raise("reads kept failing")
+
+  defp read_all(name, from, acc, tries) do
+    case Ringbus.read(name, from, 100) do
+      {:ok, [], _lost} ->
+        acc
+
+      {:ok, messages, _lost} ->
+        read_all(name, elem(List.last(messages), 0) + 1, Map.merge(acc, Map.new(messages)), tries)
+
+      {:error, _} ->
+        Process.sleep(20) && read_all(name, from, acc, tries - 1)
+    end
+  end
+
+  @doc """
+  Starts a subscriber process (not linked to the caller) that subscribes to
+  `name`, keeps every batch and, with `ack: true`, acks each at once.
+  Returns `{:ok, pid, sub}` or the subscribe error.
+  """
+  def subscriber(name, opts, ack?) do
+    parent = self()
+    ref = make_ref()
+
+    pid =
+      spawn(fn ->
+        case Ringbus.subscribe(name, opts) do
+          {:ok, sub} ->
+            send(parent, {ref, {:ok, self(), sub}})
+            subscriber_loop(sub, ack?, %{batches: [], closed: nil})
+
+          error ->
+            send(parent, {ref, error})
+        end
+      end)
+
+    receive do
+      {^ref, reply} -> reply
+    after
+      5_000 -> Process.exit(pid, :kill) && {:error, :timeout}
+    end
+  end
+
+  defp subscriber_loop(sub, ack?, state) do
+    receive do
+      {:ringbus, ^sub, messages, lost} ->
+        if ack?, do: Ringbus.ack(sub, length(messages))
+        subscriber_loop(sub, ack?, %{state | batches: [{messages, lost} | state.batches]})
+
+      {:ringbus_closed, ^sub, reason} ->
+        subscriber_loop(sub, ack?, %{state | closed: reason})
+
+      {:ack, from, count} ->
+        send(from, {:acked, Ringbus.ack(sub, count)})
+        subscriber_loop(sub, ack?, state)
+
+      {:unsubscribe, from} ->
+        send(from, {:unsubscribed, Ringbus.unsubscribe(sub)})
+        subscriber_loop(sub, ack?, state)
+
+      {:get, from} ->
+        send(from, {:got, %{state | batches: :lists.reverse(state.batches)}})
+        subscriber_loop(sub, ack?, state)
+
+      :stop ->
+        :ok
+    end
+  end
+
+  @doc "What a subscriber has received: `%{batches: [{messages, lost}], closed: reason | nil}`."
+  def received(pid), do: ask(pid, {:get, self()}, :got)
+
+  @doc """
+  A subscriber's batches summed up without shipping them: messages
+  delivered, `lost` in total, whether every batch starts at the seq after
+  the one before plus its `lost`, the batches that report a loss
+  (`{first_seq, lost}`), and why it closed (or `nil`).
+  """
+  def tally(pid) do
+    %{batches: batches, closed: closed} = received(pid)
+    gaps = for {[{first, _} | _], lost} <- batches, lost > 0, do: {first, lost}
+
+    {delivered, lost, _next, contiguous?} =
+      Enum.reduce(batches, {0, 0, nil, true}, fn {messages, lost}, {d, l, next, ok?} ->
+        [{first, _} | _] = messages
+        {last, _} = List.last(messages)
+        {d + length(messages), l + lost, last + 1, ok? and (next == nil or first == next + lost)}
+      end)
+
+    %{delivered: delivered, lost: lost, contiguous?: contiguous?, gaps: gaps, closed: closed}
+  end
+
+  @doc "Makes a subscriber ack `count` messages; returns what `Ringbus.ack/2` did."
+  def ack(pid, count), do: ask(pid, {:ack, self(), count}, :acked)
+
+  @doc "Makes a subscriber unsubscribe; returns what `Ringbus.unsubscribe/1` did."
+  def unsubscribe(pid), do: ask(pid, {:unsubscribe, self()}, :unsubscribed)
+
+  @doc "Pushes `count` payloads of `bytes` to `name` one by one; returns the results."
+  def push_n(name, count, bytes) do
+    for i <- 1..count,
+        do: Ringbus.push(name, <<i::32, :binary.copy("p", max(bytes - 4, 0))::binary>>)
+  end
+
+  @doc "Creates each of `names` here as fast as it can; returns the results in order."
+  def create_all(names, opts), do: for(name <- names, do: {name, Ringbus.create(name, opts)})
+
+  @doc "Starts a `Ringbus.Server` on port 0 that outlives the call; returns its port."
+  def start_server(opts \\ []) do
+    parent = self()
+
+    spawn(fn ->
+      {:ok, server} = Ringbus.Server.start_link([port: 0] ++ opts)
+      send(parent, {:port, Ringbus.Server.port(server)})
+      Process.sleep(:infinity)
+    end)
+
+    receive do
+      {:port, port} -> port
+    after
+      5_000 -> :timeout
+    end
+  end
+
+  @doc "Starts a process that records this node's nodeup and nodedown events with their os_time (µs)."
+  def node_watcher do
+    parent = self()
+
+    pid =
+      spawn(fn ->
+        :ok = :net_kernel.monitor_nodes(true)
+        send(parent, :watching)
+        watch([])
+      end)
+
+    receive do
+      :watching -> pid
+    end
+  end
+
+  defp watch(events) do
+    receive do
+      {kind, node} when kind in [:nodeup, :nodedown] ->
+        watch([{System.os_time(:microsecond), kind, node} | events])
+
+      {:get, from} ->
+        send(from, {:events, :lists.reverse(events)})
+        watch(events)
+    end
+  end
+
+  @doc "The events a `node_watcher/0` recorded, oldest first."
+  def node_events(pid), do: ask(pid, {:get, self()}, :events)
+
+  # Asks a process started here and waits for its `{tag, answer}`.
+  defp ask(pid, request, tag) do
+    send(pid, request)
+
+    receive do
+      {^tag, answer} -> answer
+    after
+      5_000 -> :timeout
+    end
+  end
+end
