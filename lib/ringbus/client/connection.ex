@@ -27,7 +27,8 @@ defmodule Ringbus.Client.Connection do
   @flush_bytes 256 * 1024
 
   @spec start(map()) :: GenServer.on_start()
-  def start(args), do: GenServer.start(__MODULE__, args)
+  def start(args),
+    do: GenServer.start(__MODULE__, args, spawn_opt: [message_queue_data: :off_heap])
 
   ## Init
 

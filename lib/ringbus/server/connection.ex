@@ -82,7 +82,8 @@ defmodule Ringbus.Server.Connection do
       deadline: now() + config.handshake_timeout,
       out: [],
       out_bytes: 0,
-      stats: nil
+      stats: nil,
+      busy?: false
     }
 
     {:ok, state, config.handshake_timeout}
@@ -104,6 +105,8 @@ defmodule Ringbus.Server.Connection do
   end
 
   def handle_info({tag, socket, data}, %{socket: socket} = state) when tag in [:tcp, :ssl] do
+    state = busy(state, data)
+
     case Decoder.feed(state.decoder, data) do
       {:ok, frames, decoder} ->
         state = %{
@@ -234,6 +237,19 @@ defmodule Ringbus.Server.Connection do
       {:close, reason} -> state |> flush() |> close(reason)
     end
   end
+
+  # A client that fills reads is a busy producer: its connection keeps a
+  # heap of a word for every byte of a read from then on, room for the
+  # frames of a full read, so handling one takes no garbage collection (with
+  # the default small heap, the collections a read set off cost about as much
+  # as the read itself). Other connections keep the default heap.
+  defp busy(%{busy?: false, config: %{buffer_size: size}} = state, data)
+       when byte_size(data) * 2 >= size do
+    Process.flag(:min_heap_size, size)
+    %{state | busy?: true}
+  end
+
+  defp busy(state, _data), do: state
 
   defp after_read({:ok, state}, got_frames?) do
     state = if got_frames?, do: touch(state), else: state

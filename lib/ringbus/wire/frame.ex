@@ -359,14 +359,20 @@ defmodule Ringbus.Wire.Frame do
       when is_u32(corr) and is_ack_mode(mode) and is_name(name) and is_binary(payload) do
     size = byte_size(payload)
     length = 12 + byte_size(name) + size
+    flags = push_flags(mode)
 
-    header =
-      <<length::32, @push, corr::32, push_flags(mode), byte_size(name)::16, name::binary,
-        size::32>>
+    # Built in one expression: appending to a binary held in a variable
+    # would make a writable off-heap binary, costly to copy into a message.
+    if size <= 64 do
+      frame =
+        <<length::32, @push, corr::32, flags, byte_size(name)::16, name::binary, size::32,
+          payload::binary>>
 
-    if size <= 64,
-      do: {<<header::binary, payload::binary>>, length + 4},
-      else: {[header, payload], length + 4}
+      {frame, length + 4}
+    else
+      header = <<length::32, @push, corr::32, flags, byte_size(name)::16, name::binary, size::32>>
+      {[header, payload], length + 4}
+    end
   end
 
   # A field out of range: raises as encode/1 does.
