@@ -70,6 +70,13 @@ defmodule Ringbus.Client do
   The bound holds the client's memory and the server's work; the owner must
   still take the `:ringbus_acks` messages out of its mailbox.
 
+  Until it does, they wait there, and with the default on-heap message
+  queue each garbage collection of the owner copies them again: a producer
+  that pushes up to the bound before it takes any acks spends most of its
+  time copying them. Such an owner keeps its mailbox off the heap, with
+  `Process.flag(:message_queue_data, :off_heap)` before `connect/1`, or
+  takes the acks as they come.
+
   The bound is at most 250,000 because the client process writes and reads
   the socket: when the server's acks for every pending push (14 bytes each)
   outgrow the socket buffers and the server's output queue, the server

@@ -37,7 +37,9 @@ defmodule Ringbus.Bench.Ingest do
     * `pipelined` - `Ringbus.Client.push_async/4` of single payloads: one
       `PUSH` frame and one ack entry per message, up to the client's
       `max_pending` (100,000) in flight; the acks of one server read come
-      back in one `PUSH_ACKS` frame.
+      back in one `PUSH_ACKS` frame. The producer takes acks only when the
+      client says `:backpressure`, and keeps its mailbox off the heap, as
+      `Ringbus.Client` advises.
     * `batched` - **batched**: `push_async/4` of lists of `--batch`
       payloads, one `PUSH_BATCH` frame and one ack entry per batch.
     * `batched_1kb` - as `batched`, with 1,024-byte payloads.

@@ -108,6 +108,11 @@ defmodule Ringbus.Bench.Ingest.Generator do
           timeout: timeout_ms
         ]
 
+        # The acks of up to `max_pending` pushes wait in this mailbox until
+        # the producer takes them; off the heap, garbage collections do not
+        # copy them (see "Backpressure" in `Ringbus.Client`).
+        Process.flag(:message_queue_data, :off_heap)
+
         with {:ok, client} <- Client.connect(client_opts) do
           client_mode(client, config, ready)
         end
