@@ -25,6 +25,12 @@ defmodule Ringbus.Bench.Resp do
   each starts empty. Both servers share the machine's cores with
   `redis-benchmark`; Redis uses one thread, Ringbus every scheduler.
 
+  `PING` also runs against a third server, `bare`: a `gen_tcp` listener in
+  the bench VM that answers `PING` and nothing useful else, one process per
+  connection and one write per read (`Ringbus.Bench.Resp.Bare`). It stores
+  nothing, so its rows are the floor under any RESP server on the VM's TCP
+  stack: what a read, a process wakeup and a write cost on this machine.
+
   ## Output
 
   A table and, with `--out`, CSV with the columns
@@ -32,7 +38,8 @@ defmodule Ringbus.Bench.Resp do
   from `redis-benchmark --csv`. The command line is the exact one run, with
   the payload written as the shell expression that makes it. Then the
   targets: Ringbus at least 1.5x Redis's requests/s on XADD at `-P 16`, and a
-  p99 no worse than Redis's at `-P 1`.
+  p99 no worse than Redis's at `-P 1`; and the floor: `bare`'s `PING` rate
+  and p99 against Redis's.
 
   ## Command line options
 
@@ -42,6 +49,7 @@ defmodule Ringbus.Bench.Resp do
   """
 
   alias Ringbus.Bench.{Args, CSV, RedisServer}
+  alias Ringbus.Bench.Resp.Bare
 
   @switches [requests: :integer, clients: :integer, out: :string]
   @maxlen 200_000
@@ -61,11 +69,15 @@ defmodule Ringbus.Bench.Resp do
 
     redis = RedisServer.start!()
     {:ok, server} = Ringbus.Server.start_link(port: 0, resp_port: 0)
-    ports = [redis: redis.port, ringbus: Ringbus.Server.port(server, :resp)]
+    {bare, bare_port} = Bare.start()
+    ports = [redis: redis.port, ringbus: Ringbus.Server.port(server, :resp), bare: bare_port]
 
     try do
       rows =
-        for {command, payload} <- workloads(), pipeline <- [1, 16], {name, port} <- ports do
+        for {command, payload} <- workloads(),
+            pipeline <- [1, 16],
+            {name, port} <- ports,
+            name != :bare or command == "PING" do
           if command == "XADD", do: delete_stream(port)
           measure(bench, name, port, command, payload, pipeline, requests, clients)
         end
@@ -76,6 +88,7 @@ defmodule Ringbus.Bench.Resp do
     after
       Ringbus.delete("s")
       Supervisor.stop(server)
+      Bare.stop(bare)
       RedisServer.stop(redis)
     end
   end
@@ -207,7 +220,22 @@ defmodule Ringbus.Bench.Resp do
           "(target: no worse)"
       )
     end
+
+    for pipeline <- [1, 16] do
+      [redis, ours, bare] =
+        for server <- [:redis, :ringbus, :bare], do: ping(rows, server, pipeline)
+
+      IO.puts(
+        "PING -P #{pipeline}: bare gen_tcp floor/Redis #{fmt(bare.requests_per_s / redis.requests_per_s)}x, " <>
+          "Ringbus/bare #{fmt(ours.requests_per_s / bare.requests_per_s)}x; " <>
+          "p99 Redis #{fmt(redis.p99_ms)} ms, bare #{fmt(bare.p99_ms)} ms, Ringbus #{fmt(ours.p99_ms)} ms"
+      )
+    end
   end
+
+  defp ping(rows, server, pipeline),
+    do:
+      Enum.find(rows, &(&1.server == server and &1.command == "PING" and &1.pipeline == pipeline))
 
   defp find(rows, server, payload, pipeline),
     do:

@@ -17,8 +17,9 @@ defmodule Ringbus.Bench.RespTest do
       end)
 
     rows = Process.get(:results)
-    assert Enum.count(rows) == 16
+    assert Enum.count(rows) == 18
     assert output =~ "XADD 1024 B: -P 16 Ringbus/Redis"
+    assert output =~ "PING -P 16: bare gen_tcp floor/Redis"
     assert progress =~ "==> ringbus: redis-benchmark"
 
     [header | lines] = out |> File.read!() |> String.split("\n", trim: true)
@@ -37,6 +38,16 @@ defmodule Ringbus.Bench.RespTest do
       assert String.to_integer(rps) > 0
       assert line =~ "redis-benchmark -h 127.0.0.1 -p "
     end
+
+    # The bare floor answers PING only.
+    bare =
+      for line <- lines, String.starts_with?(line, "bare,") do
+        [_, command, _, pipeline, _, rps | _] = String.split(line, ",")
+        assert String.to_integer(rps) > 0
+        {command, pipeline}
+      end
+
+    assert bare == [{"PING", "1"}, {"PING", "16"}]
 
     # Both servers ran the same command lines, their ports aside.
     [redis, ringbus] =
