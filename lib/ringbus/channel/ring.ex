@@ -400,13 +400,18 @@ defmodule Ringbus.Channel.Ring do
   end
 
   # Moves tail past `seq`, claiming (overwriting) everything still unclaimed.
-  defp claim_through(%Channel{atomics: a} = ch, seq) do
-    tail = :atomics.get(a, @tail)
+  defp claim_through(ch, seq), do: advance(ch.atomics, @tail, seq, &claimed(ch, &1, &2))
+
+  # Moves the cursor at `index` past `seq` with a compare-and-swap, unless it
+  # is there already; the caller whose swap moved it runs `moved.(from, seq)`
+  # for the seqs it moved over.
+  defp advance(atomics, index, seq, moved) do
+    from = :atomics.get(atomics, index)
 
     cond do
-      tail > seq -> :ok
-      :atomics.compare_exchange(a, @tail, tail, seq + 1) == :ok -> claimed(ch, tail, seq)
-      true -> claim_through(ch, seq)
+      from > seq -> :ok
+      :atomics.compare_exchange(atomics, index, from, seq + 1) == :ok -> moved.(from, seq)
+      true -> advance(atomics, index, seq, moved)
     end
   end
 
@@ -446,15 +451,7 @@ defmodule Ringbus.Channel.Ring do
   # keyed below `dropped` is gone) makes this cumulative: a seq whose producer
   # abandoned it or died never stores, so no push of its own deletes the seq
   # a capacity below it; the next push that gets this far does.
-  defp drop_through(%Channel{atomics: a} = ch, seq) do
-    from = :atomics.get(a, @dropped)
-
-    cond do
-      from > seq -> :ok
-      :atomics.compare_exchange(a, @dropped, from, seq + 1) == :ok -> drop(ch, from, seq)
-      true -> drop_through(ch, seq)
-    end
-  end
+  defp drop_through(ch, seq), do: advance(ch.atomics, @dropped, seq, &drop(ch, &1, &2))
 
   # Deletes every object whose last seq is in from..to: a single message, a
   # mark, a chunk or a reservation ending there.

@@ -2,6 +2,18 @@ defmodule Ringbus.Bench.Args do
   @moduledoc false
   # Command line values the benches share.
 
+  @doc """
+  Parses `args` with `switches` (and `aliases`); raises
+  `OptionParser.ParseError` on an unknown option and `Mix.Error` on a plain
+  argument.
+  """
+  @spec parse!([String.t()], keyword(), keyword()) :: keyword()
+  def parse!(args, switches, aliases \\ []) do
+    {opts, rest} = OptionParser.parse!(args, strict: switches, aliases: aliases)
+    if rest != [], do: Mix.raise("unexpected arguments: #{Enum.join(rest, " ")}")
+    opts
+  end
+
   @doc "Parses `--sizes N,N,...`: positive and ascending, or `default` when absent."
   @spec sizes!(String.t() | nil, [pos_integer()]) :: [pos_integer()]
   def sizes!(nil, default), do: default

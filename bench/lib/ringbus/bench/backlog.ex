@@ -124,8 +124,7 @@ defmodule Ringbus.Bench.Backlog do
   """
   @spec run([String.t()]) :: :ok
   def run(args) do
-    {opts, rest} = OptionParser.parse!(args, strict: @switches)
-    if rest != [], do: Mix.raise("unexpected arguments: #{Enum.join(rest, " ")}")
+    opts = Args.parse!(args, @switches)
 
     config = %{
       sizes: Args.sizes!(opts[:sizes], @default_sizes),

@@ -266,8 +266,7 @@ defmodule Ringbus.Bench.Buffer do
   ## Options
 
   defp parse!(args) do
-    {opts, rest} = OptionParser.parse!(args, strict: @switches, aliases: @aliases)
-    if rest != [], do: Mix.raise("unexpected arguments: #{Enum.join(rest, " ")}")
+    opts = Args.parse!(args, @switches, @aliases)
 
     impls =
       opts

@@ -164,8 +164,7 @@ defmodule Ringbus.Bench.Frames do
   ## Options
 
   defp parse!(args) do
-    {opts, rest} = OptionParser.parse!(args, strict: @switches, aliases: @aliases)
-    if rest != [], do: Mix.raise("unexpected arguments: #{Enum.join(rest, " ")}")
+    opts = Args.parse!(args, @switches, @aliases)
 
     sizes =
       opts

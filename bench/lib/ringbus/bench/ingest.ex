@@ -219,8 +219,7 @@ defmodule Ringbus.Bench.Ingest do
   """
   @spec run([String.t()]) :: [row()]
   def run(args) do
-    {opts, rest} = OptionParser.parse!(args, strict: @switches, aliases: @aliases)
-    if rest != [], do: Mix.raise("unexpected arguments: #{Enum.join(rest, " ")}")
+    opts = Args.parse!(args, @switches, @aliases)
     config = config!(opts)
 
     {:ok, server} = Ringbus.Server.start_link(port: 0, auto_create: false)

@@ -33,6 +33,8 @@ defmodule Ringbus.Bench.Len do
     * `--out FILE` - also writes CSV: `impl,n,hibernated,ns_per_call`.
   """
 
+  alias Ringbus.Bench.Args
+
   @default_sizes [10, 1_000, 100_000, 1_000_000]
   @rounds 7
   @ringbus_reps 200_000
@@ -45,9 +47,8 @@ defmodule Ringbus.Bench.Len do
   """
   @spec run([String.t()]) :: :ok
   def run(args) do
-    {opts, rest} = OptionParser.parse!(args, strict: @switches)
-    if rest != [], do: Mix.raise("unexpected arguments: #{Enum.join(rest, " ")}")
-    sizes = Ringbus.Bench.Args.sizes!(opts[:sizes], @default_sizes)
+    opts = Args.parse!(args, @switches)
+    sizes = Args.sizes!(opts[:sizes], @default_sizes)
 
     reps =
       case Keyword.get(opts, :reps) do
