@@ -124,9 +124,9 @@ defmodule Ringbus.HTTP do
       max_body_size: 1024,
       max_header_size: 8192,
       keep_alive_timeout: 15,
-      # Headers and body go out in separate writes: without nodelay, each
-      # response would wait out a delayed ACK.
-      socket_type: {:ip_comm, [nodelay: true]},
+      # Plain :ip_comm: inets 8.2's acceptor cannot listen on a fixed port
+      # with {:ip_comm, options}; the handler writes each response whole.
+      socket_type: :ip_comm,
       ringbus_history: table,
       ringbus_interval: opts[:interval]
     ]

@@ -24,6 +24,17 @@ defmodule Ringbus.ClusterTest do
     assert Ringbus.delete(name) == {:error, :no_channel}
   end
 
+  test "the process that watches the members' scope is not itself a member" do
+    # OTP 25's :pg crashes (and logged an error at every stop) on the exit
+    # of a process that is both (erlang/otp#7625).
+    scope = Ringbus.Cluster.Links.scope()
+    watcher = Process.whereis(Ringbus.Cluster.Members)
+    assert [member] = :pg.get_local_members(scope, Ringbus.Cluster.Links.members_group())
+    assert member != watcher
+    assert {:links, links} = Process.info(watcher, :links)
+    assert member in links
+  end
+
   test "options are checked, with the key and the value in the error" do
     assert %Config{call_timeout: 5, busy_timeout: 100, join: []} = Config.new!([])
     assert %Config{join: [:a@h], call_timeout: 50} = Config.new!(join: [:a@h], call_timeout: 50)

@@ -37,8 +37,8 @@ defmodule Ringbus.ReleaseBuildTest do
 
   defp run(command, env), do: System.cmd(@bin, command, env: env, stderr_to_stdout: true)
 
-  defp boot(vars) do
-    env = env([{"RINGBUS_PORT", "0"}, {"RINGBUS_HTTP_PORT", "0"} | vars])
+  defp boot(vars, ports \\ [{"RINGBUS_PORT", "0"}, {"RINGBUS_HTTP_PORT", "0"}]) do
+    env = env(ports ++ vars)
 
     port_env =
       for {k, v} <- env,
@@ -178,6 +178,24 @@ defmodule Ringbus.ReleaseBuildTest do
     assert log =~ ~r/\[info\] Ringbus connection from 127\.0\.0\.1:\d+ closed \(shutting_down\)/
   end
 
+  test "README's command boots it on its default, fixed ports and stops it without an error" do
+    # As README says it: no port variable, so 7171 and 9171.
+    node = boot([{"RINGBUS_CHANNELS", "events:100000"}], [])
+    assert node.tcp == 7171 and node.http == "9171"
+
+    {:ok, client} = Ringbus.Client.connect(port: 7171)
+    assert {:ok, 0} = Ringbus.Client.push(client, "events", "hello")
+    metrics = get("http://127.0.0.1:9171/metrics")
+    assert metrics =~ ~s(ringbus_channel_pushed_total{channel="events"} 1\n)
+
+    assert {_, 0} = run(["stop"], node.env)
+    release = node.release
+    assert_receive {^release, {:exit_status, 0}}, 30_000
+    log = Enum.join(output(release), "\n")
+    refute log =~ "[error]"
+    refute log =~ "crash"
+  end
+
   test "on SIGTERM a pipelining producer gets an ack or an error for every push" do
     node =
       boot([
@@ -201,7 +219,9 @@ defmodule Ringbus.ReleaseBuildTest do
 
     release = node.release
     assert_receive {^release, {:exit_status, 0}}, 30_000
-    # At notice, connections are not logged.
-    refute Enum.any?(output(release), &(&1 =~ "Ringbus connection"))
+    # At notice, connections are not logged; a stop logs no error.
+    log = output(release)
+    refute Enum.any?(log, &(&1 =~ "Ringbus connection"))
+    refute Enum.any?(log, &(&1 =~ "[error]"))
   end
 end

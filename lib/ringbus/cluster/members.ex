@@ -50,7 +50,12 @@ defmodule Ringbus.Cluster.Members do
     Links.new_table()
     :ok = :net_kernel.monitor_nodes(true, %{node_type: :visible, nodedown_reason: true})
     {ref, groups} = :pg.monitor_scope(Links.scope())
-    :ok = :pg.join(Links.scope(), Links.members_group(), self())
+    # A process of its own joins the group: OTP 25's `:pg` crashes on the
+    # exit of a process that both monitors the scope and is a member
+    # (erlang/otp#7625), which logged an error at every stop.
+    parent = self()
+    spawn_link(fn -> member(parent) end)
+    receive do: ({:member, ^parent} -> :ok)
 
     state = %{
       config: config,
@@ -68,6 +73,12 @@ defmodule Ringbus.Cluster.Members do
 
     state = Enum.reduce(groups, state, fn {group, pids}, state -> joined(state, group, pids) end)
     {:ok, tick(reconnect(state))}
+  end
+
+  defp member(parent) do
+    :ok = :pg.join(Links.scope(), Links.members_group(), self())
+    send(parent, {:member, parent})
+    Process.sleep(:infinity)
   end
 
   @impl true

@@ -28,7 +28,23 @@ defmodule Ringbus.HTTP.Handler do
     method = mod(request, :method)
     path = request |> mod(:request_uri) |> to_string() |> String.split("?", parts: 2) |> hd()
     config = mod(request, :config_db)
-    {:proceed, [response: respond(method, path, config)]}
+    {code, headers, body} = respond(method, path, config)
+    body = if method == ~c"HEAD", do: [], else: body
+    # Head and body leave in one write: httpd's own responses write them
+    # separately, and on a socket without nodelay the second write waits out
+    # the client's delayed ACK.
+    :ok =
+      :httpd_socket.deliver(mod(request, :socket_type), mod(request, :socket), [
+        "HTTP/1.1 ",
+        Integer.to_string(code),
+        " ",
+        reason(code),
+        "\r\n",
+        Enum.map(headers, fn {k, v} -> [k, ": ", v, "\r\n"] end),
+        "\r\n" | body
+      ])
+
+    {:proceed, [response: {:already_sent, code, IO.iodata_length(body)}]}
   end
 
   defp respond(method, path, config) when method in [~c"GET", ~c"HEAD"] do
@@ -46,7 +62,7 @@ defmodule Ringbus.HTTP.Handler do
         ok("text/plain; charset=utf-8", StatusText.render(status(config)))
 
       "/" ->
-        {:response, [code: 302, location: ~c"/status", content_length: ~c"0"], []}
+        {302, [{"location", "/status"}, {"content-length", "0"}], []}
 
       _ ->
         plain(404, "not found; try /metrics, /status, /status.json or /status.txt\n")
@@ -54,8 +70,8 @@ defmodule Ringbus.HTTP.Handler do
   end
 
   defp respond(_method, _path, _config) do
-    {:response, headers, body} = plain(405, "only GET and HEAD\n")
-    {:response, headers ++ [allow: ~c"GET, HEAD"], body}
+    {code, headers, body} = plain(405, "only GET and HEAD\n")
+    {code, [{"allow", "GET, HEAD"} | headers], body}
   end
 
   defp status(config) do
@@ -72,12 +88,16 @@ defmodule Ringbus.HTTP.Handler do
     body = IO.iodata_to_binary(body)
 
     headers = [
-      code: code,
-      content_type: String.to_charlist(type),
-      content_length: Integer.to_charlist(byte_size(body)),
-      cache_control: ~c"no-store"
+      {"content-type", type},
+      {"content-length", Integer.to_string(byte_size(body))},
+      {"cache-control", "no-store"}
     ]
 
-    {:response, headers, [body]}
+    {code, headers, [body]}
   end
+
+  defp reason(200), do: "OK"
+  defp reason(302), do: "Found"
+  defp reason(404), do: "Not Found"
+  defp reason(405), do: "Method Not Allowed"
 end
