@@ -117,17 +117,29 @@ defmodule Ringbus.Server.LimitsTest do
     {_server, port} = start_server(max_frame_size: 1024)
     client = Ringbus.Client.connect!(port: port)
 
+    # The connection, held while the pushes queue up, writes them all at once,
+    # so the server reads acks for more entries than one frame holds.
+    :ok = :sys.suspend(client.pid)
     for i <- 1..200, do: {:ok, _} = Ringbus.Client.push_async(client, "acks", "#{i}")
+    :ok = :sys.resume(client.pid)
 
-    acks = await_acks(client, 200, [])
+    frames = await_acks(client, 200, [])
+    acks = Enum.concat(frames)
     assert Enum.map(acks, fn {_corr, {:ok, seq}} -> seq end) == Enum.to_list(0..199)
+
+    # One owner message per PUSH_ACKS frame: the acks were split, cut where
+    # a frame holds (1024 - 5) div 14 = 72 entries.
+    assert length(frames) > 1
+    assert Enum.all?(frames, &(length(&1) <= 72))
+    assert Enum.any?(frames, &(length(&1) == 72))
   end
 
-  defp await_acks(_client, 0, acc), do: acc
+  # The entries of each PUSH_ACKS frame, in order.
+  defp await_acks(_client, 0, frames), do: :lists.reverse(frames)
 
-  defp await_acks(client, left, acc) do
+  defp await_acks(client, left, frames) do
     receive do
-      {:ringbus_acks, ^client, acks} -> await_acks(client, left - length(acks), acc ++ acks)
+      {:ringbus_acks, ^client, acks} -> await_acks(client, left - length(acks), [acks | frames])
       {:ringbus_down, ^client, reason} -> flunk("the client went down: #{inspect(reason)}")
     after
       5_000 -> flunk("#{left} acks missing")
