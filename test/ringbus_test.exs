@@ -119,6 +119,22 @@ defmodule RingbusTest do
       assert {:ok, %{overwritten: 3, len: 2}} = Ringbus.info(name)
     end
 
+    test "a batch of more bytes than max_bytes is refused as one oversized payload is",
+         %{name: name} do
+      for overflow <- [:drop_oldest, :reject] do
+        name = {name, overflow}
+        :ok = Ringbus.create(name, capacity: 10, max_bytes: 10, overflow: overflow)
+        assert {:error, :too_large} = Ringbus.push(name, :binary.copy("x", 11))
+        assert {:error, :too_large} = Ringbus.push_many(name, ["aaaa", "bbbb", "cccc"])
+        assert {:ok, [], 0} = Ringbus.read(name, 0, 10)
+        assert {:ok, %{rejected: 4, pushed: 0, bytes: 0, next_seq: 0}} = Ringbus.info(name)
+        # A batch that fits goes in whole.
+        assert {:ok, 0} = Ringbus.push_many(name, ["aaaa", "bbbb"])
+        assert {:ok, [{0, "aaaa"}, {1, "bbbb"}], 0} = Ringbus.read(name, 0, 10)
+        :ok = Ringbus.delete(name)
+      end
+    end
+
     test "messages stored one by one do not keep a larger binary alive", %{name: name} do
       :ok = Ringbus.create(name, capacity: 4, overflow: :reject)
       big = :binary.copy("b", 100_000)

@@ -4,7 +4,8 @@ defmodule Ringbus.Test.RingModel do
   generators of command sequences, for model-based tests of the ring.
 
   The model keeps what `Ringbus.info/1` promises: the counts, and the bytes
-  the channel holds. A drop-oldest batch on a channel without `:max_bytes`
+  the channel holds. A push or batch of more bytes than `:max_bytes` is
+  refused whole with `:too_large`, under either overflow policy. A drop-oldest batch on a channel without `:max_bytes`
   is stored as one unit and freed whole once none of its messages is left;
   every other message is a unit of its own.
   """
@@ -160,7 +161,8 @@ defmodule Ringbus.Test.RingModel do
     bytes = payloads |> Enum.map(&byte_size/1) |> Enum.sum()
 
     cond do
-      m.max_bytes && Enum.any?(payloads, &(byte_size(&1) > m.max_bytes)) ->
+      # A push of more bytes than the channel holds, one payload or a batch.
+      m.max_bytes && bytes > m.max_bytes ->
         {{:error, :too_large}, %{m | rejected: m.rejected + count}}
 
       m.overflow == :reject and

@@ -44,7 +44,8 @@ defmodule Ringbus.Channel.Ring do
   # deletes it (each object is deleted exactly once: `take`, or `select_delete`
   # of the exact object). A chunk is deleted whole: by the drop that reaches
   # its last seq, or by the pull that takes its last message (each pull counts
-  # `left` down once it has its payload). Under `max_bytes`, a
+  # `left` down once it has its payload). Under `max_bytes`, a push (or
+  # batch) of more bytes than `max_bytes` is refused before it reserves; a
   # drop-oldest push claims the oldest seqs until `held` fits again, and a
   # reject push reserves its bytes with a CAS before it reserves seqs (so
   # under reject `held` includes the bytes of pushes in flight). Drop-oldest
@@ -132,7 +133,7 @@ defmodule Ringbus.Channel.Ring do
   def push(%Channel{} = ch, payload) do
     size = byte_size(payload)
 
-    case reserve_for(ch, [payload], 1, size) do
+    case reserve_for(ch, 1, size) do
       {:ok, seq} -> commit(ch, seq, payload)
       {:error, reason} -> refuse(ch, 1, reason)
     end
@@ -179,7 +180,7 @@ defmodule Ringbus.Channel.Ring do
   def push_measured(ch, _payloads, 0, _bytes), do: {:ok, :atomics.get(ch.atomics, @head)}
 
   def push_measured(ch, payloads, count, bytes) do
-    case reserve_for(ch, payloads, count, bytes) do
+    case reserve_for(ch, count, bytes) do
       {:ok, first} -> commit_batch(ch, first, payloads, count, bytes)
       {:error, reason} -> refuse(ch, count, reason)
     end
@@ -199,7 +200,7 @@ defmodule Ringbus.Channel.Ring do
   @spec push_run(Channel.t(), [binary()], pos_integer(), non_neg_integer()) ::
           {:ok, seq} | {:error, :full | :too_large}
   def push_run(ch, payloads, count, bytes) do
-    with {:ok, first} <- reserve_for(ch, payloads, count, bytes) do
+    with {:ok, first} <- reserve_for(ch, count, bytes) do
       case store_batch(ch, first, payloads, count, bytes) do
         {:ok, first} -> {:ok, first}
         :retry -> push_run(ch, payloads, count, bytes)
@@ -294,17 +295,15 @@ defmodule Ringbus.Channel.Ring do
     {:error, reason}
   end
 
-  # Reserves seqs (and bytes) for a batch, unless one of its payloads is
-  # larger than the channel's whole `max_bytes`. Counts nothing.
-  defp reserve_for(ch, payloads, count, bytes) do
-    if too_large?(ch, payloads, bytes), do: {:error, :too_large}, else: reserve(ch, count, bytes)
+  # Reserves seqs (and bytes) for a batch, unless its bytes are more than
+  # the channel's whole `max_bytes`: stored, a drop-oldest batch would
+  # overwrite its own first messages. Counts nothing.
+  defp reserve_for(ch, count, bytes) do
+    if too_large?(ch, bytes), do: {:error, :too_large}, else: reserve(ch, count, bytes)
   end
 
-  defp too_large?(%Channel{max_bytes: nil}, _payloads, _bytes), do: false
-  defp too_large?(%Channel{max_bytes: max}, _payloads, bytes) when bytes <= max, do: false
-
-  defp too_large?(%Channel{max_bytes: max}, payloads, _bytes),
-    do: Enum.any?(payloads, &(byte_size(&1) > max))
+  defp too_large?(%Channel{max_bytes: nil}, _bytes), do: false
+  defp too_large?(%Channel{max_bytes: max}, bytes), do: bytes > max
 
   @doc false
   # The first half of a push: reserves `count` seqs (and, under reject,

@@ -51,13 +51,14 @@ defmodule Ringbus.Resp.StreamCommands do
   def store({{key, nomkstream, trim}, payloads, n}, s) do
     payloads = :lists.reverse(payloads)
 
-    case push(key, payloads, nomkstream, trim, s) do
+    case push(key, run(payloads, n), nomkstream, trim, s) do
       {:ok, first} ->
         trim(key, trim)
         ids(first, n, [])
 
-      {:error, :full} when n > 1 ->
-        # A rejecting stream: each XADD goes in on its own or not at all.
+      # Full, or more bytes than the stream holds: each XADD goes in on its
+      # own or not at all, each refusal counted once.
+      {:error, reason} when n > 1 and reason in [:full, :too_large] ->
         Enum.map(payloads, fn p -> p |> List.wrap() |> store_one(key, nomkstream, trim, s) end)
 
       {:error, reason} ->
@@ -66,7 +67,7 @@ defmodule Ringbus.Resp.StreamCommands do
   end
 
   defp store_one(payloads, key, nomkstream, trim, s) do
-    case push(key, payloads, nomkstream, trim, s) do
+    case push(key, &Ringbus.push_many(&1, payloads), nomkstream, trim, s) do
       {:ok, seq} ->
         trim(key, trim)
         Entry.id(seq)
@@ -79,13 +80,21 @@ defmodule Ringbus.Resp.StreamCommands do
   defp ids(_first, 0, acc), do: :lists.reverse(acc)
   defp ids(first, n, acc), do: ids(first + 1, n - 1, [Entry.id(first) | acc])
 
-  defp push(key, payloads, nomkstream, trim, s) do
-    case Ringbus.push_many(key, payloads) do
+  # The XADDs of a batch as one push; a refusal of several counts nothing.
+  defp run([payload], 1), do: &Ringbus.push(&1, payload)
+
+  defp run(payloads, n) do
+    bytes = Enum.reduce(payloads, 0, &(byte_size(&1) + &2))
+    &Ringbus.push_run(&1, payloads, n, bytes)
+  end
+
+  defp push(key, push, nomkstream, trim, s) do
+    case push.(key) do
       {:error, :no_channel} when nomkstream ->
         {:error, :nomkstream}
 
       {:error, :no_channel} ->
-        with :ok <- create(key, capacity(trim), s), do: Ringbus.push_many(key, payloads)
+        with :ok <- create(key, capacity(trim), s), do: push.(key)
 
       result ->
         result
@@ -96,6 +105,9 @@ defmodule Ringbus.Resp.StreamCommands do
 
   defp push_error(key, :full),
     do: Encoder.error(["ERR stream '", key, "' is full and its overflow is reject"])
+
+  defp push_error(key, :too_large),
+    do: Encoder.error(["ERR the entry is larger than stream '", key, "' holds (max_bytes)"])
 
   defp push_error(key, :no_create), do: no_create(key)
 

@@ -51,6 +51,12 @@ defmodule Ringbus.Cluster.AcrossNodesTest do
     assert call(c, Ringbus, :push, ["full", "b"]) == {:error, :full}
     assert call(c, Ringbus, :pull, ["full"]) == {:ok, 0, "a"}
     assert call(b, Ringbus, :pull, ["full"]) == :empty
+    :ok = call(a, Ringbus, :create, ["bytes", [capacity: 10, max_bytes: 10]])
+
+    assert call(b, Ringbus, :push_many, ["bytes", ["aaaa", "bbbb", "cccc"]]) ==
+             {:error, :too_large}
+
+    assert call(c, Ringbus, :read, ["bytes", 0, 10]) == {:ok, [], 0}
 
     # Deleted from another node than its home: gone everywhere.
     assert call(c, Ringbus, :delete, ["ops"]) == :ok
@@ -178,6 +184,14 @@ defmodule Ringbus.Cluster.AcrossNodesTest do
     {:ok, client} = Ringbus.Client.connect(port: port)
     assert Ringbus.Client.push(client, "tcp-a", "via b") == {:ok, 0}
     assert Ringbus.Client.push_many(client, "tcp-c", ["x", "y"]) == {:ok, 0}
+    :ok = call(c, Ringbus, :create, ["tcp-bytes", [capacity: 10, max_bytes: 10]])
+
+    assert Ringbus.Client.push_many(client, "tcp-bytes", ["aaaa", "bbbb", "cccc"]) ==
+             {:error, :too_large}
+
+    assert call(c, Ringbus, :info, ["tcp-bytes"]) |> elem(1) |> Map.take([:pushed, :rejected]) ==
+             %{pushed: 0, rejected: 3}
+
     assert Ringbus.Client.read(client, "tcp-c", 0, 10) == {:ok, [{0, "x"}, {1, "y"}], 0}
     assert Ringbus.Client.len(client, "tcp-a") == {:ok, 1}
     assert call(a, Ringbus, :read, ["tcp-a", 0, 1]) == {:ok, [{0, "via b"}], 0}

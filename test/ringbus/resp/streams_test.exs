@@ -42,6 +42,25 @@ defmodule Ringbus.Resp.StreamsTest do
       RespClient.recv(c, 2)
   end
 
+  test "an XADD larger than the stream's max_bytes is refused; XADDs of one read are not",
+       %{port: port} do
+    :ok = Ringbus.create("st-bytes", capacity: 10, max_bytes: 10)
+    c = RespClient.connect!(port)
+
+    # Sent together, stored with one push: 12 bytes, each XADD 4.
+    xadds = for v <- ~w(aaaa bbbb cccc), do: ["XADD", "st-bytes", "*", "payload", v]
+    RespClient.send_commands(c, xadds ++ [~w(XADD st-bytes * payload 0123456789a)])
+
+    assert {["1-0", "2-0", "3-0", {:error, error}], c} = RespClient.recv(c, 4)
+    assert error == "ERR the entry is larger than stream 'st-bytes' holds (max_bytes)"
+
+    # As three XADDs one by one: the oldest is overwritten to make room.
+    {[[["2-0", ["payload", "bbbb"]], ["3-0", ["payload", "cccc"]]]], _} =
+      RespClient.call(c, ~w(XRANGE st-bytes - +))
+
+    assert {:ok, %{pushed: 3, overwritten: 1, rejected: 1}} = Ringbus.info("st-bytes")
+  end
+
   test "commands behind a blocking XREAD wait with it, and come out in order", %{port: port} do
     reader = RespClient.connect!(port)
     RespClient.send_commands(reader, [~w(XREAD BLOCK 0 STREAMS st-wait $), ~w(ECHO after)])

@@ -86,6 +86,35 @@ defmodule Ringbus.Server.SessionTest do
     assert {:ok, %{pushed: 22}} = Ringbus.info(p <> "g")
   end
 
+  test "a PUSH_BATCH of more bytes than the channel's max_bytes is refused whole",
+       %{prefix: p} do
+    name = p <> "bytes"
+    :ok = Ringbus.create(name, capacity: 10, max_bytes: 10)
+
+    frames = [
+      {:push_batch, 1, :ack, name, 3, ["aaaa", "bbbb", "cccc"]},
+      {:push, 2, :ack, name, :binary.copy("x", 11)},
+      # Pushes of one read that pass max_bytes together: each fits, and the
+      # oldest is overwritten.
+      {:push, 3, :ack, name, "dddd"},
+      {:push, 4, :ack, name, "eeee"},
+      {:push, 5, :ack, name, "ffff"}
+    ]
+
+    assert {:ok, [{:push_acks, 5, acks}], _} = Session.handle(frames, open())
+
+    assert acks == [
+             {1, {:error, :too_large}},
+             {2, {:error, :too_large}},
+             {3, {:ok, 0}},
+             {4, {:ok, 1}},
+             {5, {:ok, 2}}
+           ]
+
+    assert {:ok, [{1, "eeee"}, {2, "ffff"}], 1} = Ringbus.read(name, 0, 10)
+    assert {:ok, %{rejected: 4, pushed: 3, overwritten: 1}} = Ringbus.info(name)
+  end
+
   test "PUSH_ACKS frames stay within max_frame_size", %{prefix: p} do
     session = open(max_frame_size: 1024)
     pushes = for corr <- 1..200, do: {:push, corr, :ack, p <> "split", "m"}
