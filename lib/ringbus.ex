@@ -195,6 +195,18 @@ defmodule Ringbus do
   Pushes a batch of messages with consecutive sequence numbers and returns the
   first one. On a `:reject` channel the batch goes in whole or not at all.
   An empty batch pushes nothing and returns the next seq.
+
+  A batch whose payloads add up to more bytes than the channel's `:max_bytes`
+  returns `{:error, :too_large}`, as one payload that large does, on either
+  kind of channel: nothing of it is stored (a `:drop_oldest` channel would
+  otherwise overwrite the batch's own first messages), and all its messages
+  count as `rejected`.
+
+      iex> Ringbus.create("doc-push-many", capacity: 10, max_bytes: 10)
+      iex> Ringbus.push_many("doc-push-many", ["aaaa", "bbbb", "cccc"])
+      {:error, :too_large}
+      iex> Ringbus.push_many("doc-push-many", ["aaaa", "bbbb"])
+      {:ok, 0}
   """
   @spec push_many(name(), [binary()]) ::
           {:ok, seq()} | {:error, :no_channel | :full | :too_large | node_error()}

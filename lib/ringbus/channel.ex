@@ -20,8 +20,9 @@ defmodule Ringbus.Channel do
       that would pass it overwrites the oldest messages until it fits
       (`:drop_oldest`) or is refused with `{:error, :full}` (`:reject`),
       as RabbitMQ's `x-max-length-bytes` and JetStream's `max_bytes` do. A
-      payload larger than `max_bytes` itself is refused with
-      `{:error, :too_large}` under either policy, and counted as `rejected`.
+      payload larger than `max_bytes` itself, or a batch whose payloads
+      together are, is refused with `{:error, :too_large}` under either
+      policy, and counted as `rejected`.
       Under `:drop_oldest` such a channel stores batches message by message,
       so that its bytes are freed one message at a time.
 

@@ -17,7 +17,8 @@ defmodule Ringbus.Wire.ErrorCode do
     {:exists, 102, "a channel of that name exists already"},
     {:full, 103, "the channel rejects pushes and is full"},
     {:too_large, 104,
-     "the payload is larger than the server's max_payload_size or the channel's max_bytes"},
+     "a payload is larger than the server's max_payload_size, " <>
+       "or a push's payloads together than the channel's max_bytes"},
     {:no_subscription, 105, "no subscription with that id on this connection"},
     {:too_many_subscriptions, 106, "the connection holds the server's max subscriptions"},
     {:bad_argument, 107, "a field value is out of range (capacity 0, max_batch 0, credit 0)"},

@@ -54,6 +54,18 @@ defmodule Ringbus.Wire.VectorsTest do
     end
   end
 
+  test "the document's meaning of each error names every limit its code's text names" do
+    rows = for "| " <> _ = line <- String.split(File.read!(@doc_path), "\n"), do: line
+
+    for {reason, code, text} <- ErrorCode.all() do
+      [row] = Enum.filter(rows, &String.starts_with?(&1, "| #{code} | `#{reason}` |"))
+
+      for [limit] <- Regex.scan(~r/\b[a-z]+(?:_[a-z]+)+\b/, text) do
+        assert row =~ "`#{limit}`", "section 9 says #{reason} without #{limit}"
+      end
+    end
+  end
+
   # Vectors written by hand, byte by byte, from the field tables: they check
   # the codec against the document, not against itself.
   @by_hand "test/fixtures/protocol_by_hand"
