@@ -36,7 +36,10 @@ defmodule Ringbus.Bench.Resp do
   A table and, with `--out`, CSV with the columns
   `server,command,payload_bytes,pipeline,clients,requests_per_s,p50_ms,p99_ms,command_line`,
   from `redis-benchmark --csv`. The command line is the exact one run, with
-  the payload written as the shell expression that makes it. Then the
+  the payload written as the shell expression that makes it. A run that
+  ends within redis-benchmark's clock tick (1 ms), which it reports as `inf`
+  requests/s, is not timed: its rate is left empty, shown as `not timed`,
+  and its ratios as `n/a`; raise `--requests` to time it. Then the
   targets: Ringbus at least 1.5x Redis's requests/s on XADD at `-P 16`, and a
   p99 no worse than Redis's at `-P 1`; and the floor: `bare`'s `PING` rate
   and p99 against Redis's.
@@ -112,6 +115,7 @@ defmodule Ringbus.Bench.Resp do
     case System.cmd(bench, args, stderr_to_stdout: true) do
       {out, 0} ->
         {rps, p50, p99} = parse(out)
+        if rps == nil, do: IO.puts(:stderr, "    not timed: it ended within 1 ms")
 
         %{
           server: name,
@@ -149,6 +153,7 @@ defmodule Ringbus.Bench.Resp do
   @doc false
   # The last line of `redis-benchmark --csv`:
   # "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"
+  # The rate is nil for a run too short to time, which redis-benchmark says is "inf".
   def parse(out) do
     out
     |> String.split(["\r", "\n"], trim: true)
@@ -161,9 +166,12 @@ defmodule Ringbus.Bench.Resp do
       line ->
         fields = line |> String.split("\",\"") |> Enum.map(&String.trim(&1, "\""))
         [_test, rps, _avg, _min, p50, _p95, p99 | _] = fields
-        {to_float(rps), to_float(p50), to_float(p99)}
+        {to_rate(rps), to_float(p50), to_float(p99)}
     end
   end
+
+  defp to_rate("inf"), do: nil
+  defp to_rate(text), do: to_float(text)
 
   defp to_float(text) do
     case Float.parse(text) do
@@ -201,7 +209,7 @@ defmodule Ringbus.Bench.Resp do
           String.pad_leading(to_string(row.payload_bytes || "-"), 8) <>
           String.pad_leading(to_string(row.pipeline), 4) <>
           String.pad_leading(to_string(row.clients), 4) <>
-          String.pad_leading(to_string(round(row.requests_per_s)), 12) <>
+          String.pad_leading(rate(row.requests_per_s), 12) <>
           String.pad_leading(fmt(row.p50_ms), 9) <> String.pad_leading(fmt(row.p99_ms), 9)
       )
     end
@@ -215,7 +223,7 @@ defmodule Ringbus.Bench.Resp do
       ours1 = find(rows, :ringbus, payload, 1)
 
       IO.puts(
-        "XADD #{payload} B: -P 16 Ringbus/Redis #{fmt(ours16.requests_per_s / redis16.requests_per_s)}x " <>
+        "XADD #{payload} B: -P 16 Ringbus/Redis #{ratio(ours16, redis16)}x " <>
           "(target >= 1.5x); -P 1 p99 Ringbus #{fmt(ours1.p99_ms)} ms vs Redis #{fmt(redis1.p99_ms)} ms " <>
           "(target: no worse)"
       )
@@ -226,8 +234,8 @@ defmodule Ringbus.Bench.Resp do
         for server <- [:redis, :ringbus, :bare], do: ping(rows, server, pipeline)
 
       IO.puts(
-        "PING -P #{pipeline}: bare gen_tcp floor/Redis #{fmt(bare.requests_per_s / redis.requests_per_s)}x, " <>
-          "Ringbus/bare #{fmt(ours.requests_per_s / bare.requests_per_s)}x; " <>
+        "PING -P #{pipeline}: bare gen_tcp floor/Redis #{ratio(bare, redis)}x, " <>
+          "Ringbus/bare #{ratio(ours, bare)}x; " <>
           "p99 Redis #{fmt(redis.p99_ms)} ms, bare #{fmt(bare.p99_ms)} ms, Ringbus #{fmt(ours.p99_ms)} ms"
       )
     end
@@ -247,6 +255,15 @@ defmodule Ringbus.Bench.Resp do
 
   defp fmt(value), do: :erlang.float_to_binary(value / 1, decimals: 2)
 
+  defp rate(nil), do: "not timed"
+  defp rate(rps), do: Integer.to_string(round(rps))
+
+  # Of two rows' rates; n/a when either run was too short to time.
+  defp ratio(%{requests_per_s: a}, %{requests_per_s: b}) when is_number(a) and is_number(b),
+    do: fmt(a / b)
+
+  defp ratio(_row, _other), do: "n/a"
+
   defp csv_row(row) do
     [
       row.server,
@@ -254,7 +271,7 @@ defmodule Ringbus.Bench.Resp do
       row.payload_bytes,
       row.pipeline,
       row.clients,
-      round(row.requests_per_s),
+      row.requests_per_s && round(row.requests_per_s),
       row.p50_ms,
       row.p99_ms,
       row.command_line

@@ -11,9 +11,11 @@ defmodule Ringbus.Bench.RespTest do
   test "every workload runs against both servers and lands in the CSV", %{tmp_dir: dir} do
     out = Path.join(dir, "resp.csv")
 
+    # redis-benchmark times a run in whole milliseconds: 10,000 requests take
+    # several at any rate it reaches, so every run is timed.
     {output, progress} =
       BenchIO.run_quietly(fn ->
-        Ringbus.Bench.Resp.run(~w(--requests 500 --clients 5 --out) ++ [out])
+        Ringbus.Bench.Resp.run(~w(--requests 10000 --clients 5 --out) ++ [out])
       end)
 
     rows = Process.get(:results)
@@ -61,6 +63,18 @@ defmodule Ringbus.Bench.RespTest do
   end
 
   defp command_of(line), do: line |> String.split("\"") |> Enum.at(1)
+
+  test "a run too short to time (redis-benchmark's inf requests/s) parses as not timed" do
+    out = """
+    "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"
+    "PING","inf","0.052","0.048","0.055","0.055","0.055","0.055"
+    """
+
+    assert Ringbus.Bench.Resp.parse(out) == {nil, 0.055, 0.055}
+
+    timed = String.replace(out, "inf", "5333.33")
+    assert Ringbus.Bench.Resp.parse(timed) == {5333.33, 0.055, 0.055}
+  end
 
   test "unknown options are refused" do
     assert_raise OptionParser.ParseError, fn -> Ringbus.Bench.Resp.run(~w(--colour blue)) end
