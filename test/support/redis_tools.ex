@@ -9,8 +9,11 @@ defmodule Ringbus.Test.RedisTools do
 
   @doc "Runs `redis-cli -p port args...`; returns `{output, status}`."
   def cli(port, args, opts \\ []) do
-    System.cmd("timeout", [@timeout_s, "redis-cli", "-p", "#{port}" | args], opts)
+    System.cmd("timeout", [@timeout_s, redis_cli(), "-p", "#{port}" | args], opts)
   end
+
+  @doc "The path of `redis-cli`; raises, naming its package, when it is missing."
+  def redis_cli, do: Ringbus.Test.Debian.executable!("redis-cli", "redis-tools")
 
   @doc "Like `cli/3`, but its output alone, and raises unless it exits 0."
   def cli!(port, args, opts \\ []) do

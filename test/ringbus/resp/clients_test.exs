@@ -49,7 +49,8 @@ defmodule Ringbus.Resp.ClientsTest do
     File.write!(path, input)
     on_exit(fn -> File.rm(path) end)
 
-    {out, 0} = System.cmd("sh", ["-c", "timeout 20 redis-cli -p #{port} --pipe < #{path}"])
+    pipe = ~s(timeout 20 "$0" -p #{port} --pipe < "$1")
+    {out, 0} = System.cmd("sh", ["-c", pipe, RedisTools.redis_cli(), path])
     assert out =~ "errors: 0, replies: 2000"
     assert Ringbus.len("rc-pipe") == 2_000
     assert {:ok, [{1999, payload}], 0} = Ringbus.read("rc-pipe", 1999, 1)

@@ -25,6 +25,7 @@ defmodule Ringbus.Resp.DifferentialTest do
   @moduletag timeout: 120_000
 
   setup_all do
+    Ringbus.Test.Debian.executable!("redis-server", "redis-server")
     redis = RedisServer.start!()
     on_exit(fn -> RedisServer.stop(redis) end)
     {:ok, redis: redis}

@@ -3,13 +3,11 @@ defmodule Ringbus.Bench.IngestTest do
   use ExUnit.Case, async: false
 
   alias Ringbus.Bench.Ingest
-  alias Ringbus.Test.BenchIO
+  alias Ringbus.Test.{BenchIO, Debian}
 
   @header "mode,how,payload_bytes,messages,connections,pipeline,msgs_per_frame,acks,ack_frames," <>
             "seconds,msgs_per_s,mb_per_s,server_cpu_us_per_msg,server_sys_pct," <>
             "generator_cpu_us_per_msg,overwritten,vs_redis_xadd"
-
-  @redis_missing Enum.reject(~w(redis-server redis-benchmark), &System.find_executable/1)
 
   @tag :tmp_dir
   test "every mode stores and acks every message, with its shape and CPU in the CSV",
@@ -53,11 +51,9 @@ defmodule Ringbus.Bench.IngestTest do
       assert String.to_integer(row.msgs_per_s) > 0
       assert row.vs_redis_xadd == ""
 
-      # CPU per message, for the server and the generator, where /proc is.
-      if File.exists?("/proc/self/stat") do
-        assert {_, ""} = Float.parse(row.server_cpu_us_per_msg)
-        assert {_, ""} = Float.parse(row.generator_cpu_us_per_msg)
-      end
+      # CPU per message, for the server and the generator, from Linux's /proc.
+      assert {_, ""} = Float.parse(row.server_cpu_us_per_msg)
+      assert {_, ""} = Float.parse(row.generator_cpu_us_per_msg)
     end
 
     # The batched rows say so; the client shows its PUSH_ACKS frames.
@@ -68,15 +64,11 @@ defmodule Ringbus.Bench.IngestTest do
     assert csv["request_reply"].ack_frames == ""
   end
 
-  if @redis_missing != [] do
-    @tag skip:
-           "#{Enum.join(@redis_missing, " and ")} not on the PATH " <>
-             "(Debian packages redis-server and redis-tools)"
-  end
-
   @tag :tmp_dir
   test "--vs-redis runs redis-benchmark with the same connections and pipelining",
        %{tmp_dir: dir} do
+    Debian.executable!("redis-server", "redis-server")
+    Debian.executable!("redis-benchmark", "redis-tools")
     out = Path.join(dir, "redis.csv")
 
     args =
