@@ -10,7 +10,7 @@ defmodule Ringbus.Resp.StreamCommands do
   # the stream's `pulled` figure counts them. XDEL deletes the IDs given when
   # they are the stream's oldest entries, and refuses to punch a hole.
 
-  alias Ringbus.Resp.{Commands, Encoder, Entry, Groups}
+  alias Ringbus.Resp.{Commands, Encoder, Entry, Groups, Trim}
 
   # A read with no COUNT: everything, as in Redis; the ring bounds it.
   @all 4_611_686_018_427_387_904
@@ -28,6 +28,8 @@ defmodule Ringbus.Resp.StreamCommands do
     with true <- xadd?(name),
          true <- Commands.authenticated?(s),
          {:ok, %{id: :auto} = add} <- parse_xadd(args),
+         # `~` with its LIMIT trims per XADD, as Redis does.
+         true <- add.trim == nil or not add.trim.approx,
          true <- Commands.allowed?(s, :write, add.key) do
       payload = Entry.encode(add.pairs)
       {:ok, {add.key, add.nomkstream, add.trim}, payload}
@@ -79,13 +81,13 @@ defmodule Ringbus.Resp.StreamCommands do
   defp ids(_first, 0, acc), do: :lists.reverse(acc)
   defp ids(first, n, acc), do: ids(first + 1, n - 1, [Entry.id(first) | acc])
 
-  defp push(key, payloads, nomkstream, trim, s) do
+  defp push(key, payloads, nomkstream, _trim, s) do
     case Ringbus.push_many(key, payloads) do
       {:error, :no_channel} when nomkstream ->
         {:error, :nomkstream}
 
       {:error, :no_channel} ->
-        with :ok <- create(key, capacity(trim), s), do: Ringbus.push_many(key, payloads)
+        with :ok <- create(key, s), do: Ringbus.push_many(key, payloads)
 
       result ->
         result
@@ -110,21 +112,33 @@ defmodule Ringbus.Resp.StreamCommands do
         "', and this server creates none (auto_create: false)"
       ])
 
-  # MAXLEN on a new stream is its capacity.
-  defp capacity({:maxlen, n}), do: max(n, 1)
-  defp capacity(_trim), do: nil
+  # A stream is bounded by bytes. Its capacity only backs that bound for
+  # entries under 16 bytes: every XADD of field/value pairs stores at least 17.
+  @max_capacity 0xFFFF_FFFF
+  @min_entry_bytes 16
+
+  @doc """
+  The channel options of a stream created over RESP: the server's
+  `auto_create` overflow, `:resp_stream_max_bytes` as `max_bytes`, and a
+  capacity of `max_bytes / 16` (at most 2^32 - 1, the binary protocol's
+  largest), so that the byte bound is the one an XADD meets first.
+  """
+  @spec stream_options(Ringbus.Server.Config.t()) :: Ringbus.Channel.options() | false
+  def stream_options(%{auto_create: false}), do: false
+
+  def stream_options(%{auto_create: opts, resp_stream_max_bytes: max_bytes}) do
+    capacity = max_bytes |> div(@min_entry_bytes) |> max(1) |> min(@max_capacity)
+    Keyword.merge(opts, capacity: capacity, max_bytes: max_bytes)
+  end
 
   @doc false
-  # Creates a stream with the server's auto-create options (a capacity given
-  # overrides theirs); one that exists already is fine.
-  def create(key, capacity, s) do
-    case s.config.auto_create do
+  # Creates a stream with `stream_options/1`; one that exists already is fine.
+  def create(key, s) do
+    case stream_options(s.config) do
       false ->
         {:error, :no_create}
 
       opts ->
-        opts = if capacity, do: Keyword.put(opts, :capacity, capacity), else: opts
-
         case Ringbus.create(key, opts) do
           :ok -> :ok
           {:error, :exists} -> :ok
@@ -205,7 +219,7 @@ defmodule Ringbus.Resp.StreamCommands do
          :ok <- trim_compatible(opts),
          {:ok, id} <- add_id(id),
          :ok <- pairs_ok(pairs) do
-      {:ok, %{key: key, nomkstream: opts.nomkstream, trim: opts.trim, id: id, pairs: pairs}}
+      {:ok, %{key: key, nomkstream: opts.nomkstream, trim: trim_of(opts), id: id, pairs: pairs}}
     else
       {:ok, _opts, []} -> {:error, Commands.wrong_arity("xadd")}
       error -> error
@@ -322,6 +336,9 @@ defmodule Ringbus.Resp.StreamCommands do
 
   defp trim_compatible(_opts), do: :ok
 
+  defp trim_of(%{trim: nil}), do: nil
+  defp trim_of(opts), do: %{strategy: opts.trim, approx: opts.approx, limit: opts.limit}
+
   defp add_id("*"), do: {:ok, :auto}
 
   defp add_id(text) do
@@ -353,20 +370,13 @@ defmodule Ringbus.Resp.StreamCommands do
 
   ## Trimming
 
-  # Pulls the oldest entries until the stream meets the threshold; returns
-  # how many went. Concurrent pulls may leave it a little shorter.
+  # Pulls the oldest entries Redis would trim (`Ringbus.Resp.Trim`); returns
+  # how many went. Concurrent pulls may leave the stream a little shorter.
   defp trim(_key, nil), do: 0
 
-  defp trim(key, {:maxlen, n}) do
-    case Ringbus.len(key) do
-      len when is_integer(len) and len > n -> pull(key, len - n, 0)
-      _ -> 0
-    end
-  end
-
-  defp trim(key, {:minid, id}) do
+  defp trim(key, trim) do
     case Ringbus.info(key) do
-      {:ok, info} -> pull(key, min(Entry.seq_from(id) - info.first_seq, info.len), 0)
+      {:ok, info} -> pull(key, Trim.count(trim, info.first_seq, info.next_seq), 0)
       _ -> 0
     end
   end
@@ -387,7 +397,7 @@ defmodule Ringbus.Resp.StreamCommands do
 
       {:ok, opts, []} ->
         case trim_compatible(opts) do
-          :ok -> {trim(key, opts.trim), s}
+          :ok -> {trim(key, trim_of(opts)), s}
           {:error, reply} -> {reply, s}
         end
 
@@ -656,7 +666,7 @@ defmodule Ringbus.Resp.StreamCommands do
       {:error, :no_channel} ->
         cond do
           not Commands.allowed?(s, :write, key) -> {:error, Commands.no_permission()}
-          create(key, nil, s) == :ok -> subscribe(key, from, batch, s)
+          create(key, s) == :ok -> subscribe(key, from, batch, s)
           true -> {:error, no_create(key)}
         end
     end
@@ -801,7 +811,11 @@ defmodule Ringbus.Resp.StreamCommands do
            {"first-entry", if(len > 0, do: edge.(first_seq), else: nil)},
            {"last-entry", if(len > 0, do: edge.(next_seq - 1), else: nil)},
            {"capacity", Map.fetch!(info, :capacity)},
-           {"overflow", Atom.to_string(Map.fetch!(info, :overflow))}
+           {"overflow", Atom.to_string(Map.fetch!(info, :overflow))},
+           {"max-bytes", Map.fetch!(info, :max_bytes)},
+           {"bytes", Map.fetch!(info, :bytes)},
+           {"overwritten", Map.fetch!(info, :overwritten)},
+           {"pulled", Map.fetch!(info, :pulled)}
          ]}
 
       {:error, :no_channel} ->

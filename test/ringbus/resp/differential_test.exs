@@ -35,7 +35,7 @@ defmodule Ringbus.Resp.DifferentialTest do
     ours = RespClient.connect!(Ringbus.Server.port(server, :resp))
     theirs = RespClient.connect!(ctx.redis.port)
     {[{:simple, "OK"}], theirs} = RespClient.call(theirs, ["FLUSHALL"])
-    on_exit(fn -> for name <- ["d", "d2", "nokey"], do: Ringbus.delete(name) end)
+    on_exit(fn -> for name <- ["d", "d2", "nokey", "t", "t2"], do: Ringbus.delete(name) end)
     {:ok, ours: ours, theirs: theirs}
   end
 
@@ -135,6 +135,41 @@ defmodule Ringbus.Resp.DifferentialTest do
 
   test "RESP2 replies match Redis 7.0's byte for byte", ctx do
     compare(@same, ctx.ours, ctx.theirs)
+  end
+
+  test "trims match Redis's: =, ~ by nodes of 100 entries, LIMIT, MINID", ctx do
+    adds = fn key, range, opts ->
+      for i <- range, do: ["XADD", key] ++ opts ++ ["#{i}-0", "f", "#{i}"]
+    end
+
+    compare(
+      # A bound given when the stream was made does not stay: MAXLEN 10 later keeps 6.
+      adds.("t", 1..1, ~w(MAXLEN 5)) ++
+        adds.("t", 2..6, ~w(MAXLEN 10)) ++
+        [~w(XLEN t), ~w(XTRIM t MAXLEN 2), ~w(XRANGE t - +)] ++
+        adds.("t2", 1..250, []) ++
+        [
+          ~w(XTRIM t2 MAXLEN ~ 120),
+          ~w(XLEN t2),
+          ~w(XTRIM t2 MAXLEN ~ 10 LIMIT 50),
+          ~w(XTRIM t2 MAXLEN 5 LIMIT 10),
+          ~w(XTRIM t2 MINID ~ 240),
+          ~w(XTRIM t2 MINID 240),
+          ~w(XTRIM t2 MINID = 240),
+          ~w(XRANGE t2 - + COUNT 1),
+          ~w(XTRIM t2 MAXLEN = 5),
+          ~w(XTRIM t2 MAXLEN ~ 0 LIMIT 0),
+          ~w(XTRIM nokey MAXLEN 0),
+          ~w(XTRIM t2 MINID x),
+          ~w(XTRIM t2 MAXLEN -1)
+        ] ++
+        adds.("t2", 251..420, ~w(MAXLEN ~ 150)) ++
+        [~w(XLEN t2), ~w(XRANGE t2 - + COUNT 1)] ++
+        adds.("t2", 421..425, ~w(MINID 410)) ++
+        [~w(XLEN t2), ~w(XRANGE t2 - + COUNT 1), ~w(XADD t2 MAXLEN 2 LIMIT 5 426-0 f v)],
+      ctx.ours,
+      ctx.theirs
+    )
   end
 
   test "RESP3 replies match too, after HELLO 3", ctx do
