@@ -24,7 +24,7 @@ defmodule Ringbus.Resp.Session do
   # within a read are stored with one push of all their payloads, and
   # answered in order, as the binary server stores a run of pushes.
 
-  alias Ringbus.Resp.{Commands, Encoder, GroupCommands, Groups, StreamCommands}
+  alias Ringbus.Resp.{Commands, Encoder, GroupCommands, Groups, KeyCommands, StreamCommands}
   alias Ringbus.Server.{Auth, Config}
 
   import Commands,
@@ -241,6 +241,9 @@ defmodule Ringbus.Resp.Session do
   defp dispatch(handler, args, s)
        when handler in [:xgroup, :xreadgroup, :xack, :xpending, :xautoclaim],
        do: apply(GroupCommands, handler, [args, s])
+
+  defp dispatch(handler, args, s) when handler in [:keys, :scan, :flushdb, :flushall],
+    do: apply(KeyCommands, handler, [args, s])
 
   defp dispatch(handler, args, s), do: apply(StreamCommands, handler, [args, s])
 

@@ -35,7 +35,7 @@ defmodule Ringbus.Resp.DifferentialTest do
     ours = RespClient.connect!(Ringbus.Server.port(server, :resp))
     theirs = RespClient.connect!(ctx.redis.port)
     {[{:simple, "OK"}], theirs} = RespClient.call(theirs, ["FLUSHALL"])
-    on_exit(fn -> for name <- ["d", "d2", "nokey", "t", "t2"], do: Ringbus.delete(name) end)
+    on_exit(fn -> for name <- ["d", "d2", "nokey", "t", "t2", "k1"], do: Ringbus.delete(name) end)
     {:ok, ours: ours, theirs: theirs}
   end
 
@@ -130,7 +130,27 @@ defmodule Ringbus.Resp.DifferentialTest do
     ~w(AUTH secret),
     ~w(CONFIG GET appendonly),
     ~w(DEL d d2 nokey),
-    ~w(DEL d)
+    ~w(DEL d),
+    ~w(XADD k1 1-0 a 1),
+    ~w(KEYS k1),
+    ~w(KEYS k[0-9]),
+    ~w(KEYS k?),
+    ~w(KEYS nomatch*),
+    ~w(KEYS),
+    ~w(SCAN x),
+    ~w(SCAN 0 COUNT 0),
+    ~w(SCAN 0 COUNT x),
+    ~w(SCAN 0 FOO bar),
+    ~w(SCAN 0 MATCH nomatch* COUNT 1000),
+    ~w(UNLINK k1 nokey),
+    ~w(UNLINK k1),
+    ~w(UNLINK),
+    ~w(XADD k1 1-0 a 1),
+    ~w(FLUSHDB x),
+    ~w(FLUSHDB),
+    ~w(EXISTS k1),
+    ~w(FLUSHALL SYNC),
+    ~w(DBSIZE)
   ]
 
   test "RESP2 replies match Redis 7.0's byte for byte", ctx do
@@ -209,6 +229,20 @@ defmodule Ringbus.Resp.DifferentialTest do
       RespClient.call(ours, ~w(XDEL d 2-0))
 
     {[1], ours} = RespClient.call(ours, ~w(XDEL d 1-0))
+
+    # Commands of other key types and of key lifetimes are unknown, not WRONGTYPE.
+    ours =
+      Enum.reduce(
+        [~w(GET d), ~w(SET d v), ~w(EXPIRE d 10), ~w(RENAME d e), ~w(LPUSH d a)],
+        ours,
+        fn
+          [name | _] = command, ours ->
+            {[{:error, "ERR unknown command '" <> rest}], ours} = RespClient.call(ours, command)
+            assert String.starts_with?(rest, name <> "', with args beginning with: 'd'")
+            ours
+        end
+      )
+
     {[{:error, "ERR DB index is out of range"}], ours} = RespClient.call(ours, ~w(SELECT 1))
     {[[["2-0", ["b", "2"]]]], _} = RespClient.call(ours, ~w(XRANGE d - +))
   end
