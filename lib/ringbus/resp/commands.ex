@@ -46,7 +46,10 @@ defmodule Ringbus.Resp.Commands do
     "XREADGROUP" => {:xreadgroup, -7, :read, :own},
     "XACK" => {:xack, -4, :read, :first},
     "XPENDING" => {:xpending, -3, :read, :first},
-    "XAUTOCLAIM" => {:xautoclaim, -6, :read, :first}
+    "XAUTOCLAIM" => {:xautoclaim, -6, :read, :first},
+    # The rights class of XAUTOCLAIM.
+    "XCLAIM" => {:xclaim, -6, :read, :first},
+    "XSETID" => {:xsetid, -3, :read, :first}
   }
 
   @doc "The command's table entry: `{handler, arity, access, keys}`, under its upper-case name."

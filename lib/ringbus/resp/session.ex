@@ -24,7 +24,8 @@ defmodule Ringbus.Resp.Session do
   # within a read are stored with one push of all their payloads, and
   # answered in order, as the binary server stores a run of pushes.
 
-  alias Ringbus.Resp.{Commands, Encoder, GroupCommands, Groups, KeyCommands, StreamCommands}
+  alias Ringbus.Resp.{ClaimCommands, Commands, Encoder, GroupCommands, Groups}
+  alias Ringbus.Resp.{KeyCommands, StreamAdmin, StreamCommands}
   alias Ringbus.Server.{Auth, Config}
 
   import Commands,
@@ -244,6 +245,9 @@ defmodule Ringbus.Resp.Session do
 
   defp dispatch(handler, args, s) when handler in [:keys, :scan, :flushdb, :flushall],
     do: apply(KeyCommands, handler, [args, s])
+
+  defp dispatch(:xclaim, args, s), do: ClaimCommands.xclaim(args, s)
+  defp dispatch(:xsetid, args, s), do: StreamAdmin.xsetid(args, s)
 
   defp dispatch(handler, args, s), do: apply(StreamCommands, handler, [args, s])
 

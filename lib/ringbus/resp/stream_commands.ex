@@ -754,8 +754,8 @@ defmodule Ringbus.Resp.StreamCommands do
       {"STREAM", [key]} ->
         guarded(s, key, fn -> stream_info(key, s) end)
 
-      {"STREAM", [key, full | _]} ->
-        guarded(s, key, fn -> stream_full(key, full) end)
+      {"STREAM", [key, full | opts]} ->
+        guarded(s, key, fn -> stream_full(key, [full | opts], sub, s) end)
 
       {"GROUPS", [key]} ->
         guarded(s, key, fn -> groups_info(key, s) end)
@@ -776,11 +776,7 @@ defmodule Ringbus.Resp.StreamCommands do
 
   defp guarded(s, key, fun), do: Commands.keyed(s, :read, key, fun)
 
-  defp stream_full(_key, _full),
-    do:
-      Encoder.error(
-        "ERR XINFO STREAM FULL is not supported by Ringbus: use XINFO STREAM, GROUPS and CONSUMERS"
-      )
+  defp stream_full(key, opts, sub, s), do: Ringbus.Resp.StreamAdmin.full(key, opts, sub, s)
 
   defp stream_info(key, s) do
     case Ringbus.info(key) do

@@ -182,6 +182,33 @@ defmodule Ringbus.Resp.ClientsTest do
     assert RedisTools.python!(@keys, ["#{port}"]) == "ok\n"
   end
 
+  @claim """
+  import sys, redis
+  r = redis.Redis(port=int(sys.argv[1]))
+  for i in range(3):
+      r.xadd("rc-claim", {"n": str(i)})
+  r.xgroup_create("rc-claim", "g", id="0")
+  r.xreadgroup("g", "alice", {"rc-claim": ">"})
+  got = r.xclaim("rc-claim", "g", "bob", 0, ["1-0", "2-0"], idle=5000, retrycount=7)
+  assert [e[0] for e in got] == [b"1-0", b"2-0"], got
+  assert r.xclaim("rc-claim", "g", "bob", 0, ["3-0"], justid=True) == [b"3-0"]
+  rows = r.xpending_range("rc-claim", "g", "-", "+", 10)
+  assert [(p["message_id"], p["consumer"], p["times_delivered"]) for p in rows] == [(b"1-0", b"bob", 7), (b"2-0", b"bob", 7), (b"3-0", b"bob", 1)], rows
+  assert rows[0]["time_since_delivered"] >= 5000, rows
+  assert r.execute_command("XSETID", "rc-claim", "3-0")
+  full = r.xinfo_stream("rc-claim", full=True)
+  assert full["length"] == 3 and len(full["entries"]) == 3, full
+  g = full["groups"][0]
+  assert g["name"] == b"g" and g["pel-count"] == 3 and len(g["pending"]) == 3, g
+  assert len(g["consumers"]) == 2, g
+  print("ok")
+  """
+
+  test "redis-py: xclaim() with IDLE, RETRYCOUNT and JUSTID; xsetid(); xinfo_stream(full=True)",
+       %{port: port} do
+    assert RedisTools.python!(@claim, ["#{port}"]) == "ok\n"
+  end
+
   test "a message pushed over the binary protocol reads with XRANGE, and the reverse", ctx do
     {:ok, client} = Ringbus.Client.connect(port: ctx.binary_port)
     raw = <<0, 1, 2, 255, "\r\n">>

@@ -35,7 +35,11 @@ defmodule Ringbus.Resp.DifferentialTest do
     ours = RespClient.connect!(Ringbus.Server.port(server, :resp))
     theirs = RespClient.connect!(ctx.redis.port)
     {[{:simple, "OK"}], theirs} = RespClient.call(theirs, ["FLUSHALL"])
-    on_exit(fn -> for name <- ["d", "d2", "nokey", "t", "t2", "k1"], do: Ringbus.delete(name) end)
+
+    on_exit(fn ->
+      for name <- ["d", "d2", "nokey", "t", "t2", "k1", "c"], do: Ringbus.delete(name)
+    end)
+
     {:ok, ours: ours, theirs: theirs}
   end
 
@@ -187,6 +191,61 @@ defmodule Ringbus.Resp.DifferentialTest do
         [~w(XLEN t2), ~w(XRANGE t2 - + COUNT 1)] ++
         adds.("t2", 421..425, ~w(MINID 410)) ++
         [~w(XLEN t2), ~w(XRANGE t2 - + COUNT 1), ~w(XADD t2 MAXLEN 2 LIMIT 5 426-0 f v)],
+      ctx.ours,
+      ctx.theirs
+    )
+  end
+
+  test "XCLAIM and XSETID match Redis's", ctx do
+    compare(
+      [
+        ~w(XADD c 1-0 a 1),
+        ~w(XADD c 2-0 b 2),
+        ~w(XADD c 3-0 c 3),
+        ~w(XGROUP CREATE c g 0),
+        ~w(XREADGROUP GROUP g alice STREAMS c >),
+        ~w(XCLAIM c g bob 0 1-0),
+        ~w(XCLAIM c g bob 3600000 2-0),
+        ~w(XCLAIM c g bob 0 2-0 JUSTID),
+        ~w(XPENDING c g),
+        ~w(XCLAIM c g carol -5 3-0 RETRYCOUNT 5 JUSTID IDLE 10),
+        ~w(XPENDING c g),
+        ~w(XCLAIM c g bob 0 9-0),
+        ~w(XCLAIM c g bob 0 0-0),
+        ~w(XCLAIM nokey g bob 0 1-0),
+        ~w(XCLAIM c nog bob 0 1-0),
+        ~w(XCLAIM c g bob x 1-0),
+        ~w(XCLAIM c g bob 0 1-0 FOO),
+        ~w(XCLAIM c g bob 0 1-0 IDLE x),
+        ~w(XCLAIM c g bob 0 1-0 TIME x),
+        ~w(XCLAIM c g bob 0 1-0 RETRYCOUNT x),
+        ~w(XCLAIM c g bob 0 1-0 LASTID x),
+        ~w(XCLAIM c g bob 0),
+        ~w(XACK c g 1-0 2-0 3-0),
+        ~w(XCLAIM c g dave 0 1-0 2-0),
+        ~w(XCLAIM c g dave 0 1-0 FORCE JUSTID),
+        ~w(XCLAIM c g dave 0 2-0 FORCE TIME 1),
+        ~w(XPENDING c g),
+        ~w(XCLAIM c g bob 0 1-0 LASTID 3-0 JUSTID),
+        ~w(XTRIM c MAXLEN 1),
+        ~w(XCLAIM c g bob 0 1-0 2-0),
+        ~w(XPENDING c g),
+        ~w(XSETID c 3-0),
+        ~w(XSETID c 3),
+        ~w(XSETID c 2-0),
+        ~w(XSETID nokey 1-0),
+        ~w(XSETID c x),
+        ~w(XSETID c 3-0 ENTRIESADDED 3 MAXDELETEDID 2-0),
+        ~w(XSETID c 3-0 ENTRIESADDED 0 MAXDELETEDID 2-0),
+        ~w(XSETID c 3-0 MAXDELETEDID 4-0),
+        ~w(XSETID c 3-0 FOO 1),
+        ~w(XSETID c 3-0 ENTRIESADDED -1),
+        ~w(XSETID c 3-0 ENTRIESADDED),
+        ~w(XSETID c),
+        ~w(XINFO STREAM c FULL x),
+        ~w(XINFO STREAM c FULL COUNT x),
+        ~w(XINFO STREAM nokey FULL)
+      ],
       ctx.ours,
       ctx.theirs
     )
