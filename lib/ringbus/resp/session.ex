@@ -474,7 +474,7 @@ defmodule Ringbus.Resp.Session do
     Regex.compile!("\\A" <> body <> "\\z", "s")
   end
 
-  @sections ["server", "clients", "stats", "keyspace"]
+  @sections ["server", "clients", "memory", "stats", "keyspace"]
 
   defp info(args, s) do
     wanted = Enum.map(args, &String.downcase/1)
@@ -505,6 +505,29 @@ defmodule Ringbus.Resp.Session do
       "# Clients",
       "connected_clients:#{:counters.get(s.context.stats, @connections)}",
       "blocked_clients:#{:counters.get(s.context.stats, @blocked_clients)}"
+    ])
+  end
+
+  # The VM's memory, the payload bytes the streams hold, and their bound.
+  defp info_section("memory", s) do
+    total = :erlang.memory(:total)
+
+    held =
+      for name <- Ringbus.channels(),
+          is_binary(name),
+          {:ok, info} <- [Ringbus.info(name)],
+          reduce: 0 do
+        acc -> acc + info.bytes
+      end
+
+    lines([
+      "# Memory",
+      "used_memory:#{total}",
+      "used_memory_human:#{Float.round(total / 1_048_576, 2)}M",
+      "ringbus_stream_bytes:#{held}",
+      "resp_stream_max_bytes:#{s.config.resp_stream_max_bytes}",
+      "maxmemory:0",
+      "maxmemory_policy:noeviction"
     ])
   end
 

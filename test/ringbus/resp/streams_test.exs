@@ -58,6 +58,21 @@ defmodule Ringbus.Resp.StreamsTest do
     assert %{"max-bytes" => 1_000, "overwritten" => 8, "pulled" => 4, "length" => 4} = xinfo
   end
 
+  test "INFO memory shows the streams' bytes and their bound", %{port: port} do
+    c = RespClient.connect!(port)
+
+    {["1-0"], c} =
+      RespClient.call(c, ["XADD", "st-mem", "*", "payload", String.duplicate("x", 1000)])
+
+    {[info], c} = RespClient.call(c, ~w(INFO memory))
+    assert info =~ "# Memory\r\n"
+    assert info =~ "resp_stream_max_bytes:67108864\r\n"
+    [_, held] = Regex.run(~r/ringbus_stream_bytes:(\d+)/, info)
+    assert String.to_integer(held) >= 1000
+    {[all], _} = RespClient.call(c, ~w(INFO))
+    assert all =~ "# Memory" and all =~ "# Keyspace"
+  end
+
   test "the stream options follow the server's: bytes, and the capacity that backs them" do
     config = Ringbus.Server.Config.new!([])
     opts = Ringbus.Resp.StreamCommands.stream_options(config)
