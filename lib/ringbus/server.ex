@@ -68,6 +68,9 @@ defmodule Ringbus.Server do
       created by their first push, which needs only the write grant, or
       `false` to answer such pushes with `no_channel`.
       Default `[capacity: 100_000, overflow: :drop_oldest]`.
+    * `:resp_stream_max_bytes` - the payload bytes a stream created over RESP
+      holds (its channel's `:max_bytes`); past them an XADD overwrites the
+      oldest entries, counted as `overwritten` (`docs/RESP.md`). Default 64 MiB.
     * `:max_frame_size` - the largest frame accepted, in bytes; a longer
       length prefix closes the connection. Default 16 MiB.
     * `:handshake_timeout` - ms for the TLS handshake and HELLO. Default `5_000`.
@@ -114,6 +117,7 @@ defmodule Ringbus.Server do
           | {:tls, [:ssl.tls_server_option()] | nil}
           | {:tokens, %{String.t() => :all | keyword()} | nil}
           | {:auto_create, Ringbus.Channel.options() | false}
+          | {:resp_stream_max_bytes, pos_integer()}
           | {:max_frame_size, pos_integer()}
           | {:handshake_timeout, pos_integer()}
           | {:idle_timeout, pos_integer() | :infinity}

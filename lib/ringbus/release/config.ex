@@ -34,6 +34,8 @@ defmodule Ringbus.Release.Config do
        "a right left out is none); `#` starts a comment."},
     {"RINGBUS_AUTO_CREATE", {:server, :auto_create}, :auto_create, "`100000:drop_oldest`",
      "`CAPACITY[:OVERFLOW[:MAX_BYTES]]` of channels created by their first push, or `off`."},
+    {"RINGBUS_RESP_STREAM_MAX_BYTES", {:server, :resp_stream_max_bytes}, :positive, "64 MiB",
+     "The payload bytes a stream created over RESP holds before its oldest entries are overwritten."},
     {"RINGBUS_MAX_FRAME_SIZE", {:server, :max_frame_size}, :positive, "16 MiB",
      "The largest frame accepted, in bytes."},
     {"RINGBUS_MAX_CONNECTIONS", {:server, :max_connections}, :positive, "`1024`",

@@ -29,6 +29,11 @@ defmodule Ringbus.Resp.Commands do
     "EXISTS" => {:exists, -2, :read, :all},
     "TYPE" => {:type, 2, :read, :first},
     "DEL" => {:del, -2, :manage, :all},
+    "UNLINK" => {:del, -2, :manage, :all},
+    "KEYS" => {:keys, 2, :none, :none},
+    "SCAN" => {:scan, -2, :none, :none},
+    "FLUSHDB" => {:flushdb, -1, :none, :none},
+    "FLUSHALL" => {:flushall, -1, :none, :none},
     "XADD" => {:xadd, -5, :write, :first},
     "XREAD" => {:xread, -4, :read, :own},
     "XRANGE" => {:xrange, -4, :read, :first},
@@ -41,7 +46,10 @@ defmodule Ringbus.Resp.Commands do
     "XREADGROUP" => {:xreadgroup, -7, :read, :own},
     "XACK" => {:xack, -4, :read, :first},
     "XPENDING" => {:xpending, -3, :read, :first},
-    "XAUTOCLAIM" => {:xautoclaim, -6, :read, :first}
+    "XAUTOCLAIM" => {:xautoclaim, -6, :read, :first},
+    # The rights class of XAUTOCLAIM.
+    "XCLAIM" => {:xclaim, -6, :read, :first},
+    "XSETID" => {:xsetid, -3, :read, :first}
   }
 
   @doc "The command's table entry: `{handler, arity, access, keys}`, under its upper-case name."

@@ -117,7 +117,7 @@ defmodule Ringbus.Resp.GroupCommands do
       not mkstream ->
         {:error, key_required()}
 
-      StreamCommands.create(key, nil, s) == :ok ->
+      StreamCommands.create(key, s) == :ok ->
         :ok
 
       true ->

@@ -24,7 +24,8 @@ defmodule Ringbus.Resp.Session do
   # within a read are stored with one push of all their payloads, and
   # answered in order, as the binary server stores a run of pushes.
 
-  alias Ringbus.Resp.{Commands, Encoder, GroupCommands, Groups, StreamCommands}
+  alias Ringbus.Resp.{ClaimCommands, Commands, Encoder, GroupCommands, Groups}
+  alias Ringbus.Resp.{KeyCommands, StreamAdmin, StreamCommands}
   alias Ringbus.Server.{Auth, Config}
 
   import Commands,
@@ -241,6 +242,12 @@ defmodule Ringbus.Resp.Session do
   defp dispatch(handler, args, s)
        when handler in [:xgroup, :xreadgroup, :xack, :xpending, :xautoclaim],
        do: apply(GroupCommands, handler, [args, s])
+
+  defp dispatch(handler, args, s) when handler in [:keys, :scan, :flushdb, :flushall],
+    do: apply(KeyCommands, handler, [args, s])
+
+  defp dispatch(:xclaim, args, s), do: ClaimCommands.xclaim(args, s)
+  defp dispatch(:xsetid, args, s), do: StreamAdmin.xsetid(args, s)
 
   defp dispatch(handler, args, s), do: apply(StreamCommands, handler, [args, s])
 
@@ -467,7 +474,7 @@ defmodule Ringbus.Resp.Session do
     Regex.compile!("\\A" <> body <> "\\z", "s")
   end
 
-  @sections ["server", "clients", "stats", "keyspace"]
+  @sections ["server", "clients", "memory", "stats", "keyspace"]
 
   defp info(args, s) do
     wanted = Enum.map(args, &String.downcase/1)
@@ -498,6 +505,29 @@ defmodule Ringbus.Resp.Session do
       "# Clients",
       "connected_clients:#{:counters.get(s.context.stats, @connections)}",
       "blocked_clients:#{:counters.get(s.context.stats, @blocked_clients)}"
+    ])
+  end
+
+  # The VM's memory, the payload bytes the streams hold, and their bound.
+  defp info_section("memory", s) do
+    total = :erlang.memory(:total)
+
+    held =
+      for name <- Ringbus.channels(),
+          is_binary(name),
+          {:ok, info} <- [Ringbus.info(name)],
+          reduce: 0 do
+        acc -> acc + info.bytes
+      end
+
+    lines([
+      "# Memory",
+      "used_memory:#{total}",
+      "used_memory_human:#{Float.round(total / 1_048_576, 2)}M",
+      "ringbus_stream_bytes:#{held}",
+      "resp_stream_max_bytes:#{s.config.resp_stream_max_bytes}",
+      "maxmemory:0",
+      "maxmemory_policy:noeviction"
     ])
   end
 

@@ -10,7 +10,7 @@ defmodule Ringbus.Resp.StreamCommands do
   # the stream's `pulled` figure counts them. XDEL deletes the IDs given when
   # they are the stream's oldest entries, and refuses to punch a hole.
 
-  alias Ringbus.Resp.{Commands, Encoder, Entry, Groups}
+  alias Ringbus.Resp.{Commands, Encoder, Entry, Groups, Trim}
 
   # A read with no COUNT: everything, as in Redis; the ring bounds it.
   @all 4_611_686_018_427_387_904
@@ -28,6 +28,8 @@ defmodule Ringbus.Resp.StreamCommands do
     with true <- xadd?(name),
          true <- Commands.authenticated?(s),
          {:ok, %{id: :auto} = add} <- parse_xadd(args),
+         # `~` with its LIMIT trims per XADD, as Redis does.
+         true <- add.trim == nil or not add.trim.approx,
          true <- Commands.allowed?(s, :write, add.key) do
       payload = Entry.encode(add.pairs)
       {:ok, {add.key, add.nomkstream, add.trim}, payload}
@@ -51,7 +53,7 @@ defmodule Ringbus.Resp.StreamCommands do
   def store({{key, nomkstream, trim}, payloads, n}, s) do
     payloads = :lists.reverse(payloads)
 
-    case push(key, run(payloads, n), nomkstream, trim, s) do
+    case push(key, run(payloads, n), nomkstream, s) do
       {:ok, first} ->
         trim(key, trim)
         ids(first, n, [])
@@ -67,7 +69,7 @@ defmodule Ringbus.Resp.StreamCommands do
   end
 
   defp store_one(payloads, key, nomkstream, trim, s) do
-    case push(key, &Ringbus.push_many(&1, payloads), nomkstream, trim, s) do
+    case push(key, &Ringbus.push_many(&1, payloads), nomkstream, s) do
       {:ok, seq} ->
         trim(key, trim)
         Entry.id(seq)
@@ -88,13 +90,13 @@ defmodule Ringbus.Resp.StreamCommands do
     &Ringbus.push_run(&1, payloads, n, bytes)
   end
 
-  defp push(key, push, nomkstream, trim, s) do
+  defp push(key, push, nomkstream, s) do
     case push.(key) do
       {:error, :no_channel} when nomkstream ->
         {:error, :nomkstream}
 
       {:error, :no_channel} ->
-        with :ok <- create(key, capacity(trim), s), do: push.(key)
+        with :ok <- create(key, s), do: push.(key)
 
       result ->
         result
@@ -122,21 +124,33 @@ defmodule Ringbus.Resp.StreamCommands do
         "', and this server creates none (auto_create: false)"
       ])
 
-  # MAXLEN on a new stream is its capacity.
-  defp capacity({:maxlen, n}), do: max(n, 1)
-  defp capacity(_trim), do: nil
+  # A stream is bounded by bytes. Its capacity only backs that bound for
+  # entries under 16 bytes: every XADD of field/value pairs stores at least 17.
+  @max_capacity 0xFFFF_FFFF
+  @min_entry_bytes 16
+
+  @doc """
+  The channel options of a stream created over RESP: the server's
+  `auto_create` overflow, `:resp_stream_max_bytes` as `max_bytes`, and a
+  capacity of `max_bytes / 16` (at most 2^32 - 1, the binary protocol's
+  largest), so that the byte bound is the one an XADD meets first.
+  """
+  @spec stream_options(Ringbus.Server.Config.t()) :: Ringbus.Channel.options() | false
+  def stream_options(%{auto_create: false}), do: false
+
+  def stream_options(%{auto_create: opts, resp_stream_max_bytes: max_bytes}) do
+    capacity = max_bytes |> div(@min_entry_bytes) |> max(1) |> min(@max_capacity)
+    Keyword.merge(opts, capacity: capacity, max_bytes: max_bytes)
+  end
 
   @doc false
-  # Creates a stream with the server's auto-create options (a capacity given
-  # overrides theirs); one that exists already is fine.
-  def create(key, capacity, s) do
-    case s.config.auto_create do
+  # Creates a stream with `stream_options/1`; one that exists already is fine.
+  def create(key, s) do
+    case stream_options(s.config) do
       false ->
         {:error, :no_create}
 
       opts ->
-        opts = if capacity, do: Keyword.put(opts, :capacity, capacity), else: opts
-
         case Ringbus.create(key, opts) do
           :ok -> :ok
           {:error, :exists} -> :ok
@@ -217,7 +231,7 @@ defmodule Ringbus.Resp.StreamCommands do
          :ok <- trim_compatible(opts),
          {:ok, id} <- add_id(id),
          :ok <- pairs_ok(pairs) do
-      {:ok, %{key: key, nomkstream: opts.nomkstream, trim: opts.trim, id: id, pairs: pairs}}
+      {:ok, %{key: key, nomkstream: opts.nomkstream, trim: trim_of(opts), id: id, pairs: pairs}}
     else
       {:ok, _opts, []} -> {:error, Commands.wrong_arity("xadd")}
       error -> error
@@ -334,6 +348,9 @@ defmodule Ringbus.Resp.StreamCommands do
 
   defp trim_compatible(_opts), do: :ok
 
+  defp trim_of(%{trim: nil}), do: nil
+  defp trim_of(opts), do: %{strategy: opts.trim, approx: opts.approx, limit: opts.limit}
+
   defp add_id("*"), do: {:ok, :auto}
 
   defp add_id(text) do
@@ -365,20 +382,13 @@ defmodule Ringbus.Resp.StreamCommands do
 
   ## Trimming
 
-  # Pulls the oldest entries until the stream meets the threshold; returns
-  # how many went. Concurrent pulls may leave it a little shorter.
+  # Pulls the oldest entries Redis would trim (`Ringbus.Resp.Trim`); returns
+  # how many went. Concurrent pulls may leave the stream a little shorter.
   defp trim(_key, nil), do: 0
 
-  defp trim(key, {:maxlen, n}) do
-    case Ringbus.len(key) do
-      len when is_integer(len) and len > n -> pull(key, len - n, 0)
-      _ -> 0
-    end
-  end
-
-  defp trim(key, {:minid, id}) do
+  defp trim(key, trim) do
     case Ringbus.info(key) do
-      {:ok, info} -> pull(key, min(Entry.seq_from(id) - info.first_seq, info.len), 0)
+      {:ok, info} -> pull(key, Trim.count(trim, info.first_seq, info.next_seq), 0)
       _ -> 0
     end
   end
@@ -399,7 +409,7 @@ defmodule Ringbus.Resp.StreamCommands do
 
       {:ok, opts, []} ->
         case trim_compatible(opts) do
-          :ok -> {trim(key, opts.trim), s}
+          :ok -> {trim(key, trim_of(opts)), s}
           {:error, reply} -> {reply, s}
         end
 
@@ -668,7 +678,7 @@ defmodule Ringbus.Resp.StreamCommands do
       {:error, :no_channel} ->
         cond do
           not Commands.allowed?(s, :write, key) -> {:error, Commands.no_permission()}
-          create(key, nil, s) == :ok -> subscribe(key, from, batch, s)
+          create(key, s) == :ok -> subscribe(key, from, batch, s)
           true -> {:error, no_create(key)}
         end
     end
@@ -756,8 +766,8 @@ defmodule Ringbus.Resp.StreamCommands do
       {"STREAM", [key]} ->
         guarded(s, key, fn -> stream_info(key, s) end)
 
-      {"STREAM", [key, full | _]} ->
-        guarded(s, key, fn -> stream_full(key, full) end)
+      {"STREAM", [key, full | opts]} ->
+        guarded(s, key, fn -> stream_full(key, [full | opts], sub, s) end)
 
       {"GROUPS", [key]} ->
         guarded(s, key, fn -> groups_info(key, s) end)
@@ -778,11 +788,7 @@ defmodule Ringbus.Resp.StreamCommands do
 
   defp guarded(s, key, fun), do: Commands.keyed(s, :read, key, fun)
 
-  defp stream_full(_key, _full),
-    do:
-      Encoder.error(
-        "ERR XINFO STREAM FULL is not supported by Ringbus: use XINFO STREAM, GROUPS and CONSUMERS"
-      )
+  defp stream_full(key, opts, sub, s), do: Ringbus.Resp.StreamAdmin.full(key, opts, sub, s)
 
   defp stream_info(key, s) do
     case Ringbus.info(key) do
@@ -813,7 +819,11 @@ defmodule Ringbus.Resp.StreamCommands do
            {"first-entry", if(len > 0, do: edge.(first_seq), else: nil)},
            {"last-entry", if(len > 0, do: edge.(next_seq - 1), else: nil)},
            {"capacity", Map.fetch!(info, :capacity)},
-           {"overflow", Atom.to_string(Map.fetch!(info, :overflow))}
+           {"overflow", Atom.to_string(Map.fetch!(info, :overflow))},
+           {"max-bytes", Map.fetch!(info, :max_bytes)},
+           {"bytes", Map.fetch!(info, :bytes)},
+           {"overwritten", Map.fetch!(info, :overwritten)},
+           {"pulled", Map.fetch!(info, :pulled)}
          ]}
 
       {:error, :no_channel} ->

@@ -16,6 +16,7 @@ defmodule Ringbus.Server.Config do
     tls: nil,
     tokens: nil,
     auto_create: [capacity: 100_000, overflow: :drop_oldest],
+    resp_stream_max_bytes: 64 * 1024 * 1024,
     max_frame_size: 16 * 1024 * 1024,
     handshake_timeout: 5_000,
     idle_timeout: 300_000,
@@ -68,7 +69,8 @@ defmodule Ringbus.Server.Config do
 
     for key <-
           [:max_frame_size, :max_connections, :max_subscriptions, :max_credit] ++
-            [:max_out_bytes, :acceptors, :buffer_size, :handshake_timeout, :shutdown_timeout] do
+            [:max_out_bytes, :acceptors, :buffer_size, :handshake_timeout, :shutdown_timeout] ++
+            [:resp_stream_max_bytes] do
       Options.check!(key, Map.fetch!(config, key), &Options.positive?/1, "a positive integer")
     end
 

@@ -120,6 +120,10 @@ defmodule Ringbus.Release.ConfigTest do
   test "RESP and cluster members go on as options" do
     assert load!(%{"RINGBUS_RESP_PORT" => "6379"}).server[:resp_port] == 6379
 
+    assert load!(%{"RINGBUS_RESP_STREAM_MAX_BYTES" => "1048576"}).server[
+             :resp_stream_max_bytes
+           ] == 1_048_576
+
     join = %{"RINGBUS_JOIN" => "a@host1,b@host2"}
 
     assert load!(join).join == [:a@host1, :b@host2]

@@ -36,7 +36,11 @@ defmodule Ringbus.Resp.DifferentialTest do
     ours = RespClient.connect!(Ringbus.Server.port(server, :resp))
     theirs = RespClient.connect!(ctx.redis.port)
     {[{:simple, "OK"}], theirs} = RespClient.call(theirs, ["FLUSHALL"])
-    on_exit(fn -> for name <- ["d", "d2", "nokey"], do: Ringbus.delete(name) end)
+
+    on_exit(fn ->
+      for name <- ["d", "d2", "nokey", "t", "t2", "k1", "c"], do: Ringbus.delete(name)
+    end)
+
     {:ok, ours: ours, theirs: theirs}
   end
 
@@ -131,11 +135,121 @@ defmodule Ringbus.Resp.DifferentialTest do
     ~w(AUTH secret),
     ~w(CONFIG GET appendonly),
     ~w(DEL d d2 nokey),
-    ~w(DEL d)
+    ~w(DEL d),
+    ~w(XADD k1 1-0 a 1),
+    ~w(KEYS k1),
+    ~w(KEYS k[0-9]),
+    ~w(KEYS k?),
+    ~w(KEYS nomatch*),
+    ~w(KEYS),
+    ~w(SCAN x),
+    ~w(SCAN 0 COUNT 0),
+    ~w(SCAN 0 COUNT x),
+    ~w(SCAN 0 FOO bar),
+    ~w(SCAN 0 MATCH nomatch* COUNT 1000),
+    ~w(UNLINK k1 nokey),
+    ~w(UNLINK k1),
+    ~w(UNLINK),
+    ~w(XADD k1 1-0 a 1),
+    ~w(FLUSHDB x),
+    ~w(FLUSHDB),
+    ~w(EXISTS k1),
+    ~w(FLUSHALL SYNC),
+    ~w(DBSIZE)
   ]
 
   test "RESP2 replies match Redis 7.0's byte for byte", ctx do
     compare(@same, ctx.ours, ctx.theirs)
+  end
+
+  test "trims match Redis's: =, ~ by nodes of 100 entries, LIMIT, MINID", ctx do
+    adds = fn key, range, opts ->
+      for i <- range, do: ["XADD", key] ++ opts ++ ["#{i}-0", "f", "#{i}"]
+    end
+
+    compare(
+      # A bound given when the stream was made does not stay: MAXLEN 10 later keeps 6.
+      adds.("t", 1..1, ~w(MAXLEN 5)) ++
+        adds.("t", 2..6, ~w(MAXLEN 10)) ++
+        [~w(XLEN t), ~w(XTRIM t MAXLEN 2), ~w(XRANGE t - +)] ++
+        adds.("t2", 1..250, []) ++
+        [
+          ~w(XTRIM t2 MAXLEN ~ 120),
+          ~w(XLEN t2),
+          ~w(XTRIM t2 MAXLEN ~ 10 LIMIT 50),
+          ~w(XTRIM t2 MAXLEN 5 LIMIT 10),
+          ~w(XTRIM t2 MINID ~ 240),
+          ~w(XTRIM t2 MINID 240),
+          ~w(XTRIM t2 MINID = 240),
+          ~w(XRANGE t2 - + COUNT 1),
+          ~w(XTRIM t2 MAXLEN = 5),
+          ~w(XTRIM t2 MAXLEN ~ 0 LIMIT 0),
+          ~w(XTRIM nokey MAXLEN 0),
+          ~w(XTRIM t2 MINID x),
+          ~w(XTRIM t2 MAXLEN -1)
+        ] ++
+        adds.("t2", 251..420, ~w(MAXLEN ~ 150)) ++
+        [~w(XLEN t2), ~w(XRANGE t2 - + COUNT 1)] ++
+        adds.("t2", 421..425, ~w(MINID 410)) ++
+        [~w(XLEN t2), ~w(XRANGE t2 - + COUNT 1), ~w(XADD t2 MAXLEN 2 LIMIT 5 426-0 f v)],
+      ctx.ours,
+      ctx.theirs
+    )
+  end
+
+  test "XCLAIM and XSETID match Redis's", ctx do
+    compare(
+      [
+        ~w(XADD c 1-0 a 1),
+        ~w(XADD c 2-0 b 2),
+        ~w(XADD c 3-0 c 3),
+        ~w(XGROUP CREATE c g 0),
+        ~w(XREADGROUP GROUP g alice STREAMS c >),
+        ~w(XCLAIM c g bob 0 1-0),
+        ~w(XCLAIM c g bob 3600000 2-0),
+        ~w(XCLAIM c g bob 0 2-0 JUSTID),
+        ~w(XPENDING c g),
+        ~w(XCLAIM c g carol -5 3-0 RETRYCOUNT 5 JUSTID IDLE 10),
+        ~w(XPENDING c g),
+        ~w(XCLAIM c g bob 0 9-0),
+        ~w(XCLAIM c g bob 0 0-0),
+        ~w(XCLAIM nokey g bob 0 1-0),
+        ~w(XCLAIM c nog bob 0 1-0),
+        ~w(XCLAIM c g bob x 1-0),
+        ~w(XCLAIM c g bob 0 1-0 FOO),
+        ~w(XCLAIM c g bob 0 1-0 IDLE x),
+        ~w(XCLAIM c g bob 0 1-0 TIME x),
+        ~w(XCLAIM c g bob 0 1-0 RETRYCOUNT x),
+        ~w(XCLAIM c g bob 0 1-0 LASTID x),
+        ~w(XCLAIM c g bob 0),
+        ~w(XACK c g 1-0 2-0 3-0),
+        ~w(XCLAIM c g dave 0 1-0 2-0),
+        ~w(XCLAIM c g dave 0 1-0 FORCE JUSTID),
+        ~w(XCLAIM c g dave 0 2-0 FORCE TIME 1),
+        ~w(XPENDING c g),
+        ~w(XCLAIM c g bob 0 1-0 LASTID 3-0 JUSTID),
+        ~w(XTRIM c MAXLEN 1),
+        ~w(XCLAIM c g bob 0 1-0 2-0),
+        ~w(XPENDING c g),
+        ~w(XSETID c 3-0),
+        ~w(XSETID c 3),
+        ~w(XSETID c 2-0),
+        ~w(XSETID nokey 1-0),
+        ~w(XSETID c x),
+        ~w(XSETID c 3-0 ENTRIESADDED 3 MAXDELETEDID 2-0),
+        ~w(XSETID c 3-0 ENTRIESADDED 0 MAXDELETEDID 2-0),
+        ~w(XSETID c 3-0 MAXDELETEDID 4-0),
+        ~w(XSETID c 3-0 FOO 1),
+        ~w(XSETID c 3-0 ENTRIESADDED -1),
+        ~w(XSETID c 3-0 ENTRIESADDED),
+        ~w(XSETID c),
+        ~w(XINFO STREAM c FULL x),
+        ~w(XINFO STREAM c FULL COUNT x),
+        ~w(XINFO STREAM nokey FULL)
+      ],
+      ctx.ours,
+      ctx.theirs
+    )
   end
 
   test "RESP3 replies match too, after HELLO 3", ctx do
@@ -175,6 +289,20 @@ defmodule Ringbus.Resp.DifferentialTest do
       RespClient.call(ours, ~w(XDEL d 2-0))
 
     {[1], ours} = RespClient.call(ours, ~w(XDEL d 1-0))
+
+    # Commands of other key types and of key lifetimes are unknown, not WRONGTYPE.
+    ours =
+      Enum.reduce(
+        [~w(GET d), ~w(SET d v), ~w(EXPIRE d 10), ~w(RENAME d e), ~w(LPUSH d a)],
+        ours,
+        fn
+          [name | _] = command, ours ->
+            {[{:error, "ERR unknown command '" <> rest}], ours} = RespClient.call(ours, command)
+            assert String.starts_with?(rest, name <> "', with args beginning with: 'd'")
+            ours
+        end
+      )
+
     {[{:error, "ERR DB index is out of range"}], ours} = RespClient.call(ours, ~w(SELECT 1))
     {[[["2-0", ["b", "2"]]]], _} = RespClient.call(ours, ~w(XRANGE d - +))
   end

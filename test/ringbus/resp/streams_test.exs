@@ -20,17 +20,72 @@ defmodule Ringbus.Resp.StreamsTest do
     {:ok, server: server, port: Ringbus.Server.port(server, :resp)}
   end
 
-  test "MAXLEN on the XADD that creates a stream is its capacity; trims pull", %{port: port} do
-    c = RespClient.connect!(port)
-    {["1-0"], c} = RespClient.call(c, ~w(XADD st-cap MAXLEN 3 * a 1))
-    assert {:ok, %{capacity: 3}} = Ringbus.info("st-cap")
-    for i <- 2..5, do: {[_], _} = RespClient.call(c, ["XADD", "st-cap", "*", "a", "#{i}"])
-    {[[["3-0", _], ["4-0", _], ["5-0", _]]], c} = RespClient.call(c, ~w(XRANGE st-cap - +))
-    {[1], c} = RespClient.call(c, ~w(XTRIM st-cap MAXLEN 2))
-    assert {:ok, %{pulled: 1, overwritten: 2, len: 2}} = Ringbus.info("st-cap")
+  test "a stream created over RESP is bounded by resp_stream_max_bytes, not by a count" do
+    server =
+      start_supervised!(
+        {Ringbus.Server,
+         port: 0, resp_port: 0, auto_create: [capacity: 3], resp_stream_max_bytes: 1_000},
+        id: :bytes
+      )
 
-    {[{:error, "ERR XINFO STREAM FULL is not supported" <> _}], _} =
-      RespClient.call(c, ~w(XINFO STREAM st-cap FULL))
+    c = RespClient.connect!(Ringbus.Server.port(server, :resp))
+    {["1-0"], c} = RespClient.call(c, ~w(XADD st-cap MAXLEN 3 * a 1))
+
+    c =
+      Enum.reduce(2..6, c, fn i, c ->
+        {[_], c} = RespClient.call(c, ["XADD", "st-cap", "MAXLEN", "10", "*", "a", "#{i}"])
+        c
+      end)
+
+    {[6], c} = RespClient.call(c, ~w(XLEN st-cap))
+    assert {:ok, %{capacity: 62, max_bytes: 1_000, overwritten: 0}} = Ringbus.info("st-cap")
+    {[4], c} = RespClient.call(c, ~w(XTRIM st-cap MAXLEN 2))
+    assert {:ok, %{pulled: 4, len: 2}} = Ringbus.info("st-cap")
+
+    # Past the byte bound the oldest entries are overwritten, and counted.
+    value = String.duplicate("v", 200)
+
+    c =
+      Enum.reduce(1..10, c, fn _, c ->
+        {[_], c} = RespClient.call(c, ["XADD", "st-cap", "*", "a", value])
+        c
+      end)
+
+    {:ok, info} = Ringbus.info("st-cap")
+    assert info.bytes <= 1_000 and info.len == 4 and info.overwritten == 8
+    {[xinfo], _} = RespClient.call(c, ~w(XINFO STREAM st-cap))
+    xinfo = xinfo |> Enum.chunk_every(2) |> Map.new(fn [k, v] -> {k, v} end)
+    assert %{"max-bytes" => 1_000, "overwritten" => 8, "pulled" => 4, "length" => 4} = xinfo
+  end
+
+  test "INFO memory shows the streams' bytes and their bound", %{port: port} do
+    c = RespClient.connect!(port)
+
+    {["1-0"], c} =
+      RespClient.call(c, ["XADD", "st-mem", "*", "payload", String.duplicate("x", 1000)])
+
+    {[info], c} = RespClient.call(c, ~w(INFO memory))
+    assert info =~ "# Memory\r\n"
+    assert info =~ "resp_stream_max_bytes:67108864\r\n"
+    [_, held] = Regex.run(~r/ringbus_stream_bytes:(\d+)/, info)
+    assert String.to_integer(held) >= 1000
+    {[all], _} = RespClient.call(c, ~w(INFO))
+    assert all =~ "# Memory" and all =~ "# Keyspace"
+  end
+
+  test "the stream options follow the server's: bytes, and the capacity that backs them" do
+    config = Ringbus.Server.Config.new!([])
+    opts = Ringbus.Resp.StreamCommands.stream_options(config)
+    assert opts[:max_bytes] == 64 * 1024 * 1024 and opts[:capacity] == 4 * 1024 * 1024
+    assert opts[:overflow] == :drop_oldest
+
+    big = Ringbus.Server.Config.new!(resp_stream_max_bytes: 2 ** 40)
+    assert Ringbus.Resp.StreamCommands.stream_options(big)[:capacity] == 0xFFFF_FFFF
+    refute Ringbus.Resp.StreamCommands.stream_options(%{config | auto_create: false})
+
+    assert_raise ArgumentError, ~r/resp_stream_max_bytes/, fn ->
+      Ringbus.Server.Config.new!(resp_stream_max_bytes: 0)
+    end
   end
 
   test "a rejecting stream answers XADD with an error when full", %{port: port} do
