@@ -41,11 +41,11 @@ defmodule Layers do
     wire: [],
     # Ringbus.Channel.* (ring, subscriptions, anchor): never the wire.
     channel: [:leaf],
-    # The store owns every ETS table: it makes a channel's ring and anchor.
+    # The store owns every channel's tables: it makes its ring and anchor.
     store: [:channel, :leaf],
     # Calls down into the channel layer and the store, never lib/ringbus.ex.
     cluster: [:channel, :store, :leaf],
-    # lib/ringbus.ex; a name the store does not hold goes to the cluster.
+    # lib/ringbus.ex: creates, deletes and names the store lacks go to the cluster.
     api: [:channel, :store, :cluster, :leaf],
     # The client uses the wire only, never the server.
     client: [:wire, :leaf],
