@@ -2,6 +2,7 @@
   inputs: [
     "{mix,.formatter}.exs",
     "{config,lib,test}/**/*.{ex,exs}",
-    "bench/{lib,test}/**/*.{ex,exs}"
+    "bench/{lib,test}/**/*.{ex,exs}",
+    ".ci/*.exs"
   ]
 ]

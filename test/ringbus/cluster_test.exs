@@ -47,6 +47,44 @@ defmodule Ringbus.ClusterTest do
       Config.new!(join: ["a@h"])
     end
 
+    assert_raise ArgumentError,
+                 ~r/expected :join to be a list of node names \(atoms\), got: :a@h/,
+                 fn ->
+                   Config.new!(join: :a@h)
+                 end
+
+    assert_raise ArgumentError,
+                 ~r/expected :join to be a list of node names \(atoms\), got: \[nil\]/,
+                 fn ->
+                   Config.new!(join: [nil])
+                 end
+  end
+
+  for key <- [
+        :call_timeout,
+        :busy_timeout,
+        :create_timeout,
+        :max_buffer_bytes,
+        :batch_bytes,
+        :reconnect_interval
+      ] do
+    test "option #{inspect(key)} must be a positive integer" do
+      key = unquote(key)
+      assert %Config{} = config = Config.new!([{key, 7}])
+      assert Map.fetch!(config, key) == 7
+
+      for bad <- [0, -1, 1.5, "100", nil, :infinity] do
+        message = "expected #{inspect(key)} to be a positive integer, got: #{inspect(bad)}"
+        assert_raise ArgumentError, message, fn -> Config.new!([{key, bad}]) end
+      end
+    end
+  end
+
+  test "cluster options must be a keyword list" do
+    assert_raise ArgumentError, ~r/expected cluster options to be a keyword list, got: :x/, fn ->
+      Config.new!(:x)
+    end
+
     assert_raise ArgumentError, ~r/invalid cluster options/, fn -> Config.new!(colour: :blue) end
 
     assert_raise ArgumentError, ~r/expected a list of node names/, fn ->

@@ -35,13 +35,8 @@ defmodule Ringbus.Cluster.Config do
     opts = Options.validate!(opts, @defaults, "cluster")
     Options.check!(:join, opts[:join], &nodes?/1, "a list of node names (atoms)")
 
-    for key <- [
-          :call_timeout,
-          :create_timeout,
-          :max_buffer_bytes,
-          :batch_bytes,
-          :reconnect_interval
-        ] do
+    # Every key but :join is a positive integer.
+    for key <- Keyword.keys(@defaults) -- [:join] do
       Options.check!(key, opts[key], &Options.positive?/1, "a positive integer")
     end
 

@@ -9,7 +9,9 @@ defmodule Ringbus.Wire.Frame do
   the order of the fields on the wire.
 
   The codec is pure: it takes and returns data and never touches a socket.
-  To cut a byte stream into frames use `Ringbus.Wire.Decoder`.
+  To cut a byte stream into frames use `Ringbus.Wire.Decoder`. It is kept
+  whole: each frame's encoder and decoder sit side by side on one set of
+  opcodes and field guards, so a layout is written and read in one place.
 
   ## Requests (client to server)
 

@@ -1,0 +1,462 @@
+defmodule Ringbus.Cluster.Directory.Core do
+  @moduledoc false
+  # The decisions of `Ringbus.Cluster.Directory`, as pure functions in Ra's
+  # style (`ra_server.erl`): `handle/3` takes the state, one event and what
+  # the process read of the world for it, and returns the new state and the
+  # effects the process carries out, in order. Nothing here sends, stores,
+  # reads ETS or starts a timer.
+  #
+  # Each node is the authority on the channels it homes (`own`: name =>
+  # {opts, stamp}, mirrored by its `Ringbus.Store`); `remote` holds what the
+  # other nodes said they home, name => {home, opts, stamp, incarnation},
+  # and the process mirrors it into the table callers read
+  # (`{:put_entry, entry}`, `{:drop_entry, name}`).
+  #
+  # Creating. A create runs on the channel's home, in two rounds through
+  # the links:
+  #
+  #   1. Claim: the home stamps the claim `{os_time, node}` and asks every
+  #      node whose link is up. A node votes `:exists` if it has the name,
+  #      or knows a claim on it with a smaller stamp; otherwise it grants the
+  #      claim (dropping its own, smaller-stamp-loses, if it had one). Any
+  #      `:exists` makes the create `{:error, :exists}`; all grants make it
+  #      happen. Of two claims made at once, the one with the smaller stamp
+  #      is granted by every node, the other is refused by at least the
+  #      winner: one winner, and the other gets `{:error, :exists}`.
+  #   2. Announce: the home creates the channel in its store and sends it to
+  #      every node, and answers `:ok` once the voters have it, so a name
+  #      created anywhere resolves everywhere by the time `create` returns.
+  #
+  # Both rounds together wait `create_timeout` at most: a claim that times
+  # out answers `{:error, :node_busy}` and is released, an announce that
+  # times out answers `:ok` (the channel exists). Busy and down nodes do not
+  # vote, so a silent node cannot stop creates elsewhere; two creates of one
+  # name on both sides of a partition are resolved when it heals (below).
+  #
+  # Converging. When a link comes up, both sides send the channels they home,
+  # with their incarnation (made when the process starts, i.e. when Ringbus
+  # starts). The receiver replaces what it had for that node, and:
+  #
+  #   - a channel it had for that node, now missing, under the same
+  #     incarnation was deleted meanwhile: dropped;
+  #   - one missing under an older incarnation was lost in a restart: the
+  #     receiver asks the node to recreate it, empty (channels live in
+  #     memory), with its old options and stamp;
+  #   - two homes for one name (created on both sides of a partition): the
+  #     smaller stamp wins everywhere, and the loser's home deletes its copy,
+  #     as `:global` resolves a name registered twice.
+  #
+  # A node that is down keeps its entries, so its channels answer
+  # `{:error, :node_down}` rather than `{:error, :no_channel}`.
+  #
+  # Directory messages between nodes (each sent as `{:send, node, message}`):
+  #
+  #   {:claim, name, stamp, id}      may `name` be created under `stamp`?
+  #   {:vote, id, :ok | :exists}     the answer
+  #   {:release, name, stamp}        the claim is given up
+  #   {:add, name, opts, stamp, incarnation, id | nil}   a channel of the
+  #                                  sender; with an id, answered {:added, id}
+  #   {:del, name, stamp}            the sender deleted its channel
+  #   {:sync, incarnation, [{name, opts, stamp}]}   every channel of the sender
+  #   {:recreate, [{name, opts, stamp}]}   channels the receiver homed before
+  #                                  it restarted
+
+  @typedoc "Where an answer goes; the process knows its shape, the core does not."
+  @type reply_to :: term()
+
+  @typedoc "What `{:create_channel, ...}` is for, handed back with its result."
+  @type purpose :: {:commit, map()} | {:recreate, stamp()}
+
+  @type stamp :: {integer(), node()}
+  @type link_state :: :up | :busy | :down
+
+  @typedoc """
+  What the process read for one event: the nodes with a link and its state,
+  and whether the local store holds a name (the one fact the core does not
+  keep itself, read only when needed).
+  """
+  @type world :: %{links: [{node(), link_state()}], stored?: (term() -> boolean())}
+
+  @type event ::
+          {:create, name :: term(), opts :: keyword(), reply_to(), id :: reference(), stamp()}
+          | {:delete, name :: term(), reply_to(), answer :: term()}
+          | {:peer, node(), message :: term()}
+          | {:link_up, node()}
+          | {:link_down, node()}
+          | {:timeout, id :: reference()}
+          | {:created, name :: term(), opts :: keyword(), purpose(), result :: term()}
+
+  @type effect ::
+          {:send, node(), message :: term()}
+          | {:reply, reply_to(), answer :: term()}
+          | {:start_timer, id :: reference(), ms :: pos_integer()}
+          | {:cancel_timer, id :: reference()}
+          | {:put_entry, {term(), node(), keyword(), stamp(), term()}}
+          | {:drop_entry, name :: term()}
+          | {:create_channel, name :: term(), opts :: keyword(), purpose()}
+          | {:delete_channel, name :: term()}
+
+  @type t :: %{
+          incarnation: term(),
+          create_timeout: pos_integer(),
+          own: %{term() => {keyword(), stamp()}},
+          claims: %{term() => {:own, stamp(), reference()} | {:granted, stamp(), node()}},
+          pending: %{reference() => map()},
+          remote: %{term() => {node(), keyword(), stamp(), term()}},
+          world: world() | nil,
+          effects: [effect()]
+        }
+
+  @doc "A directory with no channels, claims or creates."
+  @spec new(term(), pos_integer()) :: t()
+  def new(incarnation, create_timeout) do
+    %{
+      incarnation: incarnation,
+      create_timeout: create_timeout,
+      own: %{},
+      claims: %{},
+      # id => the create in progress
+      pending: %{},
+      remote: %{},
+      # Only while an event is handled:
+      world: nil,
+      effects: []
+    }
+  end
+
+  @doc """
+  Handles one event. The process must carry out the effects in order; the
+  result of `{:create_channel, name, opts, purpose}` comes back at once as
+  the event `{:created, name, opts, purpose, result}`, before the rest.
+  A `:delete` event comes after the store deleted the channel, with the
+  store's answer.
+  """
+  @spec handle(t(), event(), world()) :: {t(), [effect()]}
+  def handle(state, event, world) do
+    state = event(%{state | world: world, effects: []}, event)
+    {%{state | world: nil, effects: []}, :lists.reverse(state.effects)}
+  end
+
+  ## Events
+
+  defp event(state, {:create, name, opts, reply_to, id, stamp}) do
+    if taken?(state, name) or Map.has_key?(state.claims, name) do
+      emit(state, {:reply, reply_to, {:error, :exists}})
+    else
+      create = %{id: id, name: name, opts: opts, stamp: stamp, reply_to: reply_to, timer?: false}
+
+      case for({node, :up} <- state.world.links, do: node) do
+        [] -> commit(state, create)
+        voters -> claim(state, create, voters)
+      end
+    end
+  end
+
+  defp event(state, {:delete, name, reply_to, answer}) do
+    state |> forget_own(name) |> emit({:reply, reply_to, answer})
+  end
+
+  defp event(state, {:created, name, opts, {:commit, create}, result}) do
+    case result do
+      :ok ->
+        state = %{state | own: Map.put(state.own, name, {opts, create.stamp})}
+        state = send_all(state, {:add, name, opts, create.stamp, state.incarnation, create.id})
+
+        case for({node, :up} <- state.world.links, do: node) do
+          [] ->
+            done(state, create, :ok)
+
+          up ->
+            state =
+              if create.timer?,
+                do: state,
+                else: emit(state, {:start_timer, create.id, state.create_timeout})
+
+            create = Map.merge(create, %{round: :announce, waiting: MapSet.new(up), timer?: true})
+            %{state | pending: Map.put(state.pending, create.id, create)}
+        end
+
+      error ->
+        done(state, create, error)
+    end
+  end
+
+  defp event(state, {:created, name, opts, {:recreate, stamp}, :ok}) do
+    state = send_all(state, {:add, name, opts, stamp, state.incarnation, nil})
+    %{state | own: Map.put(state.own, name, {opts, stamp})}
+  end
+
+  defp event(state, {:created, _name, _opts, {:recreate, _stamp}, {:error, :exists}}), do: state
+
+  defp event(state, {:peer, node, message}), do: message(state, node, message)
+
+  defp event(state, {:link_up, node}) do
+    own = for {name, {opts, stamp}} <- state.own, do: {name, opts, stamp}
+    emit(state, {:send, node, {:sync, state.incarnation, own}})
+  end
+
+  defp event(state, {:link_down, node}) do
+    claims = Map.reject(state.claims, &match?({_, {:granted, _, ^node}}, &1))
+
+    Enum.reduce(state.pending, %{state | claims: claims}, fn {id, _}, state ->
+      heard(state, id, node)
+    end)
+  end
+
+  defp event(state, {:timeout, id}) do
+    case state.pending do
+      %{^id => %{round: :claim}} -> abort(state, id, {:error, :node_busy})
+      %{^id => %{round: :announce}} -> finish(state, id, :ok)
+      _ -> state
+    end
+  end
+
+  ## Creating and deleting here
+
+  defp claim(state, create, voters) do
+    state =
+      Enum.reduce(voters, state, fn node, state ->
+        emit(state, {:send, node, {:claim, create.name, create.stamp, create.id}})
+      end)
+
+    state = emit(state, {:start_timer, create.id, state.create_timeout})
+
+    create =
+      Map.merge(create, %{
+        round: :claim,
+        voters: voters,
+        waiting: MapSet.new(voters),
+        timer?: true
+      })
+
+    %{
+      state
+      | claims: Map.put(state.claims, create.name, {:own, create.stamp, create.id}),
+        pending: Map.put(state.pending, create.id, create)
+    }
+  end
+
+  # Every voter granted the claim (`create` is no longer pending): create
+  # the channel, then announce it (when the store's answer comes back).
+  defp commit(state, create) do
+    state = %{state | claims: Map.delete(state.claims, create.name)}
+    emit(state, {:create_channel, create.name, create.opts, {:commit, create}})
+  end
+
+  # `node` voted for the claim, or has the announced channel, or is gone.
+  defp heard(state, id, node) do
+    case state.pending do
+      %{^id => %{waiting: waiting} = create} ->
+        create = %{create | waiting: MapSet.delete(waiting, node)}
+        pending = Map.delete(state.pending, id)
+
+        cond do
+          MapSet.size(create.waiting) > 0 -> %{state | pending: Map.put(pending, id, create)}
+          create.round == :claim -> commit(%{state | pending: pending}, create)
+          create.round == :announce -> done(%{state | pending: pending}, create, :ok)
+        end
+
+      _ ->
+        state
+    end
+  end
+
+  defp abort(state, id, answer) do
+    {create, pending} = Map.pop(state.pending, id)
+
+    state =
+      Enum.reduce(create.voters, state, fn node, state ->
+        emit(state, {:send, node, {:release, create.name, create.stamp}})
+      end)
+
+    claims =
+      if match?({:own, _, ^id}, state.claims[create.name]),
+        do: Map.delete(state.claims, create.name),
+        else: state.claims
+
+    done(%{state | claims: claims, pending: pending}, create, answer)
+  end
+
+  defp finish(state, id, answer) do
+    {create, pending} = Map.pop(state.pending, id)
+    done(%{state | pending: pending}, create, answer)
+  end
+
+  defp done(state, create, answer) do
+    state = if create.timer?, do: emit(state, {:cancel_timer, create.id}), else: state
+    emit(state, {:reply, create.reply_to, answer})
+  end
+
+  # The store no longer has `name`: if it was one of ours, tell every node.
+  defp forget_own(state, name) do
+    case Map.pop(state.own, name) do
+      {{_opts, stamp}, own} -> send_all(%{state | own: own}, {:del, name, stamp})
+      {nil, _} -> state
+    end
+  end
+
+  defp taken?(state, name) do
+    Map.has_key?(state.own, name) or Map.has_key?(state.remote, name) or
+      state.world.stored?.(name)
+  end
+
+  ## Messages from other nodes
+
+  defp message(state, node, {:claim, name, stamp, id}) do
+    {vote, state} = vote(state, node, name, stamp)
+    emit(state, {:send, node, {:vote, id, vote}})
+  end
+
+  defp message(state, node, {:vote, id, :ok}) do
+    case state.pending do
+      %{^id => %{round: :claim}} -> heard(state, id, node)
+      _ -> state
+    end
+  end
+
+  defp message(state, _node, {:vote, id, :exists}) do
+    case state.pending do
+      %{^id => %{round: :claim}} -> abort(state, id, {:error, :exists})
+      _ -> state
+    end
+  end
+
+  defp message(state, node, {:release, name, stamp}) do
+    case state.claims do
+      %{^name => {:granted, ^stamp, ^node}} -> %{state | claims: Map.delete(state.claims, name)}
+      _ -> state
+    end
+  end
+
+  defp message(state, node, {:add, name, opts, stamp, incarnation, id}) do
+    state = add(state, node, name, opts, stamp, incarnation)
+    if id, do: emit(state, {:send, node, {:added, id}}), else: state
+  end
+
+  defp message(state, node, {:added, id}) do
+    case state.pending do
+      %{^id => %{round: :announce}} -> heard(state, id, node)
+      _ -> state
+    end
+  end
+
+  defp message(state, node, {:del, name, stamp}) do
+    case state.remote do
+      %{^name => {^node, _opts, ^stamp, _incarnation}} -> drop_entry(state, name)
+      _ -> state
+    end
+  end
+
+  defp message(state, node, {:sync, incarnation, entries}) do
+    names = MapSet.new(entries, &elem(&1, 0))
+
+    {state, lost} =
+      for {name, {^node, opts, stamp, had}} <- state.remote,
+          not MapSet.member?(names, name),
+          reduce: {state, []} do
+        {state, lost} ->
+          if had == incarnation do
+            # Deleted while we were apart.
+            {drop_entry(state, name), lost}
+          else
+            {state, [{name, opts, stamp} | lost]}
+          end
+      end
+
+    state =
+      Enum.reduce(entries, state, fn {name, opts, stamp}, state ->
+        add(state, node, name, opts, stamp, incarnation)
+      end)
+
+    if lost != [], do: emit(state, {:send, node, {:recreate, lost}}), else: state
+  end
+
+  # Channels this node homed before it restarted: back, empty.
+  defp message(state, _node, {:recreate, entries}) do
+    Enum.reduce(entries, state, fn {name, opts, stamp}, state ->
+      if taken?(state, name) or Map.has_key?(state.claims, name),
+        do: state,
+        else: emit(state, {:create_channel, name, opts, {:recreate, stamp}})
+    end)
+  end
+
+  defp message(state, _node, _unknown), do: state
+
+  defp vote(state, node, name, stamp) do
+    cond do
+      taken?(state, name) ->
+        {:exists, state}
+
+      true ->
+        case state.claims[name] do
+          {_, better, _} when better < stamp ->
+            {:exists, state}
+
+          {:own, _, id} ->
+            # Ours is younger: it loses.
+            state = abort(state, id, {:error, :exists})
+            {:ok, grant(state, name, stamp, node)}
+
+          _none_or_younger ->
+            {:ok, grant(state, name, stamp, node)}
+        end
+    end
+  end
+
+  defp grant(state, name, stamp, node),
+    do: %{state | claims: Map.put(state.claims, name, {:granted, stamp, node})}
+
+  # A channel `node` homes. Of two homes for one name, the smaller stamp wins.
+  defp add(state, node, name, opts, stamp, incarnation) do
+    state = drop_claim(state, name)
+
+    case state do
+      %{own: %{^name => {_opts, own_stamp}}} ->
+        if stamp < own_stamp do
+          state
+          |> emit({:delete_channel, name})
+          |> forget_own(name)
+          |> put_entry(name, node, opts, stamp, incarnation)
+        else
+          state
+        end
+
+      %{remote: %{^name => {other, _, other_stamp, _}}}
+      when other != node and other_stamp < stamp ->
+        state
+
+      _ ->
+        put_entry(state, name, node, opts, stamp, incarnation)
+    end
+  end
+
+  # A channel was created under a claim: the grant is spent, and a claim of
+  # ours on the same name has lost.
+  defp drop_claim(state, name) do
+    case state.claims[name] do
+      {:own, _, id} -> abort(state, id, {:error, :exists})
+      {:granted, _, _} -> %{state | claims: Map.delete(state.claims, name)}
+      nil -> state
+    end
+  end
+
+  ## Effects
+
+  defp put_entry(state, name, node, opts, stamp, incarnation) do
+    state = %{state | remote: Map.put(state.remote, name, {node, opts, stamp, incarnation})}
+    emit(state, {:put_entry, {name, node, opts, stamp, incarnation}})
+  end
+
+  defp drop_entry(state, name),
+    do: emit(%{state | remote: Map.delete(state.remote, name)}, {:drop_entry, name})
+
+  # To every node with a link, up or not (a busy or down link holds it or
+  # drops it; the directory resyncs on the next link up).
+  defp send_all(state, message) do
+    Enum.reduce(state.world.links, state, fn {node, _}, state ->
+      emit(state, {:send, node, message})
+    end)
+  end
+
+  defp emit(state, effect), do: %{state | effects: [effect | state.effects]}
+end

@@ -1,0 +1,448 @@
+defmodule Ringbus.Cluster.Directory.CoreTest do
+  # The directory's protocol as plain functions: no process, no node. A few
+  # tests read one core's effects; the others run several cores as a small
+  # simulated cluster (below), delivering their messages by hand, to see
+  # claims, votes, conflicts and partitions end the way the protocol says.
+  use ExUnit.Case, async: true
+
+  alias Ringbus.Cluster.Directory.Core
+
+  @opts [capacity: 8]
+
+  describe "one core" do
+    test "a create with no other node creates the channel, then answers" do
+      core = Core.new(:i1, 1_000)
+      world = world([])
+
+      {core, effects} = Core.handle(core, {:create, "x", @opts, :caller, :id, {10, :a}}, world)
+      assert [{:create_channel, "x", @opts, {:commit, _} = purpose}] = effects
+
+      {core, effects} = Core.handle(core, {:created, "x", @opts, purpose, :ok}, world)
+      assert effects == [{:reply, :caller, :ok}]
+      assert core.own == %{"x" => {@opts, {10, :a}}}
+      assert core.claims == %{} and core.pending == %{}
+    end
+
+    test "a create asks the nodes whose link is up, not busy or down ones" do
+      world = world([{:b, :up}, {:c, :busy}, {:d, :down}, {:e, :up}])
+      create = {:create, "x", @opts, :caller, :id, {10, :a}}
+
+      assert {core, effects} = Core.handle(Core.new(:i1, 1_000), create, world)
+
+      assert effects == [
+               {:send, :b, {:claim, "x", {10, :a}, :id}},
+               {:send, :e, {:claim, "x", {10, :a}, :id}},
+               {:start_timer, :id, 1_000}
+             ]
+
+      assert core.claims == %{"x" => {:own, {10, :a}, :id}}
+    end
+
+    test "once every voter granted, the channel is announced to every linked node" do
+      world = world([{:b, :up}, {:c, :busy}])
+
+      {core, _} =
+        Core.handle(Core.new(:i1, 1_000), {:create, "x", @opts, :caller, :id, {10, :a}}, world)
+
+      {core, effects} = Core.handle(core, {:peer, :b, {:vote, :id, :ok}}, world)
+      assert [{:create_channel, "x", @opts, purpose}] = effects
+
+      {core, effects} = Core.handle(core, {:created, "x", @opts, purpose, :ok}, world)
+
+      assert effects == [
+               {:send, :b, {:add, "x", @opts, {10, :a}, :i1, :id}},
+               {:send, :c, {:add, "x", @opts, {10, :a}, :i1, :id}}
+             ]
+
+      # The claim's timer still runs: both rounds share it.
+      {_core, effects} = Core.handle(core, {:peer, :b, {:added, :id}}, world)
+      assert effects == [{:cancel_timer, :id}, {:reply, :caller, :ok}]
+    end
+
+    test "the store's refusal is the create's answer" do
+      {core, [{:create_channel, _, _, purpose}]} =
+        Core.handle(
+          Core.new(:i1, 1_000),
+          {:create, "x", @opts, :caller, :id, {10, :a}},
+          world([])
+        )
+
+      {core, effects} =
+        Core.handle(core, {:created, "x", @opts, purpose, {:error, :exists}}, world([]))
+
+      assert effects == [{:reply, :caller, {:error, :exists}}]
+      assert core.own == %{}
+    end
+
+    test "a name held here, in the store, by another node or under a claim is refused at once" do
+      world = world([{:b, :up}], ["stored"])
+      core = Core.new(:i1, 1_000)
+
+      {core, _} =
+        Core.handle(core, {:peer, :b, {:add, "remote", @opts, {5, :b}, :ib, nil}}, world)
+
+      {core, _} = Core.handle(core, {:create, "claimed", @opts, :first, :id1, {10, :a}}, world)
+
+      for name <- ["stored", "remote", "claimed"] do
+        assert {_, [{:reply, :caller, {:error, :exists}}]} =
+                 Core.handle(core, {:create, name, @opts, :caller, :id2, {11, :a}}, world)
+      end
+    end
+
+    test "a voter refuses a name it has or a claim it knows with a smaller stamp, else grants" do
+      world = world([{:a, :up}, {:c, :up}], ["stored"])
+      core = Core.new(:ib, 1_000)
+
+      assert {core, [{:send, :a, {:vote, 1, :exists}}]} =
+               Core.handle(core, {:peer, :a, {:claim, "stored", {10, :a}, 1}}, world)
+
+      assert {core, [{:send, :a, {:vote, 2, :ok}}]} =
+               Core.handle(core, {:peer, :a, {:claim, "x", {10, :a}, 2}}, world)
+
+      assert core.claims == %{"x" => {:granted, {10, :a}, :a}}
+
+      # A later claim loses to the granted one; an earlier one takes over.
+      assert {_, [{:send, :c, {:vote, 3, :exists}}]} =
+               Core.handle(core, {:peer, :c, {:claim, "x", {20, :c}, 3}}, world)
+
+      assert {core, [{:send, :c, {:vote, 4, :ok}}]} =
+               Core.handle(core, {:peer, :c, {:claim, "x", {5, :c}, 4}}, world)
+
+      assert core.claims == %{"x" => {:granted, {5, :c}, :c}}
+
+      # A release of a claim no longer granted changes nothing.
+      assert {^core, []} = Core.handle(core, {:peer, :a, {:release, "x", {10, :a}}}, world)
+      assert {core, []} = Core.handle(core, {:peer, :c, {:release, "x", {5, :c}}}, world)
+      assert core.claims == %{}
+    end
+
+    test "a claim of ours that an older one reaches is given up, and the older granted" do
+      world = world([{:b, :up}, {:c, :up}])
+
+      {core, _} =
+        Core.handle(Core.new(:i1, 1_000), {:create, "x", @opts, :caller, :id, {20, :a}}, world)
+
+      {core, effects} = Core.handle(core, {:peer, :c, {:claim, "x", {10, :c}, 7}}, world)
+
+      assert effects == [
+               {:send, :b, {:release, "x", {20, :a}}},
+               {:send, :c, {:release, "x", {20, :a}}},
+               {:cancel_timer, :id},
+               {:reply, :caller, {:error, :exists}},
+               {:send, :c, {:vote, 7, :ok}}
+             ]
+
+      assert core.claims == %{"x" => {:granted, {10, :c}, :c}}
+      assert core.pending == %{}
+    end
+
+    test "one :exists vote ends the create: the claim is released everywhere" do
+      world = world([{:b, :up}, {:c, :up}])
+
+      {core, _} =
+        Core.handle(Core.new(:i1, 1_000), {:create, "x", @opts, :caller, :id, {20, :a}}, world)
+
+      {core, []} = Core.handle(core, {:peer, :b, {:vote, :id, :ok}}, world)
+
+      {core, effects} = Core.handle(core, {:peer, :c, {:vote, :id, :exists}}, world)
+
+      assert effects == [
+               {:send, :b, {:release, "x", {20, :a}}},
+               {:send, :c, {:release, "x", {20, :a}}},
+               {:cancel_timer, :id},
+               {:reply, :caller, {:error, :exists}}
+             ]
+
+      assert core.claims == %{} and core.pending == %{}
+    end
+
+    test "a claim that times out answers node_busy; an announce that times out, ok" do
+      world = world([{:b, :up}])
+      create = {:create, "x", @opts, :caller, :id, {20, :a}}
+      {core, _} = Core.handle(Core.new(:i1, 1_000), create, world)
+
+      {claim_timed_out, effects} = Core.handle(core, {:timeout, :id}, world)
+
+      assert effects == [
+               {:send, :b, {:release, "x", {20, :a}}},
+               {:cancel_timer, :id},
+               {:reply, :caller, {:error, :node_busy}}
+             ]
+
+      assert claim_timed_out.claims == %{}
+
+      {core, [{:create_channel, _, _, purpose}]} =
+        Core.handle(core, {:peer, :b, {:vote, :id, :ok}}, world)
+
+      {core, _} = Core.handle(core, {:created, "x", @opts, purpose, :ok}, world)
+      {core, effects} = Core.handle(core, {:timeout, :id}, world)
+      assert effects == [{:cancel_timer, :id}, {:reply, :caller, :ok}]
+      assert Map.has_key?(core.own, "x")
+
+      # A late timeout or vote finds nothing to do.
+      assert {^core, []} = Core.handle(core, {:timeout, :id}, world)
+      assert {^core, []} = Core.handle(core, {:peer, :b, {:vote, :id, :ok}}, world)
+    end
+
+    test "a voter whose link goes down no longer counts, and its grants are forgotten" do
+      world = world([{:b, :up}, {:c, :up}])
+
+      {core, _} =
+        Core.handle(Core.new(:i1, 1_000), {:create, "x", @opts, :caller, :id, {20, :a}}, world)
+
+      {core, _} = Core.handle(core, {:peer, :c, {:claim, "y", {5, :c}, 9}}, world)
+      {core, []} = Core.handle(core, {:peer, :b, {:vote, :id, :ok}}, world)
+
+      {core, effects} = Core.handle(core, {:link_down, :c}, world([{:b, :up}]))
+      assert [{:create_channel, "x", @opts, {:commit, _}}] = effects
+      assert core.claims == %{}
+    end
+
+    test "deleting a channel of ours tells every linked node; its answer is the store's" do
+      world = world([{:b, :up}, {:c, :down}])
+
+      {core, [{:create_channel, _, _, purpose}]} =
+        Core.handle(Core.new(:i1, 1_000), {:create, "x", @opts, :c1, :id, {20, :a}}, world([]))
+
+      {core, _} = Core.handle(core, {:created, "x", @opts, purpose, :ok}, world([]))
+
+      {core, effects} = Core.handle(core, {:delete, "x", :caller, :ok}, world)
+
+      assert effects == [
+               {:send, :b, {:del, "x", {20, :a}}},
+               {:send, :c, {:del, "x", {20, :a}}},
+               {:reply, :caller, :ok}
+             ]
+
+      assert core.own == %{}
+
+      assert {_, [{:reply, :caller, {:error, :no_channel}}]} =
+               Core.handle(core, {:delete, "x", :caller, {:error, :no_channel}}, world)
+    end
+
+    test "a deletion is heard only from the channel's home, for the stamp it has" do
+      world = world([{:a, :up}, {:c, :up}])
+
+      {core, _} =
+        Core.handle(
+          Core.new(:ib, 1_000),
+          {:peer, :a, {:add, "x", @opts, {20, :a}, :ia, nil}},
+          world
+        )
+
+      assert core.remote == %{"x" => {:a, @opts, {20, :a}, :ia}}
+
+      assert {^core, []} = Core.handle(core, {:peer, :c, {:del, "x", {20, :a}}}, world)
+      assert {^core, []} = Core.handle(core, {:peer, :a, {:del, "x", {21, :a}}}, world)
+
+      assert {core, [{:drop_entry, "x"}]} =
+               Core.handle(core, {:peer, :a, {:del, "x", {20, :a}}}, world)
+
+      assert core.remote == %{}
+    end
+  end
+
+  describe "a simulated cluster" do
+    test "of two creates of one name at once, the smaller stamp wins everywhere" do
+      sim =
+        cluster([:a, :b, :c])
+        |> step(:a, {:create, "x", @opts, :a_caller, :id_a, {20, :a}})
+        |> step(:b, {:create, "x", @opts, :b_caller, :id_b, {10, :b}})
+        |> deliver()
+
+      assert sim.replies == %{a_caller: {:error, :exists}, b_caller: :ok}
+      assert stores(sim) == %{a: [], b: ["x"], c: []}
+      assert homes(sim, "x") == %{a: :b, b: :b, c: :b}
+      assert claims(sim) == %{a: %{}, b: %{}, c: %{}}
+    end
+
+    test "many creates of one name from every node at once: exactly one wins" do
+      nodes = [:a, :b, :c, :d]
+
+      sim =
+        Enum.reduce(Enum.with_index(nodes), cluster(nodes), fn {n, i}, sim ->
+          step(sim, n, {:create, "x", @opts, n, {:id, n}, {100 - i, n}})
+        end)
+        |> deliver()
+
+      assert sim.replies == %{
+               a: {:error, :exists},
+               b: {:error, :exists},
+               c: {:error, :exists},
+               d: :ok
+             }
+
+      assert homes(sim, "x") == Map.new(nodes, &{&1, :d})
+    end
+
+    test "a partition heals: of two homes for one name, the smaller stamp stays" do
+      sim =
+        cluster([:a, :b])
+        |> partition([:a], [:b])
+        |> step(:a, {:create, "x", @opts, :a_caller, :id_a, {10, :a}})
+        |> step(:b, {:create, "x", @opts, :b_caller, :id_b, {20, :b}})
+        |> deliver()
+
+      assert sim.replies == %{a_caller: :ok, b_caller: :ok}
+      assert stores(sim) == %{a: ["x"], b: ["x"]}
+
+      sim = sim |> heal([:a], [:b]) |> deliver()
+
+      assert stores(sim) == %{a: ["x"], b: []}
+      assert homes(sim, "x") == %{a: :a, b: :a}
+      assert sim.cores.a.remote == %{} and sim.cores.b.own == %{}
+    end
+
+    test "a channel deleted during a partition is dropped when it heals" do
+      sim = cluster([:a, :b]) |> step(:a, {:create, "x", @opts, :c1, :id, {10, :a}}) |> deliver()
+      assert homes(sim, "x") == %{a: :a, b: :a}
+
+      sim =
+        sim
+        |> partition([:a], [:b])
+        |> store_delete(:a, "x")
+        |> deliver()
+
+      assert homes(sim, "x") == %{a: nil, b: :a}
+
+      sim = sim |> heal([:a], [:b]) |> deliver()
+      assert homes(sim, "x") == %{a: nil, b: nil}
+      assert stores(sim) == %{a: [], b: []}
+    end
+
+    test "a node that restarted gets its channels back from the others, empty" do
+      sim = cluster([:a, :b]) |> step(:a, {:create, "x", @opts, :c1, :id, {10, :a}}) |> deliver()
+
+      # a restarts: a new incarnation, an empty store, links come up again.
+      sim =
+        sim
+        |> partition([:a], [:b])
+        |> put_in([:cores, :a], Core.new({:a, 2}, 1_000))
+        |> put_in([:stores, :a], MapSet.new())
+        |> heal([:a], [:b])
+        |> deliver()
+
+      assert stores(sim) == %{a: ["x"], b: []}
+      assert sim.cores.a.own == %{"x" => {@opts, {10, :a}}}
+      assert sim.cores.b.remote == %{"x" => {:a, @opts, {10, :a}, {:a, 2}}}
+    end
+
+    test "a node that was only apart keeps its channels as they were" do
+      sim =
+        cluster([:a, :b])
+        |> step(:a, {:create, "x", @opts, :c1, :id1, {10, :a}})
+        |> step(:b, {:create, "y", @opts, :c2, :id2, {11, :b}})
+        |> deliver()
+
+      before = sim.cores
+      sim = sim |> partition([:a], [:b]) |> heal([:a], [:b]) |> deliver()
+
+      assert homes(sim, "x") == %{a: :a, b: :a}
+      assert homes(sim, "y") == %{a: :b, b: :b}
+      assert sim.cores == before
+    end
+  end
+
+  defp world(links, stored \\ []), do: %{links: links, stored?: &(&1 in stored)}
+
+  ## The simulated cluster: each node a core, a store (a set of names) and a
+  ## directory table (a map), linked to every other; messages wait in one
+  ## queue until `deliver/1`, and go only over links that are up.
+
+  defp cluster(nodes) do
+    %{
+      cores: Map.new(nodes, &{&1, Core.new({&1, 1}, 1_000)}),
+      stores: Map.new(nodes, &{&1, MapSet.new()}),
+      tables: Map.new(nodes, &{&1, %{}}),
+      links: MapSet.new(for a <- nodes, b <- nodes, a != b, do: {a, b}),
+      queue: :queue.new(),
+      replies: %{}
+    }
+  end
+
+  # As the directory process runs an event: a created channel's result
+  # comes back to the core at once.
+  defp step(sim, node, event) do
+    links = for {^node, to} <- sim.links, do: {to, :up}
+    world = %{links: Enum.sort(links), stored?: &MapSet.member?(sim.stores[node], &1)}
+    {core, effects} = Core.handle(sim.cores[node], event, world)
+    Enum.reduce(effects, put_in(sim.cores[node], core), &execute(&2, node, &1))
+  end
+
+  defp execute(sim, node, {:send, to, message}) do
+    if MapSet.member?(sim.links, {node, to}),
+      do: %{sim | queue: :queue.in({node, to, message}, sim.queue)},
+      else: sim
+  end
+
+  defp execute(sim, _node, {:reply, caller, answer}) do
+    refute Map.has_key?(sim.replies, caller), "#{inspect(caller)} answered twice"
+    put_in(sim.replies[caller], answer)
+  end
+
+  defp execute(sim, node, {:create_channel, name, opts, purpose}) do
+    if MapSet.member?(sim.stores[node], name) do
+      step(sim, node, {:created, name, opts, purpose, {:error, :exists}})
+    else
+      sim = update_in(sim.stores[node], &MapSet.put(&1, name))
+      step(sim, node, {:created, name, opts, purpose, :ok})
+    end
+  end
+
+  defp execute(sim, node, {:delete_channel, name}),
+    do: update_in(sim.stores[node], &MapSet.delete(&1, name))
+
+  defp execute(sim, node, {:put_entry, {name, home, _, _, _}}),
+    do: put_in(sim.tables[node][name], home)
+
+  defp execute(sim, node, {:drop_entry, name}),
+    do: update_in(sim.tables[node], &Map.delete(&1, name))
+
+  # Timers never fire here: a test sends `{:timeout, id}` itself.
+  defp execute(sim, _node, {:start_timer, _id, _ms}), do: sim
+  defp execute(sim, _node, {:cancel_timer, _id}), do: sim
+
+  # Delivers every message, and those they cause, in the order sent.
+  defp deliver(sim) do
+    case :queue.out(sim.queue) do
+      {{:value, {from, to, message}}, queue} ->
+        sim = %{sim | queue: queue}
+
+        if MapSet.member?(sim.links, {from, to}),
+          do: sim |> step(to, {:peer, from, message}) |> deliver(),
+          else: deliver(sim)
+
+      {:empty, _} ->
+        sim
+    end
+  end
+
+  defp store_delete(sim, node, name) do
+    answer = if MapSet.member?(sim.stores[node], name), do: :ok, else: {:error, :no_channel}
+    sim = update_in(sim.stores[node], &MapSet.delete(&1, name))
+    step(sim, node, {:delete, name, {:delete, node, name}, answer})
+  end
+
+  # Links go down on both sides, as a link does when its peer is gone.
+  defp partition(sim, side1, side2) do
+    pairs = for a <- side1, b <- side2, pair <- [{a, b}, {b, a}], do: pair
+    sim = %{sim | links: MapSet.difference(sim.links, MapSet.new(pairs))}
+    Enum.reduce(pairs, sim, fn {a, b}, sim -> step(sim, a, {:link_down, b}) end)
+  end
+
+  defp heal(sim, side1, side2) do
+    pairs = for a <- side1, b <- side2, pair <- [{a, b}, {b, a}], do: pair
+    sim = %{sim | links: MapSet.union(sim.links, MapSet.new(pairs))}
+    Enum.reduce(pairs, sim, fn {a, b}, sim -> step(sim, a, {:link_up, b}) end)
+  end
+
+  defp stores(sim), do: Map.new(sim.stores, fn {n, names} -> {n, Enum.sort(names)} end)
+  defp claims(sim), do: Map.new(sim.cores, fn {n, core} -> {n, core.claims} end)
+
+  # Where each node resolves `name`: itself if its store has it, else its table.
+  defp homes(sim, name) do
+    Map.new(sim.cores, fn {n, _} ->
+      {n, if(MapSet.member?(sim.stores[n], name), do: n, else: sim.tables[n][name])}
+    end)
+  end
+end
