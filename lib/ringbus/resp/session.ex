@@ -24,7 +24,7 @@ defmodule Ringbus.Resp.Session do
   # within a read are stored with one push of all their payloads, and
   # answered in order, as the binary server stores a run of pushes.
 
-  alias Ringbus.Resp.{Commands, Encoder, GroupCommands, Groups, StreamCommands}
+  alias Ringbus.Resp.{Commands, Encoder, Errors, GroupCommands, Groups, StreamCommands}
   alias Ringbus.Server.{Auth, Config}
 
   import Commands,
@@ -180,12 +180,19 @@ defmodule Ringbus.Resp.Session do
             {no_permission(), s}
 
           true ->
-            dispatch(handler, args, s)
+            guarded(fn -> dispatch(handler, args, s) end, s)
         end
 
       :error ->
         {unknown_command(name, args), s}
     end
+  end
+
+  # A channel error deep in a command's helpers ends the command with its reply.
+  defp guarded(fun, s) do
+    fun.()
+  catch
+    :throw, {Errors, reply} -> {reply, s}
   end
 
   defp arity?(arity, args) when arity > 0, do: length_is?(args, arity - 1)
@@ -247,8 +254,18 @@ defmodule Ringbus.Resp.Session do
   defp stream?(key), do: is_binary(key) and match?({:ok, _}, Ringbus.info(key))
 
   defp delete(key, s) do
-    Groups.drop_stream(s.context.groups, key)
-    Ringbus.delete(key) == :ok
+    case Ringbus.delete(key) do
+      :ok ->
+        Groups.drop_stream(s.context.groups, key)
+        true
+
+      {:error, :no_channel} ->
+        Groups.drop_stream(s.context.groups, key)
+        false
+
+      {:error, reason} ->
+        Errors.fail!(reason, key)
+    end
   end
 
   defp count_streams, do: Enum.count(Ringbus.channels(), &is_binary/1)
@@ -528,7 +545,8 @@ defmodule Ringbus.Resp.Session do
           {status(), iodata(), t()}
   def deliver(%__MODULE__{blocked: %{subs: subs} = block} = s, sub, messages, lost)
       when is_map_key(subs, sub) do
-    case block.module.woken(block, sub, messages, lost, s) do
+    case guarded(fn -> block.module.woken(block, sub, messages, lost, s) end, s) do
+      {{:error, _} = reply, s} -> resume(s, reply)
       {:reply, reply, s} -> resume(s, reply)
       {:wait, block} -> {blocked_status(s), [], %{s | blocked: block}}
     end
