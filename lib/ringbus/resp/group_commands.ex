@@ -371,13 +371,20 @@ defmodule Ringbus.Resp.GroupCommands do
     do: Enum.reduce(messages, {0, last}, fn {seq, _}, {n, _} -> {n + 1, seq} end)
 
   # A consumer's own pending entries after `from`: [id, nil] for one the
-  # ring no longer holds, as Redis answers for a deleted entry.
+  # ring no longer holds, as Redis answers for a deleted entry. Each entry
+  # returned is delivered again: its count goes up and its idle time restarts.
   defp history(key, group, consumer, from, max, t) do
+    now = now()
+
     for {seq, _owner, _time, _deliveries} <-
           Groups.pending(t, key, group, from, @all, min(max, 10_000), consumer) do
       case Errors.check!(Ringbus.read(key, seq, 1), key) do
-        {:ok, [{^seq, payload}], _} -> [Entry.id(seq), Entry.decode(payload)]
-        _ -> [Entry.id(seq), nil]
+        {:ok, [{^seq, payload}], _} ->
+          Groups.redeliver(t, key, group, seq, consumer, now)
+          [Entry.id(seq), Entry.decode(payload)]
+
+        _ ->
+          [Entry.id(seq), nil]
       end
     end
   end

@@ -178,6 +178,46 @@ defmodule Ringbus.Resp.DifferentialTest do
     {[[["2-0", ["b", "2"]]]], _} = RespClient.call(ours, ~w(XRANGE d - +))
   end
 
+  test "re-reading pending entries counts a delivery and restarts the idle time, as in Redis",
+       ctx do
+    for client <- [ctx.ours, ctx.theirs] do
+      {["1-0", "2-0", {:simple, "OK"}, [["d", [_, _]]]], client} =
+        calls(client, [
+          ~w(XADD d 1-0 a 1),
+          ~w(XADD d 2-0 b 2),
+          ~w(XGROUP CREATE d g 0),
+          ~w(XREADGROUP GROUP g c STREAMS d >)
+        ])
+
+      # The entries have been pending a while: at least 50 ms.
+      assert Ringbus.Test.Eventually.eventually(fn ->
+               {[[[_, _, idle, 1], _]], _} = RespClient.call(client, ~w(XPENDING d g - + 10))
+               idle >= 50
+             end)
+
+      reread = System.monotonic_time(:millisecond)
+
+      {[[["d", [["1-0", ["a", "1"]], ["2-0", ["b", "2"]]]]], [["d", [["1-0", _]]]], pending], _} =
+        calls(client, [
+          ~w(XREADGROUP GROUP g c STREAMS d 0),
+          ~w(XREADGROUP GROUP g c COUNT 1 STREAMS d 0),
+          ~w(XPENDING d g - + 10)
+        ])
+
+      since = System.monotonic_time(:millisecond) - reread
+      assert [["1-0", "c", idle1, 3], ["2-0", "c", idle2, 2]] = pending
+      # Idle counts from the re-read, not from the first delivery 50 ms ago.
+      assert idle1 <= since + 2 and idle2 <= since + 2, inspect({pending, since})
+
+      {[[["1-0", "c", _, 3]]], _} = RespClient.call(client, ~w(XPENDING d g IDLE 0 - + 1 c))
+    end
+  end
+
+  defp calls(client, commands) do
+    :ok = RespClient.send_commands(client, commands)
+    RespClient.recv(client, Enum.count(commands))
+  end
+
   defp compare(commands, ours, theirs) do
     Enum.reduce(commands, {ours, theirs}, fn command, {ours, theirs} ->
       {mine, ours} = RespClient.call_raw(ours, command)
