@@ -421,10 +421,10 @@ defmodule Ringbus.Resp.Session do
 
   defp command_info(name) do
     case Commands.lookup(name) do
-      {:ok, _, {_, arity, access, keys}} ->
-        flags = if access == :write, do: [{:simple, "write"}], else: [{:simple, "readonly"}]
-        {first, last} = if keys == :none, do: {0, 0}, else: {1, if(keys == :all, do: -1, else: 1)}
-        [String.downcase(name), arity, flags, first, last, 1, [], [], [], []]
+      {:ok, upper, {_, arity, _access, _keys}} ->
+        {flags, first, last, step} = Commands.redis_info(upper)
+        flags = {:set, Enum.map(flags, &{:simple, &1})}
+        [String.downcase(upper), arity, flags, first, last, step, [], [], [], []]
 
       _ ->
         nil

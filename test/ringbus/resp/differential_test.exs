@@ -213,6 +213,18 @@ defmodule Ringbus.Resp.DifferentialTest do
     end
   end
 
+  test "COMMAND INFO gives Redis's arity, flags and key positions for every command", ctx do
+    for name <- Ringbus.Resp.Commands.names() do
+      command = ["COMMAND", "INFO", String.downcase(name)]
+      {[[[_ | mine]]], _} = RespClient.call(ctx.ours, command)
+      {[[[_ | redis]]], _} = RespClient.call(ctx.theirs, command)
+      assert Enum.take(mine, 5) == Enum.take(redis, 5), name
+    end
+
+    {[[[_, _, [simple: "write", simple: "blocking", simple: "movablekeys"] | _]]], _} =
+      RespClient.call(ctx.ours, ~w(COMMAND INFO xreadgroup))
+  end
+
   defp calls(client, commands) do
     :ok = RespClient.send_commands(client, commands)
     RespClient.recv(client, Enum.count(commands))
