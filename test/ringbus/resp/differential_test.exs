@@ -160,6 +160,41 @@ defmodule Ringbus.Resp.DifferentialTest do
     )
   end
 
+  test "MULTI, EXEC and DISCARD answer as Redis's", ctx do
+    compare(
+      [
+        ~w(EXEC),
+        ~w(DISCARD),
+        ~w(MULTI),
+        ~w(MULTI),
+        ~w(XADD d 1-0 a 1),
+        ~w(XLEN d),
+        ~w(XREAD BLOCK 0 STREAMS d $),
+        ~w(XADD d 1-0 a 1),
+        ~w(UNWATCH),
+        ~w(WATCH d),
+        ~w(EXEC),
+        ~w(XLEN d),
+        ~w(MULTI),
+        ~w(XADD d 2-0 b 2),
+        ~w(DISCARD),
+        ~w(XLEN d),
+        ~w(MULTI),
+        ~w(XADD d 2-0),
+        ~w(NOPE x),
+        ~w(XADD d 2-0 b 2),
+        ~w(EXEC),
+        ~w(MULTI),
+        ~w(EXEC x),
+        ~w(EXEC),
+        ~w(XLEN d),
+        ~w(UNWATCH)
+      ],
+      ctx.ours,
+      ctx.theirs
+    )
+  end
+
   test "the documented differences are what they say", ctx do
     {[id], _} = RespClient.call(ctx.theirs, ~w(XADD d * a 1))
     assert id =~ ~r/^\d{13}-0$/
