@@ -450,6 +450,12 @@ defmodule Ringbus.Resp.Session do
       ]}, s}
   end
 
+  defp auth([_token], %{config: %{tokens: nil}} = s) do
+    {Encoder.error(
+       "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?"
+     ), s}
+  end
+
   defp auth([token], s), do: auth(["default", token], s)
 
   defp auth([user, token], s) do
@@ -461,12 +467,9 @@ defmodule Ringbus.Resp.Session do
 
   defp auth(_args, s), do: {syntax_error(), s}
 
-  defp authenticate(_user, _token, %{config: %{tokens: nil}}) do
-    {:error,
-     Encoder.error(
-       "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?"
-     )}
-  end
+  # Without tokens the default user has no password, and Redis takes any.
+  defp authenticate("default", _token, %{config: %{tokens: nil}} = s), do: {:ok, s}
+  defp authenticate(_user, _token, %{config: %{tokens: nil}}), do: {:error, wrong_pass()}
 
   defp authenticate("default", token, s) do
     case Auth.authenticate(s.config.tokens, token) do

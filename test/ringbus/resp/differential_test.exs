@@ -128,6 +128,10 @@ defmodule Ringbus.Resp.DifferentialTest do
     ~w(HELLO 4),
     ~w(HELLO x),
     ~w(AUTH secret),
+    ~w(AUTH default secret),
+    ~w(AUTH someone secret),
+    ~w(HELLO 2 AUTH someone secret),
+    ~w(AUTH a b c),
     ~w(CONFIG GET appendonly),
     ~w(DEL d d2 nokey),
     ~w(DEL d)
@@ -193,6 +197,15 @@ defmodule Ringbus.Resp.DifferentialTest do
       ctx.ours,
       ctx.theirs
     )
+  end
+
+  test "HELLO AUTH default with any password works on a server without passwords", ctx do
+    for client <- [ctx.ours, ctx.theirs] do
+      {[{:map, hello}, {:simple, "PONG"}], _} =
+        calls(client, [~w(HELLO 3 AUTH default anything), ~w(PING)])
+
+      assert {"proto", 3} in hello
+    end
   end
 
   test "the documented differences are what they say", ctx do
