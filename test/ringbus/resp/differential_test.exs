@@ -17,6 +17,7 @@ defmodule Ringbus.Resp.DifferentialTest do
   #   * XREAD BLOCK on a missing stream makes the stream (Redis waits for it).
   #   * SELECT: Ringbus has one database, 0; Redis has 16.
   #   * DBSIZE counts every channel of the VM, other tests' among them.
+  #   * WATCH is refused: EXEC is not isolated from other clients.
   use ExUnit.Case, async: false
 
   alias Ringbus.Bench.RedisServer
