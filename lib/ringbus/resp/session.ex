@@ -326,7 +326,8 @@ defmodule Ringbus.Resp.Session do
 
   defp dispatch(handler, args, s), do: apply(StreamCommands, handler, [args, s])
 
-  defp stream?(key), do: is_binary(key) and match?({:ok, _}, Ringbus.info(key))
+  defp stream?(key),
+    do: is_binary(key) and match?({:ok, _}, Errors.check!(Ringbus.info(key), key))
 
   defp delete(key, s) do
     case Ringbus.delete(key) do

@@ -125,6 +125,8 @@ defmodule Ringbus.Resp.ErrorsTest do
       ~w(XREADGROUP GROUP g c STREAMS er-remote >),
       ~w(XPENDING er-remote g),
       ~w(XAUTOCLAIM er-remote g c 0 0),
+      ~w(EXISTS er-remote),
+      ~w(TYPE er-remote),
       ~w(DEL er-remote)
     ]
 
@@ -135,6 +137,12 @@ defmodule Ringbus.Resp.ErrorsTest do
                reply,
              "#{Enum.join(command, " ")}: #{inspect(reply)}"
     end
+
+    # In a transaction, the error is the command's reply in EXEC's array.
+    :ok = RespClient.send_commands(c, [~w(MULTI), ~w(XLEN er-remote), ~w(EXEC)])
+
+    {[{:simple, "OK"}, {:simple, "QUEUED"}, [{:error, "CLUSTERDOWN " <> _}]], c} =
+      RespClient.recv(c, 3)
 
     {[{:simple, "PONG"}], _c} = RespClient.call(c, ~w(PING))
   end
