@@ -131,6 +131,21 @@ defmodule Ringbus do
   """
   @type node_error :: :node_down | :node_busy
 
+  @typedoc """
+  Every reason a function of this module returns in `{:error, reason}`:
+
+    * `:no_channel` - no channel of that name (on any node)
+    * `:exists` - `create/2`: a channel of that name exists already
+    * `:full` - a `:reject` channel has no room (by count or `:max_bytes`)
+    * `:too_large` - a payload larger than the channel's `:max_bytes`
+    * `:no_subscription` - `ack/2`, `unsubscribe/1`: the subscription has ended
+    * `:node_down`, `:node_busy` - see `t:node_error/0`
+
+  Front ends map each of them to their own errors (the RESP front end in
+  one function, tested against this list).
+  """
+  @type reason :: :no_channel | :exists | :full | :too_large | :no_subscription | node_error()
+
   @doc """
   Creates a channel.
 

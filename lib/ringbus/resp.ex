@@ -21,7 +21,8 @@ defmodule Ringbus.Resp do
 
   The RESP listener shares the binary listener's configuration: TLS, tokens
   (`AUTH token` or `HELLO 3 AUTH default token`, with the same read and write
-  grants), limits and timeouts.
+  grants), limits and timeouts, but for the idle timeout: RESP clients may
+  idle for ever, as with Redis's `timeout 0`, unless `:resp_idle_timeout` is set.
 
   A stream is a channel. The entry of seq `s` has the ID `<s + 1>-0`; an
   XADD's field/value pairs are its payload, and a message pushed over the
@@ -48,7 +49,9 @@ defmodule Ringbus.Resp do
     %Protocol{
       name: :resp,
       port: config.resp_port,
-      connection: {Ringbus.Resp.Connection, {config, context}},
+      # Redis's `timeout 0`: RESP clients idle as long as they like, by default.
+      connection:
+        {Ringbus.Resp.Connection, {%{config | idle_timeout: config.resp_idle_timeout}, context}},
       busy: "-ERR max number of clients reached\r\n"
     }
   end

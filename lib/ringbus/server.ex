@@ -76,6 +76,8 @@ defmodule Ringbus.Server do
     * `:handshake_timeout` - ms for the TLS handshake and HELLO. Default `5_000`.
     * `:idle_timeout` - ms within which each frame must be complete after the
       one before, or `:infinity`. Clients ping to stay connected. Default `300_000`.
+    * `:resp_idle_timeout` - the same for RESP clients, which Redis lets idle
+      (its `timeout 0`). Default `:infinity`.
     * `:send_timeout` - ms a write may wait on a client that does not read
       before the connection closes. Default `30_000`.
     * `:shutdown_timeout` - ms each connection has, when the server stops,
@@ -121,6 +123,7 @@ defmodule Ringbus.Server do
           | {:max_frame_size, pos_integer()}
           | {:handshake_timeout, pos_integer()}
           | {:idle_timeout, pos_integer() | :infinity}
+          | {:resp_idle_timeout, pos_integer() | :infinity}
           | {:send_timeout, pos_integer() | :infinity}
           | {:shutdown_timeout, pos_integer()}
           | {:max_connections, pos_integer()}

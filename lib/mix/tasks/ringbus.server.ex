@@ -25,7 +25,8 @@ defmodule Mix.Tasks.Ringbus.Server do
       repeat for more tokens (`RINGBUS_TOKENS`, comma-separated). Tokens
       limited to channel prefixes are set when embedding `Ringbus.Server`.
     * `--max-frame-size BYTES`, `--max-connections N`, `--max-subscriptions N`,
-      `--idle-timeout MS`, `--handshake-timeout MS` - limits; see `Ringbus.Server`.
+      `--idle-timeout MS`, `--resp-idle-timeout MS`, `--handshake-timeout MS` -
+      limits; see `Ringbus.Server`.
     * `--capacity N` - the capacity of channels created by a push. Default 100000.
     * `--no-auto-create` - answer pushes to unknown channels with `no_channel`.
 
@@ -59,6 +60,7 @@ defmodule Mix.Tasks.Ringbus.Server do
     max_connections: :integer,
     max_subscriptions: :integer,
     idle_timeout: :integer,
+    resp_idle_timeout: :integer,
     handshake_timeout: :integer,
     capacity: :integer,
     auto_create: :boolean,
@@ -189,6 +191,7 @@ defmodule Mix.Tasks.Ringbus.Server do
       max_connections: flags[:max_connections],
       max_subscriptions: flags[:max_subscriptions],
       idle_timeout: flags[:idle_timeout],
+      resp_idle_timeout: flags[:resp_idle_timeout],
       handshake_timeout: flags[:handshake_timeout]
     ]
     |> Enum.reject(fn {_key, value} -> is_nil(value) end)

@@ -50,6 +50,8 @@ defmodule Ringbus.Release.Config do
      "ms for the TLS handshake and HELLO."},
     {"RINGBUS_IDLE_TIMEOUT", {:server, :idle_timeout}, :timeout, "`300000`",
      "ms within which each frame must follow the one before, or `infinity`."},
+    {"RINGBUS_RESP_IDLE_TIMEOUT", {:server, :resp_idle_timeout}, :timeout, "`infinity`",
+     "The same for RESP commands; by default RESP clients may idle, as with Redis's `timeout 0`."},
     {"RINGBUS_SEND_TIMEOUT", {:server, :send_timeout}, :timeout, "`30000`",
      "ms a write may wait on a client that does not read, or `infinity`."},
     {"RINGBUS_SHUTDOWN_TIMEOUT", {:server, :shutdown_timeout}, :positive, "`5000`",

@@ -9,7 +9,7 @@ defmodule Ringbus.Resp.GroupCommands do
   # `lost` counts them (XINFO GROUPS shows it) and it goes on from the oldest
   # entry held.
 
-  alias Ringbus.Resp.{Commands, Encoder, Entry, Groups, StreamCommands}
+  alias Ringbus.Resp.{Commands, Encoder, Entry, Errors, Groups, StreamCommands}
 
   @all 4_611_686_018_427_387_904
   # XREADGROUP > retries when another consumer moved the group first.
@@ -53,7 +53,7 @@ defmodule Ringbus.Resp.GroupCommands do
   defp keyed(s, key, fun), do: Commands.keyed(s, Commands.access("XGROUP"), key, fun)
 
   defp existing(key, fun) do
-    if match?({:ok, _}, Ringbus.info(key)), do: fun.(), else: key_required()
+    if match?({:ok, _}, Errors.check!(Ringbus.info(key), key)), do: fun.(), else: key_required()
   end
 
   defp key_required do
@@ -111,28 +111,34 @@ defmodule Ringbus.Resp.GroupCommands do
 
   defp ensure_stream(key, mkstream, s) do
     cond do
-      match?({:ok, _}, Ringbus.info(key)) ->
+      match?({:ok, _}, Errors.check!(Ringbus.info(key), key)) ->
         :ok
 
       not mkstream ->
         {:error, key_required()}
 
-      StreamCommands.create(key, s) == :ok ->
-        :ok
-
       true ->
-        {:error,
-         Encoder.error([
-           "ERR no such stream '",
-           key,
-           "', and this server creates none (auto_create: false)"
-         ])}
+        case StreamCommands.create(key, s) do
+          :ok ->
+            :ok
+
+          {:error, :no_create} ->
+            {:error,
+             Encoder.error([
+               "ERR no such stream '",
+               key,
+               "', and this server creates none (auto_create: false)"
+             ])}
+
+          {:error, reason} ->
+            {:error, Errors.reply(reason, key)}
+        end
     end
   end
 
   # The seq of the last entry a group has had: `$` is the stream's last.
   defp group_position(key, "$") do
-    case Ringbus.info(key) do
+    case Errors.check!(Ringbus.info(key), key) do
       {:ok, info} -> {:ok, info.next_seq - 1}
       _ -> {:ok, -1}
     end
@@ -245,7 +251,8 @@ defmodule Ringbus.Resp.GroupCommands do
       t = s.context.groups
 
       case Enum.find(reads, fn {key, _} ->
-             Groups.fetch(t, key, group) == :error or not match?({:ok, _}, Ringbus.info(key))
+             not match?({:ok, _}, Errors.check!(Ringbus.info(key), key)) or
+               Groups.fetch(t, key, group) == :error
            end) do
         {key, _} ->
           {Encoder.error([
@@ -338,7 +345,7 @@ defmodule Ringbus.Resp.GroupCommands do
 
   defp claim(key, group, consumer, max, noack, t, tries) do
     with {:ok, %{last: last}} <- Groups.fetch(t, key, group),
-         {:ok, messages, lost} <- Ringbus.read(key, last + 1, max) do
+         {:ok, messages, lost} <- Errors.check!(Ringbus.read(key, last + 1, max), key) do
       {count, new_last} = span(messages, last + lost)
 
       cond do
@@ -364,13 +371,20 @@ defmodule Ringbus.Resp.GroupCommands do
     do: Enum.reduce(messages, {0, last}, fn {seq, _}, {n, _} -> {n + 1, seq} end)
 
   # A consumer's own pending entries after `from`: [id, nil] for one the
-  # ring no longer holds, as Redis answers for a deleted entry.
+  # ring no longer holds, as Redis answers for a deleted entry. Each entry
+  # returned is delivered again: its count goes up and its idle time restarts.
   defp history(key, group, consumer, from, max, t) do
+    now = now()
+
     for {seq, _owner, _time, _deliveries} <-
           Groups.pending(t, key, group, from, @all, min(max, 10_000), consumer) do
-      case Ringbus.read(key, seq, 1) do
-        {:ok, [{^seq, payload}], _} -> [Entry.id(seq), Entry.decode(payload)]
-        _ -> [Entry.id(seq), nil]
+      case Errors.check!(Ringbus.read(key, seq, 1), key) do
+        {:ok, [{^seq, payload}], _} ->
+          Groups.redeliver(t, key, group, seq, consumer, now)
+          [Entry.id(seq), Entry.decode(payload)]
+
+        _ ->
+          [Entry.id(seq), nil]
       end
     end
   end
@@ -439,7 +453,8 @@ defmodule Ringbus.Resp.GroupCommands do
     t = s.context.groups
 
     cond do
-      not match?({:ok, _}, Ringbus.info(key)) or Groups.fetch(t, key, group) == :error ->
+      not match?({:ok, _}, Errors.check!(Ringbus.info(key), key)) or
+          Groups.fetch(t, key, group) == :error ->
         {Encoder.error(["NOGROUP No such key '", key, "' or consumer group '", group, "'"]), s}
 
       rest == [] ->
@@ -555,7 +570,7 @@ defmodule Ringbus.Resp.GroupCommands do
   end
 
   defp stream_of(key, group) do
-    case Ringbus.info(key) do
+    case Errors.check!(Ringbus.info(key), key) do
       {:ok, info} ->
         {:ok, info}
 
@@ -588,7 +603,7 @@ defmodule Ringbus.Resp.GroupCommands do
             {claimed, deleted, n}
 
           true ->
-            case Ringbus.read(key, seq, 1) do
+            case Errors.check!(Ringbus.read(key, seq, 1), key) do
               {:ok, [{^seq, payload}], _} ->
                 if Groups.claim(t, key, group, row, consumer, now, not justid),
                   do: {[{seq, payload} | claimed], deleted, n + 1},

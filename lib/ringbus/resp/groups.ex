@@ -293,6 +293,18 @@ defmodule Ringbus.Resp.Groups do
     :ets.select_replace(t, spec) == 1
   end
 
+  @doc """
+  A consumer read its pending entry again (XREADGROUP with an ID): one
+  more delivery, delivered now, as Redis counts it. False if the entry is
+  no longer that consumer's.
+  """
+  @spec redeliver(table(), binary(), binary(), Ringbus.seq(), binary(), integer()) :: boolean()
+  def redeliver(t, stream, group, seq, consumer, now) do
+    key = {:pending, stream, group, seq}
+    spec = [{{key, consumer, :_, :"$1"}, [], [{{{:const, key}, consumer, now, {:+, :"$1", 1}}}]}]
+    :ets.select_replace(t, spec) == 1
+  end
+
   @doc "Removes one PEL row whose entry has left the stream."
   @spec forget(table(), binary(), binary(), Ringbus.seq()) :: boolean()
   def forget(t, stream, group, seq), do: ack(t, stream, group, [seq]) == 1

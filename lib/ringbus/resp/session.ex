@@ -20,12 +20,18 @@ defmodule Ringbus.Resp.Session do
   # arity as Redis counts it, and the access its keys need (`:read`,
   # `:write`, or `:none` for no key), checked with the token's grants.
   #
+  # Transactions. After MULTI, commands are checked and queued
+  # (`Ringbus.Resp.Transaction`) until EXEC runs them in order, or DISCARD
+  # drops them. EXEC is not isolated: other clients' commands may run
+  # between the queued ones. A queued command that would block answers at
+  # once, as in Redis.
+  #
   # XADDs. Consecutive XADDs with `*` to one stream with the same options
   # within a read are stored with one push of all their payloads, and
   # answered in order, as the binary server stores a run of pushes.
 
-  alias Ringbus.Resp.{ClaimCommands, Commands, Encoder, GroupCommands, Groups}
-  alias Ringbus.Resp.{KeyCommands, StreamAdmin, StreamCommands}
+  alias Ringbus.Resp.{ClaimCommands, Commands, Encoder, Errors, GroupCommands, Groups}
+  alias Ringbus.Resp.{KeyCommands, StreamAdmin, StreamCommands, Transaction}
   alias Ringbus.Server.{Auth, Config}
 
   import Commands,
@@ -47,6 +53,9 @@ defmodule Ringbus.Resp.Session do
   # Before AUTH, when tokens are required: what Redis lets through.
   @before_auth ["AUTH", "HELLO", "QUIT"]
 
+  # After MULTI: what runs at once instead of being queued, as in Redis.
+  @not_queued ["EXEC", "DISCARD", "MULTI", "WATCH", "QUIT"]
+
   @type context :: %{groups: Groups.table(), stats: :counters.counters_ref()}
   @type status :: :ok | {:block, reference(), timeout()} | {:close, atom()}
 
@@ -59,7 +68,9 @@ defmodule Ringbus.Resp.Session do
     name: nil,
     # While a command waits: what it waits for, and the commands after it.
     blocked: nil,
-    queued: []
+    queued: [],
+    # After MULTI: the transaction's queue.
+    multi: nil
   ]
 
   @type t :: %__MODULE__{config: Config.t()}
@@ -117,7 +128,7 @@ defmodule Ringbus.Resp.Session do
     do: {blocked_status(session), [], %{session | queued: session.queued ++ commands}}
 
   defp run([[name | args] = command | rest], s, batch, out, n) do
-    case StreamCommands.batchable(name, args, s) do
+    case batchable(name, args, s) do
       {:ok, key, entry} when batch != nil and elem(batch, 0) == key ->
         run(rest, s, StreamCommands.add(batch, entry), out, n + 1)
 
@@ -128,7 +139,7 @@ defmodule Ringbus.Resp.Session do
       :no ->
         out = flush(s, batch, out)
 
-        case execute(command, s) do
+        case step(command, s) do
           {reply, s} ->
             run(rest, s, nil, [out | encode(s, reply)], n + 1)
 
@@ -152,6 +163,46 @@ defmodule Ringbus.Resp.Session do
     {:ok, flush(s, batch, out), s}
   end
 
+  defp batchable(name, args, %{multi: nil} = s), do: StreamCommands.batchable(name, args, s)
+  defp batchable(_name, _args, _s), do: :no
+
+  # In a transaction, a command is checked as Redis checks it, then queued;
+  # a command that fails the check aborts the transaction.
+  defp step(command, %{multi: nil} = s), do: execute(command, s)
+
+  defp step([name | _] = command, s) do
+    case check(command, s) do
+      {:error, reply} ->
+        if upcase(name) == "EXEC",
+          # A refused EXEC ends the transaction, saying why.
+          do: {exec_abort(reply), %{s | multi: nil}},
+          else: {reply, %{s | multi: Transaction.abort(s.multi)}}
+
+      {:ok, handler, args} ->
+        if upcase(name) in @not_queued,
+          do: guarded(fn -> dispatch(handler, args, s) end, s),
+          else: enqueue(command, s)
+    end
+  end
+
+  defp exec_abort({:error, text}) do
+    why = String.replace_prefix(text, "ERR ", "")
+    Encoder.error(["EXECABORT Transaction discarded because of: ", why])
+  end
+
+  defp enqueue(command, s) do
+    case Transaction.add(s.multi, command, s.config.max_frame_size) do
+      {:ok, t} ->
+        {{:simple, "QUEUED"}, %{s | multi: t}}
+
+      {:error, _bound, t} ->
+        {Encoder.error([
+           "ERR a transaction queues at most #{Transaction.max_commands()} commands ",
+           "and max_frame_size (#{s.config.max_frame_size}) bytes: this one is discarded"
+         ]), %{s | multi: t}}
+    end
+  end
+
   defp flush(_s, nil, out), do: out
 
   defp flush(s, batch, out) do
@@ -163,30 +214,46 @@ defmodule Ringbus.Resp.Session do
 
   defp encode(s, reply), do: Encoder.encode(reply, s.proto)
 
-  defp execute([name | args], s) do
+  defp execute(command, s) do
+    case check(command, s) do
+      {:ok, handler, args} -> guarded(fn -> dispatch(handler, args, s) end, s)
+      {:error, reply} -> {reply, s}
+    end
+  end
+
+  # What Redis checks before it runs or queues a command.
+  defp check([name | args], s) do
     case Commands.lookup(name) do
       {:ok, upper, {handler, arity, access, keys}} ->
         cond do
           not arity?(arity, args) ->
-            {Encoder.error([
+            {:error,
+             Encoder.error([
                "ERR wrong number of arguments for '",
                String.downcase(upper),
                "' command"
-             ]), s}
+             ])}
 
           s.grants == nil and upper not in @before_auth ->
-            {Encoder.error("NOAUTH Authentication required."), s}
+            {:error, Encoder.error("NOAUTH Authentication required.")}
 
           not keys_allowed?(s, access, keys, args) ->
-            {no_permission(), s}
+            {:error, no_permission()}
 
           true ->
-            dispatch(handler, args, s)
+            {:ok, handler, args}
         end
 
       :error ->
-        {unknown_command(name, args), s}
+        {:error, unknown_command(name, args)}
     end
+  end
+
+  # A channel error deep in a command's helpers ends the command with its reply.
+  defp guarded(fun, s) do
+    fun.()
+  catch
+    :throw, {Errors, reply} -> {reply, s}
   end
 
   defp arity?(arity, args) when arity > 0, do: length_is?(args, arity - 1)
@@ -238,6 +305,12 @@ defmodule Ringbus.Resp.Session do
   defp dispatch(:exists, keys, s), do: {Enum.count(keys, &stream?/1), s}
   defp dispatch(:type, [key], s), do: {{:simple, if(stream?(key), do: "stream", else: "none")}, s}
   defp dispatch(:del, keys, s), do: {Enum.count(keys, &delete(&1, s)), s}
+  defp dispatch(:multi, [], s), do: multi(s)
+  defp dispatch(:exec, [], s), do: exec(s)
+  defp dispatch(:discard, [], s), do: discard(s)
+  defp dispatch(:watch, _keys, s), do: watch(s)
+  # Nothing is ever watched, so there is nothing to forget.
+  defp dispatch(:unwatch, [], s), do: {{:simple, "OK"}, s}
 
   defp dispatch(handler, args, s)
        when handler in [:xgroup, :xreadgroup, :xack, :xpending, :xautoclaim],
@@ -251,14 +324,71 @@ defmodule Ringbus.Resp.Session do
 
   defp dispatch(handler, args, s), do: apply(StreamCommands, handler, [args, s])
 
-  defp stream?(key), do: is_binary(key) and match?({:ok, _}, Ringbus.info(key))
+  defp stream?(key),
+    do: is_binary(key) and match?({:ok, _}, Errors.check!(Ringbus.info(key), key))
 
   defp delete(key, s) do
-    Groups.drop_stream(s.context.groups, key)
-    Ringbus.delete(key) == :ok
+    case Ringbus.delete(key) do
+      :ok ->
+        Groups.drop_stream(s.context.groups, key)
+        true
+
+      {:error, :no_channel} ->
+        Groups.drop_stream(s.context.groups, key)
+        false
+
+      {:error, reason} ->
+        Errors.fail!(reason, key)
+    end
   end
 
   defp count_streams, do: Enum.count(Ringbus.channels(), &is_binary/1)
+
+  ## Transactions
+
+  defp multi(%{multi: nil} = s), do: {{:simple, "OK"}, %{s | multi: Transaction.new()}}
+  defp multi(s), do: {Encoder.error("ERR MULTI calls can not be nested"), s}
+
+  defp exec(%{multi: nil} = s), do: {Encoder.error("ERR EXEC without MULTI"), s}
+
+  defp exec(%{multi: %Transaction{aborted: true}} = s) do
+    {Encoder.error("EXECABORT Transaction discarded because of previous errors."),
+     %{s | multi: nil}}
+  end
+
+  defp exec(%{multi: t} = s) do
+    {replies, s} =
+      Enum.reduce(Transaction.commands(t), {[], %{s | multi: nil}}, fn command, {acc, s} ->
+        {reply, s} = exec_one(command, s)
+        {[reply | acc], s}
+      end)
+
+    count(s, t.count)
+    {:lists.reverse(replies), s}
+  end
+
+  # A command that would wait answers as its wait's timeout would, at once.
+  defp exec_one(command, s) do
+    case execute(command, s) do
+      {:block, block, s} ->
+        Enum.each(Map.keys(block.subs), &Ringbus.unsubscribe/1)
+        {:null_array, s}
+
+      {reply, s} ->
+        {reply, s}
+    end
+  end
+
+  defp discard(%{multi: nil} = s), do: {Encoder.error("ERR DISCARD without MULTI"), s}
+  defp discard(s), do: {{:simple, "OK"}, %{s | multi: nil}}
+
+  defp watch(%{multi: nil} = s) do
+    {Encoder.error(
+       "ERR WATCH is not supported by Ringbus: EXEC runs its commands in order, not isolated from other clients'"
+     ), s}
+  end
+
+  defp watch(s), do: {Encoder.error("ERR WATCH inside MULTI is not allowed"), s}
 
   ## Connection
 
@@ -319,6 +449,12 @@ defmodule Ringbus.Resp.Session do
       ]}, s}
   end
 
+  defp auth([_token], %{config: %{tokens: nil}} = s) do
+    {Encoder.error(
+       "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?"
+     ), s}
+  end
+
   defp auth([token], s), do: auth(["default", token], s)
 
   defp auth([user, token], s) do
@@ -330,12 +466,9 @@ defmodule Ringbus.Resp.Session do
 
   defp auth(_args, s), do: {syntax_error(), s}
 
-  defp authenticate(_user, _token, %{config: %{tokens: nil}}) do
-    {:error,
-     Encoder.error(
-       "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?"
-     )}
-  end
+  # Without tokens the default user has no password, and Redis takes any.
+  defp authenticate("default", _token, %{config: %{tokens: nil}} = s), do: {:ok, s}
+  defp authenticate(_user, _token, %{config: %{tokens: nil}}), do: {:error, wrong_pass()}
 
   defp authenticate("default", token, s) do
     case Auth.authenticate(s.config.tokens, token) do
@@ -411,10 +544,10 @@ defmodule Ringbus.Resp.Session do
 
   defp command_info(name) do
     case Commands.lookup(name) do
-      {:ok, _, {_, arity, access, keys}} ->
-        flags = if access == :write, do: [{:simple, "write"}], else: [{:simple, "readonly"}]
-        {first, last} = if keys == :none, do: {0, 0}, else: {1, if(keys == :all, do: -1, else: 1)}
-        [String.downcase(name), arity, flags, first, last, 1, [], [], [], []]
+      {:ok, upper, {_, arity, _access, _keys}} ->
+        {flags, first, last, step} = Commands.redis_info(upper)
+        flags = {:set, Enum.map(flags, &{:simple, &1})}
+        [String.downcase(upper), arity, flags, first, last, step, [], [], [], []]
 
       _ ->
         nil
@@ -558,7 +691,8 @@ defmodule Ringbus.Resp.Session do
           {status(), iodata(), t()}
   def deliver(%__MODULE__{blocked: %{subs: subs} = block} = s, sub, messages, lost)
       when is_map_key(subs, sub) do
-    case block.module.woken(block, sub, messages, lost, s) do
+    case guarded(fn -> block.module.woken(block, sub, messages, lost, s) end, s) do
+      {{:error, _} = reply, s} -> resume(s, reply)
       {:reply, reply, s} -> resume(s, reply)
       {:wait, block} -> {blocked_status(s), [], %{s | blocked: block}}
     end

@@ -10,7 +10,7 @@ defmodule Ringbus.Resp.StreamCommands do
   # the stream's `pulled` figure counts them. XDEL deletes the IDs given when
   # they are the stream's oldest entries, and refuses to punch a hole.
 
-  alias Ringbus.Resp.{Commands, Encoder, Entry, Groups, Trim}
+  alias Ringbus.Resp.{Commands, Encoder, Entry, Errors, Groups, Trim}
 
   # A read with no COUNT: everything, as in Redis; the ring bounds it.
   @all 4_611_686_018_427_387_904
@@ -58,9 +58,9 @@ defmodule Ringbus.Resp.StreamCommands do
         trim(key, trim)
         ids(first, n, [])
 
-      # Full, or more bytes than the stream holds: each XADD goes in on its
-      # own or not at all, each refusal counted once.
       {:error, reason} when n > 1 and reason in [:full, :too_large] ->
+        # A rejecting stream, or an entry over max_bytes: each XADD goes in
+        # on its own or not at all.
         Enum.map(payloads, fn p -> p |> List.wrap() |> store_one(key, nomkstream, trim, s) end)
 
       {:error, reason} ->
@@ -105,16 +105,8 @@ defmodule Ringbus.Resp.StreamCommands do
 
   defp push_error(_key, :nomkstream), do: nil
 
-  defp push_error(key, :full),
-    do: Encoder.error(["ERR stream '", key, "' is full and its overflow is reject"])
-
-  defp push_error(key, :too_large),
-    do: Encoder.error(["ERR the entry is larger than stream '", key, "' holds (max_bytes)"])
-
   defp push_error(key, :no_create), do: no_create(key)
-
-  defp push_error(key, :no_channel),
-    do: Encoder.error(["ERR stream '", key, "' was deleted meanwhile"])
+  defp push_error(key, reason), do: Errors.reply(reason, key)
 
   defp no_create(key),
     do:
@@ -154,6 +146,7 @@ defmodule Ringbus.Resp.StreamCommands do
         case Ringbus.create(key, opts) do
           :ok -> :ok
           {:error, :exists} -> :ok
+          {:error, reason} -> {:error, reason}
         end
     end
   end
@@ -175,7 +168,7 @@ defmodule Ringbus.Resp.StreamCommands do
   # A ring numbers its entries itself: an explicit ID must be the next one.
   defp explicit(add, id, payload, s) do
     next =
-      case Ringbus.info(add.key) do
+      case Errors.check!(Ringbus.info(add.key), add.key) do
         {:ok, info} -> info.next_seq
         {:error, :no_channel} -> 0
       end
@@ -387,7 +380,7 @@ defmodule Ringbus.Resp.StreamCommands do
   defp trim(_key, nil), do: 0
 
   defp trim(key, trim) do
-    case Ringbus.info(key) do
+    case Errors.check!(Ringbus.info(key), key) do
       {:ok, info} -> pull(key, Trim.count(trim, info.first_seq, info.next_seq), 0)
       _ -> 0
     end
@@ -423,7 +416,7 @@ defmodule Ringbus.Resp.StreamCommands do
   def xdel([key | ids], s) do
     case parse_ids(ids, []) do
       {:ok, ids} ->
-        case Ringbus.info(key) do
+        case Errors.check!(Ringbus.info(key), key) do
           {:ok, info} -> {delete_oldest(key, ids, info), s}
           {:error, :no_channel} -> {0, s}
         end
@@ -473,7 +466,7 @@ defmodule Ringbus.Resp.StreamCommands do
   ## Reading
 
   def xlen([key], s) do
-    case Ringbus.len(key) do
+    case Errors.check!(Ringbus.len(key), key) do
       len when is_integer(len) -> {len, s}
       {:error, :no_channel} -> {0, s}
     end
@@ -544,7 +537,7 @@ defmodule Ringbus.Resp.StreamCommands do
   defp read_range(_key, _low, _high, 0, _direction), do: :null_array
 
   defp read_range(key, low, high, count, direction) do
-    case Ringbus.info(key) do
+    case Errors.check!(Ringbus.info(key), key) do
       {:ok, info} ->
         low = max(low, info.first_seq)
         high = min(high, info.next_seq - 1)
@@ -569,7 +562,7 @@ defmodule Ringbus.Resp.StreamCommands do
   end
 
   defp read(key, from, max) do
-    case Ringbus.read(key, from, max) do
+    case Errors.check!(Ringbus.read(key, from, max), key) do
       {:ok, messages, _lost} -> messages
       {:error, :no_channel} -> []
     end
@@ -598,7 +591,7 @@ defmodule Ringbus.Resp.StreamCommands do
   end
 
   defp read_start(key, "$") do
-    case Ringbus.info(key) do
+    case Errors.check!(Ringbus.info(key), key) do
       {:ok, info} -> {:ok, info.next_seq}
       {:error, :no_channel} -> {:ok, 0}
     end
@@ -676,11 +669,17 @@ defmodule Ringbus.Resp.StreamCommands do
         {:ok, sub}
 
       {:error, :no_channel} ->
-        cond do
-          not Commands.allowed?(s, :write, key) -> {:error, Commands.no_permission()}
-          create(key, s) == :ok -> subscribe(key, from, batch, s)
-          true -> {:error, no_create(key)}
+        if Commands.allowed?(s, :write, key) do
+          case create(key, s) do
+            :ok -> subscribe(key, from, batch, s)
+            {:error, reason} -> {:error, push_error(key, reason)}
+          end
+        else
+          {:error, Commands.no_permission()}
         end
+
+      {:error, reason} ->
+        {:error, Errors.reply(reason, key)}
     end
   end
 
@@ -791,7 +790,7 @@ defmodule Ringbus.Resp.StreamCommands do
   defp stream_full(key, opts, sub, s), do: Ringbus.Resp.StreamAdmin.full(key, opts, sub, s)
 
   defp stream_info(key, s) do
-    case Ringbus.info(key) do
+    case Errors.check!(Ringbus.info(key), key) do
       {:ok, info} ->
         first_seq = Map.fetch!(info, :first_seq)
         next_seq = Map.fetch!(info, :next_seq)
@@ -832,7 +831,7 @@ defmodule Ringbus.Resp.StreamCommands do
   end
 
   defp groups_info(key, s) do
-    case Ringbus.info(key) do
+    case Errors.check!(Ringbus.info(key), key) do
       {:ok, info} ->
         for {name, g} <- Groups.groups(s.context.groups, key) do
           {:map,
@@ -854,7 +853,7 @@ defmodule Ringbus.Resp.StreamCommands do
   end
 
   defp consumers_info(key, group, s) do
-    with {:ok, _info} <- Ringbus.info(key),
+    with {:ok, _info} <- Errors.check!(Ringbus.info(key), key),
          {:ok, _group} <- Groups.fetch(s.context.groups, key, group) do
       now = System.system_time(:millisecond)
 

@@ -20,6 +20,7 @@ defmodule Ringbus.Server.Config do
     max_frame_size: 16 * 1024 * 1024,
     handshake_timeout: 5_000,
     idle_timeout: 300_000,
+    resp_idle_timeout: :infinity,
     send_timeout: 30_000,
     shutdown_timeout: 5_000,
     max_connections: 1_024,
@@ -74,7 +75,7 @@ defmodule Ringbus.Server.Config do
       Options.check!(key, Map.fetch!(config, key), &Options.positive?/1, "a positive integer")
     end
 
-    for key <- [:idle_timeout, :send_timeout] do
+    for key <- [:idle_timeout, :resp_idle_timeout, :send_timeout] do
       Options.check!(
         key,
         Map.fetch!(config, key),

@@ -8,7 +8,7 @@ defmodule Ringbus.Resp.BadInputTest do
   @moduletag timeout: 120_000
 
   setup do
-    opts = [port: 0, resp_port: 0, idle_timeout: 2_000, send_timeout: 1_000]
+    opts = [port: 0, resp_port: 0, resp_idle_timeout: 2_000, send_timeout: 1_000]
     server = start_supervised!({Ringbus.Server, opts})
     port = Ringbus.Server.port(server, :resp)
     bystander = RespClient.connect!(port)

@@ -17,6 +17,7 @@ defmodule Ringbus.Resp.DifferentialTest do
   #   * XREAD BLOCK on a missing stream makes the stream (Redis waits for it).
   #   * SELECT: Ringbus has one database, 0; Redis has 16.
   #   * DBSIZE counts every channel of the VM, other tests' among them.
+  #   * WATCH is refused: EXEC is not isolated from other clients.
   use ExUnit.Case, async: false
 
   alias Ringbus.Bench.RedisServer
@@ -133,6 +134,10 @@ defmodule Ringbus.Resp.DifferentialTest do
     ~w(HELLO 4),
     ~w(HELLO x),
     ~w(AUTH secret),
+    ~w(AUTH default secret),
+    ~w(AUTH someone secret),
+    ~w(HELLO 2 AUTH someone secret),
+    ~w(AUTH a b c),
     ~w(CONFIG GET appendonly),
     ~w(DEL d d2 nokey),
     ~w(DEL d),
@@ -275,6 +280,50 @@ defmodule Ringbus.Resp.DifferentialTest do
     )
   end
 
+  test "MULTI, EXEC and DISCARD answer as Redis's", ctx do
+    compare(
+      [
+        ~w(EXEC),
+        ~w(DISCARD),
+        ~w(MULTI),
+        ~w(MULTI),
+        ~w(XADD d 1-0 a 1),
+        ~w(XLEN d),
+        ~w(XREAD BLOCK 0 STREAMS d $),
+        ~w(XADD d 1-0 a 1),
+        ~w(UNWATCH),
+        ~w(WATCH d),
+        ~w(EXEC),
+        ~w(XLEN d),
+        ~w(MULTI),
+        ~w(XADD d 2-0 b 2),
+        ~w(DISCARD),
+        ~w(XLEN d),
+        ~w(MULTI),
+        ~w(XADD d 2-0),
+        ~w(NOPE x),
+        ~w(XADD d 2-0 b 2),
+        ~w(EXEC),
+        ~w(MULTI),
+        ~w(EXEC x),
+        ~w(EXEC),
+        ~w(XLEN d),
+        ~w(UNWATCH)
+      ],
+      ctx.ours,
+      ctx.theirs
+    )
+  end
+
+  test "HELLO AUTH default with any password works on a server without passwords", ctx do
+    for client <- [ctx.ours, ctx.theirs] do
+      {[{:map, hello}, {:simple, "PONG"}], _} =
+        calls(client, [~w(HELLO 3 AUTH default anything), ~w(PING)])
+
+      assert {"proto", 3} in hello
+    end
+  end
+
   test "the documented differences are what they say", ctx do
     {[id], _} = RespClient.call(ctx.theirs, ~w(XADD d * a 1))
     assert id =~ ~r/^\d{13}-0$/
@@ -305,6 +354,58 @@ defmodule Ringbus.Resp.DifferentialTest do
 
     {[{:error, "ERR DB index is out of range"}], ours} = RespClient.call(ours, ~w(SELECT 1))
     {[[["2-0", ["b", "2"]]]], _} = RespClient.call(ours, ~w(XRANGE d - +))
+  end
+
+  test "re-reading pending entries counts a delivery and restarts the idle time, as in Redis",
+       ctx do
+    for client <- [ctx.ours, ctx.theirs] do
+      {["1-0", "2-0", {:simple, "OK"}, [["d", [_, _]]]], client} =
+        calls(client, [
+          ~w(XADD d 1-0 a 1),
+          ~w(XADD d 2-0 b 2),
+          ~w(XGROUP CREATE d g 0),
+          ~w(XREADGROUP GROUP g c STREAMS d >)
+        ])
+
+      # The entries have been pending a while: at least 50 ms.
+      assert Ringbus.Test.Eventually.eventually(fn ->
+               {[[[_, _, idle, 1], _]], _} = RespClient.call(client, ~w(XPENDING d g - + 10))
+               idle >= 50
+             end)
+
+      reread = System.monotonic_time(:millisecond)
+
+      {[[["d", [["1-0", ["a", "1"]], ["2-0", ["b", "2"]]]]], [["d", [["1-0", _]]]], pending], _} =
+        calls(client, [
+          ~w(XREADGROUP GROUP g c STREAMS d 0),
+          ~w(XREADGROUP GROUP g c COUNT 1 STREAMS d 0),
+          ~w(XPENDING d g - + 10)
+        ])
+
+      since = System.monotonic_time(:millisecond) - reread
+      assert [["1-0", "c", idle1, 3], ["2-0", "c", idle2, 2]] = pending
+      # Idle counts from the re-read, not from the first delivery 50 ms ago.
+      assert idle1 <= since + 2 and idle2 <= since + 2, inspect({pending, since})
+
+      {[[["1-0", "c", _, 3]]], _} = RespClient.call(client, ~w(XPENDING d g IDLE 0 - + 1 c))
+    end
+  end
+
+  test "COMMAND INFO gives Redis's arity, flags and key positions for every command", ctx do
+    for name <- Ringbus.Resp.Commands.names() do
+      command = ["COMMAND", "INFO", String.downcase(name)]
+      {[[[_ | mine]]], _} = RespClient.call(ctx.ours, command)
+      {[[[_ | redis]]], _} = RespClient.call(ctx.theirs, command)
+      assert Enum.take(mine, 5) == Enum.take(redis, 5), name
+    end
+
+    {[[[_, _, [simple: "write", simple: "blocking", simple: "movablekeys"] | _]]], _} =
+      RespClient.call(ctx.ours, ~w(COMMAND INFO xreadgroup))
+  end
+
+  defp calls(client, commands) do
+    :ok = RespClient.send_commands(client, commands)
+    RespClient.recv(client, Enum.count(commands))
   end
 
   defp compare(commands, ours, theirs) do

@@ -107,7 +107,7 @@ defmodule Ringbus.Resp.StreamsTest do
     RespClient.send_commands(c, xadds ++ [~w(XADD st-bytes * payload 0123456789a)])
 
     assert {["1-0", "2-0", "3-0", {:error, error}], c} = RespClient.recv(c, 4)
-    assert error == "ERR the entry is larger than stream 'st-bytes' holds (max_bytes)"
+    assert error == "ERR the entry is larger than the max_bytes of stream 'st-bytes'"
 
     # As three XADDs one by one: the oldest is overwritten to make room.
     {[[["2-0", ["payload", "bbbb"]], ["3-0", ["payload", "cccc"]]]], _} =

@@ -1,0 +1,57 @@
+defmodule Ringbus.Resp.Transaction do
+  @moduledoc false
+  # The commands a client queues between MULTI and EXEC, as data. Pure:
+  # `Ringbus.Resp.Session` checks each command as Redis does before it
+  # queues it (unknown, wrong arity, no permission: the transaction is then
+  # aborted, and EXEC answers -EXECABORT), and runs the queue at EXEC.
+  #
+  # The queue is bounded: at most @max_commands commands, and at most the
+  # server's `:max_frame_size` bytes of arguments, counted as the parser
+  # counts a command's (32 bytes an argument beside its bytes). A command
+  # past either bound aborts the transaction and frees the queue at once.
+
+  @max_commands 100_000
+  @arg_overhead 32
+
+  defstruct commands: [], count: 0, bytes: 0, aborted: false
+
+  @type t :: %__MODULE__{
+          commands: [[binary()]],
+          count: non_neg_integer(),
+          bytes: non_neg_integer(),
+          aborted: boolean()
+        }
+
+  @doc "The bound on queued commands, for the docs and the error."
+  def max_commands, do: @max_commands
+
+  @doc "An empty transaction (MULTI)."
+  @spec new() :: t()
+  def new, do: %__MODULE__{}
+
+  @doc """
+  Queues a checked command, or aborts the transaction when it would pass
+  `max_bytes` or the count bound: `{:ok, t}` or `{:error, :too_many |
+  :too_large, t}`, whose queue is then empty.
+  """
+  @spec add(t(), [binary()], pos_integer()) :: {:ok, t()} | {:error, atom(), t()}
+  def add(%__MODULE__{aborted: true} = t, _command, _max_bytes), do: {:ok, t}
+
+  def add(t, command, max_bytes) do
+    bytes = t.bytes + Enum.reduce(command, 0, &(&2 + byte_size(&1) + @arg_overhead))
+
+    cond do
+      t.count >= @max_commands -> {:error, :too_many, abort(t)}
+      bytes > max_bytes -> {:error, :too_large, abort(t)}
+      true -> {:ok, %{t | commands: [command | t.commands], count: t.count + 1, bytes: bytes}}
+    end
+  end
+
+  @doc "Marks the transaction failed: EXEC will discard it. Its queue is freed."
+  @spec abort(t()) :: t()
+  def abort(t), do: %{t | commands: [], count: 0, bytes: 0, aborted: true}
+
+  @doc "The queued commands, in the order they came."
+  @spec commands(t()) :: [[binary()]]
+  def commands(t), do: :lists.reverse(t.commands)
+end
