@@ -116,7 +116,7 @@ defmodule Ringbus.Metrics do
 
   defp servers do
     for %{protocol: protocol, port: port, counters: counters} <- Directory.servers() do
-      %{protocol: protocol, port: port, counts: Stats.counts(counters)}
+      %{protocol: protocol, port: port, counts: Stats.counts(counters, protocol)}
     end
   end
 

@@ -59,7 +59,8 @@ defmodule Ringbus.Metrics.Prometheus do
      ~w(protocol port)},
     {"ringbus_server_sent_bytes_total", :counter, "Bytes written to clients.", ~w(protocol port)},
     {"ringbus_server_errors_total", :counter,
-     "Errors sent to clients (ERROR frames and failed push acks), by error code.",
+     "Errors sent to clients, by error code: the binary protocol's ERROR frames and " <>
+       "failed push acks, RESP's error replies (ERR, NOGROUP, ...; other for the rest).",
      ~w(protocol port code)},
     # The VM.
     {"ringbus_vm_memory_bytes", :gauge,

@@ -25,7 +25,7 @@ defmodule Ringbus.Resp.Session do
   # answered in order, as the binary server stores a run of pushes.
 
   alias Ringbus.Resp.{Commands, Encoder, GroupCommands, Groups, StreamCommands}
-  alias Ringbus.Server.{Auth, Config}
+  alias Ringbus.Server.{Auth, Config, Stats}
 
   import Commands,
     only: [
@@ -159,6 +159,13 @@ defmodule Ringbus.Resp.Session do
 
   defp count(_s, 0), do: :ok
   defp count(s, n), do: :counters.add(s.context.stats, @commands_processed, n)
+
+  # Error replies are counted by code in the server's figures, as the
+  # binary protocol's ERROR frames are.
+  defp encode(s, {:error, text} = reply) do
+    Stats.resp_error(s.config.counters, text)
+    Encoder.encode(reply, s.proto)
+  end
 
   defp encode(s, reply), do: Encoder.encode(reply, s.proto)
 

@@ -15,7 +15,9 @@ defmodule Ringbus.Server.Stats do
   #   frames_in, frames_out              frames read and written
   #   bytes_in, bytes_out
   #   errors, one per code               ERROR frames and failed PUSH_ACKS
-  #                                      entries sent, by error code
+  #                                      entries sent, by error code; for
+  #                                      RESP, error replies by their code
+  #                                      (ERR, NOGROUP, ...; see resp_codes/0)
   #   closed, one per reason             see `close_reasons/0`
   #
   # Each connection also keeps a `t:tally/0` of its own, which becomes the
@@ -49,8 +51,13 @@ defmodule Ringbus.Server.Stats do
 
   @codes for {reason, _code, _} <- ErrorCode.all(), do: reason
 
+  # The codes of the error replies the RESP front end sends; any other
+  # counts as "other", so the families stay bounded.
+  @resp_codes ~w(ERR NOAUTH NOPERM NOGROUP BUSYGROUP WRONGPASS NOPROTO WRONGTYPE other)
+
   @slots (@names ++
             Enum.map(@codes, &{:error, &1}) ++
+            Enum.map(@resp_codes, &{:resp_error, &1}) ++
             Enum.map(@close_reasons, &{:closed, &1}))
          |> Enum.with_index(1)
          |> Map.new()
@@ -94,16 +101,27 @@ defmodule Ringbus.Server.Stats do
     )
   end
 
+  @doc "The codes RESP error replies are counted by (their first word)."
+  @spec resp_codes() :: [String.t()]
+  def resp_codes, do: @resp_codes
+
   @doc """
   What the counters hold: a map of the figures above, with `:errors` (by
-  error code) and `:closed` (by reason) as maps of every reason to its count.
+  error code: the binary protocol's reasons, or for `:resp` the codes of
+  `resp_codes/0`) and `:closed` (by reason) as maps of every reason to its
+  count.
   """
-  @spec counts(counters()) :: map()
-  def counts(counters) do
+  @spec counts(counters(), :binary | :resp) :: map()
+  def counts(counters, protocol \\ :binary) do
     base = Map.new(@names, &{&1, get(counters, &1)})
 
+    errors =
+      if protocol == :resp,
+        do: Map.new(@resp_codes, &{&1, get(counters, {:resp_error, &1})}),
+        else: Map.new(@codes, &{&1, get(counters, {:error, &1})})
+
     Map.merge(base, %{
-      errors: Map.new(@codes, &{&1, get(counters, {:error, &1})}),
+      errors: errors,
       closed: Map.new(@close_reasons, &{&1, get(counters, {:closed, &1})})
     })
   end
@@ -202,6 +220,24 @@ defmodule Ringbus.Server.Stats do
 
   defp error(counters, code) when code in @codes, do: add(counters, {:error, code}, 1)
   defp error(_counters, _unknown), do: :ok
+
+  @doc """
+  A RESP error reply is about to be written: counted by its code, the first
+  word of its text (`ERR`, `NOGROUP`, ...). `counters` may be nil (a session
+  outside a server).
+  """
+  @spec resp_error(counters() | nil, binary()) :: :ok
+  def resp_error(nil, _text), do: :ok
+
+  def resp_error(counters, text) do
+    code =
+      case :binary.match(text, " ") do
+        {at, _} -> binary_part(text, 0, at)
+        :nomatch -> text
+      end
+
+    add(counters, {:resp_error, if(code in @resp_codes, do: code, else: "other")}, 1)
+  end
 
   @doc "`count` replies were written (for a protocol whose output is not frames)."
   @spec replied(tally(), non_neg_integer()) :: tally()
