@@ -22,8 +22,10 @@ defmodule Ringbus.Metrics do
   ## Metric families
 
   Counters end in `_total`; every family has HELP and TYPE lines. Labels:
-  `channel` (a binary name as is, any other name inspected), `subscription`
-  (the subscription's pid), `protocol` and `port` (a listening server),
+  `channel` (a binary name as is, any other name inspected), `subscriber`
+  (the name a subscription was given, else its client's `ip:port` for a
+  network subscriber; see `subscriber_labels/2`), `protocol` and `port` (a
+  listening server),
   `code` (an error's name), `reason`, `state`, `kind`, `node`.
 
   #{Ringbus.Metrics.Prometheus.families_doc()}
@@ -38,6 +40,7 @@ defmodule Ringbus.Metrics do
           at: integer(),
           channels: [channel()],
           servers: [server()],
+          connections: [map()],
           vm: map(),
           cluster: map() | nil
         }
@@ -46,7 +49,9 @@ defmodule Ringbus.Metrics do
   One channel: its name, the name as labels and pages show it (a binary as
   is, any other term inspected), its `Ringbus.info/1` map (read by field
   name, so fields added later pass through) and its subscriptions' figures
-  (`Ringbus.subscriptions/2`).
+  (`Ringbus.subscriptions/2`), each with the `:label` it is shown by (see
+  `subscriber_labels/2`) and `:via`, how its subscriber gets its messages
+  (`:binary`, `:resp` or `:embedded`).
   """
   @type channel :: %{
           name: Ringbus.name(),
@@ -72,13 +77,15 @@ defmodule Ringbus.Metrics do
   def snapshot(opts \\ []) do
     opts = Ringbus.Options.validate!(opts, [timeout: 100, subscriptions: 1000], "metrics")
     deadline = System.monotonic_time(:millisecond) + opts[:timeout]
+    connections = Ringbus.Server.clients()
 
     %{
       node: node(),
       version: to_string(Application.spec(:ringbus, :vsn) || "unknown"),
       at: System.system_time(:millisecond),
-      channels: channels(deadline, opts[:subscriptions]),
+      channels: channels(deadline, opts[:subscriptions], connections),
       servers: servers(),
+      connections: connections,
       vm: vm(),
       cluster: cluster()
     }
@@ -90,7 +97,9 @@ defmodule Ringbus.Metrics do
 
   ## Sources
 
-  defp channels(deadline, limit) do
+  defp channels(deadline, limit, connections) do
+    peers = Map.new(connections, &{&1.pid, {&1.protocol, &1.peer}})
+
     Ringbus.channels()
     |> Enum.map(&{label(&1), &1})
     |> Enum.sort()
@@ -99,6 +108,7 @@ defmodule Ringbus.Metrics do
       with {:ok, info} <- Ringbus.info(name),
            timeout = max(deadline - System.monotonic_time(:millisecond), 0),
            {:ok, subs} <- Ringbus.subscriptions(name, timeout: timeout, limit: limit) do
+        subs = subscriber_labels(subs, peers)
         [%{name: name, label: label, info: info, subscriptions: subs}]
       else
         _ -> []
@@ -113,6 +123,46 @@ defmodule Ringbus.Metrics do
       do: name,
       else: inspect(name)
   end
+
+  @doc """
+  Names a channel's subscriptions (`Ringbus.subscriptions/2`) the way an
+  operator knows them, never by a pid: by the `:name` given to
+  `Ringbus.subscribe/2`; else, for a subscriber that is a server
+  connection, by its client's address (`peers` maps connection pids to
+  `{protocol, "ip:port"}`); else by the subscriber's registered name, or
+  `"embedded"` (`"unanswered"` for one that gave no figures). Where two
+  subscriptions of the channel get the same name, the later ones (by
+  process) get `" #2"`, `" #3"`, ..., so each labels one series.
+  """
+  @spec subscriber_labels([map()], %{pid() => {atom(), String.t()}}) :: [map()]
+  def subscriber_labels(subs, peers) do
+    subs
+    |> Enum.map(&Map.merge(&1, name_of(&1, peers)))
+    |> Enum.sort_by(&{&1.label, &1.subscription})
+    |> Enum.chunk_by(& &1.label)
+    |> Enum.flat_map(fn [_ | rest] = same ->
+      numbered = Enum.with_index(rest, 2)
+      [hd(same) | Enum.map(numbered, fn {sub, i} -> %{sub | label: "#{sub.label} ##{i}"} end)]
+    end)
+  end
+
+  defp name_of(%{subscriber: pid} = sub, peers) do
+    case peers do
+      %{^pid => {protocol, peer}} -> %{label: sub[:name] || peer, via: protocol}
+      _ -> %{label: sub[:name] || process_name(pid), via: :embedded}
+    end
+  end
+
+  defp process_name(nil), do: "unanswered"
+
+  defp process_name(pid) when node(pid) == node() do
+    case Process.info(pid, :registered_name) do
+      {:registered_name, name} when is_atom(name) and name != [] -> inspect(name)
+      _ -> "embedded"
+    end
+  end
+
+  defp process_name(pid), do: "embedded on #{node(pid)}"
 
   defp servers do
     for %{protocol: protocol, port: port, counters: counters} <- Directory.servers() do

@@ -49,7 +49,8 @@ defmodule Ringbus.Resp do
       name: :resp,
       port: config.resp_port,
       connection: {Ringbus.Resp.Connection, {config, context}},
-      busy: "-ERR max number of clients reached\r\n"
+      busy: "-ERR max number of clients reached\r\n",
+      groups: context.groups
     }
   end
 end

@@ -88,11 +88,9 @@ defmodule Ringbus.HTTP.StatusPage do
   defp subscriptions([]), do: none("subscriptions", "No subscriptions.")
 
   defp subscriptions(subs) do
-    rows =
-      for s <- subs,
-          do: [s.channel, s.subscription, s.subscriber || "busy", s.lag, s.credit, s.lost]
+    rows = for s <- subs, do: [s.channel, s.subscriber, s.via, s.lag, s.credit, s.lost]
 
-    table("subscriptions", ~w(channel subscription subscriber lag credit lost), rows)
+    table("subscriptions", ~w(channel subscriber via lag credit lost), rows)
   end
 
   defp servers([], _interval), do: none("servers", "No server listening.")

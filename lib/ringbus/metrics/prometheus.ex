@@ -34,13 +34,13 @@ defmodule Ringbus.Metrics.Prometheus do
     # Subscriptions: Ringbus.subscriptions/2.
     {"ringbus_subscription_lag_messages", :gauge,
      "Messages pushed to the channel that the subscription has not sent yet.",
-     ~w(channel subscription)},
+     ~w(channel subscriber)},
     {"ringbus_subscription_credit_messages", :gauge,
      "Messages the subscription may still send before its subscriber acks.",
-     ~w(channel subscription)},
+     ~w(channel subscriber)},
     {"ringbus_subscription_lost_total", :counter,
      "Messages the subscription missed: overwritten or pulled before it read them.",
-     ~w(channel subscription)},
+     ~w(channel subscriber)},
     # Servers: Ringbus.Server.Stats, one set per listening port.
     {"ringbus_server_connections", :gauge,
      "Connections now, by state: handshaking (before HELLO) or open.", ~w(protocol port state)},
@@ -170,7 +170,7 @@ defmodule Ringbus.Metrics.Prometheus do
   defp samples(:subscriptions, snapshot) do
     for %{label: label, subscriptions: subs} <- snapshot.channels,
         sub <- subs,
-        labels = [channel: label, subscription: pid(sub.subscription)],
+        labels = [channel: label, subscriber: sub.label],
         {family, field} <- [
           {"ringbus_subscription_lag_messages", :lag},
           {"ringbus_subscription_credit_messages", :credit},
@@ -227,8 +227,6 @@ defmodule Ringbus.Metrics.Prometheus do
         end)
     ]
   end
-
-  defp pid(pid), do: List.to_string(:erlang.pid_to_list(pid))
 
   defp conns(labels, state, n), do: {"ringbus_server_connections", labels ++ [state: state], n}
 

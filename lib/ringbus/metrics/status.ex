@@ -58,16 +58,14 @@ defmodule Ringbus.Metrics.Status do
     for %{label: label, subscriptions: subs} <- channels, sub <- subs do
       %{
         channel: label,
-        subscription: pid(sub.subscription),
-        subscriber: if(sub.subscriber, do: pid(sub.subscriber)),
+        subscriber: sub.label,
+        via: Atom.to_string(sub.via),
         lag: sub.lag,
         credit: sub.credit,
         lost: sub.lost
       }
     end
   end
-
-  defp pid(pid), do: List.to_string(:erlang.pid_to_list(pid))
 
   defp server(%{protocol: protocol, port: port, counts: counts}, history) do
     series = Map.get(history, {:server, protocol, port}, [])

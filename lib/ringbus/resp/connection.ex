@@ -101,7 +101,7 @@ defmodule Ringbus.Resp.Connection do
   def handle_info({:ringbus_socket, kind, socket}, state) do
     with {:ok, socket} <- Transport.handshake(kind, socket, remaining(state.deadline)),
          :ok <- Ringbus.Socket.activate(kind, socket) do
-      stats = Stats.opened(state.config.counters, kind, socket)
+      stats = Stats.opened(state.config.counters, kind, socket, :resp)
       state = opened(%{state | kind: kind, socket: socket, stats: stats})
       noreply(if Session.authenticated?(state.session), do: touch(state), else: state)
     else
@@ -348,7 +348,9 @@ defmodule Ringbus.Resp.Connection do
         out_bytes: state.out_bytes + IO.iodata_length(data)
     }
 
-    if state.out_bytes >= @flush_bytes, do: flush(state), else: state
+    if state.out_bytes >= @flush_bytes,
+      do: flush(state),
+      else: %{state | stats: Stats.pending(state.stats, state.out_bytes)}
   end
 
   defp flush(%{out_bytes: 0} = state), do: state

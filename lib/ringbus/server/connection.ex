@@ -97,7 +97,7 @@ defmodule Ringbus.Server.Connection do
 
     with {:ok, socket} <- Transport.handshake(kind, socket, left),
          :ok <- Ringbus.Socket.activate(kind, socket) do
-      stats = Stats.opened(state.config.counters, kind, socket)
+      stats = Stats.opened(state.config.counters, kind, socket, :binary)
       noreply(%{state | kind: kind, socket: socket, stats: stats})
     else
       _ -> {:stop, :normal, state}
@@ -273,7 +273,10 @@ defmodule Ringbus.Server.Connection do
     {data, bytes} = encode(frames, [], 0)
     stats = Stats.wrote(state.stats, frames)
     state = %{state | out: [state.out | data], out_bytes: state.out_bytes + bytes, stats: stats}
-    if state.out_bytes >= @flush_bytes, do: flush(state), else: state
+
+    if state.out_bytes >= @flush_bytes,
+      do: flush(state),
+      else: %{state | stats: Stats.pending(state.stats, state.out_bytes)}
   end
 
   defp encode([frame | rest], acc, bytes) do

@@ -9,14 +9,16 @@ defmodule Ringbus.Server.Protocol do
   # protocol's connection supervisor, then given its socket with
   # `module.hand_over(pid, kind, socket)` once it owns it. `busy` is what a
   # TCP client refused over `:max_connections` is sent before the close.
+  # `groups` is RESP's consumer groups' table, listed for the metrics.
 
   @enforce_keys [:name, :port, :connection, :busy]
-  defstruct @enforce_keys
+  defstruct @enforce_keys ++ [groups: nil]
 
   @type t :: %__MODULE__{
           name: atom(),
           port: :inet.port_number(),
           connection: {module(), term()},
-          busy: iodata()
+          busy: iodata(),
+          groups: term()
         }
 end

@@ -21,7 +21,10 @@ defmodule Ringbus.Server.Stats do
   #   closed, one per reason             see `close_reasons/0`
   #
   # Each connection also keeps a `t:tally/0` of its own, which becomes the
-  # line it logs when it closes. A connection logs one line when it opens and
+  # line it logs when it closes, and publishes its figures in a small
+  # `:counters` array of its own (see `@own`), listed with its peer in
+  # `Ringbus.Server.Directory`, so that `Ringbus.Server.clients/0` reads
+  # every connection without asking one. A connection logs one line when it opens and
   # one when it closes, with its peer, why it closed and what it did, and a
   # warning when it closes a client that stopped reading (`:send_timeout`):
   # never a line per frame or per message.
@@ -64,9 +67,23 @@ defmodule Ringbus.Server.Stats do
 
   @type counters :: :counters.counters_ref()
 
+  # A connection's own counters: bumped with the server's, once per read
+  # and per write; `pending` is the output it holds, `open` 1 after HELLO
+  # (or AUTH), `last_read` the monotonic ms of its last read.
+  @own %{
+    frames_in: 1,
+    frames_out: 2,
+    bytes_in: 3,
+    bytes_out: 4,
+    pending: 5,
+    open: 6,
+    last_read: 7
+  }
+
   @typedoc "One connection's own figures, for the line it logs when it closes."
   @type tally :: %{
           counters: counters(),
+          own: counters(),
           peer: String.t(),
           kind: :tcp | :tls,
           state: :handshaking | :open,
@@ -132,14 +149,34 @@ defmodule Ringbus.Server.Stats do
 
   ## A connection's tally
 
-  @doc "A connection has its socket: counts it as handshaking and logs the line that says so."
-  @spec opened(counters(), :tcp | :tls, term()) :: tally()
-  def opened(counters, kind, socket) do
+  @doc """
+  A connection of `protocol` has its socket: counts it as handshaking, lists
+  it in the directory and logs the line that says so.
+  """
+  @spec opened(counters(), :tcp | :tls, term(), atom()) :: tally()
+  def opened(counters, kind, socket, protocol) do
     add(counters, :handshaking, 1)
     peer = peer(kind, socket)
     Logger.info("Ringbus connection from #{peer} opened (#{kind})")
+    own = :counters.new(map_size(@own), [])
+    now = System.monotonic_time(:millisecond)
+    :counters.put(own, @own.last_read, now)
+
+    :ok =
+      Ringbus.Server.Directory.register_connection(%{
+        id: :erlang.unique_integer([:positive, :monotonic]),
+        protocol: protocol,
+        port: local_port(kind, socket),
+        peer: peer,
+        kind: kind,
+        since: now,
+        counters: own,
+        # The port's queue is output the kernel has not taken yet (TCP only).
+        socket: if(kind == :tcp, do: socket)
+      })
 
     %{
+      own: own,
       counters: counters,
       peer: peer,
       kind: kind,
@@ -150,6 +187,50 @@ defmodule Ringbus.Server.Stats do
       bytes_in: 0,
       bytes_out: 0,
       reason: nil
+    }
+  end
+
+  defp local_port(kind, socket) do
+    result = if kind == :tls, do: :ssl.sockname(socket), else: :inet.sockname(socket)
+
+    case result do
+      {:ok, {_ip, port}} -> port
+      {:error, _} -> nil
+    end
+  end
+
+  @doc """
+  What a connection listed in the directory publishes, read without asking
+  it: `info` as it registered, with its state, age, idle time, frames and
+  bytes, and the output it holds (in its buffer and, on TCP, in the
+  socket's queue).
+  """
+  @spec connection(pid(), map()) :: map()
+  def connection(pid, %{counters: own} = info) do
+    now = System.monotonic_time(:millisecond)
+    get = &:counters.get(own, Map.fetch!(@own, &1))
+
+    queued =
+      case info.socket && :erlang.port_info(info.socket, :queue_size) do
+        {:queue_size, n} -> n
+        _ -> 0
+      end
+
+    %{
+      id: info.id,
+      pid: pid,
+      protocol: info.protocol,
+      port: info.port,
+      peer: info.peer,
+      kind: info.kind,
+      state: if(get.(:open) == 1, do: :open, else: :handshaking),
+      age_ms: now - info.since,
+      idle_ms: now - get.(:last_read),
+      frames_in: get.(:frames_in),
+      frames_out: get.(:frames_out),
+      bytes_in: get.(:bytes_in),
+      bytes_out: get.(:bytes_out),
+      pending_bytes: get.(:pending) + queued
     }
   end
 
@@ -169,6 +250,7 @@ defmodule Ringbus.Server.Stats do
   def open(tally) do
     add(tally.counters, :handshaking, -1)
     add(tally.counters, :open, 1)
+    :counters.put(tally.own, @own.open, 1)
     %{tally | state: :open}
   end
 
@@ -178,6 +260,9 @@ defmodule Ringbus.Server.Stats do
     n = frames_in(frames, 0)
     add(tally.counters, :frames_in, n)
     add(tally.counters, :bytes_in, bytes)
+    :counters.add(tally.own, @own.frames_in, n)
+    :counters.add(tally.own, @own.bytes_in, bytes)
+    :counters.put(tally.own, @own.last_read, System.monotonic_time(:millisecond))
     %{tally | frames_in: tally.frames_in + n, bytes_in: tally.bytes_in + bytes}
   end
 
@@ -194,6 +279,7 @@ defmodule Ringbus.Server.Stats do
   def wrote(tally, frames) do
     n = wrote(tally.counters, frames, 0)
     add(tally.counters, :frames_out, n)
+    :counters.add(tally.own, @own.frames_out, n)
     %{tally | frames_out: tally.frames_out + n}
   end
 
@@ -243,6 +329,7 @@ defmodule Ringbus.Server.Stats do
   @spec replied(tally(), non_neg_integer()) :: tally()
   def replied(tally, count) do
     add(tally.counters, :frames_out, count)
+    :counters.add(tally.own, @own.frames_out, count)
     %{tally | frames_out: tally.frames_out + count}
   end
 
@@ -250,7 +337,16 @@ defmodule Ringbus.Server.Stats do
   @spec flushed(tally(), non_neg_integer()) :: tally()
   def flushed(tally, bytes) do
     add(tally.counters, :bytes_out, bytes)
+    :counters.add(tally.own, @own.bytes_out, bytes)
+    :counters.put(tally.own, @own.pending, 0)
     %{tally | bytes_out: tally.bytes_out + bytes}
+  end
+
+  @doc "The connection holds `bytes` of output not yet written."
+  @spec pending(tally(), non_neg_integer()) :: tally()
+  def pending(tally, bytes) do
+    :counters.put(tally.own, @own.pending, bytes)
+    tally
   end
 
   @doc """
