@@ -41,6 +41,7 @@ defmodule Ringbus.Metrics do
           channels: [channel()],
           servers: [server()],
           connections: [map()],
+          groups: [group()],
           vm: map(),
           cluster: map() | nil
         }
@@ -58,6 +59,25 @@ defmodule Ringbus.Metrics do
           label: String.t(),
           info: map(),
           subscriptions: [map()]
+        }
+
+  @typedoc """
+  One RESP consumer group (`docs/RESP.md`) of a RESP listener on `port`:
+  its stream and name, its pending entries, its lag (entries in the stream
+  after the last one it was given; nil when the stream is gone), its
+  consumers, and how long ago its least recently active consumer was seen
+  (ms; nil with no consumer).
+  """
+  @type group :: %{
+          port: :inet.port_number(),
+          stream: String.t(),
+          group: String.t(),
+          pending: non_neg_integer(),
+          lag: non_neg_integer() | nil,
+          consumers: non_neg_integer(),
+          idle_ms: non_neg_integer() | nil,
+          lost: non_neg_integer(),
+          dropped: non_neg_integer()
         }
 
   @typedoc "One listening server: its protocol, port and `Ringbus.Server.stats/1`-like counts."
@@ -78,14 +98,16 @@ defmodule Ringbus.Metrics do
     opts = Ringbus.Options.validate!(opts, [timeout: 100, subscriptions: 1000], "metrics")
     deadline = System.monotonic_time(:millisecond) + opts[:timeout]
     connections = Ringbus.Server.clients()
+    channels = channels(deadline, opts[:subscriptions], connections)
 
     %{
       node: node(),
       version: to_string(Application.spec(:ringbus, :vsn) || "unknown"),
       at: System.system_time(:millisecond),
-      channels: channels(deadline, opts[:subscriptions], connections),
+      channels: channels,
       servers: servers(),
       connections: connections,
+      groups: groups(channels),
       vm: vm(),
       cluster: cluster()
     }
@@ -168,6 +190,28 @@ defmodule Ringbus.Metrics do
     for %{protocol: protocol, port: port, counters: counters} <- Directory.servers() do
       %{protocol: protocol, port: port, counts: Stats.counts(counters, protocol)}
     end
+  end
+
+  defp groups(channels) do
+    next = Map.new(channels, &{&1.name, &1.info[:next_seq]})
+    now = System.system_time(:millisecond)
+
+    for %{protocol: :resp, port: port, groups: table} <- Directory.servers(),
+        table != nil,
+        g <- Ringbus.Resp.Groups.summary(table) do
+      %{
+        port: port,
+        stream: label(g.stream),
+        group: label(g.group),
+        pending: g.pending,
+        lag: if(n = next[g.stream], do: max(n - (g.last + 1), 0)),
+        consumers: g.consumers,
+        idle_ms: if(g.oldest_seen, do: max(now - g.oldest_seen, 0)),
+        lost: g.lost,
+        dropped: g.dropped
+      }
+    end
+    |> Enum.sort_by(&{&1.port, &1.stream, &1.group})
   end
 
   defp vm do

@@ -35,6 +35,8 @@ defmodule Ringbus.HTTP.StatusPage do
       channels(status),
       "<h2>Subscriptions</h2>\n",
       subscriptions(status.subscriptions),
+      "<h2>Consumer groups</h2>\n",
+      groups(status.groups),
       "<h2>Connections</h2>\n",
       servers(status.servers, status.sample_interval_ms),
       "<h2>Cluster</h2>\n",
@@ -91,6 +93,19 @@ defmodule Ringbus.HTTP.StatusPage do
     rows = for s <- subs, do: [s.channel, s.subscriber, s.via, s.lag, s.credit, s.lost]
 
     table("subscriptions", ~w(channel subscriber via lag credit lost), rows)
+  end
+
+  defp groups([]), do: none("groups", "No RESP consumer groups.")
+
+  defp groups(groups) do
+    rows =
+      for g <- groups do
+        idle = if g.idle_ms, do: "#{Float.round(g.idle_ms / 1000, 1)} s"
+        [g.stream, g.group, g.port, g.consumers, g.pending, g.lag, idle, g.lost, g.dropped]
+      end
+
+    header = ~w(stream group port consumers pending lag) ++ ["max idle", "lost", "dropped"]
+    table("groups", header, rows)
   end
 
   defp servers([], _interval), do: none("servers", "No server listening.")

@@ -62,6 +62,21 @@ defmodule Ringbus.Metrics.Prometheus do
      "Errors sent to clients, by error code: the binary protocol's ERROR frames and " <>
        "failed push acks, RESP's error replies (ERR, NOGROUP, ...; other for the rest).",
      ~w(protocol port code)},
+    # RESP consumer groups, per RESP listener (port), stream and group.
+    {"ringbus_resp_group_pending_entries", :gauge,
+     "Entries delivered to the group's consumers and not acked (its PEL).",
+     ~w(port stream group)},
+    {"ringbus_resp_group_lag_messages", :gauge,
+     "Entries in the stream after the last one delivered to the group.", ~w(port stream group)},
+    {"ringbus_resp_group_consumers", :gauge, "Consumers of the group.", ~w(port stream group)},
+    {"ringbus_resp_group_max_idle_seconds", :gauge,
+     "Seconds since the group's least recently active consumer last read or claimed.",
+     ~w(port stream group)},
+    {"ringbus_resp_group_lost_total", :counter,
+     "Entries that left the stream before the group read them.", ~w(port stream group)},
+    {"ringbus_resp_group_pending_dropped_total", :counter,
+     "Pending entries dropped, oldest first, to keep the PEL within its bound.",
+     ~w(port stream group)},
     # The VM.
     {"ringbus_vm_memory_bytes", :gauge,
      "Memory the VM uses, by kind (:erlang.memory/0; total = processes + system).", ~w(kind)},
@@ -88,7 +103,7 @@ defmodule Ringbus.Metrics.Prometheus do
      "Times the link to a node was suspended (the distribution buffer was full).", ~w(node)}
   ]
 
-  @sections [:channels, :subscriptions, :servers, :vm, :cluster]
+  @sections [:channels, :subscriptions, :servers, :groups, :vm, :cluster]
 
   @channel_fields [
     {"ringbus_channel_len", :len},
@@ -190,6 +205,20 @@ defmodule Ringbus.Metrics.Prometheus do
         for({code, n} <- Enum.sort(counts.errors), do: errors(labels, code, n))
       ])
     end)
+  end
+
+  defp samples(:groups, snapshot) do
+    for g <- Map.get(snapshot, :groups, []),
+        labels = [port: g.port, stream: g.stream, group: g.group],
+        {family, value} <- [
+          {"ringbus_resp_group_pending_entries", g.pending},
+          {"ringbus_resp_group_lag_messages", g.lag},
+          {"ringbus_resp_group_consumers", g.consumers},
+          {"ringbus_resp_group_max_idle_seconds", g.idle_ms && g.idle_ms / 1000},
+          {"ringbus_resp_group_lost_total", g.lost},
+          {"ringbus_resp_group_pending_dropped_total", g.dropped}
+        ],
+        do: {family, labels, value}
   end
 
   defp samples(:vm, %{vm: vm}) do

@@ -26,6 +26,7 @@ defmodule Ringbus.Metrics.Status do
       channels: Enum.map(snapshot.channels, &channel(&1, history)),
       subscriptions: subscriptions(snapshot.channels),
       servers: Enum.map(snapshot.servers, &server(&1, history)),
+      groups: Map.get(snapshot, :groups, []),
       cluster: cluster(snapshot.cluster, history)
     }
   end
