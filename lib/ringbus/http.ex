@@ -11,6 +11,11 @@ defmodule Ringbus.HTTP do
       the connections per server (with a sparkline of those open) and the
       cluster's links. No script and no external asset: it works offline.
     * `GET /status.json` - the same data as JSON.
+    * `GET /connections.json` - every client connection of the node's
+      servers (`Ringbus.Server.clients/0`): peer, protocol, age, idle
+      time, frames and bytes in and out, pending output; like Redis's
+      `CLIENT LIST` and NATS's `/connz`. Read from counters the
+      connections publish, so a busy connection delays nothing.
     * `GET /status.txt` - the same data as tables for a terminal, which
       `mix ringbus.stats` and `Ringbus.Release.stats/1` print.
 

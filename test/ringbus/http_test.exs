@@ -5,7 +5,7 @@ defmodule Ringbus.HTTPTest do
 
   import Ringbus.Test.Eventually
 
-  alias Ringbus.Test.{Promtool, RespClient}
+  alias Ringbus.Test.{Promtool, RawClient, RespClient}
 
   setup do
     server = start_supervised!({Ringbus.Server, port: 0})
@@ -123,6 +123,42 @@ defmodule Ringbus.HTTPTest do
     {200, _, json} = get(url <> "/status.json")
     assert json =~ ~s("group":"billing")
     RespClient.close(c)
+  end
+
+  test "GET /connections.json and /status's clients table list each connection", %{
+    url: url,
+    server: server
+  } do
+    port = Ringbus.Server.port(server)
+    {c, _limits} = RawClient.hello!(port)
+    {:ok, {_, peer_port}} = :inet.sockname(c.socket)
+    {{:pong, 1}, c} = RawClient.call(c, {:ping, 1})
+    # A connection that cannot answer (suspended) does not hold the page up.
+    [pid] = Ringbus.Server.connections(server)
+    :ok = :sys.suspend(pid)
+
+    {200, headers, json} = get(url <> "/connections.json")
+    {200, _, html} = get(url <> "/status")
+    :ok = :sys.resume(pid)
+
+    assert headers["content-type"] == "application/json"
+    [entry] = Regex.run(~r/\{[^{}]*"peer":"127\.0\.0\.1:#{peer_port}"[^{}]*\}/, json)
+    assert entry =~ ~s("protocol":"binary")
+    assert entry =~ ~s("port":#{port})
+    assert entry =~ ~s("state":"open")
+    assert entry =~ ~s("frames_in":2)
+    assert entry =~ ~s("frames_out":2)
+    assert entry =~ ~s("pending_bytes":0)
+    assert entry =~ ~r/"age_ms":\d+/
+    assert entry =~ ~r/"bytes_in":[1-9]/
+    refute json =~ "<0."
+
+    [table] = Regex.run(~r{<table id="clients">.*?</table>}s, html)
+
+    assert table =~
+             ~r{<tr><td class="name">127\.0\.0\.1:#{peer_port}</td><td>binary</td><td>#{port}</td><td>open</td>}
+
+    RawClient.close(c)
   end
 
   test "other paths are not found, other methods not allowed, / leads to /status", %{url: url} do

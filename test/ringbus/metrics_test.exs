@@ -166,6 +166,23 @@ defmodule Ringbus.MetricsTest do
     RespClient.close(r)
   end
 
+  test "a client that does not read shows the output waiting for it as pending_bytes" do
+    server = start_supervised!({Ringbus.Server, port: 0})
+    :ok = Ringbus.create("unread", capacity: 300)
+    c = RawClient.hello!(Ringbus.Server.port(server)) |> elem(0)
+    {{:subscribed, 1, _}, c} = RawClient.call(c, {:subscribe, 1, "unread", :latest, 200, 10})
+    {:ok, {_, peer_port}} = :inet.sockname(c.socket)
+    # More than loopback's socket buffers take: the rest waits in the server.
+    {:ok, _} = Ringbus.push_many("unread", List.duplicate(:binary.copy("x", 65_536), 200))
+
+    pending = fn ->
+      Enum.find(Ringbus.Server.clients(), &(&1.peer == "127.0.0.1:#{peer_port}")).pending_bytes
+    end
+
+    assert Ringbus.Test.Eventually.eventually(fn -> pending.() > 1_000_000 end)
+    RawClient.close(c)
+  end
+
   test "labels are escaped, and names that are not UTF-8 text are inspected" do
     :ok = Ringbus.create(~s(quote"back\\slash), capacity: 1)
     :ok = Ringbus.create(<<255, 0>>, capacity: 1)

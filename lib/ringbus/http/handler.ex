@@ -10,6 +10,7 @@ defmodule Ringbus.HTTP.Handler do
   #   GET /status        HTML page, reloads itself
   #   GET /status.json   the same data as JSON
   #   GET /status.txt    the same data as terminal tables
+  #   GET /connections.json  every client connection (Ringbus.Server.clients/0)
   #   GET /              redirects to /status
   #
   # Other paths get 404, other methods 405.
@@ -61,6 +62,9 @@ defmodule Ringbus.HTTP.Handler do
       "/status.txt" ->
         ok("text/plain; charset=utf-8", StatusText.render(status(config)))
 
+      "/connections.json" ->
+        ok("application/json", JSON.encode(connections()))
+
       "/" ->
         {302, [{"location", "/status"}, {"content-length", "0"}], []}
 
@@ -78,6 +82,13 @@ defmodule Ringbus.HTTP.Handler do
     table = :httpd_util.lookup(config, :ringbus_history)
     interval = :httpd_util.lookup(config, :ringbus_interval, 1000)
     Status.build(Metrics.snapshot(), History.read(table), interval)
+  end
+
+  defp connections do
+    %{
+      node: node(),
+      connections: Enum.map(Ringbus.Server.clients(), &Status.client/1)
+    }
   end
 
   defp ok(type, body), do: response(200, type, body)

@@ -39,6 +39,7 @@ defmodule Ringbus.HTTP.StatusPage do
       groups(status.groups),
       "<h2>Connections</h2>\n",
       servers(status.servers, status.sample_interval_ms),
+      clients(status.clients),
       "<h2>Cluster</h2>\n",
       cluster(status.cluster, status.sample_interval_ms),
       "</body></html>\n"
@@ -122,6 +123,34 @@ defmodule Ringbus.HTTP.StatusPage do
       end
 
     table("servers", header, rows)
+  end
+
+  # The page lists the oldest connections; /connections.json lists them all.
+  @clients_shown 100
+
+  defp clients([]), do: none("clients", "No client connected.")
+
+  defp clients(clients) do
+    {shown, rest} = Enum.split(clients, @clients_shown)
+
+    rows =
+      for c <- shown do
+        [c.peer, c.protocol, c.port, c.state, duration(div(c.age_ms, 1000))] ++
+          [duration(div(c.idle_ms, 1000)), c.frames_in, c.frames_out, bytes(c.bytes_in)] ++
+          [bytes(c.bytes_out), bytes(c.pending_bytes)]
+      end
+
+    header =
+      ~w(client protocol port state age idle) ++
+        ["frames in", "frames out", "bytes in", "bytes out", "pending"]
+
+    [
+      table("clients", header, rows),
+      if(rest != [],
+        do: "<p class=\"none\">The oldest #{@clients_shown}; all in /connections.json.</p>\n",
+        else: []
+      )
+    ]
   end
 
   defp cluster(nil, _interval), do: none("cluster", "Not in a cluster.")

@@ -27,6 +27,7 @@ defmodule Ringbus.Metrics.Status do
       subscriptions: subscriptions(snapshot.channels),
       servers: Enum.map(snapshot.servers, &server(&1, history)),
       groups: Map.get(snapshot, :groups, []),
+      clients: snapshot |> Map.get(:connections, []) |> Enum.map(&client/1),
       cluster: cluster(snapshot.cluster, history)
     }
   end
@@ -66,6 +67,20 @@ defmodule Ringbus.Metrics.Status do
         lost: sub.lost
       }
     end
+  end
+
+  @doc "A connection of `Ringbus.Server.clients/0` as the views show it: no pid, no socket."
+  @spec client(map()) :: map()
+  def client(c) do
+    c
+    |> Map.take(
+      ~w(id port peer age_ms idle_ms frames_in frames_out bytes_in bytes_out pending_bytes)a
+    )
+    |> Map.merge(%{
+      protocol: Atom.to_string(c.protocol),
+      kind: Atom.to_string(c.kind),
+      state: Atom.to_string(c.state)
+    })
   end
 
   defp server(%{protocol: protocol, port: port, counts: counts}, history) do
