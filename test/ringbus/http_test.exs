@@ -118,7 +118,7 @@ defmodule Ringbus.HTTPTest do
     [table] = Regex.run(~r{<table id="groups">.*?</table>}s, html)
 
     assert table =~
-             ~r{<tr><td class="name">orders</td><td>billing</td><td>#{port}</td><td>2</td><td>2</td><td>2</td><td>[\d.]+ s</td><td>0</td><td>0</td></tr>}
+             ~r{<tr><td class="name">orders</td><td class="name">billing</td><td>#{port}</td><td>2</td><td>2</td><td>2</td><td>[\d.]+ s</td><td>0</td><td>0</td></tr>}
 
     {200, _, json} = get(url <> "/status.json")
     assert json =~ ~s("group":"billing")
@@ -156,7 +156,7 @@ defmodule Ringbus.HTTPTest do
     [table] = Regex.run(~r{<table id="clients">.*?</table>}s, html)
 
     assert table =~
-             ~r{<tr><td class="name">127\.0\.0\.1:#{peer_port}</td><td>binary</td><td>#{port}</td><td>open</td>}
+             ~r{<tr><td class="name">127\.0\.0\.1:#{peer_port}</td><td class="name">binary</td><td>#{port}</td><td>open</td>}
 
     RawClient.close(c)
   end

@@ -42,6 +42,7 @@ defmodule Ringbus.Metrics.Status do
       len: info[:len],
       capacity: info[:capacity],
       held_bytes: info[:bytes],
+      max_bytes: info[:max_bytes],
       pushed: info[:pushed],
       pulled: info[:pulled],
       overwritten: info[:overwritten],
