@@ -183,6 +183,64 @@ defmodule Ringbus.MetricsTest do
     RawClient.close(c)
   end
 
+  test "push-to-ack time is a Prometheus histogram per listener, one observation per push" do
+    server = start_supervised!({Ringbus.Server, port: 0, resp_port: 0})
+    port = Ringbus.Server.port(server)
+    resp_port = Ringbus.Server.port(server, :resp)
+    :ok = Ringbus.create("timed", capacity: 100)
+
+    c = RawClient.hello!(port) |> elem(0)
+    # Three pushes in one write: one read, three acks, timed once.
+    RawClient.send_frames(c, for(i <- 1..3, do: {:push, i, :ack, "timed", "m"}))
+    {[{:push_acks, 3, _}], c} = RawClient.recv(c, 1)
+
+    r = RespClient.connect!(resp_port)
+
+    :ok =
+      RespClient.send_commands(r, [~w(XADD timed * f 1), ~w(XADD timed 5-0 f 2), ~w(XLEN timed)])
+
+    {["4-0", "5-0", 5], r} = RespClient.recv(r, 3)
+
+    binary = ~s(protocol="binary",port="#{port}")
+    resp = ~s(protocol="resp",port="#{resp_port}")
+
+    text = fn -> IO.iodata_to_binary(Metrics.prometheus(Metrics.snapshot())) end
+
+    assert Ringbus.Test.Eventually.eventually(fn ->
+             t = text.()
+
+             t =~ ~s(ringbus_server_push_ack_seconds_count{#{binary}} 3\n) and
+               t =~ ~s(ringbus_server_push_ack_seconds_count{#{resp}} 2\n)
+           end)
+
+    t = text.()
+    sample(t, "# TYPE ringbus_server_push_ack_seconds histogram\n")
+    sample(t, ~s(ringbus_server_push_ack_seconds_bucket{#{binary},le="+Inf"} 3\n))
+    sample(t, ~s(ringbus_server_push_ack_seconds_bucket{#{resp},le="+Inf"} 2\n))
+    sample(t, ~s(ringbus_server_push_ack_seconds_bucket{#{binary},le="1.0e-6"} ))
+    assert t =~ ~r/ringbus_server_push_ack_seconds_sum\{#{binary}\} \d/
+
+    # Buckets are cumulative: each holds at least the one before.
+    counts =
+      Regex.scan(~r/ringbus_server_push_ack_seconds_bucket\{#{binary},le="[^"]+"\} (\d+)/, t,
+        capture: :all_but_first
+      )
+      |> Enum.map(fn [n] -> String.to_integer(n) end)
+
+    assert length(counts) == 26
+    assert counts == Enum.sort(counts)
+    assert {"", 0} = Promtool.check(t)
+
+    RawClient.close(c)
+    RespClient.close(r)
+  end
+
+  test "a time falls in the least power-of-2 µs bucket that holds it" do
+    alias Ringbus.Server.Stats
+    assert Enum.map([0, 1, 2, 3, 4, 5, 1024, 1025], &Stats.bucket/1) == [0, 0, 1, 2, 2, 3, 10, 11]
+    assert Stats.bucket(1_000_000_000) == 25
+  end
+
   test "labels are escaped, and names that are not UTF-8 text are inspected" do
     :ok = Ringbus.create(~s(quote"back\\slash), capacity: 1)
     :ok = Ringbus.create(<<255, 0>>, capacity: 1)

@@ -5,8 +5,9 @@ defmodule Ringbus.Metrics.Prometheus do
   # and its samples. Pure: a snapshot in, iodata out.
   #
   # A source of figures is one function here, `samples(section, snapshot)`,
-  # which returns `{family, labels, value}` triples, and its families in
-  # `@families`. A value that is not a number (a figure a subscription did
+  # which returns `{family, labels, value}` triples (or `{family, name,
+  # labels, value}` for a histogram's `_bucket`, `_sum` and `_count`), and
+  # its families in `@families`. A value that is not a number (a figure a subscription did
   # not give in time, a field an older info map lacks) is left out.
 
   # {name, type, help, labels}, in the order they are written.
@@ -58,6 +59,9 @@ defmodule Ringbus.Metrics.Prometheus do
     {"ringbus_server_received_bytes_total", :counter, "Bytes read from clients.",
      ~w(protocol port)},
     {"ringbus_server_sent_bytes_total", :counter, "Bytes written to clients.", ~w(protocol port)},
+    {"ringbus_server_push_ack_seconds", :histogram,
+     "Server time from the read that carried a push (binary PUSH, RESP XADD) to the write " <>
+       "of its ack; buckets are powers of 2 microseconds.", ~w(protocol port)},
     {"ringbus_server_errors_total", :counter,
      "Errors sent to clients, by error code: the binary protocol's ERROR frames and " <>
        "failed push acks, RESP's error replies (ERR, NOGROUP, ...; other for the rest).",
@@ -156,8 +160,12 @@ defmodule Ringbus.Metrics.Prometheus do
     samples =
       @sections
       |> Enum.flat_map(&samples(&1, snapshot))
-      |> Enum.filter(fn {_family, _labels, value} -> is_number(value) end)
-      |> Enum.group_by(&elem(&1, 0))
+      |> Enum.map(fn
+        {family, labels, value} -> {family, family, labels, value}
+        named -> named
+      end)
+      |> Enum.filter(fn {_family, _name, _labels, value} -> is_number(value) end)
+      |> Enum.group_by(&elem(&1, 0), &Tuple.delete_at(&1, 0))
 
     for {name, type, help, _labels} <- @families, family = samples[name], family != nil do
       [
@@ -202,7 +210,8 @@ defmodule Ringbus.Metrics.Prometheus do
         for(state <- [:handshaking, :open], do: conns(labels, state, counts[state])),
         for({family, field} <- @server_fields, do: {family, labels, counts[field]}),
         for({reason, n} <- Enum.sort(counts.closed), do: closed(labels, reason, n)),
-        for({code, n} <- Enum.sort(counts.errors), do: errors(labels, code, n))
+        for({code, n} <- Enum.sort(counts.errors), do: errors(labels, code, n)),
+        histogram("ringbus_server_push_ack_seconds", labels, counts[:push_ack])
       ])
     end)
   end
@@ -256,6 +265,22 @@ defmodule Ringbus.Metrics.Prometheus do
         end)
     ]
   end
+
+  # A histogram of µs counts, in seconds: cumulative buckets, sum, count.
+  defp histogram(_family, _labels, nil), do: []
+
+  defp histogram(family, labels, %{buckets: buckets, sum_us: sum, count: count}) do
+    Enum.map(buckets, fn {le, n} ->
+      {family, family <> "_bucket", labels ++ [le: le(le)], n}
+    end) ++
+      [
+        {family, family <> "_sum", labels, sum / 1_000_000},
+        {family, family <> "_count", labels, count}
+      ]
+  end
+
+  defp le(:infinity), do: "+Inf"
+  defp le(us), do: :erlang.float_to_binary(us / 1_000_000, [:short])
 
   defp conns(labels, state, n), do: {"ringbus_server_connections", labels ++ [state: state], n}
 

@@ -211,10 +211,13 @@ defmodule Ringbus.Resp.Connection do
   ## Reads
 
   defp read(data, state) do
+    # XADD replies are timed from here (ringbus_server_push_ack_seconds).
+    arrived = System.monotonic_time()
+
     case Parser.feed(state.parser, data) do
       {:ok, commands, parser} ->
         %{state | parser: parser}
-        |> counted(commands, data)
+        |> counted(commands, data, arrived)
         |> run(commands)
         |> after_read(commands != [])
 
@@ -226,8 +229,8 @@ defmodule Ringbus.Resp.Connection do
   end
 
   # The commands of a read count in, and their replies out.
-  defp counted(state, commands, data) do
-    stats = Stats.read(state.stats, commands, byte_size(data))
+  defp counted(state, commands, data, arrived \\ System.monotonic_time()) do
+    stats = Stats.read(state.stats, commands, byte_size(data), arrived)
     %{state | stats: Stats.replied(stats, stats.frames_in - state.stats.frames_in)}
   end
 
@@ -237,7 +240,9 @@ defmodule Ringbus.Resp.Connection do
   # Queues what the session wrote, and follows its status: {:ok, state} or
   # the stop after QUIT.
   defp after_session(state, {status, out, session}) do
-    state = state |> Map.put(:session, session) |> opened() |> unlimit() |> write(out)
+    {acks, session} = Session.take_acks(session)
+    state = %{state | session: session, stats: Stats.acked(state.stats, acks)}
+    state = state |> opened() |> unlimit() |> write(out)
 
     case status do
       :ok -> {:ok, cancel_timer(state)}

@@ -58,7 +58,9 @@ defmodule Ringbus.Resp.Session do
     name: nil,
     # While a command waits: what it waits for, and the commands after it.
     blocked: nil,
-    queued: []
+    queued: [],
+    # XADDs answered since the connection last took the count (take_acks/1).
+    acks: 0
   ]
 
   @type t :: %__MODULE__{config: Config.t()}
@@ -118,14 +120,15 @@ defmodule Ringbus.Resp.Session do
   defp run([[name | args] = command | rest], s, batch, out, n) do
     case StreamCommands.batchable(name, args, s) do
       {:ok, key, entry} when batch != nil and elem(batch, 0) == key ->
-        run(rest, s, StreamCommands.add(batch, entry), out, n + 1)
+        run(rest, %{s | acks: s.acks + 1}, StreamCommands.add(batch, entry), out, n + 1)
 
       {:ok, key, entry} ->
         out = flush(s, batch, out)
-        run(rest, s, StreamCommands.batch(key, entry), out, n + 1)
+        run(rest, %{s | acks: s.acks + 1}, StreamCommands.batch(key, entry), out, n + 1)
 
       :no ->
         out = flush(s, batch, out)
+        s = if xadd?(name), do: %{s | acks: s.acks + 1}, else: s
 
         case execute(command, s) do
           {reply, s} ->
@@ -150,6 +153,12 @@ defmodule Ringbus.Resp.Session do
     count(s, n)
     {:ok, flush(s, batch, out), s}
   end
+
+  defp xadd?(name), do: byte_size(name) == 4 and upcase(name) == "XADD"
+
+  @doc "The XADDs answered since the last call, and the session with the count reset."
+  @spec take_acks(t()) :: {non_neg_integer(), t()}
+  def take_acks(%__MODULE__{acks: n} = s), do: {n, %{s | acks: 0}}
 
   defp flush(_s, nil, out), do: out
 

@@ -105,6 +105,8 @@ defmodule Ringbus.Server.Connection do
   end
 
   def handle_info({tag, socket, data}, %{socket: socket} = state) when tag in [:tcp, :ssl] do
+    # Acks are timed from here (ringbus_server_push_ack_seconds).
+    arrived = System.monotonic_time()
     state = busy(state, data)
 
     case Decoder.feed(state.decoder, data) do
@@ -112,7 +114,7 @@ defmodule Ringbus.Server.Connection do
         state = %{
           state
           | decoder: decoder,
-            stats: Stats.read(state.stats, frames, byte_size(data))
+            stats: Stats.read(state.stats, frames, byte_size(data), arrived)
         }
 
         frames |> run(state) |> after_read(frames != [])

@@ -19,6 +19,12 @@ defmodule Ringbus.Server.Stats do
   #                                      RESP, error replies by their code
   #                                      (ERR, NOGROUP, ...; see resp_codes/0)
   #   closed, one per reason             see `close_reasons/0`
+  #   push_ack histogram                 server time from the read that
+  #                                      carried pushes (XADDs) to the write
+  #                                      of their acks: one bucket per power
+  #                                      of 2 µs, its sum and count, added
+  #                                      once per read with the read's
+  #                                      number of acks as weight
   #
   # Each connection also keeps a `t:tally/0` of its own, which becomes the
   # line it logs when it closes, and publishes its figures in a small
@@ -58,7 +64,12 @@ defmodule Ringbus.Server.Stats do
   # counts as "other", so the families stay bounded.
   @resp_codes ~w(ERR NOAUTH NOPERM NOGROUP BUSYGROUP WRONGPASS NOPROTO WRONGTYPE other)
 
+  # Histogram buckets: le = 2^i µs for i in 0..@top, then +Inf.
+  @top 24
+  @histogram Enum.map(0..(@top + 1), &{:ack_bucket, &1}) ++ [:ack_sum_us, :ack_count]
+
   @slots (@names ++
+            @histogram ++
             Enum.map(@codes, &{:error, &1}) ++
             Enum.map(@resp_codes, &{:resp_error, &1}) ++
             Enum.map(@close_reasons, &{:closed, &1}))
@@ -92,7 +103,9 @@ defmodule Ringbus.Server.Stats do
           frames_out: non_neg_integer(),
           bytes_in: non_neg_integer(),
           bytes_out: non_neg_integer(),
-          reason: atom() | nil
+          reason: atom() | nil,
+          arrived: integer() | nil,
+          acks: non_neg_integer()
         }
 
   @doc "A server's counters, all zero."
@@ -138,9 +151,21 @@ defmodule Ringbus.Server.Stats do
         else: Map.new(@codes, &{&1, get(counters, {:error, &1})})
 
     Map.merge(base, %{
+      push_ack: histogram(counters),
       errors: errors,
       closed: Map.new(@close_reasons, &{&1, get(counters, {:closed, &1})})
     })
+  end
+
+  # Cumulative buckets as Prometheus wants them: [{le_us | :infinity, count}].
+  defp histogram(counters) do
+    {buckets, _} =
+      Enum.map_reduce(0..(@top + 1), 0, fn i, total ->
+        total = total + get(counters, {:ack_bucket, i})
+        {{if(i > @top, do: :infinity, else: Bitwise.bsl(1, i)), total}, total}
+      end)
+
+    %{buckets: buckets, sum_us: get(counters, :ack_sum_us), count: get(counters, :ack_count)}
   end
 
   defp get(counters, key), do: :counters.get(counters, Map.fetch!(@slots, key))
@@ -186,7 +211,9 @@ defmodule Ringbus.Server.Stats do
       frames_out: 0,
       bytes_in: 0,
       bytes_out: 0,
-      reason: nil
+      reason: nil,
+      arrived: nil,
+      acks: 0
     }
   end
 
@@ -254,16 +281,19 @@ defmodule Ringbus.Server.Stats do
     %{tally | state: :open}
   end
 
-  @doc "A read of `bytes` bytes held `frames` (the frames the session is about to walk)."
-  @spec read(tally(), [term()], non_neg_integer()) :: tally()
-  def read(tally, frames, bytes) do
+  @doc """
+  A read of `bytes` bytes held `frames` (the frames the session is about to
+  walk); it `arrived` at that monotonic time (native units).
+  """
+  @spec read(tally(), [term()], non_neg_integer(), integer()) :: tally()
+  def read(tally, frames, bytes, arrived \\ System.monotonic_time()) do
     n = frames_in(frames, 0)
     add(tally.counters, :frames_in, n)
     add(tally.counters, :bytes_in, bytes)
     :counters.add(tally.own, @own.frames_in, n)
     :counters.add(tally.own, @own.bytes_in, bytes)
     :counters.put(tally.own, @own.last_read, System.monotonic_time(:millisecond))
-    %{tally | frames_in: tally.frames_in + n, bytes_in: tally.bytes_in + bytes}
+    %{tally | frames_in: tally.frames_in + n, bytes_in: tally.bytes_in + bytes, arrived: arrived}
   end
 
   # A group of PUSHes the decoder took together counts as its frames.
@@ -277,24 +307,24 @@ defmodule Ringbus.Server.Stats do
   """
   @spec wrote(tally(), [tuple()]) :: tally()
   def wrote(tally, frames) do
-    n = wrote(tally.counters, frames, 0)
+    {n, acks} = wrote(tally.counters, frames, 0, 0)
     add(tally.counters, :frames_out, n)
     :counters.add(tally.own, @own.frames_out, n)
-    %{tally | frames_out: tally.frames_out + n}
+    %{tally | frames_out: tally.frames_out + n, acks: tally.acks + acks}
   end
 
-  defp wrote(counters, [{:error, _corr, code, _message} | rest], n) do
+  defp wrote(counters, [{:error, _corr, code, _message} | rest], n, acks) do
     error(counters, code)
-    wrote(counters, rest, n + 1)
+    wrote(counters, rest, n + 1, acks)
   end
 
-  defp wrote(counters, [{:push_acks, _count, acks} | rest], n) do
+  defp wrote(counters, [{:push_acks, count, acks} | rest], n, acked) do
     ack_errors(counters, acks)
-    wrote(counters, rest, n + 1)
+    wrote(counters, rest, n + 1, acked + count)
   end
 
-  defp wrote(counters, [_frame | rest], n), do: wrote(counters, rest, n + 1)
-  defp wrote(_counters, [], n), do: n
+  defp wrote(counters, [_frame | rest], n, acks), do: wrote(counters, rest, n + 1, acks)
+  defp wrote(_counters, [], n, acks), do: {n, acks}
 
   defp ack_errors(counters, [{_corr, {:error, code}} | rest]) do
     error(counters, code)
@@ -333,14 +363,44 @@ defmodule Ringbus.Server.Stats do
     %{tally | frames_out: tally.frames_out + count}
   end
 
-  @doc "`bytes` bytes went to the socket."
+  @doc "`count` push acks (RESP: XADD replies) are among the replies of the last read."
+  @spec acked(tally(), non_neg_integer()) :: tally()
+  def acked(tally, 0), do: tally
+  def acked(tally, count), do: %{tally | acks: tally.acks + count}
+
+  @doc """
+  `bytes` bytes went to the socket. The acks among them are timed from
+  their read's arrival, once for the read, weighted by their count.
+  """
   @spec flushed(tally(), non_neg_integer()) :: tally()
   def flushed(tally, bytes) do
     add(tally.counters, :bytes_out, bytes)
     :counters.add(tally.own, @own.bytes_out, bytes)
     :counters.put(tally.own, @own.pending, 0)
-    %{tally | bytes_out: tally.bytes_out + bytes}
+    tally = %{tally | bytes_out: tally.bytes_out + bytes}
+
+    case tally do
+      %{acks: 0} -> tally
+      %{arrived: nil} -> %{tally | acks: 0}
+      %{acks: n, arrived: at} -> observe(tally, System.monotonic_time() - at, n)
+    end
   end
+
+  defp observe(tally, native, n) do
+    us = max(System.convert_time_unit(native, :native, :microsecond), 0)
+    add(tally.counters, {:ack_bucket, bucket(us)}, n)
+    add(tally.counters, :ack_sum_us, us * n)
+    add(tally.counters, :ack_count, n)
+    %{tally | acks: 0}
+  end
+
+  @doc false
+  # The bucket of `us` µs: the least i with us <= 2^i, or @top + 1 (+Inf).
+  def bucket(us) when us <= 1, do: 0
+  def bucket(us), do: min(bits(us - 1, 0), @top + 1)
+
+  defp bits(0, n), do: n
+  defp bits(x, n), do: bits(Bitwise.bsr(x, 1), n + 1)
 
   @doc "The connection holds `bytes` of output not yet written."
   @spec pending(tally(), non_neg_integer()) :: tally()
