@@ -278,6 +278,25 @@ defmodule Ringbus.MetricsTest do
     assert {"", 0} = Promtool.check(text)
   end
 
+  test "README's Operating Ringbus lists every family, in full or by its suffix" do
+    [_, section] = String.split(File.read!("README.md"), "## Operating Ringbus", parts: 2)
+    [section | _] = String.split(section, "\n## ", parts: 2)
+
+    prefixes =
+      ~w(ringbus_channel ringbus_subscription ringbus_server ringbus_resp_group ringbus_vm) ++
+        ~w(ringbus_cluster_link ringbus_cluster)
+
+    for family <- Ringbus.Metrics.Prometheus.family_names() do
+      suffixes =
+        for p <- prefixes,
+            String.starts_with?(family, p <> "_"),
+            do: "`" <> String.replace_prefix(family, p, "") <> "`"
+
+      assert Enum.any?(["`#{family}`" | suffixes], &String.contains?(section, &1)),
+             "README's Operating Ringbus does not list #{family}"
+    end
+  end
+
   test "the module doc lists every family" do
     {:docs_v1, _, _, _, %{"en" => doc}, _, _} = Code.fetch_docs(Ringbus.Metrics)
 
