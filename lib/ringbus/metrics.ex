@@ -207,9 +207,10 @@ defmodule Ringbus.Metrics do
     next = Map.new(channels, &{&1.name, &1.info[:next_seq]})
     now = System.system_time(:millisecond)
 
-    for %{protocol: :resp, port: port, groups: table} <- Directory.servers(),
-        table != nil,
-        g <- Ringbus.Resp.Groups.summary(table) do
+    # The RESP front end gives its groups through its listener's figures.
+    for %{port: port, figures: figures} <- Directory.servers(),
+        figures != nil,
+        g <- Map.get(figures.(), :groups, []) do
       %{
         port: port,
         stream: label(g.stream),

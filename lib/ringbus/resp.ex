@@ -50,7 +50,7 @@ defmodule Ringbus.Resp do
       port: config.resp_port,
       connection: {Ringbus.Resp.Connection, {config, context}},
       busy: "-ERR max number of clients reached\r\n",
-      groups: context.groups
+      figures: fn -> %{groups: Ringbus.Resp.Groups.summary(context.groups)} end
     }
   end
 end

@@ -3,7 +3,8 @@ defmodule Ringbus.Server.Directory do
   # The servers listening on this node and their connections, for
   # `Ringbus.Metrics` and `Ringbus.Server.clients/0` to find. Each server's
   # listener registers here, with the protocol it speaks, its port, its
-  # `Ringbus.Server.Stats` counters and (RESP) its consumer groups' table;
+  # `Ringbus.Server.Stats` counters and its protocol's figures function
+  # (`Ringbus.Server.Protocol`);
   # each connection registers once it has its socket, with its peer and the
   # counters it publishes. Both drop out when their process exits. A
   # `Registry`: written when a process starts, read from ETS by the caller,
@@ -13,12 +14,13 @@ defmodule Ringbus.Server.Directory do
   def child_spec(_arg), do: Registry.child_spec(keys: :duplicate, name: __MODULE__)
 
   @doc """
-  Lists the calling listener's server until the listener exits; `groups` is
-  a RESP listener's consumer groups' table (nil for others).
+  Lists the calling listener's server until the listener exits; `figures`
+  is its protocol's figures function, or nil.
   """
-  @spec register(atom(), :inet.port_number(), :counters.counters_ref(), term()) :: :ok
-  def register(protocol, port, counters, groups \\ nil) do
-    {:ok, _owner} = Registry.register(__MODULE__, :servers, {protocol, port, counters, groups})
+  @spec register(atom(), :inet.port_number(), :counters.counters_ref(), (() -> map()) | nil) ::
+          :ok
+  def register(protocol, port, counters, figures \\ nil) do
+    {:ok, _owner} = Registry.register(__MODULE__, :servers, {protocol, port, counters, figures})
     :ok
   end
 
@@ -39,14 +41,14 @@ defmodule Ringbus.Server.Directory do
             protocol: atom(),
             port: :inet.port_number(),
             counters: :counters.counters_ref(),
-            groups: term()
+            figures: (() -> map()) | nil
           }
         ]
   def servers do
     __MODULE__
     |> Registry.lookup(:servers)
-    |> Enum.map(fn {_listener, {protocol, port, counters, groups}} ->
-      %{protocol: protocol, port: port, counters: counters, groups: groups}
+    |> Enum.map(fn {_listener, {protocol, port, counters, figures}} ->
+      %{protocol: protocol, port: port, counters: counters, figures: figures}
     end)
     |> Enum.sort_by(&{&1.protocol, &1.port})
   end
