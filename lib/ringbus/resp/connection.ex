@@ -228,11 +228,20 @@ defmodule Ringbus.Resp.Connection do
     end
   end
 
-  # The commands of a read count in, and their replies out.
+  # The commands of a read count in, and their replies out; its XADDs are
+  # timed from its arrival to the write that follows it (an XADD queued
+  # behind a waiting XREAD BLOCK is answered later than that write).
   defp counted(state, commands, data, arrived \\ System.monotonic_time()) do
     stats = Stats.read(state.stats, commands, byte_size(data), arrived)
+    stats = Stats.acked(stats, xadds(commands, 0))
     %{state | stats: Stats.replied(stats, stats.frames_in - state.stats.frames_in)}
   end
+
+  defp xadds([[name | _] | rest], n) when byte_size(name) == 4,
+    do: xadds(rest, if(String.upcase(name) == "XADD", do: n + 1, else: n))
+
+  defp xadds([_ | rest], n), do: xadds(rest, n)
+  defp xadds([], n), do: n
 
   defp run(state, []), do: {:ok, state}
   defp run(state, commands), do: after_session(state, Session.handle(commands, state.session))
@@ -240,9 +249,7 @@ defmodule Ringbus.Resp.Connection do
   # Queues what the session wrote, and follows its status: {:ok, state} or
   # the stop after QUIT.
   defp after_session(state, {status, out, session}) do
-    {acks, session} = Session.take_acks(session)
-    state = %{state | session: session, stats: Stats.acked(state.stats, acks)}
-    state = state |> opened() |> unlimit() |> write(out)
+    state = state |> Map.put(:session, session) |> opened() |> unlimit() |> write(out)
 
     case status do
       :ok -> {:ok, cancel_timer(state)}

@@ -25,7 +25,7 @@ defmodule Ringbus.Resp.Session do
   # answered in order, as the binary server stores a run of pushes.
 
   alias Ringbus.Resp.{Commands, Encoder, GroupCommands, Groups, StreamCommands}
-  alias Ringbus.Server.{Auth, Config, Stats}
+  alias Ringbus.Server.{Auth, Config}
 
   import Commands,
     only: [
@@ -58,9 +58,7 @@ defmodule Ringbus.Resp.Session do
     name: nil,
     # While a command waits: what it waits for, and the commands after it.
     blocked: nil,
-    queued: [],
-    # XADDs answered since the connection last took the count (take_acks/1).
-    acks: 0
+    queued: []
   ]
 
   @type t :: %__MODULE__{config: Config.t()}
@@ -120,15 +118,14 @@ defmodule Ringbus.Resp.Session do
   defp run([[name | args] = command | rest], s, batch, out, n) do
     case StreamCommands.batchable(name, args, s) do
       {:ok, key, entry} when batch != nil and elem(batch, 0) == key ->
-        run(rest, %{s | acks: s.acks + 1}, StreamCommands.add(batch, entry), out, n + 1)
+        run(rest, s, StreamCommands.add(batch, entry), out, n + 1)
 
       {:ok, key, entry} ->
         out = flush(s, batch, out)
-        run(rest, %{s | acks: s.acks + 1}, StreamCommands.batch(key, entry), out, n + 1)
+        run(rest, s, StreamCommands.batch(key, entry), out, n + 1)
 
       :no ->
         out = flush(s, batch, out)
-        s = if xadd?(name), do: %{s | acks: s.acks + 1}, else: s
 
         case execute(command, s) do
           {reply, s} ->
@@ -154,12 +151,6 @@ defmodule Ringbus.Resp.Session do
     {:ok, flush(s, batch, out), s}
   end
 
-  defp xadd?(name), do: byte_size(name) == 4 and upcase(name) == "XADD"
-
-  @doc "The XADDs answered since the last call, and the session with the count reset."
-  @spec take_acks(t()) :: {non_neg_integer(), t()}
-  def take_acks(%__MODULE__{acks: n} = s), do: {n, %{s | acks: 0}}
-
   defp flush(_s, nil, out), do: out
 
   defp flush(s, batch, out) do
@@ -169,14 +160,11 @@ defmodule Ringbus.Resp.Session do
   defp count(_s, 0), do: :ok
   defp count(s, n), do: :counters.add(s.context.stats, @commands_processed, n)
 
-  # Error replies are counted by code in the server's figures, as the
-  # binary protocol's ERROR frames are.
-  defp encode(s, {:error, text} = reply) do
-    Stats.resp_error(s.config.counters, text)
+  defp encode(s, reply) do
+    # Error replies count by code in the server's figures, as ERROR frames do.
+    with {:error, text} <- reply, do: Ringbus.Server.Stats.resp_error(s.config.counters, text)
     Encoder.encode(reply, s.proto)
   end
-
-  defp encode(s, reply), do: Encoder.encode(reply, s.proto)
 
   defp execute([name | args], s) do
     case Commands.lookup(name) do
