@@ -7,10 +7,10 @@ defmodule Ringbus.HTTP.Handler do
   # minute is read from the endpoint's ETS table, named in the httpd config.
   #
   #   GET /metrics       Prometheus text format
+  #   GET /connections.json  every client connection (Ringbus.Server.clients/0)
   #   GET /status        HTML page, reloads itself
   #   GET /status.json   the same data as JSON
   #   GET /status.txt    the same data as terminal tables
-  #   GET /connections.json  every client connection (Ringbus.Server.clients/0)
   #   GET /              redirects to /status
   #
   # Other paths get 404, other methods 405.
@@ -53,6 +53,9 @@ defmodule Ringbus.HTTP.Handler do
       "/metrics" ->
         ok("text/plain; version=0.0.4; charset=utf-8", Metrics.prometheus(Metrics.snapshot()))
 
+      "/connections.json" ->
+        ok("application/json", JSON.encode(connections()))
+
       "/status" ->
         ok("text/html; charset=utf-8", StatusPage.render(status(config)))
 
@@ -61,9 +64,6 @@ defmodule Ringbus.HTTP.Handler do
 
       "/status.txt" ->
         ok("text/plain; charset=utf-8", StatusText.render(status(config)))
-
-      "/connections.json" ->
-        ok("application/json", JSON.encode(connections()))
 
       "/" ->
         {302, [{"location", "/status"}, {"content-length", "0"}], []}

@@ -97,6 +97,7 @@ defmodule Ringbus.Server.Stats do
           own: counters(),
           peer: String.t(),
           kind: :tcp | :tls,
+          protocol: atom(),
           state: :handshaking | :open,
           since: integer(),
           frames_in: non_neg_integer(),
@@ -178,8 +179,8 @@ defmodule Ringbus.Server.Stats do
   A connection of `protocol` has its socket: counts it as handshaking, lists
   it in the directory and logs the line that says so.
   """
-  @spec opened(counters(), :tcp | :tls, term(), atom()) :: tally()
-  def opened(counters, kind, socket, protocol) do
+  @spec opened(counters(), atom(), :tcp | :tls, term()) :: tally()
+  def opened(counters, protocol, kind, socket) do
     add(counters, :handshaking, 1)
     peer = peer(kind, socket)
     Logger.info("Ringbus connection from #{peer} opened (#{kind})")
@@ -205,6 +206,7 @@ defmodule Ringbus.Server.Stats do
       counters: counters,
       peer: peer,
       kind: kind,
+      protocol: protocol,
       state: :handshaking,
       since: System.monotonic_time(:millisecond),
       frames_in: 0,
