@@ -46,11 +46,11 @@ defmodule Ringbus.Resp do
     context = Ringbus.Resp.Session.context()
 
     %Protocol{
+      figures: fn -> %{groups: Ringbus.Resp.Groups.summary(context.groups)} end,
       name: :resp,
       port: config.resp_port,
       connection: {Ringbus.Resp.Connection, {config, context}},
-      busy: "-ERR max number of clients reached\r\n",
-      figures: fn -> %{groups: Ringbus.Resp.Groups.summary(context.groups)} end
+      busy: "-ERR max number of clients reached\r\n"
     }
   end
 end
