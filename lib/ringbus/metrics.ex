@@ -12,7 +12,10 @@ defmodule Ringbus.Metrics do
 
   Nothing here goes through a shared process. Channel figures are read from
   their `:atomics`; server figures from each server's `:counters`, found in
-  `Ringbus.Server.Directory`; VM figures from `:erlang`. Subscriptions
+  `Ringbus.Server.Directory`; each connection's from the counters it
+  publishes there (`Ringbus.Server.clients/0`), so a busy connection is
+  never waited for; RESP consumer groups from their ETS table, through the
+  RESP listener's entry in the directory; VM figures from `:erlang`. Subscriptions
   register nowhere, so each is asked for its lag and losses
   (`Ringbus.subscriptions/2`), all of a snapshot's within one deadline
   (`:timeout`): a busy subscription is listed without figures rather than
