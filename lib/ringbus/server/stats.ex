@@ -396,8 +396,8 @@ defmodule Ringbus.Server.Stats do
     %{tally | acks: 0}
   end
 
-  @doc false
-  # The bucket of `us` µs: the least i with us <= 2^i, or @top + 1 (+Inf).
+  @doc "The histogram bucket of `us` µs: the least `i` with `us <= 2^i`, or 25 (+Inf)."
+  @spec bucket(non_neg_integer()) :: non_neg_integer()
   def bucket(us) when us <= 1, do: 0
   def bucket(us), do: min(bits(us - 1, 0), @top + 1)
 
