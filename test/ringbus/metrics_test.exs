@@ -168,12 +168,14 @@ defmodule Ringbus.MetricsTest do
 
   test "a client that does not read shows the output waiting for it as pending_bytes" do
     server = start_supervised!({Ringbus.Server, port: 0})
-    :ok = Ringbus.create("unread", capacity: 300)
+    :ok = Ringbus.create("unread", capacity: 600)
     c = RawClient.hello!(Ringbus.Server.port(server)) |> elem(0)
-    {{:subscribed, 1, _}, c} = RawClient.call(c, {:subscribe, 1, "unread", :latest, 200, 10})
+    {{:subscribed, 1, _}, c} = RawClient.call(c, {:subscribe, 1, "unread", :latest, 600, 10})
     {:ok, {_, peer_port}} = :inet.sockname(c.socket)
-    # More than loopback's socket buffers take: the rest waits in the server.
-    {:ok, _} = Ringbus.push_many("unread", List.duplicate(:binary.copy("x", 65_536), 200))
+    # More than loopback's socket buffers take at their largest (net.ipv4's
+    # tcp_wmem and tcp_rmem maxima, 4 + 32 MiB by default): the rest waits in
+    # the server.
+    {:ok, _} = Ringbus.push_many("unread", List.duplicate(:binary.copy("x", 65_536), 600))
 
     pending = fn ->
       Enum.find(Ringbus.Server.clients(), &(&1.peer == "127.0.0.1:#{peer_port}")).pending_bytes
