@@ -360,6 +360,11 @@ defmodule Ringbus do
     * `:credit` - the credit to start with, at most `:max_credit`.
       Defaults to `:max_credit`.
     * `:max_batch` - messages in one batch, at most. Defaults to `256`.
+    * `:name` - what metrics and the status page call the subscriber (a
+      UTF-8 string of 1 to 128 bytes), e.g. `"billing-worker"`. Without
+      one, a subscriber that is a server connection is called by its
+      client's address, a registered process by its name, any other
+      `"embedded"`. Defaults to `nil`.
   """
   @spec subscribe(name(), Subscription.options()) ::
           {:ok, subscription()} | {:error, :no_channel | node_error()}
@@ -380,6 +385,7 @@ defmodule Ringbus do
 
     * `:subscription` - its process
     * `:subscriber` - the process it delivers to
+    * `:name` - the `:name` it was given, or nil
     * `:cursor` - the next seq it will send
     * `:lag` - messages pushed that it has not sent yet
     * `:credit` - messages it may still send before the subscriber acks

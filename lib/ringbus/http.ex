@@ -6,11 +6,20 @@ defmodule Ringbus.HTTP do
     * `GET /metrics` - every figure of `Ringbus.Metrics` in the Prometheus
       text format, for a scraper.
     * `GET /status` - an HTML page that reloads itself every 2 seconds: per
-      channel its figures and sparklines of its push and pull rates and
-      largest subscriber lag over the last minute, then the subscriptions,
-      the connections per server (with a sparkline of those open) and the
-      cluster's links. No script and no external asset: it works offline.
+      channel its figures (bytes held against `max_bytes` among them) and
+      sparklines of its push and pull rates and largest subscriber lag over
+      the last minute, then the subscriptions (named as in
+      `Ringbus.Metrics.subscriber_labels/2`), the RESP consumer groups, the
+      connections per server (with a sparkline of those open), the clients
+      (the oldest 100 of `GET /connections.json`) and the cluster's links.
+      No script and no external asset: it works offline, and it fits a
+      window 1280 px wide.
     * `GET /status.json` - the same data as JSON.
+    * `GET /connections.json` - every client connection of the node's
+      servers (`Ringbus.Server.clients/0`): peer, protocol, age, idle
+      time, frames and bytes in and out, pending output; like Redis's
+      `CLIENT LIST` and NATS's `/connz`. Read from counters the
+      connections publish, so a busy connection delays nothing.
     * `GET /status.txt` - the same data as tables for a terminal, which
       `mix ringbus.stats` and `Ringbus.Release.stats/1` print.
 

@@ -12,7 +12,10 @@ defmodule Ringbus.Metrics do
 
   Nothing here goes through a shared process. Channel figures are read from
   their `:atomics`; server figures from each server's `:counters`, found in
-  `Ringbus.Server.Directory`; VM figures from `:erlang`. Subscriptions
+  `Ringbus.Server.Directory`; each connection's from the counters it
+  publishes there (`Ringbus.Server.clients/0`), so a busy connection is
+  never waited for; RESP consumer groups from their ETS table, through the
+  RESP listener's entry in the directory; VM figures from `:erlang`. Subscriptions
   register nowhere, so each is asked for its lag and losses
   (`Ringbus.subscriptions/2`), all of a snapshot's within one deadline
   (`:timeout`): a busy subscription is listed without figures rather than
@@ -22,9 +25,22 @@ defmodule Ringbus.Metrics do
   ## Metric families
 
   Counters end in `_total`; every family has HELP and TYPE lines. Labels:
-  `channel` (a binary name as is, any other name inspected), `subscription`
-  (the subscription's pid), `protocol` and `port` (a listening server),
-  `code` (an error's name), `reason`, `state`, `kind`, `node`.
+  `channel` (a binary name as is, any other name inspected), `subscriber`
+  (the name a subscription was given, else its client's `ip:port` for a
+  network subscriber; see `subscriber_labels/2`), `protocol` and `port` (a
+  listening server),
+  `code` (an error's name), `reason`, `state`, `kind`, `node`, `stream`
+  and `group` (a RESP consumer group), and `le` (a histogram's bucket).
+
+  ## Histograms
+
+  `ringbus_server_push_ack_seconds` is a Prometheus histogram
+  (`_bucket{le=...}`, `_sum`, `_count`) with a fixed layout: one bucket per
+  power of 2 microseconds, from 1 µs to 2^24 µs (about 17 s), then `+Inf`.
+  Its buckets are `:counters` slots in the server's array, bumped by the
+  connection process itself, once per read: a read's pushes share its
+  arrival time, so the observation counts as many times as the read had
+  acks, at the cost of one clock read and three counter adds.
 
   #{Ringbus.Metrics.Prometheus.families_doc()}
   """
@@ -38,6 +54,8 @@ defmodule Ringbus.Metrics do
           at: integer(),
           channels: [channel()],
           servers: [server()],
+          connections: [map()],
+          groups: [group()],
           vm: map(),
           cluster: map() | nil
         }
@@ -46,13 +64,34 @@ defmodule Ringbus.Metrics do
   One channel: its name, the name as labels and pages show it (a binary as
   is, any other term inspected), its `Ringbus.info/1` map (read by field
   name, so fields added later pass through) and its subscriptions' figures
-  (`Ringbus.subscriptions/2`).
+  (`Ringbus.subscriptions/2`), each with the `:label` it is shown by (see
+  `subscriber_labels/2`) and `:via`, how its subscriber gets its messages
+  (`:binary`, `:resp` or `:embedded`).
   """
   @type channel :: %{
           name: Ringbus.name(),
           label: String.t(),
           info: map(),
           subscriptions: [map()]
+        }
+
+  @typedoc """
+  One RESP consumer group (`docs/RESP.md`) of a RESP listener on `port`:
+  its stream and name, its pending entries, its lag (entries in the stream
+  after the last one it was given; nil when the stream is gone), its
+  consumers, and how long ago its least recently active consumer was seen
+  (ms; nil with no consumer).
+  """
+  @type group :: %{
+          port: :inet.port_number(),
+          stream: String.t(),
+          group: String.t(),
+          pending: non_neg_integer(),
+          lag: non_neg_integer() | nil,
+          consumers: non_neg_integer(),
+          idle_ms: non_neg_integer() | nil,
+          lost: non_neg_integer(),
+          dropped: non_neg_integer()
         }
 
   @typedoc "One listening server: its protocol, port and `Ringbus.Server.stats/1`-like counts."
@@ -72,13 +111,17 @@ defmodule Ringbus.Metrics do
   def snapshot(opts \\ []) do
     opts = Ringbus.Options.validate!(opts, [timeout: 100, subscriptions: 1000], "metrics")
     deadline = System.monotonic_time(:millisecond) + opts[:timeout]
+    connections = Ringbus.Server.clients()
+    channels = channels(deadline, opts[:subscriptions], connections)
 
     %{
       node: node(),
       version: to_string(Application.spec(:ringbus, :vsn) || "unknown"),
       at: System.system_time(:millisecond),
-      channels: channels(deadline, opts[:subscriptions]),
+      channels: channels,
       servers: servers(),
+      connections: connections,
+      groups: groups(channels),
       vm: vm(),
       cluster: cluster()
     }
@@ -90,7 +133,9 @@ defmodule Ringbus.Metrics do
 
   ## Sources
 
-  defp channels(deadline, limit) do
+  defp channels(deadline, limit, connections) do
+    peers = Map.new(connections, &{&1.pid, {&1.protocol, &1.peer}})
+
     Ringbus.channels()
     |> Enum.map(&{label(&1), &1})
     |> Enum.sort()
@@ -99,6 +144,7 @@ defmodule Ringbus.Metrics do
       with {:ok, info} <- Ringbus.info(name),
            timeout = max(deadline - System.monotonic_time(:millisecond), 0),
            {:ok, subs} <- Ringbus.subscriptions(name, timeout: timeout, limit: limit) do
+        subs = subscriber_labels(subs, peers)
         [%{name: name, label: label, info: info, subscriptions: subs}]
       else
         _ -> []
@@ -114,10 +160,73 @@ defmodule Ringbus.Metrics do
       else: inspect(name)
   end
 
+  @doc """
+  Names a channel's subscriptions (`Ringbus.subscriptions/2`) the way an
+  operator knows them, never by a pid: by the `:name` given to
+  `Ringbus.subscribe/2`; else, for a subscriber that is a server
+  connection, by its client's address (`peers` maps connection pids to
+  `{protocol, "ip:port"}`); else by the subscriber's registered name, or
+  `"embedded"` (`"unanswered"` for one that gave no figures). Where two
+  subscriptions of the channel get the same name, the later ones (by
+  process) get `" #2"`, `" #3"`, ..., so each labels one series.
+  """
+  @spec subscriber_labels([map()], %{pid() => {atom(), String.t()}}) :: [map()]
+  def subscriber_labels(subs, peers) do
+    subs
+    |> Enum.map(&Map.merge(&1, name_of(&1, peers)))
+    |> Enum.sort_by(&{&1.label, &1.subscription})
+    |> Enum.chunk_by(& &1.label)
+    |> Enum.flat_map(fn [_ | rest] = same ->
+      numbered = Enum.with_index(rest, 2)
+      [hd(same) | Enum.map(numbered, fn {sub, i} -> %{sub | label: "#{sub.label} ##{i}"} end)]
+    end)
+  end
+
+  defp name_of(%{subscriber: pid} = sub, peers) do
+    case peers do
+      %{^pid => {protocol, peer}} -> %{label: sub[:name] || peer, via: protocol}
+      _ -> %{label: sub[:name] || process_name(pid), via: :embedded}
+    end
+  end
+
+  defp process_name(nil), do: "unanswered"
+
+  defp process_name(pid) when node(pid) == node() do
+    case Process.info(pid, :registered_name) do
+      {:registered_name, name} when is_atom(name) and name != [] -> inspect(name)
+      _ -> "embedded"
+    end
+  end
+
+  defp process_name(pid), do: "embedded on #{node(pid)}"
+
   defp servers do
     for %{protocol: protocol, port: port, counters: counters} <- Directory.servers() do
-      %{protocol: protocol, port: port, counts: Stats.counts(counters)}
+      %{protocol: protocol, port: port, counts: Stats.counts(counters, protocol)}
     end
+  end
+
+  defp groups(channels) do
+    next = Map.new(channels, &{&1.name, &1.info[:next_seq]})
+    now = System.system_time(:millisecond)
+
+    # The RESP front end gives its groups through its listener's figures.
+    for %{port: port, figures: figures} <- Directory.servers(),
+        figures != nil,
+        g <- Map.get(figures.(), :groups, []) do
+      %{
+        port: port,
+        stream: label(g.stream),
+        group: label(g.group),
+        pending: g.pending,
+        lag: if(n = next[g.stream], do: max(n - (g.last + 1), 0)),
+        consumers: g.consumers,
+        idle_ms: if(g.oldest_seen, do: max(now - g.oldest_seen, 0)),
+        lost: g.lost,
+        dropped: g.dropped
+      }
+    end
+    |> Enum.sort_by(&{&1.port, &1.stream, &1.group})
   end
 
   defp vm do

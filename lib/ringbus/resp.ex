@@ -47,6 +47,7 @@ defmodule Ringbus.Resp do
     context = Ringbus.Resp.Session.context()
 
     %Protocol{
+      figures: fn -> %{groups: Ringbus.Resp.Groups.summary(context.groups)} end,
       name: :resp,
       port: config.resp_port,
       # Redis's `timeout 0`: RESP clients idle as long as they like, by default.

@@ -164,6 +164,33 @@ defmodule Ringbus.Server do
     counts |> Map.take([:accepted, :accept_errors, :refused]) |> Map.put(:connections, active)
   end
 
+  @doc """
+  Every client connection of every server on this node, like Redis's
+  `CLIENT LIST` or NATS's `/connz`: one map per connection, oldest first.
+
+    * `:id` - a number unique on this node, growing with each connection
+    * `:pid` - its process
+    * `:protocol` (`:binary` or `:resp`) and `:port` - the listener it came to
+    * `:peer` - the client's address, `"ip:port"`
+    * `:kind` - `:tcp` or `:tls`
+    * `:state` - `:handshaking` (before HELLO, or AUTH when required) or `:open`
+    * `:age_ms` - since it was accepted; `:idle_ms` - since its last read
+    * `:frames_in`, `:frames_out` - frames (RESP: commands and replies)
+    * `:bytes_in`, `:bytes_out`
+    * `:pending_bytes` - output written by the server and not yet taken by
+      the kernel: the connection's buffer and, on TCP, its socket's queue
+
+  It asks no connection: each publishes these in counters of its own as it
+  reads and writes, so a busy connection delays nothing. A connection that
+  is still in its TLS handshake is not listed yet.
+  """
+  @spec clients() :: [map()]
+  def clients do
+    Ringbus.Server.Directory.connections()
+    |> Enum.map(fn {pid, info} -> Stats.connection(pid, info) end)
+    |> Enum.sort_by(& &1.id)
+  end
+
   @doc "The processes of a listener's connections open now, one per client."
   @spec connections(Supervisor.supervisor(), protocol()) :: [pid()]
   def connections(server, protocol \\ :binary) do

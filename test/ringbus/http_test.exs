@@ -5,7 +5,7 @@ defmodule Ringbus.HTTPTest do
 
   import Ringbus.Test.Eventually
 
-  alias Ringbus.Test.Promtool
+  alias Ringbus.Test.{Promtool, RawClient, RespClient}
 
   setup do
     server = start_supervised!({Ringbus.Server, port: 0})
@@ -83,6 +83,82 @@ defmodule Ringbus.HTTPTest do
     {200, _, json} = get(url <> "/status.json")
     [rates] = Regex.run(~r/"push_rate":\[([^\]]*)\]/, json, capture: :all_but_first)
     rates |> String.split(",", trim: true) |> Enum.map(&String.to_float/1)
+  end
+
+  test "RESP consumer groups in /metrics and in /status's groups table", %{url: url} do
+    resp = start_supervised!({Ringbus.Server, port: 0, resp_port: 0}, id: :resp)
+    port = Ringbus.Server.port(resp, :resp)
+    c = RespClient.connect!(port)
+
+    for id <- ~w(1 2 3 4) do
+      {[_], _} = RespClient.call(c, ~w(XADD orders * n #{id}))
+    end
+
+    {[{:simple, "OK"}], c} = RespClient.call(c, ~w(XGROUP CREATE orders billing 0))
+    {[{:simple, "OK"}], c} = RespClient.call(c, ~w(XGROUP CREATE orders idle $))
+    {[[_]], c} = RespClient.call(c, ~w(XREADGROUP GROUP billing alice COUNT 3 STREAMS orders >))
+    {[[_]], c} = RespClient.call(c, ~w(XREADGROUP GROUP billing bob COUNT 1 STREAMS orders 0))
+    {[1], c} = RespClient.call(c, ~w(XACK orders billing 1-0))
+    {[_], c} = RespClient.call(c, ~w(XADD orders * n 5))
+
+    {200, _, body} = get(url <> "/metrics")
+    billing = ~s(port="#{port}",stream="orders",group="billing")
+    idle = ~s(port="#{port}",stream="orders",group="idle")
+    # 3 delivered, 1 acked; 2 of 5 entries not yet delivered to the group.
+    assert body =~ ~s(ringbus_resp_group_pending_entries{#{billing}} 2\n)
+    assert body =~ ~s(ringbus_resp_group_lag_messages{#{billing}} 2\n)
+    assert body =~ ~s(ringbus_resp_group_consumers{#{billing}} 2\n)
+    assert body =~ ~r/ringbus_resp_group_max_idle_seconds\{#{billing}\} \d+\.\d+\n/
+    assert body =~ ~s(ringbus_resp_group_lag_messages{#{idle}} 1\n)
+    assert body =~ ~s(ringbus_resp_group_consumers{#{idle}} 0\n)
+    refute body =~ ~s(ringbus_resp_group_max_idle_seconds{#{idle}})
+    assert {"", 0} = Promtool.check(body)
+
+    {200, _, html} = get(url <> "/status")
+    [table] = Regex.run(~r{<table id="groups">.*?</table>}s, html)
+
+    assert table =~
+             ~r{<tr><td class="name">orders</td><td class="name">billing</td><td>#{port}</td><td>2</td><td>2</td><td>2</td><td>[\d.]+ s</td><td>0</td><td>0</td></tr>}
+
+    {200, _, json} = get(url <> "/status.json")
+    assert json =~ ~s("group":"billing")
+    RespClient.close(c)
+  end
+
+  test "GET /connections.json and /status's clients table list each connection", %{
+    url: url,
+    server: server
+  } do
+    port = Ringbus.Server.port(server)
+    {c, _limits} = RawClient.hello!(port)
+    {:ok, {_, peer_port}} = :inet.sockname(c.socket)
+    {{:pong, 1}, c} = RawClient.call(c, {:ping, 1})
+    # A connection that cannot answer (suspended) does not hold the page up.
+    [pid] = Ringbus.Server.connections(server)
+    :ok = :sys.suspend(pid)
+
+    {200, headers, json} = get(url <> "/connections.json")
+    {200, _, html} = get(url <> "/status")
+    :ok = :sys.resume(pid)
+
+    assert headers["content-type"] == "application/json"
+    [entry] = Regex.run(~r/\{[^{}]*"peer":"127\.0\.0\.1:#{peer_port}"[^{}]*\}/, json)
+    assert entry =~ ~s("protocol":"binary")
+    assert entry =~ ~s("port":#{port})
+    assert entry =~ ~s("state":"open")
+    assert entry =~ ~s("frames_in":2)
+    assert entry =~ ~s("frames_out":2)
+    assert entry =~ ~s("pending_bytes":0)
+    assert entry =~ ~r/"age_ms":\d+/
+    assert entry =~ ~r/"bytes_in":[1-9]/
+    refute json =~ "<0."
+
+    [table] = Regex.run(~r{<table id="clients">.*?</table>}s, html)
+
+    assert table =~
+             ~r{<tr><td class="name">127\.0\.0\.1:#{peer_port}</td><td class="name">binary</td><td>#{port}</td><td>open</td>}
+
+    RawClient.close(c)
   end
 
   test "other paths are not found, other methods not allowed, / leads to /status", %{url: url} do

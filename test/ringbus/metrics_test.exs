@@ -4,7 +4,7 @@ defmodule Ringbus.MetricsTest do
   use ExUnit.Case, async: false
 
   alias Ringbus.Metrics
-  alias Ringbus.Test.Promtool
+  alias Ringbus.Test.{Promtool, RawClient, RespClient}
 
   setup do
     on_exit(fn -> Enum.each(Ringbus.channels(), &Ringbus.delete/1) end)
@@ -24,7 +24,7 @@ defmodule Ringbus.MetricsTest do
     {:ok, 1, "bb"} = Ringbus.pull("metrics")
     {:ok, 0} = Ringbus.push("rejects", "x")
     {:error, :full} = Ringbus.push("rejects", "y")
-    {:ok, sub} = Ringbus.subscribe("metrics", from: 0, max_credit: 1)
+    {:ok, sub} = Ringbus.subscribe("metrics", from: 0, max_credit: 1, name: "audit")
     assert_receive {:ringbus, ^sub, [{2, "ccc"}], 2}
     {:ok, client} = Ringbus.Client.connect(port: port)
 
@@ -51,17 +51,8 @@ defmodule Ringbus.MetricsTest do
     sample(text, ~s(ringbus_channel_subscriptions{channel="metrics"} 1\n))
     assert text =~ ~r/ringbus_channel_held_bytes\{channel="metrics"\} \d+\n/
 
-    sub_label = List.to_string(:erlang.pid_to_list(elem(sub, 0)))
-
-    sample(
-      text,
-      ~s(ringbus_subscription_lag_messages{channel="metrics",subscription="#{sub_label}"} 1\n)
-    )
-
-    sample(
-      text,
-      ~s(ringbus_subscription_lost_total{channel="metrics",subscription="#{sub_label}"} 2\n)
-    )
+    sample(text, ~s(ringbus_subscription_lag_messages{channel="metrics",subscriber="audit"} 1\n))
+    sample(text, ~s(ringbus_subscription_lost_total{channel="metrics",subscriber="audit"} 2\n))
 
     labels = ~s(protocol="binary",port="#{port}")
     sample(text, ~s(ringbus_server_connections{#{labels},state="open"} 1\n))
@@ -79,6 +70,177 @@ defmodule Ringbus.MetricsTest do
 
     assert {"", 0} = Promtool.check(text)
     Ringbus.Client.close(client)
+  end
+
+  test "subscriptions are labelled by the name given, or the client's address, never a pid" do
+    server = start_supervised!({Ringbus.Server, port: 0, resp_port: 0})
+    :ok = Ringbus.create("named", capacity: 10)
+    {:ok, _} = Ringbus.subscribe("named", name: "billing-worker")
+    # Two subscriptions with no name get one name each.
+    {:ok, _} = Ringbus.subscribe("named")
+    {:ok, _} = Ringbus.subscribe("named")
+
+    c = RawClient.hello!(Ringbus.Server.port(server)) |> elem(0)
+    {{:subscribed, 1, _}, c} = RawClient.call(c, {:subscribe, 1, "named", :latest, 10, 10})
+    {:ok, {_, binary_port}} = :inet.sockname(c.socket)
+
+    r = RespClient.connect!(Ringbus.Server.port(server, :resp))
+    :ok = RespClient.send_commands(r, [~w(XREAD BLOCK 0 STREAMS named $)])
+    {:ok, {_, resp_port}} = :inet.sockname(r.socket)
+
+    assert Ringbus.Test.Eventually.eventually(fn ->
+             {:ok, subs} = Ringbus.subscriptions("named")
+             length(subs) == 5
+           end)
+
+    snapshot = Metrics.snapshot()
+    text = IO.iodata_to_binary(Metrics.prometheus(snapshot))
+
+    lags =
+      Regex.scan(
+        ~r/ringbus_subscription_lag_messages\{channel="named",subscriber="([^"]*)"\}/,
+        text,
+        capture: :all_but_first
+      )
+      |> List.flatten()
+      |> Enum.sort()
+
+    assert lags ==
+             Enum.sort([
+               "billing-worker",
+               "embedded",
+               "embedded #2",
+               "127.0.0.1:#{binary_port}",
+               "127.0.0.1:#{resp_port}"
+             ])
+
+    refute text =~ "<0."
+    assert {"", 0} = Promtool.check(text)
+
+    status = Ringbus.Metrics.Status.build(snapshot, %{}, 1000)
+
+    vias =
+      for s <- status.subscriptions, s.channel == "named", into: %{}, do: {s.subscriber, s.via}
+
+    assert vias["127.0.0.1:#{binary_port}"] == "binary"
+    assert vias["127.0.0.1:#{resp_port}"] == "resp"
+    assert vias["billing-worker"] == "embedded"
+
+    assert_raise ArgumentError, ~r/:name/, fn -> Ringbus.subscribe("named", name: "") end
+    RawClient.close(c)
+    RespClient.close(r)
+  end
+
+  test "Ringbus.Server.clients/0 lists each connection with its peer and figures, asking none" do
+    server = start_supervised!({Ringbus.Server, port: 0, resp_port: 0})
+    :ok = Ringbus.create("listed", capacity: 10)
+
+    c = RawClient.hello!(Ringbus.Server.port(server)) |> elem(0)
+    {{:push_acks, 1, [{1, {:ok, 0}}]}, c} = RawClient.call(c, {:push, 1, :ack, "listed", "hello"})
+    {:ok, {_, binary_port}} = :inet.sockname(c.socket)
+
+    r = RespClient.connect!(Ringbus.Server.port(server, :resp))
+    {[1], r} = RespClient.call(r, ~w(XLEN listed))
+    {:ok, {_, resp_port}} = :inet.sockname(r.socket)
+
+    # A connection that is suspended cannot answer anything: it is listed all the same.
+    [pid] = Ringbus.Server.connections(server, :resp)
+    :ok = :sys.suspend(pid)
+
+    clients = Ringbus.Server.clients()
+    binary = Enum.find(clients, &(&1.peer == "127.0.0.1:#{binary_port}"))
+    resp = Enum.find(clients, &(&1.peer == "127.0.0.1:#{resp_port}"))
+    :ok = :sys.resume(pid)
+
+    assert %{protocol: :binary, kind: :tcp, state: :open, frames_in: 2, frames_out: 2} = binary
+    assert binary.port == Ringbus.Server.port(server)
+    assert binary.bytes_in > 0 and binary.bytes_out > 0 and binary.pending_bytes == 0
+    assert is_integer(binary.age_ms) and binary.age_ms >= 0
+
+    assert %{protocol: :resp, state: :open, frames_in: 1, frames_out: 1, pid: ^pid} = resp
+    assert resp.bytes_in == IO.iodata_length(RespClient.encode(~w(XLEN listed)))
+    assert resp.bytes_out == byte_size(":1\r\n")
+    assert resp.id > binary.id
+
+    RawClient.close(c)
+    RespClient.close(r)
+  end
+
+  test "a client that does not read shows the output waiting for it as pending_bytes" do
+    server = start_supervised!({Ringbus.Server, port: 0})
+    :ok = Ringbus.create("unread", capacity: 600)
+    c = RawClient.hello!(Ringbus.Server.port(server)) |> elem(0)
+    {{:subscribed, 1, _}, c} = RawClient.call(c, {:subscribe, 1, "unread", :latest, 600, 10})
+    {:ok, {_, peer_port}} = :inet.sockname(c.socket)
+    # More than loopback's socket buffers take at their largest (net.ipv4's
+    # tcp_wmem and tcp_rmem maxima, 4 + 32 MiB by default): the rest waits in
+    # the server.
+    {:ok, _} = Ringbus.push_many("unread", List.duplicate(:binary.copy("x", 65_536), 600))
+
+    pending = fn ->
+      Enum.find(Ringbus.Server.clients(), &(&1.peer == "127.0.0.1:#{peer_port}")).pending_bytes
+    end
+
+    assert Ringbus.Test.Eventually.eventually(fn -> pending.() > 1_000_000 end)
+    RawClient.close(c)
+  end
+
+  test "push-to-ack time is a Prometheus histogram per listener, one observation per push" do
+    server = start_supervised!({Ringbus.Server, port: 0, resp_port: 0})
+    port = Ringbus.Server.port(server)
+    resp_port = Ringbus.Server.port(server, :resp)
+    :ok = Ringbus.create("timed", capacity: 100)
+
+    c = RawClient.hello!(port) |> elem(0)
+    # Three pushes in one write: one read, three acks, timed once.
+    RawClient.send_frames(c, for(i <- 1..3, do: {:push, i, :ack, "timed", "m"}))
+    {[{:push_acks, 3, _}], c} = RawClient.recv(c, 1)
+
+    r = RespClient.connect!(resp_port)
+
+    :ok =
+      RespClient.send_commands(r, [~w(XADD timed * f 1), ~w(XADD timed 5-0 f 2), ~w(XLEN timed)])
+
+    {["4-0", "5-0", 5], r} = RespClient.recv(r, 3)
+
+    binary = ~s(protocol="binary",port="#{port}")
+    resp = ~s(protocol="resp",port="#{resp_port}")
+
+    text = fn -> IO.iodata_to_binary(Metrics.prometheus(Metrics.snapshot())) end
+
+    assert Ringbus.Test.Eventually.eventually(fn ->
+             t = text.()
+
+             t =~ ~s(ringbus_server_push_ack_seconds_count{#{binary}} 3\n) and
+               t =~ ~s(ringbus_server_push_ack_seconds_count{#{resp}} 2\n)
+           end)
+
+    t = text.()
+    sample(t, "# TYPE ringbus_server_push_ack_seconds histogram\n")
+    sample(t, ~s(ringbus_server_push_ack_seconds_bucket{#{binary},le="+Inf"} 3\n))
+    sample(t, ~s(ringbus_server_push_ack_seconds_bucket{#{resp},le="+Inf"} 2\n))
+    sample(t, ~s(ringbus_server_push_ack_seconds_bucket{#{binary},le="1.0e-6"} ))
+    assert t =~ ~r/ringbus_server_push_ack_seconds_sum\{#{binary}\} \d/
+
+    # Buckets are cumulative: each holds at least the one before.
+    counts =
+      Regex.scan(~r/ringbus_server_push_ack_seconds_bucket\{#{binary},le="[^"]+"\} (\d+)/, t,
+        capture: :all_but_first
+      )
+      |> Enum.map(fn [n] -> String.to_integer(n) end)
+
+    assert length(counts) == 26
+    assert counts == Enum.sort(counts)
+    assert {"", 0} = Promtool.check(t)
+
+    RawClient.close(c)
+    RespClient.close(r)
+  end
+
+  test "a time falls in the least power-of-2 µs bucket that holds it" do
+    alias Ringbus.Server.Stats
+    assert Enum.map([0, 1, 2, 3, 4, 5, 1024, 1025], &Stats.bucket/1) == [0, 0, 1, 2, 2, 3, 10, 11]
+    assert Stats.bucket(1_000_000_000) == 25
   end
 
   test "labels are escaped, and names that are not UTF-8 text are inspected" do
@@ -116,6 +278,25 @@ defmodule Ringbus.MetricsTest do
     # A figure a link does not give is left out, not made up.
     refute text =~ ~s(ringbus_cluster_link_batches_total{node="c@host"})
     assert {"", 0} = Promtool.check(text)
+  end
+
+  test "README's Operating Ringbus lists every family, in full or by its suffix" do
+    [_, section] = String.split(File.read!("README.md"), "## Operating Ringbus", parts: 2)
+    [section | _] = String.split(section, "\n## ", parts: 2)
+
+    prefixes =
+      ~w(ringbus_channel ringbus_subscription ringbus_server ringbus_resp_group ringbus_vm) ++
+        ~w(ringbus_cluster_link ringbus_cluster)
+
+    for family <- Ringbus.Metrics.Prometheus.family_names() do
+      suffixes =
+        for p <- prefixes,
+            String.starts_with?(family, p <> "_"),
+            do: "`" <> String.replace_prefix(family, p, "") <> "`"
+
+      assert Enum.any?(["`#{family}`" | suffixes], &String.contains?(section, &1)),
+             "README's Operating Ringbus does not list #{family}"
+    end
   end
 
   test "the module doc lists every family" do

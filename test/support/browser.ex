@@ -5,8 +5,11 @@ defmodule Ringbus.Test.Browser do
   enough of PNG decoding to look at the pixels.
   """
 
-  @doc "The rendered DOM of `url`."
-  def dom(url), do: chromium(["--dump-dom", url])
+  @doc "The rendered DOM of `url`, in a window of `{width, height}` (Chromium's default: 800×600)."
+  def dom(url, size \\ nil) do
+    window = if size, do: ["--window-size=#{elem(size, 0)},#{elem(size, 1)}"], else: []
+    chromium(window ++ ["--dump-dom", url])
+  end
 
   @doc "Takes a `width`×`height` screenshot of `url` into `path`."
   def screenshot(url, path, {width, height}) do

@@ -57,6 +57,7 @@ defmodule Ringbus.Channel.Subscription do
   @type figures :: %{
           subscription: pid(),
           subscriber: pid() | nil,
+          name: String.t() | nil,
           cursor: non_neg_integer() | nil,
           lag: non_neg_integer() | nil,
           credit: non_neg_integer() | nil,
@@ -67,7 +68,8 @@ defmodule Ringbus.Channel.Subscription do
           from: non_neg_integer() | :earliest | :latest,
           max_credit: pos_integer(),
           credit: pos_integer(),
-          max_batch: pos_integer()
+          max_batch: pos_integer(),
+          name: String.t() | nil
         ]
 
   @doc "Validates subscription options, raising `ArgumentError` on bad ones."
@@ -76,7 +78,7 @@ defmodule Ringbus.Channel.Subscription do
     opts =
       Options.validate!(
         opts,
-        [:credit, from: :latest, max_credit: 1000, max_batch: 256],
+        [:credit, from: :latest, max_credit: 1000, max_batch: 256, name: nil],
         "subscription"
       )
 
@@ -85,6 +87,13 @@ defmodule Ringbus.Channel.Subscription do
       opts[:from],
       &(&1 in [:earliest, :latest] or (is_integer(&1) and &1 >= 0)),
       "a non-negative integer, :earliest or :latest"
+    )
+
+    Options.check!(
+      :name,
+      opts[:name],
+      &(&1 == nil or (is_binary(&1) and String.valid?(&1) and byte_size(&1) in 1..128)),
+      "nil or a UTF-8 string of 1 to 128 bytes"
     )
 
     opts = Keyword.put_new(opts, :credit, opts[:max_credit])
@@ -168,7 +177,15 @@ defmodule Ringbus.Channel.Subscription do
 
     for pid <- pids do
       Map.get_lazy(answers, pid, fn ->
-        %{subscription: pid, subscriber: nil, cursor: nil, lag: nil, credit: nil, lost: nil}
+        %{
+          subscription: pid,
+          subscriber: nil,
+          name: nil,
+          cursor: nil,
+          lag: nil,
+          credit: nil,
+          lost: nil
+        }
       end)
     end
   end
@@ -214,6 +231,7 @@ defmodule Ringbus.Channel.Subscription do
       credit: min(opts[:credit], opts[:max_credit]),
       max_credit: opts[:max_credit],
       max_batch: opts[:max_batch],
+      name: opts[:name],
       waiting?: false,
       stalled: nil,
       lost: 0
@@ -235,6 +253,7 @@ defmodule Ringbus.Channel.Subscription do
     figures = %{
       subscription: self(),
       subscriber: state.subscriber,
+      name: state.name,
       cursor: state.cursor,
       lag: max(Ring.next_seq(state.channel) - state.cursor, 0),
       credit: state.credit,

@@ -7,6 +7,7 @@ defmodule Ringbus.HTTP.Handler do
   # minute is read from the endpoint's ETS table, named in the httpd config.
   #
   #   GET /metrics       Prometheus text format
+  #   GET /connections.json  every client connection (Ringbus.Server.clients/0)
   #   GET /status        HTML page, reloads itself
   #   GET /status.json   the same data as JSON
   #   GET /status.txt    the same data as terminal tables
@@ -52,6 +53,9 @@ defmodule Ringbus.HTTP.Handler do
       "/metrics" ->
         ok("text/plain; version=0.0.4; charset=utf-8", Metrics.prometheus(Metrics.snapshot()))
 
+      "/connections.json" ->
+        ok("application/json", JSON.encode(connections()))
+
       "/status" ->
         ok("text/html; charset=utf-8", StatusPage.render(status(config)))
 
@@ -78,6 +82,13 @@ defmodule Ringbus.HTTP.Handler do
     table = :httpd_util.lookup(config, :ringbus_history)
     interval = :httpd_util.lookup(config, :ringbus_interval, 1000)
     Status.build(Metrics.snapshot(), History.read(table), interval)
+  end
+
+  defp connections do
+    %{
+      node: node(),
+      connections: Enum.map(Ringbus.Server.clients(), &Status.client/1)
+    }
   end
 
   defp ok(type, body), do: response(200, type, body)

@@ -8,8 +8,10 @@ defmodule Ringbus.HTTP.StatusPage do
   import Ringbus.HTTP.Units
 
   @refresh_seconds 2
-  @spark_width 120
-  @spark_height 24
+  # Narrow enough that the channels table, three sparklines wide, fits a
+  # 1280 px window (test/ringbus/http/status_page_browser_test.exs).
+  @spark_width 64
+  @spark_height 20
 
   @spec render(map()) :: iodata()
   def render(status) do
@@ -20,14 +22,16 @@ defmodule Ringbus.HTTP.StatusPage do
       <meta http-equiv="refresh" content="#{@refresh_seconds}">
       <title>Ringbus on #{h(status.node)}</title>
       <style>
-      body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222;background:#fafafa}
-      h1{font-size:1.4em;margin:0 0 .2em}h1 small{font-weight:normal;color:#666;font-size:.7em}
-      h2{font-size:1.1em;margin:1.4em 0 .4em}
-      table{border-collapse:collapse;background:#fff}
-      th,td{padding:.25em .6em;border-bottom:1px solid #e4e4e4;text-align:right;white-space:nowrap}
-      th{background:#f0f0f0;font-weight:600}td.name,th.name{text-align:left}
-      td.spark{text-align:left}td.spark svg{vertical-align:middle;margin-right:.4em}
-      .vm{color:#444}.none{color:#888}
+      body{font:13px/1.4 system-ui,sans-serif;margin:1.5em;color:#222;background:#fafafa}
+      h1{font-size:1.5em;margin:0 0 .2em}h1 small{font-weight:normal;color:#666;font-size:.6em}
+      h2{font-size:1.15em;margin:1.4em 0 .4em}h3{font-size:1em;margin:1em 0 .3em;color:#444}
+      table{border-collapse:collapse;background:#fff;max-width:100%}
+      th,td{padding:.25em .5em;border-bottom:1px solid #e4e4e4;text-align:right;white-space:nowrap}
+      th{background:#f0f0f0;font-weight:600;white-space:normal;vertical-align:bottom}
+      td.name,th.name{text-align:left}
+      td.name{white-space:normal;overflow-wrap:anywhere;min-width:6em;max-width:20em}
+      td.spark{text-align:left}td.spark svg{vertical-align:middle;margin-right:.3em}
+      .vm,.window{color:#444}.none{color:#888}
       </style></head><body>
       """,
       header(status),
@@ -35,8 +39,11 @@ defmodule Ringbus.HTTP.StatusPage do
       channels(status),
       "<h2>Subscriptions</h2>\n",
       subscriptions(status.subscriptions),
+      "<h2>Consumer groups</h2>\n",
+      groups(status.groups),
       "<h2>Connections</h2>\n",
       servers(status.servers, status.sample_interval_ms),
+      clients(status.clients),
       "<h2>Cluster</h2>\n",
       cluster(status.cluster, status.sample_interval_ms),
       "</body></html>\n"
@@ -57,42 +64,54 @@ defmodule Ringbus.HTTP.StatusPage do
   defp channels(%{channels: []}), do: none("channels", "No channels.")
 
   defp channels(%{channels: channels, sample_interval_ms: interval}) do
-    minute = window(interval)
-
     header =
-      ["channel", "len / capacity", "held", "pushed", "pulled", "overwritten", "rejected"] ++
-        ["push/s, #{minute}", "pull/s, #{minute}", "subs", "max lag, #{minute}", "lost"]
+      ["channel", "len / capacity", "held / max bytes", "pushed", "pulled", "overwritten"] ++
+        ["rejected", "push/s", "pull/s", "subs", "max lag", "lost"]
 
     rows =
       for c <- channels do
         {[" data-channel=\"", h(c.name), "\""],
          [
            c.name,
-           "#{c.len} / #{c.capacity}",
-           bytes(c.held_bytes),
-           c.pushed,
-           c.pulled,
-           c.overwritten,
-           c.rejected,
+           "#{count(c.len)} / #{count(c.capacity)}",
+           "#{bytes(c.held_bytes)} / #{if c.max_bytes, do: bytes(c.max_bytes), else: "no bound"}",
+           count(c.pushed),
+           count(c.pulled),
+           count(c.overwritten),
+           count(c.rejected),
            {:spark, c.push_rate, List.last(c.push_rate)},
            {:spark, c.pull_rate, List.last(c.pull_rate)},
            c.subscriptions,
-           {:spark, c.lag, c.max_lag},
-           c.lost
+           {:spark, c.lag, count(c.max_lag)},
+           count(c.lost)
          ]}
       end
 
-    table("channels", header, rows)
+    [
+      "<p class=\"window\">Rates and the largest subscriber lag over the #{window(interval)}.</p>\n",
+      table("channels", header, rows)
+    ]
   end
 
   defp subscriptions([]), do: none("subscriptions", "No subscriptions.")
 
   defp subscriptions(subs) do
-    rows =
-      for s <- subs,
-          do: [s.channel, s.subscription, s.subscriber || "busy", s.lag, s.credit, s.lost]
+    rows = for s <- subs, do: [s.channel, s.subscriber, s.via, s.lag, s.credit, s.lost]
 
-    table("subscriptions", ~w(channel subscription subscriber lag credit lost), rows)
+    table("subscriptions", ~w(channel subscriber via lag credit lost), rows, 3)
+  end
+
+  defp groups([]), do: none("groups", "No RESP consumer groups.")
+
+  defp groups(groups) do
+    rows =
+      for g <- groups do
+        idle = if g.idle_ms, do: "#{Float.round(g.idle_ms / 1000, 1)} s"
+        [g.stream, g.group, g.port, g.consumers, g.pending, g.lag, idle, g.lost, g.dropped]
+      end
+
+    header = ~w(stream group port consumers pending lag) ++ ["max idle", "lost", "dropped"]
+    table("groups", header, rows, 2)
   end
 
   defp servers([], _interval), do: none("servers", "No server listening.")
@@ -109,6 +128,35 @@ defmodule Ringbus.HTTP.StatusPage do
       end
 
     table("servers", header, rows)
+  end
+
+  # The page lists the oldest connections; /connections.json lists them all.
+  @clients_shown 100
+
+  defp clients([]), do: none("clients", "No client connected.")
+
+  defp clients(clients) do
+    {shown, rest} = Enum.split(clients, @clients_shown)
+
+    rows =
+      for c <- shown do
+        [c.peer, c.protocol, c.port, c.state, duration(div(c.age_ms, 1000))] ++
+          [duration(div(c.idle_ms, 1000)), c.frames_in, c.frames_out, bytes(c.bytes_in)] ++
+          [bytes(c.bytes_out), bytes(c.pending_bytes)]
+      end
+
+    header =
+      ~w(client protocol port state age idle) ++
+        ["frames in", "frames out", "bytes in", "bytes out", "pending"]
+
+    [
+      "<h3>Clients</h3>\n",
+      table("clients", header, rows, 2),
+      if(rest != [],
+        do: "<p class=\"none\">The oldest #{@clients_shown}; all in /connections.json.</p>\n",
+        else: []
+      )
+    ]
   end
 
   defp cluster(nil, _interval), do: none("cluster", "Not in a cluster.")
@@ -132,37 +180,38 @@ defmodule Ringbus.HTTP.StatusPage do
 
   ## Pieces
 
-  # A table: the first column names the row and reads left-aligned; a row
-  # is its cells, or {attributes of its <tr>, cells}; a cell is a value or
-  # {:spark, values, current}.
-  defp table(id, header, rows) do
-    [first | rest] = header
+  # A table: its first `names` columns hold text and read left-aligned, the
+  # others right; a row is its cells, or {attributes of its <tr>, cells}; a
+  # cell is a value or {:spark, values, current}.
+  defp table(id, header, rows, names \\ 1) do
+    {text, numbers} = Enum.split(header, names)
 
     [
       "<table id=\"",
       id,
-      "\"><thead><tr><th class=\"name\">",
-      h(first),
-      "</th>",
-      Enum.map(rest, &["<th>", h(&1), "</th>"]),
+      "\"><thead><tr>",
+      Enum.map(text, &["<th class=\"name\">", h(&1), "</th>"]),
+      Enum.map(numbers, &["<th>", h(&1), "</th>"]),
       "</tr></thead><tbody>\n",
-      Enum.map(rows, &row/1),
+      Enum.map(rows, &row(&1, names)),
       "</tbody></table>\n"
     ]
   end
 
-  defp row({attributes, [first | rest]}),
-    do: [
+  defp row({attributes, cells}, names) do
+    {text, numbers} = Enum.split(cells, names)
+
+    [
       "<tr",
       attributes,
-      "><td class=\"name\">",
-      h(first),
-      "</td>",
-      Enum.map(rest, &cell/1),
+      ">",
+      Enum.map(text, &["<td class=\"name\">", h(&1), "</td>"]),
+      Enum.map(numbers, &cell/1),
       "</tr>\n"
     ]
+  end
 
-  defp row(cells), do: row({"", cells})
+  defp row(cells, names), do: row({"", cells}, names)
 
   defp cell({:spark, values, current}),
     do: ["<td class=\"spark\">", sparkline(values), h(current), "</td>"]

@@ -9,6 +9,14 @@ defmodule Ringbus.HTTP.Units do
   def bytes(n) when n < 1024 * 1024 * 1024, do: "#{Float.round(n / 1024 / 1024, 1)} MiB"
   def bytes(n), do: "#{Float.round(n / 1024 / 1024 / 1024, 2)} GiB"
 
+  @doc "A count, exact below 100 000, else to three or four figures: `1.2 M`."
+  @spec count(integer() | nil) :: String.t()
+  def count(nil), do: ""
+  def count(n) when n < 100_000, do: Integer.to_string(n)
+  def count(n) when n < 1_000_000, do: "#{Float.round(n / 1000, 1)} k"
+  def count(n) when n < 1_000_000_000, do: "#{Float.round(n / 1_000_000, 1)} M"
+  def count(n), do: "#{Float.round(n / 1_000_000_000, 1)} G"
+
   @spec duration(non_neg_integer()) :: String.t()
   def duration(s) when s < 120, do: "#{s} s"
   def duration(s) when s < 7200, do: "#{div(s, 60)} min"

@@ -5,8 +5,9 @@ defmodule Ringbus.Metrics.Prometheus do
   # and its samples. Pure: a snapshot in, iodata out.
   #
   # A source of figures is one function here, `samples(section, snapshot)`,
-  # which returns `{family, labels, value}` triples, and its families in
-  # `@families`. A value that is not a number (a figure a subscription did
+  # which returns `{family, labels, value}` triples (or `{family, name,
+  # labels, value}` for a histogram's `_bucket`, `_sum` and `_count`), and
+  # its families in `@families`. A value that is not a number (a figure a subscription did
   # not give in time, a field an older info map lacks) is left out.
 
   # {name, type, help, labels}, in the order they are written.
@@ -34,13 +35,13 @@ defmodule Ringbus.Metrics.Prometheus do
     # Subscriptions: Ringbus.subscriptions/2.
     {"ringbus_subscription_lag_messages", :gauge,
      "Messages pushed to the channel that the subscription has not sent yet.",
-     ~w(channel subscription)},
+     ~w(channel subscriber)},
     {"ringbus_subscription_credit_messages", :gauge,
      "Messages the subscription may still send before its subscriber acks.",
-     ~w(channel subscription)},
+     ~w(channel subscriber)},
     {"ringbus_subscription_lost_total", :counter,
      "Messages the subscription missed: overwritten or pulled before it read them.",
-     ~w(channel subscription)},
+     ~w(channel subscriber)},
     # Servers: Ringbus.Server.Stats, one set per listening port.
     {"ringbus_server_connections", :gauge,
      "Connections now, by state: handshaking (before HELLO) or open.", ~w(protocol port state)},
@@ -58,9 +59,28 @@ defmodule Ringbus.Metrics.Prometheus do
     {"ringbus_server_received_bytes_total", :counter, "Bytes read from clients.",
      ~w(protocol port)},
     {"ringbus_server_sent_bytes_total", :counter, "Bytes written to clients.", ~w(protocol port)},
+    {"ringbus_server_push_ack_seconds", :histogram,
+     "Server time from the read that carried a push (binary PUSH, RESP XADD) to the write " <>
+       "of its ack; buckets are powers of 2 microseconds.", ~w(protocol port)},
     {"ringbus_server_errors_total", :counter,
-     "Errors sent to clients (ERROR frames and failed push acks), by error code.",
+     "Errors sent to clients, by error code: the binary protocol's ERROR frames and " <>
+       "failed push acks, RESP's error replies (ERR, NOGROUP, ...; other for the rest).",
      ~w(protocol port code)},
+    # RESP consumer groups, per RESP listener (port), stream and group.
+    {"ringbus_resp_group_pending_entries", :gauge,
+     "Entries delivered to the group's consumers and not acked (its PEL).",
+     ~w(port stream group)},
+    {"ringbus_resp_group_lag_messages", :gauge,
+     "Entries in the stream after the last one delivered to the group.", ~w(port stream group)},
+    {"ringbus_resp_group_consumers", :gauge, "Consumers of the group.", ~w(port stream group)},
+    {"ringbus_resp_group_max_idle_seconds", :gauge,
+     "Seconds since the group's least recently active consumer last read or claimed.",
+     ~w(port stream group)},
+    {"ringbus_resp_group_lost_total", :counter,
+     "Entries that left the stream before the group read them.", ~w(port stream group)},
+    {"ringbus_resp_group_pending_dropped_total", :counter,
+     "Pending entries dropped, oldest first, to keep the PEL within its bound.",
+     ~w(port stream group)},
     # The VM.
     {"ringbus_vm_memory_bytes", :gauge,
      "Memory the VM uses, by kind (:erlang.memory/0; total = processes + system).", ~w(kind)},
@@ -87,7 +107,7 @@ defmodule Ringbus.Metrics.Prometheus do
      "Times the link to a node was suspended (the distribution buffer was full).", ~w(node)}
   ]
 
-  @sections [:channels, :subscriptions, :servers, :vm, :cluster]
+  @sections [:channels, :subscriptions, :servers, :groups, :vm, :cluster]
 
   @channel_fields [
     {"ringbus_channel_len", :len},
@@ -140,8 +160,12 @@ defmodule Ringbus.Metrics.Prometheus do
     samples =
       @sections
       |> Enum.flat_map(&samples(&1, snapshot))
-      |> Enum.filter(fn {_family, _labels, value} -> is_number(value) end)
-      |> Enum.group_by(&elem(&1, 0))
+      |> Enum.map(fn
+        {family, labels, value} -> {family, family, labels, value}
+        named -> named
+      end)
+      |> Enum.filter(fn {_family, _name, _labels, value} -> is_number(value) end)
+      |> Enum.group_by(&elem(&1, 0), &Tuple.delete_at(&1, 0))
 
     for {name, type, help, _labels} <- @families, family = samples[name], family != nil do
       [
@@ -169,7 +193,7 @@ defmodule Ringbus.Metrics.Prometheus do
   defp samples(:subscriptions, snapshot) do
     for %{label: label, subscriptions: subs} <- snapshot.channels,
         sub <- subs,
-        labels = [channel: label, subscription: pid(sub.subscription)],
+        labels = [channel: label, subscriber: sub.label],
         {family, field} <- [
           {"ringbus_subscription_lag_messages", :lag},
           {"ringbus_subscription_credit_messages", :credit},
@@ -186,9 +210,24 @@ defmodule Ringbus.Metrics.Prometheus do
         for(state <- [:handshaking, :open], do: conns(labels, state, counts[state])),
         for({family, field} <- @server_fields, do: {family, labels, counts[field]}),
         for({reason, n} <- Enum.sort(counts.closed), do: closed(labels, reason, n)),
-        for({code, n} <- Enum.sort(counts.errors), do: errors(labels, code, n))
+        for({code, n} <- Enum.sort(counts.errors), do: errors(labels, code, n)),
+        histogram("ringbus_server_push_ack_seconds", labels, counts[:push_ack])
       ])
     end)
+  end
+
+  defp samples(:groups, snapshot) do
+    for g <- Map.get(snapshot, :groups, []),
+        labels = [port: g.port, stream: g.stream, group: g.group],
+        {family, value} <- [
+          {"ringbus_resp_group_pending_entries", g.pending},
+          {"ringbus_resp_group_lag_messages", g.lag},
+          {"ringbus_resp_group_consumers", g.consumers},
+          {"ringbus_resp_group_max_idle_seconds", g.idle_ms && g.idle_ms / 1000},
+          {"ringbus_resp_group_lost_total", g.lost},
+          {"ringbus_resp_group_pending_dropped_total", g.dropped}
+        ],
+        do: {family, labels, value}
   end
 
   defp samples(:vm, %{vm: vm}) do
@@ -227,7 +266,21 @@ defmodule Ringbus.Metrics.Prometheus do
     ]
   end
 
-  defp pid(pid), do: List.to_string(:erlang.pid_to_list(pid))
+  # A histogram of µs counts, in seconds: cumulative buckets, sum, count.
+  defp histogram(_family, _labels, nil), do: []
+
+  defp histogram(family, labels, %{buckets: buckets, sum_us: sum, count: count}) do
+    Enum.map(buckets, fn {le, n} ->
+      {family, family <> "_bucket", labels ++ [le: le(le)], n}
+    end) ++
+      [
+        {family, family <> "_sum", labels, sum / 1_000_000},
+        {family, family <> "_count", labels, count}
+      ]
+  end
+
+  defp le(:infinity), do: "+Inf"
+  defp le(us), do: :erlang.float_to_binary(us / 1_000_000, [:short])
 
   defp conns(labels, state, n), do: {"ringbus_server_connections", labels ++ [state: state], n}
 

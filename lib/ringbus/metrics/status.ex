@@ -26,6 +26,8 @@ defmodule Ringbus.Metrics.Status do
       channels: Enum.map(snapshot.channels, &channel(&1, history)),
       subscriptions: subscriptions(snapshot.channels),
       servers: Enum.map(snapshot.servers, &server(&1, history)),
+      groups: Map.get(snapshot, :groups, []),
+      clients: snapshot |> Map.get(:connections, []) |> Enum.map(&client/1),
       cluster: cluster(snapshot.cluster, history)
     }
   end
@@ -40,6 +42,7 @@ defmodule Ringbus.Metrics.Status do
       len: info[:len],
       capacity: info[:capacity],
       held_bytes: info[:bytes],
+      max_bytes: info[:max_bytes],
       pushed: info[:pushed],
       pulled: info[:pulled],
       overwritten: info[:overwritten],
@@ -58,8 +61,8 @@ defmodule Ringbus.Metrics.Status do
     for %{label: label, subscriptions: subs} <- channels, sub <- subs do
       %{
         channel: label,
-        subscription: pid(sub.subscription),
-        subscriber: if(sub.subscriber, do: pid(sub.subscriber)),
+        subscriber: sub.label,
+        via: Atom.to_string(sub.via),
         lag: sub.lag,
         credit: sub.credit,
         lost: sub.lost
@@ -67,7 +70,19 @@ defmodule Ringbus.Metrics.Status do
     end
   end
 
-  defp pid(pid), do: List.to_string(:erlang.pid_to_list(pid))
+  @doc "A connection of `Ringbus.Server.clients/0` as the views show it: no pid, no socket."
+  @spec client(map()) :: map()
+  def client(c) do
+    c
+    |> Map.take(
+      ~w(id port peer age_ms idle_ms frames_in frames_out bytes_in bytes_out pending_bytes)a
+    )
+    |> Map.merge(%{
+      protocol: Atom.to_string(c.protocol),
+      kind: Atom.to_string(c.kind),
+      state: Atom.to_string(c.state)
+    })
+  end
 
   defp server(%{protocol: protocol, port: port, counts: counts}, history) do
     series = Map.get(history, {:server, protocol, port}, [])

@@ -101,7 +101,7 @@ defmodule Ringbus.Resp.Connection do
   def handle_info({:ringbus_socket, kind, socket}, state) do
     with {:ok, socket} <- Transport.handshake(kind, socket, remaining(state.deadline)),
          :ok <- Ringbus.Socket.activate(kind, socket) do
-      stats = Stats.opened(state.config.counters, kind, socket)
+      stats = Stats.opened(state.config.counters, :resp, kind, socket)
       state = opened(%{state | kind: kind, socket: socket, stats: stats})
       noreply(if Session.authenticated?(state.session), do: touch(state), else: state)
     else
@@ -211,10 +211,13 @@ defmodule Ringbus.Resp.Connection do
   ## Reads
 
   defp read(data, state) do
+    # XADD replies are timed from here (ringbus_server_push_ack_seconds).
+    arrived = System.monotonic_time()
+
     case Parser.feed(state.parser, data) do
       {:ok, commands, parser} ->
         %{state | parser: parser}
-        |> counted(commands, data)
+        |> counted(commands, data, arrived)
         |> run(commands)
         |> after_read(commands != [])
 
@@ -225,11 +228,20 @@ defmodule Ringbus.Resp.Connection do
     end
   end
 
-  # The commands of a read count in, and their replies out.
-  defp counted(state, commands, data) do
-    stats = Stats.read(state.stats, commands, byte_size(data))
+  # The commands of a read count in, and their replies out; its XADDs are
+  # timed from its arrival to the write that follows it (an XADD queued
+  # behind a waiting XREAD BLOCK is answered later than that write).
+  defp counted(state, commands, data, arrived \\ System.monotonic_time()) do
+    stats = Stats.read(state.stats, commands, byte_size(data), arrived)
+    stats = Stats.acked(stats, xadds(commands, 0))
     %{state | stats: Stats.replied(stats, stats.frames_in - state.stats.frames_in)}
   end
+
+  defp xadds([[name | _] | rest], n) when byte_size(name) == 4,
+    do: xadds(rest, if(String.upcase(name) == "XADD", do: n + 1, else: n))
+
+  defp xadds([_ | rest], n), do: xadds(rest, n)
+  defp xadds([], n), do: n
 
   defp run(state, []), do: {:ok, state}
   defp run(state, commands), do: after_session(state, Session.handle(commands, state.session))
@@ -348,7 +360,9 @@ defmodule Ringbus.Resp.Connection do
         out_bytes: state.out_bytes + IO.iodata_length(data)
     }
 
-    if state.out_bytes >= @flush_bytes, do: flush(state), else: state
+    if state.out_bytes >= @flush_bytes,
+      do: flush(state),
+      else: %{state | stats: Stats.pending(state.stats, state.out_bytes)}
   end
 
   defp flush(%{out_bytes: 0} = state), do: state

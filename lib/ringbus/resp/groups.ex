@@ -82,6 +82,38 @@ defmodule Ringbus.Resp.Groups do
     end)
   end
 
+  @doc """
+  Every group of every stream, for the metrics: its figures, how many
+  consumers it has and when the least recently seen of them was seen
+  (system ms; nil with no consumer). Reads the group and consumer rows, not
+  the PELs.
+  """
+  @spec summary(table()) :: [map()]
+  def summary(t) do
+    seen =
+      :ets.select(t, [{{{:consumer, :"$1", :"$2", :_}, :"$3"}, [], [{{:"$1", :"$2", :"$3"}}]}])
+      |> Enum.reduce(%{}, fn {stream, group, at}, acc ->
+        Map.update(acc, {stream, group}, {1, at}, fn {n, oldest} -> {n + 1, min(oldest, at)} end)
+      end)
+
+    for {{:group, stream, group}, last, read, lost, pending, dropped} <-
+          :ets.match_object(t, {{:group, :_, :_}, :_, :_, :_, :_, :_}) do
+      {consumers, oldest} = Map.get(seen, {stream, group}, {0, nil})
+
+      %{
+        stream: stream,
+        group: group,
+        last: last,
+        entries_read: read,
+        lost: lost,
+        pending: pending,
+        dropped: dropped,
+        consumers: consumers,
+        oldest_seen: oldest
+      }
+    end
+  end
+
   @spec group_count(table(), binary()) :: non_neg_integer()
   def group_count(t, stream), do: count(t, {{:group, stream, :_}, :_, :_, :_, :_, :_})
 

@@ -212,7 +212,11 @@ defmodule Ringbus.Resp.Session do
   defp count(_s, 0), do: :ok
   defp count(s, n), do: :counters.add(s.context.stats, @commands_processed, n)
 
-  defp encode(s, reply), do: Encoder.encode(reply, s.proto)
+  defp encode(s, reply) do
+    # Error replies count by code in the server's figures, as ERROR frames do.
+    with {:error, text} <- reply, do: Ringbus.Server.Stats.resp_error(s.config.counters, text)
+    Encoder.encode(reply, s.proto)
+  end
 
   defp execute(command, s) do
     case check(command, s) do

@@ -97,7 +97,7 @@ defmodule Ringbus.Server.Connection do
 
     with {:ok, socket} <- Transport.handshake(kind, socket, left),
          :ok <- Ringbus.Socket.activate(kind, socket) do
-      stats = Stats.opened(state.config.counters, kind, socket)
+      stats = Stats.opened(state.config.counters, :binary, kind, socket)
       noreply(%{state | kind: kind, socket: socket, stats: stats})
     else
       _ -> {:stop, :normal, state}
@@ -105,6 +105,8 @@ defmodule Ringbus.Server.Connection do
   end
 
   def handle_info({tag, socket, data}, %{socket: socket} = state) when tag in [:tcp, :ssl] do
+    # Acks are timed from here (ringbus_server_push_ack_seconds).
+    arrived = System.monotonic_time()
     state = busy(state, data)
 
     case Decoder.feed(state.decoder, data) do
@@ -112,7 +114,7 @@ defmodule Ringbus.Server.Connection do
         state = %{
           state
           | decoder: decoder,
-            stats: Stats.read(state.stats, frames, byte_size(data))
+            stats: Stats.read(state.stats, frames, byte_size(data), arrived)
         }
 
         frames |> run(state) |> after_read(frames != [])
@@ -273,7 +275,10 @@ defmodule Ringbus.Server.Connection do
     {data, bytes} = encode(frames, [], 0)
     stats = Stats.wrote(state.stats, frames)
     state = %{state | out: [state.out | data], out_bytes: state.out_bytes + bytes, stats: stats}
-    if state.out_bytes >= @flush_bytes, do: flush(state), else: state
+
+    if state.out_bytes >= @flush_bytes,
+      do: flush(state),
+      else: %{state | stats: Stats.pending(state.stats, state.out_bytes)}
   end
 
   defp encode([frame | rest], acc, bytes) do

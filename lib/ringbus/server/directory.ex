@@ -1,30 +1,54 @@
 defmodule Ringbus.Server.Directory do
   @moduledoc false
-  # The servers listening on this node, for `Ringbus.Metrics` to find. Each
-  # server's listener registers here, with the protocol it speaks, its port
-  # and its `Ringbus.Server.Stats` counters, and drops out when it stops.
-  # A `Registry`: written when a listener starts, read from ETS by the
-  # caller, so a scrape asks no process.
+  # The servers listening on this node and their connections, for
+  # `Ringbus.Metrics` and `Ringbus.Server.clients/0` to find. Each server's
+  # listener registers here, with the protocol it speaks, its port, its
+  # `Ringbus.Server.Stats` counters and its protocol's figures function
+  # (`Ringbus.Server.Protocol`);
+  # each connection registers once it has its socket, with its peer and the
+  # counters it publishes. Both drop out when their process exits. A
+  # `Registry`: written when a process starts, read from ETS by the caller,
+  # so a scrape asks no process.
 
   @doc false
   def child_spec(_arg), do: Registry.child_spec(keys: :duplicate, name: __MODULE__)
 
-  @doc "Lists the calling listener's server until the listener exits."
-  @spec register(atom(), :inet.port_number(), :counters.counters_ref()) :: :ok
-  def register(protocol, port, counters) do
-    {:ok, _owner} = Registry.register(__MODULE__, :servers, {protocol, port, counters})
+  @doc """
+  Lists the calling listener's server until the listener exits; `figures`
+  is its protocol's figures function, or nil.
+  """
+  @spec register(atom(), :inet.port_number(), :counters.counters_ref(), (() -> map()) | nil) ::
+          :ok
+  def register(protocol, port, counters, figures \\ nil) do
+    {:ok, _owner} = Registry.register(__MODULE__, :servers, {protocol, port, counters, figures})
     :ok
   end
 
+  @doc "Lists the calling connection until it exits, with what `connections/0` returns of it."
+  @spec register_connection(map()) :: :ok
+  def register_connection(info) do
+    {:ok, _owner} = Registry.register(__MODULE__, :connections, info)
+    :ok
+  end
+
+  @doc "The connections registered now: `{pid, info}`."
+  @spec connections() :: [{pid(), map()}]
+  def connections, do: Registry.lookup(__MODULE__, :connections)
+
   @doc "The servers listening now, by protocol and port."
   @spec servers() :: [
-          %{protocol: atom(), port: :inet.port_number(), counters: :counters.counters_ref()}
+          %{
+            protocol: atom(),
+            port: :inet.port_number(),
+            counters: :counters.counters_ref(),
+            figures: (() -> map()) | nil
+          }
         ]
   def servers do
     __MODULE__
     |> Registry.lookup(:servers)
-    |> Enum.map(fn {_listener, {protocol, port, counters}} ->
-      %{protocol: protocol, port: port, counters: counters}
+    |> Enum.map(fn {_listener, {protocol, port, counters, figures}} ->
+      %{protocol: protocol, port: port, counters: counters, figures: figures}
     end)
     |> Enum.sort_by(&{&1.protocol, &1.port})
   end

@@ -39,11 +39,11 @@ defmodule Ringbus.Server.Listener do
   def info(pid), do: GenServer.call(pid, :info)
 
   @impl true
-  def init({config, %Protocol{name: name, port: port}}) do
+  def init({config, %Protocol{name: name, port: port, figures: figures}}) do
     case Transport.listen(config, port) do
       {:ok, listen} ->
         port = Transport.port(listen)
-        Directory.register(name, port, config.counters)
+        Directory.register(name, port, config.counters, figures)
         {:ok, %{socket: listen, port: port, counters: config.counters}}
 
       {:error, reason} ->

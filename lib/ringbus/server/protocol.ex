@@ -9,14 +9,19 @@ defmodule Ringbus.Server.Protocol do
   # protocol's connection supervisor, then given its socket with
   # `module.hand_over(pid, kind, socket)` once it owns it. `busy` is what a
   # TCP client refused over `:max_connections` is sent before the close.
+  # `figures`, when given, returns figures of the protocol's own for
+  # `Ringbus.Metrics` (RESP: its consumer groups), read without asking a
+  # process; it is listed with the server in `Ringbus.Server.Directory`, so
+  # the metrics need not know the front end.
 
   @enforce_keys [:name, :port, :connection, :busy]
-  defstruct @enforce_keys
+  defstruct @enforce_keys ++ [figures: nil]
 
   @type t :: %__MODULE__{
           name: atom(),
           port: :inet.port_number(),
           connection: {module(), term()},
-          busy: iodata()
+          busy: iodata(),
+          figures: (() -> map()) | nil
         }
 end

@@ -15,11 +15,22 @@ defmodule Ringbus.Server.Stats do
   #   frames_in, frames_out              frames read and written
   #   bytes_in, bytes_out
   #   errors, one per code               ERROR frames and failed PUSH_ACKS
-  #                                      entries sent, by error code
+  #                                      entries sent, by error code; for
+  #                                      RESP, error replies by their code
+  #                                      (ERR, NOGROUP, ...; see resp_codes/0)
   #   closed, one per reason             see `close_reasons/0`
+  #   push_ack histogram                 server time from the read that
+  #                                      carried pushes (XADDs) to the write
+  #                                      of their acks: one bucket per power
+  #                                      of 2 µs, its sum and count, added
+  #                                      once per read with the read's
+  #                                      number of acks as weight
   #
   # Each connection also keeps a `t:tally/0` of its own, which becomes the
-  # line it logs when it closes. A connection logs one line when it opens and
+  # line it logs when it closes, and publishes its figures in a small
+  # `:counters` array of its own (see `@own`), listed with its peer in
+  # `Ringbus.Server.Directory`, so that `Ringbus.Server.clients/0` reads
+  # every connection without asking one. A connection logs one line when it opens and
   # one when it closes, with its peer, why it closed and what it did, and a
   # warning when it closes a client that stopped reading (`:send_timeout`):
   # never a line per frame or per message.
@@ -49,26 +60,53 @@ defmodule Ringbus.Server.Stats do
 
   @codes for {reason, _code, _} <- ErrorCode.all(), do: reason
 
+  # The codes of the error replies the RESP front end sends; any other
+  # counts as "other", so the families stay bounded.
+  @resp_codes ~w(ERR NOAUTH NOPERM NOGROUP BUSYGROUP WRONGPASS NOPROTO WRONGTYPE other)
+
+  # Histogram buckets: le = 2^i µs for i in 0..@top, then +Inf.
+  @top 24
+  @histogram Enum.map(0..(@top + 1), &{:ack_bucket, &1}) ++ [:ack_sum_us, :ack_count]
+
   @slots (@names ++
+            @histogram ++
             Enum.map(@codes, &{:error, &1}) ++
+            Enum.map(@resp_codes, &{:resp_error, &1}) ++
             Enum.map(@close_reasons, &{:closed, &1}))
          |> Enum.with_index(1)
          |> Map.new()
 
   @type counters :: :counters.counters_ref()
 
+  # A connection's own counters: bumped with the server's, once per read
+  # and per write; `pending` is the output it holds, `open` 1 after HELLO
+  # (or AUTH), `last_read` the monotonic ms of its last read.
+  @own %{
+    frames_in: 1,
+    frames_out: 2,
+    bytes_in: 3,
+    bytes_out: 4,
+    pending: 5,
+    open: 6,
+    last_read: 7
+  }
+
   @typedoc "One connection's own figures, for the line it logs when it closes."
   @type tally :: %{
           counters: counters(),
+          own: counters(),
           peer: String.t(),
           kind: :tcp | :tls,
+          protocol: atom(),
           state: :handshaking | :open,
           since: integer(),
           frames_in: non_neg_integer(),
           frames_out: non_neg_integer(),
           bytes_in: non_neg_integer(),
           bytes_out: non_neg_integer(),
-          reason: atom() | nil
+          reason: atom() | nil,
+          arrived: integer() | nil,
+          acks: non_neg_integer()
         }
 
   @doc "A server's counters, all zero."
@@ -94,18 +132,41 @@ defmodule Ringbus.Server.Stats do
     )
   end
 
+  @doc "The codes RESP error replies are counted by (their first word)."
+  @spec resp_codes() :: [String.t()]
+  def resp_codes, do: @resp_codes
+
   @doc """
   What the counters hold: a map of the figures above, with `:errors` (by
-  error code) and `:closed` (by reason) as maps of every reason to its count.
+  error code: the binary protocol's reasons, or for `:resp` the codes of
+  `resp_codes/0`) and `:closed` (by reason) as maps of every reason to its
+  count.
   """
-  @spec counts(counters()) :: map()
-  def counts(counters) do
+  @spec counts(counters(), :binary | :resp) :: map()
+  def counts(counters, protocol \\ :binary) do
     base = Map.new(@names, &{&1, get(counters, &1)})
 
+    errors =
+      if protocol == :resp,
+        do: Map.new(@resp_codes, &{&1, get(counters, {:resp_error, &1})}),
+        else: Map.new(@codes, &{&1, get(counters, {:error, &1})})
+
     Map.merge(base, %{
-      errors: Map.new(@codes, &{&1, get(counters, {:error, &1})}),
+      push_ack: histogram(counters),
+      errors: errors,
       closed: Map.new(@close_reasons, &{&1, get(counters, {:closed, &1})})
     })
+  end
+
+  # Cumulative buckets as Prometheus wants them: [{le_us | :infinity, count}].
+  defp histogram(counters) do
+    {buckets, _} =
+      Enum.map_reduce(0..(@top + 1), 0, fn i, total ->
+        total = total + get(counters, {:ack_bucket, i})
+        {{if(i > @top, do: :infinity, else: Bitwise.bsl(1, i)), total}, total}
+      end)
+
+    %{buckets: buckets, sum_us: get(counters, :ack_sum_us), count: get(counters, :ack_count)}
   end
 
   defp get(counters, key), do: :counters.get(counters, Map.fetch!(@slots, key))
@@ -114,24 +175,91 @@ defmodule Ringbus.Server.Stats do
 
   ## A connection's tally
 
-  @doc "A connection has its socket: counts it as handshaking and logs the line that says so."
-  @spec opened(counters(), :tcp | :tls, term()) :: tally()
-  def opened(counters, kind, socket) do
+  @doc """
+  A connection of `protocol` has its socket: counts it as handshaking, lists
+  it in the directory and logs the line that says so.
+  """
+  @spec opened(counters(), atom(), :tcp | :tls, term()) :: tally()
+  def opened(counters, protocol, kind, socket) do
     add(counters, :handshaking, 1)
     peer = peer(kind, socket)
     Logger.info("Ringbus connection from #{peer} opened (#{kind})")
+    own = :counters.new(map_size(@own), [])
+    now = System.monotonic_time(:millisecond)
+    :counters.put(own, @own.last_read, now)
+
+    :ok =
+      Ringbus.Server.Directory.register_connection(%{
+        id: :erlang.unique_integer([:positive, :monotonic]),
+        protocol: protocol,
+        port: local_port(kind, socket),
+        peer: peer,
+        kind: kind,
+        since: now,
+        counters: own,
+        # The port's queue is output the kernel has not taken yet (TCP only).
+        socket: if(kind == :tcp, do: socket)
+      })
 
     %{
+      own: own,
       counters: counters,
       peer: peer,
       kind: kind,
+      protocol: protocol,
       state: :handshaking,
       since: System.monotonic_time(:millisecond),
       frames_in: 0,
       frames_out: 0,
       bytes_in: 0,
       bytes_out: 0,
-      reason: nil
+      reason: nil,
+      arrived: nil,
+      acks: 0
+    }
+  end
+
+  defp local_port(kind, socket) do
+    result = if kind == :tls, do: :ssl.sockname(socket), else: :inet.sockname(socket)
+
+    case result do
+      {:ok, {_ip, port}} -> port
+      {:error, _} -> nil
+    end
+  end
+
+  @doc """
+  What a connection listed in the directory publishes, read without asking
+  it: `info` as it registered, with its state, age, idle time, frames and
+  bytes, and the output it holds (in its buffer and, on TCP, in the
+  socket's queue).
+  """
+  @spec connection(pid(), map()) :: map()
+  def connection(pid, %{counters: own} = info) do
+    now = System.monotonic_time(:millisecond)
+    get = &:counters.get(own, Map.fetch!(@own, &1))
+
+    queued =
+      case info.socket && :erlang.port_info(info.socket, :queue_size) do
+        {:queue_size, n} -> n
+        _ -> 0
+      end
+
+    %{
+      id: info.id,
+      pid: pid,
+      protocol: info.protocol,
+      port: info.port,
+      peer: info.peer,
+      kind: info.kind,
+      state: if(get.(:open) == 1, do: :open, else: :handshaking),
+      age_ms: now - info.since,
+      idle_ms: now - get.(:last_read),
+      frames_in: get.(:frames_in),
+      frames_out: get.(:frames_out),
+      bytes_in: get.(:bytes_in),
+      bytes_out: get.(:bytes_out),
+      pending_bytes: get.(:pending) + queued
     }
   end
 
@@ -151,16 +279,23 @@ defmodule Ringbus.Server.Stats do
   def open(tally) do
     add(tally.counters, :handshaking, -1)
     add(tally.counters, :open, 1)
+    :counters.put(tally.own, @own.open, 1)
     %{tally | state: :open}
   end
 
-  @doc "A read of `bytes` bytes held `frames` (the frames the session is about to walk)."
-  @spec read(tally(), [term()], non_neg_integer()) :: tally()
-  def read(tally, frames, bytes) do
+  @doc """
+  A read of `bytes` bytes held `frames` (the frames the session is about to
+  walk); it `arrived` at that monotonic time (native units).
+  """
+  @spec read(tally(), [term()], non_neg_integer(), integer()) :: tally()
+  def read(tally, frames, bytes, arrived \\ System.monotonic_time()) do
     n = frames_in(frames, 0)
     add(tally.counters, :frames_in, n)
     add(tally.counters, :bytes_in, bytes)
-    %{tally | frames_in: tally.frames_in + n, bytes_in: tally.bytes_in + bytes}
+    :counters.add(tally.own, @own.frames_in, n)
+    :counters.add(tally.own, @own.bytes_in, bytes)
+    :counters.put(tally.own, @own.last_read, System.monotonic_time(:millisecond))
+    %{tally | frames_in: tally.frames_in + n, bytes_in: tally.bytes_in + bytes, arrived: arrived}
   end
 
   # A group of PUSHes the decoder took together counts as its frames.
@@ -174,23 +309,24 @@ defmodule Ringbus.Server.Stats do
   """
   @spec wrote(tally(), [tuple()]) :: tally()
   def wrote(tally, frames) do
-    n = wrote(tally.counters, frames, 0)
+    {n, acks} = wrote(tally.counters, frames, 0, 0)
     add(tally.counters, :frames_out, n)
-    %{tally | frames_out: tally.frames_out + n}
+    :counters.add(tally.own, @own.frames_out, n)
+    %{tally | frames_out: tally.frames_out + n, acks: tally.acks + acks}
   end
 
-  defp wrote(counters, [{:error, _corr, code, _message} | rest], n) do
+  defp wrote(counters, [{:error, _corr, code, _message} | rest], n, acks) do
     error(counters, code)
-    wrote(counters, rest, n + 1)
+    wrote(counters, rest, n + 1, acks)
   end
 
-  defp wrote(counters, [{:push_acks, _count, acks} | rest], n) do
+  defp wrote(counters, [{:push_acks, count, acks} | rest], n, acked) do
     ack_errors(counters, acks)
-    wrote(counters, rest, n + 1)
+    wrote(counters, rest, n + 1, acked + count)
   end
 
-  defp wrote(counters, [_frame | rest], n), do: wrote(counters, rest, n + 1)
-  defp wrote(_counters, [], n), do: n
+  defp wrote(counters, [_frame | rest], n, acks), do: wrote(counters, rest, n + 1, acks)
+  defp wrote(_counters, [], n, acks), do: {n, acks}
 
   defp ack_errors(counters, [{_corr, {:error, code}} | rest]) do
     error(counters, code)
@@ -203,18 +339,76 @@ defmodule Ringbus.Server.Stats do
   defp error(counters, code) when code in @codes, do: add(counters, {:error, code}, 1)
   defp error(_counters, _unknown), do: :ok
 
+  @doc """
+  A RESP error reply is about to be written: counted by its code, the first
+  word of its text (`ERR`, `NOGROUP`, ...). `counters` may be nil (a session
+  outside a server).
+  """
+  @spec resp_error(counters() | nil, binary()) :: :ok
+  def resp_error(nil, _text), do: :ok
+
+  def resp_error(counters, text) do
+    code =
+      case :binary.match(text, " ") do
+        {at, _} -> binary_part(text, 0, at)
+        :nomatch -> text
+      end
+
+    add(counters, {:resp_error, if(code in @resp_codes, do: code, else: "other")}, 1)
+  end
+
   @doc "`count` replies were written (for a protocol whose output is not frames)."
   @spec replied(tally(), non_neg_integer()) :: tally()
   def replied(tally, count) do
     add(tally.counters, :frames_out, count)
+    :counters.add(tally.own, @own.frames_out, count)
     %{tally | frames_out: tally.frames_out + count}
   end
 
-  @doc "`bytes` bytes went to the socket."
+  @doc "`count` push acks (RESP: XADD replies) are among the replies of the last read."
+  @spec acked(tally(), non_neg_integer()) :: tally()
+  def acked(tally, 0), do: tally
+  def acked(tally, count), do: %{tally | acks: tally.acks + count}
+
+  @doc """
+  `bytes` bytes went to the socket. The acks among them are timed from
+  their read's arrival, once for the read, weighted by their count.
+  """
   @spec flushed(tally(), non_neg_integer()) :: tally()
   def flushed(tally, bytes) do
     add(tally.counters, :bytes_out, bytes)
-    %{tally | bytes_out: tally.bytes_out + bytes}
+    :counters.add(tally.own, @own.bytes_out, bytes)
+    :counters.put(tally.own, @own.pending, 0)
+    tally = %{tally | bytes_out: tally.bytes_out + bytes}
+
+    case tally do
+      %{acks: 0} -> tally
+      %{arrived: nil} -> %{tally | acks: 0}
+      %{acks: n, arrived: at} -> observe(tally, System.monotonic_time() - at, n)
+    end
+  end
+
+  defp observe(tally, native, n) do
+    us = max(System.convert_time_unit(native, :native, :microsecond), 0)
+    add(tally.counters, {:ack_bucket, bucket(us)}, n)
+    add(tally.counters, :ack_sum_us, us * n)
+    add(tally.counters, :ack_count, n)
+    %{tally | acks: 0}
+  end
+
+  @doc "The histogram bucket of `us` µs: the least `i` with `us <= 2^i`, or 25 (+Inf)."
+  @spec bucket(non_neg_integer()) :: non_neg_integer()
+  def bucket(us) when us <= 1, do: 0
+  def bucket(us), do: min(bits(us - 1, 0), @top + 1)
+
+  defp bits(0, n), do: n
+  defp bits(x, n), do: bits(Bitwise.bsr(x, 1), n + 1)
+
+  @doc "The connection holds `bytes` of output not yet written."
+  @spec pending(tally(), non_neg_integer()) :: tally()
+  def pending(tally, bytes) do
+    :counters.put(tally.own, @own.pending, bytes)
+    tally
   end
 
   @doc """

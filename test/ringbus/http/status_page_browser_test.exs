@@ -7,16 +7,17 @@ defmodule Ringbus.HTTP.StatusPageBrowserTest do
   alias Ringbus.Test.Browser
 
   @size {1280, 900}
+  @long "orders.eu-west-1.payments-settled.v2.partition-0017.replica-b"
 
   setup do
     server = start_supervised!({Ringbus.Server, port: 0})
     http = start_supervised!({Ringbus.HTTP, port: 0, interval: 50})
-    on_exit(fn -> Enum.each(["browser-events", "browser-jobs"], &Ringbus.delete/1) end)
+    on_exit(fn -> Enum.each(["browser-events", "browser-jobs", @long], &Ringbus.delete/1) end)
     %{server: server, url: "http://127.0.0.1:#{Ringbus.HTTP.port(http)}/status"}
   end
 
   test "the page renders its channel table with values and its sparklines", %{url: url} do
-    :ok = Ringbus.create("browser-events", capacity: 100)
+    :ok = Ringbus.create("browser-events", capacity: 100, max_bytes: 1024)
     :ok = Ringbus.create("browser-jobs", capacity: 10, overflow: :reject)
     {:ok, _} = Ringbus.push_many("browser-events", ~w(a b c))
     {:ok, _} = Ringbus.push_many("browser-jobs", List.duplicate("j", 10))
@@ -27,7 +28,7 @@ defmodule Ringbus.HTTP.StatusPageBrowserTest do
     dom = Browser.dom(url)
 
     assert dom =~
-             ~r{<tr data-channel="browser-jobs"><td class="name">browser-jobs</td><td>10 / 10</td><td>10 B</td><td>10</td><td>0</td><td>0</td><td>1</td>}
+             ~r{<tr data-channel="browser-jobs"><td class="name">browser-jobs</td><td>10 / 10</td><td>10 B / no bound</td><td>10</td><td>0</td><td>0</td><td>1</td>}
 
     [table] = Regex.run(~r{<table id="channels">.*?</table>}s, dom)
     [events] = Regex.run(~r{<tr data-channel="browser-events">.*?</tr>}s, table)
@@ -35,12 +36,12 @@ defmodule Ringbus.HTTP.StatusPageBrowserTest do
     cells =
       Regex.scan(~r{<td[^>]*>(.*?)</td>}s, events, capture: :all_but_first) |> List.flatten()
 
-    # channel, len / capacity, held, pushed, pulled, overwritten, rejected,
+    # channel, len / capacity, held / max bytes, pushed, pulled, overwritten, rejected,
     # push/s, pull/s, subscriptions, max lag, lost
     assert [
              "browser-events",
              "3 / 100",
-             "3 B",
+             "3 B / 1.0 KiB",
              "3",
              "0",
              "0",
@@ -70,6 +71,60 @@ defmodule Ringbus.HTTP.StatusPageBrowserTest do
       assert Enum.count(pixels, &(&1 == {255, 255, 255})) > 10_000
       assert Enum.count(pixels, fn {r, g, b} -> r + g + b < 200 end) > 2_000
       assert Enum.count(pixels, fn {r, _g, b} -> b > r + 80 end) > 100
+    after
+      File.rm(path)
+    end
+  end
+
+  test "at 1280 px the page is no wider than the window, with long names and large figures", %{
+    url: url,
+    server: server
+  } do
+    :ok = Ringbus.create(@long, capacity: 1_000_000, max_bytes: 512 * 1024 * 1024)
+    {:ok, _} = Ringbus.push_many(@long, List.duplicate("p", 150_000))
+
+    for i <- 1..3 do
+      {:ok, _} =
+        Ringbus.subscribe(@long, from: 0, max_credit: 1, name: "settlement-reconciler-#{i}")
+    end
+
+    resp = start_supervised!({Ringbus.Server, port: 0, resp_port: 0}, id: :resp)
+    c = Ringbus.Test.RespClient.connect!(Ringbus.Server.port(resp, :resp))
+    {_, c} = Ringbus.Test.RespClient.call(c, ["XGROUP", "CREATE", @long, "reconciler-group", "0"])
+
+    {_, c} =
+      Ringbus.Test.RespClient.call(
+        c,
+        ~w(XREADGROUP GROUP reconciler-group a-consumer-name COUNT 5 STREAMS) ++ [@long, ">"]
+      )
+
+    _ = {server, c}
+
+    # The page as served, with one script added that writes down how wide
+    # the document is once laid out.
+    {:ok, {{_, 200, _}, _, html}} =
+      :httpc.request(:get, {String.to_charlist(url), []}, [], body_format: :binary)
+
+    probe =
+      "<script>document.body.insertAdjacentHTML('beforeend', '<p id=\"measured\">' + " <>
+        "document.documentElement.scrollWidth + ' ' + document.body.scrollWidth + '</p>')</script>"
+
+    page = String.replace(html, "</body>", probe <> "</body>")
+
+    path =
+      Path.join(System.tmp_dir!(), "ringbus-width-#{System.unique_integer([:positive])}.html")
+
+    try do
+      File.write!(path, page)
+      dom = Browser.dom("file://" <> path, @size)
+      assert dom =~ "reconciler-group"
+      assert dom =~ "settlement-reconciler-3"
+
+      [document, body] =
+        Regex.run(~r/<p id="measured">(\d+) (\d+)<\/p>/, dom, capture: :all_but_first)
+
+      assert String.to_integer(document) <= 1280
+      assert String.to_integer(body) <= 1280
     after
       File.rm(path)
     end

@@ -33,4 +33,29 @@ defmodule Ringbus.Resp.StatsTest do
     assert log =~ ~r/Ringbus connection from 127\.0\.0\.1:\d+ opened \(tcp\)/
     assert log =~ ~r/closed \(peer_closed\) after \d+ ms: 2 frames in, 2 out/
   end
+
+  test "RESP error replies are counted by code in ringbus_server_errors_total" do
+    server = start_supervised!({Ringbus.Server, port: 0, resp_port: 0})
+    port = Ringbus.Server.port(server, :resp)
+    on_exit(fn -> Ringbus.delete("resp-errors") end)
+
+    c = RespClient.connect!(port)
+    {[{:error, "ERR unknown command" <> _}], c} = RespClient.call(c, ~w(NOSUCH a))
+    {[{:error, "ERR wrong number" <> _}], c} = RespClient.call(c, ~w(XLEN))
+    {["1-0"], c} = RespClient.call(c, ~w(XADD resp-errors * f v))
+
+    {[{:error, "NOGROUP" <> _}], c} =
+      RespClient.call(c, ~w(XREADGROUP GROUP g c STREAMS resp-errors >))
+
+    RespClient.close(c)
+
+    text = IO.iodata_to_binary(Ringbus.Metrics.prometheus(Ringbus.Metrics.snapshot()))
+    labels = ~s(protocol="resp",port="#{port}")
+    assert text =~ ~s(ringbus_server_errors_total{#{labels},code="ERR"} 2\n)
+    assert text =~ ~s(ringbus_server_errors_total{#{labels},code="NOGROUP"} 1\n)
+    assert text =~ ~s(ringbus_server_errors_total{#{labels},code="NOAUTH"} 0\n)
+    # The binary protocol's codes stay with the binary listener.
+    refute text =~ ~s(ringbus_server_errors_total{#{labels},code="full"})
+    assert {"", 0} = Ringbus.Test.Promtool.check(text)
+  end
 end
