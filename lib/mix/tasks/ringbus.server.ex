@@ -1,8 +1,9 @@
 defmodule Mix.Tasks.Ringbus.Server do
-  @shortdoc "Runs a Ringbus server with embedded defaults"
+  @shortdoc "Runs a Ringbus server (protocol v#{Ringbus.Wire.Frame.version()}) with embedded defaults"
 
   @moduledoc """
-  Runs a Ringbus server until interrupted: channels in memory, protocol v1 on
+  Runs a Ringbus server until interrupted: channels in memory, protocol
+  v#{Ringbus.Wire.Frame.version()} on
   `127.0.0.1:#{Ringbus.Wire.Frame.default_port()}`, channels created on their
   first push.
 

@@ -85,4 +85,11 @@ defmodule Mix.Tasks.Ringbus.ServerTest do
       Task.cluster_options(name: "b@h", net_ticktime: 0)
     end
   end
+
+  test "mix help ringbus.server names the protocol version it speaks" do
+    version = "protocol v#{Ringbus.Wire.Frame.version()}"
+    assert Mix.Task.shortdoc(Task) =~ version
+    assert Mix.Task.moduledoc(Task) =~ ~r/protocol\s+v#{Ringbus.Wire.Frame.version()}/
+    refute Mix.Task.moduledoc(Task) =~ ~r/protocol\s+v1\b/
+  end
 end
