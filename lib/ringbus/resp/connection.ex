@@ -101,7 +101,7 @@ defmodule Ringbus.Resp.Connection do
   def handle_info({:ringbus_socket, kind, socket}, state) do
     with {:ok, socket} <- Transport.handshake(kind, socket, remaining(state.deadline)),
          :ok <- Ringbus.Socket.activate(kind, socket) do
-      stats = Stats.opened(state.config.counters, kind, socket)
+      stats = Stats.opened(state.config.counters, :resp, kind, socket)
       state = opened(%{state | kind: kind, socket: socket, stats: stats})
       noreply(if Session.authenticated?(state.session), do: touch(state), else: state)
     else

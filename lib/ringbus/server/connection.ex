@@ -98,7 +98,7 @@ defmodule Ringbus.Server.Connection do
 
     with {:ok, socket} <- Transport.handshake(kind, socket, left),
          :ok <- Ringbus.Socket.activate(kind, socket) do
-      stats = Stats.opened(state.config.counters, kind, socket)
+      stats = Stats.opened(state.config.counters, :binary, kind, socket)
       noreply(%{state | kind: kind, socket: socket, stats: stats})
     else
       _ -> {:stop, :normal, state}
