@@ -40,7 +40,7 @@ defmodule Ringbus.Release do
       │   Ringbus.Server.Directory
       ├── the channels of RINGBUS_CHANNELS, created in order
       ├── Ringbus.Server          the binary protocol (and RESP)
-      └── Ringbus.HTTP             /metrics, /status, /status.json, /status.txt
+      └── Ringbus.HTTP             /metrics, /status(.json, .txt), /health, /ready
 
   ## Stopping
 

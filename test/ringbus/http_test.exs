@@ -23,6 +23,28 @@ defmodule Ringbus.HTTPTest do
     {code, Map.new(headers, fn {k, v} -> {to_string(k), to_string(v)} end), body}
   end
 
+  test "GET /health says ok; GET /ready says ready while a server listens", %{url: url} do
+    assert {200, headers, "ok\n"} = get(url <> "/health")
+    assert headers["content-type"] == "text/plain; charset=utf-8"
+    assert {200, _, "ready\n"} = get(url <> "/ready")
+  end
+
+  test "GET /ready is 503 with the reason until the node has joined its cluster", %{url: url} do
+    cluster = Application.get_env(:ringbus, :cluster)
+    on_exit(fn -> restore(:cluster, cluster) end)
+    Application.put_env(:ringbus, :cluster, join: [:"absent@127.0.0.1"])
+
+    assert {503, _,
+            "not ready: not joined to the cluster: none of absent@127.0.0.1 is connected\n"} =
+             get(url <> "/ready")
+
+    # Liveness does not depend on it.
+    assert {200, _, "ok\n"} = get(url <> "/health")
+  end
+
+  defp restore(key, nil), do: Application.delete_env(:ringbus, key)
+  defp restore(key, value), do: Application.put_env(:ringbus, key, value)
+
   test "GET /metrics: the Prometheus text format, which promtool accepts", %{url: url} do
     :ok = Ringbus.create("scraped", capacity: 10)
     {:ok, _} = Ringbus.push_many("scraped", ~w(a b c))
