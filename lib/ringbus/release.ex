@@ -23,6 +23,21 @@ defmodule Ringbus.Release do
 
       ringbus: RINGBUS_PORT must be an integer in 0..65535, got: "70000"
 
+  So does a TLS file that holds no PEM certificate (`RINGBUS_CERTFILE`) or
+  private key (`RINGBUS_KEYFILE`), read and decoded at boot, and a port that
+  cannot be bound, checked before any listener starts:
+
+      ringbus: RINGBUS_PORT cannot listen on 127.0.0.1:7171: address already in use (:eaddrinuse)
+
+  `mix ringbus.server` reads the same variables with the same parser, its
+  flags standing for them. `RINGBUS_NAME`, `RINGBUS_COOKIE` and
+  `RINGBUS_NET_TICKTIME` must be known before the VM starts, so the
+  release's `rel/env.sh` turns them into `RELEASE_NODE` (and
+  `RELEASE_DISTRIBUTION=name` when the host has a dot), `RELEASE_COOKIE` and
+  `-kernel net_ticktime` for every command (`start`, `rpc`, `remote`,
+  `stop`); `RELEASE_NODE` and `RELEASE_COOKIE` still work when they are not
+  set.
+
   | Variable | Default | Meaning |
   |---|---|---|
   #{for {name, _type, default, text} <- Ringbus.Release.Config.variables(), into: "" do
@@ -65,11 +80,63 @@ defmodule Ringbus.Release do
 
   def children(boot) do
     List.flatten([
+      %{id: :ringbus_ports, start: {__MODULE__, :check_ports, [boot]}},
       %{id: :ringbus_channels, start: {__MODULE__, :declare, [boot.channels]}},
       {Ringbus.Server, Keyword.put(boot.server, :name, Ringbus.Server)},
       if(boot.http, do: [{Ringbus.HTTP, Keyword.put(boot.http, :name, Ringbus.HTTP)}], else: []),
       %{id: :ringbus_announce, start: {__MODULE__, :announce, [boot]}}
     ])
+  end
+
+  @doc false
+  # A child's start, first: a port that cannot be bound stops the boot with
+  # one line naming its variable, and status 1 (a failed start would print
+  # the supervisors' reports and write a crash dump).
+  @spec check_ports(boot()) :: :ignore
+  def check_ports(boot) do
+    case listen_check(boot) do
+      :ok ->
+        :ignore
+
+      {:error, line} ->
+        IO.puts(:stderr, line)
+        System.halt(1)
+    end
+  end
+
+  @doc """
+  Whether each port `boot` declares can be listened on now: each is opened
+  and closed again. `:ok`, or the line that names the variable (or flag) of
+  the first that cannot, and why:
+
+      ringbus: RINGBUS_PORT cannot listen on 127.0.0.1:7171: address already in use (:eaddrinuse)
+  """
+  @spec listen_check(boot()) :: :ok | {:error, String.t()}
+  def listen_check(boot) do
+    server_host = Keyword.get(boot.server, :host, {127, 0, 0, 1})
+
+    listeners =
+      [{:binary, server_host, Keyword.get(boot.server, :port, Ringbus.Wire.Frame.default_port())}] ++
+        if(boot.server[:resp_port], do: [{:resp, server_host, boot.server[:resp_port]}], else: []) ++
+        if(boot.http, do: [{:http, boot.http[:host], boot.http[:port]}], else: [])
+
+    Enum.find_value(listeners, :ok, fn {listener, host, port} ->
+      case probe(host, port) do
+        :ok -> nil
+        {:error, reason} -> {:error, Ringbus.Release.Config.listen_error(boot, listener, reason)}
+      end
+    end)
+  end
+
+  defp probe(_host, 0), do: :ok
+
+  defp probe(host, port) do
+    family = if tuple_size(host) == 8, do: :inet6, else: :inet
+
+    case :gen_tcp.listen(port, [family, ip: host, reuseaddr: true]) do
+      {:ok, socket} -> :gen_tcp.close(socket)
+      {:error, reason} -> {:error, reason}
+    end
   end
 
   @doc false
