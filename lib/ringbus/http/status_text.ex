@@ -16,6 +16,8 @@ defmodule Ringbus.HTTP.StatusText do
       "run queue #{vm.run_queue}, #{vm.gc_runs} GCs\n\n",
       channels(s.channels),
       "\n",
+      subscriptions(s.subscriptions),
+      "\n",
       servers(s.servers),
       "\n",
       cluster(s.cluster)
@@ -31,6 +33,15 @@ defmodule Ringbus.HTTP.StatusText do
         [c.name, c.len, c.capacity, bytes(c.held_bytes), c.pushed, c.pulled, c.overwritten] ++
           [c.rejected, last(c.push_rate), last(c.pull_rate), c.subscriptions, c.max_lag, c.lost]
       end
+    )
+  end
+
+  defp subscriptions([]), do: "No subscriptions.\n"
+
+  defp subscriptions(subs) do
+    table(
+      ~w(CHANNEL SUBSCRIPTION SUBSCRIBER LAG CREDIT LOST),
+      for(s <- subs, do: [s.channel, s.subscription, s.subscriber, s.lag, s.credit, s.lost])
     )
   end
 
