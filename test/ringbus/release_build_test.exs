@@ -143,11 +143,13 @@ defmodule Ringbus.ReleaseBuildTest do
     assert out == ~s(ringbus: RINGBUS_MAX_CONNECTIONS must be a positive integer, got: "many"\n)
   end
 
-  # No crash dump is written where the release runs from.
-  defp refute_crash_dump do
-    refute File.exists?(Path.join(@root, "erl_crash.dump"))
-    refute File.exists?(Path.join(Path.dirname(@bin), "erl_crash.dump"))
-  end
+  # No crash dump is written where the release runs from (one left by an
+  # earlier run is removed first).
+  defp crash_dumps,
+    do: [Path.join(@root, "erl_crash.dump"), Path.join(Path.dirname(@bin), "erl_crash.dump")]
+
+  defp remove_crash_dumps, do: Enum.each(crash_dumps(), &File.rm/1)
+  defp refute_crash_dump, do: for(dump <- crash_dumps(), do: refute(File.exists?(dump)))
 
   test "a port in use stops the boot with one line that names its variable, and status 1" do
     {:ok, taken} = :gen_tcp.listen(0, ip: {127, 0, 0, 1})
@@ -171,11 +173,13 @@ defmodule Ringbus.ReleaseBuildTest do
 
   @tag :tmp_dir
   test "a certificate file of garbage stops the boot with one line, and status 1", %{tmp_dir: dir} do
+    remove_crash_dumps()
     {_cert, key} = Ringbus.Test.TLS.pem_files!(dir)
     garbage = Path.join(dir, "garbage.pem")
     File.write!(garbage, "garbage\n")
 
-    env = env([{"RINGBUS_CERTFILE", garbage}, {"RINGBUS_KEYFILE", key}, {"RINGBUS_PORT", "0"}])
+    vars = [{"RINGBUS_CERTFILE", garbage}, {"RINGBUS_KEYFILE", key}]
+    env = env(vars ++ [{"RINGBUS_PORT", "0"}, {"RINGBUS_HTTP_PORT", "0"}])
     assert {out, 1} = run(["start"], env)
     assert out == "ringbus: RINGBUS_CERTFILE holds no PEM certificate: #{inspect(garbage)}\n"
     refute_crash_dump()
