@@ -27,4 +27,18 @@ defmodule Ringbus.ReadmeTest do
     output = ExUnit.CaptureIO.capture_io(fn -> Code.eval_string(code) end)
     assert String.trim(output) == printed
   end
+
+  test "README names every Debian package bin/test installs" do
+    installed =
+      Regex.scan(~r/need\+=\(([a-z0-9.-]+)\)/, File.read!("bin/test"), capture: :all_but_first)
+      |> List.flatten()
+
+    [_, sentence] =
+      Regex.run(~r/Run the whole test suite \(installs(.*?)\):/s, File.read!("README.md"))
+
+    named = Regex.scan(~r/`([a-z0-9.-]+)`/, sentence, capture: :all_but_first) |> List.flatten()
+
+    assert installed != []
+    assert Enum.sort(named) == Enum.sort(installed)
+  end
 end

@@ -102,8 +102,10 @@ defmodule Ringbus.Client do
   Flow control is credit in messages: the server sends at most `:credit`
   messages ahead of `ack/3`, which returns credit (a `CREDIT` frame, with no
   answer). A subscription ends with `unsubscribe/2`, with
-  `{:ringbus_closed, sub, :no_channel}` when its channel is deleted, or with
-  `{:ringbus_closed, sub, :closed}` when the connection is lost.
+  `{:ringbus_closed, sub, :no_channel}` when its channel is deleted, with
+  `{:ringbus_closed, sub, :shutting_down}` when the server stops (SIGTERM,
+  `bin/ringbus stop`), or with `{:ringbus_closed, sub, :closed}` when the
+  connection is lost otherwise.
 
   ## Errors
 
@@ -135,8 +137,9 @@ defmodule Ringbus.Client do
   When the connection is lost (the server closed it, a socket error), the
   owner gets one last `{:ringbus_acks, client, entries}` with a
   `{corr, {:error, :closed}}` entry for each async push not acked by then,
-  so it hears of every push it sent; then `{:ringbus_closed, sub, :closed}`
-  for each subscription, and `{:ringbus_down, client, reason}`, where
+  so it hears of every push it sent; then `{:ringbus_closed, sub, reason}`
+  for each subscription still open (with the connection error the server
+  sent, or `:closed`), and `{:ringbus_down, client, reason}`, where
   `reason` is the connection error the server sent (say `:idle_timeout` or
   `:shutting_down`), `:closed`, or the socket error. A push answered
   `:closed` may or may not have been stored: a server that shuts down

@@ -22,6 +22,13 @@ defmodule Ringbus.HTTP do
       connections publish, so a busy connection delays nothing.
     * `GET /status.txt` - the same data as tables for a terminal, which
       `mix ringbus.stats` and `Ringbus.Release.stats/1` print.
+    * `GET /health` - liveness: `200` with `ok` while the node runs.
+    * `GET /ready` - readiness: `200` with `ready` when a server listens
+      and, if the node was told to join a cluster (`RINGBUS_JOIN`, or
+      `config :ringbus, :cluster, join: [...]`), it is connected to one of
+      those nodes; otherwise `503` with `not ready: ` and the reason, say
+      `not ready: not joined to the cluster: none of a@10.0.0.1 is connected`.
+      For a load balancer or an orchestrator's probes.
 
   Embed it next to a server:
 

@@ -298,6 +298,33 @@ defmodule Ringbus.ClientTest do
       refute_received {:ringbus_down, _, _}
     end
 
+    test "a server that stops ends each subscription with :shutting_down", %{port: port} do
+      c = connect!(port)
+      :ok = Client.create!(c, "stopping", capacity: 10)
+      sub = Client.subscribe!(c, "stopping")
+      :ok = stop_supervised(Ringbus.Server)
+      assert_receive {:ringbus_closed, ^sub, :shutting_down}, 10_000
+      assert_receive {:ringbus_down, ^c, :shutting_down}, 10_000
+    end
+
+    test "a connection error from the server is the reason its subscriptions end" do
+      # A stand-in server: it takes a subscription, then says shutting_down
+      # with no SUB_CLOSED (as a server of an earlier version does) and closes.
+      {port, _server} =
+        fake_server(fn socket ->
+          {:ok, <<_len::32, 0x0A, corr::32, _::binary>>} = :gen_tcp.recv(socket, 0)
+          :ok = :gen_tcp.send(socket, Ringbus.Wire.Frame.encode({:subscribed, corr, 7}))
+          error = {:error, 0, :shutting_down, "the server is stopping"}
+          :ok = :gen_tcp.send(socket, Ringbus.Wire.Frame.encode(error))
+          :gen_tcp.close(socket)
+        end)
+
+      c = Client.connect!(port: port)
+      assert {:ok, 7 = sub} = Client.subscribe(c, "down")
+      assert_receive {:ringbus_closed, ^sub, :shutting_down}
+      assert_receive {:ringbus_down, ^c, :shutting_down}
+    end
+
     test "a server that goes away: waiting callers and the owner learn it" do
       # A stand-in server: it takes a subscription, then one request, and closes.
       {port, _server} =

@@ -23,6 +23,28 @@ defmodule Ringbus.HTTPTest do
     {code, Map.new(headers, fn {k, v} -> {to_string(k), to_string(v)} end), body}
   end
 
+  test "GET /health says ok; GET /ready says ready while a server listens", %{url: url} do
+    assert {200, headers, "ok\n"} = get(url <> "/health")
+    assert headers["content-type"] == "text/plain; charset=utf-8"
+    assert {200, _, "ready\n"} = get(url <> "/ready")
+  end
+
+  test "GET /ready is 503 with the reason until the node has joined its cluster", %{url: url} do
+    cluster = Application.get_env(:ringbus, :cluster)
+    on_exit(fn -> restore(:cluster, cluster) end)
+    Application.put_env(:ringbus, :cluster, join: [:"absent@127.0.0.1"])
+
+    assert {503, _,
+            "not ready: not joined to the cluster: none of absent@127.0.0.1 is connected\n"} =
+             get(url <> "/ready")
+
+    # Liveness does not depend on it.
+    assert {200, _, "ok\n"} = get(url <> "/health")
+  end
+
+  defp restore(key, nil), do: Application.delete_env(:ringbus, key)
+  defp restore(key, value), do: Application.put_env(:ringbus, key, value)
+
   test "GET /metrics: the Prometheus text format, which promtool accepts", %{url: url} do
     :ok = Ringbus.create("scraped", capacity: 10)
     {:ok, _} = Ringbus.push_many("scraped", ~w(a b c))
@@ -85,7 +107,7 @@ defmodule Ringbus.HTTPTest do
     rates |> String.split(",", trim: true) |> Enum.map(&String.to_float/1)
   end
 
-  test "RESP consumer groups in /metrics and in /status's groups table", %{url: url} do
+  test "RESP consumer groups in /metrics, /status's groups table and /status.txt", %{url: url} do
     resp = start_supervised!({Ringbus.Server, port: 0, resp_port: 0}, id: :resp)
     port = Ringbus.Server.port(resp, :resp)
     c = RespClient.connect!(port)
@@ -122,6 +144,11 @@ defmodule Ringbus.HTTPTest do
 
     {200, _, json} = get(url <> "/status.json")
     assert json =~ ~s("group":"billing")
+
+    # The terminal tables (Ringbus.Release.stats/1, mix ringbus.stats).
+    {200, _, text} = get(url <> "/status.txt")
+    assert text =~ ~r/^STREAM\s+GROUP\s+PORT\s+CONSUMERS\s+PENDING\s+LAG\s+MAX_IDLE/m
+    assert text =~ ~r/^orders\s+billing\s+#{port}\s+2\s+2\s+2\s+[\d.]+ s\s+0\s+0$/m
     RespClient.close(c)
   end
 

@@ -143,6 +143,68 @@ defmodule Ringbus.ReleaseBuildTest do
     assert out == ~s(ringbus: RINGBUS_MAX_CONNECTIONS must be a positive integer, got: "many"\n)
   end
 
+  # No crash dump is written where the release runs from (one left by an
+  # earlier run is removed first).
+  defp crash_dumps,
+    do: [Path.join(@root, "erl_crash.dump"), Path.join(Path.dirname(@bin), "erl_crash.dump")]
+
+  defp remove_crash_dumps, do: Enum.each(crash_dumps(), &File.rm/1)
+  defp refute_crash_dump, do: for(dump <- crash_dumps(), do: refute(File.exists?(dump)))
+
+  test "a port in use stops the boot with one line that names its variable, and status 1" do
+    {:ok, taken} = :gen_tcp.listen(0, ip: {127, 0, 0, 1})
+    {:ok, port} = :inet.port(taken)
+
+    assert {out, 1} =
+             run(["start"], env([{"RINGBUS_PORT", "#{port}"}, {"RINGBUS_HTTP_PORT", "0"}]))
+
+    assert out ==
+             "ringbus: RINGBUS_PORT cannot listen on 127.0.0.1:#{port}: " <>
+               "address already in use (:eaddrinuse)\n"
+
+    assert {out, 1} =
+             run(["start"], env([{"RINGBUS_PORT", "0"}, {"RINGBUS_HTTP_PORT", "#{port}"}]))
+
+    assert out =~
+             ~r/\Aringbus: RINGBUS_HTTP_PORT cannot listen on 127\.0\.0\.1:#{port}: [^\n]+\n\z/
+
+    refute_crash_dump()
+  end
+
+  @tag :tmp_dir
+  test "a certificate file of garbage stops the boot with one line, and status 1", %{tmp_dir: dir} do
+    remove_crash_dumps()
+    {_cert, key} = Ringbus.Test.TLS.pem_files!(dir)
+    garbage = Path.join(dir, "garbage.pem")
+    File.write!(garbage, "garbage\n")
+
+    vars = [{"RINGBUS_CERTFILE", garbage}, {"RINGBUS_KEYFILE", key}]
+    env = env(vars ++ [{"RINGBUS_PORT", "0"}, {"RINGBUS_HTTP_PORT", "0"}])
+    assert {out, 1} = run(["start"], env)
+    assert out == "ringbus: RINGBUS_CERTFILE holds no PEM certificate: #{inspect(garbage)}\n"
+    refute_crash_dump()
+  end
+
+  test "RINGBUS_NAME, RINGBUS_COOKIE and RINGBUS_NET_TICKTIME name the node, its cookie and tick" do
+    name = "ringbus_named_#{System.unique_integer([:positive])}@127.0.0.1"
+
+    node =
+      boot([
+        {"RINGBUS_NAME", name},
+        {"RINGBUS_COOKIE", "ringbus_test_cookie"},
+        {"RINGBUS_NET_TICKTIME", "17"}
+      ])
+
+    # rpc reads the same variables, so it reaches the same node.
+    expression = "IO.inspect({node(), Node.get_cookie(), :net_kernel.get_net_ticktime()})"
+    assert {out, 0} = run(["rpc", expression], node.env)
+    assert out == "{:\"#{name}\", :ringbus_test_cookie, 17}\n"
+
+    assert {_, 0} = run(["stop"], node.env)
+    release = node.release
+    assert_receive {^release, {:exit_status, 0}}, 30_000
+  end
+
   test "it serves channels, /metrics and the stats table, and bin/ringbus stop stops it" do
     node = boot([{"RINGBUS_CHANNELS", "events:1000,jobs:10:reject"}])
 
@@ -155,12 +217,27 @@ defmodule Ringbus.ReleaseBuildTest do
     assert metrics =~ ~s(ringbus_channel_capacity{channel="jobs"} 10\n)
     assert {"", 0} = Promtool.check(metrics)
 
-    # The stats table, from a fresh VM that reads the node's HTTP endpoint.
-    eval_env = List.keystore(node.env, "RINGBUS_HTTP_PORT", 0, {"RINGBUS_HTTP_PORT", node.http})
-    assert {table, 0} = run(["eval", "Ringbus.Release.stats()"], eval_env)
-    assert table =~ ~r/^CHANNEL\s+LEN\s+CAPACITY/m
-    assert table =~ ~r/^events\s+1\s+1000\s/m
-    assert table =~ ~r/^jobs\s+0\s+10\s/m
+    # The stats tables: on the node (rpc), and from a fresh VM (eval) that
+    # asks the node where its HTTP endpoint is; neither knows its port.
+    {:ok, sub} = Ringbus.Client.subscribe(client, "events")
+
+    for command <- ["rpc", "eval"] do
+      assert {table, 0} = run([command, "Ringbus.Release.stats()"], node.env)
+      assert table =~ ~r/^CHANNEL\s+LEN\s+CAPACITY/m
+      assert table =~ ~r/^events\s+1\s+1000\s/m
+      assert table =~ ~r/^jobs\s+0\s+10\s/m
+      assert table =~ ~r/^CHANNEL\s+SUBSCRIBER\s+VIA\s+LAG/m
+    end
+
+    assert {watched, 0} = run(["rpc", "Ringbus.Release.stats(every: 1, count: 2)"], node.env)
+    assert length(Regex.scan(~r/^--- .*, every 1 s \d of 2 ---$/m, watched)) == 2
+
+    # A node that is not running: one line, status 1.
+    gone = List.keystore(node.env, "RELEASE_NODE", 0, {"RELEASE_NODE", "absent_#{node.os_pid}"})
+    assert {out, 1} = run(["eval", "Ringbus.Release.stats()"], gone)
+
+    assert out =~
+             ~r/\Aringbus: cannot reach node absent_\d+@\S+: it is not running, or its cookie differs\n\z/
 
     assert {"[\"events\", \"jobs\"]\n", 0} =
              run(["rpc", "IO.inspect(Enum.sort(Ringbus.channels()))"], node.env)
@@ -168,14 +245,20 @@ defmodule Ringbus.ReleaseBuildTest do
     assert remote(node.env, "Enum.sort(Ringbus.channels())") =~ ~s(remote: ["events", "jobs"])
 
     assert {_, 0} = run(["stop"], node.env)
+    assert_receive {:ringbus_closed, ^sub, :shutting_down}, 30_000
     assert_receive {:ringbus_down, ^client, :shutting_down}, 30_000
     release = node.release
     assert_receive {^release, {:exit_status, 0}}, 30_000
 
-    # At the default level, info: a line per connection opened and closed.
-    log = Enum.join(output(release), "\n")
-    assert log =~ ~r/\[info\] Ringbus connection from 127\.0\.0\.1:\d+ opened \(tcp\)/
-    assert log =~ ~r/\[info\] Ringbus connection from 127\.0\.0\.1:\d+ closed \(shutting_down\)/
+    # At the default level, info: a line per connection opened and closed,
+    # each entry one line, with no blank line between entries.
+    lines = output(release)
+    refute "" in lines
+    log = Enum.join(lines, "\n")
+    assert log =~ ~r/\[info\] Ringbus binary connection from 127\.0\.0\.1:\d+ opened \(tcp\)/
+
+    assert log =~
+             ~r/\[info\] Ringbus binary connection from 127\.0\.0\.1:\d+ closed \(shutting_down\)/
   end
 
   test "README's command boots it on its default, fixed ports and stops it without an error" do
@@ -221,7 +304,7 @@ defmodule Ringbus.ReleaseBuildTest do
     assert_receive {^release, {:exit_status, 0}}, 30_000
     # At notice, connections are not logged; a stop logs no error.
     log = output(release)
-    refute Enum.any?(log, &(&1 =~ "Ringbus connection"))
+    refute Enum.any?(log, &(&1 =~ "connection from"))
     refute Enum.any?(log, &(&1 =~ "[error]"))
   end
 end

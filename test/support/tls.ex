@@ -12,4 +12,15 @@ defmodule Ringbus.Test.TLS do
 
     {server, Keyword.merge(client, verify: :verify_peer, server_name_indication: ~c"localhost")}
   end
+
+  @doc "Writes a fresh server certificate and its key as PEM files in `dir`; returns their paths."
+  def pem_files!(dir) do
+    {server, _client} = configs()
+    {key_type, key_der} = server[:key]
+    cert = Path.join(dir, "cert.pem")
+    key = Path.join(dir, "key.pem")
+    File.write!(cert, :public_key.pem_encode([{:Certificate, server[:cert], :not_encrypted}]))
+    File.write!(key, :public_key.pem_encode([{key_type, key_der, :not_encrypted}]))
+    {cert, key}
+  end
 end

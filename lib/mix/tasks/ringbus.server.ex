@@ -1,8 +1,9 @@
 defmodule Mix.Tasks.Ringbus.Server do
-  @shortdoc "Runs a Ringbus server with embedded defaults"
+  @shortdoc "Runs a Ringbus server (protocol v#{Ringbus.Wire.Frame.version()}) with embedded defaults"
 
   @moduledoc """
-  Runs a Ringbus server until interrupted: channels in memory, protocol v1 on
+  Runs a Ringbus server until interrupted: channels in memory, protocol
+  v#{Ringbus.Wire.Frame.version()} on
   `127.0.0.1:#{Ringbus.Wire.Frame.default_port()}`, channels created on their
   first push.
 
@@ -29,6 +30,8 @@ defmodule Mix.Tasks.Ringbus.Server do
       limits; see `Ringbus.Server`.
     * `--capacity N` - the capacity of channels created by a push. Default 100000.
     * `--no-auto-create` - answer pushes to unknown channels with `no_channel`.
+    * `--http-port N` - serve `/metrics`, `/status`, `/health` and `/ready`
+      on this port (`RINGBUS_HTTP_PORT`), for `mix ringbus.stats`. Off by default.
 
   In a cluster (see `Ringbus.Cluster`):
 
@@ -43,46 +46,65 @@ defmodule Mix.Tasks.Ringbus.Server do
       down, ± 25% (`RINGBUS_NET_TICKTIME`); set it alike on every node.
       Default 60, the VM's.
 
-  Flags win over environment variables.
+  Every flag stands for a `RINGBUS_*` variable, and the variables are read
+  as the release reads them (one table, one parser: see `Ringbus.Release`),
+  so `RINGBUS_CHANNELS`, `RINGBUS_TOKENS_FILE`, `RINGBUS_CONFIG` and the
+  server's other limits work here too, and an unknown `RINGBUS_` variable is
+  an error. Flags win over environment variables. The HTTP endpoint
+  (`Ringbus.HTTP`) starts only when `--http-port` or `RINGBUS_HTTP_PORT`
+  is given.
+
+  A bad value, a certificate or key file that is missing or holds no PEM
+  certificate or key, or a port that cannot be bound stops the task before
+  it serves, with one line naming the flag and its variable, and status 1:
+
+      ** (Mix) ringbus: RINGBUS_PORT (--port) cannot listen on 127.0.0.1:7171: address already in use (:eaddrinuse)
   """
 
   use Mix.Task
 
-  @switches [
-    host: :string,
-    port: :integer,
-    resp_port: :integer,
-    resp: :boolean,
-    certfile: :string,
-    keyfile: :string,
-    token: :keep,
-    max_frame_size: :integer,
-    max_connections: :integer,
-    max_subscriptions: :integer,
-    idle_timeout: :integer,
-    resp_idle_timeout: :integer,
-    handshake_timeout: :integer,
-    capacity: :integer,
-    auto_create: :boolean,
-    name: :string,
-    cookie: :string,
-    join: :string,
-    net_ticktime: :integer
+  alias Ringbus.Release.Config
+
+  # Each flag and the variable it stands for.
+  @flags [
+    host: "RINGBUS_HOST",
+    port: "RINGBUS_PORT",
+    resp_port: "RINGBUS_RESP_PORT",
+    certfile: "RINGBUS_CERTFILE",
+    keyfile: "RINGBUS_KEYFILE",
+    max_frame_size: "RINGBUS_MAX_FRAME_SIZE",
+    max_connections: "RINGBUS_MAX_CONNECTIONS",
+    max_subscriptions: "RINGBUS_MAX_SUBSCRIPTIONS",
+    idle_timeout: "RINGBUS_IDLE_TIMEOUT",
+    resp_idle_timeout: "RINGBUS_RESP_IDLE_TIMEOUT",
+    handshake_timeout: "RINGBUS_HANDSHAKE_TIMEOUT",
+    http_port: "RINGBUS_HTTP_PORT",
+    name: "RINGBUS_NAME",
+    cookie: "RINGBUS_COOKIE",
+    join: "RINGBUS_JOIN",
+    net_ticktime: "RINGBUS_NET_TICKTIME"
   ]
+
+  @switches Keyword.new(@flags, fn {flag, _} -> {flag, :string} end) ++
+              [resp: :boolean, token: :keep, capacity: :string, auto_create: :boolean]
 
   @impl Mix.Task
   def run(args) do
     {flags, _rest} = OptionParser.parse!(args, strict: @switches)
-    cluster = cluster_options(flags)
+    boot = config!(flags)
+    cluster = cluster_options(boot)
+    listen_check!(boot)
     start_node!(cluster)
     Mix.Task.run("app.start")
     join!(cluster)
+    Logger.configure(level: boot.log_level)
+    Ringbus.Release.declare(boot.channels)
 
-    opts = options(flags)
-    {:ok, server} = Ringbus.Server.start_link(opts)
+    opts = boot.server
+    server = start!(boot, :binary, fn -> Ringbus.Server.start_link(opts) end)
     kind = if opts[:tls], do: "tls", else: "tcp"
     auth = if opts[:tokens], do: "tokens required", else: "no auth"
-    host = opts[:host] || "127.0.0.1"
+    host = :inet.ntoa(opts[:host] || {127, 0, 0, 1})
 
     Mix.shell().info(
       "Ringbus #{Application.spec(:ringbus, :vsn)} listening on #{host}:#{Ringbus.Server.port(server)} (#{kind}, #{auth}); Ctrl-C to stop"
@@ -94,42 +116,145 @@ defmodule Mix.Tasks.Ringbus.Server do
       )
     end
 
+    if boot.http do
+      http = start!(boot, :http, fn -> Ringbus.HTTP.start_link(boot.http) end)
+
+      Mix.shell().info(
+        "HTTP on http://#{:inet.ntoa(boot.http[:host])}:#{Ringbus.HTTP.port(http)}"
+      )
+    end
+
     Mix.shell().info("VM memory: #{Ringbus.Server.Memory.describe()}")
 
     Process.sleep(:infinity)
   end
 
   @doc false
-  # The cluster flags (and their environment variables), checked.
-  def cluster_options(flags) do
-    env = &System.get_env/1
-    name = flags[:name] || env.("RINGBUS_NAME")
-    cookie = flags[:cookie] || env.("RINGBUS_COOKIE")
-    join = (flags[:join] || env.("RINGBUS_JOIN") || "") |> String.split(",", trim: true)
+  # The configuration the flags and the environment give, as a release's
+  # (`Ringbus.Release.Config`), or `Mix.Error` with the line that says what
+  # is wrong. No HTTP endpoint unless its port was given.
+  def config!(flags, env \\ System.get_env()) do
+    case Config.load(env, flag_variables(flags)) do
+      {:ok, boot} ->
+        if Map.has_key?(boot.given, {:http, :port}), do: boot, else: %{boot | http: nil}
 
-    ticktime =
-      flags[:net_ticktime] ||
-        (env.("RINGBUS_NET_TICKTIME") && String.to_integer(env.("RINGBUS_NET_TICKTIME")))
+      {:error, line} ->
+        Mix.raise(line)
+    end
+  end
 
-    if name == nil and (cookie || join != [] || ticktime),
-      do: Mix.raise("--cookie, --join and --net-ticktime need --name")
+  defp flag_variables(flags) do
+    given =
+      for {flag, name} <- @flags, value = flags[flag], into: %{} do
+        {name, {value, "--#{String.replace(to_string(flag), "_", "-")}"}}
+      end
 
-    if name != nil and not String.contains?(name, "@"),
-      do: Mix.raise("expected --name to be NAME@HOST, got: #{inspect(name)}")
+    given
+    |> put_new_flag(
+      "RINGBUS_RESP_PORT",
+      flags[:resp] && "#{Ringbus.Resp.default_port()}",
+      "--resp"
+    )
+    |> put_flag("RINGBUS_TOKENS", tokens(flags), "--token")
+    |> put_flag("RINGBUS_AUTO_CREATE", auto_create(flags), auto_create_flag(flags))
+  end
 
-    if ticktime != nil and ticktime < 1,
-      do: Mix.raise("expected --net-ticktime to be a positive integer, got: #{ticktime}")
+  defp put_flag(vars, _name, nil, _flag), do: vars
+  defp put_flag(vars, name, value, flag), do: Map.put(vars, name, {value, flag})
+
+  defp put_new_flag(vars, name, value, flag),
+    do: if(Map.has_key?(vars, name), do: vars, else: put_flag(vars, name, value, flag))
+
+  defp tokens(flags) do
+    case Keyword.get_values(flags, :token) do
+      [] -> nil
+      tokens -> Enum.join(tokens, ",")
+    end
+  end
+
+  defp auto_create(flags) do
+    cond do
+      flags[:auto_create] == false -> "off"
+      flags[:capacity] -> "#{flags[:capacity]}:drop_oldest"
+      true -> nil
+    end
+  end
+
+  defp auto_create_flag(flags),
+    do: if(flags[:auto_create] == false, do: "--no-auto-create", else: "--capacity")
+
+  @doc false
+  # The server options of `flags` (and the environment).
+  def options(flags), do: config!(flags).server
+
+  @doc false
+  # The cluster part of the configuration, checked.
+  def cluster_options(%{} = boot) do
+    name = boot.name
+
+    if name == nil and (boot.cookie || boot.join != [] || boot.net_ticktime),
+      do: Mix.raise("--cookie, --join and --net-ticktime need --name (RINGBUS_NAME)")
 
     %{
-      name: name && String.to_atom(name),
+      name: name,
       name_domain: if(name && host(name) =~ ".", do: :longnames, else: :shortnames),
-      cookie: cookie && String.to_atom(cookie),
-      join: Enum.map(join, &String.to_atom(String.trim(&1))),
-      net_ticktime: ticktime
+      cookie: boot.cookie,
+      join: boot.join,
+      net_ticktime: boot.net_ticktime
     }
   end
 
-  defp host(name), do: name |> String.split("@") |> List.last()
+  def cluster_options(flags) when is_list(flags), do: cluster_options(config!(flags))
+
+  defp host(name), do: name |> Atom.to_string() |> String.split("@") |> List.last()
+
+  defp listen_check!(boot) do
+    case Ringbus.Release.listen_check(boot) do
+      :ok -> :ok
+      {:error, line} -> Mix.raise(line)
+    end
+  end
+
+  # Starts a listener linked to the task; a failure to listen (a port taken
+  # since listen_check!) is the same one line.
+  defp start!(boot, listener, start) do
+    trap = Process.flag(:trap_exit, true)
+    result = start.()
+    Process.flag(:trap_exit, trap)
+
+    case result do
+      {:ok, pid} ->
+        pid
+
+      {:error, reason} ->
+        receive do
+          {:EXIT, _pid, _} -> :ok
+        after
+          0 -> :ok
+        end
+
+        Mix.raise(Config.listen_error(boot, listener, listen_reason(reason)))
+    end
+  end
+
+  # The socket's reason, wherever the supervisors wrapped it.
+  defp listen_reason({:listen_failed, reason}), do: reason
+  defp listen_reason({:http_failed, reason}), do: listen_reason(reason)
+  defp listen_reason({:listen, reason}), do: reason
+
+  defp listen_reason(reason) when is_tuple(reason),
+    do: reason |> Tuple.to_list() |> Enum.find_value(reason, &nested_reason/1)
+
+  defp listen_reason(reason), do: reason
+
+  defp nested_reason(term) when is_tuple(term) do
+    case listen_reason(term) do
+      ^term -> nil
+      reason -> reason
+    end
+  end
+
+  defp nested_reason(_term), do: nil
 
   defp start_node!(%{name: nil}), do: :ok
 
@@ -161,64 +286,5 @@ defmodule Mix.Tasks.Ringbus.Server do
       "Node #{node()} (net_ticktime #{:net_kernel.get_net_ticktime()} s), joining: " <>
         if(cluster.join == [], do: "none", else: Enum.join(cluster.join, ", "))
     )
-  end
-
-  @doc false
-  def options(flags) do
-    env = &System.get_env/1
-    certfile = flags[:certfile] || env.("RINGBUS_CERTFILE")
-    keyfile = flags[:keyfile] || env.("RINGBUS_KEYFILE")
-
-    tokens =
-      case Keyword.get_values(flags, :token) do
-        [] -> (env.("RINGBUS_TOKENS") || "") |> String.split(",", trim: true)
-        tokens -> tokens
-      end
-
-    auto_create =
-      if Keyword.get(flags, :auto_create, true),
-        do: [capacity: flags[:capacity] || 100_000, overflow: :drop_oldest],
-        else: false
-
-    [
-      host: flags[:host] || env.("RINGBUS_HOST"),
-      port: flags[:port] || (env.("RINGBUS_PORT") && String.to_integer(env.("RINGBUS_PORT"))),
-      resp_port: resp_port(flags, env.("RINGBUS_RESP_PORT")),
-      tls: tls!(certfile, keyfile),
-      tokens: if(tokens != [], do: Map.new(tokens, &{&1, :all})),
-      auto_create: auto_create,
-      max_frame_size: flags[:max_frame_size],
-      max_connections: flags[:max_connections],
-      max_subscriptions: flags[:max_subscriptions],
-      idle_timeout: flags[:idle_timeout],
-      resp_idle_timeout: flags[:resp_idle_timeout],
-      handshake_timeout: flags[:handshake_timeout]
-    ]
-    |> Enum.reject(fn {_key, value} -> is_nil(value) end)
-  end
-
-  # TLS takes both files; one without the other must not serve plain TCP.
-  defp tls!(nil, nil), do: nil
-
-  defp tls!(certfile, keyfile) when certfile != nil and keyfile != nil,
-    do: [certfile: certfile, keyfile: keyfile]
-
-  defp tls!(certfile, _keyfile) do
-    {given, missing} =
-      if certfile, do: {"--certfile", "--keyfile"}, else: {"--keyfile", "--certfile"}
-
-    Mix.raise(
-      "#{given} was given without #{missing} (or RINGBUS_CERTFILE/RINGBUS_KEYFILE): " <>
-        "TLS needs both, and the server will not fall back to plain TCP"
-    )
-  end
-
-  defp resp_port(flags, env) do
-    cond do
-      flags[:resp_port] -> flags[:resp_port]
-      flags[:resp] -> Ringbus.Resp.default_port()
-      env -> String.to_integer(env)
-      true -> nil
-    end
   end
 end

@@ -10,27 +10,41 @@ defmodule Mix.Tasks.Ringbus.Stats do
 
       mix ringbus.stats
       mix ringbus.stats --url http://10.0.0.5:9171
+      mix ringbus.stats --every 2 --count 30
 
   It reads `/status.txt` from the node's HTTP endpoint (`Ringbus.HTTP`). A
-  release prints the same with `bin/ringbus eval 'Ringbus.Release.stats()'`,
-  and `curl 127.0.0.1:9171/status.txt` too.
+  release prints the same with `bin/ringbus rpc 'Ringbus.Release.stats()'`
+  (see `Ringbus.Release.stats/1`), and `curl 127.0.0.1:9171/status.txt` too.
+  When the endpoint cannot be read it says why in one line, with status 1.
 
   ## Command line options
 
     * `--url URL` - the node's HTTP endpoint. Default `http://127.0.0.1:9171`.
+    * `--every N` - print the tables again every N seconds, each under a
+      line with the time, like `redis-cli --stat`. Default: once.
+    * `--count N` - with `--every`, stop after N prints. Default: until
+      interrupted.
   """
 
   use Mix.Task
 
   @impl Mix.Task
   def run(args) do
-    {opts, _rest} = OptionParser.parse!(args, strict: [url: :string])
+    {opts, _rest} =
+      OptionParser.parse!(args, strict: [url: :string, every: :integer, count: :integer])
+
     Mix.Task.run("compile")
     url = opts[:url] || "http://127.0.0.1:9171"
 
-    case Ringbus.HTTP.get_status_text(url) do
-      {:ok, text} -> Mix.shell().info(String.trim_trailing(text))
-      {:error, reason} -> Mix.raise("cannot read #{url}/status.txt: #{inspect(reason)}")
+    for key <- [:every, :count],
+        opts[key] != nil and opts[key] < 1,
+        do: Mix.raise("expected --#{key} to be a positive integer, got: #{opts[key]}")
+
+    write = fn text -> Mix.shell().info(String.trim_trailing(IO.iodata_to_binary(text))) end
+
+    case Ringbus.Release.watch(url, opts[:every], opts[:count], write) do
+      :ok -> :ok
+      {:error, line} -> Mix.raise(line)
     end
   end
 end

@@ -76,7 +76,8 @@ defmodule Ringbus.Client.Session do
   The connection is gone: every waiting caller gets `{:error, :closed}` and,
   when `notify_owner?`, the owner gets an `{:error, :closed}` entry for
   each async push still in flight, in one `:ringbus_acks` message, and
-  learns that each subscription has closed.
+  learns that each subscription has closed, for the connection error the
+  server sent before closing (`:shutting_down`, ...) or `:closed`.
   """
   @spec down(t(), boolean()) :: [effect()]
   def down(session, notify_owner?) do
@@ -87,7 +88,10 @@ defmodule Ringbus.Client.Session do
       do:
         replies ++
           unanswered(session) ++
-          for({sub_id, _} <- session.subs, do: {:owner, {:ringbus_closed, sub_id, :closed}}),
+          for(
+            {sub_id, _} <- session.subs,
+            do: {:owner, {:ringbus_closed, sub_id, session.closing}}
+          ),
       else: replies
   end
 

@@ -11,6 +11,8 @@ defmodule Ringbus.HTTP.Handler do
   #   GET /status        HTML page, reloads itself
   #   GET /status.json   the same data as JSON
   #   GET /status.txt    the same data as terminal tables
+  #   GET /health        200 "ok": the node runs (liveness)
+  #   GET /ready         200 "ready", or 503 and why not (`Ringbus.HTTP.Health`)
   #   GET /              redirects to /status
   #
   # Other paths get 404, other methods 405.
@@ -19,7 +21,7 @@ defmodule Ringbus.HTTP.Handler do
 
   Record.defrecordp(:mod, Record.extract(:mod, from_lib: "inets/include/httpd.hrl"))
 
-  alias Ringbus.HTTP.{JSON, StatusPage, StatusText}
+  alias Ringbus.HTTP.{Health, JSON, StatusPage, StatusText}
   alias Ringbus.Metrics
   alias Ringbus.Metrics.{History, Status}
 
@@ -65,11 +67,23 @@ defmodule Ringbus.HTTP.Handler do
       "/status.txt" ->
         ok("text/plain; charset=utf-8", StatusText.render(status(config)))
 
+      "/health" ->
+        plain(200, "ok\n")
+
+      "/ready" ->
+        case Health.ready() do
+          :ok -> plain(200, "ready\n")
+          {:error, why} -> plain(503, "not ready: #{why}\n")
+        end
+
       "/" ->
         {302, [{"location", "/status"}, {"content-length", "0"}], []}
 
       _ ->
-        plain(404, "not found; try /metrics, /status, /status.json or /status.txt\n")
+        plain(
+          404,
+          "not found; try /metrics, /status, /status.json, /status.txt, /health or /ready\n"
+        )
     end
   end
 
@@ -111,4 +125,5 @@ defmodule Ringbus.HTTP.Handler do
   defp reason(302), do: "Found"
   defp reason(404), do: "Not Found"
   defp reason(405), do: "Method Not Allowed"
+  defp reason(503), do: "Service Unavailable"
 end

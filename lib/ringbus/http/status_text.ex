@@ -16,6 +16,10 @@ defmodule Ringbus.HTTP.StatusText do
       "run queue #{vm.run_queue}, #{vm.gc_runs} GCs\n\n",
       channels(s.channels),
       "\n",
+      subscriptions(s.subscriptions),
+      "\n",
+      groups(s.groups),
+      "\n",
       servers(s.servers),
       "\n",
       cluster(s.cluster)
@@ -30,6 +34,27 @@ defmodule Ringbus.HTTP.StatusText do
       for c <- channels do
         [c.name, c.len, c.capacity, bytes(c.held_bytes), c.pushed, c.pulled, c.overwritten] ++
           [c.rejected, last(c.push_rate), last(c.pull_rate), c.subscriptions, c.max_lag, c.lost]
+      end
+    )
+  end
+
+  defp subscriptions([]), do: "No subscriptions.\n"
+
+  defp subscriptions(subs) do
+    table(
+      ~w(CHANNEL SUBSCRIBER VIA LAG CREDIT LOST),
+      for(s <- subs, do: [s.channel, s.subscriber, s.via, s.lag, s.credit, s.lost])
+    )
+  end
+
+  defp groups([]), do: "No RESP consumer groups.\n"
+
+  defp groups(groups) do
+    table(
+      ~w(STREAM GROUP PORT CONSUMERS PENDING LAG MAX_IDLE LOST DROPPED),
+      for g <- groups do
+        idle = if g.idle_ms, do: "#{Float.round(g.idle_ms / 1000, 1)} s"
+        [g.stream, g.group, g.port, g.consumers, g.pending, g.lag, idle, g.lost, g.dropped]
       end
     )
   end

@@ -1,10 +1,13 @@
 defmodule Ringbus.Release.Config do
   @moduledoc false
-  # The runtime configuration of a release, as a function of data: the
-  # environment (and the file `RINGBUS_CONFIG` names) in, the boot
-  # configuration or the one line that says which variable is wrong out.
-  # `config/runtime.exs` calls `load/1` at boot and stops the boot on an
-  # error; `Ringbus.Release` starts what the result declares.
+  # The runtime configuration of a release and of `mix ringbus.server`, as a
+  # function of data: the environment (and the file `RINGBUS_CONFIG` names,
+  # and the task's flags) in, the boot configuration or the one line that
+  # says which variable is wrong out. `config/runtime.exs` calls `load/1` at
+  # boot and stops the boot on an error; `Ringbus.Release` starts what the
+  # result declares. `mix ringbus.server` calls `load/2` with its flags,
+  # each standing for a variable, and reports an error under both names
+  # (`RINGBUS_PORT (--port)`).
   #
   # Every variable is in `@variables`, whose descriptions become the table
   # in `Ringbus.Release`'s docs. Values are parsed here; the server's and the
@@ -67,8 +70,16 @@ defmodule Ringbus.Release.Config do
     {"RINGBUS_HTTP_PORT", {:http, :port}, :port_or_off, "`9171`",
      "The HTTP endpoint's port, or `off`."},
     {"RINGBUS_JOIN", :join, :nodes, "none (no cluster)",
-     "Comma-separated node names (`name@host`) of the cluster's members to join; " <>
-       "the release's own name and cookie are `RELEASE_NODE` and `RELEASE_COOKIE`."},
+     "Comma-separated node names (`name@host`) of the cluster's members to join."},
+    {"RINGBUS_NAME", :name, :node, "`RELEASE_NODE`",
+     "This node's name, `NAME@HOST`: long names when HOST has a dot. The release's " <>
+       "`rel/env.sh` makes it `RELEASE_NODE` (for `start`, `rpc`, `remote` and `stop` alike)."},
+    {"RINGBUS_COOKIE", :cookie, :cookie, "`RELEASE_COOKIE`",
+     "The cluster's cookie, the same on every node; the release's `rel/env.sh` makes it " <>
+       "`RELEASE_COOKIE`."},
+    {"RINGBUS_NET_TICKTIME", :net_ticktime, :positive, "`60`",
+     "Seconds after which a silent node is declared down, ± 25%; the same on every node. " <>
+       "The release's `rel/env.sh` gives it to the VM (`-kernel net_ticktime`)."},
     {"RINGBUS_LOG_LEVEL", :log_level, :log_level, "`info`",
      "`debug`, `info`, `notice`, `warning` or `error`: `info` logs each connection " <>
        "opened and closed, `warning` only limits hit."}
@@ -82,7 +93,11 @@ defmodule Ringbus.Release.Config do
           channels: [{String.t(), keyword()}],
           http: keyword() | nil,
           join: [node()],
-          log_level: Logger.level()
+          name: node() | nil,
+          cookie: atom() | nil,
+          net_ticktime: pos_integer() | nil,
+          log_level: Logger.level(),
+          given: %{atom() => String.t()}
         }
 
   @doc "The variables, as `{name, type, default, description}`, for the docs."
@@ -91,23 +106,66 @@ defmodule Ringbus.Release.Config do
     do: for({name, _, type, default, text} <- @variables, do: {name, type, default, text})
 
   @doc """
-  Reads the configuration from `env` (a map of environment variables), and
-  from the file `RINGBUS_CONFIG` names, if any.
+  Reads the configuration from `env` (a map of environment variables), from
+  the file `RINGBUS_CONFIG` names, if any, and from `flags`: variable names
+  to `{value, flag}`, which win over both (`mix ringbus.server`'s).
+
+  `given` in the result maps each option that was set to the name an error
+  about it gives (`RINGBUS_PORT`, `RINGBUS_PORT (--port)`).
   """
-  @spec load(%{String.t() => String.t()}) :: {:ok, boot()} | {:error, String.t()}
-  def load(env) when is_map(env) do
+  @spec load(%{String.t() => String.t()}, %{String.t() => {String.t(), String.t()}}) ::
+          {:ok, boot()} | {:error, String.t()}
+  def load(env, flags \\ %{}) when is_map(env) and is_map(flags) do
     env =
       for {name, value} <- env,
           String.starts_with?(name, "RINGBUS_"),
           into: %{},
           do: {name, {value, ""}}
 
+    flags = Map.new(flags, fn {name, {value, flag}} -> {name, {value, " (#{flag})"}} end)
+
     with :ok <- known(env),
          {:ok, file} <- config_file(env),
-         {:ok, values} <- parse(Map.merge(file, Map.delete(env, "RINGBUS_CONFIG"))) do
-      build(values)
+         vars = file |> Map.merge(Map.delete(env, "RINGBUS_CONFIG")) |> Map.merge(flags),
+         {:ok, values} <- parse(vars),
+         {:ok, boot} <- build(values) do
+      {:ok,
+       Map.put(
+         boot,
+         :given,
+         for({t, {_, name, origin}} <- values, into: %{}, do: {t, name <> origin})
+       )}
     end
   end
+
+  @doc """
+  The line that stops the boot when a listener of `boot` cannot bind:
+  `listener` is `:binary`, `:resp` or `:http`, `reason` what the socket said.
+  """
+  @spec listen_error(boot(), :binary | :resp | :http, term()) :: String.t()
+  def listen_error(boot, listener, reason) do
+    {host_target, port_target, opts} =
+      case listener do
+        :binary -> {{:server, :host}, {:server, :port}, boot.server}
+        :resp -> {{:server, :host}, {:server, :resp_port}, boot.server}
+        :http -> {{:http, :host}, {:http, :port}, boot.http}
+      end
+
+    host = :inet.ntoa(Keyword.get(opts, :host, {127, 0, 0, 1}))
+    port = Keyword.get(opts, elem(port_target, 1), default_port(listener))
+    target = if reason == :eaddrnotavail, do: host_target, else: port_target
+    name = Map.get(boot.given, target) || default_name(target)
+
+    "ringbus: #{name} cannot listen on #{host}:#{port}: " <>
+      "#{:inet.format_error(reason)} (#{inspect(reason)})"
+  end
+
+  defp default_port(:binary), do: Ringbus.Wire.Frame.default_port()
+  defp default_port(:http), do: 9171
+  defp default_port(:resp), do: nil
+
+  defp default_name(target),
+    do: Enum.find_value(@variables, fn {name, t, _, _, _} -> if t == target, do: name end)
 
   defp known(env) do
     case Enum.find(Map.keys(env), &(&1 not in @names)) do
@@ -247,6 +305,19 @@ defmodule Ringbus.Release.Config do
     end
   end
 
+  defp value(:node, text) do
+    if Regex.match?(~r/^[A-Za-z0-9_.-]+@[A-Za-z0-9_.-]+$/, text),
+      do: {:ok, String.to_atom(text)},
+      else: {:error, "must be a node name, NAME@HOST, got: #{inspect(text)}"}
+  end
+
+  # A cookie is a secret: an error never shows it.
+  defp value(:cookie, text) do
+    if text != "" and Regex.match?(~r/^[\x21-\x7e]+$/, text),
+      do: {:ok, String.to_atom(text)},
+      else: {:error, "must be printable ASCII without spaces"}
+  end
+
   defp value(:log_level, text) do
     levels = ~w(debug info notice warning error critical alert emergency)
 
@@ -323,6 +394,9 @@ defmodule Ringbus.Release.Config do
          channels: channels,
          http: http,
          join: join,
+         name: fetch(values, :name, nil),
+         cookie: fetch(values, :cookie, nil),
+         net_ticktime: fetch(values, :net_ticktime, nil),
          log_level: fetch(values, :log_level, :info)
        }}
     end
@@ -357,12 +431,65 @@ defmodule Ringbus.Release.Config do
 
   defp tls(values) do
     case {values[:certfile], values[:keyfile]} do
-      {nil, nil} -> {:ok, nil}
-      {{cert, _, _}, {key, _, _}} -> {:ok, [certfile: cert, keyfile: key]}
-      {{_, name, origin}, nil} -> {:error, line(name, origin, "needs RINGBUS_KEYFILE too")}
-      {nil, {_, name, origin}} -> {:error, line(name, origin, "needs RINGBUS_CERTFILE too")}
+      {nil, nil} ->
+        {:ok, nil}
+
+      {{cert, _, _} = certfile, {key, _, _} = keyfile} ->
+        with :ok <- pem(certfile, &certificate?/1, "certificate"),
+             :ok <- pem(keyfile, &key?/1, "private key") do
+          {:ok, [certfile: cert, keyfile: key]}
+        end
+
+      {{_, name, origin}, nil} ->
+        {:error, line(name, origin, "needs RINGBUS_KEYFILE too")}
+
+      {nil, {_, name, origin}} ->
+        {:error, line(name, origin, "needs RINGBUS_CERTFILE too")}
     end
   end
+
+  # The files are read and decoded now: `:ssl` reads them only at the first
+  # handshake, so a bad one would boot and fail every handshake.
+  defp pem({path, name, origin}, wanted?, what) do
+    entries =
+      try do
+        :public_key.pem_decode(File.read!(path))
+      rescue
+        _ -> []
+      end
+
+    case Enum.find(entries, wanted?) do
+      nil ->
+        {:error, line(name, origin, "holds no PEM #{what}: #{inspect(path)}")}
+
+      {_type, _der, :not_encrypted} = entry ->
+        try do
+          _ = :public_key.pem_entry_decode(entry)
+          :ok
+        rescue
+          _ ->
+            {:error,
+             line(name, origin, "holds a #{what} that cannot be decoded: #{inspect(path)}")}
+        end
+
+      _encrypted ->
+        {:error,
+         line(
+           name,
+           origin,
+           "holds an encrypted #{what}, which is not supported: #{inspect(path)}"
+         )}
+    end
+  end
+
+  defp certificate?({:Certificate, _der, _}), do: true
+  defp certificate?(_entry), do: false
+
+  defp key?({type, _der, _})
+       when type in [:RSAPrivateKey, :DSAPrivateKey, :ECPrivateKey, :PrivateKeyInfo],
+       do: true
+
+  defp key?(_entry), do: false
 
   defp tokens(values) do
     listed = fetch(values, :tokens, %{})

@@ -10,7 +10,8 @@ defmodule Ringbus.Server.Acceptor do
   #
   # When the listener holds `max_connections`, a new TCP connection gets its
   # protocol's busy reply (`Ringbus.Server.Protocol`) and is closed; a TLS
-  # one is closed.
+  # one is closed. Refusals are counted, and logged by the listener, once a
+  # second at most.
 
   use Task, restart: :permanent
 
@@ -27,8 +28,9 @@ defmodule Ringbus.Server.Acceptor do
   # Runs once the server supervisor has started every child, since it asks
   # the supervisor for its siblings.
   def run(server, config, %Protocol{name: name} = protocol) do
-    %{socket: listen, counters: counters} = Listener.info(Listener.whereis(server, name))
-    connections = {ConnectionSupervisor.whereis(server, name), protocol}
+    listener = Listener.whereis(server, name)
+    %{socket: listen, counters: counters} = Listener.info(listener)
+    connections = {ConnectionSupervisor.whereis(server, name), protocol, listener}
     loop(listen, connections, config, counters)
   end
 
@@ -60,7 +62,7 @@ defmodule Ringbus.Server.Acceptor do
     end
   end
 
-  defp start_connection(kind, socket, {sup, protocol}, config, counters) do
+  defp start_connection(kind, socket, {sup, protocol, listener}, config, counters) do
     case ConnectionSupervisor.start_connection(sup, protocol, config) do
       {:ok, pid} ->
         Stats.count(counters, :accepted)
@@ -72,7 +74,7 @@ defmodule Ringbus.Server.Acceptor do
         end
 
       {:error, :max_children} ->
-        Stats.refused(counters, kind, socket, config.max_connections)
+        Stats.refused(counters, listener)
         refuse(kind, socket, protocol)
     end
   end

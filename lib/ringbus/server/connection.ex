@@ -34,7 +34,8 @@ defmodule Ringbus.Server.Connection do
   #
   # Shutdown. It traps exits, so when the server stops, its supervisor's
   # shutdown reaches `terminate/2`: the read already taken in is answered,
-  # deliveries already here are written, then ERROR shutting_down, and the
+  # deliveries already here are written, then SUB_CLOSED shutting_down for
+  # each subscription and ERROR shutting_down, and the
   # socket closes once the client has read it all (see
   # `Ringbus.Server.Transport.close_gracefully/3`). The server's
   # `:shutdown_timeout` bounds all of it.
@@ -181,8 +182,7 @@ defmodule Ringbus.Server.Connection do
     state =
       with true <- shutdown?(reason),
            {:ok, state} <- answer_queued(state) do
-        {_reason, frame} = Session.fatal_frame(state.session, :shutting_down)
-        state = state |> write([frame]) |> flush()
+        state = state |> write(Session.shutdown_frames(state.session)) |> flush()
         # The client may still be sending: a plain close would reset the
         # connection and could lose the acks and the ERROR frame.
         Transport.close_gracefully(state.kind, state.socket, remaining(deadline))

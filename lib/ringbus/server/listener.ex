@@ -8,11 +8,15 @@ defmodule Ringbus.Server.Listener do
   # `Ringbus.Server` and given here in the config of the child spec), which
   # the acceptors and connections bump and `Ringbus.Server.stats/2` reads,
   # and lists the listener in `Ringbus.Server.Directory` for as long as it
-  # listens.
+  # listens. It logs the connections refused at `max_connections`: told of
+  # the first by an acceptor (`Ringbus.Server.Stats.refused/2`), it waits a
+  # second and logs how many there were, so a flood is a line a second.
 
   use GenServer
 
-  alias Ringbus.Server.{Directory, Protocol, Transport}
+  alias Ringbus.Server.{Directory, Protocol, Stats, Transport}
+
+  @refusals_every 1_000
 
   @type info :: %{
           socket: {Transport.kind(), term()},
@@ -44,7 +48,17 @@ defmodule Ringbus.Server.Listener do
       {:ok, listen} ->
         port = Transport.port(listen)
         Directory.register(name, port, config.counters, figures)
-        {:ok, %{socket: listen, port: port, counters: config.counters}}
+
+        {:ok,
+         %{
+           socket: listen,
+           port: port,
+           counters: config.counters,
+           where: "#{:inet.ntoa(config.host)}:#{port} (#{name})",
+           max_connections: config.max_connections,
+           refused_logged: Stats.refusals_reset(config.counters),
+           refusals_timer: nil
+         }}
 
       {:error, reason} ->
         {:stop, {:listen_failed, reason}}
@@ -52,7 +66,29 @@ defmodule Ringbus.Server.Listener do
   end
 
   @impl true
-  def handle_call(:info, _from, info), do: {:reply, info, info}
+  def handle_call(:info, _from, state),
+    do: {:reply, Map.take(state, [:socket, :port, :counters]), state}
+
+  @impl true
+  def handle_info(:refused, %{refusals_timer: nil} = state),
+    do:
+      {:noreply,
+       %{state | refusals_timer: Process.send_after(self(), :log_refused, @refusals_every)}}
+
+  def handle_info(:refused, state), do: {:noreply, state}
+
+  def handle_info(:log_refused, state) do
+    {logged, more?} =
+      Stats.refused_since(
+        state.counters,
+        state.refused_logged,
+        state.where,
+        state.max_connections
+      )
+
+    timer = if more?, do: Process.send_after(self(), :log_refused, @refusals_every)
+    {:noreply, %{state | refused_logged: logged, refusals_timer: timer}}
+  end
 
   @impl true
   def terminate(_reason, %{socket: listen}), do: Transport.close_listener(listen)

@@ -79,6 +79,17 @@ defmodule Ringbus.Server.Session do
 
   defp fatal(reason, message), do: {reason, {:error, 0, reason, message}}
 
+  @doc """
+  What a stopping server writes last: `SUB_CLOSED shutting_down` for each
+  live subscription, in the order they were made, then `ERROR shutting_down`.
+  """
+  @spec shutdown_frames(t()) :: [Frame.t()]
+  def shutdown_frames(%__MODULE__{} = session) do
+    {_reason, error} = fatal_frame(session, :shutting_down)
+    ids = session.subs |> Map.keys() |> Enum.sort()
+    for(id <- ids, do: {:sub_closed, id, :shutting_down}) ++ [error]
+  end
+
   ## Frames
 
   # `run` collects consecutive pushes to one channel; they are stored before

@@ -30,10 +30,15 @@ defmodule Ringbus.Server.Stats do
   # line it logs when it closes, and publishes its figures in a small
   # `:counters` array of its own (see `@own`), listed with its peer in
   # `Ringbus.Server.Directory`, so that `Ringbus.Server.clients/0` reads
-  # every connection without asking one. A connection logs one line when it opens and
-  # one when it closes, with its peer, why it closed and what it did, and a
-  # warning when it closes a client that stopped reading (`:send_timeout`):
-  # never a line per frame or per message.
+  # every connection without asking one. A connection logs one line when it
+  # opens and one when it closes, with its protocol (binary or resp), its
+  # peer, why it closed and what it did, and a warning when it closes a
+  # client that stopped reading (`:send_timeout`): never a line per frame or
+  # per message.
+  #
+  # Refused connections (at `max_connections`) are counted by the acceptors
+  # and logged by their listener, as one count a second at most
+  # (`refused/2`, `refused_since/2`): a flood of them is one line a second.
 
   require Logger
 
@@ -50,6 +55,10 @@ defmodule Ringbus.Server.Stats do
     :bytes_in,
     :bytes_out
   ]
+
+  # Slots no figure shows: 1 while the listener has been told of refusals
+  # it has not logged yet.
+  @private [:refusals_reported]
 
   # Why a connection closed: the peer closed it, a socket error, a write
   # that waited past :send_timeout, the process crashed, or the connection
@@ -70,6 +79,7 @@ defmodule Ringbus.Server.Stats do
 
   @slots (@names ++
             @histogram ++
+            @private ++
             Enum.map(@codes, &{:error, &1}) ++
             Enum.map(@resp_codes, &{:resp_error, &1}) ++
             Enum.map(@close_reasons, &{:closed, &1}))
@@ -121,15 +131,55 @@ defmodule Ringbus.Server.Stats do
   @spec count(counters(), :accepted | :accept_errors) :: :ok
   def count(counters, what) when what in [:accepted, :accept_errors], do: add(counters, what, 1)
 
-  @doc "Counts a connection refused at `max_connections` and warns of it."
-  @spec refused(counters(), :tcp | :tls, term(), pos_integer()) :: :ok
-  def refused(counters, kind, socket, max_connections) do
+  @doc """
+  Counts a connection refused at `max_connections`; the first refusal since
+  the listener last logged them is sent to `listener` as `:refused`, so a
+  flood of them is one message, not one each.
+  """
+  @spec refused(counters(), pid()) :: :ok
+  def refused(counters, listener) do
     add(counters, :refused, 1)
 
-    Logger.warning(
-      "Ringbus refused a connection from #{peer(kind, socket)}: " <>
-        "max_connections (#{max_connections}) reached"
-    )
+    # Two acceptors may both see 0 and both send: the listener takes either.
+    if get(counters, :refusals_reported) == 0 do
+      put(counters, :refusals_reported, 1)
+      send(listener, :refused)
+    end
+
+    :ok
+  end
+
+  @doc """
+  A listener starts (or restarts) logging refusals: nothing is reported
+  yet; returns the refusals so far, which it will not log again.
+  """
+  @spec refusals_reset(counters()) :: non_neg_integer()
+  def refusals_reset(counters) do
+    put(counters, :refusals_reported, 0)
+    get(counters, :refused)
+  end
+
+  @doc """
+  The listener's side of `refused/2`: logs how many connections were
+  refused since `logged` (the count it last logged), and returns the count
+  now and whether more came in while it logged (it should log again later).
+  """
+  @spec refused_since(counters(), non_neg_integer(), String.t(), pos_integer()) ::
+          {non_neg_integer(), boolean()}
+  def refused_since(counters, logged, where, max_connections) do
+    now = get(counters, :refused)
+    n = now - logged
+
+    if n > 0 do
+      Logger.warning(
+        "Ringbus refused #{n} #{if n == 1, do: "connection", else: "connections"} " <>
+          "on #{where} in the last second: max_connections (#{max_connections}) reached"
+      )
+    end
+
+    put(counters, :refusals_reported, 0)
+    # A refusal between the read above and the reset saw the flag still set.
+    {now, get(counters, :refused) > now}
   end
 
   @doc "The codes RESP error replies are counted by (their first word)."
@@ -173,17 +223,19 @@ defmodule Ringbus.Server.Stats do
 
   defp add(counters, key, n), do: :counters.add(counters, Map.fetch!(@slots, key), n)
 
+  defp put(counters, key, n), do: :counters.put(counters, Map.fetch!(@slots, key), n)
+
   ## A connection's tally
 
   @doc """
-  A connection of `protocol` has its socket: counts it as handshaking, lists
-  it in the directory and logs the line that says so.
+  A connection of `protocol` (`:binary`, `:resp`) has its socket: counts it
+  as handshaking, lists it in the directory and logs the line that says so.
   """
   @spec opened(counters(), atom(), :tcp | :tls, term()) :: tally()
   def opened(counters, protocol, kind, socket) do
     add(counters, :handshaking, 1)
     peer = peer(kind, socket)
-    Logger.info("Ringbus connection from #{peer} opened (#{kind})")
+    Logger.info("Ringbus #{protocol} connection from #{peer} opened (#{kind})")
     own = :counters.new(map_size(@own), [])
     now = System.monotonic_time(:millisecond)
     :counters.put(own, @own.last_read, now)
@@ -418,7 +470,7 @@ defmodule Ringbus.Server.Stats do
   @spec closing(tally(), atom()) :: tally()
   def closing(%{reason: nil} = tally, :send_timeout) do
     Logger.warning(
-      "Ringbus connection from #{tally.peer} closed: it did not read what it was sent " <>
+      "Ringbus #{tally.protocol} connection from #{tally.peer} closed: it did not read what it was sent " <>
         "within the server's send_timeout (slow consumer)"
     )
 
@@ -437,7 +489,7 @@ defmodule Ringbus.Server.Stats do
     ms = System.monotonic_time(:millisecond) - tally.since
 
     Logger.info(
-      "Ringbus connection from #{tally.peer} closed (#{reason}) after #{ms} ms: " <>
+      "Ringbus #{tally.protocol} connection from #{tally.peer} closed (#{reason}) after #{ms} ms: " <>
         "#{tally.frames_in} frames in, #{tally.frames_out} out, " <>
         "#{tally.bytes_in} bytes in, #{tally.bytes_out} out"
     )

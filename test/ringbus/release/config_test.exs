@@ -26,10 +26,7 @@ defmodule Ringbus.Release.ConfigTest do
   end
 
   test "every server limit, address, TLS files and tokens become server options", %{tmp_dir: dir} do
-    cert = Path.join(dir, "cert.pem")
-    key = Path.join(dir, "key.pem")
-    File.write!(cert, "")
-    File.write!(key, "")
+    {cert, key} = Ringbus.Test.TLS.pem_files!(dir)
 
     env = %{
       "RINGBUS_HOST" => "0.0.0.0",
@@ -160,6 +157,86 @@ defmodule Ringbus.Release.ConfigTest do
   test "a value the server's own checks refuse is reported under its variable" do
     assert error(%{"RINGBUS_MAX_FRAME_SIZE" => "100"}) ==
              "ringbus: RINGBUS_MAX_FRAME_SIZE expected :max_frame_size to be at least 1024, got: 100"
+  end
+
+  test "TLS files are read at load: each must hold a PEM certificate or key", %{tmp_dir: dir} do
+    {cert, key} = Ringbus.Test.TLS.pem_files!(dir)
+    garbage = Path.join(dir, "garbage.pem")
+    File.write!(garbage, :crypto.strong_rand_bytes(512))
+    broken = Path.join(dir, "broken.pem")
+    File.write!(broken, "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n")
+
+    assert error(%{"RINGBUS_CERTFILE" => garbage, "RINGBUS_KEYFILE" => key}) ==
+             "ringbus: RINGBUS_CERTFILE holds no PEM certificate: #{inspect(garbage)}"
+
+    assert error(%{"RINGBUS_CERTFILE" => broken, "RINGBUS_KEYFILE" => key}) ==
+             "ringbus: RINGBUS_CERTFILE holds a certificate that cannot be decoded: #{inspect(broken)}"
+
+    assert error(%{"RINGBUS_CERTFILE" => cert, "RINGBUS_KEYFILE" => cert}) ==
+             "ringbus: RINGBUS_KEYFILE holds no PEM private key: #{inspect(cert)}"
+
+    assert load!(%{"RINGBUS_CERTFILE" => cert, "RINGBUS_KEYFILE" => key}).server[:tls] ==
+             [certfile: cert, keyfile: key]
+  end
+
+  test "the node's name, cookie and net_ticktime: the variables mix ringbus.server reads too" do
+    boot =
+      load!(%{
+        "RINGBUS_NAME" => "a@10.0.0.1",
+        "RINGBUS_COOKIE" => "s3cret",
+        "RINGBUS_NET_TICKTIME" => "15"
+      })
+
+    assert %{name: :"a@10.0.0.1", cookie: :s3cret, net_ticktime: 15} = boot
+    assert %{name: nil, cookie: nil, net_ticktime: nil} = load!(%{})
+
+    assert error(%{"RINGBUS_NAME" => "a"}) ==
+             ~s(ringbus: RINGBUS_NAME must be a node name, NAME@HOST, got: "a")
+
+    # The cookie is a secret: not shown.
+    assert error(%{"RINGBUS_COOKIE" => "has space"}) ==
+             "ringbus: RINGBUS_COOKIE must be printable ASCII without spaces"
+
+    assert error(%{"RINGBUS_NET_TICKTIME" => "0"}) ==
+             "ringbus: RINGBUS_NET_TICKTIME must be a positive integer, got: 0"
+  end
+
+  test "a port that cannot be bound is one line naming its variable" do
+    {:ok, taken} = :gen_tcp.listen(0, ip: {127, 0, 0, 1})
+    {:ok, port} = :inet.port(taken)
+
+    boot = load!(%{"RINGBUS_PORT" => "0", "RINGBUS_HTTP_PORT" => "#{port}"})
+
+    assert Ringbus.Release.listen_check(boot) ==
+             {:error,
+              "ringbus: RINGBUS_HTTP_PORT cannot listen on 127.0.0.1:#{port}: " <>
+                "address already in use (:eaddrinuse)"}
+
+    boot =
+      load!(%{
+        "RINGBUS_RESP_PORT" => "#{port}",
+        "RINGBUS_PORT" => "0",
+        "RINGBUS_HTTP_PORT" => "off"
+      })
+
+    assert {:error, "ringbus: RINGBUS_RESP_PORT cannot listen on " <> _} =
+             Ringbus.Release.listen_check(boot)
+
+    boot =
+      load!(%{
+        "RINGBUS_HOST" => "10.255.255.1",
+        "RINGBUS_PORT" => "0",
+        "RINGBUS_HTTP_PORT" => "off"
+      })
+
+    boot = %{boot | server: Keyword.put(boot.server, :port, 1)}
+
+    assert {:error, "ringbus: RINGBUS_HOST cannot listen on 10.255.255.1:1: " <> _} =
+             Ringbus.Release.listen_check(boot)
+
+    assert Ringbus.Release.listen_check(
+             load!(%{"RINGBUS_PORT" => "0", "RINGBUS_HTTP_PORT" => "0"})
+           ) == :ok
   end
 
   test "TLS needs both files", %{tmp_dir: dir} do

@@ -30,7 +30,7 @@ defmodule Ringbus.Resp.StatsTest do
     counts = Stats.counts(counters)
     assert %{accepted: 1, open: 0, frames_in: 2, frames_out: 2} = counts
     assert counts.closed.peer_closed == 1
-    assert log =~ ~r/Ringbus connection from 127\.0\.0\.1:\d+ opened \(tcp\)/
+    assert log =~ ~r/Ringbus resp connection from 127\.0\.0\.1:\d+ opened \(tcp\)/
     assert log =~ ~r/closed \(peer_closed\) after \d+ ms: 2 frames in, 2 out/
   end
 

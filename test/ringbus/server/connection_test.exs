@@ -197,6 +197,21 @@ defmodule Ringbus.Server.ConnectionTest do
     assert Enum.map(acks, &elem(&1, 0)) == Enum.to_list(101..110)
   end
 
+  test "a stopping server closes each subscription with SUB_CLOSED shutting_down", ctx do
+    for name <- ~w(s1 s2), do: :ok = Ringbus.create(name, capacity: 10)
+
+    {{:subscribed, 1, a}, c} =
+      ctx.client |> RawClient.call({:subscribe, 1, "s1", :latest, 10, 10})
+
+    {{:subscribed, 2, b}, c} = RawClient.call(c, {:subscribe, 2, "s2", :latest, 10, 10})
+    :ok = stop_supervised(Ringbus.Server)
+
+    assert [{:sub_closed, ^a, :shutting_down}, {:sub_closed, ^b, :shutting_down}, error] =
+             RawClient.recv_until_closed(c)
+
+    assert {:error, 0, :shutting_down, _} = error
+  end
+
   test "a skipped seq: pipelined pushes are acked with the seqs that hold them, and none is lost",
        %{client: c} do
     {{:ok, 1}, c} = RawClient.call(c, {:create, 1, "stall", 100, :drop_oldest, nil})

@@ -5,6 +5,7 @@ defmodule Ringbus.Server.StatsTest do
   import ExUnit.CaptureLog
   import Ringbus.Test.Eventually
 
+  alias Ringbus.Server.Listener
   alias Ringbus.Test.RawClient
 
   setup do
@@ -48,12 +49,12 @@ defmodule Ringbus.Server.StatsTest do
       end)
 
     assert_received {:peer, peer}
-    assert log =~ "Ringbus connection from 127.0.0.1:#{peer} opened (tcp)"
+    assert log =~ "Ringbus binary connection from 127.0.0.1:#{peer} opened (tcp)"
 
     assert log =~
-             ~r/Ringbus connection from 127\.0\.0\.1:#{peer} closed \(peer_closed\) after \d+ ms: 101 frames in, 2 out, \d+ bytes in, \d+ out/
+             ~r/Ringbus binary connection from 127\.0\.0\.1:#{peer} closed \(peer_closed\) after \d+ ms: 101 frames in, 2 out, \d+ bytes in, \d+ out/
 
-    assert length(Regex.scan(~r/Ringbus connection/, log)) == 2
+    assert length(Regex.scan(~r/Ringbus binary connection/, log)) == 2
   end
 
   test "connections by state, frames in and out, errors by code, closes by reason" do
@@ -98,25 +99,30 @@ defmodule Ringbus.Server.StatsTest do
     assert counts.closed.peer_closed == 0
   end
 
-  test "a connection refused at max_connections is counted, with a warning" do
-    {_server, port} = start_server(max_connections: 1)
+  test "connections refused at max_connections are counted, and logged as one count a second" do
+    {server, port} = start_server(max_connections: 1)
     {_held, _} = RawClient.hello!(port)
+    {_, listener, _, _} = List.keyfind(Supervisor.which_children(server), {Listener, :binary}, 0)
 
     log =
       capture_log(fn ->
-        c = RawClient.connect!(port)
-        send(self(), {:peer, local_port(c)})
-        assert [{:error, 0, :server_busy, _}] = RawClient.recv_until_closed(c)
+        for _ <- 1..20 do
+          c = RawClient.connect!(port)
+          assert [{:error, 0, :server_busy, _}] = RawClient.recv_until_closed(c)
+        end
+
+        # The listener logs what it counted once its second is up.
+        assert eventually(fn -> :sys.get_state(listener).refused_logged == 20 end, 1_000)
         Logger.flush()
       end)
 
-    assert_received {:peer, peer}
-    assert log =~ "[warning]"
+    assert counts(port).refused == 20
+    assert [line] = String.split(log, "\n") |> Enum.filter(&(&1 =~ "refused"))
+    assert line =~ "[warning]"
 
-    assert log =~
-             "Ringbus refused a connection from 127.0.0.1:#{peer}: max_connections (1) reached"
-
-    assert counts(port).refused == 1
+    assert line =~
+             "Ringbus refused 20 connections on 127.0.0.1:#{port} (binary) in the last second: " <>
+               "max_connections (1) reached"
   end
 
   test "a client that stops reading is closed at send_timeout, with a warning" do
