@@ -164,9 +164,9 @@ defmodule Ringbus.Client do
   See `lib/ringbus/client/README.md`.
   """
 
-  alias Ringbus.Client.{Connection, Counters, Error, Socket}
+  alias Ringbus.Client.{Connection, Counters, Error, Handshake, Socket}
   alias Ringbus.Options
-  alias Ringbus.Wire.{Decoder, Frame}
+  alias Ringbus.Wire.Frame
 
   @enforce_keys [:pid, :counters, :max_pending, :max_frame_size, :timeout]
   defstruct [:pid, :counters, :max_pending, :max_frame_size, :timeout]
@@ -288,7 +288,7 @@ defmodule Ringbus.Client do
     kind = opts[:transport]
 
     with {:ok, socket} <- Socket.connect(kind, host, opts[:port], opts),
-         {:ok, limits} <- hello(kind, socket, opts[:token], opts[:timeout]) do
+         {:ok, limits} <- Handshake.hello(kind, socket, opts[:token], opts[:timeout]) do
       start(kind, socket, limits, opts)
     end
   end
@@ -296,38 +296,6 @@ defmodule Ringbus.Client do
   @doc "Like `connect/1`, but returns the client or raises `Ringbus.Client.Error`."
   @spec connect!(options()) :: t()
   def connect!(opts \\ []), do: connect(opts) |> bang()
-
-  defp hello(kind, socket, token, timeout) do
-    data = Frame.encode({:hello, 1, Frame.version(), 0, token})
-
-    result =
-      with :ok <- Ringbus.Socket.send(kind, socket, data),
-           {:ok, frame} <- recv_frame(kind, socket, hello_decoder(), timeout) do
-        case frame do
-          {:hello_ok, 1, _version, limits} -> {:ok, limits}
-          {:error, _corr, reason, _message} -> {:error, reason}
-          other -> {:error, {:unexpected_frame, elem(other, 0)}}
-        end
-      end
-
-    with {:error, _} <- result, do: Ringbus.Socket.close(kind, socket)
-    result
-  end
-
-  # Before HELLO_OK the largest frame a server may send is an ERROR.
-  defp hello_decoder, do: Decoder.new(Frame.max_error_frame_size(), accept: :responses)
-
-  # The handshake runs in the caller, on the passive socket, before any
-  # process owns it.
-  defp recv_frame(kind, socket, decoder, timeout) do
-    with {:ok, data} <- Socket.recv(kind, socket, timeout) do
-      case Decoder.feed(decoder, data) do
-        {:ok, [], decoder} -> recv_frame(kind, socket, decoder, timeout)
-        {:ok, [frame | _], _decoder} -> {:ok, frame}
-        {:error, reason, _frames} -> {:error, {:bad_frame, reason}}
-      end
-    end
-  end
 
   defp start(kind, socket, limits, opts) do
     client = %__MODULE__{

@@ -15,6 +15,7 @@ defmodule Ringbus.Release.Config do
   # parses but the server refuses (a `max_frame_size` under 1024) is still
   # reported under the variable's name.
 
+  alias Ringbus.Release.Files
   alias Ringbus.Server.Config, as: ServerConfig
 
   # {variable, where the value goes, its type, its default in words, what it is}
@@ -435,8 +436,8 @@ defmodule Ringbus.Release.Config do
         {:ok, nil}
 
       {{cert, _, _} = certfile, {key, _, _} = keyfile} ->
-        with :ok <- pem(certfile, &certificate?/1, "certificate"),
-             :ok <- pem(keyfile, &key?/1, "private key") do
+        with :ok <- pem(certfile, :certificate),
+             :ok <- pem(keyfile, :private_key) do
           {:ok, [certfile: cert, keyfile: key]}
         end
 
@@ -448,48 +449,9 @@ defmodule Ringbus.Release.Config do
     end
   end
 
-  # The files are read and decoded now: `:ssl` reads them only at the first
-  # handshake, so a bad one would boot and fail every handshake.
-  defp pem({path, name, origin}, wanted?, what) do
-    entries =
-      try do
-        :public_key.pem_decode(File.read!(path))
-      rescue
-        _ -> []
-      end
-
-    case Enum.find(entries, wanted?) do
-      nil ->
-        {:error, line(name, origin, "holds no PEM #{what}: #{inspect(path)}")}
-
-      {_type, _der, :not_encrypted} = entry ->
-        try do
-          _ = :public_key.pem_entry_decode(entry)
-          :ok
-        rescue
-          _ ->
-            {:error,
-             line(name, origin, "holds a #{what} that cannot be decoded: #{inspect(path)}")}
-        end
-
-      _encrypted ->
-        {:error,
-         line(
-           name,
-           origin,
-           "holds an encrypted #{what}, which is not supported: #{inspect(path)}"
-         )}
-    end
+  defp pem({path, name, origin}, what) do
+    with {:error, message} <- Files.pem(path, what), do: {:error, line(name, origin, message)}
   end
-
-  defp certificate?({:Certificate, _der, _}), do: true
-  defp certificate?(_entry), do: false
-
-  defp key?({type, _der, _})
-       when type in [:RSAPrivateKey, :DSAPrivateKey, :ECPrivateKey, :PrivateKeyInfo],
-       do: true
-
-  defp key?(_entry), do: false
 
   defp tokens(values) do
     listed = fetch(values, :tokens, %{})
@@ -503,57 +465,7 @@ defmodule Ringbus.Release.Config do
   defp tokens_file(nil), do: {:ok, %{}}
 
   defp tokens_file({path, name, origin}) do
-    path
-    |> File.read!()
-    |> String.split(["\r\n", "\n"])
-    |> Enum.with_index(1)
-    |> Enum.reduce_while({:ok, %{}}, fn {text, n}, {:ok, acc} ->
-      case String.split(text, "#", parts: 2) |> hd() |> String.split() do
-        [] ->
-          {:cont, {:ok, acc}}
-
-        [token | grants] ->
-          case grants(grants, []) do
-            {:ok, grants} ->
-              {:cont, {:ok, Map.put(acc, token, grants)}}
-
-            :error ->
-              {:halt,
-               {:error,
-                line(
-                  name,
-                  origin,
-                  "#{path} line #{n}: expected TOKEN [read=PREFIX,...] [write=PREFIX,...] " <>
-                    "[manage=PREFIX,...]"
-                )}}
-          end
-      end
-    end)
-  end
-
-  defp grants([], []), do: {:ok, :all}
-
-  defp grants([], acc) do
-    {:ok,
-     [
-       read: Keyword.get(acc, :read, []),
-       write: Keyword.get(acc, :write, []),
-       manage: Keyword.get(acc, :manage, [])
-     ]}
-  end
-
-  defp grants(["all" | rest], acc), do: grants(rest, acc)
-
-  defp grants([grant | rest], acc) do
-    case String.split(grant, "=", parts: 2) do
-      [access, prefixes] when access in ["read", "write", "manage"] ->
-        prefixes = String.split(prefixes, ",", trim: true)
-        prefixes = if "*" in prefixes, do: :all, else: prefixes
-        grants(rest, Keyword.put(acc, String.to_existing_atom(access), prefixes))
-
-      _ ->
-        :error
-    end
+    with {:error, message} <- Files.tokens(path), do: {:error, line(name, origin, message)}
   end
 
   defp channels(values) do
