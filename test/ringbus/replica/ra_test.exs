@@ -43,6 +43,33 @@ defmodule Ringbus.Replica.RaTest do
     assert :ok = :ra.stop_server(system, id)
   end
 
+  test "a channel's machine in Ra: commands reach the ring, and a restart from the log rebuilds it",
+       %{tmp_dir: dir} do
+    system = :"ringbus_ra_test_#{System.unique_integer([:positive])}"
+    {:ok, _} = :ra_system.start(system_config(system, dir))
+    name = "ra_channel_#{System.unique_integer([:positive])}"
+    :ok = Ringbus.create(name, capacity: 3)
+    id = {:"channel_#{system}", node()}
+    machine = {:module, Ringbus.Replica.Machine, %{channel: name, capacity: 3}}
+
+    assert {:ok, [^id], []} = :ra.start_cluster(system, :channel, machine, [id])
+    assert {:ok, {:ok, 0}, ^id} = :ra.process_command(id, {:push, {:p, 1}, ["a", "b"]})
+    assert {:ok, {:ok, [{0, "a"}]}, ^id} = :ra.process_command(id, {:pull, 1})
+    assert {:ok, {:ok, 2}, ^id} = :ra.process_command(id, {:push, {:p, 2}, ["c", "d"]})
+    assert {:ok, {:ok, 0}, ^id} = :ra.process_command(id, {:push, {:p, 1}, ["a", "b"]})
+    assert {:ok, [{1, "b"}, {2, "c"}, {3, "d"}], 1} = Ringbus.read(name, 0, 10)
+
+    # The ring is lost (a node restart) and the server recovers from its log.
+    :ok = :ra.stop_server(system, id)
+    :ok = Ringbus.delete(name)
+    :ok = Ringbus.create(name, capacity: 3)
+    :ok = :ra.restart_server(system, id)
+    assert {:ok, {:ok, 4}, _} = :ra.process_command(id, {:push, {:p, 3}, ["e"]})
+    assert {:ok, [{2, "c"}, {3, "d"}, {4, "e"}], 2} = Ringbus.read(name, 0, 10)
+    assert {:ok, {:ok, 2}, _} = :ra.process_command(id, {:push, {:p, 2}, ["c", "d"]})
+    :ok = :ra.stop_server(system, id)
+  end
+
   test "a three-member cluster on three nodes commits through its leader", %{tmp_dir: dir} do
     nodes = Nodes.start(3, "ra")
     on_exit(fn -> Nodes.stop(nodes) end)
