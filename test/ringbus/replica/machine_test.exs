@@ -7,6 +7,17 @@ defmodule Ringbus.Replica.MachineTest do
   alias Ringbus.Replica.Machine
   alias Ringbus.Test.Internals
 
+  # The channels these tests create, gone after each (the status page test
+  # counts what the page shows).
+  setup do
+    on_exit(fn ->
+      for name <- Ringbus.channels(),
+          is_binary(name),
+          String.starts_with?(name, "replica_machine_"),
+          do: Ringbus.delete(name)
+    end)
+  end
+
   defp machine(opts) do
     Machine.init(Map.merge(%{name: :test, channel: unique(), capacity: 4}, Map.new(opts)))
   end

@@ -6,6 +6,17 @@ defmodule Ringbus.Replica.RaTest do
 
   alias Ringbus.Bench.Cluster.Nodes
 
+  # The channels these tests create, gone after each (the status page test
+  # counts what the page shows).
+  setup do
+    on_exit(fn ->
+      for name <- Ringbus.channels(),
+          is_binary(name),
+          String.starts_with?(name, "ra_channel_"),
+          do: Ringbus.delete(name)
+    end)
+  end
+
   @moduletag :tmp_dir
   @moduletag timeout: 120_000
 
