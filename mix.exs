@@ -2,6 +2,8 @@ defmodule Ringbus.MixProject do
   use Mix.Project
 
   def project do
+    vendor_ra!()
+
     [
       app: :ringbus,
       version: "0.1.0",
@@ -23,9 +25,28 @@ defmodule Ringbus.MixProject do
 
   def application do
     [
-      extra_applications: [:logger, :crypto, :ssl, :public_key, :inets],
+      # :ra is RabbitMQ's Raft, for replicated channels (see vendor_ra!/0).
+      extra_applications: [:logger, :crypto, :ssl, :public_key, :inets, :ra],
       mod: {Ringbus.Application, []}
     ]
+  end
+
+  # Ra and the apps it needs (aten, gen_batch_server, seshat) come from
+  # Debian's rabbitmq-server package, fetched by bin/setup-ra into _vendor/ra/
+  # the first time any mix command runs. Their ebin directories go on the code
+  # path, so every environment compiles and runs against them and `mix release`
+  # copies them into the release as it copies OTP's own applications.
+  defp vendor_ra! do
+    dir = Path.expand("_vendor/ra", __DIR__)
+
+    if Path.wildcard(Path.join(dir, "ra-*/ebin/ra.app")) == [] do
+      setup = Path.expand("bin/setup-ra", __DIR__)
+      {_, status} = System.cmd(setup, [], into: IO.stream(:stdio, :line))
+      if status != 0, do: Mix.raise("#{setup} failed (exit #{status}): Ra is missing, see above")
+    end
+
+    for ebin <- Path.wildcard(Path.join(dir, "*/ebin")), do: Code.prepend_path(ebin)
+    :ok
   end
 
   defp elixirc_paths(:test), do: ["lib", "bench/lib", "test/support", "bench/test/support"]

@@ -138,6 +138,15 @@ defmodule Ringbus.ReleaseBuildTest do
     body
   end
 
+  test "the release ships Ra and the apps it needs, from _vendor/ra" do
+    lib = Path.join(@root, "_build/prod/rel/ringbus/lib")
+
+    for app <- ~w(ra aten gen_batch_server seshat) do
+      assert [dir] = Path.wildcard(Path.join(lib, app <> "-*")), "no #{app} in #{lib}"
+      assert File.regular?(Path.join([dir, "ebin", app <> ".app"]))
+    end
+  end
+
   test "a bad variable stops the boot with one line that names it, and status 1" do
     assert {out, 1} = run(["start"], env([{"RINGBUS_MAX_CONNECTIONS", "many"}]))
     assert out == ~s(ringbus: RINGBUS_MAX_CONNECTIONS must be a positive integer, got: "many"\n)
@@ -241,6 +250,12 @@ defmodule Ringbus.ReleaseBuildTest do
 
     assert {"[\"events\", \"jobs\"]\n", 0} =
              run(["rpc", "IO.inspect(Enum.sort(Ringbus.channels()))"], node.env)
+
+    assert {"true\n", 0} =
+             run(
+               ["rpc", "IO.inspect(List.keymember?(Application.started_applications(), :ra, 0))"],
+               node.env
+             )
 
     assert remote(node.env, "Enum.sort(Ringbus.channels())") =~ ~s(remote: ["events", "jobs"])
 

@@ -851,6 +851,86 @@ defmodule Ringbus.Channel.Ring do
     end
   end
 
+  ## Decided elsewhere: replicated channels
+  #
+  # A replicated channel has one writer, its Ra machine
+  # (`Ringbus.Replica.Machine`), which decides every seq, overflow and pull in
+  # log order on each replica; these functions carry its decisions out on
+  # this node's ring. They store before they publish a seq, so no reader ever
+  # waits on (or skips) one. A replay (the Ra server recovering while this
+  # ring lives on) finds its seqs stored or claimed already and does nothing.
+
+  @doc false
+  # Stores `count` payloads (`bytes` in all) under the seqs from `first`,
+  # unless the ring is past them. If the ring is behind `first` (it was
+  # created after the log was truncated), the seqs between count as
+  # overwritten.
+  @spec put_decided(Channel.t(), seq, [binary()], non_neg_integer(), non_neg_integer()) :: :ok
+  def put_decided(%Channel{atomics: a} = ch, first, payloads, count, bytes) do
+    head = :atomics.get(a, @head)
+
+    cond do
+      first < head or count == 0 ->
+        :ok
+
+      true ->
+        if first > head, do: skip_to(ch, first)
+        :ets.insert(ch.table, objects(payloads, first, []))
+        :atomics.add(a, @held, bytes)
+        :atomics.add(a, @bytes_pushed, bytes)
+        :atomics.put(a, @head, first + count)
+        wake(ch)
+    end
+  end
+
+  defp skip_to(%Channel{atomics: a} = ch, seq) do
+    :atomics.put(a, @head, seq)
+    drop_decided(ch, seq)
+  end
+
+  @doc false
+  # Claims every seq below `tail` not claimed yet, as overwritten, and
+  # deletes what they hold.
+  @spec drop_decided(Channel.t(), seq) :: :ok
+  def drop_decided(_ch, 0), do: :ok
+
+  def drop_decided(ch, tail) do
+    claim_through(ch, tail - 1)
+    drop_through(ch, tail - 1)
+    :ok
+  end
+
+  @doc false
+  # Pulls the `count` seqs from `from`, each only if it is the ring's tail
+  # (not pulled yet), and returns what it took.
+  @spec pull_decided(Channel.t(), seq, non_neg_integer()) :: [{seq, binary()}]
+  def pull_decided(ch, from, count), do: pull_decided(ch, from, from + count, [])
+
+  defp pull_decided(_ch, seq, stop, acc) when seq >= stop, do: :lists.reverse(acc)
+
+  defp pull_decided(%Channel{atomics: a} = ch, seq, stop, acc) do
+    with true <- :atomics.get(a, @tail) == seq,
+         {:ok, ^seq, payload} <- pull(ch, 0) do
+      pull_decided(ch, seq + 1, stop, [{seq, payload} | acc])
+    else
+      _ -> pull_decided(ch, seq + 1, stop, acc)
+    end
+  end
+
+  @doc false
+  # Raises the rejected count to `total`, the machine's own count: a replay
+  # that sets it again changes nothing.
+  @spec rejected_decided(Channel.t(), non_neg_integer()) :: :ok
+  def rejected_decided(%Channel{atomics: a} = ch, total) do
+    now = :atomics.get(a, @rejected)
+
+    cond do
+      now >= total -> :ok
+      :atomics.compare_exchange(a, @rejected, now, total) == :ok -> :ok
+      true -> rejected_decided(ch, total)
+    end
+  end
+
   ## Figures
 
   @spec first_seq(Channel.t()) :: seq

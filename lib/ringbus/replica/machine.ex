@@ -1,0 +1,369 @@
+defmodule Ringbus.Replica.Machine do
+  @moduledoc false
+  # The Ra machine (`:ra_machine`) of a replicated channel: every replica
+  # applies the same log, decides the same seqs, overflows and pulls, and
+  # carries them out on its own node's ring (`Ringbus.Channel.Ring`'s
+  # `*_decided` functions). See lib/ringbus/replica/README.md.
+  #
+  # Decisions are pure (`decide/2`): the state holds cursors, counts and
+  # dedup tags, never a payload, so the Ra server's heap stays small and its
+  # collections short. Payloads live in the ring, and in the Raft log until
+  # their entries are released.
+  #
+  # Commands:
+  #
+  #   {:push, tag, payloads}     one batch; replies {:ok, first_seq} | {:error, reason}
+  #   {:push_batches, [{tag, payloads}]}
+  #                              many batches, each decided alone; replies a list
+  #   {:pull, max}               takes up to max of the oldest; replies
+  #                              {:ok, [{seq, payload}]} (on the node that applies it)
+  #
+  # A tag is nil or {producer_id, n}. A producer's tags increase; a batch
+  # whose tag was stored already gets the reply it got then (within the last
+  # `window` tags of that producer), and stores nothing. A tag is spent only
+  # when its batch is stored, so a batch refused as full may be sent again
+  # under the same tag. At most `max_producers` producers are remembered; the
+  # one seen least recently goes first.
+  #
+  # The log. Ra may drop the entries before a `release_cursor`, and on
+  # recovery rebuilds the ring from the snapshot's state and the entries after
+  # it, so a cursor may only pass entries whose messages are all dead
+  # (overwritten or pulled). The state keeps a few checkpoints
+  # `{index, head, state}`, at least a quarter of the capacity of seqs apart:
+  # once `tail` reaches a checkpoint's `head`, every message stored by the
+  # entries up to its `index` is dead, and the newest such checkpoint goes out
+  # as the cursor. Heads are at most `capacity` apart, so there are at most
+  # five checkpoints.
+
+  @behaviour :ra_machine
+
+  alias Ringbus.Channel.Ring
+  alias Ringbus.Store
+
+  @window 64
+  @max_producers 1024
+
+  defstruct [
+    :channel,
+    :capacity,
+    :overflow,
+    :max_bytes,
+    window: @window,
+    max_producers: @max_producers,
+    # The next seq to store, and the oldest live one.
+    head: 0,
+    tail: 0,
+    # Only under max_bytes: the bytes live, and {first_seq, <<size::32, ...>>}
+    # per stored batch still (partly) live, oldest first.
+    bytes: 0,
+    sizes: :queue.new(),
+    rejected: 0,
+    # producer_id => {last_n, last_index, :queue.queue({n, reply})}
+    producers: %{},
+    checkpoints: :queue.new()
+  ]
+
+  @type tag :: nil | {term(), integer()}
+  @type reply :: {:ok, non_neg_integer()} | {:error, :full | :too_large | :stale_tag | :badarg}
+  @type op ::
+          {:put, non_neg_integer(), [binary()], non_neg_integer(), non_neg_integer()}
+          | {:drop, non_neg_integer()}
+          | {:pull, non_neg_integer(), non_neg_integer()}
+          | {:rejected, non_neg_integer()}
+
+  @impl :ra_machine
+  def init(config) do
+    %__MODULE__{
+      channel: Map.fetch!(config, :channel),
+      capacity: Map.fetch!(config, :capacity),
+      overflow: Map.get(config, :overflow, :drop_oldest),
+      max_bytes: Map.get(config, :max_bytes),
+      window: Map.get(config, :window, @window),
+      max_producers: Map.get(config, :max_producers, @max_producers)
+    }
+  end
+
+  @impl :ra_machine
+  def apply(%{index: index}, command, state) do
+    {state, reply, ops} = decide(command, index, state)
+    reply = carry_out(state.channel, ops, reply)
+    {state, effects} = checkpoint(state, index)
+    {state, reply, effects}
+  end
+
+  @impl :ra_machine
+  def state_enter(_ra_state, _state), do: []
+
+  @impl :ra_machine
+  def overview(state) do
+    %{
+      channel: state.channel,
+      head: state.head,
+      tail: state.tail,
+      bytes: state.bytes,
+      producers: map_size(state.producers),
+      checkpoints: :queue.len(state.checkpoints)
+    }
+  end
+
+  ## Decisions
+
+  @doc """
+  Decides `command`, applied at log `index`: the new state, the reply, and
+  what to do to the ring, in order. Pure.
+  """
+  @spec decide(term(), non_neg_integer(), %__MODULE__{}) :: {%__MODULE__{}, term(), [op]}
+  def decide({:push, tag, payloads}, index, state) do
+    {state, reply, ops} = tagged(state, tag, payloads, index)
+    {state, reply, ops |> finish(state)}
+  end
+
+  def decide({:push_batches, batches}, index, state) when is_list(batches) do
+    {state, replies, ops} =
+      Enum.reduce(batches, {state, [], []}, fn
+        {tag, payloads}, {st, replies, ops} ->
+          {st, reply, new} = tagged(st, tag, payloads, index)
+          {st, [reply | replies], [new | ops]}
+
+        _bad, {st, replies, ops} ->
+          {st, [{:error, :badarg} | replies], ops}
+      end)
+
+    {state, Enum.reverse(replies), ops |> Enum.reverse() |> Enum.concat() |> finish(state)}
+  end
+
+  def decide({:pull, max}, _index, state) when is_integer(max) and max >= 0 do
+    count = min(max, state.head - state.tail)
+    first = state.tail
+    state = %{state | tail: first + count} |> forget_sizes(count)
+    {state, {:pulled, first, count}, [{:pull, first, count}]}
+  end
+
+  def decide(_unknown, _index, state), do: {state, {:error, :badarg}, []}
+
+  # Pushes a batch under its producer's tag, or answers a tag seen already.
+  defp tagged(state, nil, payloads, _index), do: store(state, payloads)
+
+  defp tagged(state, {producer, n} = tag, payloads, index) when is_integer(n) do
+    case Map.fetch(state.producers, producer) do
+      {:ok, {last, _seen, recent}} when n <= last ->
+        {state, seen_reply(recent, n), []}
+
+      known ->
+        case store(state, payloads) do
+          {state, {:ok, _} = reply, ops} ->
+            {remember(state, tag, reply, index, known), reply, ops}
+
+          refused ->
+            refused
+        end
+    end
+  end
+
+  defp tagged(state, _bad_tag, _payloads, _index), do: {state, {:error, :badarg}, []}
+
+  defp seen_reply(recent, n) do
+    case List.keyfind(:queue.to_list(recent), n, 0) do
+      {^n, reply} -> reply
+      nil -> {:error, :stale_tag}
+    end
+  end
+
+  defp remember(state, {producer, n}, reply, index, known) do
+    recent =
+      case known do
+        {:ok, {_last, _seen, recent}} -> recent
+        :error -> :queue.new()
+      end
+
+    recent = :queue.in({n, reply}, recent)
+    recent = if :queue.len(recent) > state.window, do: :queue.drop(recent), else: recent
+    producers = Map.put(state.producers, producer, {n, index, recent})
+    %{state | producers: evict(producers, state.max_producers)}
+  end
+
+  # Forgets the producer seen least recently, past the bound. Linear in the
+  # producers, and only when a new one comes past the bound.
+  defp evict(producers, max) when map_size(producers) <= max, do: producers
+
+  defp evict(producers, _max) do
+    {oldest, _} = Enum.min_by(producers, fn {_id, {_n, seen, _recent}} -> seen end)
+    Map.delete(producers, oldest)
+  end
+
+  # Stores a batch, or refuses it, as the channel's overflow policy says.
+  defp store(state, payloads) do
+    case measure(payloads) do
+      :error ->
+        {state, {:error, :badarg}, []}
+
+      {0, _bytes} ->
+        {state, {:ok, state.head}, []}
+
+      {count, bytes} ->
+        cond do
+          state.max_bytes != nil and bytes > state.max_bytes ->
+            refuse(state, count, :too_large)
+
+          state.overflow == :reject and not fits?(state, count, bytes) ->
+            refuse(state, count, :full)
+
+          true ->
+            first = state.head
+            state = %{state | head: first + count} |> keep_sizes(first, payloads, bytes)
+            {state, {:ok, first}, [{:put, first, payloads, count, bytes}]}
+        end
+    end
+  end
+
+  defp fits?(state, count, bytes) do
+    state.head + count - state.tail <= state.capacity and
+      (state.max_bytes == nil or state.bytes + bytes <= state.max_bytes)
+  end
+
+  defp refuse(state, count, reason) do
+    state = %{state | rejected: state.rejected + count}
+    {state, {:error, reason}, [{:rejected, state.rejected}]}
+  end
+
+  defp measure(payloads) when is_list(payloads) do
+    Ring.measure!(payloads)
+  rescue
+    ArgumentError -> :error
+  end
+
+  defp measure(_payloads), do: :error
+
+  # After a command's pushes: a drop-oldest channel drops what the capacity
+  # and max_bytes no longer hold, once, after all of its batches.
+  defp finish(ops, %__MODULE__{overflow: :drop_oldest} = state) do
+    if Enum.any?(ops, &match?({:put, _, _, _, _}, &1)),
+      do: ops ++ [{:drop, state.tail}],
+      else: ops
+  end
+
+  defp finish(ops, _state), do: ops
+
+  ## Sizes, under max_bytes
+
+  defp keep_sizes(%__MODULE__{max_bytes: nil} = state, _first, _payloads, _bytes),
+    do: overflow(state)
+
+  defp keep_sizes(state, first, payloads, bytes) do
+    sizes = for p <- payloads, into: <<>>, do: <<byte_size(p)::32>>
+    overflow(%{state | bytes: state.bytes + bytes, sizes: :queue.in({first, sizes}, state.sizes)})
+  end
+
+  # Under drop-oldest: the tail moves past what the capacity, then the bytes,
+  # no longer hold.
+  defp overflow(%__MODULE__{overflow: :drop_oldest} = state) do
+    over = state.head - state.capacity - state.tail
+    state = if over > 0, do: %{state | tail: state.tail + over} |> forget_sizes(over), else: state
+    drop_bytes(state)
+  end
+
+  defp overflow(state), do: state
+
+  defp drop_bytes(%__MODULE__{max_bytes: max, bytes: bytes} = state)
+       when max != nil and bytes > max and state.tail < state.head,
+       do: %{state | tail: state.tail + 1} |> forget_sizes(1) |> drop_bytes()
+
+  defp drop_bytes(state), do: state
+
+  # The oldest `count` live messages are gone: their bytes go with them.
+  defp forget_sizes(%__MODULE__{max_bytes: nil} = state, _count), do: state
+  defp forget_sizes(state, 0), do: state
+
+  defp forget_sizes(state, count) do
+    {{:value, {first, sizes}}, rest} = :queue.out(state.sizes)
+    n = div(byte_size(sizes), 4)
+    take = min(n, count)
+    <<gone::binary-size(4 * take), left::binary>> = sizes
+    freed = for <<s::32 <- gone>>, reduce: 0, do: (acc -> acc + s)
+    rest = if left == <<>>, do: rest, else: :queue.in_r({first + take, left}, rest)
+    forget_sizes(%{state | bytes: state.bytes - freed, sizes: rest}, count - take)
+  end
+
+  ## Release cursors
+
+  @doc """
+  Takes a checkpoint of `state` at `index` when due, and returns the
+  `release_cursor` effect of the newest checkpoint whose entries hold no live
+  message, if there is one.
+  """
+  @spec checkpoint(%__MODULE__{}, non_neg_integer()) :: {%__MODULE__{}, list()}
+  def checkpoint(state, index) do
+    state = take_checkpoint(state, index)
+    {released, checkpoints} = released(state.checkpoints, state.tail, nil)
+    state = %{state | checkpoints: checkpoints}
+
+    effects =
+      case released do
+        nil -> []
+        {at, _head, snapshot} -> [{:release_cursor, at, snapshot}]
+      end
+
+    {state, effects}
+  end
+
+  defp released(checkpoints, tail, last) do
+    case :queue.peek(checkpoints) do
+      {:value, {_at, head, _snapshot} = cp} when head <= tail ->
+        released(:queue.drop(checkpoints), tail, cp)
+
+      _ ->
+        {last, checkpoints}
+    end
+  end
+
+  defp take_checkpoint(state, index) do
+    spacing = max(1, div(state.capacity, 4))
+    cp = {index, state.head, %{state | checkpoints: :queue.new()}}
+
+    case :queue.peek_r(state.checkpoints) do
+      :empty ->
+        %{state | checkpoints: :queue.in(cp, state.checkpoints)}
+
+      # No seq stored since: the later index releases more of the log.
+      {:value, {_at, head, _}} when head == state.head ->
+        %{state | checkpoints: :queue.in(cp, :queue.drop_r(state.checkpoints))}
+
+      {:value, {_at, head, _}} when state.head - head >= spacing ->
+        %{state | checkpoints: :queue.in(cp, state.checkpoints)}
+
+      _ ->
+        state
+    end
+  end
+
+  ## Carrying decisions out on this node's ring
+
+  defp carry_out(channel, ops, reply) do
+    case Store.fetch(channel) do
+      {:ok, ch} -> Enum.reduce(ops, reply, &carry(ch, &1, &2))
+      # The channel is not on this node (yet): the log still holds it.
+      {:error, :no_channel} -> pulled_reply(reply, [])
+    end
+  end
+
+  defp carry(ch, {:put, first, payloads, count, bytes}, reply) do
+    Ring.put_decided(ch, first, payloads, count, bytes)
+    reply
+  end
+
+  defp carry(ch, {:drop, tail}, reply) do
+    Ring.drop_decided(ch, tail)
+    reply
+  end
+
+  defp carry(ch, {:pull, first, count}, reply),
+    do: pulled_reply(reply, Ring.pull_decided(ch, first, count))
+
+  defp carry(ch, {:rejected, total}, reply) do
+    Ring.rejected_decided(ch, total)
+    reply
+  end
+
+  defp pulled_reply({:pulled, _first, _count}, messages), do: {:ok, messages}
+  defp pulled_reply(reply, _messages), do: reply
+end

@@ -1,0 +1,315 @@
+defmodule Ringbus.Replica.MachineTest do
+  # The replicated channel's Ra machine as functions: its decisions (seqs,
+  # overflow, bytes, pulls, dedup, release cursors) with no process, and
+  # `apply/3` on a real ring of this node, replayed.
+  use ExUnit.Case, async: true
+
+  alias Ringbus.Replica.Machine
+  alias Ringbus.Test.Internals
+
+  # The channels these tests create, gone after each (the status page test
+  # counts what the page shows).
+  setup do
+    on_exit(fn ->
+      for name <- Ringbus.channels(),
+          is_binary(name),
+          String.starts_with?(name, "replica_machine_"),
+          do: Ringbus.delete(name)
+    end)
+  end
+
+  defp machine(opts) do
+    Machine.init(Map.merge(%{name: :test, channel: unique(), capacity: 4}, Map.new(opts)))
+  end
+
+  defp unique, do: "replica_machine_#{System.unique_integer([:positive])}"
+
+  # Decides commands from log index 1 on; returns the last state and every reply.
+  defp run(state, commands) do
+    {state, replies} =
+      commands
+      |> Enum.with_index(1)
+      |> Enum.reduce({state, []}, fn {cmd, i}, {st, replies} ->
+        {st, reply, _ops} = Machine.decide(cmd, i, st)
+        {st, [reply | replies]}
+      end)
+
+    {state, Enum.reverse(replies)}
+  end
+
+  describe "decisions" do
+    test "a batch gets consecutive seqs; drop-oldest moves the tail past the capacity" do
+      state = machine(capacity: 4)
+      {state, reply, ops} = Machine.decide({:push, nil, ["a", "b", "c"]}, 1, state)
+      assert reply == {:ok, 0}
+      assert ops == [{:put, 0, ["a", "b", "c"], 3, 3}, {:drop, 0}]
+
+      {state, reply, ops} = Machine.decide({:push, nil, ["d", "e", "f"]}, 2, state)
+      assert reply == {:ok, 3}
+      assert ops == [{:put, 3, ["d", "e", "f"], 3, 3}, {:drop, 2}]
+      assert {state.head, state.tail} == {6, 2}
+    end
+
+    test "reject refuses a batch that does not fit, whole, and counts it" do
+      {state, replies} =
+        run(machine(capacity: 4, overflow: :reject), [
+          {:push, nil, ["a", "b", "c"]},
+          {:push, nil, ["d", "e"]},
+          {:push, nil, ["d"]}
+        ])
+
+      assert replies == [{:ok, 0}, {:error, :full}, {:ok, 3}]
+      assert {state.head, state.tail, state.rejected} == {4, 0, 2}
+      {_, _, ops} = Machine.decide({:push, nil, ["x"]}, 4, state)
+      assert ops == [{:rejected, 3}]
+    end
+
+    test "max_bytes: too large is refused; drop-oldest frees the oldest messages until it fits" do
+      state = machine(capacity: 100, max_bytes: 10)
+      {state, reply, _} = Machine.decide({:push, nil, ["12345678901"]}, 1, state)
+      assert reply == {:error, :too_large}
+
+      {state, replies} = run(state, [{:push, nil, ["1234", "12"]}, {:push, nil, ["123", "1234"]}])
+
+      assert replies == [{:ok, 0}, {:ok, 2}]
+      # 4 + 2 + 3 + 4 = 13 > 10: the first message (4 bytes) goes.
+      assert {state.tail, state.bytes} == {1, 9}
+
+      {state, {:pulled, 1, 2}, [{:pull, 1, 2}]} = Machine.decide({:pull, 2}, 9, state)
+      assert {state.tail, state.bytes} == {3, 4}
+    end
+
+    test "max_bytes under reject refuses what would pass it; a pull makes room" do
+      {state, replies} =
+        run(machine(capacity: 100, max_bytes: 6, overflow: :reject), [
+          {:push, nil, ["1234"]},
+          {:push, nil, ["123"]},
+          {:pull, 1},
+          {:push, nil, ["123"]}
+        ])
+
+      assert replies == [{:ok, 0}, {:error, :full}, {:pulled, 0, 1}, {:ok, 1}]
+      assert state.bytes == 3
+    end
+
+    test "a pull takes at most what is live" do
+      {state, replies} = run(machine([]), [{:pull, 5}, {:push, nil, ["a", "b"]}, {:pull, 5}])
+      assert replies == [{:pulled, 0, 0}, {:ok, 0}, {:pulled, 0, 2}]
+      assert state.tail == 2
+    end
+
+    test "batches of one command are decided one by one; bad ones are refused" do
+      {state, reply, ops} =
+        Machine.decide(
+          {:push_batches, [{nil, ["a"]}, {nil, [:not_binary]}, :junk, {nil, ["b", "c"]}]},
+          1,
+          machine([])
+        )
+
+      assert reply == [{:ok, 0}, {:error, :badarg}, {:error, :badarg}, {:ok, 1}]
+      assert ops == [{:put, 0, ["a"], 1, 1}, {:put, 1, ["b", "c"], 2, 2}, {:drop, 0}]
+      assert state.head == 3
+      assert {_, {:error, :badarg}, []} = Machine.decide(:what, 2, state)
+    end
+  end
+
+  describe "dedup" do
+    test "a tag stored already gets its first reply and stores nothing" do
+      {state, replies} =
+        run(machine(capacity: 10), [
+          {:push, {:p, 1}, ["a"]},
+          {:push, {:p, 2}, ["b"]},
+          {:push, {:p, 1}, ["a"]},
+          {:push, {:q, 1}, ["c"]}
+        ])
+
+      assert replies == [{:ok, 0}, {:ok, 1}, {:ok, 0}, {:ok, 2}]
+      assert state.head == 3
+      assert {_, {:ok, 1}, []} = Machine.decide({:push, {:p, 2}, ["b"]}, 5, state)
+    end
+
+    test "a refused batch does not spend its tag" do
+      {state, replies} =
+        run(machine(capacity: 1, overflow: :reject), [
+          {:push, {:p, 1}, ["a"]},
+          {:push, {:p, 2}, ["b"]},
+          {:pull, 1},
+          {:push, {:p, 2}, ["b"]}
+        ])
+
+      assert replies == [{:ok, 0}, {:error, :full}, {:pulled, 0, 1}, {:ok, 1}]
+      assert state.head == 2
+    end
+
+    test "the window per producer and the number of producers are bounded" do
+      state = machine(capacity: 100, window: 2, max_producers: 2)
+
+      {state, _} =
+        run(state, for(n <- 1..3, do: {:push, {:p, n}, ["x"]}) ++ [{:push, {:q, 1}, ["y"]}])
+
+      assert {_, {:ok, 2}, []} = Machine.decide({:push, {:p, 3}, ["x"]}, 9, state)
+      assert {_, {:error, :stale_tag}, []} = Machine.decide({:push, {:p, 1}, ["x"]}, 9, state)
+
+      # A third producer evicts the one seen least recently, :p.
+      {state, {:ok, 4}, _} = Machine.decide({:push, {:r, 1}, ["z"]}, 10, state)
+      assert Map.keys(state.producers) |> Enum.sort() == [:q, :r]
+      assert {_, {:ok, 5}, _} = Machine.decide({:push, {:p, 3}, ["x"]}, 11, state)
+    end
+  end
+
+  describe "release cursors" do
+    test "a cursor passes only entries whose messages are all dead" do
+      state = machine(capacity: 4)
+      # Nothing stored yet: the log so far can go.
+      assert {state, [{:release_cursor, 0, _}]} = Machine.checkpoint(state, 0)
+
+      # Entries 1 and 2 store seqs 0..3: all live, nothing to release.
+      {state, _, _} = Machine.decide({:push, nil, ["a", "b"]}, 1, state)
+      {state, []} = Machine.checkpoint(state, 1)
+      {state, _, _} = Machine.decide({:push, nil, ["c", "d"]}, 2, state)
+      {state, []} = Machine.checkpoint(state, 2)
+
+      # Entry 3 overwrites seqs 0 and 1, entry 1's: the log up to 1 can go,
+      # with the state as it was after entry 1.
+      {state, _, _} = Machine.decide({:push, nil, ["e", "f"]}, 3, state)
+      assert {state, [{:release_cursor, 1, snapshot}]} = Machine.checkpoint(state, 3)
+      assert {snapshot.head, snapshot.tail} == {2, 0}
+
+      # Pulling everything releases up to the last entry that stored.
+      {state, _, _} = Machine.decide({:pull, 10}, 4, state)
+      assert {_state, [{:release_cursor, 4, snapshot}]} = Machine.checkpoint(state, 4)
+      assert {snapshot.head, snapshot.tail} == {6, 6}
+    end
+
+    test "checkpoints stay few however many entries" do
+      state =
+        Enum.reduce(1..10_000, machine(capacity: 1000, overflow: :reject), fn i, st ->
+          cmd = if rem(i, 3) == 0, do: {:pull, 1}, else: {:push, nil, ["x"]}
+          {st, _, _} = Machine.decide(cmd, i, st)
+          {st, _} = Machine.checkpoint(st, i)
+          st
+        end)
+
+      assert :queue.len(state.checkpoints) <= 5
+    end
+  end
+
+  describe "apply/3 on this node's ring" do
+    defp apply_all(state, commands, from \\ 1) do
+      commands
+      |> Enum.with_index(from)
+      |> Enum.reduce({state, []}, fn {cmd, i}, {st, replies} ->
+        {st, reply, _effects} = Machine.apply(%{index: i}, cmd, st)
+        {st, [reply | replies]}
+      end)
+      |> then(fn {st, replies} -> {st, Enum.reverse(replies)} end)
+    end
+
+    test "pushes and pulls reach the ring; replaying the log changes nothing" do
+      name = unique()
+      :ok = Ringbus.create(name, capacity: 4)
+      state = machine(channel: name, capacity: 4)
+
+      commands = [
+        {:push, {:p, 1}, ["a", "b", "c"]},
+        {:pull, 1},
+        {:push_batches, [{{:p, 2}, ["d", "e"]}, {nil, ["f"]}]},
+        {:push, {:p, 2}, ["d", "e"]}
+      ]
+
+      {_state, replies} = apply_all(state, commands)
+      assert replies == [{:ok, 0}, {:ok, [{0, "a"}]}, [{:ok, 3}, {:ok, 5}], {:ok, 3}]
+      ring = {Ringbus.read(name, 0, 10), Ringbus.info(name)}
+      assert {{:ok, [{2, "c"}, {3, "d"}, {4, "e"}, {5, "f"}], 2}, {:ok, info}} = ring
+      assert %{len: 4, pulled: 1, overwritten: 1, pushed: 6} = info
+
+      # The Ra server restarts, this ring lives on: the log applies again.
+      {_state, _} = apply_all(machine(channel: name, capacity: 4), commands)
+      assert {Ringbus.read(name, 0, 10), Ringbus.info(name)} == ring
+    end
+
+    test "a replay from a snapshot onto a new ring rebuilds the live messages" do
+      name = unique()
+      :ok = Ringbus.create(name, capacity: 3, overflow: :reject)
+      state = machine(channel: name, capacity: 3, overflow: :reject)
+
+      # Entry 1 stores seqs 0..1, entry 2 pulls them, entries 3 and 4 store.
+      commands = [{:push, nil, ["a", "b"]}, {:pull, 2}, {:push, nil, ["c"]}, {:push, nil, ["d"]}]
+
+      {_, effects} =
+        Enum.reduce(Enum.with_index(commands, 1), {state, []}, fn {cmd, i}, {st, effects} ->
+          {st, _reply, new} = Machine.apply(%{index: i}, cmd, st)
+          {st, effects ++ new}
+        end)
+
+      assert [{:release_cursor, 2, snapshot}] = effects
+      assert {:ok, [{2, "c"}, {3, "d"}], 2} = Ringbus.read(name, 0, 10)
+
+      # A new node's ring: the snapshot's state and the entries after it.
+      :ok = Ringbus.delete(name)
+      :ok = Ringbus.create(name, capacity: 3, overflow: :reject)
+      {_, _} = apply_all(snapshot, Enum.drop(commands, 2), 3)
+      assert {:ok, [{2, "c"}, {3, "d"}], 2} = Ringbus.read(name, 0, 10)
+      assert {:ok, %{len: 2, next_seq: 4}} = Ringbus.info(name)
+    end
+
+    test "decisions match a local channel's, push for push and pull for pull" do
+      :rand.seed(:exsss, {1, 2, 3})
+
+      for opts <- [
+            [capacity: 5],
+            [capacity: 5, overflow: :reject],
+            [capacity: 50, max_bytes: 20],
+            [capacity: 50, max_bytes: 20, overflow: :reject]
+          ] do
+        local = unique()
+        replicated = unique()
+        :ok = Ringbus.create(local, opts)
+        :ok = Ringbus.create(replicated, opts)
+        state = machine([{:channel, replicated} | opts])
+
+        commands =
+          for _ <- 1..300 do
+            if :rand.uniform(4) == 1,
+              do: {:pull, :rand.uniform(3)},
+              else: {:push, nil, for(_ <- 1..:rand.uniform(3), do: random_payload())}
+          end
+
+        {_state, replies} = apply_all(state, commands)
+
+        for {cmd, reply} <- Enum.zip(commands, replies) do
+          assert reply == local_reply(local, cmd), "#{inspect(opts)}: #{inspect(cmd)}"
+        end
+
+        assert Ringbus.read(replicated, 0, 100) == Ringbus.read(local, 0, 100)
+        # A local drop-oldest batch is one chunk, whose bytes count until it
+        # goes whole; the replicated ring stores messages one by one.
+        chunked? = opts[:max_bytes] == nil and opts[:overflow] != :reject
+        ignore = if chunked?, do: [:bytes], else: []
+        {:ok, info} = Ringbus.info(replicated)
+        {:ok, expected} = Ringbus.info(local)
+        assert Map.drop(info, ignore) == Map.drop(expected, ignore)
+      end
+    end
+
+    defp random_payload, do: :binary.copy("x", :rand.uniform(8) - 1)
+
+    defp local_reply(name, {:push, nil, payloads}) do
+      {count, bytes} = Ringbus.Channel.Ring.measure!(payloads)
+      Ringbus.Channel.Ring.push_measured(Internals.channel!(name), payloads, count, bytes)
+    end
+
+    defp local_reply(name, {:pull, max}) do
+      {:ok, pull_n(name, max, [])}
+    end
+
+    defp pull_n(_name, 0, acc), do: Enum.reverse(acc)
+
+    defp pull_n(name, n, acc) do
+      case Ringbus.pull(name) do
+        {:ok, seq, payload} -> pull_n(name, n - 1, [{seq, payload} | acc])
+        :empty -> Enum.reverse(acc)
+      end
+    end
+  end
+end
