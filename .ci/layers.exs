@@ -23,6 +23,7 @@ defmodule Layers do
     {"lib/ringbus/server", :server},
     {"lib/ringbus/client", :client},
     {"lib/ringbus/cluster", :cluster},
+    {"lib/ringbus/replica", :replica},
     {"lib/ringbus/resp", :resp},
     {"lib/ringbus/metrics", :metrics},
     {"lib/ringbus/http", :http},
@@ -45,8 +46,10 @@ defmodule Layers do
     store: [:channel, :leaf],
     # Calls down into the channel layer and the store, never lib/ringbus.ex.
     cluster: [:channel, :store, :leaf],
+    # Replicated channels: a Ra machine applying into the channel layer's rings.
+    replica: [:channel, :store, :leaf],
     # lib/ringbus.ex: creates, deletes and names the store lacks go to the cluster.
-    api: [:channel, :store, :cluster, :leaf],
+    api: [:channel, :store, :cluster, :replica, :leaf],
     # The client uses the wire only, never the server.
     client: [:wire, :leaf],
     # The server uses the wire and the channel API.
@@ -69,7 +72,7 @@ defmodule Layers do
       :cluster,
       :leaf
     ],
-    application: [:release, :server, :cluster, :store, :api, :channel, :leaf],
+    application: [:release, :server, :cluster, :replica, :store, :api, :channel, :leaf],
     mix: [
       :release,
       :http,
@@ -103,8 +106,6 @@ defmodule Layers do
     # Being split by the RESP work.
     "lib/ringbus/resp/stream_commands.ex" => 863,
     "lib/ringbus/resp/group_commands.ex" => 615,
-    # Being edited by the ring work.
-    "lib/ringbus/channel/ring.ex" => 930,
     # Not split yet: to shrink, never to grow.
     "lib/ringbus/client.ex" => 754
   }

@@ -1,5 +1,10 @@
 defmodule Ringbus.Channel.Ring do
   @moduledoc false
+  # Kept whole: the ring is one lock-free algorithm over one channel's
+  # atomics slots and ETS keys; push, pull, read and the replicated writes
+  # each rely on the others' cursor and chunk invariants, which a split
+  # would have to publish.
+  #
   # (Chunks below: a batch's payloads as one binary and the offsets where
   # each ends, so that storing a batch copies its bytes once, with one
   # memcpy, whatever its count.)
