@@ -7,7 +7,7 @@ defmodule Ringbus.Resp.ClaimCommands do
   # claims entries the stream holds that are in no PEL; an ID the stream no
   # longer holds leaves the PEL. LASTID moves the group's position forward.
 
-  alias Ringbus.Resp.{Commands, Encoder, Entry, Groups, StreamCommands}
+  alias Ringbus.Resp.{Args, Commands, Encoder, Entry, Groups, StreamCommands}
 
   # XCLAIM key group consumer min-idle-time id [id ...] [IDLE ms]
   #   [TIME ms-unix-time] [RETRYCOUNT count] [FORCE] [JUSTID] [LASTID id]
@@ -71,7 +71,7 @@ defmodule Ringbus.Resp.ClaimCommands do
       {"LASTID", [id | rest]} ->
         case Entry.parse(id) do
           {:ok, id} -> options(rest, %{acc | last: id})
-          :error -> {:error, StreamCommands.invalid_id()}
+          :error -> {:error, Args.invalid_id()}
         end
 
       _ ->
@@ -80,7 +80,7 @@ defmodule Ringbus.Resp.ClaimCommands do
   end
 
   defp long(text, message) do
-    case StreamCommands.integer(text) do
+    case Args.integer(text) do
       {:ok, n} -> {:ok, n}
       :error -> {:error, Encoder.error(["ERR ", message])}
     end

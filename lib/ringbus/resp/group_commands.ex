@@ -9,7 +9,7 @@ defmodule Ringbus.Resp.GroupCommands do
   # `lost` counts them (XINFO GROUPS shows it) and it goes on from the oldest
   # entry held.
 
-  alias Ringbus.Resp.{Commands, Encoder, Entry, Errors, Groups, StreamCommands}
+  alias Ringbus.Resp.{Args, Commands, Encoder, Entry, Errors, Groups, StreamCommands}
 
   @all 4_611_686_018_427_387_904
   # XREADGROUP > retries when another consumer moved the group first.
@@ -103,7 +103,7 @@ defmodule Ringbus.Resp.GroupCommands do
   end
 
   defp entries_read(n) do
-    case StreamCommands.integer(n) do
+    case Args.integer(n) do
       {:ok, n} when n >= -1 -> {:ok, max(n, 0)}
       _ -> {:error, Encoder.error("ERR value for ENTRIESREAD must be positive or -1")}
     end
@@ -147,7 +147,7 @@ defmodule Ringbus.Resp.GroupCommands do
   defp group_position(_key, id) do
     case Entry.parse(id) do
       {:ok, id} -> {:ok, Entry.seq_through(id)}
-      :error -> {:error, StreamCommands.invalid_id()}
+      :error -> {:error, Args.invalid_id()}
     end
   end
 
@@ -240,13 +240,13 @@ defmodule Ringbus.Resp.GroupCommands do
 
   def xreadgroup(args, s) do
     with {:ok, opts} <-
-           StreamCommands.read_options(
+           Args.read_options(
              args,
              %{count: 0, block: nil, group: nil, noack: false},
              "xreadgroup"
            ),
          {:ok, {group, consumer}} <- group_given(opts),
-         :ok <- StreamCommands.streams_allowed(opts.streams, "XREADGROUP", s),
+         :ok <- Args.streams_allowed(opts.streams, "XREADGROUP", s),
          {:ok, reads} <- group_reads(opts.streams, group) do
       t = s.context.groups
 
@@ -293,7 +293,7 @@ defmodule Ringbus.Resp.GroupCommands do
         id ->
           case Entry.parse(id) do
             {:ok, id} -> {:cont, {:ok, [{key, {:history, Entry.seq_after(id)}} | acc]}}
-            :error -> {:halt, {:error, StreamCommands.invalid_id()}}
+            :error -> {:halt, {:error, Args.invalid_id()}}
           end
       end
     end)
@@ -430,7 +430,7 @@ defmodule Ringbus.Resp.GroupCommands do
   def xack([key, group | ids], s) do
     case parse_seqs(ids) do
       {:ok, seqs} -> {Groups.ack(s.context.groups, key, group, seqs), s}
-      :error -> {StreamCommands.invalid_id(), s}
+      :error -> {Args.invalid_id(), s}
     end
   end
 
@@ -484,7 +484,7 @@ defmodule Ringbus.Resp.GroupCommands do
       case args do
         [opt, ms | rest] ->
           if Commands.upcase(opt) == "IDLE",
-            do: {StreamCommands.integer(ms), rest},
+            do: {Args.integer(ms), rest},
             else: {{:ok, 0}, args}
 
         _ ->
@@ -495,7 +495,7 @@ defmodule Ringbus.Resp.GroupCommands do
          [start, stop, count | consumer] when length(consumer) <= 1 <- args,
          {:ok, low} <- Entry.parse(strip(start), 0) |> id_or_bound(start),
          {:ok, high} <- Entry.parse(strip(stop), Entry.max_u64()) |> id_or_bound(stop),
-         {:ok, count} <- StreamCommands.integer(count) do
+         {:ok, count} <- Args.integer(count) do
       now = now()
 
       if count <= 0 do
@@ -526,7 +526,7 @@ defmodule Ringbus.Resp.GroupCommands do
   defp strip(text), do: text
 
   defp id_or_bound({:ok, id}, _text), do: {:ok, id}
-  defp id_or_bound(:error, _text), do: {:error, StreamCommands.invalid_id()}
+  defp id_or_bound(:error, _text), do: {:error, Args.invalid_id()}
 
   # XAUTOCLAIM key group consumer min-idle-time start [COUNT count] [JUSTID]
   def xautoclaim([key, group, consumer, min_idle, start | opts], s) do
@@ -545,7 +545,7 @@ defmodule Ringbus.Resp.GroupCommands do
   end
 
   defp idle_arg(text) do
-    case StreamCommands.integer(text) do
+    case Args.integer(text) do
       {:ok, n} -> {:ok, max(n, 0)}
       :error -> {:error, Encoder.error("ERR Invalid min-idle-time argument for XAUTOCLAIM")}
     end
@@ -556,7 +556,7 @@ defmodule Ringbus.Resp.GroupCommands do
   defp autoclaim_options([opt | rest], count, justid) do
     case {Commands.upcase(opt), rest} do
       {"COUNT", [n | rest]} ->
-        case StreamCommands.integer(n) do
+        case Args.integer(n) do
           {:ok, n} when n >= 1 and n <= 70_368_744_177_664 -> autoclaim_options(rest, n, justid)
           _ -> {:error, Encoder.error("ERR COUNT must be > 0")}
         end

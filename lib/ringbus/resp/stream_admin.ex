@@ -7,7 +7,7 @@ defmodule Ringbus.Resp.StreamAdmin do
   # accepts the stream's own last ID (what clients that copy a stream's
   # state send), and refuses to move it.
 
-  alias Ringbus.Resp.{Commands, Encoder, Entry, Groups}
+  alias Ringbus.Resp.{Args, Commands, Encoder, Entry, Groups}
 
   @all 4_611_686_018_427_387_904
 
@@ -37,7 +37,7 @@ defmodule Ringbus.Resp.StreamAdmin do
   defp setid_options([opt, value | rest], acc) do
     case Commands.upcase(opt) do
       "ENTRIESADDED" ->
-        case integer(value) do
+        case Args.integer(value) do
           {:ok, n} when n >= 0 ->
             setid_options(rest, %{acc | added: n})
 
@@ -54,14 +54,6 @@ defmodule Ringbus.Resp.StreamAdmin do
   end
 
   defp setid_options(_opts, _acc), do: {:error, Commands.syntax_error()}
-
-  # StreamCommands calls here for XINFO STREAM FULL, so nothing here calls it.
-  defp integer(text) do
-    case Integer.parse(text) do
-      {n, ""} when n >= -9_223_372_036_854_775_808 and n <= 9_223_372_036_854_775_807 -> {:ok, n}
-      _ -> :error
-    end
-  end
 
   defp stream(key) do
     case Ringbus.info(key) do
@@ -121,7 +113,7 @@ defmodule Ringbus.Resp.StreamAdmin do
         {:ok, 10}
 
       ["FULL", "COUNT", _] ->
-        case integer(List.last(opts)) do
+        case Args.integer(List.last(opts)) do
           {:ok, n} -> {:ok, if(n <= 0, do: @all, else: n)}
           :error -> {:error, Commands.not_integer()}
         end
