@@ -5,14 +5,18 @@ defmodule Ringbus.Resp.Args do
   # and XREADGROUP's. Pure: each returns `{:ok, ...}` or `{:error, reply}`,
   # the reply Redis gives for the same mistake.
 
-  alias Ringbus.Resp.{Commands, Encoder, Entry}
+  alias Ringbus.Resp.{Encoder, Entry, Errors, Keys}
 
   # A read with no COUNT: everything, as in Redis; the ring bounds it.
   @all 4_611_686_018_427_387_904
 
+  @doc "An ASCII name in upper case, as Redis matches command names."
+  @spec upcase(binary()) :: binary()
+  def upcase(name), do: for(<<c <- name>>, into: "", do: <<if(c in ?a..?z, do: c - 32, else: c)>>)
+
   @doc false
   # XADD key [NOMKSTREAM] [MAXLEN|MINID [=|~] threshold [LIMIT n]] *|id field value ...
-  def parse_xadd([]), do: {:error, Commands.wrong_arity("xadd")}
+  def parse_xadd([]), do: {:error, Errors.wrong_arity("xadd")}
 
   def parse_xadd([key | rest]) do
     with :ok <- key_ok(key),
@@ -23,7 +27,7 @@ defmodule Ringbus.Resp.Args do
          :ok <- pairs_ok(pairs) do
       {:ok, %{key: key, nomkstream: opts.nomkstream, trim: trim_of(opts), id: id, pairs: pairs}}
     else
-      {:ok, _opts, []} -> {:error, Commands.wrong_arity("xadd")}
+      {:ok, _opts, []} -> {:error, Errors.wrong_arity("xadd")}
       error -> error
     end
   end
@@ -31,14 +35,14 @@ defmodule Ringbus.Resp.Args do
   defp pairs_ok(pairs) do
     if pairs != [] and rem(length(pairs), 2) == 0,
       do: :ok,
-      else: {:error, Commands.wrong_arity("xadd")}
+      else: {:error, Errors.wrong_arity("xadd")}
   end
 
   @doc "XTRIM's options: `{:ok, trim}` (see `Ringbus.Resp.Trim`) or `{:error, reply}`."
   def parse_xtrim(rest) do
     case options(rest, %{nomkstream: false, trim: nil, approx: false, limit: nil}, false) do
       {:ok, %{trim: nil}, _} ->
-        {:error, Commands.syntax_error()}
+        {:error, Errors.syntax_error()}
 
       {:ok, opts, []} ->
         case trim_compatible(opts) do
@@ -52,11 +56,11 @@ defmodule Ringbus.Resp.Args do
   end
 
   @doc false
-  def key_ok(key), do: if(Commands.name?(key), do: :ok, else: {:error, Commands.bad_name()})
+  def key_ok(key), do: if(Keys.name?(key), do: :ok, else: {:error, Errors.bad_name()})
 
   # Redis's streamParseAddOrTrimArgsOrReply: options until one is not an option.
   defp options([opt | rest] = args, acc, xadd?) do
-    case {Commands.upcase(opt), rest} do
+    case {upcase(opt), rest} do
       {"*", _} when xadd? ->
         {:ok, acc, args}
 
@@ -77,11 +81,11 @@ defmodule Ringbus.Resp.Args do
                 {:error, Encoder.error("ERR The MAXLEN argument must be >= 0.")}
 
               :error ->
-                {:error, Commands.not_integer()}
+                {:error, Errors.not_integer()}
             end
 
           [] ->
-            {:error, Commands.syntax_error()}
+            {:error, Errors.syntax_error()}
         end
 
       {"MINID", [_ | _]} ->
@@ -102,14 +106,14 @@ defmodule Ringbus.Resp.Args do
             end
 
           [] ->
-            {:error, Commands.syntax_error()}
+            {:error, Errors.syntax_error()}
         end
 
       {"LIMIT", [n | rest]} ->
         case integer(n) do
           {:ok, n} when n >= 0 -> options(rest, %{acc | limit: n}, xadd?)
           {:ok, _} -> {:error, Encoder.error("ERR The LIMIT argument must be >= 0.")}
-          :error -> {:error, Commands.not_integer()}
+          :error -> {:error, Errors.not_integer()}
         end
 
       {"NOMKSTREAM", _} when xadd? ->
@@ -119,7 +123,7 @@ defmodule Ringbus.Resp.Args do
         {:ok, acc, args}
 
       _ ->
-        {:error, Commands.syntax_error()}
+        {:error, Errors.syntax_error()}
     end
   end
 
@@ -201,17 +205,17 @@ defmodule Ringbus.Resp.Args do
   def range_count([]), do: {:ok, @all}
 
   def range_count([opt, n]) do
-    if Commands.upcase(opt) == "COUNT" do
+    if upcase(opt) == "COUNT" do
       case integer(n) do
         {:ok, n} -> {:ok, max(n, 0)}
-        :error -> {:error, Commands.not_integer()}
+        :error -> {:error, Errors.not_integer()}
       end
     else
-      {:error, Commands.syntax_error()}
+      {:error, Errors.syntax_error()}
     end
   end
 
-  def range_count(_opts), do: {:error, Commands.syntax_error()}
+  def range_count(_opts), do: {:error, Errors.syntax_error()}
 
   @doc "Redis's streamParseIntervalIDOrReply, with its exclusive `(` form."
   def range_id("-", _side), do: {:ok, {0, 0}}
@@ -249,11 +253,11 @@ defmodule Ringbus.Resp.Args do
   @doc false
   # XREAD and XREADGROUP options: [COUNT n] [BLOCK ms] [GROUP g c] [NOACK] STREAMS keys... ids...
   def read_options([opt | rest], acc, command) do
-    case {Commands.upcase(opt), rest} do
+    case {upcase(opt), rest} do
       {"COUNT", [n | rest]} ->
         case integer(n) do
           {:ok, n} -> read_options(rest, %{acc | count: max(n, 0)}, command)
-          :error -> {:error, Commands.not_integer()}
+          :error -> {:error, Errors.not_integer()}
         end
 
       {"BLOCK", [ms | rest]} ->
@@ -273,11 +277,11 @@ defmodule Ringbus.Resp.Args do
         streams(rest, acc, command)
 
       _ ->
-        {:error, Commands.syntax_error()}
+        {:error, Errors.syntax_error()}
     end
   end
 
-  def read_options([], _acc, _command), do: {:error, Commands.syntax_error()}
+  def read_options([], _acc, _command), do: {:error, Errors.syntax_error()}
 
   defp streams(args, acc, command) do
     count = Enum.count(args)
@@ -296,13 +300,13 @@ defmodule Ringbus.Resp.Args do
   end
 
   @doc false
-  def streams_allowed(streams, command, s) do
-    access = Commands.access(command)
-
+  # `access`: the table's for the command (`Ringbus.Resp.Commands`), which
+  # leaves the keys of XREAD and XREADGROUP to their handlers.
+  def streams_allowed(streams, access, s) do
     Enum.reduce_while(streams, :ok, fn {key, _id}, :ok ->
       cond do
         key_ok(key) != :ok -> {:halt, key_ok(key)}
-        not Commands.allowed?(s, access, key) -> {:halt, {:error, Commands.no_permission()}}
+        not Keys.allowed?(s, access, key) -> {:halt, {:error, Errors.no_permission()}}
         true -> {:cont, :ok}
       end
     end)

@@ -7,7 +7,7 @@ defmodule Ringbus.Resp.ClaimCommands do
   # claims entries the stream holds that are in no PEL; an ID the stream no
   # longer holds leaves the PEL. LASTID moves the group's position forward.
 
-  alias Ringbus.Resp.{Args, Commands, Encoder, Entry, Groups, StreamCommands}
+  alias Ringbus.Resp.{Args, Encoder, Entry, Groups, StreamCommands}
 
   # XCLAIM key group consumer min-idle-time id [id ...] [IDLE ms]
   #   [TIME ms-unix-time] [RETRYCOUNT count] [FORCE] [JUSTID] [LASTID id]
@@ -49,7 +49,7 @@ defmodule Ringbus.Resp.ClaimCommands do
   defp options([], acc), do: {:ok, acc}
 
   defp options([opt | rest], acc) do
-    case {Commands.upcase(opt), rest} do
+    case {Args.upcase(opt), rest} do
       {"FORCE", rest} ->
         options(rest, %{acc | force: true})
 

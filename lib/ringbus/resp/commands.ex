@@ -1,19 +1,15 @@
 defmodule Ringbus.Resp.Commands do
   @moduledoc false
-  # The command table of the RESP front end and what every command handler
-  # shares: names, access checks and Redis's wording of common errors. The
-  # session (`Ringbus.Resp.Session`) dispatches through the table; the
-  # handlers (`Ringbus.Resp.StreamCommands`, `Ringbus.Resp.GroupCommands`)
-  # check keys and word errors here, so that nothing calls back up into the
-  # session.
-
-  alias Ringbus.Resp.Encoder
-  alias Ringbus.Server.Auth
-  alias Ringbus.Wire.Frame
+  # The command table of the RESP front end: every command's handler, arity,
+  # access and keys, and what Redis's COMMAND INFO says of it. The session
+  # (`Ringbus.Resp.Session`) dispatches through the table; what the handlers
+  # share is below them (`Ringbus.Resp.Args`, `Ringbus.Resp.Keys`,
+  # `Ringbus.Resp.Errors`), so that nothing calls back up into the table.
 
   # name => {handler, arity, access, keys}; arity as Redis's: n exactly,
   # -n at least n. keys: :first (the argument after the name), :all (every
-  # argument) or :own (the handler checks them). access: what the token
+  # argument) or :own (the handler checks them, with the access given here
+  # as an attribute of its own). access: what the token
   # needs on the keys; a command Redis flags `write` needs :write (or
   # :manage), as the binary protocol's PULL does (see @redis_info).
   @commands %{
@@ -111,7 +107,7 @@ defmodule Ringbus.Resp.Commands do
         {:ok, name, entry}
 
       _ ->
-        upper = upcase(name)
+        upper = Ringbus.Resp.Args.upcase(name)
         if is_map_key(@commands, upper), do: {:ok, upper, @commands[upper]}, else: :error
     end
   end
@@ -130,75 +126,4 @@ defmodule Ringbus.Resp.Commands do
   @doc "How many commands there are."
   @spec count() :: pos_integer()
   def count, do: map_size(@commands)
-
-  @doc "An ASCII name in upper case, as Redis matches command names."
-  @spec upcase(binary()) :: binary()
-  def upcase(name), do: for(<<c <- name>>, into: "", do: <<if(c in ?a..?z, do: c - 32, else: c)>>)
-
-  @doc "Whether the session has authenticated, or needs not."
-  @spec authenticated?(%{grants: term()}) :: boolean()
-  def authenticated?(%{grants: grants}), do: grants != nil
-
-  @doc "Whether the session's grants allow `access` on `key`."
-  @spec allowed?(%{grants: map()}, :read | :write | :manage, binary()) :: boolean()
-  def allowed?(%{grants: grants}, access, key), do: Auth.allowed?(grants, access, key)
-
-  @doc """
-  Runs `fun` for its reply if `key` is a valid stream name the session may
-  `access`; else the reply that says why not.
-  """
-  @spec keyed(map(), :read | :write | :manage, binary(), (() -> Encoder.reply())) ::
-          {Encoder.reply(), map()}
-  def keyed(s, access, key, fun) do
-    cond do
-      not name?(key) ->
-        {bad_name(), s}
-
-      not allowed?(s, access, key) ->
-        {no_permission(), s}
-
-      true ->
-        {fun.(), s}
-    end
-  end
-
-  @doc "Whether `key` can name a stream: the binary protocol's channel names."
-  @spec name?(binary()) :: boolean()
-  def name?(key), do: byte_size(key) >= 1 and byte_size(key) <= Frame.max_name_size()
-
-  @doc "The reply to a key that cannot name a stream."
-  def bad_name,
-    do: Encoder.error("ERR Ringbus stream names are 1 to #{Frame.max_name_size()} bytes")
-
-  @doc "The access the table gives a command, for handlers that check their own keys."
-  @spec access(binary()) :: :read | :write | :manage | :none
-  def access(name), do: @commands |> Map.fetch!(name) |> elem(2)
-
-  @doc "Redis's reply to a command on keys the user may not touch."
-  def no_permission,
-    do:
-      Encoder.error(
-        "NOPERM this user has no permissions to access one of the keys used as arguments"
-      )
-
-  @doc "Redis's reply to an unknown subcommand."
-  def unknown_subcommand(sub, command),
-    do:
-      Encoder.error([
-        "ERR unknown subcommand '",
-        binary_part(sub, 0, min(byte_size(sub), 128)),
-        "'. Try ",
-        command,
-        " HELP."
-      ])
-
-  @doc "Redis's reply to a subcommand with the wrong number of arguments."
-  def wrong_arity(name),
-    do: Encoder.error(["ERR wrong number of arguments for '", name, "' command"])
-
-  @doc "Redis's reply to a malformed command."
-  def syntax_error, do: Encoder.error("ERR syntax error")
-
-  @doc "Redis's reply to an argument that is not a valid integer."
-  def not_integer, do: Encoder.error("ERR value is not an integer or out of range")
 end

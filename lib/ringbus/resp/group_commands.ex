@@ -9,16 +9,20 @@ defmodule Ringbus.Resp.GroupCommands do
   # `lost` counts them (XINFO GROUPS shows it) and it goes on from the oldest
   # entry held.
 
-  alias Ringbus.Resp.{Args, Commands, Encoder, Entry, Errors, Groups, StreamCommands}
+  alias Ringbus.Resp.{Args, Encoder, Entry, Errors, Groups, Keys, StreamCommands}
 
   @all 4_611_686_018_427_387_904
+  # The access XGROUP and XREADGROUP need on their keys, as the command
+  # table (`Ringbus.Resp.Commands`) gives them: they check their keys here.
+  @xgroup_access :write
+  @read_access :write
   # XREADGROUP > retries when another consumer moved the group first.
   @claim_tries 100
 
   ## XGROUP
 
   def xgroup([sub | args], s) do
-    upper = Commands.upcase(sub)
+    upper = Args.upcase(sub)
 
     case {upper, args} do
       {"HELP", []} ->
@@ -43,14 +47,14 @@ defmodule Ringbus.Resp.GroupCommands do
 
       {upper, _}
       when upper in ["CREATE", "SETID", "DESTROY", "CREATECONSUMER", "DELCONSUMER", "HELP"] ->
-        {Commands.wrong_arity("xgroup|" <> String.downcase(upper)), s}
+        {Errors.wrong_arity("xgroup|" <> String.downcase(upper)), s}
 
       _ ->
-        {Commands.unknown_subcommand(sub, "XGROUP"), s}
+        {Errors.unknown_subcommand(sub, "XGROUP"), s}
     end
   end
 
-  defp keyed(s, key, fun), do: Commands.keyed(s, Commands.access("XGROUP"), key, fun)
+  defp keyed(s, key, fun), do: Keys.keyed(s, @xgroup_access, key, fun)
 
   defp existing(key, fun) do
     if match?({:ok, _}, Errors.check!(Ringbus.info(key), key)), do: fun.(), else: key_required()
@@ -90,7 +94,7 @@ defmodule Ringbus.Resp.GroupCommands do
   defp create_options([], mkstream, read), do: {:ok, mkstream, read}
 
   defp create_options([opt | rest], mkstream, read) do
-    case {Commands.upcase(opt), rest} do
+    case {Args.upcase(opt), rest} do
       {"MKSTREAM", rest} ->
         create_options(rest, true, read)
 
@@ -98,7 +102,7 @@ defmodule Ringbus.Resp.GroupCommands do
         with {:ok, n} <- entries_read(n), do: create_options(rest, mkstream, n)
 
       _ ->
-        {:error, Commands.syntax_error()}
+        {:error, Errors.syntax_error()}
     end
   end
 
@@ -118,7 +122,7 @@ defmodule Ringbus.Resp.GroupCommands do
         {:error, key_required()}
 
       true ->
-        case StreamCommands.create(key, s) do
+        case Keys.create(key, s) do
           :ok ->
             :ok
 
@@ -169,12 +173,12 @@ defmodule Ringbus.Resp.GroupCommands do
   defp setid_options([]), do: {:ok, nil}
 
   defp setid_options([opt, n]) do
-    if Commands.upcase(opt) == "ENTRIESREAD",
+    if Args.upcase(opt) == "ENTRIESREAD",
       do: entries_read(n),
-      else: {:error, Commands.syntax_error()}
+      else: {:error, Errors.syntax_error()}
   end
 
-  defp setid_options(_opts), do: {:error, Commands.syntax_error()}
+  defp setid_options(_opts), do: {:error, Errors.syntax_error()}
 
   defp create_consumer(key, group, consumer, s) do
     existing(key, fn ->
@@ -246,7 +250,7 @@ defmodule Ringbus.Resp.GroupCommands do
              "xreadgroup"
            ),
          {:ok, {group, consumer}} <- group_given(opts),
-         :ok <- Args.streams_allowed(opts.streams, "XREADGROUP", s),
+         :ok <- Args.streams_allowed(opts.streams, @read_access, s),
          {:ok, reads} <- group_reads(opts.streams, group) do
       t = s.context.groups
 
@@ -483,7 +487,7 @@ defmodule Ringbus.Resp.GroupCommands do
     {idle, args} =
       case args do
         [opt, ms | rest] ->
-          if Commands.upcase(opt) == "IDLE",
+          if Args.upcase(opt) == "IDLE",
             do: {Args.integer(ms), rest},
             else: {{:ok, 0}, args}
 
@@ -515,9 +519,9 @@ defmodule Ringbus.Resp.GroupCommands do
             do: [Entry.id(seq), owner, max(now - time, 0), deliveries]
       end
     else
-      :error -> Commands.not_integer()
+      :error -> Errors.not_integer()
       {:error, reply} -> reply
-      _ -> Commands.syntax_error()
+      _ -> Errors.syntax_error()
     end
   end
 
@@ -554,7 +558,7 @@ defmodule Ringbus.Resp.GroupCommands do
   defp autoclaim_options([], count, justid), do: {:ok, count, justid}
 
   defp autoclaim_options([opt | rest], count, justid) do
-    case {Commands.upcase(opt), rest} do
+    case {Args.upcase(opt), rest} do
       {"COUNT", [n | rest]} ->
         case Args.integer(n) do
           {:ok, n} when n >= 1 and n <= 70_368_744_177_664 -> autoclaim_options(rest, n, justid)
@@ -565,7 +569,7 @@ defmodule Ringbus.Resp.GroupCommands do
         autoclaim_options(rest, count, true)
 
       _ ->
-        {:error, Commands.syntax_error()}
+        {:error, Errors.syntax_error()}
     end
   end
 

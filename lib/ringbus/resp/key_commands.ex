@@ -11,7 +11,7 @@ defmodule Ringbus.Resp.KeyCommands do
   # at least once however many come and go meanwhile, as Redis promises. A
   # page ends on a whole hash, so names sharing one are never split.
 
-  alias Ringbus.Resp.{Commands, Encoder, Groups}
+  alias Ringbus.Resp.{Args, Encoder, Errors, Groups, Keys}
 
   @hash_range 0x1_0000_0000
   @default_count 10
@@ -43,7 +43,7 @@ defmodule Ringbus.Resp.KeyCommands do
   defp scan_options([], acc), do: {:ok, acc}
 
   defp scan_options([opt, value | rest], acc) do
-    case Commands.upcase(opt) do
+    case Args.upcase(opt) do
       "MATCH" ->
         scan_options(rest, %{acc | match: value})
 
@@ -53,16 +53,16 @@ defmodule Ringbus.Resp.KeyCommands do
       "COUNT" ->
         case Integer.parse(value) do
           {n, ""} when n >= 1 -> scan_options(rest, %{acc | count: n})
-          {_, ""} -> {:error, Commands.syntax_error()}
-          _ -> {:error, Commands.not_integer()}
+          {_, ""} -> {:error, Errors.syntax_error()}
+          _ -> {:error, Errors.not_integer()}
         end
 
       _ ->
-        {:error, Commands.syntax_error()}
+        {:error, Errors.syntax_error()}
     end
   end
 
-  defp scan_options(_opts, _acc), do: {:error, Commands.syntax_error()}
+  defp scan_options(_opts, _acc), do: {:error, Errors.syntax_error()}
 
   @doc false
   # The names from hash `cursor` on: at least `count` of them (a whole hash
@@ -95,7 +95,7 @@ defmodule Ringbus.Resp.KeyCommands do
       for(
         name <- Ringbus.channels(),
         is_binary(name),
-        Commands.allowed?(s, :read, name),
+        Keys.allowed?(s, :read, name),
         do: name
       )
 
@@ -108,12 +108,12 @@ defmodule Ringbus.Resp.KeyCommands do
     names = for name <- Ringbus.channels(), is_binary(name), do: name
 
     cond do
-      not Enum.all?(args, &(Commands.upcase(&1) in ["ASYNC", "SYNC"])) or length(args) > 1 ->
-        {Commands.syntax_error(), s}
+      not Enum.all?(args, &(Args.upcase(&1) in ["ASYNC", "SYNC"])) or length(args) > 1 ->
+        {Errors.syntax_error(), s}
 
       # All or nothing: a token that may not delete one channel deletes none.
-      not Enum.all?(names, &Commands.allowed?(s, :manage, &1)) ->
-        {Commands.no_permission(), s}
+      not Enum.all?(names, &Keys.allowed?(s, :manage, &1)) ->
+        {Errors.no_permission(), s}
 
       true ->
         Enum.each(names, fn name ->

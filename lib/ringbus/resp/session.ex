@@ -30,14 +30,15 @@ defmodule Ringbus.Resp.Session do
   # within a read are stored with one push of all their payloads, and
   # answered in order, as the binary server stores a run of pushes.
 
-  alias Ringbus.Resp.{ClaimCommands, Commands, Encoder, Errors, GroupCommands, Groups}
-  alias Ringbus.Resp.{KeyCommands, StreamAdmin, StreamCommands, Transaction}
+  alias Ringbus.Resp.{Args, ClaimCommands, Commands, Encoder, Errors, GroupCommands, Groups}
+  alias Ringbus.Resp.{KeyCommands, Keys, StreamAdmin, StreamCommands, Transaction}
   alias Ringbus.Server.{Auth, Config}
 
-  import Commands,
+  import Args, only: [upcase: 1]
+  import Keys, only: [allowed?: 3]
+
+  import Errors,
     only: [
-      upcase: 1,
-      allowed?: 3,
       no_permission: 0,
       wrong_arity: 1,
       syntax_error: 0,
@@ -95,7 +96,7 @@ defmodule Ringbus.Resp.Session do
 
   @doc "Whether the client may run commands (it has authenticated, or needs not)."
   @spec authenticated?(t()) :: boolean()
-  def authenticated?(session), do: Commands.authenticated?(session)
+  def authenticated?(session), do: Keys.authenticated?(session)
 
   @doc "Whether a command waits."
   @spec blocked?(t()) :: boolean()

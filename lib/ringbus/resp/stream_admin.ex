@@ -7,7 +7,7 @@ defmodule Ringbus.Resp.StreamAdmin do
   # accepts the stream's own last ID (what clients that copy a stream's
   # state send), and refuses to move it.
 
-  alias Ringbus.Resp.{Args, Commands, Encoder, Entry, Groups}
+  alias Ringbus.Resp.{Args, Encoder, Entry, Errors, Groups}
 
   @all 4_611_686_018_427_387_904
 
@@ -35,7 +35,7 @@ defmodule Ringbus.Resp.StreamAdmin do
   defp setid_options([], acc), do: {:ok, acc}
 
   defp setid_options([opt, value | rest], acc) do
-    case Commands.upcase(opt) do
+    case Args.upcase(opt) do
       "ENTRIESADDED" ->
         case Args.integer(value) do
           {:ok, n} when n >= 0 ->
@@ -49,11 +49,11 @@ defmodule Ringbus.Resp.StreamAdmin do
         with {:ok, id} <- parse_id(value), do: setid_options(rest, %{acc | max_deleted: id})
 
       _ ->
-        {:error, Commands.syntax_error()}
+        {:error, Errors.syntax_error()}
     end
   end
 
-  defp setid_options(_opts, _acc), do: {:error, Commands.syntax_error()}
+  defp setid_options(_opts, _acc), do: {:error, Errors.syntax_error()}
 
   defp stream(key) do
     case Ringbus.info(key) do
@@ -108,14 +108,14 @@ defmodule Ringbus.Resp.StreamAdmin do
 
   # As Redis: [FULL] or [FULL COUNT n], else the subcommand's syntax error.
   defp full_count(opts, sub) do
-    case Enum.map(opts, &Commands.upcase/1) do
+    case Enum.map(opts, &Args.upcase/1) do
       ["FULL"] ->
         {:ok, 10}
 
       ["FULL", "COUNT", _] ->
         case Args.integer(List.last(opts)) do
           {:ok, n} -> {:ok, if(n <= 0, do: @all, else: n)}
-          :error -> {:error, Commands.not_integer()}
+          :error -> {:error, Errors.not_integer()}
         end
 
       _ ->

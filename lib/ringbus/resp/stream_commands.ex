@@ -10,10 +10,13 @@ defmodule Ringbus.Resp.StreamCommands do
   # the stream's `pulled` figure counts them. XDEL deletes the IDs given when
   # they are the stream's oldest entries, and refuses to punch a hole.
 
-  alias Ringbus.Resp.{Args, Commands, Encoder, Entry, Errors, Groups, Trim}
+  alias Ringbus.Resp.{Args, Encoder, Entry, Errors, Groups, Keys, Trim}
 
   # A read with no COUNT: everything, as in Redis; the ring bounds it.
   @all 4_611_686_018_427_387_904
+  # The access XREAD needs on its keys, as the command table
+  # (`Ringbus.Resp.Commands`) gives it: XREAD checks its keys here.
+  @xread_access :read
   # Entries a waiting read takes at once, when it has no COUNT.
   @block_batch 1_000
 
@@ -26,11 +29,11 @@ defmodule Ringbus.Resp.StreamCommands do
   @spec batchable(binary(), [binary()], map()) :: {:ok, term(), map()} | :no
   def batchable(name, args, s) do
     with true <- xadd?(name),
-         true <- Commands.authenticated?(s),
+         true <- Keys.authenticated?(s),
          {:ok, %{id: :auto} = add} <- Args.parse_xadd(args),
          # `~` with its LIMIT trims per XADD, as Redis does.
          true <- add.trim == nil or not add.trim.approx,
-         true <- Commands.allowed?(s, :write, add.key) do
+         true <- Keys.allowed?(s, :write, add.key) do
       payload = Entry.encode(add.pairs)
       {:ok, {add.key, add.nomkstream, add.trim}, payload}
     else
@@ -39,7 +42,7 @@ defmodule Ringbus.Resp.StreamCommands do
   end
 
   defp xadd?("XADD"), do: true
-  defp xadd?(<<x, _, _, _>> = name) when x in [?x, ?X], do: Commands.upcase(name) == "XADD"
+  defp xadd?(<<x, _, _, _>> = name) when x in [?x, ?X], do: Args.upcase(name) == "XADD"
   defp xadd?(_name), do: false
 
   @doc "A batch of XADDs with one key, starting with `payload`."
@@ -96,7 +99,7 @@ defmodule Ringbus.Resp.StreamCommands do
         {:error, :nomkstream}
 
       {:error, :no_channel} ->
-        with :ok <- create(key, s), do: push.(key)
+        with :ok <- Keys.create(key, s), do: push.(key)
 
       result ->
         result
@@ -105,51 +108,8 @@ defmodule Ringbus.Resp.StreamCommands do
 
   defp push_error(_key, :nomkstream), do: nil
 
-  defp push_error(key, :no_create), do: no_create(key)
+  defp push_error(key, :no_create), do: Errors.no_create(key)
   defp push_error(key, reason), do: Errors.reply(reason, key)
-
-  defp no_create(key),
-    do:
-      Encoder.error([
-        "ERR no such stream '",
-        key,
-        "', and this server creates none (auto_create: false)"
-      ])
-
-  # A stream is bounded by bytes. Its capacity only backs that bound for
-  # entries under 16 bytes: every XADD of field/value pairs stores at least 17.
-  @max_capacity 0xFFFF_FFFF
-  @min_entry_bytes 16
-
-  @doc """
-  The channel options of a stream created over RESP: the server's
-  `auto_create` overflow, `:resp_stream_max_bytes` as `max_bytes`, and a
-  capacity of `max_bytes / 16` (at most 2^32 - 1, the binary protocol's
-  largest), so that the byte bound is the one an XADD meets first.
-  """
-  @spec stream_options(Ringbus.Server.Config.t()) :: Ringbus.Channel.options() | false
-  def stream_options(%{auto_create: false}), do: false
-
-  def stream_options(%{auto_create: opts, resp_stream_max_bytes: max_bytes}) do
-    capacity = max_bytes |> div(@min_entry_bytes) |> max(1) |> min(@max_capacity)
-    Keyword.merge(opts, capacity: capacity, max_bytes: max_bytes)
-  end
-
-  @doc false
-  # Creates a stream with `stream_options/1`; one that exists already is fine.
-  def create(key, s) do
-    case stream_options(s.config) do
-      false ->
-        {:error, :no_create}
-
-      opts ->
-        case Ringbus.create(key, opts) do
-          :ok -> :ok
-          {:error, :exists} -> :ok
-          {:error, reason} -> {:error, reason}
-        end
-    end
-  end
 
   @doc "XADD: the form with `*` runs batched (see `batchable/3`); here, the rest."
   def xadd(args, s) do
@@ -352,7 +312,7 @@ defmodule Ringbus.Resp.StreamCommands do
   def xread(args, s) do
     with {:ok, opts} <-
            Args.read_options(args, %{count: 0, block: nil, group: nil, noack: false}, "xread"),
-         :ok <- Args.streams_allowed(opts.streams, "XREAD", s) do
+         :ok <- Args.streams_allowed(opts.streams, @xread_access, s) do
       starts = Enum.map(opts.streams, fn {key, id} -> {key, read_start(key, id)} end)
 
       case Enum.find(starts, &match?({_, :error}, &1)) do
@@ -443,13 +403,13 @@ defmodule Ringbus.Resp.StreamCommands do
         {:ok, sub}
 
       {:error, :no_channel} ->
-        if Commands.allowed?(s, :write, key) do
-          case create(key, s) do
+        if Keys.allowed?(s, :write, key) do
+          case Keys.create(key, s) do
             :ok -> subscribe(key, from, batch, s)
             {:error, reason} -> {:error, push_error(key, reason)}
           end
         else
-          {:error, Commands.no_permission()}
+          {:error, Errors.no_permission()}
         end
 
       {:error, reason} ->
@@ -473,7 +433,7 @@ defmodule Ringbus.Resp.StreamCommands do
   ## XINFO
 
   def xinfo([sub | args], s) do
-    case {Commands.upcase(sub), args} do
+    case {Args.upcase(sub), args} do
       {"STREAM", [key]} ->
         guarded(s, key, fn -> stream_info(key, s) end)
 
@@ -490,14 +450,14 @@ defmodule Ringbus.Resp.StreamCommands do
         {xinfo_help(), s}
 
       {upper, _} when upper in ["STREAM", "GROUPS", "CONSUMERS", "HELP"] ->
-        {Commands.wrong_arity("xinfo|" <> String.downcase(upper)), s}
+        {Errors.wrong_arity("xinfo|" <> String.downcase(upper)), s}
 
       _ ->
-        {Commands.unknown_subcommand(sub, "XINFO"), s}
+        {Errors.unknown_subcommand(sub, "XINFO"), s}
     end
   end
 
-  defp guarded(s, key, fun), do: Commands.keyed(s, :read, key, fun)
+  defp guarded(s, key, fun), do: Keys.keyed(s, :read, key, fun)
 
   defp stream_full(key, opts, sub, s), do: Ringbus.Resp.StreamAdmin.full(key, opts, sub, s)
 
