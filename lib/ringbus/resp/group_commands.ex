@@ -9,7 +9,7 @@ defmodule Ringbus.Resp.GroupCommands do
   # `lost` counts them (XINFO GROUPS shows it) and it goes on from the oldest
   # entry held.
 
-  alias Ringbus.Resp.{Args, Encoder, Entry, Errors, Groups, Keys, StreamCommands}
+  alias Ringbus.Resp.{Args, BlockingRead, Encoder, Entry, Errors, Groups, Keys, StreamCommands}
 
   @all 4_611_686_018_427_387_904
   # The access XGROUP and XREADGROUP need on their keys, as the command
@@ -402,14 +402,14 @@ defmodule Ringbus.Resp.GroupCommands do
 
     block = %{
       module: __MODULE__,
-      timeout: StreamCommands.timeout(opts.block),
+      timeout: BlockingRead.timeout(opts.block),
       group: group,
       consumer: consumer,
       count: if(opts.count > 0, do: opts.count, else: @all),
       noack: opts.noack
     }
 
-    StreamCommands.block(starts, opts.count, block, s)
+    BlockingRead.block(starts, opts.count, block, s)
   end
 
   @doc false

@@ -10,15 +10,13 @@ defmodule Ringbus.Resp.StreamCommands do
   # the stream's `pulled` figure counts them. XDEL deletes the IDs given when
   # they are the stream's oldest entries, and refuses to punch a hole.
 
-  alias Ringbus.Resp.{Args, Encoder, Entry, Errors, Groups, Keys, Trim}
+  alias Ringbus.Resp.{Args, BlockingRead, Encoder, Entry, Errors, Groups, Keys, Trim}
 
   # A read with no COUNT: everything, as in Redis; the ring bounds it.
   @all 4_611_686_018_427_387_904
   # The access XREAD needs on its keys, as the command table
   # (`Ringbus.Resp.Commands`) gives it: XREAD checks its keys here.
   @xread_access :read
-  # Entries a waiting read takes at once, when it has no COUNT.
-  @block_batch 1_000
 
   ## XADD
 
@@ -365,64 +363,12 @@ defmodule Ringbus.Resp.StreamCommands do
   def streams_reply(found), do: {:pairs, found}
 
   defp wait(starts, opts, s) do
-    block = %{module: __MODULE__, timeout: timeout(opts.block)}
-    block(for({key, {:ok, from}} <- starts, do: {key, from}), opts.count, block, s)
+    block = %{module: __MODULE__, timeout: BlockingRead.timeout(opts.block)}
+    BlockingRead.block(for({key, {:ok, from}} <- starts, do: {key, from}), opts.count, block, s)
   end
 
   @doc false
-  # Waits for the next entry of any stream: a subscription to each, from
-  # the seq given. A missing stream is made (as XADD would make it), so that
-  # an XADD that comes later finds the reader waiting. `block` is the wait's
-  # state, to which the subscriptions are added.
-  def block(starts, count, block, s) do
-    batch = if count > 0, do: min(count, @block_batch), else: @block_batch
-
-    result =
-      Enum.reduce_while(starts, {:ok, %{}}, fn {key, from}, {:ok, subs} ->
-        case subscribe(key, from, batch, s) do
-          {:ok, sub} -> {:cont, {:ok, Map.put(subs, sub, key)}}
-          {:error, reply} -> {:halt, {:error, reply, subs}}
-        end
-      end)
-
-    case result do
-      {:ok, subs} ->
-        {:block, Map.put(block, :subs, subs), s}
-
-      {:error, reply, subs} ->
-        Enum.each(Map.keys(subs), &Ringbus.unsubscribe/1)
-        {reply, s}
-    end
-  end
-
-  defp subscribe(key, from, batch, s) do
-    opts = [from: from, max_credit: batch, max_batch: batch]
-
-    case Ringbus.subscribe(key, opts) do
-      {:ok, sub} ->
-        {:ok, sub}
-
-      {:error, :no_channel} ->
-        if Keys.allowed?(s, :write, key) do
-          case Keys.create(key, s) do
-            :ok -> subscribe(key, from, batch, s)
-            {:error, reason} -> {:error, push_error(key, reason)}
-          end
-        else
-          {:error, Errors.no_permission()}
-        end
-
-      {:error, reason} ->
-        {:error, Errors.reply(reason, key)}
-    end
-  end
-
-  @doc false
-  def timeout(0), do: :infinity
-  def timeout(ms), do: ms
-
-  @doc false
-  # The waiting XREAD got entries: its reply.
+  # The waiting XREAD got entries (`Ringbus.Resp.BlockingRead`): its reply.
   def woken(block, sub, messages, _lost, s) do
     case messages do
       [] -> {:wait, block}
