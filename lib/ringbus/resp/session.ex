@@ -322,6 +322,7 @@ defmodule Ringbus.Resp.Session do
 
   defp dispatch(:xclaim, args, s), do: ClaimCommands.xclaim(args, s)
   defp dispatch(:xsetid, args, s), do: StreamAdmin.xsetid(args, s)
+  defp dispatch(:xinfo, args, s), do: StreamAdmin.xinfo(args, s)
 
   defp dispatch(handler, args, s), do: apply(StreamCommands, handler, [args, s])
 

@@ -1,7 +1,7 @@
 defmodule Ringbus.Resp.StreamCommands do
   @moduledoc false
   # The stream commands of `Ringbus.Resp.Session`: XADD, XREAD, XRANGE,
-  # XREVRANGE, XLEN, XTRIM, XDEL and XINFO, on top of `Ringbus`. Each takes
+  # XREVRANGE, XLEN, XTRIM and XDEL, on top of `Ringbus`. Each takes
   # the command's arguments (its name aside) and the session, and returns
   # `{reply, session}` or, for a read that waits, `{:block, block, session}`.
   #
@@ -10,7 +10,7 @@ defmodule Ringbus.Resp.StreamCommands do
   # the stream's `pulled` figure counts them. XDEL deletes the IDs given when
   # they are the stream's oldest entries, and refuses to punch a hole.
 
-  alias Ringbus.Resp.{Args, BlockingRead, Encoder, Entry, Errors, Groups, Keys, Trim}
+  alias Ringbus.Resp.{Args, BlockingRead, Encoder, Entry, Errors, Keys, Trim}
 
   # A read with no COUNT: everything, as in Redis; the ring bounds it.
   @all 4_611_686_018_427_387_904
@@ -293,7 +293,9 @@ defmodule Ringbus.Resp.StreamCommands do
     end
   end
 
-  defp read(key, from, max) do
+  @doc false
+  # A read of `key` for a reply: a missing stream holds nothing.
+  def read(key, from, max) do
     case Errors.check!(Ringbus.read(key, from, max), key) do
       {:ok, messages, _lost} -> messages
       {:error, :no_channel} -> []
@@ -374,129 +376,5 @@ defmodule Ringbus.Resp.StreamCommands do
       [] -> {:wait, block}
       _ -> {:reply, streams_reply([{Map.fetch!(block.subs, sub), entries(messages)}]), s}
     end
-  end
-
-  ## XINFO
-
-  def xinfo([sub | args], s) do
-    case {Args.upcase(sub), args} do
-      {"STREAM", [key]} ->
-        guarded(s, key, fn -> stream_info(key, s) end)
-
-      {"STREAM", [key, full | opts]} ->
-        guarded(s, key, fn -> stream_full(key, [full | opts], sub, s) end)
-
-      {"GROUPS", [key]} ->
-        guarded(s, key, fn -> groups_info(key, s) end)
-
-      {"CONSUMERS", [key, group]} ->
-        guarded(s, key, fn -> consumers_info(key, group, s) end)
-
-      {"HELP", []} ->
-        {xinfo_help(), s}
-
-      {upper, _} when upper in ["STREAM", "GROUPS", "CONSUMERS", "HELP"] ->
-        {Errors.wrong_arity("xinfo|" <> String.downcase(upper)), s}
-
-      _ ->
-        {Errors.unknown_subcommand(sub, "XINFO"), s}
-    end
-  end
-
-  defp guarded(s, key, fun), do: Keys.keyed(s, :read, key, fun)
-
-  defp stream_full(key, opts, sub, s), do: Ringbus.Resp.StreamAdmin.full(key, opts, sub, s)
-
-  defp stream_info(key, s) do
-    case Errors.check!(Ringbus.info(key), key) do
-      {:ok, info} ->
-        first_seq = Map.fetch!(info, :first_seq)
-        next_seq = Map.fetch!(info, :next_seq)
-        len = Map.fetch!(info, :len)
-        last = if next_seq > 0, do: Entry.id(next_seq - 1), else: "0-0"
-        deleted = if first_seq > 0, do: Entry.id(first_seq - 1), else: "0-0"
-
-        edge = fn seq ->
-          case read(key, seq, 1) do
-            [message] -> hd(entries([message]))
-            [] -> nil
-          end
-        end
-
-        {:map,
-         [
-           {"length", len},
-           {"radix-tree-keys", 0},
-           {"radix-tree-nodes", 0},
-           {"last-generated-id", last},
-           {"max-deleted-entry-id", deleted},
-           {"entries-added", next_seq},
-           {"recorded-first-entry-id", if(len > 0, do: Entry.id(first_seq), else: "0-0")},
-           {"groups", Groups.group_count(s.context.groups, key)},
-           {"first-entry", if(len > 0, do: edge.(first_seq), else: nil)},
-           {"last-entry", if(len > 0, do: edge.(next_seq - 1), else: nil)},
-           {"capacity", Map.fetch!(info, :capacity)},
-           {"overflow", Atom.to_string(Map.fetch!(info, :overflow))},
-           {"max-bytes", Map.fetch!(info, :max_bytes)},
-           {"bytes", Map.fetch!(info, :bytes)},
-           {"overwritten", Map.fetch!(info, :overwritten)},
-           {"pulled", Map.fetch!(info, :pulled)}
-         ]}
-
-      {:error, :no_channel} ->
-        Encoder.error("ERR no such key")
-    end
-  end
-
-  defp groups_info(key, s) do
-    case Errors.check!(Ringbus.info(key), key) do
-      {:ok, info} ->
-        for {name, g} <- Groups.groups(s.context.groups, key) do
-          {:map,
-           [
-             {"name", name},
-             {"consumers", Enum.count(Groups.consumers(s.context.groups, key, name))},
-             {"pending", g.pending},
-             {"last-delivered-id", if(g.last >= 0, do: Entry.id(g.last), else: "0-0")},
-             {"entries-read", g.entries_read},
-             {"lag", max(info.next_seq - (g.last + 1), 0)},
-             {"lost", g.lost},
-             {"pending-dropped", g.dropped}
-           ]}
-        end
-
-      {:error, :no_channel} ->
-        Encoder.error("ERR no such key")
-    end
-  end
-
-  defp consumers_info(key, group, s) do
-    with {:ok, _info} <- Errors.check!(Ringbus.info(key), key),
-         {:ok, _group} <- Groups.fetch(s.context.groups, key, group) do
-      now = System.system_time(:millisecond)
-
-      for {name, seen, pending} <- Groups.consumers(s.context.groups, key, group),
-          do: {:map, [{"name", name}, {"pending", pending}, {"idle", max(now - seen, 0)}]}
-    else
-      {:error, :no_channel} ->
-        Encoder.error("ERR no such key")
-
-      :error ->
-        Encoder.error(["NOGROUP No such consumer group '", group, "' for key name '", key, "'"])
-    end
-  end
-
-  defp xinfo_help do
-    [
-      {:simple, "XINFO <subcommand> [<arg> [value] [opt] ...]. Subcommands are:"},
-      {:simple, "CONSUMERS <key> <groupname>"},
-      {:simple, "    Show consumers of <groupname>."},
-      {:simple, "GROUPS <key>"},
-      {:simple, "    Show the stream consumer groups."},
-      {:simple, "STREAM <key>"},
-      {:simple, "    Show information about the stream."},
-      {:simple, "HELP"},
-      {:simple, "    Print this help."}
-    ]
   end
 end
