@@ -314,13 +314,15 @@ defmodule Ringbus.Resp.Session do
   defp dispatch(:unwatch, [], s), do: {{:simple, "OK"}, s}
 
   defp dispatch(handler, args, s)
-       when handler in [:xgroup, :xreadgroup, :xack, :xpending, :xautoclaim],
+       when handler in [:xgroup, :xreadgroup, :xack],
        do: apply(GroupCommands, handler, [args, s])
 
   defp dispatch(handler, args, s) when handler in [:keys, :scan, :flushdb, :flushall],
     do: apply(KeyCommands, handler, [args, s])
 
-  defp dispatch(:xclaim, args, s), do: ClaimCommands.xclaim(args, s)
+  defp dispatch(handler, args, s) when handler in [:xclaim, :xpending, :xautoclaim],
+    do: apply(ClaimCommands, handler, [args, s])
+
   defp dispatch(:xsetid, args, s), do: StreamAdmin.xsetid(args, s)
   defp dispatch(:xinfo, args, s), do: StreamAdmin.xinfo(args, s)
 
