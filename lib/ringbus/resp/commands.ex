@@ -2,56 +2,62 @@ defmodule Ringbus.Resp.Commands do
   @moduledoc false
   # The command table of the RESP front end: every command's handler, arity,
   # access and keys, and what Redis's COMMAND INFO says of it. The session
-  # (`Ringbus.Resp.Session`) dispatches through the table; what the handlers
-  # share is below them (`Ringbus.Resp.Args`, `Ringbus.Resp.Keys`,
+  # (`Ringbus.Resp.Session`) dispatches through the table, which names each
+  # command's handler; what the handlers share is below them (`Ringbus.Resp.Args`, `Ringbus.Resp.Keys`,
   # `Ringbus.Resp.Errors`), so that nothing calls back up into the table.
 
-  # name => {handler, arity, access, keys}; arity as Redis's: n exactly,
+  alias Ringbus.Resp.{ClaimCommands, Errors, GroupCommands, KeyCommands, ServerCommands}
+  alias Ringbus.Resp.{StreamAdmin, StreamCommands, Transaction}
+
+  import Ringbus.Resp.Args, only: [upcase: 1]
+
+  # name => {{module, function}, arity, access, keys}: the session runs a
+  # command as `apply(module, function, [args, session])`. arity as Redis's: n exactly,
   # -n at least n. keys: :first (the argument after the name), :all (every
   # argument) or :own (the handler checks them, with the access given here
   # as an attribute of its own). access: what the token
   # needs on the keys; a command Redis flags `write` needs :write (or
   # :manage), as the binary protocol's PULL does (see @redis_info).
   @commands %{
-    "PING" => {:ping, -1, :none, :none},
-    "ECHO" => {:echo, 2, :none, :none},
-    "HELLO" => {:hello, -1, :none, :none},
-    "AUTH" => {:auth, -2, :none, :none},
-    "SELECT" => {:select, 2, :none, :none},
-    "CLIENT" => {:client, -2, :none, :none},
-    "QUIT" => {:quit, -1, :none, :none},
-    "MULTI" => {:multi, 1, :none, :none},
-    "EXEC" => {:exec, 1, :none, :none},
-    "DISCARD" => {:discard, 1, :none, :none},
-    "WATCH" => {:watch, -2, :none, :none},
-    "UNWATCH" => {:unwatch, 1, :none, :none},
-    "COMMAND" => {:command, -1, :none, :none},
-    "CONFIG" => {:config, -2, :none, :none},
-    "INFO" => {:info, -1, :none, :none},
-    "DBSIZE" => {:dbsize, 1, :none, :none},
-    "EXISTS" => {:exists, -2, :read, :all},
-    "TYPE" => {:type, 2, :read, :first},
-    "DEL" => {:del, -2, :manage, :all},
-    "UNLINK" => {:del, -2, :manage, :all},
-    "KEYS" => {:keys, 2, :none, :none},
-    "SCAN" => {:scan, -2, :none, :none},
-    "FLUSHDB" => {:flushdb, -1, :manage, :own},
-    "FLUSHALL" => {:flushall, -1, :manage, :own},
-    "XADD" => {:xadd, -5, :write, :first},
-    "XREAD" => {:xread, -4, :read, :own},
-    "XRANGE" => {:xrange, -4, :read, :first},
-    "XREVRANGE" => {:xrevrange, -4, :read, :first},
-    "XLEN" => {:xlen, 2, :read, :first},
-    "XTRIM" => {:xtrim, -4, :write, :first},
-    "XDEL" => {:xdel, -3, :write, :first},
-    "XINFO" => {:xinfo, -2, :read, :own},
-    "XGROUP" => {:xgroup, -2, :write, :own},
-    "XREADGROUP" => {:xreadgroup, -7, :write, :own},
-    "XACK" => {:xack, -4, :write, :first},
-    "XPENDING" => {:xpending, -3, :read, :first},
-    "XAUTOCLAIM" => {:xautoclaim, -6, :write, :first},
-    "XCLAIM" => {:xclaim, -6, :write, :first},
-    "XSETID" => {:xsetid, -3, :write, :first}
+    "PING" => {{ServerCommands, :ping}, -1, :none, :none},
+    "ECHO" => {{ServerCommands, :echo}, 2, :none, :none},
+    "HELLO" => {{ServerCommands, :hello}, -1, :none, :none},
+    "AUTH" => {{ServerCommands, :auth}, -2, :none, :none},
+    "SELECT" => {{ServerCommands, :select}, 2, :none, :none},
+    "CLIENT" => {{ServerCommands, :client}, -2, :none, :none},
+    "QUIT" => {{ServerCommands, :quit}, -1, :none, :none},
+    "MULTI" => {{Transaction, :multi}, 1, :none, :none},
+    "EXEC" => {{Transaction, :exec}, 1, :none, :none},
+    "DISCARD" => {{Transaction, :discard}, 1, :none, :none},
+    "WATCH" => {{Transaction, :watch}, -2, :none, :none},
+    "UNWATCH" => {{Transaction, :unwatch}, 1, :none, :none},
+    "COMMAND" => {{__MODULE__, :command}, -1, :none, :none},
+    "CONFIG" => {{ServerCommands, :config}, -2, :none, :none},
+    "INFO" => {{ServerCommands, :info}, -1, :none, :none},
+    "DBSIZE" => {{KeyCommands, :dbsize}, 1, :none, :none},
+    "EXISTS" => {{KeyCommands, :exists}, -2, :read, :all},
+    "TYPE" => {{KeyCommands, :type}, 2, :read, :first},
+    "DEL" => {{KeyCommands, :del}, -2, :manage, :all},
+    "UNLINK" => {{KeyCommands, :del}, -2, :manage, :all},
+    "KEYS" => {{KeyCommands, :keys}, 2, :none, :none},
+    "SCAN" => {{KeyCommands, :scan}, -2, :none, :none},
+    "FLUSHDB" => {{KeyCommands, :flushdb}, -1, :manage, :own},
+    "FLUSHALL" => {{KeyCommands, :flushall}, -1, :manage, :own},
+    "XADD" => {{StreamCommands, :xadd}, -5, :write, :first},
+    "XREAD" => {{StreamCommands, :xread}, -4, :read, :own},
+    "XRANGE" => {{StreamCommands, :xrange}, -4, :read, :first},
+    "XREVRANGE" => {{StreamCommands, :xrevrange}, -4, :read, :first},
+    "XLEN" => {{StreamCommands, :xlen}, 2, :read, :first},
+    "XTRIM" => {{StreamCommands, :xtrim}, -4, :write, :first},
+    "XDEL" => {{StreamCommands, :xdel}, -3, :write, :first},
+    "XINFO" => {{StreamAdmin, :xinfo}, -2, :read, :own},
+    "XGROUP" => {{GroupCommands, :xgroup}, -2, :write, :own},
+    "XREADGROUP" => {{GroupCommands, :xreadgroup}, -7, :write, :own},
+    "XACK" => {{GroupCommands, :xack}, -4, :write, :first},
+    "XPENDING" => {{ClaimCommands, :xpending}, -3, :read, :first},
+    "XAUTOCLAIM" => {{ClaimCommands, :xautoclaim}, -6, :write, :first},
+    "XCLAIM" => {{ClaimCommands, :xclaim}, -6, :write, :first},
+    "XSETID" => {{StreamAdmin, :xsetid}, -3, :write, :first}
   }
 
   # What Redis 7.0's COMMAND INFO says of each command: its flags, and its
@@ -99,7 +105,7 @@ defmodule Ringbus.Resp.Commands do
     "UNWATCH" => {~w(noscript loading stale fast allow_busy), 0, 0, 0}
   }
 
-  @doc "The command's table entry: `{handler, arity, access, keys}`, under its upper-case name."
+  @doc "The command's table entry: `{{module, function}, arity, access, keys}`, under its upper-case name."
   @spec lookup(binary()) :: {:ok, binary(), tuple()} | :error
   def lookup(name) do
     case @commands do
@@ -107,7 +113,7 @@ defmodule Ringbus.Resp.Commands do
         {:ok, name, entry}
 
       _ ->
-        upper = Ringbus.Resp.Args.upcase(name)
+        upper = upcase(name)
         if is_map_key(@commands, upper), do: {:ok, upper, @commands[upper]}, else: :error
     end
   end
@@ -126,4 +132,47 @@ defmodule Ringbus.Resp.Commands do
   @doc "How many commands there are."
   @spec count() :: pos_integer()
   def count, do: map_size(@commands)
+
+  ## COMMAND
+
+  @doc "COMMAND, COMMAND COUNT, COMMAND INFO and COMMAND DOCS: the table, as Redis words it."
+  def command([], s), do: {Enum.map(names(), &command_info/1), s}
+
+  def command([sub | args], s) do
+    case {upcase(sub), args} do
+      {"COUNT", []} ->
+        {count(), s}
+
+      {"INFO", names} ->
+        {Enum.map(names, &command_info(upcase(&1))), s}
+
+      {"DOCS", []} ->
+        {{:map, Enum.map(names(), &command_docs/1)}, s}
+
+      {"DOCS", names} ->
+        {{:map, for(n <- names, u = upcase(n), lookup(u) != :error, do: command_docs(u))}, s}
+
+      _ ->
+        {Errors.unknown_subcommand(sub, "COMMAND"), s}
+    end
+  end
+
+  defp command_info(name) do
+    case lookup(name) do
+      {:ok, upper, {_, arity, _access, _keys}} ->
+        {flags, first, last, step} = redis_info(upper)
+        flags = {:set, Enum.map(flags, &{:simple, &1})}
+        [String.downcase(upper), arity, flags, first, last, step, [], [], [], []]
+
+      _ ->
+        nil
+    end
+  end
+
+  defp command_docs(name) do
+    group = if String.starts_with?(name, "X"), do: "stream", else: "connection"
+
+    {String.downcase(name),
+     {:map, [{"summary", "See docs/RESP.md"}, {"since", "1.0.0"}, {"group", group}]}}
+  end
 end

@@ -1,7 +1,7 @@
 defmodule Ringbus.Resp.KeyCommands do
   @moduledoc false
-  # The keyspace commands of `Ringbus.Resp.Session`: KEYS, SCAN, FLUSHDB and
-  # FLUSHALL (UNLINK is DEL). Keys are the channels of this node with binary
+  # The keyspace commands of `Ringbus.Resp.Session`: DBSIZE, EXISTS, TYPE,
+  # DEL (and UNLINK, which is DEL), KEYS, SCAN, FLUSHDB and FLUSHALL. Keys are the channels of this node with binary
   # names, every one a stream. KEYS and SCAN list only the channels the
   # token may read; FLUSHDB and FLUSHALL need `manage` on every channel.
   #
@@ -15,6 +15,32 @@ defmodule Ringbus.Resp.KeyCommands do
 
   @hash_range 0x1_0000_0000
   @default_count 10
+
+  def dbsize([], s), do: {count_streams(), s}
+  def exists(keys, s), do: {Enum.count(keys, &stream?/1), s}
+  def type([key], s), do: {{:simple, if(stream?(key), do: "stream", else: "none")}, s}
+  def del(keys, s), do: {Enum.count(keys, &delete(&1, s)), s}
+
+  defp stream?(key),
+    do: is_binary(key) and match?({:ok, _}, Errors.check!(Ringbus.info(key), key))
+
+  defp delete(key, s) do
+    case Ringbus.delete(key) do
+      :ok ->
+        Groups.drop_stream(s.context.groups, key)
+        true
+
+      {:error, :no_channel} ->
+        Groups.drop_stream(s.context.groups, key)
+        false
+
+      {:error, reason} ->
+        Errors.fail!(reason, key)
+    end
+  end
+
+  @doc "How many streams there are: the channels with binary names."
+  def count_streams, do: Enum.count(Ringbus.channels(), &is_binary/1)
 
   def keys([pattern], s) do
     {for(name <- readable(s), glob?(pattern, name), do: name) |> Enum.sort(), s}
