@@ -6,8 +6,8 @@ defmodule Ringbus.Resp.Errors do
   # helpers ends itself with `fail!/2`; `Ringbus.Resp.Session` catches it
   # and answers the reply.
 
+  alias Ringbus.Channel
   alias Ringbus.Resp.Encoder
-  alias Ringbus.Wire.Frame
 
   @doc "The error reply to `reason`, from an operation on stream `key`."
   @spec reply(Ringbus.reason(), binary()) :: {:error, binary()}
@@ -51,7 +51,7 @@ defmodule Ringbus.Resp.Errors do
 
   @doc "The reply to a key that cannot name a stream."
   def bad_name,
-    do: Encoder.error("ERR Ringbus stream names are 1 to #{Frame.max_name_size()} bytes")
+    do: Encoder.error("ERR Ringbus stream names are 1 to #{Channel.max_name_bytes()} bytes")
 
   @doc "Redis's reply to a command on keys the user may not touch."
   def no_permission,

@@ -4,9 +4,9 @@ defmodule Ringbus.Resp.Keys do
   # session may touch it, and the stream made for it when it is missing.
   # Every command handler checks its keys here.
 
+  alias Ringbus.Channel
   alias Ringbus.Resp.{Encoder, Errors}
   alias Ringbus.Server.Auth
-  alias Ringbus.Wire.Frame
 
   @doc "Whether the session has authenticated, or needs not."
   @spec authenticated?(%{grants: term()}) :: boolean()
@@ -35,9 +35,9 @@ defmodule Ringbus.Resp.Keys do
     end
   end
 
-  @doc "Whether `key` can name a stream: the binary protocol's channel names."
+  @doc "Whether `key` can name a stream: the network protocols' channel names."
   @spec name?(binary()) :: boolean()
-  def name?(key), do: byte_size(key) >= 1 and byte_size(key) <= Frame.max_name_size()
+  def name?(key), do: byte_size(key) >= 1 and byte_size(key) <= Channel.max_name_bytes()
 
   # A stream is bounded by bytes. Its capacity only backs that bound for
   # entries under 16 bytes: every XADD of field/value pairs stores at least 17.
