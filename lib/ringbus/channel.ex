@@ -38,6 +38,9 @@ defmodule Ringbus.Channel do
 
   @type name :: term()
 
+  # The longest name a channel reached over the network protocols may have.
+  @max_name_bytes 255
+
   @type options :: [
           capacity: pos_integer(),
           overflow: :drop_oldest | :reject,
@@ -53,6 +56,15 @@ defmodule Ringbus.Channel do
           overflow: :drop_oldest | :reject,
           max_bytes: pos_integer() | nil
         }
+
+  @doc """
+  The longest binary channel name, in bytes, that the network protocols
+  carry: `255`. Embedded callers may name a channel with any term; the
+  binary protocol (`docs/PROTOCOL.md`) and the RESP front end
+  (`docs/RESP.md`) name channels with 1 to this many bytes.
+  """
+  @spec max_name_bytes() :: pos_integer()
+  def max_name_bytes, do: @max_name_bytes
 
   @doc """
   Validates channel options and returns them as a keyword list with defaults.

@@ -1,13 +1,199 @@
 defmodule Ringbus.Resp.ClaimCommands do
   @moduledoc false
-  # XCLAIM for `Ringbus.Resp.Session`, as Redis 7.0's xclaimCommand, on the
-  # PEL of `Ringbus.Resp.Groups`: each pending entry whose idle time is at
-  # least min-idle goes to the consumer, with its delivery time (now, IDLE
+  # The pending entries commands of `Ringbus.Resp.Session`: XPENDING,
+  # XAUTOCLAIM and XCLAIM.
+  #
+  # XCLAIM, as Redis 7.0's xclaimCommand, on the PEL of
+  # `Ringbus.Resp.Groups`: each pending entry whose idle time is at least
+  # min-idle goes to the consumer, with its delivery time (now, IDLE
   # or TIME) and count (one more, or RETRYCOUNT; JUSTID leaves it). FORCE
   # claims entries the stream holds that are in no PEL; an ID the stream no
   # longer holds leaves the PEL. LASTID moves the group's position forward.
 
-  alias Ringbus.Resp.{Commands, Encoder, Entry, Groups, StreamCommands}
+  alias Ringbus.Resp.{Args, Encoder, Entry, Errors, Groups, StreamCommands}
+
+  @all 4_611_686_018_427_387_904
+
+  ## XPENDING, XAUTOCLAIM
+
+  def xpending([key, group | rest], s) do
+    t = s.context.groups
+
+    cond do
+      not match?({:ok, _}, Errors.check!(Ringbus.info(key), key)) or
+          Groups.fetch(t, key, group) == :error ->
+        {Encoder.error(["NOGROUP No such key '", key, "' or consumer group '", group, "'"]), s}
+
+      rest == [] ->
+        {pending_summary(key, group, t), s}
+
+      true ->
+        {pending_range(key, group, rest, t), s}
+    end
+  end
+
+  defp pending_summary(key, group, t) do
+    case Groups.pending_bounds(t, key, group) do
+      nil ->
+        [0, nil, nil, :null_array]
+
+      {low, high} ->
+        counts = Groups.pending_by_consumer(t, key, group)
+        total = counts |> Map.values() |> Enum.sum()
+        consumers = for {name, n} <- Enum.sort(counts), do: [name, Integer.to_string(n)]
+        [total, Entry.id(low), Entry.id(high), consumers]
+    end
+  end
+
+  # XPENDING key group [IDLE ms] start end count [consumer]
+  defp pending_range(key, group, args, t) do
+    {idle, args} =
+      case args do
+        [opt, ms | rest] ->
+          if Args.upcase(opt) == "IDLE",
+            do: {Args.integer(ms), rest},
+            else: {{:ok, 0}, args}
+
+        _ ->
+          {{:ok, 0}, args}
+      end
+
+    with {:ok, idle} <- idle,
+         [start, stop, count | consumer] when length(consumer) <= 1 <- args,
+         {:ok, low} <- Entry.parse(strip(start), 0) |> id_or_bound(start),
+         {:ok, high} <- Entry.parse(strip(stop), Entry.max_u64()) |> id_or_bound(stop),
+         {:ok, count} <- Args.integer(count) do
+      now = now()
+
+      if count <= 0 do
+        []
+      else
+        for {seq, owner, time, deliveries} <-
+              Groups.pending(
+                t,
+                key,
+                group,
+                Entry.seq_from(low),
+                Entry.seq_through(high),
+                count,
+                List.first(consumer)
+              ),
+            now - time >= idle,
+            do: [Entry.id(seq), owner, max(now - time, 0), deliveries]
+      end
+    else
+      :error -> Errors.not_integer()
+      {:error, reply} -> reply
+      _ -> Errors.syntax_error()
+    end
+  end
+
+  defp strip("-"), do: "0-0"
+  defp strip("+"), do: "18446744073709551615-18446744073709551615"
+  defp strip(text), do: text
+
+  defp id_or_bound({:ok, id}, _text), do: {:ok, id}
+  defp id_or_bound(:error, _text), do: {:error, Args.invalid_id()}
+
+  # XAUTOCLAIM key group consumer min-idle-time start [COUNT count] [JUSTID]
+  def xautoclaim([key, group, consumer, min_idle, start | opts], s) do
+    t = s.context.groups
+
+    with {:ok, min_idle} <- idle_arg(min_idle),
+         {:ok, start} <- Entry.parse(strip(start)) |> id_or_bound(start),
+         {:ok, count, justid} <- autoclaim_options(opts, 100, false),
+         {:ok, _info} <- stream_of(key, group),
+         {:ok, _group} <- Groups.fetch(t, key, group) |> group_or_error(key, group) do
+      Groups.add_consumer(t, key, group, consumer, now())
+      {autoclaim(key, group, consumer, min_idle, Entry.seq_from(start), count, justid, t), s}
+    else
+      {:error, reply} -> {reply, s}
+    end
+  end
+
+  defp idle_arg(text) do
+    case Args.integer(text) do
+      {:ok, n} -> {:ok, max(n, 0)}
+      :error -> {:error, Encoder.error("ERR Invalid min-idle-time argument for XAUTOCLAIM")}
+    end
+  end
+
+  defp autoclaim_options([], count, justid), do: {:ok, count, justid}
+
+  defp autoclaim_options([opt | rest], count, justid) do
+    case {Args.upcase(opt), rest} do
+      {"COUNT", [n | rest]} ->
+        case Args.integer(n) do
+          {:ok, n} when n >= 1 and n <= 70_368_744_177_664 -> autoclaim_options(rest, n, justid)
+          _ -> {:error, Encoder.error("ERR COUNT must be > 0")}
+        end
+
+      {"JUSTID", rest} ->
+        autoclaim_options(rest, count, true)
+
+      _ ->
+        {:error, Errors.syntax_error()}
+    end
+  end
+
+  defp stream_of(key, group) do
+    case Errors.check!(Ringbus.info(key), key) do
+      {:ok, info} ->
+        {:ok, info}
+
+      _ ->
+        {:error,
+         Encoder.error(["NOGROUP No such key '", key, "' or consumer group '", group, "'"])}
+    end
+  end
+
+  defp group_or_error({:ok, g}, _key, _group), do: {:ok, g}
+
+  defp group_or_error(:error, key, group),
+    do:
+      {:error, Encoder.error(["NOGROUP No such key '", key, "' or consumer group '", group, "'"])}
+
+  defp autoclaim(key, group, consumer, min_idle, from, count, justid, t) do
+    now = now()
+    # As Redis: look at no more than ten times COUNT pending entries.
+    rows = Groups.pending(t, key, group, from, @all, count * 10 + 1)
+
+    {rows, next} =
+      if Enum.count(rows) > count * 10,
+        do: {Enum.take(rows, count * 10), elem(List.last(rows), 0)},
+        else: {rows, nil}
+
+    {claimed, deleted, _n} =
+      Enum.reduce(rows, {[], [], 0}, fn {seq, _, time, _} = row, {claimed, deleted, n} ->
+        cond do
+          n >= count or now - time < min_idle ->
+            {claimed, deleted, n}
+
+          true ->
+            case Errors.check!(Ringbus.read(key, seq, 1), key) do
+              {:ok, [{^seq, payload}], _} ->
+                if Groups.claim(t, key, group, row, consumer, now, not justid),
+                  do: {[{seq, payload} | claimed], deleted, n + 1},
+                  else: {claimed, deleted, n}
+
+              _ ->
+                Groups.forget(t, key, group, seq)
+                {claimed, [Entry.id(seq) | deleted], n + 1}
+            end
+        end
+      end)
+
+    claimed = :lists.reverse(claimed)
+
+    entries =
+      if justid,
+        do: Enum.map(claimed, fn {seq, _} -> Entry.id(seq) end),
+        else: StreamCommands.entries(claimed)
+
+    [if(next, do: Entry.id(next), else: "0-0"), entries, :lists.reverse(deleted)]
+  end
+
+  ## XCLAIM
 
   # XCLAIM key group consumer min-idle-time id [id ...] [IDLE ms]
   #   [TIME ms-unix-time] [RETRYCOUNT count] [FORCE] [JUSTID] [LASTID id]
@@ -49,7 +235,7 @@ defmodule Ringbus.Resp.ClaimCommands do
   defp options([], acc), do: {:ok, acc}
 
   defp options([opt | rest], acc) do
-    case {Commands.upcase(opt), rest} do
+    case {Args.upcase(opt), rest} do
       {"FORCE", rest} ->
         options(rest, %{acc | force: true})
 
@@ -71,7 +257,7 @@ defmodule Ringbus.Resp.ClaimCommands do
       {"LASTID", [id | rest]} ->
         case Entry.parse(id) do
           {:ok, id} -> options(rest, %{acc | last: id})
-          :error -> {:error, StreamCommands.invalid_id()}
+          :error -> {:error, Args.invalid_id()}
         end
 
       _ ->
@@ -80,7 +266,7 @@ defmodule Ringbus.Resp.ClaimCommands do
   end
 
   defp long(text, message) do
-    case StreamCommands.integer(text) do
+    case Args.integer(text) do
       {:ok, n} -> {:ok, n}
       :error -> {:error, Encoder.error(["ERR ", message])}
     end
@@ -172,4 +358,6 @@ defmodule Ringbus.Resp.ClaimCommands do
 
   defp no_group(key, group),
     do: Encoder.error(["NOGROUP No such key '", key, "' or consumer group '", group, "'"])
+
+  defp now, do: System.system_time(:millisecond)
 end

@@ -1,61 +1,63 @@
 defmodule Ringbus.Resp.Commands do
   @moduledoc false
-  # The command table of the RESP front end and what every command handler
-  # shares: names, access checks and Redis's wording of common errors. The
-  # session (`Ringbus.Resp.Session`) dispatches through the table; the
-  # handlers (`Ringbus.Resp.StreamCommands`, `Ringbus.Resp.GroupCommands`)
-  # check keys and word errors here, so that nothing calls back up into the
-  # session.
+  # The command table of the RESP front end: every command's handler, arity,
+  # access and keys, and what Redis's COMMAND INFO says of it. The session
+  # (`Ringbus.Resp.Session`) dispatches through the table, which names each
+  # command's handler; what the handlers share is below them (`Ringbus.Resp.Args`, `Ringbus.Resp.Keys`,
+  # `Ringbus.Resp.Errors`), so that nothing calls back up into the table.
 
-  alias Ringbus.Resp.Encoder
-  alias Ringbus.Server.Auth
-  alias Ringbus.Wire.Frame
+  alias Ringbus.Resp.{ClaimCommands, Errors, GroupCommands, KeyCommands, ServerCommands}
+  alias Ringbus.Resp.{StreamAdmin, StreamCommands, Transaction}
 
-  # name => {handler, arity, access, keys}; arity as Redis's: n exactly,
+  import Ringbus.Resp.Args, only: [upcase: 1]
+
+  # name => {{module, function}, arity, access, keys}: the session runs a
+  # command as `apply(module, function, [args, session])`. arity as Redis's: n exactly,
   # -n at least n. keys: :first (the argument after the name), :all (every
-  # argument) or :own (the handler checks them). access: what the token
+  # argument) or :own (the handler checks them, with the access given here
+  # as an attribute of its own). access: what the token
   # needs on the keys; a command Redis flags `write` needs :write (or
   # :manage), as the binary protocol's PULL does (see @redis_info).
   @commands %{
-    "PING" => {:ping, -1, :none, :none},
-    "ECHO" => {:echo, 2, :none, :none},
-    "HELLO" => {:hello, -1, :none, :none},
-    "AUTH" => {:auth, -2, :none, :none},
-    "SELECT" => {:select, 2, :none, :none},
-    "CLIENT" => {:client, -2, :none, :none},
-    "QUIT" => {:quit, -1, :none, :none},
-    "MULTI" => {:multi, 1, :none, :none},
-    "EXEC" => {:exec, 1, :none, :none},
-    "DISCARD" => {:discard, 1, :none, :none},
-    "WATCH" => {:watch, -2, :none, :none},
-    "UNWATCH" => {:unwatch, 1, :none, :none},
-    "COMMAND" => {:command, -1, :none, :none},
-    "CONFIG" => {:config, -2, :none, :none},
-    "INFO" => {:info, -1, :none, :none},
-    "DBSIZE" => {:dbsize, 1, :none, :none},
-    "EXISTS" => {:exists, -2, :read, :all},
-    "TYPE" => {:type, 2, :read, :first},
-    "DEL" => {:del, -2, :manage, :all},
-    "UNLINK" => {:del, -2, :manage, :all},
-    "KEYS" => {:keys, 2, :none, :none},
-    "SCAN" => {:scan, -2, :none, :none},
-    "FLUSHDB" => {:flushdb, -1, :manage, :own},
-    "FLUSHALL" => {:flushall, -1, :manage, :own},
-    "XADD" => {:xadd, -5, :write, :first},
-    "XREAD" => {:xread, -4, :read, :own},
-    "XRANGE" => {:xrange, -4, :read, :first},
-    "XREVRANGE" => {:xrevrange, -4, :read, :first},
-    "XLEN" => {:xlen, 2, :read, :first},
-    "XTRIM" => {:xtrim, -4, :write, :first},
-    "XDEL" => {:xdel, -3, :write, :first},
-    "XINFO" => {:xinfo, -2, :read, :own},
-    "XGROUP" => {:xgroup, -2, :write, :own},
-    "XREADGROUP" => {:xreadgroup, -7, :write, :own},
-    "XACK" => {:xack, -4, :write, :first},
-    "XPENDING" => {:xpending, -3, :read, :first},
-    "XAUTOCLAIM" => {:xautoclaim, -6, :write, :first},
-    "XCLAIM" => {:xclaim, -6, :write, :first},
-    "XSETID" => {:xsetid, -3, :write, :first}
+    "PING" => {{ServerCommands, :ping}, -1, :none, :none},
+    "ECHO" => {{ServerCommands, :echo}, 2, :none, :none},
+    "HELLO" => {{ServerCommands, :hello}, -1, :none, :none},
+    "AUTH" => {{ServerCommands, :auth}, -2, :none, :none},
+    "SELECT" => {{ServerCommands, :select}, 2, :none, :none},
+    "CLIENT" => {{ServerCommands, :client}, -2, :none, :none},
+    "QUIT" => {{ServerCommands, :quit}, -1, :none, :none},
+    "MULTI" => {{Transaction, :multi}, 1, :none, :none},
+    "EXEC" => {{Transaction, :exec}, 1, :none, :none},
+    "DISCARD" => {{Transaction, :discard}, 1, :none, :none},
+    "WATCH" => {{Transaction, :watch}, -2, :none, :none},
+    "UNWATCH" => {{Transaction, :unwatch}, 1, :none, :none},
+    "COMMAND" => {{__MODULE__, :command}, -1, :none, :none},
+    "CONFIG" => {{ServerCommands, :config}, -2, :none, :none},
+    "INFO" => {{ServerCommands, :info}, -1, :none, :none},
+    "DBSIZE" => {{KeyCommands, :dbsize}, 1, :none, :none},
+    "EXISTS" => {{KeyCommands, :exists}, -2, :read, :all},
+    "TYPE" => {{KeyCommands, :type}, 2, :read, :first},
+    "DEL" => {{KeyCommands, :del}, -2, :manage, :all},
+    "UNLINK" => {{KeyCommands, :del}, -2, :manage, :all},
+    "KEYS" => {{KeyCommands, :keys}, 2, :none, :none},
+    "SCAN" => {{KeyCommands, :scan}, -2, :none, :none},
+    "FLUSHDB" => {{KeyCommands, :flushdb}, -1, :manage, :own},
+    "FLUSHALL" => {{KeyCommands, :flushall}, -1, :manage, :own},
+    "XADD" => {{StreamCommands, :xadd}, -5, :write, :first},
+    "XREAD" => {{StreamCommands, :xread}, -4, :read, :own},
+    "XRANGE" => {{StreamCommands, :xrange}, -4, :read, :first},
+    "XREVRANGE" => {{StreamCommands, :xrevrange}, -4, :read, :first},
+    "XLEN" => {{StreamCommands, :xlen}, 2, :read, :first},
+    "XTRIM" => {{StreamCommands, :xtrim}, -4, :write, :first},
+    "XDEL" => {{StreamCommands, :xdel}, -3, :write, :first},
+    "XINFO" => {{StreamAdmin, :xinfo}, -2, :read, :own},
+    "XGROUP" => {{GroupCommands, :xgroup}, -2, :write, :own},
+    "XREADGROUP" => {{GroupCommands, :xreadgroup}, -7, :write, :own},
+    "XACK" => {{GroupCommands, :xack}, -4, :write, :first},
+    "XPENDING" => {{ClaimCommands, :xpending}, -3, :read, :first},
+    "XAUTOCLAIM" => {{ClaimCommands, :xautoclaim}, -6, :write, :first},
+    "XCLAIM" => {{ClaimCommands, :xclaim}, -6, :write, :first},
+    "XSETID" => {{StreamAdmin, :xsetid}, -3, :write, :first}
   }
 
   # What Redis 7.0's COMMAND INFO says of each command: its flags, and its
@@ -103,7 +105,7 @@ defmodule Ringbus.Resp.Commands do
     "UNWATCH" => {~w(noscript loading stale fast allow_busy), 0, 0, 0}
   }
 
-  @doc "The command's table entry: `{handler, arity, access, keys}`, under its upper-case name."
+  @doc "The command's table entry: `{{module, function}, arity, access, keys}`, under its upper-case name."
   @spec lookup(binary()) :: {:ok, binary(), tuple()} | :error
   def lookup(name) do
     case @commands do
@@ -131,74 +133,46 @@ defmodule Ringbus.Resp.Commands do
   @spec count() :: pos_integer()
   def count, do: map_size(@commands)
 
-  @doc "An ASCII name in upper case, as Redis matches command names."
-  @spec upcase(binary()) :: binary()
-  def upcase(name), do: for(<<c <- name>>, into: "", do: <<if(c in ?a..?z, do: c - 32, else: c)>>)
+  ## COMMAND
 
-  @doc "Whether the session has authenticated, or needs not."
-  @spec authenticated?(%{grants: term()}) :: boolean()
-  def authenticated?(%{grants: grants}), do: grants != nil
+  @doc "COMMAND, COMMAND COUNT, COMMAND INFO and COMMAND DOCS: the table, as Redis words it."
+  def command([], s), do: {Enum.map(names(), &command_info/1), s}
 
-  @doc "Whether the session's grants allow `access` on `key`."
-  @spec allowed?(%{grants: map()}, :read | :write | :manage, binary()) :: boolean()
-  def allowed?(%{grants: grants}, access, key), do: Auth.allowed?(grants, access, key)
+  def command([sub | args], s) do
+    case {upcase(sub), args} do
+      {"COUNT", []} ->
+        {count(), s}
 
-  @doc """
-  Runs `fun` for its reply if `key` is a valid stream name the session may
-  `access`; else the reply that says why not.
-  """
-  @spec keyed(map(), :read | :write | :manage, binary(), (() -> Encoder.reply())) ::
-          {Encoder.reply(), map()}
-  def keyed(s, access, key, fun) do
-    cond do
-      not name?(key) ->
-        {bad_name(), s}
+      {"INFO", names} ->
+        {Enum.map(names, &command_info(upcase(&1))), s}
 
-      not allowed?(s, access, key) ->
-        {no_permission(), s}
+      {"DOCS", []} ->
+        {{:map, Enum.map(names(), &command_docs/1)}, s}
 
-      true ->
-        {fun.(), s}
+      {"DOCS", names} ->
+        {{:map, for(n <- names, u = upcase(n), lookup(u) != :error, do: command_docs(u))}, s}
+
+      _ ->
+        {Errors.unknown_subcommand(sub, "COMMAND"), s}
     end
   end
 
-  @doc "Whether `key` can name a stream: the binary protocol's channel names."
-  @spec name?(binary()) :: boolean()
-  def name?(key), do: byte_size(key) >= 1 and byte_size(key) <= Frame.max_name_size()
+  defp command_info(name) do
+    case lookup(name) do
+      {:ok, upper, {_, arity, _access, _keys}} ->
+        {flags, first, last, step} = redis_info(upper)
+        flags = {:set, Enum.map(flags, &{:simple, &1})}
+        [String.downcase(upper), arity, flags, first, last, step, [], [], [], []]
 
-  @doc "The reply to a key that cannot name a stream."
-  def bad_name,
-    do: Encoder.error("ERR Ringbus stream names are 1 to #{Frame.max_name_size()} bytes")
+      _ ->
+        nil
+    end
+  end
 
-  @doc "The access the table gives a command, for handlers that check their own keys."
-  @spec access(binary()) :: :read | :write | :manage | :none
-  def access(name), do: @commands |> Map.fetch!(name) |> elem(2)
+  defp command_docs(name) do
+    group = if String.starts_with?(name, "X"), do: "stream", else: "connection"
 
-  @doc "Redis's reply to a command on keys the user may not touch."
-  def no_permission,
-    do:
-      Encoder.error(
-        "NOPERM this user has no permissions to access one of the keys used as arguments"
-      )
-
-  @doc "Redis's reply to an unknown subcommand."
-  def unknown_subcommand(sub, command),
-    do:
-      Encoder.error([
-        "ERR unknown subcommand '",
-        binary_part(sub, 0, min(byte_size(sub), 128)),
-        "'. Try ",
-        command,
-        " HELP."
-      ])
-
-  @doc "Redis's reply to a subcommand with the wrong number of arguments."
-  def wrong_arity(name),
-    do: Encoder.error(["ERR wrong number of arguments for '", name, "' command"])
-
-  @doc "Redis's reply to a malformed command."
-  def syntax_error, do: Encoder.error("ERR syntax error")
-
-  @doc "Redis's reply to an argument that is not a valid integer."
-  def not_integer, do: Encoder.error("ERR value is not an integer or out of range")
+    {String.downcase(name),
+     {:map, [{"summary", "See docs/RESP.md"}, {"since", "1.0.0"}, {"group", group}]}}
+  end
 end

@@ -6,6 +6,7 @@ defmodule Ringbus.Resp.Errors do
   # helpers ends itself with `fail!/2`; `Ringbus.Resp.Session` catches it
   # and answers the reply.
 
+  alias Ringbus.Channel
   alias Ringbus.Resp.Encoder
 
   @doc "The error reply to `reason`, from an operation on stream `key`."
@@ -45,4 +46,47 @@ defmodule Ringbus.Resp.Errors do
   @spec check!(result, binary()) :: result when result: term()
   def check!({:error, reason}, key) when reason != :no_channel, do: fail!(reason, key)
   def check!(result, _key), do: result
+
+  ## Redis's wording of common errors
+
+  @doc "The reply to a key that cannot name a stream."
+  def bad_name,
+    do: Encoder.error("ERR Ringbus stream names are 1 to #{Channel.max_name_bytes()} bytes")
+
+  @doc "Redis's reply to a command on keys the user may not touch."
+  def no_permission,
+    do:
+      Encoder.error(
+        "NOPERM this user has no permissions to access one of the keys used as arguments"
+      )
+
+  @doc "Redis's reply to an unknown subcommand."
+  def unknown_subcommand(sub, command),
+    do:
+      Encoder.error([
+        "ERR unknown subcommand '",
+        binary_part(sub, 0, min(byte_size(sub), 128)),
+        "'. Try ",
+        command,
+        " HELP."
+      ])
+
+  @doc "Redis's reply to a subcommand with the wrong number of arguments."
+  def wrong_arity(name),
+    do: Encoder.error(["ERR wrong number of arguments for '", name, "' command"])
+
+  @doc "Redis's reply to a malformed command."
+  def syntax_error, do: Encoder.error("ERR syntax error")
+
+  @doc "Redis's reply to an argument that is not a valid integer."
+  def not_integer, do: Encoder.error("ERR value is not an integer or out of range")
+
+  @doc "The reply to a key that names no stream, when the server creates none."
+  def no_create(key),
+    do:
+      Encoder.error([
+        "ERR no such stream '",
+        key,
+        "', and this server creates none (auto_create: false)"
+      ])
 end

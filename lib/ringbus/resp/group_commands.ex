@@ -1,24 +1,29 @@
 defmodule Ringbus.Resp.GroupCommands do
   @moduledoc false
   # The consumer group commands of `Ringbus.Resp.Session`: XGROUP,
-  # XREADGROUP, XACK, XPENDING and XAUTOCLAIM, on `Ringbus` and the group
-  # table of `Ringbus.Resp.Groups`. Same shape as `Ringbus.Resp.StreamCommands`.
+  # XREADGROUP and XACK, on `Ringbus` and the group table of
+  # `Ringbus.Resp.Groups` (XPENDING and XAUTOCLAIM are beside XCLAIM, in
+  # `Ringbus.Resp.ClaimCommands`). Same shape as `Ringbus.Resp.StreamCommands`.
   #
   # A group reads new entries from the seq after its `last`. When the ring
   # has moved past that seq, the entries in between are gone: the group's
   # `lost` counts them (XINFO GROUPS shows it) and it goes on from the oldest
   # entry held.
 
-  alias Ringbus.Resp.{Commands, Encoder, Entry, Errors, Groups, StreamCommands}
+  alias Ringbus.Resp.{Args, BlockingRead, Encoder, Entry, Errors, Groups, Keys, StreamCommands}
 
   @all 4_611_686_018_427_387_904
+  # The access XGROUP and XREADGROUP need on their keys, as the command
+  # table (`Ringbus.Resp.Commands`) gives them: they check their keys here.
+  @xgroup_access :write
+  @read_access :write
   # XREADGROUP > retries when another consumer moved the group first.
   @claim_tries 100
 
   ## XGROUP
 
   def xgroup([sub | args], s) do
-    upper = Commands.upcase(sub)
+    upper = Args.upcase(sub)
 
     case {upper, args} do
       {"HELP", []} ->
@@ -43,14 +48,14 @@ defmodule Ringbus.Resp.GroupCommands do
 
       {upper, _}
       when upper in ["CREATE", "SETID", "DESTROY", "CREATECONSUMER", "DELCONSUMER", "HELP"] ->
-        {Commands.wrong_arity("xgroup|" <> String.downcase(upper)), s}
+        {Errors.wrong_arity("xgroup|" <> String.downcase(upper)), s}
 
       _ ->
-        {Commands.unknown_subcommand(sub, "XGROUP"), s}
+        {Errors.unknown_subcommand(sub, "XGROUP"), s}
     end
   end
 
-  defp keyed(s, key, fun), do: Commands.keyed(s, Commands.access("XGROUP"), key, fun)
+  defp keyed(s, key, fun), do: Keys.keyed(s, @xgroup_access, key, fun)
 
   defp existing(key, fun) do
     if match?({:ok, _}, Errors.check!(Ringbus.info(key), key)), do: fun.(), else: key_required()
@@ -90,7 +95,7 @@ defmodule Ringbus.Resp.GroupCommands do
   defp create_options([], mkstream, read), do: {:ok, mkstream, read}
 
   defp create_options([opt | rest], mkstream, read) do
-    case {Commands.upcase(opt), rest} do
+    case {Args.upcase(opt), rest} do
       {"MKSTREAM", rest} ->
         create_options(rest, true, read)
 
@@ -98,12 +103,12 @@ defmodule Ringbus.Resp.GroupCommands do
         with {:ok, n} <- entries_read(n), do: create_options(rest, mkstream, n)
 
       _ ->
-        {:error, Commands.syntax_error()}
+        {:error, Errors.syntax_error()}
     end
   end
 
   defp entries_read(n) do
-    case StreamCommands.integer(n) do
+    case Args.integer(n) do
       {:ok, n} when n >= -1 -> {:ok, max(n, 0)}
       _ -> {:error, Encoder.error("ERR value for ENTRIESREAD must be positive or -1")}
     end
@@ -118,7 +123,7 @@ defmodule Ringbus.Resp.GroupCommands do
         {:error, key_required()}
 
       true ->
-        case StreamCommands.create(key, s) do
+        case Keys.create(key, s) do
           :ok ->
             :ok
 
@@ -147,7 +152,7 @@ defmodule Ringbus.Resp.GroupCommands do
   defp group_position(_key, id) do
     case Entry.parse(id) do
       {:ok, id} -> {:ok, Entry.seq_through(id)}
-      :error -> {:error, StreamCommands.invalid_id()}
+      :error -> {:error, Args.invalid_id()}
     end
   end
 
@@ -169,12 +174,12 @@ defmodule Ringbus.Resp.GroupCommands do
   defp setid_options([]), do: {:ok, nil}
 
   defp setid_options([opt, n]) do
-    if Commands.upcase(opt) == "ENTRIESREAD",
+    if Args.upcase(opt) == "ENTRIESREAD",
       do: entries_read(n),
-      else: {:error, Commands.syntax_error()}
+      else: {:error, Errors.syntax_error()}
   end
 
-  defp setid_options(_opts), do: {:error, Commands.syntax_error()}
+  defp setid_options(_opts), do: {:error, Errors.syntax_error()}
 
   defp create_consumer(key, group, consumer, s) do
     existing(key, fn ->
@@ -240,13 +245,13 @@ defmodule Ringbus.Resp.GroupCommands do
 
   def xreadgroup(args, s) do
     with {:ok, opts} <-
-           StreamCommands.read_options(
+           Args.read_options(
              args,
              %{count: 0, block: nil, group: nil, noack: false},
              "xreadgroup"
            ),
          {:ok, {group, consumer}} <- group_given(opts),
-         :ok <- StreamCommands.streams_allowed(opts.streams, "XREADGROUP", s),
+         :ok <- Args.streams_allowed(opts.streams, @read_access, s),
          {:ok, reads} <- group_reads(opts.streams, group) do
       t = s.context.groups
 
@@ -293,7 +298,7 @@ defmodule Ringbus.Resp.GroupCommands do
         id ->
           case Entry.parse(id) do
             {:ok, id} -> {:cont, {:ok, [{key, {:history, Entry.seq_after(id)}} | acc]}}
-            :error -> {:halt, {:error, StreamCommands.invalid_id()}}
+            :error -> {:halt, {:error, Args.invalid_id()}}
           end
       end
     end)
@@ -398,14 +403,14 @@ defmodule Ringbus.Resp.GroupCommands do
 
     block = %{
       module: __MODULE__,
-      timeout: StreamCommands.timeout(opts.block),
+      timeout: BlockingRead.timeout(opts.block),
       group: group,
       consumer: consumer,
       count: if(opts.count > 0, do: opts.count, else: @all),
       noack: opts.noack
     }
 
-    StreamCommands.block(starts, opts.count, block, s)
+    BlockingRead.block(starts, opts.count, block, s)
   end
 
   @doc false
@@ -425,12 +430,12 @@ defmodule Ringbus.Resp.GroupCommands do
     end
   end
 
-  ## XACK, XPENDING, XAUTOCLAIM
+  ## XACK
 
   def xack([key, group | ids], s) do
     case parse_seqs(ids) do
       {:ok, seqs} -> {Groups.ack(s.context.groups, key, group, seqs), s}
-      :error -> {StreamCommands.invalid_id(), s}
+      :error -> {Args.invalid_id(), s}
     end
   end
 
@@ -447,183 +452,6 @@ defmodule Ringbus.Resp.GroupCommands do
           {:halt, :error}
       end
     end)
-  end
-
-  def xpending([key, group | rest], s) do
-    t = s.context.groups
-
-    cond do
-      not match?({:ok, _}, Errors.check!(Ringbus.info(key), key)) or
-          Groups.fetch(t, key, group) == :error ->
-        {Encoder.error(["NOGROUP No such key '", key, "' or consumer group '", group, "'"]), s}
-
-      rest == [] ->
-        {pending_summary(key, group, t), s}
-
-      true ->
-        {pending_range(key, group, rest, t), s}
-    end
-  end
-
-  defp pending_summary(key, group, t) do
-    case Groups.pending_bounds(t, key, group) do
-      nil ->
-        [0, nil, nil, :null_array]
-
-      {low, high} ->
-        counts = Groups.pending_by_consumer(t, key, group)
-        total = counts |> Map.values() |> Enum.sum()
-        consumers = for {name, n} <- Enum.sort(counts), do: [name, Integer.to_string(n)]
-        [total, Entry.id(low), Entry.id(high), consumers]
-    end
-  end
-
-  # XPENDING key group [IDLE ms] start end count [consumer]
-  defp pending_range(key, group, args, t) do
-    {idle, args} =
-      case args do
-        [opt, ms | rest] ->
-          if Commands.upcase(opt) == "IDLE",
-            do: {StreamCommands.integer(ms), rest},
-            else: {{:ok, 0}, args}
-
-        _ ->
-          {{:ok, 0}, args}
-      end
-
-    with {:ok, idle} <- idle,
-         [start, stop, count | consumer] when length(consumer) <= 1 <- args,
-         {:ok, low} <- Entry.parse(strip(start), 0) |> id_or_bound(start),
-         {:ok, high} <- Entry.parse(strip(stop), Entry.max_u64()) |> id_or_bound(stop),
-         {:ok, count} <- StreamCommands.integer(count) do
-      now = now()
-
-      if count <= 0 do
-        []
-      else
-        for {seq, owner, time, deliveries} <-
-              Groups.pending(
-                t,
-                key,
-                group,
-                Entry.seq_from(low),
-                Entry.seq_through(high),
-                count,
-                List.first(consumer)
-              ),
-            now - time >= idle,
-            do: [Entry.id(seq), owner, max(now - time, 0), deliveries]
-      end
-    else
-      :error -> Commands.not_integer()
-      {:error, reply} -> reply
-      _ -> Commands.syntax_error()
-    end
-  end
-
-  defp strip("-"), do: "0-0"
-  defp strip("+"), do: "18446744073709551615-18446744073709551615"
-  defp strip(text), do: text
-
-  defp id_or_bound({:ok, id}, _text), do: {:ok, id}
-  defp id_or_bound(:error, _text), do: {:error, StreamCommands.invalid_id()}
-
-  # XAUTOCLAIM key group consumer min-idle-time start [COUNT count] [JUSTID]
-  def xautoclaim([key, group, consumer, min_idle, start | opts], s) do
-    t = s.context.groups
-
-    with {:ok, min_idle} <- idle_arg(min_idle),
-         {:ok, start} <- Entry.parse(strip(start)) |> id_or_bound(start),
-         {:ok, count, justid} <- autoclaim_options(opts, 100, false),
-         {:ok, _info} <- stream_of(key, group),
-         {:ok, _group} <- Groups.fetch(t, key, group) |> group_or_error(key, group) do
-      Groups.add_consumer(t, key, group, consumer, now())
-      {autoclaim(key, group, consumer, min_idle, Entry.seq_from(start), count, justid, t), s}
-    else
-      {:error, reply} -> {reply, s}
-    end
-  end
-
-  defp idle_arg(text) do
-    case StreamCommands.integer(text) do
-      {:ok, n} -> {:ok, max(n, 0)}
-      :error -> {:error, Encoder.error("ERR Invalid min-idle-time argument for XAUTOCLAIM")}
-    end
-  end
-
-  defp autoclaim_options([], count, justid), do: {:ok, count, justid}
-
-  defp autoclaim_options([opt | rest], count, justid) do
-    case {Commands.upcase(opt), rest} do
-      {"COUNT", [n | rest]} ->
-        case StreamCommands.integer(n) do
-          {:ok, n} when n >= 1 and n <= 70_368_744_177_664 -> autoclaim_options(rest, n, justid)
-          _ -> {:error, Encoder.error("ERR COUNT must be > 0")}
-        end
-
-      {"JUSTID", rest} ->
-        autoclaim_options(rest, count, true)
-
-      _ ->
-        {:error, Commands.syntax_error()}
-    end
-  end
-
-  defp stream_of(key, group) do
-    case Errors.check!(Ringbus.info(key), key) do
-      {:ok, info} ->
-        {:ok, info}
-
-      _ ->
-        {:error,
-         Encoder.error(["NOGROUP No such key '", key, "' or consumer group '", group, "'"])}
-    end
-  end
-
-  defp group_or_error({:ok, g}, _key, _group), do: {:ok, g}
-
-  defp group_or_error(:error, key, group),
-    do:
-      {:error, Encoder.error(["NOGROUP No such key '", key, "' or consumer group '", group, "'"])}
-
-  defp autoclaim(key, group, consumer, min_idle, from, count, justid, t) do
-    now = now()
-    # As Redis: look at no more than ten times COUNT pending entries.
-    rows = Groups.pending(t, key, group, from, @all, count * 10 + 1)
-
-    {rows, next} =
-      if Enum.count(rows) > count * 10,
-        do: {Enum.take(rows, count * 10), elem(List.last(rows), 0)},
-        else: {rows, nil}
-
-    {claimed, deleted, _n} =
-      Enum.reduce(rows, {[], [], 0}, fn {seq, _, time, _} = row, {claimed, deleted, n} ->
-        cond do
-          n >= count or now - time < min_idle ->
-            {claimed, deleted, n}
-
-          true ->
-            case Errors.check!(Ringbus.read(key, seq, 1), key) do
-              {:ok, [{^seq, payload}], _} ->
-                if Groups.claim(t, key, group, row, consumer, now, not justid),
-                  do: {[{seq, payload} | claimed], deleted, n + 1},
-                  else: {claimed, deleted, n}
-
-              _ ->
-                Groups.forget(t, key, group, seq)
-                {claimed, [Entry.id(seq) | deleted], n + 1}
-            end
-        end
-      end)
-
-    claimed = :lists.reverse(claimed)
-
-    entries =
-      if justid,
-        do: Enum.map(claimed, fn {seq, _} -> Entry.id(seq) end),
-        else: StreamCommands.entries(claimed)
-
-    [if(next, do: Entry.id(next), else: "0-0"), entries, :lists.reverse(deleted)]
   end
 
   defp now, do: System.system_time(:millisecond)

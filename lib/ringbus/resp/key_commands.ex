@@ -1,7 +1,7 @@
 defmodule Ringbus.Resp.KeyCommands do
   @moduledoc false
-  # The keyspace commands of `Ringbus.Resp.Session`: KEYS, SCAN, FLUSHDB and
-  # FLUSHALL (UNLINK is DEL). Keys are the channels of this node with binary
+  # The keyspace commands of `Ringbus.Resp.Session`: DBSIZE, EXISTS, TYPE,
+  # DEL (and UNLINK, which is DEL), KEYS, SCAN, FLUSHDB and FLUSHALL. Keys are the channels of this node with binary
   # names, every one a stream. KEYS and SCAN list only the channels the
   # token may read; FLUSHDB and FLUSHALL need `manage` on every channel.
   #
@@ -11,10 +11,36 @@ defmodule Ringbus.Resp.KeyCommands do
   # at least once however many come and go meanwhile, as Redis promises. A
   # page ends on a whole hash, so names sharing one are never split.
 
-  alias Ringbus.Resp.{Commands, Encoder, Groups}
+  alias Ringbus.Resp.{Args, Encoder, Errors, Groups, Keys}
 
   @hash_range 0x1_0000_0000
   @default_count 10
+
+  def dbsize([], s), do: {count_streams(), s}
+  def exists(keys, s), do: {Enum.count(keys, &stream?/1), s}
+  def type([key], s), do: {{:simple, if(stream?(key), do: "stream", else: "none")}, s}
+  def del(keys, s), do: {Enum.count(keys, &delete(&1, s)), s}
+
+  defp stream?(key),
+    do: is_binary(key) and match?({:ok, _}, Errors.check!(Ringbus.info(key), key))
+
+  defp delete(key, s) do
+    case Ringbus.delete(key) do
+      :ok ->
+        Groups.drop_stream(s.context.groups, key)
+        true
+
+      {:error, :no_channel} ->
+        Groups.drop_stream(s.context.groups, key)
+        false
+
+      {:error, reason} ->
+        Errors.fail!(reason, key)
+    end
+  end
+
+  @doc "How many streams there are: the channels with binary names."
+  def count_streams, do: Enum.count(Ringbus.channels(), &is_binary/1)
 
   def keys([pattern], s) do
     {for(name <- readable(s), glob?(pattern, name), do: name) |> Enum.sort(), s}
@@ -43,7 +69,7 @@ defmodule Ringbus.Resp.KeyCommands do
   defp scan_options([], acc), do: {:ok, acc}
 
   defp scan_options([opt, value | rest], acc) do
-    case Commands.upcase(opt) do
+    case Args.upcase(opt) do
       "MATCH" ->
         scan_options(rest, %{acc | match: value})
 
@@ -53,16 +79,16 @@ defmodule Ringbus.Resp.KeyCommands do
       "COUNT" ->
         case Integer.parse(value) do
           {n, ""} when n >= 1 -> scan_options(rest, %{acc | count: n})
-          {_, ""} -> {:error, Commands.syntax_error()}
-          _ -> {:error, Commands.not_integer()}
+          {_, ""} -> {:error, Errors.syntax_error()}
+          _ -> {:error, Errors.not_integer()}
         end
 
       _ ->
-        {:error, Commands.syntax_error()}
+        {:error, Errors.syntax_error()}
     end
   end
 
-  defp scan_options(_opts, _acc), do: {:error, Commands.syntax_error()}
+  defp scan_options(_opts, _acc), do: {:error, Errors.syntax_error()}
 
   @doc false
   # The names from hash `cursor` on: at least `count` of them (a whole hash
@@ -95,7 +121,7 @@ defmodule Ringbus.Resp.KeyCommands do
       for(
         name <- Ringbus.channels(),
         is_binary(name),
-        Commands.allowed?(s, :read, name),
+        Keys.allowed?(s, :read, name),
         do: name
       )
 
@@ -108,12 +134,12 @@ defmodule Ringbus.Resp.KeyCommands do
     names = for name <- Ringbus.channels(), is_binary(name), do: name
 
     cond do
-      not Enum.all?(args, &(Commands.upcase(&1) in ["ASYNC", "SYNC"])) or length(args) > 1 ->
-        {Commands.syntax_error(), s}
+      not Enum.all?(args, &(Args.upcase(&1) in ["ASYNC", "SYNC"])) or length(args) > 1 ->
+        {Errors.syntax_error(), s}
 
       # All or nothing: a token that may not delete one channel deletes none.
-      not Enum.all?(names, &Commands.allowed?(s, :manage, &1)) ->
-        {Commands.no_permission(), s}
+      not Enum.all?(names, &Keys.allowed?(s, :manage, &1)) ->
+        {Errors.no_permission(), s}
 
       true ->
         Enum.each(names, fn name ->

@@ -16,9 +16,11 @@ defmodule Ringbus.Resp.Session do
   # kept here, and the next three functions end the wait, reply and run
   # them; or `{:close, reason}` after QUIT, whose reply ends `out`.
   #
-  # Every command goes through one table (`Ringbus.Resp.Commands`): its handler, its
-  # arity as Redis counts it, and the access its keys need (`:read`,
-  # `:write`, or `:none` for no key), checked with the token's grants.
+  # Every command goes through one table (`Ringbus.Resp.Commands`): its
+  # handler `{module, function}`, run as `apply(module, function, [args,
+  # session])`, its arity as Redis counts it, and the access its keys need
+  # (`:read`, `:write`, or `:none` for no key), checked with the token's
+  # grants.
   #
   # Transactions. After MULTI, commands are checked and queued
   # (`Ringbus.Resp.Transaction`) until EXEC runs them in order, or DISCARD
@@ -30,25 +32,13 @@ defmodule Ringbus.Resp.Session do
   # within a read are stored with one push of all their payloads, and
   # answered in order, as the binary server stores a run of pushes.
 
-  alias Ringbus.Resp.{ClaimCommands, Commands, Encoder, Errors, GroupCommands, Groups}
-  alias Ringbus.Resp.{KeyCommands, StreamAdmin, StreamCommands, Transaction}
+  alias Ringbus.Resp.{Args, Commands, Counters, Encoder, Errors, Groups, Keys}
+  alias Ringbus.Resp.{StreamCommands, Transaction}
   alias Ringbus.Server.{Auth, Config}
 
-  import Commands,
-    only: [
-      upcase: 1,
-      allowed?: 3,
-      no_permission: 0,
-      wrong_arity: 1,
-      syntax_error: 0,
-      not_integer: 0,
-      unknown_subcommand: 2
-    ]
-
-  @connections 1
-  @connections_received 2
-  @commands_processed 3
-  @blocked_clients 4
+  import Args, only: [upcase: 1]
+  import Keys, only: [allowed?: 3]
+  import Errors, only: [no_permission: 0]
 
   # Before AUTH, when tokens are required: what Redis lets through.
   @before_auth ["AUTH", "HELLO", "QUIT"]
@@ -77,13 +67,13 @@ defmodule Ringbus.Resp.Session do
 
   @doc "What every connection of one RESP listener shares: its groups and counters."
   @spec context() :: context()
-  def context, do: %{groups: Groups.new(), stats: :counters.new(4, [:write_concurrency])}
+  def context, do: %{groups: Groups.new(), stats: Counters.new()}
 
   @doc "A session for a new connection, counted as connected until `gone/1`."
   @spec new(Config.t(), context()) :: t()
   def new(%Config{} = config, context) do
-    :counters.add(context.stats, @connections, 1)
-    :counters.add(context.stats, @connections_received, 1)
+    Counters.add(context.stats, :connections, 1)
+    Counters.add(context.stats, :connections_received, 1)
     grants = if config.tokens == nil, do: Auth.all()
     id = :erlang.unique_integer([:positive, :monotonic])
     %__MODULE__{config: config, context: context, id: id, grants: grants}
@@ -91,11 +81,11 @@ defmodule Ringbus.Resp.Session do
 
   @doc "The connection has ended."
   @spec gone(t()) :: :ok
-  def gone(%__MODULE__{context: context}), do: :counters.sub(context.stats, @connections, 1)
+  def gone(%__MODULE__{context: context}), do: Counters.sub(context.stats, :connections, 1)
 
   @doc "Whether the client may run commands (it has authenticated, or needs not)."
   @spec authenticated?(t()) :: boolean()
-  def authenticated?(session), do: Commands.authenticated?(session)
+  def authenticated?(session), do: Keys.authenticated?(session)
 
   @doc "Whether a command waits."
   @spec blocked?(t()) :: boolean()
@@ -145,7 +135,7 @@ defmodule Ringbus.Resp.Session do
 
           {:block, block, s} ->
             count(s, n + 1)
-            :counters.add(s.context.stats, @blocked_clients, 1)
+            Counters.add(s.context.stats, :blocked_clients, 1)
             token = make_ref()
 
             {{:block, token, block.timeout}, out,
@@ -175,31 +165,13 @@ defmodule Ringbus.Resp.Session do
       {:error, reply} ->
         if upcase(name) == "EXEC",
           # A refused EXEC ends the transaction, saying why.
-          do: {exec_abort(reply), %{s | multi: nil}},
+          do: {Transaction.exec_abort(reply), %{s | multi: nil}},
           else: {reply, %{s | multi: Transaction.abort(s.multi)}}
 
       {:ok, handler, args} ->
         if upcase(name) in @not_queued,
           do: guarded(fn -> dispatch(handler, args, s) end, s),
-          else: enqueue(command, s)
-    end
-  end
-
-  defp exec_abort({:error, text}) do
-    why = String.replace_prefix(text, "ERR ", "")
-    Encoder.error(["EXECABORT Transaction discarded because of: ", why])
-  end
-
-  defp enqueue(command, s) do
-    case Transaction.add(s.multi, command, s.config.max_frame_size) do
-      {:ok, t} ->
-        {{:simple, "QUEUED"}, %{s | multi: t}}
-
-      {:error, _bound, t} ->
-        {Encoder.error([
-           "ERR a transaction queues at most #{Transaction.max_commands()} commands ",
-           "and max_frame_size (#{s.config.max_frame_size}) bytes: this one is discarded"
-         ]), %{s | multi: t}}
+          else: Transaction.queue(command, s)
     end
   end
 
@@ -210,7 +182,7 @@ defmodule Ringbus.Resp.Session do
   end
 
   defp count(_s, 0), do: :ok
-  defp count(s, n), do: :counters.add(s.context.stats, @commands_processed, n)
+  defp count(s, n), do: Counters.add(s.context.stats, :commands_processed, n)
 
   defp encode(s, reply) do
     # Error replies count by code in the server's figures, as ERROR frames do.
@@ -293,76 +265,20 @@ defmodule Ringbus.Resp.Session do
 
   ## Dispatch
 
-  defp dispatch(:ping, [], s), do: {{:simple, "PONG"}, s}
-  defp dispatch(:ping, [message], s), do: {message, s}
-  defp dispatch(:ping, _args, s), do: {wrong_arity("ping"), s}
-  defp dispatch(:echo, [message], s), do: {message, s}
-  defp dispatch(:quit, _args, s), do: {:close, {:simple, "OK"}, s}
-  defp dispatch(:hello, args, s), do: hello(args, s)
-  defp dispatch(:auth, args, s), do: auth(args, s)
-  defp dispatch(:select, [db], s), do: select(db, s)
-  defp dispatch(:client, [sub | args], s), do: client(upcase(sub), sub, args, s)
-  defp dispatch(:command, args, s), do: command(args, s)
-  defp dispatch(:config, [sub | args], s), do: config(upcase(sub), sub, args, s)
-  defp dispatch(:info, args, s), do: {{:verbatim, info(args, s)}, s}
-  defp dispatch(:dbsize, [], s), do: {count_streams(), s}
-  defp dispatch(:exists, keys, s), do: {Enum.count(keys, &stream?/1), s}
-  defp dispatch(:type, [key], s), do: {{:simple, if(stream?(key), do: "stream", else: "none")}, s}
-  defp dispatch(:del, keys, s), do: {Enum.count(keys, &delete(&1, s)), s}
-  defp dispatch(:multi, [], s), do: multi(s)
-  defp dispatch(:exec, [], s), do: exec(s)
-  defp dispatch(:discard, [], s), do: discard(s)
-  defp dispatch(:watch, _keys, s), do: watch(s)
-  # Nothing is ever watched, so there is nothing to forget.
-  defp dispatch(:unwatch, [], s), do: {{:simple, "OK"}, s}
-
-  defp dispatch(handler, args, s)
-       when handler in [:xgroup, :xreadgroup, :xack, :xpending, :xautoclaim],
-       do: apply(GroupCommands, handler, [args, s])
-
-  defp dispatch(handler, args, s) when handler in [:keys, :scan, :flushdb, :flushall],
-    do: apply(KeyCommands, handler, [args, s])
-
-  defp dispatch(:xclaim, args, s), do: ClaimCommands.xclaim(args, s)
-  defp dispatch(:xsetid, args, s), do: StreamAdmin.xsetid(args, s)
-
-  defp dispatch(handler, args, s), do: apply(StreamCommands, handler, [args, s])
-
-  defp stream?(key),
-    do: is_binary(key) and match?({:ok, _}, Errors.check!(Ringbus.info(key), key))
-
-  defp delete(key, s) do
-    case Ringbus.delete(key) do
-      :ok ->
-        Groups.drop_stream(s.context.groups, key)
-        true
-
-      {:error, :no_channel} ->
-        Groups.drop_stream(s.context.groups, key)
-        false
-
-      {:error, reason} ->
-        Errors.fail!(reason, key)
+  # EXEC's handler hands its queue back: the session alone runs commands.
+  defp dispatch({module, function}, args, s) do
+    case apply(module, function, [args, s]) do
+      {:exec, t, s} -> exec(t, s)
+      result -> result
     end
   end
 
-  defp count_streams, do: Enum.count(Ringbus.channels(), &is_binary/1)
-
   ## Transactions
 
-  defp multi(%{multi: nil} = s), do: {{:simple, "OK"}, %{s | multi: Transaction.new()}}
-  defp multi(s), do: {Encoder.error("ERR MULTI calls can not be nested"), s}
-
-  defp exec(%{multi: nil} = s), do: {Encoder.error("ERR EXEC without MULTI"), s}
-
-  defp exec(%{multi: %Transaction{aborted: true}} = s) do
-    {Encoder.error("EXECABORT Transaction discarded because of previous errors."),
-     %{s | multi: nil}}
-  end
-
-  defp exec(%{multi: t} = s) do
+  # EXEC (`Ringbus.Resp.Transaction`): the queued commands run in order.
+  defp exec(t, s) do
     {replies, s} =
-      Enum.reduce(Transaction.commands(t), {[], %{s | multi: nil}}, fn command, {acc, s} ->
+      Enum.reduce(Transaction.commands(t), {[], s}, fn command, {acc, s} ->
         {reply, s} = exec_one(command, s)
         {[reply | acc], s}
       end)
@@ -382,308 +298,6 @@ defmodule Ringbus.Resp.Session do
         {reply, s}
     end
   end
-
-  defp discard(%{multi: nil} = s), do: {Encoder.error("ERR DISCARD without MULTI"), s}
-  defp discard(s), do: {{:simple, "OK"}, %{s | multi: nil}}
-
-  defp watch(%{multi: nil} = s) do
-    {Encoder.error(
-       "ERR WATCH is not supported by Ringbus: EXEC runs its commands in order, not isolated from other clients'"
-     ), s}
-  end
-
-  defp watch(s), do: {Encoder.error("ERR WATCH inside MULTI is not allowed"), s}
-
-  ## Connection
-
-  defp hello([], s), do: hello_reply(s)
-
-  defp hello([version | opts], s) do
-    case Integer.parse(version) do
-      {v, ""} when v in [2, 3] ->
-        with {:ok, s} <- hello_options(opts, s) do
-          hello_reply(%{s | proto: v})
-        end
-
-      {_v, ""} ->
-        {Encoder.error("NOPROTO unsupported protocol version"), s}
-
-      _ ->
-        {Encoder.error("ERR Protocol version is not an integer or out of range"), s}
-    end
-  end
-
-  defp hello_options([], s), do: {:ok, s}
-
-  defp hello_options([opt | rest] = opts, s) do
-    case {upcase(opt), rest} do
-      {"AUTH", [user, token | rest]} ->
-        case authenticate(user, token, s) do
-          {:ok, s} -> hello_options(rest, s)
-          {:error, reply} -> {reply, s}
-        end
-
-      {"SETNAME", [name | rest]} ->
-        case client_name(name) do
-          :ok -> hello_options(rest, %{s | name: name})
-          error -> {error, s}
-        end
-
-      _ ->
-        {Encoder.error(["ERR Syntax error in HELLO option '", hd(opts), "'"]), s}
-    end
-  end
-
-  defp hello_reply(%{grants: nil} = s) do
-    {Encoder.error(
-       "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time"
-     ), s}
-  end
-
-  defp hello_reply(s) do
-    {{:map,
-      [
-        {"server", "ringbus"},
-        {"version", redis_version()},
-        {"proto", s.proto},
-        {"id", s.id},
-        {"mode", "standalone"},
-        {"role", "master"},
-        {"modules", []}
-      ]}, s}
-  end
-
-  defp auth([_token], %{config: %{tokens: nil}} = s) do
-    {Encoder.error(
-       "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?"
-     ), s}
-  end
-
-  defp auth([token], s), do: auth(["default", token], s)
-
-  defp auth([user, token], s) do
-    case authenticate(user, token, s) do
-      {:ok, s} -> {{:simple, "OK"}, s}
-      {:error, reply} -> {reply, s}
-    end
-  end
-
-  defp auth(_args, s), do: {syntax_error(), s}
-
-  # Without tokens the default user has no password, and Redis takes any.
-  defp authenticate("default", _token, %{config: %{tokens: nil}} = s), do: {:ok, s}
-  defp authenticate(_user, _token, %{config: %{tokens: nil}}), do: {:error, wrong_pass()}
-
-  defp authenticate("default", token, s) do
-    case Auth.authenticate(s.config.tokens, token) do
-      {:ok, grants} -> {:ok, %{s | grants: grants}}
-      :error -> {:error, wrong_pass()}
-    end
-  end
-
-  defp authenticate(_user, _token, _s), do: {:error, wrong_pass()}
-
-  defp wrong_pass,
-    do: Encoder.error("WRONGPASS invalid username-password pair or user is disabled.")
-
-  defp select(db, s) do
-    case Integer.parse(db) do
-      {0, ""} -> {{:simple, "OK"}, s}
-      {_, ""} -> {Encoder.error("ERR DB index is out of range"), s}
-      _ -> {not_integer(), s}
-    end
-  end
-
-  defp client("ID", _, [], s), do: {s.id, s}
-  defp client("GETNAME", _, [], s), do: {s.name, s}
-
-  defp client("SETNAME", _, [name], s) do
-    case client_name(name) do
-      :ok -> {{:simple, "OK"}, %{s | name: if(name == "", do: nil, else: name)}}
-      error -> {error, s}
-    end
-  end
-
-  # Newer clients announce their library; Redis 7.2 takes it, so do we.
-  defp client("SETINFO", _, [_attr, _value], s), do: {{:simple, "OK"}, s}
-
-  defp client(upper, _, _args, s) when upper in ["ID", "GETNAME", "SETNAME", "SETINFO"],
-    do: {wrong_arity("client|" <> String.downcase(upper)), s}
-
-  defp client(_upper, sub, _args, s), do: {unknown_subcommand(sub, "CLIENT"), s}
-
-  defp client_name(name) do
-    if Enum.all?(:binary.bin_to_list(name), &(&1 > 32 and &1 < 127)),
-      do: :ok,
-      else:
-        Encoder.error("ERR Client names cannot contain spaces, newlines or special characters.")
-  end
-
-  ## Server
-
-  # The Redis version whose commands this front end follows.
-  defp redis_version, do: "7.0.0"
-
-  defp command([], s), do: {Enum.map(Commands.names(), &command_info/1), s}
-
-  defp command([sub | args], s) do
-    case {upcase(sub), args} do
-      {"COUNT", []} ->
-        {Commands.count(), s}
-
-      {"INFO", names} ->
-        {Enum.map(names, &command_info(upcase(&1))), s}
-
-      {"DOCS", []} ->
-        {{:map, Enum.map(Commands.names(), &command_docs/1)}, s}
-
-      {"DOCS", names} ->
-        {{:map,
-          for(n <- names, u = upcase(n), Commands.lookup(u) != :error, do: command_docs(u))}, s}
-
-      _ ->
-        {unknown_subcommand(sub, "COMMAND"), s}
-    end
-  end
-
-  defp command_info(name) do
-    case Commands.lookup(name) do
-      {:ok, upper, {_, arity, _access, _keys}} ->
-        {flags, first, last, step} = Commands.redis_info(upper)
-        flags = {:set, Enum.map(flags, &{:simple, &1})}
-        [String.downcase(upper), arity, flags, first, last, step, [], [], [], []]
-
-      _ ->
-        nil
-    end
-  end
-
-  defp command_docs(name) do
-    group = if String.starts_with?(name, "X"), do: "stream", else: "connection"
-
-    {String.downcase(name),
-     {:map, [{"summary", "See docs/RESP.md"}, {"since", "1.0.0"}, {"group", group}]}}
-  end
-
-  defp config("GET", _, [], s), do: {wrong_arity("config|get"), s}
-
-  defp config("GET", _, patterns, s) do
-    params = config_params(s.config)
-    pairs = for {key, value} <- params, Enum.any?(patterns, &glob?(&1, key)), do: {key, value}
-    {{:map, pairs}, s}
-  end
-
-  defp config(upper, sub, _args, s) when upper in ["SET", "RESETSTAT", "REWRITE"],
-    do:
-      {Encoder.error([
-         "ERR Ringbus does not change its configuration over RESP (CONFIG ",
-         sub,
-         ")"
-       ]), s}
-
-  defp config(_upper, sub, _args, s), do: {unknown_subcommand(sub, "CONFIG"), s}
-
-  defp config_params(config) do
-    idle = if config.idle_timeout == :infinity, do: 0, else: div(config.idle_timeout, 1000)
-
-    [
-      {"appendonly", "no"},
-      {"databases", "1"},
-      {"maxclients", Integer.to_string(config.max_connections)},
-      {"proto-max-bulk-len", Integer.to_string(config.max_frame_size)},
-      {"save", ""},
-      {"timeout", Integer.to_string(idle)}
-    ]
-  end
-
-  defp glob?(pattern, key), do: Regex.match?(glob_regex(String.downcase(pattern)), key)
-
-  defp glob_regex(pattern) do
-    body =
-      pattern
-      |> String.graphemes()
-      |> Enum.map_join(fn
-        "*" -> ".*"
-        "?" -> "."
-        char -> Regex.escape(char)
-      end)
-
-    Regex.compile!("\\A" <> body <> "\\z", "s")
-  end
-
-  @sections ["server", "clients", "memory", "stats", "keyspace"]
-
-  defp info(args, s) do
-    wanted = Enum.map(args, &String.downcase/1)
-
-    sections =
-      cond do
-        wanted == [] or Enum.any?(wanted, &(&1 in ["all", "default", "everything"])) -> @sections
-        true -> Enum.filter(@sections, &(&1 in wanted))
-      end
-
-    sections |> Enum.map(&info_section(&1, s)) |> Enum.join("\r\n")
-  end
-
-  defp info_section("server", _s) do
-    lines([
-      "# Server",
-      "redis_version:#{redis_version()}",
-      "ringbus_version:#{Application.spec(:ringbus, :vsn)}",
-      "redis_mode:standalone",
-      "os:#{:erlang.system_info(:system_architecture)}",
-      "process_id:#{System.pid()}",
-      "uptime_in_seconds:#{div(:erlang.statistics(:wall_clock) |> elem(0), 1000)}"
-    ])
-  end
-
-  defp info_section("clients", s) do
-    lines([
-      "# Clients",
-      "connected_clients:#{:counters.get(s.context.stats, @connections)}",
-      "blocked_clients:#{:counters.get(s.context.stats, @blocked_clients)}"
-    ])
-  end
-
-  # The VM's memory, the payload bytes the streams hold, and their bound.
-  defp info_section("memory", s) do
-    total = :erlang.memory(:total)
-
-    held =
-      for name <- Ringbus.channels(),
-          is_binary(name),
-          {:ok, info} <- [Ringbus.info(name)],
-          reduce: 0 do
-        acc -> acc + info.bytes
-      end
-
-    lines([
-      "# Memory",
-      "used_memory:#{total}",
-      "used_memory_human:#{Float.round(total / 1_048_576, 2)}M",
-      "ringbus_stream_bytes:#{held}",
-      "resp_stream_max_bytes:#{s.config.resp_stream_max_bytes}",
-      "maxmemory:0",
-      "maxmemory_policy:noeviction"
-    ])
-  end
-
-  defp info_section("stats", s) do
-    lines([
-      "# Stats",
-      "total_connections_received:#{:counters.get(s.context.stats, @connections_received)}",
-      "total_commands_processed:#{:counters.get(s.context.stats, @commands_processed)}"
-    ])
-  end
-
-  defp info_section("keyspace", _s) do
-    case count_streams() do
-      0 -> lines(["# Keyspace"])
-      n -> lines(["# Keyspace", "db0:keys=#{n},expires=0,avg_ttl=0"])
-    end
-  end
-
-  defp lines(lines), do: Enum.map_join(lines, &(&1 <> "\r\n"))
 
   ## Waiting commands
 
@@ -728,7 +342,7 @@ defmodule Ringbus.Resp.Session do
   def cancel(%__MODULE__{blocked: nil} = s), do: s
 
   def cancel(s) do
-    :counters.sub(s.context.stats, @blocked_clients, 1)
+    Counters.sub(s.context.stats, :blocked_clients, 1)
     Enum.each(Map.keys(s.blocked.subs), &Ringbus.unsubscribe/1)
     %{s | blocked: nil, queued: []}
   end

@@ -1,13 +1,14 @@
 defmodule Ringbus.Resp.StreamAdmin do
   @moduledoc false
-  # XSETID and XINFO STREAM FULL for `Ringbus.Resp.Session`.
+  # XSETID and XINFO (STREAM, STREAM FULL, GROUPS, CONSUMERS) for
+  # `Ringbus.Resp.Session`.
   #
   # XSETID. A ring numbers its entries itself, so a stream's last ID is
   # always `<next seq>-0`: XSETID checks its arguments as Redis 7.0 does and
   # accepts the stream's own last ID (what clients that copy a stream's
   # state send), and refuses to move it.
 
-  alias Ringbus.Resp.{Commands, Encoder, Entry, Groups}
+  alias Ringbus.Resp.{Args, Encoder, Entry, Errors, Groups, Keys, StreamCommands}
 
   @all 4_611_686_018_427_387_904
 
@@ -35,9 +36,9 @@ defmodule Ringbus.Resp.StreamAdmin do
   defp setid_options([], acc), do: {:ok, acc}
 
   defp setid_options([opt, value | rest], acc) do
-    case Commands.upcase(opt) do
+    case Args.upcase(opt) do
       "ENTRIESADDED" ->
-        case integer(value) do
+        case Args.integer(value) do
           {:ok, n} when n >= 0 ->
             setid_options(rest, %{acc | added: n})
 
@@ -49,19 +50,11 @@ defmodule Ringbus.Resp.StreamAdmin do
         with {:ok, id} <- parse_id(value), do: setid_options(rest, %{acc | max_deleted: id})
 
       _ ->
-        {:error, Commands.syntax_error()}
+        {:error, Errors.syntax_error()}
     end
   end
 
-  defp setid_options(_opts, _acc), do: {:error, Commands.syntax_error()}
-
-  # StreamCommands calls here for XINFO STREAM FULL, so nothing here calls it.
-  defp integer(text) do
-    case Integer.parse(text) do
-      {n, ""} when n >= -9_223_372_036_854_775_808 and n <= 9_223_372_036_854_775_807 -> {:ok, n}
-      _ -> :error
-    end
-  end
+  defp setid_options(_opts, _acc), do: {:error, Errors.syntax_error()}
 
   defp stream(key) do
     case Ringbus.info(key) do
@@ -102,10 +95,132 @@ defmodule Ringbus.Resp.StreamAdmin do
     end
   end
 
+  ## XINFO
+
+  def xinfo([sub | args], s) do
+    case {Args.upcase(sub), args} do
+      {"STREAM", [key]} ->
+        guarded(s, key, fn -> stream_info(key, s) end)
+
+      {"STREAM", [key, full | opts]} ->
+        guarded(s, key, fn -> full(key, [full | opts], sub, s) end)
+
+      {"GROUPS", [key]} ->
+        guarded(s, key, fn -> groups_info(key, s) end)
+
+      {"CONSUMERS", [key, group]} ->
+        guarded(s, key, fn -> consumers_info(key, group, s) end)
+
+      {"HELP", []} ->
+        {xinfo_help(), s}
+
+      {upper, _} when upper in ["STREAM", "GROUPS", "CONSUMERS", "HELP"] ->
+        {Errors.wrong_arity("xinfo|" <> String.downcase(upper)), s}
+
+      _ ->
+        {Errors.unknown_subcommand(sub, "XINFO"), s}
+    end
+  end
+
+  defp guarded(s, key, fun), do: Keys.keyed(s, :read, key, fun)
+
+  defp stream_info(key, s) do
+    case Errors.check!(Ringbus.info(key), key) do
+      {:ok, info} ->
+        first_seq = Map.fetch!(info, :first_seq)
+        next_seq = Map.fetch!(info, :next_seq)
+        len = Map.fetch!(info, :len)
+        last = if next_seq > 0, do: Entry.id(next_seq - 1), else: "0-0"
+        deleted = if first_seq > 0, do: Entry.id(first_seq - 1), else: "0-0"
+
+        edge = fn seq ->
+          case StreamCommands.read(key, seq, 1) do
+            [message] -> hd(StreamCommands.entries([message]))
+            [] -> nil
+          end
+        end
+
+        {:map,
+         [
+           {"length", len},
+           {"radix-tree-keys", 0},
+           {"radix-tree-nodes", 0},
+           {"last-generated-id", last},
+           {"max-deleted-entry-id", deleted},
+           {"entries-added", next_seq},
+           {"recorded-first-entry-id", if(len > 0, do: Entry.id(first_seq), else: "0-0")},
+           {"groups", Groups.group_count(s.context.groups, key)},
+           {"first-entry", if(len > 0, do: edge.(first_seq), else: nil)},
+           {"last-entry", if(len > 0, do: edge.(next_seq - 1), else: nil)},
+           {"capacity", Map.fetch!(info, :capacity)},
+           {"overflow", Atom.to_string(Map.fetch!(info, :overflow))},
+           {"max-bytes", Map.fetch!(info, :max_bytes)},
+           {"bytes", Map.fetch!(info, :bytes)},
+           {"overwritten", Map.fetch!(info, :overwritten)},
+           {"pulled", Map.fetch!(info, :pulled)}
+         ]}
+
+      {:error, :no_channel} ->
+        Encoder.error("ERR no such key")
+    end
+  end
+
+  defp groups_info(key, s) do
+    case Errors.check!(Ringbus.info(key), key) do
+      {:ok, info} ->
+        for {name, g} <- Groups.groups(s.context.groups, key) do
+          {:map,
+           [
+             {"name", name},
+             {"consumers", Enum.count(Groups.consumers(s.context.groups, key, name))},
+             {"pending", g.pending},
+             {"last-delivered-id", if(g.last >= 0, do: Entry.id(g.last), else: "0-0")},
+             {"entries-read", g.entries_read},
+             {"lag", max(info.next_seq - (g.last + 1), 0)},
+             {"lost", g.lost},
+             {"pending-dropped", g.dropped}
+           ]}
+        end
+
+      {:error, :no_channel} ->
+        Encoder.error("ERR no such key")
+    end
+  end
+
+  defp consumers_info(key, group, s) do
+    with {:ok, _info} <- Errors.check!(Ringbus.info(key), key),
+         {:ok, _group} <- Groups.fetch(s.context.groups, key, group) do
+      now = System.system_time(:millisecond)
+
+      for {name, seen, pending} <- Groups.consumers(s.context.groups, key, group),
+          do: {:map, [{"name", name}, {"pending", pending}, {"idle", max(now - seen, 0)}]}
+    else
+      {:error, :no_channel} ->
+        Encoder.error("ERR no such key")
+
+      :error ->
+        Encoder.error(["NOGROUP No such consumer group '", group, "' for key name '", key, "'"])
+    end
+  end
+
+  defp xinfo_help do
+    [
+      {:simple, "XINFO <subcommand> [<arg> [value] [opt] ...]. Subcommands are:"},
+      {:simple, "CONSUMERS <key> <groupname>"},
+      {:simple, "    Show consumers of <groupname>."},
+      {:simple, "GROUPS <key>"},
+      {:simple, "    Show the stream consumer groups."},
+      {:simple, "STREAM <key>"},
+      {:simple, "    Show information about the stream."},
+      {:simple, "HELP"},
+      {:simple, "    Print this help."}
+    ]
+  end
+
   ## XINFO STREAM key FULL [COUNT n]
 
-  @doc "XINFO STREAM FULL: the stream, its first COUNT entries (10; 0 for all) and its groups."
-  def full(key, opts, sub, s) do
+  # XINFO STREAM FULL: the stream, its first COUNT entries (10; 0 for all) and its groups.
+  defp full(key, opts, sub, s) do
     with {:ok, count} <- full_count(opts, sub),
          {:ok, info} <- stream(key) do
       full_reply(key, info, count, s)
@@ -116,14 +231,14 @@ defmodule Ringbus.Resp.StreamAdmin do
 
   # As Redis: [FULL] or [FULL COUNT n], else the subcommand's syntax error.
   defp full_count(opts, sub) do
-    case Enum.map(opts, &Commands.upcase/1) do
+    case Enum.map(opts, &Args.upcase/1) do
       ["FULL"] ->
         {:ok, 10}
 
       ["FULL", "COUNT", _] ->
-        case integer(List.last(opts)) do
+        case Args.integer(List.last(opts)) do
           {:ok, n} -> {:ok, if(n <= 0, do: @all, else: n)}
-          :error -> {:error, Commands.not_integer()}
+          :error -> {:error, Errors.not_integer()}
         end
 
       _ ->

@@ -88,6 +88,8 @@ defmodule Ringbus.Wire.Frame do
 
   @magic "RBUS"
   @version 2
+  # Ringbus.Channel.max_name_bytes/0, which the wire may not call (it depends
+  # on nothing); Ringbus.Resp.ErrorsTest keeps the two equal.
   @max_name 255
   @default_port 7171
 

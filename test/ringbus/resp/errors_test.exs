@@ -146,4 +146,17 @@ defmodule Ringbus.Resp.ErrorsTest do
 
     {[{:simple, "PONG"}], _c} = RespClient.call(c, ~w(PING))
   end
+
+  test "stream names are 1 to Ringbus.Channel.max_name_bytes() bytes, as the wire's",
+       %{port: port} do
+    max = Ringbus.Channel.max_name_bytes()
+    assert max == Ringbus.Wire.Frame.max_name_size()
+    longest = "er-" <> :binary.copy("n", max - 3)
+    c = RespClient.connect!(port)
+
+    {["1-0"], c} = RespClient.call(c, ["XADD", longest, "*", "f", "v"])
+    {[{:error, text}], c} = RespClient.call(c, ["XADD", longest <> "n", "*", "f", "v"])
+    assert text == "ERR Ringbus stream names are 1 to #{max} bytes"
+    {[{:error, ^text}], _c} = RespClient.call(c, ["XINFO", "STREAM", longest <> "n"])
+  end
 end

@@ -75,13 +75,13 @@ defmodule Ringbus.Resp.StreamsTest do
 
   test "the stream options follow the server's: bytes, and the capacity that backs them" do
     config = Ringbus.Server.Config.new!([])
-    opts = Ringbus.Resp.StreamCommands.stream_options(config)
+    opts = Ringbus.Resp.Keys.stream_options(config)
     assert opts[:max_bytes] == 64 * 1024 * 1024 and opts[:capacity] == 4 * 1024 * 1024
     assert opts[:overflow] == :drop_oldest
 
     big = Ringbus.Server.Config.new!(resp_stream_max_bytes: 2 ** 40)
-    assert Ringbus.Resp.StreamCommands.stream_options(big)[:capacity] == 0xFFFF_FFFF
-    refute Ringbus.Resp.StreamCommands.stream_options(%{config | auto_create: false})
+    assert Ringbus.Resp.Keys.stream_options(big)[:capacity] == 0xFFFF_FFFF
+    refute Ringbus.Resp.Keys.stream_options(%{config | auto_create: false})
 
     assert_raise ArgumentError, ~r/resp_stream_max_bytes/, fn ->
       Ringbus.Server.Config.new!(resp_stream_max_bytes: 0)

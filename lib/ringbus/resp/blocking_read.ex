@@ -1,0 +1,71 @@
+defmodule Ringbus.Resp.BlockingRead do
+  @moduledoc false
+  # How XREAD BLOCK and XREADGROUP BLOCK wait: a channel subscription to
+  # each stream read (`Ringbus.subscribe/2`), whose batches come to the
+  # connection's process as `{:ringbus, sub, messages, lost}`. `block/4`
+  # returns `{:block, block, session}`; `Ringbus.Resp.Session` keeps the
+  # block and hands each batch to `block.module.woken/5`, the waiting
+  # command's own handler, which answers or waits on. No polling, and no
+  # process in between.
+
+  alias Ringbus.Resp.{Errors, Keys}
+
+  # Entries a waiting read takes at once, when it has no COUNT.
+  @block_batch 1_000
+
+  @doc """
+  Waits for the next entry of any stream: a subscription to each, from
+  the seq given. A missing stream is made (as XADD would make it), so that
+  an XADD that comes later finds the reader waiting. `block` is the wait's
+  state, to which the subscriptions are added.
+  """
+  def block(starts, count, block, s) do
+    batch = if count > 0, do: min(count, @block_batch), else: @block_batch
+
+    result =
+      Enum.reduce_while(starts, {:ok, %{}}, fn {key, from}, {:ok, subs} ->
+        case subscribe(key, from, batch, s) do
+          {:ok, sub} -> {:cont, {:ok, Map.put(subs, sub, key)}}
+          {:error, reply} -> {:halt, {:error, reply, subs}}
+        end
+      end)
+
+    case result do
+      {:ok, subs} ->
+        {:block, Map.put(block, :subs, subs), s}
+
+      {:error, reply, subs} ->
+        Enum.each(Map.keys(subs), &Ringbus.unsubscribe/1)
+        {reply, s}
+    end
+  end
+
+  defp subscribe(key, from, batch, s) do
+    opts = [from: from, max_credit: batch, max_batch: batch]
+
+    case Ringbus.subscribe(key, opts) do
+      {:ok, sub} ->
+        {:ok, sub}
+
+      {:error, :no_channel} ->
+        if Keys.allowed?(s, :write, key) do
+          case Keys.create(key, s) do
+            :ok -> subscribe(key, from, batch, s)
+            {:error, reason} -> {:error, create_error(key, reason)}
+          end
+        else
+          {:error, Errors.no_permission()}
+        end
+
+      {:error, reason} ->
+        {:error, Errors.reply(reason, key)}
+    end
+  end
+
+  @doc "A BLOCK argument as a timeout: 0 waits for ever."
+  def timeout(0), do: :infinity
+  def timeout(ms), do: ms
+
+  defp create_error(key, :no_create), do: Errors.no_create(key)
+  defp create_error(key, reason), do: Errors.reply(reason, key)
+end
