@@ -172,6 +172,7 @@ defmodule Ringbus.Server do
     * `:pid` - its process
     * `:protocol` (`:binary` or `:resp`) and `:port` - the listener it came to
     * `:peer` - the client's address, `"ip:port"`
+    * `:name` - the name a RESP client gave with `CLIENT SETNAME`, or nil
     * `:kind` - `:tcp` or `:tls`
     * `:state` - `:handshaking` (before HELLO, or AUTH when required) or `:open`
     * `:age_ms` - since it was accepted; `:idle_ms` - since its last read
@@ -189,6 +190,23 @@ defmodule Ringbus.Server do
     Ringbus.Server.Directory.connections()
     |> Enum.map(fn {pid, info} -> Stats.connection(pid, info) end)
     |> Enum.sort_by(& &1.id)
+  end
+
+  @doc """
+  Closes the connection of `pid` (a client of `clients/0`) as if its peer
+  had closed it: its socket is shut down, and the connection ends, counted
+  and logged as `peer_closed`. `{:error, :no_client}` if it is not listed.
+  """
+  @spec close_client(pid()) :: :ok | {:error, :no_client}
+  def close_client(pid) do
+    case for({^pid, info} <- Ringbus.Server.Directory.connections(), do: info) do
+      [%{closer: {kind, socket}} | _] ->
+        _ = Ringbus.Socket.shutdown(kind, socket)
+        :ok
+
+      [] ->
+        {:error, :no_client}
+    end
   end
 
   @doc "The processes of a listener's connections open now, one per client."

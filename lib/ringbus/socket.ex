@@ -103,5 +103,14 @@ defmodule Ringbus.Socket do
 
   @spec close(kind(), socket()) :: :ok
   def close(:tcp, socket), do: :gen_tcp.close(socket)
+
   def close(:tls, socket), do: :ssl.close(socket)
+
+  @doc """
+  Shuts the socket down both ways, from any process: its owner then gets
+  the socket's closed message and ends as when the peer closes.
+  """
+  @spec shutdown(:tcp | :tls, term()) :: :ok | {:error, term()}
+  def shutdown(:tcp, socket), do: :gen_tcp.shutdown(socket, :read_write)
+  def shutdown(:tls, socket), do: :ssl.shutdown(socket, :read_write)
 end

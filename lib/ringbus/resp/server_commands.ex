@@ -5,7 +5,7 @@ defmodule Ringbus.Resp.ServerCommands do
   # command's arguments (its name aside) and the session, and returns
   # `{reply, session}` (QUIT: `{:close, reply, session}`).
 
-  alias Ringbus.Resp.{Counters, Encoder, KeyCommands}
+  alias Ringbus.Resp.{ClientCommands, Counters, Encoder, KeyCommands}
   alias Ringbus.Server.Auth
 
   import Ringbus.Resp.Args, only: [upcase: 1]
@@ -71,7 +71,7 @@ defmodule Ringbus.Resp.ServerCommands do
         {"server", "ringbus"},
         {"version", redis_version()},
         {"proto", s.proto},
-        {"id", s.id},
+        {"id", ClientCommands.id(s)},
         {"mode", "standalone"},
         {"role", "master"},
         {"modules", []}
@@ -121,21 +121,30 @@ defmodule Ringbus.Resp.ServerCommands do
 
   def client([sub | args], s), do: client(upcase(sub), sub, args, s)
 
-  defp client("ID", _, [], s), do: {s.id, s}
+  defp client("ID", _, [], s), do: {ClientCommands.id(s), s}
+  defp client("LIST", _, args, s), do: ClientCommands.list(args, s)
+  defp client("INFO", _, [], s), do: ClientCommands.info(s)
+  defp client("KILL", _, [_ | _] = args, s), do: ClientCommands.kill(args, s)
   defp client("GETNAME", _, [], s), do: {s.name, s}
 
   defp client("SETNAME", _, [name], s) do
     case client_name(name) do
-      :ok -> {{:simple, "OK"}, %{s | name: if(name == "", do: nil, else: name)}}
-      error -> {error, s}
+      :ok ->
+        name = if name == "", do: nil, else: name
+        :ok = ClientCommands.named(name)
+        {{:simple, "OK"}, %{s | name: name}}
+
+      error ->
+        {error, s}
     end
   end
 
   # Newer clients announce their library; Redis 7.2 takes it, so do we.
   defp client("SETINFO", _, [_attr, _value], s), do: {{:simple, "OK"}, s}
 
-  defp client(upper, _, _args, s) when upper in ["ID", "GETNAME", "SETNAME", "SETINFO"],
-    do: {wrong_arity("client|" <> String.downcase(upper)), s}
+  defp client(upper, _, _args, s)
+       when upper in ["ID", "GETNAME", "SETNAME", "SETINFO", "INFO", "KILL"],
+       do: {wrong_arity("client|" <> String.downcase(upper)), s}
 
   defp client(_upper, sub, _args, s), do: {unknown_subcommand(sub, "CLIENT"), s}
 

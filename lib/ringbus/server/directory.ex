@@ -31,6 +31,27 @@ defmodule Ringbus.Server.Directory do
     :ok
   end
 
+  @doc "Names the calling connection (a client's `CLIENT SETNAME`); nil clears it."
+  @spec name_connection(String.t() | nil) :: :ok
+  def name_connection(name) do
+    # A duplicate registry has no update_value/3: the entry is put again.
+    with %{} = info <- own_connection() do
+      :ok = Registry.unregister(__MODULE__, :connections)
+      :ok = register_connection(%{info | name: name})
+    end
+
+    :ok
+  end
+
+  @doc "What the calling connection registered, or nil before it has."
+  @spec own_connection() :: map() | nil
+  def own_connection do
+    case Registry.values(__MODULE__, :connections, self()) do
+      [info | _] -> info
+      [] -> nil
+    end
+  end
+
   @doc "The connections registered now: `{pid, info}`."
   @spec connections() :: [{pid(), map()}]
   def connections, do: Registry.lookup(__MODULE__, :connections)

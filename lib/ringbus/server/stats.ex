@@ -250,7 +250,10 @@ defmodule Ringbus.Server.Stats do
         since: now,
         counters: own,
         # The port's queue is output the kernel has not taken yet (TCP only).
-        socket: if(kind == :tcp, do: socket)
+        socket: if(kind == :tcp, do: socket),
+        # What Ringbus.Server.close_client/1 shuts down.
+        closer: {kind, socket},
+        name: nil
       })
 
     %{
@@ -303,6 +306,7 @@ defmodule Ringbus.Server.Stats do
       protocol: info.protocol,
       port: info.port,
       peer: info.peer,
+      name: info.name,
       kind: info.kind,
       state: if(get.(:open) == 1, do: :open, else: :handshaking),
       age_ms: now - info.since,

@@ -162,6 +162,42 @@ defmodule Ringbus.Resp.ClientsTest do
     assert RedisTools.python!(@groups, ["#{port}"]) == "ok\n"
   end
 
+  @client """
+  import sys, redis
+  port = int(sys.argv[1])
+  a, b = redis.Redis(port=port), redis.Redis(port=port)
+  assert a.client_setname("alpha") and b.client_setname("beta")
+  a_id, b_id = a.client_id(), b.client_id()
+  listed = {c["name"]: c for c in a.client_list()}
+  assert listed["alpha"]["id"] == str(a_id) and listed["beta"]["id"] == str(b_id), listed
+  assert int(listed["beta"]["tot-cmds"]) >= 2, listed
+  assert [c["id"] for c in a.client_list(client_id=[str(b_id)])] == [str(b_id)]
+  info = b.client_info()
+  assert info["name"] == "beta" and info["addr"] == listed["beta"]["addr"], info
+  # SKIPME yes (the default): a does not close itself.
+  assert a.client_kill_filter(_id=a_id) == 0
+  assert a.client_kill_filter(_id=b_id) == 1
+  # The killed connection leaves the list once it has closed (redis-py's
+  # pool would quietly open a new one for b).
+  import time
+  for _ in range(400):
+      if str(b_id) not in [c["id"] for c in a.client_list()]:
+          break
+      time.sleep(0.005)
+  assert str(b_id) not in [c["id"] for c in a.client_list()]
+  assert "beta" not in [c["name"] for c in a.client_list()]
+  try:
+      a.client_kill("127.0.0.1:1")
+      raise AssertionError("killed a client that does not exist")
+  except redis.exceptions.ResponseError as e:
+      assert "No such client" in str(e), e
+  print("ok")
+  """
+
+  test "redis-py: CLIENT LIST, INFO and KILL, with names given by CLIENT SETNAME", %{port: port} do
+    assert RedisTools.python!(@client, ["#{port}"]) == "ok\n"
+  end
+
   @keys """
   import sys, redis
   r = redis.Redis(port=int(sys.argv[1]))
