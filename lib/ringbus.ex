@@ -48,9 +48,28 @@ defmodule Ringbus do
   On distributed nodes (`Ringbus.Cluster`), every function here works on
   the channels of every node, with the same arguments and results. A
   channel of this node takes the local path above, unchanged; one of
-  another node goes through that node's link and returns
-  `{:error, :node_down}` or `{:error, :node_busy}` at once when the node
-  cannot be reached. `channels/0` lists this node's channels.
+  another node goes through that node's link, and a call then has one of
+  three outcomes, never a false one:
+
+    * done: `{:ok, ...}` (or `:ok`, `:empty`, a length), as locally;
+    * not done: `{:error, reason}`, for any reason but `:timeout`. The
+      operation was certainly not carried out: refused by the home node
+      (`:full`, `:no_channel`, ...), or refused before it left this node:
+      `:node_down` (not connected), `:node_busy` (its link is busy or full,
+      or the request was still waiting to leave when the caller gave up,
+      and was dropped unsent);
+    * unknown: `{:error, :timeout}`. The request left for the home node and
+      no answer came in time (the node stalled, went down, or the answer
+      was slow): it may or may not have been carried out.
+
+  So a producer may retry a push refused with `:node_busy` or `:node_down`
+  without risk of a duplicate, but a retry after `:timeout` stores the
+  message twice if the first push was stored. Producer ids, which will
+  make such retries safe, are not part of Ringbus yet; until then a
+  producer that must not duplicate reads the channel (`read/3`) to learn
+  whether its message is there. How long a call waits is bounded by the
+  cluster options `:call_timeout` and `:reply_timeout` (`Ringbus.Cluster`).
+  `channels/0` lists this node's channels.
 
   ## State kept in the calling process
 
@@ -125,11 +144,13 @@ defmodule Ringbus do
         }
 
   @typedoc """
-  Why a channel of another node could not be reached, at once and without
-  waiting on it: `:node_down` (not connected) or `:node_busy` (not
-  answering in time, or its link is full). See `Ringbus.Cluster`.
+  Why an operation on a channel of another node failed or may have:
+  `:node_down` (not connected) or `:node_busy` (its link is busy or full,
+  or the request could not leave in time), both certainly not carried out;
+  `:timeout`, the request left and no answer came in time, so it may or may
+  not have been carried out. See "In a cluster" above and `Ringbus.Cluster`.
   """
-  @type node_error :: :node_down | :node_busy
+  @type node_error :: :node_down | :node_busy | :timeout
 
   @typedoc """
   Every reason a function of this module returns in `{:error, reason}`:
@@ -139,7 +160,8 @@ defmodule Ringbus do
     * `:full` - a `:reject` channel has no room (by count or `:max_bytes`)
     * `:too_large` - a payload larger than the channel's `:max_bytes`
     * `:no_subscription` - `ack/2`, `unsubscribe/1`: the subscription has ended
-    * `:node_down`, `:node_busy` - see `t:node_error/0`
+    * `:node_down`, `:node_busy`, `:timeout` - see `t:node_error/0`; only
+      `:timeout` leaves the outcome unknown
 
   Front ends map each of them to their own errors (the RESP front end in
   one function, tested against this list).
@@ -153,7 +175,8 @@ defmodule Ringbus do
   `:overflow` and `:max_bytes`. Bad options raise `ArgumentError`. In a
   cluster (`Ringbus.Cluster`), `node: node` creates the channel on that node
   instead of this one; `{:error, :node_down}` or `{:error, :node_busy}` when
-  it cannot be reached.
+  it cannot be reached, `{:error, :timeout}` when it did not answer in time
+  (the channel may or may not have been created).
 
       iex> Ringbus.create("doc-create", capacity: 10)
       :ok
@@ -161,7 +184,7 @@ defmodule Ringbus do
       {:error, :exists}
   """
   @spec create(name(), Channel.options() | [{:node, node()} | {atom(), term()}]) ::
-          :ok | {:error, :exists | :node_down | :node_busy}
+          :ok | {:error, :exists | node_error()}
   def create(name, opts) do
     {home, opts} = pop_node!(opts)
     Router.create(name, Channel.validate_options!(opts), home)
@@ -175,7 +198,7 @@ defmodule Ringbus do
   Deletes a channel and its messages. Its subscribers receive
   `{:ringbus_closed, sub, :channel_deleted}`.
   """
-  @spec delete(name()) :: :ok | {:error, :no_channel | :node_down | :node_busy}
+  @spec delete(name()) :: :ok | {:error, :no_channel | node_error()}
   def delete(name), do: Router.delete(name)
 
   @doc """
