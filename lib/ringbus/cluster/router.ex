@@ -19,10 +19,6 @@ defmodule Ringbus.Cluster.Router do
     end
   end
 
-  @doc "Subscribes the caller to channel `name` at its home."
-  @spec subscribe(term(), keyword()) :: {:ok, {pid(), reference()}} | {:error, term()}
-  def subscribe(name, opts), do: request(name, {:subscribe, opts, self()})
-
   @doc "Creates channel `name` at `home` (this node when `nil`)."
   @spec create(term(), keyword(), node() | nil) ::
           :ok | {:error, :exists | Ringbus.node_error()}
