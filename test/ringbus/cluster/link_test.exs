@@ -105,6 +105,37 @@ defmodule Ringbus.Cluster.LinkTest do
     assert Links.info()[ctx.node].drops == 1
   end
 
+  test "a link that stops: a request it sent has an unknown outcome, one it held was not sent",
+       ctx do
+    %{node: node, link: link} = ctx
+    connect(link)
+    sent = Task.async(fn -> Links.call(node, "ch", {:push, "a"}, 5_000) end)
+    assert [{:call, _ref, "ch", {:push, "a"}}] = receive_items(link, 1)
+
+    # The next one stays in the link, which stops before it can send it.
+    :sys.suspend(link)
+    held = Task.async(fn -> Links.call(node, "ch", {:push, "b"}, 5_000) end)
+    assert eventually(fn -> Process.info(link, :message_queue_len) == {:message_queue_len, 1} end)
+    send(link, {:ringbus_link_down, {:node_down, :connection_closed}})
+    :sys.resume(link)
+
+    assert Task.await(sent) == {:error, :timeout}
+    assert Task.await(held) == {:error, :node_down}
+  end
+
+  @tag link_config: [call_timeout: 50, reply_timeout: 100, busy_timeout: 60_000]
+  test "a subscription whose caller gave up waiting is ended when its answer comes", ctx do
+    %{node: node, link: link} = ctx
+    connect(link)
+    caller = Task.async(fn -> Links.call(node, "ch", {:subscribe, [], self()}) end)
+    [{:call, ref, "ch", {:subscribe, []}}] = receive_items(link, 1)
+    assert Task.await(caller) == {:error, :timeout}
+
+    sub = {spawn(fn -> :ok end), make_ref()}
+    send(link, {:ringbus_batch, self(), 1, 1, [{:reply, ref, {:ok, sub}}]})
+    assert [{:unsubscribe, ^sub}] = receive_items(link, 1)
+  end
+
   test "credit is added up per subscription and sent with the next batch", ctx do
     %{node: node, link: link} = ctx
     connect(link)
