@@ -48,9 +48,28 @@ defmodule Ringbus do
   On distributed nodes (`Ringbus.Cluster`), every function here works on
   the channels of every node, with the same arguments and results. A
   channel of this node takes the local path above, unchanged; one of
-  another node goes through that node's link and returns
-  `{:error, :node_down}` or `{:error, :node_busy}` at once when the node
-  cannot be reached. `channels/0` lists this node's channels.
+  another node goes through that node's link, and a call then has one of
+  three outcomes, never a false one:
+
+    * done: `{:ok, ...}` (or `:ok`, `:empty`, a length), as locally;
+    * not done: `{:error, reason}`, for any reason but `:timeout`. The
+      operation was certainly not carried out: refused by the home node
+      (`:full`, `:no_channel`, ...), or refused before it left this node:
+      `:node_down` (not connected), `:node_busy` (its link is busy or full,
+      or the request was still waiting to leave when the caller gave up,
+      and was dropped unsent);
+    * unknown: `{:error, :timeout}`. The request left for the home node and
+      no answer came in time (the node stalled, went down, or the answer
+      was slow): it may or may not have been carried out.
+
+  So a producer may retry a push refused with `:node_busy` or `:node_down`
+  without risk of a duplicate, but a retry after `:timeout` stores the
+  message twice if the first push was stored. Producer ids, which will
+  make such retries safe, are not part of Ringbus yet; until then a
+  producer that must not duplicate reads the channel (`read/3`) to learn
+  whether its message is there. How long a call waits is bounded by the
+  cluster options `:call_timeout` and `:reply_timeout` (`Ringbus.Cluster`).
+  `channels/0` lists this node's channels.
 
   ## State kept in the calling process
 
@@ -125,11 +144,13 @@ defmodule Ringbus do
         }
 
   @typedoc """
-  Why a channel of another node could not be reached, at once and without
-  waiting on it: `:node_down` (not connected) or `:node_busy` (not
-  answering in time, or its link is full). See `Ringbus.Cluster`.
+  Why an operation on a channel of another node failed or may have:
+  `:node_down` (not connected) or `:node_busy` (its link is busy or full,
+  or the request could not leave in time), both certainly not carried out;
+  `:timeout`, the request left and no answer came in time, so it may or may
+  not have been carried out. See "In a cluster" above and `Ringbus.Cluster`.
   """
-  @type node_error :: :node_down | :node_busy
+  @type node_error :: :node_down | :node_busy | :timeout
 
   @typedoc """
   Every reason a function of this module returns in `{:error, reason}`:
@@ -139,7 +160,8 @@ defmodule Ringbus do
     * `:full` - a `:reject` channel has no room (by count or `:max_bytes`)
     * `:too_large` - a payload larger than the channel's `:max_bytes`
     * `:no_subscription` - `ack/2`, `unsubscribe/1`: the subscription has ended
-    * `:node_down`, `:node_busy` - see `t:node_error/0`
+    * `:node_down`, `:node_busy`, `:timeout` - see `t:node_error/0`; only
+      `:timeout` leaves the outcome unknown
 
   Front ends map each of them to their own errors (the RESP front end in
   one function, tested against this list).
@@ -153,7 +175,8 @@ defmodule Ringbus do
   `:overflow` and `:max_bytes`. Bad options raise `ArgumentError`. In a
   cluster (`Ringbus.Cluster`), `node: node` creates the channel on that node
   instead of this one; `{:error, :node_down}` or `{:error, :node_busy}` when
-  it cannot be reached.
+  it cannot be reached, `{:error, :timeout}` when it did not answer in time
+  (the channel may or may not have been created).
 
       iex> Ringbus.create("doc-create", capacity: 10)
       :ok
@@ -161,7 +184,7 @@ defmodule Ringbus do
       {:error, :exists}
   """
   @spec create(name(), Channel.options() | [{:node, node()} | {atom(), term()}]) ::
-          :ok | {:error, :exists | :node_down | :node_busy}
+          :ok | {:error, :exists | node_error()}
   def create(name, opts) do
     {home, opts} = pop_node!(opts)
     Router.create(name, Channel.validate_options!(opts), home)
@@ -175,7 +198,7 @@ defmodule Ringbus do
   Deletes a channel and its messages. Its subscribers receive
   `{:ringbus_closed, sub, :channel_deleted}`.
   """
-  @spec delete(name()) :: :ok | {:error, :no_channel | :node_down | :node_busy}
+  @spec delete(name()) :: :ok | {:error, :no_channel | node_error()}
   def delete(name), do: Router.delete(name)
 
   @doc """
@@ -193,14 +216,7 @@ defmodule Ringbus do
   """
   @spec push(name(), binary()) ::
           {:ok, seq()} | {:error, :no_channel | :full | :too_large | node_error()}
-  def push(name, payload) when is_binary(payload) do
-    case Store.fetch(name) do
-      {:ok, channel} -> Ring.push(channel, payload)
-      {:error, :no_channel} -> Router.request(name, {:push, payload})
-    end
-  rescue
-    ArgumentError -> {:error, :no_channel}
-  end
+  def push(name, payload) when is_binary(payload), do: on_channel(name, {:push, payload})
 
   @doc "Like `push/2`, but returns the seq or raises `Ringbus.Error`."
   @spec push!(name(), binary()) :: seq()
@@ -227,16 +243,7 @@ defmodule Ringbus do
           {:ok, seq()} | {:error, :no_channel | :full | :too_large | node_error()}
   def push_many(name, payloads) when is_list(payloads) do
     {count, bytes} = Ring.measure!(payloads)
-    push_measured(name, payloads, count, bytes)
-  end
-
-  defp push_measured(name, payloads, count, bytes) do
-    case Store.fetch(name) do
-      {:ok, channel} -> Ring.push_measured(channel, payloads, count, bytes)
-      {:error, :no_channel} -> Router.request(name, {:push_many, payloads, count, bytes})
-    end
-  rescue
-    ArgumentError -> {:error, :no_channel}
+    on_channel(name, {:push_many, payloads, count, bytes})
   end
 
   @doc false
@@ -246,14 +253,8 @@ defmodule Ringbus do
   # with `push_batches/2`).
   @spec push_run(name(), [binary()], pos_integer(), non_neg_integer()) ::
           {:ok, seq()} | {:error, :no_channel | :full | :too_large | node_error()}
-  def push_run(name, payloads, count, bytes) do
-    case Store.fetch(name) do
-      {:ok, channel} -> Ring.push_run(channel, payloads, count, bytes)
-      {:error, :no_channel} -> Router.request(name, {:push_run, payloads, count, bytes})
-    end
-  rescue
-    ArgumentError -> {:error, :no_channel}
-  end
+  def push_run(name, payloads, count, bytes),
+    do: on_channel(name, {:push_run, payloads, count, bytes})
 
   @doc false
   # For the server: batches `{payloads, count, bytes}` it has counted, each
@@ -261,14 +262,7 @@ defmodule Ringbus do
   @spec push_batches(name(), [{[binary()], non_neg_integer(), non_neg_integer()}]) ::
           {:ok, [{:ok, seq()} | {:error, :full | :too_large}]}
           | {:error, :no_channel | node_error()}
-  def push_batches(name, batches) do
-    case Store.fetch(name) do
-      {:ok, channel} -> {:ok, Ring.push_batches(channel, batches)}
-      {:error, :no_channel} -> Router.request(name, {:push_batches, batches})
-    end
-  rescue
-    ArgumentError -> {:error, :no_channel}
-  end
+  def push_batches(name, batches), do: on_channel(name, {:push_batches, batches})
 
   @doc "Like `push_many/2`, but returns the first seq or raises `Ringbus.Error`."
   @spec push_many!(name(), [binary()]) :: seq()
@@ -279,14 +273,7 @@ defmodule Ringbus do
   once, however many processes pull at the same time.
   """
   @spec pull(name()) :: {:ok, seq(), binary()} | :empty | {:error, :no_channel | node_error()}
-  def pull(name) do
-    case Store.fetch(name) do
-      {:ok, channel} -> Ring.pull(channel)
-      {:error, :no_channel} -> Router.request(name, :pull)
-    end
-  rescue
-    ArgumentError -> {:error, :no_channel}
-  end
+  def pull(name), do: on_channel(name, :pull)
 
   @doc """
   Reads up to `max` messages from `from_seq` on, without removing them.
@@ -299,36 +286,16 @@ defmodule Ringbus do
   @spec read(name(), seq(), non_neg_integer()) ::
           {:ok, [{seq(), binary()}], non_neg_integer()} | {:error, :no_channel | node_error()}
   def read(name, from_seq, max)
-      when is_integer(from_seq) and from_seq >= 0 and is_integer(max) and max >= 0 do
-    case Store.fetch(name) do
-      {:ok, channel} ->
-        {messages, _count, lost, _next} = Ring.read(channel, from_seq, max)
-        {:ok, messages, lost}
-
-      {:error, :no_channel} ->
-        Router.request(name, {:read, from_seq, max})
-    end
-  rescue
-    ArgumentError -> {:error, :no_channel}
-  end
+      when is_integer(from_seq) and from_seq >= 0 and is_integer(max) and max >= 0,
+      do: on_channel(name, {:read, from_seq, max})
 
   @doc "The number of messages the channel holds. Constant time."
   @spec len(name()) :: non_neg_integer() | {:error, :no_channel | node_error()}
-  def len(name) do
-    case Store.fetch(name) do
-      {:ok, channel} -> Ring.len(channel)
-      {:error, :no_channel} -> Router.request(name, :len)
-    end
-  end
+  def len(name), do: on_channel(name, :len)
 
   @doc "The channel's figures; see `t:info/0`."
   @spec info(name()) :: {:ok, info()} | {:error, :no_channel | node_error()}
-  def info(name) do
-    case Store.fetch(name) do
-      {:ok, channel} -> {:ok, Ring.info(channel)}
-      {:error, :no_channel} -> Router.request(name, :info)
-    end
-  end
+  def info(name), do: on_channel(name, :info)
 
   @doc "Lists the names of the channels of this node."
   @spec channels() :: [name()]
@@ -370,11 +337,7 @@ defmodule Ringbus do
           {:ok, subscription()} | {:error, :no_channel | node_error()}
   def subscribe(name, opts \\ []) do
     opts = Subscription.validate_options!(opts)
-
-    case Store.fetch(name) do
-      {:ok, channel} -> Subscription.start(channel, self(), opts)
-      {:error, :no_channel} -> Router.subscribe(name, opts)
-    end
+    on_channel(name, {:subscribe, opts, self()})
   end
 
   @doc """
@@ -445,6 +408,41 @@ defmodule Ringbus do
   """
   @spec cluster_info() :: Ringbus.Cluster.info()
   def cluster_info, do: Ringbus.Cluster.info()
+
+  # The one path of every operation on a named channel: run here on a
+  # channel of this node, else at its home through the cluster (which
+  # answers `:no_channel` for a name no node has). A channel deleted while
+  # the operation ran raises `ArgumentError` from its tables.
+  defp on_channel(name, op) do
+    case Store.fetch(name) do
+      {:ok, channel} -> run(channel, op)
+      {:error, :no_channel} -> Router.request(name, op)
+    end
+  rescue
+    ArgumentError -> {:error, :no_channel}
+  end
+
+  defp run(channel, {:push, payload}), do: Ring.push(channel, payload)
+
+  defp run(channel, {:push_many, payloads, count, bytes}),
+    do: Ring.push_measured(channel, payloads, count, bytes)
+
+  defp run(channel, {:push_run, payloads, count, bytes}),
+    do: Ring.push_run(channel, payloads, count, bytes)
+
+  defp run(channel, {:push_batches, batches}), do: {:ok, Ring.push_batches(channel, batches)}
+  defp run(channel, :pull), do: Ring.pull(channel)
+
+  defp run(channel, {:read, from_seq, max}) do
+    {messages, _count, lost, _next} = Ring.read(channel, from_seq, max)
+    {:ok, messages, lost}
+  end
+
+  defp run(channel, :len), do: Ring.len(channel)
+  defp run(channel, :info), do: {:ok, Ring.info(channel)}
+
+  defp run(channel, {:subscribe, opts, subscriber}),
+    do: Subscription.start(channel, subscriber, opts)
 
   # `create/2`'s `:node` option, which is not a channel option.
   defp pop_node!(opts) when is_list(opts) do

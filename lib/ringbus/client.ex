@@ -118,7 +118,8 @@ defmodule Ringbus.Client do
       (`Ringbus.Wire.ErrorCode`): `:no_channel`, `:exists`, `:full`,
       `:too_large`, `:forbidden`, `:no_subscription`,
       `:too_many_subscriptions`, `:bad_argument`, `:internal`, and in a
-      cluster `:node_down` and `:node_busy` (see `Ringbus.Cluster`). The same
+      cluster `:node_down`, `:node_busy` (not carried out) and `:timeout`
+      (code 111: unknown outcome, see `Ringbus.Cluster`). The same
       atoms the embedded `Ringbus` functions return, so code moves between
       the two. They come from `ERROR` frames and from the status of
       `PUSH_ACKS` entries alike; the server's text message is not kept (the
@@ -126,7 +127,8 @@ defmodule Ringbus.Client do
     * `:closed` - the connection is closed, or closed while the request
       waited. A request that was written may or may not have been handled.
     * `:timeout` - no answer within `:timeout` milliseconds. The request may
-      still be handled; its late answer is dropped.
+      still be handled; its late answer is dropped. The same atom as the
+      server's code 111, with the same meaning: unknown outcome.
     * `:backpressure` - see above; only from `push_async/4`.
     * `:frame_too_large` - the request would not fit the server's max frame
       size; nothing was sent.

@@ -31,23 +31,39 @@ defmodule Ringbus.Cluster do
   `subscribe/2`, `ack/2`, `unsubscribe/1` and `delete/1` take the same
   arguments and return the same values on any node. A channel of this node
   takes the local path, unchanged: the cluster adds nothing to it. A channel
-  of another node goes through the link to that node, and when that node
-  cannot be reached the call returns at once:
+  of another node goes through the link to that node. Such a call has
+  three outcomes, never a false one (see "In a cluster" in `Ringbus`):
+  done, not done (any error but `:timeout`), or unknown:
 
-    * `{:error, :node_down}` - the node is not connected (or has no link
-      yet): it died, or went silent for longer than `net_ticktime`.
-    * `{:error, :node_busy}` - the node did not answer within
-      `:call_timeout`; or, at once, it has left this node's traffic
-      unacknowledged for `:busy_timeout`, or the link holds
-      `:max_buffer_bytes` waiting for the distribution buffer. A request
-      answered `node_busy` after it left this node may still have been
-      carried out (as with any timeout); one that had not left is dropped
-      unsent.
+    * `{:error, :node_down}` - not done: the node is not connected (or has
+      no link yet): it died, or went silent for longer than `net_ticktime`.
+    * `{:error, :node_busy}` - not done: at once, the node has left this
+      node's traffic unacknowledged for `:busy_timeout`, or the link holds
+      `:max_buffer_bytes` waiting for the distribution buffer; or the
+      request was still waiting in the link after `:call_timeout`, and was
+      dropped unsent.
+    * `{:error, :timeout}` - unknown: the request left for the node and no
+      answer came within `:reply_timeout` (or the node went down
+      meanwhile). It may or may not have been carried out; a push retried
+      after it may be stored twice.
 
   No caller ever waits on a remote process or on the distribution buffer:
-  a call waits on its local link, at most `:call_timeout` ms. Creates wait
-  for the other nodes' votes, at most `:create_timeout` (and a create or
-  delete of another node's channel, twice that).
+  a call waits on its local link, at most `:call_timeout` ms for its
+  request to leave and `:reply_timeout` ms in all. Creates wait for the
+  other nodes' votes, at most `:create_timeout` (and a create or delete of
+  another node's channel, twice that, for both).
+
+  The two timeouts answer two questions. Whether to send: a request that
+  cannot leave within `:call_timeout` (5 ms) is dropped and refused, so a
+  stalled link fails calls fast and certainly. How long to wait for a
+  request that may be carried out: `:reply_timeout` (100 ms, the same as
+  `:busy_timeout`, after which the link is busy and new calls are refused
+  at once anyway). A shorter `:reply_timeout` bounds a caller's wait more
+  tightly at the cost of more unknown outcomes under load (at 5 ms, a
+  scheduler stall of the home node, or a push of a few MB, answers
+  `:timeout`); a longer one (seconds) turns more of them into real answers,
+  but a caller whose request went to a node that then stalls waits that
+  long (at most, and until the node is declared down: then at once).
 
   Messages from one producer keep their order across the wire. A remote
   subscription gets the same `{:ringbus, sub, messages, lost}` batches
@@ -76,8 +92,13 @@ defmodule Ringbus.Cluster do
   read when Ringbus starts:
 
     * `:join` - nodes to connect to and keep connected to. Default `[]`.
-    * `:call_timeout` - ms a caller waits for a remote node's answer.
-      Default `5`.
+    * `:call_timeout` - ms a request may wait in this node's link before
+      it leaves for the remote node; after that it is dropped unsent and
+      the caller gets `{:error, :node_busy}`. Default `5`.
+    * `:reply_timeout` - ms, from the start of the call, a caller waits for
+      the answer to a request that has left; after that it gets
+      `{:error, :timeout}`. At least `:call_timeout` in effect. Default
+      `100`.
     * `:busy_timeout` - ms after which a batch the remote node has not
       acknowledged makes its link busy: calls to it then return
       `{:error, :node_busy}` without waiting, until it catches up.

@@ -19,6 +19,10 @@ defmodule Ringbus.Error do
   defp describe(:exists), do: "a channel of that name exists already"
   defp describe(:full), do: "the channel is full and rejects pushes"
   defp describe(:node_down), do: "the node that holds the channel is not connected"
-  defp describe(:node_busy), do: "the node that holds the channel did not answer in time"
+  defp describe(:node_busy), do: "the node that holds the channel is busy; nothing was done"
+
+  defp describe(:timeout),
+    do: "no answer in time from the node that holds the channel; it may or may not have been done"
+
   defp describe(other), do: inspect(other)
 end

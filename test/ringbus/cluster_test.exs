@@ -36,7 +36,9 @@ defmodule Ringbus.ClusterTest do
   end
 
   test "options are checked, with the key and the value in the error" do
-    assert %Config{call_timeout: 5, busy_timeout: 100, join: []} = Config.new!([])
+    assert %Config{call_timeout: 5, reply_timeout: 100, busy_timeout: 100, join: []} =
+             Config.new!([])
+
     assert %Config{join: [:a@h], call_timeout: 50} = Config.new!(join: [:a@h], call_timeout: 50)
 
     assert_raise ArgumentError, ~r/expected :call_timeout to be a positive integer, got: 0/, fn ->
@@ -62,6 +64,7 @@ defmodule Ringbus.ClusterTest do
 
   for key <- [
         :call_timeout,
+        :reply_timeout,
         :busy_timeout,
         :create_timeout,
         :max_buffer_bytes,
@@ -94,6 +97,11 @@ defmodule Ringbus.ClusterTest do
 
   test "errors of the cluster raise with their meaning" do
     assert Exception.message(%Ringbus.Error{reason: :node_down, channel: "x"}) =~ "not connected"
-    assert Exception.message(%Ringbus.Error{reason: :node_busy, channel: "x"}) =~ "in time"
+
+    assert Exception.message(%Ringbus.Error{reason: :node_busy, channel: "x"}) =~
+             "nothing was done"
+
+    assert Exception.message(%Ringbus.Error{reason: :timeout, channel: "x"}) =~
+             "may or may not have been done"
   end
 end

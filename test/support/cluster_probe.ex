@@ -74,22 +74,92 @@ defmodule Ringbus.Test.ClusterProbe do
 
   # Small reads, retried: under a short `call_timeout` on a loaded machine
   # one may come back `node_busy`.
-  defp read_all(name), do: read_all(name, 0, %{}, 200)
+  defp read_all(name, chunk \\ 100), do: read_all(name, chunk, 0, %{}, 200)
 
-  defp read_all(_name, _from, _acc, 0), do: raise("reads kept failing")
+  defp read_all(_name, _chunk, _from, _acc, 0), do: raise("reads kept failing")
 
-  defp read_all(name, from, acc, tries) do
-    case Ringbus.read(name, from, 100) do
+  defp read_all(name, chunk, from, acc, tries) do
+    case Ringbus.read(name, from, chunk) do
       {:ok, [], _lost} ->
         acc
 
       {:ok, messages, _lost} ->
-        read_all(name, elem(List.last(messages), 0) + 1, Map.merge(acc, Map.new(messages)), tries)
+        next = elem(List.last(messages), 0) + 1
+        read_all(name, chunk, next, Map.merge(acc, Map.new(messages)), tries)
 
       {:error, _} ->
-        Process.sleep(20) && read_all(name, from, acc, tries - 1)
+        Process.sleep(20) && read_all(name, chunk, from, acc, tries - 1)
     end
   end
+
+  @doc """
+  Pushes `bytes`-byte payloads to `name` one by one for `duration_ms`, then
+  waits until the channel can be read again and checks every answer
+  against what the channel holds. See `outcomes/2`.
+  """
+  def checked_pushes_for(name, duration_ms, bytes) do
+    deadline = System.monotonic_time(:millisecond) + duration_ms
+    run = :erlang.unique_integer([:positive])
+    table = :ets.new(:pushes, [:ordered_set, :private])
+    push_until(name, deadline, run, bytes, 0, table)
+    outcomes(name, table)
+  end
+
+  @doc "Pushes `count` payloads of `bytes` to `name` one by one and checks them: see `outcomes/2`."
+  def checked_pushes(name, count, bytes) do
+    run = :erlang.unique_integer([:positive])
+    table = :ets.new(:pushes, [:ordered_set, :private])
+
+    for i <- 1..count do
+      payload = checked_payload(run, i, bytes)
+      :ets.insert(table, {i, {payload, Ringbus.push(name, payload)}})
+    end
+
+    outcomes(name, table)
+  end
+
+  defp push_until(name, deadline, run, bytes, i, table) do
+    if System.monotonic_time(:millisecond) <= deadline do
+      payload = checked_payload(run, i, bytes)
+      :ets.insert(table, {i, {payload, Ringbus.push(name, payload)}})
+      push_until(name, deadline, run, bytes, i + 1, table)
+    end
+  end
+
+  defp checked_payload(run, i, bytes),
+    do: <<run::64, i::64, :binary.copy("c", max(bytes - 16, 0))::binary>>
+
+  # What a checker of the three outcomes counts: the answers by kind, the
+  # pushes answered `{:ok, seq}` whose payload is not at seq (`missing`),
+  # the pushes answered with an error other than `:timeout` whose payload
+  # is stored all the same (`refused_stored`: each a false answer), and how
+  # many `:timeout` pushes were stored (either is right).
+  defp outcomes(name, table) do
+    pushes = for {_i, push} <- :ets.tab2list(table), do: push
+    {first, _} = hd(pushes)
+    # Reads of about 1 MB: a larger answer would not fit in a link's outbox.
+    held = read_all(name, max(div(1_000_000, byte_size(first)), 1))
+    held = Map.new(held, fn {seq, payload} -> {seq, binary_part(payload, 0, 16)} end)
+    stored = MapSet.new(Map.values(held))
+    stored? = fn payload -> MapSet.member?(stored, binary_part(payload, 0, 16)) end
+
+    %{
+      answers: Enum.frequencies_by(pushes, fn {_, result} -> kind(result) end),
+      missing:
+        for({payload, {:ok, seq}} <- pushes, held[seq] != binary_part(payload, 0, 16), do: seq),
+      refused_stored:
+        for(
+          {payload, {:error, reason}} <- pushes,
+          reason != :timeout and stored?.(payload),
+          do: reason
+        ),
+      timeouts_stored:
+        Enum.count(pushes, &(match?({_, {:error, :timeout}}, &1) and stored?.(elem(&1, 0))))
+    }
+  end
+
+  defp kind({:ok, _seq}), do: :ok
+  defp kind({:error, reason}), do: reason
 
   @doc """
   Starts a subscriber process (not linked to the caller) that subscribes to

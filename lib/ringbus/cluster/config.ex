@@ -9,6 +9,7 @@ defmodule Ringbus.Cluster.Config do
   @defaults [
     join: [],
     call_timeout: 5,
+    reply_timeout: 100,
     busy_timeout: 100,
     create_timeout: 1_000,
     max_buffer_bytes: 4 * 1024 * 1024,
@@ -22,6 +23,7 @@ defmodule Ringbus.Cluster.Config do
   @type t :: %__MODULE__{
           join: [node()],
           call_timeout: pos_integer(),
+          reply_timeout: pos_integer(),
           busy_timeout: pos_integer(),
           create_timeout: pos_integer(),
           max_buffer_bytes: pos_integer(),

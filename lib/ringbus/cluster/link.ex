@@ -26,7 +26,7 @@ defmodule Ringbus.Cluster.Link do
   #
   # Bounds. When an item does not fit in the outbox: a request is answered
   # `{:error, :node_busy}` at once, an answer is dropped (its caller gets
-  # `node_busy` when it stops waiting), a directory message is dropped and
+  # `{:error, :timeout}` when it stops waiting), a directory message is dropped and
   # the directory resyncs the node once the link drains; each is counted in
   # `drops`. Subscription batches are never dropped: a subscription sends at
   # most its credit, and while the outbox is full the link holds back the
@@ -41,12 +41,15 @@ defmodule Ringbus.Cluster.Link do
   # acknowledges the highest it has handled in its next batch (an empty one
   # if it has nothing else to send). A batch unacknowledged for longer than
   # `busy_timeout` makes the link busy: callers get `{:error, :node_busy}`
-  # without waiting, until the peer catches up. Before that, a caller whose
-  # request left in a batch waits at most its `call_timeout` for the answer;
-  # a request still in the outbox when its caller gave up is dropped, not
-  # sent. The two are apart on purpose: one slow answer (a scheduler stall
-  # on a loaded machine) fails its own call, not every call for
-  # `busy_timeout`.
+  # without waiting, until the peer catches up. Before that, a request
+  # waits in the outbox at most its caller's `call_timeout`: one still there
+  # when its caller gave up is dropped, not sent (`node_busy`, certainly not
+  # carried out). One that left in a batch is waited on until
+  # `reply_timeout`, then answered `{:error, :timeout}` (unknown outcome).
+  # Which of the two happened is settled by a flag per request
+  # (`Ringbus.Cluster.Links`). The timeouts and `busy_timeout` are apart on
+  # purpose: one slow answer (a scheduler stall on a loaded machine) fails
+  # its own call, not every call for `busy_timeout`.
   #
   # Backlog safety: it takes messages in arrival order, never receives
   # selectively, counts no list, and keeps its queue off the heap.
@@ -75,7 +78,7 @@ defmodule Ringbus.Cluster.Link do
     Process.flag(:trap_exit, true)
     Links.set_state(counters, :down)
     Links.set_queued(counters, 0)
-    Links.put(node, self(), counters, config.call_timeout)
+    Links.put(node, self(), counters, config)
     :ok = :pg.join(Links.scope(), Links.group(node), self())
 
     state = %{
@@ -102,7 +105,7 @@ defmodule Ringbus.Cluster.Link do
       # Subscriptions whose subscriber is here: sub => {subscriber, monitor}.
       routes: %{},
       watched: %{},
-      # Subscribe requests on their way: request ref => {subscriber, deadline}.
+      # Subscribe requests on their way: request ref => {subscriber, flag}.
       subscribing: %{},
       # Credit to send, per subscription at the peer.
       acks: %{},
@@ -143,18 +146,18 @@ defmodule Ringbus.Cluster.Link do
 
   ## From local callers, subscriptions and the directory
 
-  def handle_info({:ringbus_call, ref, _name, _op, _deadline}, %{peer: nil} = state) do
+  def handle_info({:ringbus_call, ref, _name, _op, _flag}, %{peer: nil} = state) do
     send(ref, {ref, {:error, :node_down}})
     noreply(state)
   end
 
-  def handle_info({:ringbus_call, ref, name, {:subscribe, opts, subscriber}, deadline}, state) do
-    state = %{state | subscribing: Map.put(state.subscribing, ref, {subscriber, deadline})}
-    noreply(request(state, ref, name, {:subscribe, opts}, deadline))
+  def handle_info({:ringbus_call, ref, name, {:subscribe, opts, subscriber}, flag}, state) do
+    state = %{state | subscribing: Map.put(state.subscribing, ref, {subscriber, flag})}
+    noreply(request(state, ref, name, {:subscribe, opts}, flag))
   end
 
-  def handle_info({:ringbus_call, ref, name, op, deadline}, state),
-    do: noreply(request(state, ref, name, op, deadline))
+  def handle_info({:ringbus_call, ref, name, op, flag}, state),
+    do: noreply(request(state, ref, name, op, flag))
 
   def handle_info({:ringbus_link_ack, sub, count}, state),
     do: noreply(%{state | acks: Map.update(state.acks, sub, count, &(&1 + count))})
@@ -265,8 +268,8 @@ defmodule Ringbus.Cluster.Link do
         send(ref, {ref, answer})
         state
 
-      {{subscriber, deadline}, subscribing} ->
-        subscribed(%{state | subscribing: subscribing}, ref, answer, subscriber, deadline)
+      {{subscriber, flag}, subscribing} ->
+        subscribed(%{state | subscribing: subscribing}, ref, answer, subscriber, flag)
     end
   end
 
@@ -313,8 +316,8 @@ defmodule Ringbus.Cluster.Link do
   # A subscription the peer started for a subscriber here: route its
   # batches from now on, unless the caller has given up waiting, in which
   # case nobody knows its handle and it is ended at once.
-  defp subscribed(state, ref, {:ok, sub} = answer, subscriber, deadline) do
-    if now() <= deadline do
+  defp subscribed(state, ref, {:ok, sub} = answer, subscriber, flag) do
+    if Links.deliver?(flag) do
       monitor = Process.monitor(subscriber)
       send(ref, {ref, answer})
 
@@ -328,15 +331,15 @@ defmodule Ringbus.Cluster.Link do
     end
   end
 
-  defp subscribed(state, ref, answer, _subscriber, _deadline) do
+  defp subscribed(state, ref, answer, _subscriber, _flag) do
     send(ref, {ref, answer})
     state
   end
 
   ## Queueing
 
-  defp request(state, ref, name, op, deadline) do
-    case Outbox.push(state.outbox, {:call, ref, name, op, deadline}, op_bytes(op)) do
+  defp request(state, ref, name, op, flag) do
+    case Outbox.push(state.outbox, {:call, ref, name, op, flag}, op_bytes(op)) do
       {:ok, outbox} ->
         %{state | outbox: outbox}
 
@@ -352,7 +355,7 @@ defmodule Ringbus.Cluster.Link do
       {:ok, outbox} ->
         %{state | outbox: outbox}
 
-      # The caller at the peer gets `node_busy` when it stops waiting.
+      # The caller at the peer gets `timeout` when it stops waiting.
       :full ->
         Links.count(state.counters, :drops, 1)
         full(state)
@@ -413,7 +416,7 @@ defmodule Ringbus.Cluster.Link do
   defp send_next(state) do
     now = now()
     {items, _bytes, rest} = Outbox.take(state.outbox, state.batch_bytes)
-    {items, expired} = wire_items(items, now, [], 0)
+    {items, claimed, expired} = wire_items(items, [], [], 0)
     items = ack_items(state.acks, items)
     seq = if items == [], do: 0, else: state.seq + 1
 
@@ -441,26 +444,31 @@ defmodule Ringbus.Cluster.Link do
 
         if Outbox.empty?(rest), do: {:noreply, publish(state)}, else: send_next(state)
 
+      # Not sent: its requests are queued again, and their callers may still
+      # give up on them with the certainty that they were not carried out.
       :nosuspend ->
+        Enum.each(claimed, &Links.unclaim/1)
         {:noreply, publish(retry_later(state))}
 
       :noconnect ->
+        Enum.each(claimed, &Links.unclaim/1)
         {:stop, {:shutdown, :noconnect}, state}
     end
   end
 
-  # The items of a batch as the peer gets them; requests whose caller has
-  # stopped waiting are dropped (and counted).
-  defp wire_items([{:call, ref, name, op, deadline} | rest], now, acc, expired) do
-    if now > deadline,
-      do: wire_items(rest, now, acc, expired + 1),
-      else: wire_items(rest, now, [{:call, ref, name, op} | acc], expired)
+  # The items of a batch as the peer gets them, and the flags of its
+  # requests; requests whose caller has stopped waiting are dropped (and
+  # counted).
+  defp wire_items([{:call, ref, name, op, flag} | rest], acc, claimed, expired) do
+    if Links.claim(flag),
+      do: wire_items(rest, [{:call, ref, name, op} | acc], [flag | claimed], expired),
+      else: wire_items(rest, acc, claimed, expired + 1)
   end
 
-  defp wire_items([item | rest], now, acc, expired),
-    do: wire_items(rest, now, [item | acc], expired)
+  defp wire_items([item | rest], acc, claimed, expired),
+    do: wire_items(rest, [item | acc], claimed, expired)
 
-  defp wire_items([], _now, acc, expired), do: {:lists.reverse(acc), expired}
+  defp wire_items([], acc, claimed, expired), do: {:lists.reverse(acc), claimed, expired}
 
   defp ack_items(acks, items) when map_size(acks) == 0, do: items
 

@@ -4,19 +4,35 @@ defmodule Ringbus.Cluster.Links do
   # does with a link: find it, read its state, hand it a request and wait for
   # the answer within a bound.
   #
-  # A row is `{node, link_pid | nil, counters, call_timeout}`. The counters
-  # are an `:atomics` array the link writes (its state, the bytes it holds,
-  # batches sent, drops, suspensions) and that callers and `cluster_info/0`
-  # read without asking the link anything. They belong to the node, not to
-  # one link process, so they count across reconnections.
+  # A row is `{node, link_pid | nil, counters, {call_timeout, reply_timeout}}`.
+  # The counters are an `:atomics` array the link writes (its state, the
+  # bytes it holds, batches sent, drops, suspensions) and that callers and
+  # `cluster_info/0` read without asking the link anything. They belong to
+  # the node, not to one link process, so they count across reconnections.
   #
   # A caller never waits on a remote process. It sends its request to the
   # local link (a local send, which cannot block) and waits for the answer
-  # on a monitor alias, at most `call_timeout` ms. A link that is busy or
-  # down is refused before anything is sent. The alias is deactivated when
-  # the caller gives up, so a late answer is dropped by the runtime instead
-  # of landing in the caller's mailbox; the receive matches the fresh
-  # monitor reference, which the runtime finds without scanning the mailbox.
+  # on a monitor alias. A link that is busy or down is refused before
+  # anything is sent. The alias is deactivated when the caller gives up, so
+  # a late answer is dropped by the runtime instead of landing in the
+  # caller's mailbox; the receive matches the fresh monitor reference, which
+  # the runtime finds without scanning the mailbox.
+  #
+  # Three outcomes, never a false one. Each request carries a one-slot
+  # `:atomics` flag that the caller and the link settle with
+  # compare-and-swap, so that exactly one of them decides its fate:
+  #
+  #   queued -> sent      the link puts it in a batch (back to queued if
+  #                       the distribution buffer refused the batch)
+  #   queued -> gave_up   the caller stopped waiting first: the link drops
+  #                       it unsent, and the caller answers `node_busy`
+  #   sent -> gave_up     no answer in time: `{:error, :timeout}`, the
+  #                       outcome is unknown
+  #   sent -> answered    a subscribe's answer is on its way (the link
+  #                       routes the subscription only then)
+  #
+  # A request waits at most `call_timeout` to leave this node, and once it
+  # has left, until `reply_timeout` after the call began for its answer.
   #
   # The table is owned by `Ringbus.Cluster.Members`, which starts the links.
   # Each link writes its own row as it starts, before it can take a message
@@ -37,6 +53,12 @@ defmodule Ringbus.Cluster.Links do
   @down 0
   @up 1
   @busy 2
+
+  # A request's flag.
+  @r_queued 0
+  @r_sent 1
+  @r_gave_up 2
+  @r_answered 3
 
   @typedoc "The figures of one link, as `Ringbus.cluster_info/0` shows them."
   @type info :: %{
@@ -77,12 +99,32 @@ defmodule Ringbus.Cluster.Links do
     end
   end
 
-  @doc "Records `node`'s link process (`nil` once it is gone)."
-  @spec put(node(), pid() | nil, :atomics.atomics_ref(), pos_integer()) :: :ok
-  def put(node, pid, counters, call_timeout) do
-    :ets.insert(@table, {node, pid, counters, call_timeout})
+  @doc "Records `node`'s link process (`nil` once it is gone) and the timeouts of its callers."
+  @spec put(node(), pid() | nil, :atomics.atomics_ref(), Ringbus.Cluster.Config.t()) :: :ok
+  def put(node, pid, counters, config) do
+    :ets.insert(@table, {node, pid, counters, {config.call_timeout, config.reply_timeout}})
     :ok
   end
+
+  ## Request flags (the link)
+
+  @doc """
+  Claims a request for a batch: `true` if it may be sent, `false` if its
+  caller gave up before (it is then dropped).
+  """
+  @spec claim(:atomics.atomics_ref()) :: boolean()
+  def claim(flag), do: :atomics.compare_exchange(flag, 1, @r_queued, @r_sent) in [:ok, @r_sent]
+
+  @doc "Gives back a claimed request that did not leave after all (a refused batch)."
+  @spec unclaim(:atomics.atomics_ref()) :: :ok
+  def unclaim(flag) do
+    _ = :atomics.compare_exchange(flag, 1, @r_sent, @r_queued)
+    :ok
+  end
+
+  @doc "Whether a subscribe's caller still waits: if so, it will get the answer."
+  @spec deliver?(:atomics.atomics_ref()) :: boolean()
+  def deliver?(flag), do: :atomics.compare_exchange(flag, 1, @r_sent, @r_answered) == :ok
 
   ## Counters (the link)
 
@@ -150,16 +192,19 @@ defmodule Ringbus.Cluster.Links do
 
   @doc """
   Runs `op` on channel `name` at `node` through the link and returns its
-  answer, `{:error, :node_down}` or `{:error, :node_busy}`. Waits at most
-  `timeout` ms (the link's `call_timeout` when `nil`).
+  answer; `{:error, :node_down}` or `{:error, :node_busy}` when the request
+  did not leave this node (so it was certainly not carried out);
+  `{:error, :timeout}` when it left and no answer came in time (it may or
+  may not have been carried out). Waits at most the link's `call_timeout`
+  for the request to leave and its `reply_timeout` in all, or `timeout` ms
+  for both when given.
   """
   @spec call(node(), term(), term(), pos_integer() | nil) :: term()
   def call(node, name, op, timeout \\ nil) do
     case lookup(node) do
-      {:up, pid, call_timeout} ->
-        timeout = timeout || call_timeout
-        deadline = System.monotonic_time(:millisecond) + timeout
-        await(pid, &{:ringbus_call, &1, name, op, deadline}, timeout)
+      {:up, pid, {call_timeout, reply_timeout}} ->
+        {leave, reply} = if timeout, do: {timeout, timeout}, else: {call_timeout, reply_timeout}
+        await_call(pid, name, op, leave, max(leave, reply))
 
       {:busy, _, _} ->
         {:error, :node_busy}
@@ -197,7 +242,7 @@ defmodule Ringbus.Cluster.Links do
       {:down, _, _} ->
         {:error, :no_subscription}
 
-      {_up_or_busy, pid, call_timeout} ->
+      {_up_or_busy, pid, {call_timeout, _reply_timeout}} ->
         case await(pid, &{:ringbus_unsubscribe, &1, sub}, call_timeout) do
           {:error, :node_down} -> {:error, :no_subscription}
           reply -> reply
@@ -207,8 +252,8 @@ defmodule Ringbus.Cluster.Links do
 
   defp lookup(node) do
     case :ets.lookup(@table, node) do
-      [{_, pid, counters, call_timeout}] when is_pid(pid) ->
-        {state_name(:atomics.get(counters, @state)), pid, call_timeout}
+      [{_, pid, counters, timeouts}] when is_pid(pid) ->
+        {state_name(:atomics.get(counters, @state)), pid, timeouts}
 
       _ ->
         {:down, nil, nil}
@@ -240,6 +285,85 @@ defmodule Ringbus.Cluster.Links do
           0 -> {:error, :node_busy}
         end
     end
+  end
+
+  defp await_call(pid, name, op, leave, reply) do
+    flag = :atomics.new(1, signed: false)
+    ref = :erlang.monitor(:process, pid, [{:alias, :demonitor}])
+    send(pid, {:ringbus_call, ref, name, op, flag})
+
+    receive do
+      {^ref, answer} ->
+        Process.demonitor(ref, [:flush])
+        answer
+
+      {:DOWN, ^ref, _, _, _} ->
+        link_gone(flag)
+    after
+      leave -> left_or_not(ref, flag, reply - leave)
+    end
+  end
+
+  # `call_timeout` has passed: a request still queued is given up (the link
+  # drops it); one that left gets the rest of `reply_timeout`.
+  defp left_or_not(ref, flag, rest) do
+    case :atomics.compare_exchange(flag, 1, @r_queued, @r_gave_up) do
+      :ok ->
+        give_up(ref, {:error, :node_busy})
+
+      @r_answered ->
+        answered(ref, flag)
+
+      @r_sent ->
+        receive do
+          {^ref, answer} ->
+            Process.demonitor(ref, [:flush])
+            answer
+
+          {:DOWN, ^ref, _, _, _} ->
+            link_gone(flag)
+        after
+          rest -> no_answer(ref, flag)
+        end
+    end
+  end
+
+  # `reply_timeout` has passed. The link may have given the request back
+  # meanwhile (a refused batch), or be handing over a subscribe's answer.
+  defp no_answer(ref, flag) do
+    case :atomics.compare_exchange(flag, 1, @r_sent, @r_gave_up) do
+      :ok -> give_up(ref, {:error, :timeout})
+      @r_answered -> answered(ref, flag)
+      @r_queued -> left_or_not(ref, flag, 0)
+    end
+  end
+
+  # The link settled the flag and sends the answer right after.
+  defp answered(ref, flag) do
+    receive do
+      {^ref, answer} ->
+        Process.demonitor(ref, [:flush])
+        answer
+
+      {:DOWN, ^ref, _, _, _} ->
+        link_gone(flag)
+    end
+  end
+
+  defp give_up(ref, error) do
+    Process.demonitor(ref, [:flush])
+
+    # An answer may have come in just before the alias was deactivated.
+    receive do
+      {^ref, answer} -> answer
+    after
+      0 -> error
+    end
+  end
+
+  # The link stopped: a request it never sent was not carried out.
+  defp link_gone(flag) do
+    if :atomics.get(flag, 1) == @r_queued, do: {:error, :node_down}, else: {:error, :timeout}
   end
 
   defp state_name(@up), do: :up

@@ -106,7 +106,7 @@ defmodule Ringbus.Cluster.Members do
     case Enum.find(state.links, fn {_node, {_pid, m}} -> m == monitor end) do
       {node, _} ->
         counters = Links.counters(node)
-        Links.put(node, nil, counters, state.config.call_timeout)
+        Links.put(node, nil, counters, state.config)
         Links.set_state(counters, :down)
         # A member still connected gets a new link; one that went down, when
         # it is back.

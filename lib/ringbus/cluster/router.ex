@@ -4,8 +4,8 @@ defmodule Ringbus.Cluster.Router do
   # this node itself and hands everything else here. A name resolves to its
   # home with one read of the directory table; the request then goes
   # through the link to that node (`Ringbus.Cluster.Links.call/4`), which
-  # answers, or says `{:error, :node_down}` / `{:error, :node_busy}`, within
-  # a bounded wait.
+  # answers, or says `{:error, :node_down}` / `{:error, :node_busy}` (not
+  # carried out) or `{:error, :timeout}` (unknown), within a bounded wait.
 
   alias Ringbus.Store
   alias Ringbus.Cluster.{Directory, Links}
@@ -19,20 +19,16 @@ defmodule Ringbus.Cluster.Router do
     end
   end
 
-  @doc "Subscribes the caller to channel `name` at its home."
-  @spec subscribe(term(), keyword()) :: {:ok, {pid(), reference()}} | {:error, term()}
-  def subscribe(name, opts), do: request(name, {:subscribe, opts, self()})
-
   @doc "Creates channel `name` at `home` (this node when `nil`)."
   @spec create(term(), keyword(), node() | nil) ::
-          :ok | {:error, :exists | :node_down | :node_busy}
+          :ok | {:error, :exists | Ringbus.node_error()}
   def create(name, opts, home) when home in [nil, node()], do: Directory.create(name, opts)
 
   def create(name, opts, home),
     do: Links.call(home, name, {:create, opts}, create_timeout(home))
 
   @doc "Deletes channel `name` at its home."
-  @spec delete(term()) :: :ok | {:error, :no_channel | :node_down | :node_busy}
+  @spec delete(term()) :: :ok | {:error, :no_channel | Ringbus.node_error()}
   def delete(name) do
     with {:error, :no_channel} <- Store.fetch(name),
          {:ok, home} when home != node() <- Directory.remote_home(name) do

@@ -29,7 +29,21 @@ defmodule Ringbus.Resp.Errors do
     do: Encoder.error(["CLUSTERDOWN the node that holds stream '", key, "' is not connected"])
 
   def reply(:node_busy, key),
-    do: Encoder.error(["TRYAGAIN the node that holds stream '", key, "' did not answer in time"])
+    do:
+      Encoder.error([
+        "TRYAGAIN the node that holds stream '",
+        key,
+        "' is busy; the command was not carried out"
+      ])
+
+  # Not TRYAGAIN: a retry may apply the command twice.
+  def reply(:timeout, key),
+    do:
+      Encoder.error([
+        "TIMEOUT no answer in time from the node that holds stream '",
+        key,
+        "'; the command may or may not have been carried out"
+      ])
 
   # A subscription that dies while it starts exits with a reason of its own.
   def reply(other, key),

@@ -67,13 +67,16 @@ defmodule Ringbus.Cluster.LinkTest do
     assert [{:dir, :second}] = receive_items(link, 1)
   end
 
-  @tag link_config: [call_timeout: 200, busy_timeout: 300]
-  test "a caller waits call_timeout at most; an unacknowledged batch makes the link busy", ctx do
+  @tag link_config: [call_timeout: 50, reply_timeout: 200, busy_timeout: 300]
+  test "a request that left and got no answer is a timeout; an unacknowledged batch makes the link busy",
+       ctx do
     %{node: node, link: link} = ctx
     connect(link)
 
+    # It left at once, so the caller waits reply_timeout, not call_timeout,
+    # and cannot tell whether it was carried out.
     {micros, answer} = :timer.tc(fn -> Links.call(node, "ch", :len) end)
-    assert answer == {:error, :node_busy}
+    assert answer == {:error, :timeout}
     assert micros >= 200_000 and micros < 2_000_000
 
     # The batch is still unacknowledged past busy_timeout: refused at once.
@@ -100,6 +103,37 @@ defmodule Ringbus.Cluster.LinkTest do
 
     assert [{:dir, :after}] = receive_items(link, 1)
     assert Links.info()[ctx.node].drops == 1
+  end
+
+  test "a link that stops: a request it sent has an unknown outcome, one it held was not sent",
+       ctx do
+    %{node: node, link: link} = ctx
+    connect(link)
+    sent = Task.async(fn -> Links.call(node, "ch", {:push, "a"}, 5_000) end)
+    assert [{:call, _ref, "ch", {:push, "a"}}] = receive_items(link, 1)
+
+    # The next one stays in the link, which stops before it can send it.
+    :sys.suspend(link)
+    held = Task.async(fn -> Links.call(node, "ch", {:push, "b"}, 5_000) end)
+    assert eventually(fn -> Process.info(link, :message_queue_len) == {:message_queue_len, 1} end)
+    send(link, {:ringbus_link_down, {:node_down, :connection_closed}})
+    :sys.resume(link)
+
+    assert Task.await(sent) == {:error, :timeout}
+    assert Task.await(held) == {:error, :node_down}
+  end
+
+  @tag link_config: [call_timeout: 50, reply_timeout: 100, busy_timeout: 60_000]
+  test "a subscription whose caller gave up waiting is ended when its answer comes", ctx do
+    %{node: node, link: link} = ctx
+    connect(link)
+    caller = Task.async(fn -> Links.call(node, "ch", {:subscribe, [], self()}) end)
+    [{:call, ref, "ch", {:subscribe, []}}] = receive_items(link, 1)
+    assert Task.await(caller) == {:error, :timeout}
+
+    sub = {spawn(fn -> :ok end), make_ref()}
+    send(link, {:ringbus_batch, self(), 1, 1, [{:reply, ref, {:ok, sub}}]})
+    assert [{:unsubscribe, ^sub}] = receive_items(link, 1)
   end
 
   test "credit is added up per subscription and sent with the next batch", ctx do

@@ -21,21 +21,12 @@ defmodule Ringbus.Resp.ErrorsTest do
     {:ok, port: Ringbus.Server.port(server, :resp)}
   end
 
-  # The atoms of `t:Ringbus.reason/0`, read from the type itself, so that a
-  # reason added there without a reply here fails this test.
-  defp reasons do
-    {:ok, types} = Code.Typespec.fetch_types(Ringbus)
-    local = Map.new(for {:type, {name, ast, []}} <- types, do: {name, ast})
-    local |> Map.fetch!(:reason) |> atoms(local) |> Enum.sort()
-  end
-
-  defp atoms({:type, _, :union, members}, local), do: Enum.flat_map(members, &atoms(&1, local))
-  defp atoms({:atom, _, atom}, _local), do: [atom]
-  defp atoms({:user_type, _, name, []}, local), do: local |> Map.fetch!(name) |> atoms(local)
+  defp reasons, do: Ringbus.Test.Reasons.all()
 
   test "every reason of Ringbus.reason() has a reply of its own, with a Redis error code" do
     reasons = reasons()
     assert :too_large in reasons and :node_busy in reasons and :node_down in reasons
+    assert :timeout in reasons
 
     replies =
       for reason <- reasons do
@@ -52,6 +43,8 @@ defmodule Ringbus.Resp.ErrorsTest do
 
     assert {:error, "CLUSTERDOWN " <> _} = Errors.reply(:node_down, "er-k")
     assert {:error, "TRYAGAIN " <> _} = Errors.reply(:node_busy, "er-k")
+    # Not TRYAGAIN: a retry after an unknown outcome may apply a command twice.
+    assert {:error, "TIMEOUT " <> _} = Errors.reply(:timeout, "er-k")
   end
 
   test "an XADD over a stream's max_bytes answers an error, and the connection goes on",
