@@ -186,11 +186,7 @@ defmodule Ringbus.Server do
   is still in its TLS handshake is not listed yet.
   """
   @spec clients() :: [map()]
-  def clients do
-    Ringbus.Server.Directory.connections()
-    |> Enum.map(fn {pid, info} -> Stats.connection(pid, info) end)
-    |> Enum.sort_by(& &1.id)
-  end
+  defdelegate clients, to: Ringbus.Server.Clients, as: :list
 
   @doc """
   Closes the connection of `pid` (a client of `clients/0`) as if its peer
@@ -198,16 +194,7 @@ defmodule Ringbus.Server do
   and logged as `peer_closed`. `{:error, :no_client}` if it is not listed.
   """
   @spec close_client(pid()) :: :ok | {:error, :no_client}
-  def close_client(pid) do
-    case for({^pid, info} <- Ringbus.Server.Directory.connections(), do: info) do
-      [%{closer: {kind, socket}} | _] ->
-        _ = Ringbus.Socket.shutdown(kind, socket)
-        :ok
-
-      [] ->
-        {:error, :no_client}
-    end
-  end
+  defdelegate close_client(pid), to: Ringbus.Server.Clients, as: :close
 
   @doc "The processes of a listener's connections open now, one per client."
   @spec connections(Supervisor.supervisor(), protocol()) :: [pid()]

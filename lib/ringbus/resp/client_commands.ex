@@ -1,7 +1,7 @@
 defmodule Ringbus.Resp.ClientCommands do
   @moduledoc false
   # CLIENT ID, LIST, INFO and KILL: the clients of the RESP listener this
-  # connection came through, as `Ringbus.Server.clients/0` lists them from
+  # connection came through, as `Ringbus.Server.Clients` lists them from
   # the counters each connection publishes (no connection is asked). A
   # client's line has Redis's `key=value` form with the fields Ringbus
   # knows: id, addr, name, age, idle, flags, db, omem (output not yet taken
@@ -12,7 +12,7 @@ defmodule Ringbus.Resp.ClientCommands do
   # qbuf-free, argv-mem, obl, oll, tot-mem as 0.
 
   alias Ringbus.Resp.Encoder
-  alias Ringbus.Server.{Auth, Directory}
+  alias Ringbus.Server.{Auth, Clients, Directory}
 
   import Ringbus.Resp.Args, only: [upcase: 1]
   import Ringbus.Resp.Errors, only: [syntax_error: 0, no_permission: 0]
@@ -149,7 +149,7 @@ defmodule Ringbus.Resp.ClientCommands do
   defp kill_filter(_odd, _tests, _skipme), do: :error
 
   defp close(clients) do
-    Enum.each(clients, &Ringbus.Server.close_client(&1.pid))
+    Enum.each(clients, &Clients.close(&1.pid))
     {:simple, "OK"}
   end
 
@@ -157,7 +157,7 @@ defmodule Ringbus.Resp.ClientCommands do
   defp clients do
     case Directory.own_connection() do
       %{port: port} ->
-        Enum.filter(Ringbus.Server.clients(), &(&1.protocol == :resp and &1.port == port))
+        Enum.filter(Clients.list(), &(&1.protocol == :resp and &1.port == port))
 
       nil ->
         []
