@@ -35,27 +35,38 @@ defmodule Ringbus.Chaos.History do
   @type type :: :invoke | :ok | :fail | :info
   @type entry :: {term(), type(), atom(), term(), integer()}
 
-  @doc "Starts a history that holds at most `max` entries, owned by a new process."
-  @spec new(pos_integer()) :: t()
-  def new(max \\ 1_000_000) do
+  @doc """
+  Starts a history that holds at most `max` entries, owned by a new
+  process. With a `name`, the table is named, and `open/1` finds it from
+  any process of the node (a handle does not survive a trip to another
+  node: its `:atomics` reference would not).
+  """
+  @spec new(pos_integer(), atom() | nil) :: t()
+  def new(max \\ 1_000_000, name \\ nil) do
     parent = self()
     ref = make_ref()
 
-    owner =
-      spawn(fn ->
-        table = :ets.new(:ringbus_chaos_history, [:ordered_set, :public, write_concurrency: true])
-        send(parent, {ref, table})
+    spawn(fn ->
+      named = if name, do: [:named_table], else: []
+      table = :ets.new(name || :ringbus_chaos_history, [:ordered_set, :public] ++ named)
+      history = %__MODULE__{table: table, counter: :atomics.new(1, []), max: max, owner: self()}
+      # The meta row sorts after every integer key.
+      :ets.insert(table, {:meta, history})
+      send(parent, {ref, history})
 
-        receive do
-          :stop -> :ok
-        end
-      end)
+      receive do
+        :stop -> :ok
+      end
+    end)
 
     receive do
-      {^ref, table} ->
-        %__MODULE__{table: table, counter: :atomics.new(1, []), max: max, owner: owner}
+      {^ref, history} -> history
     end
   end
+
+  @doc "The handle of the history named `name` on this node."
+  @spec open(atom()) :: t()
+  def open(name), do: :ets.lookup_element(name, :meta, 2)
 
   @doc "Records one entry, stamped now; `:full` once the history holds `max` entries."
   @spec record(t(), term(), type(), atom(), term()) :: :ok | :full
@@ -70,9 +81,14 @@ defmodule Ringbus.Chaos.History do
     end
   end
 
-  @doc "Whether `max` entries are recorded."
+  @doc """
+  Whether clients should stop invoking: a quarter of `max` (at most 4,096
+  entries) is kept for the completions of operations in flight, so that
+  none of them is left without its completion.
+  """
   @spec full?(t()) :: boolean()
-  def full?(%__MODULE__{counter: counter, max: max}), do: :atomics.get(counter, 1) >= max
+  def full?(%__MODULE__{counter: counter, max: max}),
+    do: :atomics.get(counter, 1) >= max - min(4_096, div(max, 4))
 
   @doc """
   The completion type of a Ringbus result. `node_busy` and `node_down`
@@ -91,13 +107,14 @@ defmodule Ringbus.Chaos.History do
 
   @doc "The entries in the order they were recorded."
   @spec entries(t()) :: [entry()]
-  def entries(%__MODULE__{table: table}), do: for({_, entry} <- :ets.tab2list(table), do: entry)
+  def entries(%__MODULE__{table: table}),
+    do: for({i, entry} <- :ets.tab2list(table), is_integer(i), do: entry)
 
   @doc "Writes the entries to `path` (external term format); returns how many."
   @spec dump(t(), Path.t()) :: non_neg_integer()
   def dump(%__MODULE__{table: table} = history, path) do
     File.write!(path, :erlang.term_to_binary(entries(history), compressed: 1))
-    :ets.info(table, :size)
+    :ets.info(table, :size) - 1
   end
 
   @doc "Reads entries written by `dump/2`."
