@@ -28,12 +28,16 @@ defmodule Ringbus.Chaos.Checker do
     * `:unexpected` - copies of payloads no producer pushed, or more copies
       than the key had attempts to account for them.
     * `:false_failures` - copies not acked that a `:fail` attempt of the key
-      must have stored (`:false_failures_by_reason` by error).
+      must have stored (`:false_failures_by_reason` by error; when a key
+      failed for several reasons, the likeliest is named: `node_busy`,
+      then `node_down`, then the others).
     * `:info_stored` / `:info_not_stored` - `:info` attempts (unknown
       outcome) with and without a copy to show for them.
     * `:order` - a producer's acked pushes to one channel in one
       incarnation whose seqs do not increase, a producer's messages read
-      back with counters going down, or a subscriber sent a seq again.
+      back with counters going down (first copies only: a batch stored
+      twice is duplicated, not disordered), or a subscriber sent a seq
+      again.
     * `:subscriber_gaps` - messages a subscription skipped without counting
       them in `lost`.
     * `:counter_mismatches` - channels where `pushed != pulled +
@@ -66,10 +70,16 @@ defmodule Ringbus.Chaos.Checker do
           order: non_neg_integer(),
           subscriber_gaps: non_neg_integer(),
           counter_mismatches: [term()],
-          unchecked: non_neg_integer()
+          unchecked: non_neg_integer(),
+          examples: %{order: [tuple()]}
         }
 
   @push_ops [:push, :push_many]
+
+  # `:examples` holds up to five order violations: `{:acked, process,
+  # channel, {last_seq, time}, {first_seq, time}}`, `{:read, producer,
+  # channel, {seq, counter}, {seq, counter}}` or `{:delivered, {process,
+  # sub}, expected_seq, first_seq}`.
 
   @doc "Checks `history` against the final state of each channel (`%{channel => final}`)."
   @spec check([History.entry()], %{term() => final()}) :: report()
@@ -103,7 +113,8 @@ defmodule Ringbus.Chaos.Checker do
         order: 0,
         subscriber_gaps: 0,
         counter_mismatches: [],
-        unchecked: 0
+        unchecked: 0,
+        examples: %{order: []}
       }
       |> count_attempts(attempts)
       |> check_copies(copies, by_key)
@@ -228,7 +239,8 @@ defmodule Ringbus.Chaos.Checker do
           unacked = MapSet.size(MapSet.difference(positions, stats.acked))
           info_stored = min(unacked, stats.infos)
           false_failures = min(unacked - info_stored, Enum.count(stats.fails))
-          reasons = stats.fails |> Enum.reverse() |> Enum.take(false_failures)
+          # Which failed attempt stored a copy is not known: the likeliest first.
+          reasons = stats.fails |> Enum.sort_by(&likelihood/1) |> Enum.take(false_failures)
 
           %{
             report
@@ -243,6 +255,10 @@ defmodule Ringbus.Chaos.Checker do
       end
     end)
   end
+
+  defp likelihood(:node_busy), do: 0
+  defp likelihood(:node_down), do: 1
+  defp likelihood(_), do: 2
 
   # Every acked message is held where its ack said, or gone and counted, or
   # went with an earlier incarnation.
@@ -295,38 +311,39 @@ defmodule Ringbus.Chaos.Checker do
     acked =
       for %{type: :ok} = a <- attempts do
         restarts = get_in(finals, [a.ch, :restarts]) || []
-
-        {{a.process, a.ch, Enum.count(restarts, &(&1 < a.time))},
-         {a.result, a.result + Enum.count(a.keys) - 1}}
+        incarnation = Enum.count(restarts, &(&1 < a.time))
+        {{a.process, a.ch, incarnation}, {a.result, a.result + Enum.count(a.keys) - 1, a.time}}
       end
 
     acked_violations =
-      acked
-      |> Enum.group_by(&elem(&1, 0), &elem(&1, 1))
-      |> Enum.map(fn {_, ranges} ->
-        ranges
-        |> Enum.chunk_every(2, 1, :discard)
-        |> Enum.count(fn [{_, last}, {first, _}] -> first <= last end)
-      end)
-      |> Enum.sum()
+      for {{process, ch, _}, ranges} <- Enum.group_by(acked, &elem(&1, 0), &elem(&1, 1)),
+          [{_, last, t0}, {first, _, t1}] <- Enum.chunk_every(ranges, 2, 1, :discard),
+          first <= last,
+          do: {:acked, process, ch, {last, t0}, {first, t1}}
 
     read_violations =
-      for {_ch, final} <- finals do
-        final.messages
-        |> Enum.filter(&match?({_, {p, _}} when is_integer(p), &1))
-        |> Enum.group_by(fn {_, {p, _}} -> p end, fn {_, {_, c}} -> c end)
-        |> Enum.map(fn {_, counters} ->
-          counters |> Enum.chunk_every(2, 1, :discard) |> Enum.count(fn [a, b] -> b < a end)
-        end)
-        |> Enum.sum()
-      end
-      |> Enum.sum()
+      for {ch, final} <- finals,
+          {producer, seqs} <-
+            final.messages
+            |> Enum.filter(&match?({_, {p, _}} when is_integer(p), &1))
+            |> Enum.group_by(fn {_, {p, _}} -> p end, fn {seq, {_, c}} -> {seq, c} end),
+          # A retried message stored twice is a duplicate, not disorder: first copies only.
+          [{s0, c0}, {s1, c1}] <-
+            seqs |> Enum.uniq_by(&elem(&1, 1)) |> Enum.chunk_every(2, 1, :discard),
+          c1 < c0,
+          do: {:read, producer, ch, {s0, c0}, {s1, c1}}
 
-    %{report | order: report.order + acked_violations + read_violations}
+    violations = acked_violations ++ read_violations
+
+    %{
+      report
+      | order: report.order + Enum.count(violations),
+        examples: Map.update!(report.examples, :order, &Enum.take(&1 ++ violations, 5))
+    }
   end
 
   defp check_deliveries(report, deliveries) do
-    Enum.reduce(deliveries, report, fn {_sub, batches}, report ->
+    Enum.reduce(deliveries, report, fn {sub, batches}, report ->
       batches
       |> Enum.chunk_every(2, 1, :discard)
       |> Enum.reduce(report, fn [{_, prev_last, _}, {first, _, lost}], report ->
@@ -337,7 +354,9 @@ defmodule Ringbus.Chaos.Checker do
             %{report | subscriber_gaps: report.subscriber_gaps + first - expected}
 
           first < expected ->
-            %{report | order: report.order + 1}
+            example = {:delivered, sub, expected, first}
+            examples = Map.update!(report.examples, :order, &Enum.take(&1 ++ [example], 5))
+            %{report | order: report.order + 1, examples: examples}
 
           true ->
             report
@@ -394,8 +413,13 @@ defmodule Ringbus.Chaos.Checker do
       {"unchecked", report.unchecked, "acked messages of a channel with no final read"}
     ]
 
-    Enum.map_join(rows, "\n", fn {name, count, meaning} ->
-      String.pad_trailing(name, 20) <> String.pad_leading(to_string(count), 9) <> "  " <> meaning
-    end)
+    lines =
+      Enum.map(rows, fn {name, count, meaning} ->
+        String.pad_trailing(name, 20) <>
+          String.pad_leading(to_string(count), 9) <> "  " <> meaning
+      end)
+
+    examples = for e <- report.examples.order, do: "  order: " <> inspect(e)
+    Enum.join(lines ++ examples, "\n")
   end
 end

@@ -111,7 +111,26 @@ defmodule Ringbus.Chaos.CheckerTest do
       Checker.check(history, final([{3, {1, 1}}, {5, {1, 0}}], info(6, len: 2, overwritten: 4)))
 
     assert report.order == 2
+
+    assert [{:acked, 1, @ch, {5, _}, {3, _}}, {:read, 1, @ch, {3, 1}, {5, 0}}] =
+             report.examples.order
+
     zero?(report, [:order])
+  end
+
+  test "a batch stored twice is duplicated, not out of order" do
+    keys = [{1, 0}, {1, 1}]
+
+    history = [
+      {1, :invoke, :push_many, {@ch, keys}, 1},
+      {1, :fail, :push_many, {@ch, keys, :node_busy}, 2},
+      {1, :invoke, :push_many, {@ch, keys}, 3},
+      {1, :ok, :push_many, {@ch, keys, 2}, 4}
+    ]
+
+    messages = [{0, {1, 0}}, {1, {1, 1}}, {2, {1, 0}}, {3, {1, 1}}]
+    report = Checker.check(history, final(messages, info(4)))
+    assert %{duplicated: 2, false_failures: 2, order: 0} = report
   end
 
   test "subscriber gaps: a batch that skips seqs its lost does not count; a seq sent twice" do
