@@ -13,7 +13,7 @@ defmodule Ringbus.MixProject do
       test_paths: ["test", "bench/test"],
       # The benchmarks live in bench/ and compile only in the bench (and test)
       # environment, so that no application depending on :ringbus ships them.
-      preferred_cli_env: ["ringbus.bench": :bench],
+      preferred_cli_env: ["ringbus.bench": :bench, "ringbus.chaos": :bench],
       deps: [],
       # `MIX_ENV=prod mix release`: configured at boot by config/runtime.exs
       # (see Ringbus.Release).

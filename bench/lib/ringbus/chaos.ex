@@ -1,0 +1,202 @@
+defmodule Ringbus.Chaos do
+  @moduledoc """
+  A Jepsen-style run: real nodes, clients that record a history, a nemesis
+  that stalls, kills and partitions nodes on a seeded schedule, and a
+  checker that reads the history against every channel's final state.
+
+  Four peer nodes (`Ringbus.Bench.Cluster.Nodes`): two client nodes, which
+  run the producers and consumers (`Ringbus.Chaos.Workload`) and keep the
+  histories, and two home nodes. Channels:
+
+    * `h1.drop`, `h2.drop` - drop-oldest, on the home nodes;
+    * `h1.reject` - reject, on the first home node, emptied by a puller;
+    * `c2.drop` - drop-oldest, on the second client node.
+
+  The nemesis (`Ringbus.Chaos.Nemesis`) stalls and partitions any node but
+  kills only the home nodes, whose channels live in memory: what was acked
+  on them before a kill is counted apart, as lost to a crash. When the
+  time is up, every fault is healed, the links come back, the consumers
+  drain, the channels are read at their homes and the histories collected;
+  every node is then stopped by its peer.
+
+      %{report: report, table: table} = Ringbus.Chaos.run(seconds: 20, seed: 1)
+
+  Options: `:seconds` (of faults, default 20), `:seed` (default 1),
+  `:net_ticktime` (default 2), `:cluster` (Ringbus's cluster options on
+  every node; the defaults, so `call_timeout` is 5 ms), `:max_history`
+  (entries per client node, default 1,000,000).
+  """
+
+  alias Ringbus.Bench.Cluster.Nodes
+  alias Ringbus.Chaos.{Checker, History, Nemesis, Workload}
+
+  @history :ringbus_chaos_history
+
+  @doc "Runs the chaos test; returns the checker's report, its table, the faults and the ops."
+  @spec run(keyword()) :: %{
+          report: Checker.report(),
+          table: String.t(),
+          faults: [{integer(), Nemesis.step()}],
+          ops: map(),
+          seed: integer()
+        }
+  def run(opts) do
+    opts =
+      Keyword.validate!(opts,
+        seconds: 20,
+        seed: 1,
+        net_ticktime: 2,
+        cluster: [],
+        max_history: 1_000_000
+      )
+
+    started = Nodes.start(4, "chaos", net_ticktime: opts[:net_ticktime], cluster: opts[:cluster])
+    reaper = reaper(self(), started)
+
+    try do
+      run(started, opts, reaper)
+    after
+      ref = Process.monitor(reaper)
+      send(reaper, :stop)
+
+      receive do
+        {:DOWN, ^ref, _, _, _} -> :ok
+      end
+    end
+  end
+
+  defp run(started, opts, reaper) do
+    [c1, c2, h1, h2] = started
+    :ok = Nodes.join(started, 30_000)
+
+    channels = [
+      {"h1.drop", h1, [capacity: 2_000, max_bytes: 8_000_000]},
+      {"h2.drop", h2, [capacity: 2_000, max_bytes: 8_000_000]},
+      {"h1.reject", h1, [capacity: 500, overflow: :reject, max_bytes: 8_000_000]},
+      {"c2.drop", c2, [capacity: 2_000, max_bytes: 8_000_000]}
+    ]
+
+    for {name, home, ch_opts} <- channels,
+        do: :ok = Nodes.call(c1, Ringbus, :create, [name, ch_opts ++ [node: home.node]])
+
+    names = for {name, _, _} <- channels, do: name
+    ms = opts[:seconds] * 1_000
+    until = System.os_time(:millisecond) + ms
+
+    clients = [
+      {c1, [{1, names}, {2, names}],
+       [{101, :subscribe, "h2.drop"}, {102, :subscribe, "c2.drop"}, {103, :read, "h1.drop"}]},
+      {c2, [{3, names}, {4, names}],
+       [{201, :subscribe, "h1.drop"}, {202, :pull, "h1.reject"}, {203, :read, "h2.drop"}]}
+    ]
+
+    loads =
+      for {node, producers, consumers} <- clients do
+        %History{} = Nodes.call(node, History, :new, [opts[:max_history], @history])
+
+        spec = %{
+          history: @history,
+          producers: producers,
+          consumers: consumers,
+          seed: opts[:seed],
+          until: until
+        }
+
+        {node, async(fn -> Nodes.call(node, Workload, :run, [spec], ms + 120_000) end)}
+      end
+
+    steps = Nemesis.schedule(opts[:seed], Enum.map(started, & &1.name), [h1.name, h2.name], ms)
+    by_name = Map.new(started, &{&1.name, &1})
+    on_restart = fn node -> send(reaper, {:node, node}) end
+    {by_name, restarts, faults} = Nemesis.run(steps, by_name, until, on_restart)
+    nodes = for n <- started, do: Map.fetch!(by_name, n.name)
+    links = Nodes.await_links(nodes, 60_000)
+    ops = Map.new(loads, fn {node, load} -> {node.name, await(load)} end)
+
+    finals =
+      Map.new(channels, fn {name, home, _} ->
+        home = Map.fetch!(by_name, home.name)
+        final = Nodes.call(home, Workload, :final, [name], 60_000)
+        {name, Map.put(final, :restarts, Map.get(restarts, home.name, []))}
+      end)
+
+    history =
+      Enum.flat_map(loads, fn {node, _} ->
+        path = Path.join(System.tmp_dir!(), "ringbus_chaos_#{System.unique_integer([:positive])}")
+
+        try do
+          Nodes.call(node, Workload, :dump, [@history, path], 60_000)
+          History.load(path)
+        after
+          File.rm(path)
+        end
+      end)
+      # Stable: each node's entries stay in the order they were recorded.
+      |> Enum.sort_by(&elem(&1, 4))
+
+    report = Checker.check(history, finals)
+
+    %{
+      report: report,
+      table: Checker.table(report) <> "\n" <> summary(faults, links, history),
+      faults: faults,
+      ops: ops,
+      seed: opts[:seed]
+    }
+  end
+
+  # Not a Task: a crash in it raises here, so that the reaper is told.
+  defp async(fun) do
+    spawn_monitor(fn -> exit({:done, fun.()}) end)
+  end
+
+  defp await({_pid, ref}) do
+    receive do
+      {:DOWN, ^ref, _, _, {:done, result}} -> result
+      {:DOWN, ^ref, _, _, reason} -> raise "a client node's workload failed: #{inspect(reason)}"
+    end
+  end
+
+  # A process that outlives the run's caller, whatever its end: it stops
+  # every node (restarted ones included) when told or when the caller dies,
+  # so that no node is left running, or stopped with SIGSTOP, behind it.
+  defp reaper(caller, nodes) do
+    spawn(fn ->
+      ref = Process.monitor(caller)
+      reap(ref, Map.new(nodes, &{&1.name, &1}))
+    end)
+  end
+
+  defp reap(ref, nodes) do
+    receive do
+      {:node, node} ->
+        reap(ref, Map.put(nodes, node.name, node))
+
+      msg when msg == :stop or elem(msg, 0) == :DOWN ->
+        nodes = Map.values(nodes)
+        Nodes.stop(nodes)
+
+        # A node that outlived its peer is killed by its OS pid, if that pid
+        # is still this node's (a killed node's pid may have been reused).
+        for %{os_pid: os_pid, name: name} <- nodes,
+            {:ok, cmdline} <- [File.read("/proc/#{os_pid}/cmdline")],
+            String.contains?(cmdline, "#{name}@"),
+            do: System.cmd("kill", ["-KILL", os_pid], stderr_to_stdout: true)
+
+        :ok
+    end
+  end
+
+  defp summary(faults, links, history) do
+    kinds =
+      Enum.frequencies_by(faults, fn {_, step} -> fault_name(step) end) |> Map.delete(:pause)
+
+    "faults: " <>
+      Enum.map_join(Enum.sort(kinds), ", ", fn {k, n} -> "#{k} #{n}" end) <>
+      "; history: #{Enum.count(history)} entries; links after healing: #{inspect(links)}"
+  end
+
+  defp fault_name({:stall, _, ms}) when ms < 1_000, do: :short_stall
+  defp fault_name({:stall, _, _}), do: :long_stall
+  defp fault_name(step), do: elem(step, 0)
+end

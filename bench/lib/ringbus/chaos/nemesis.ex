@@ -1,0 +1,159 @@
+defmodule Ringbus.Chaos.Nemesis do
+  @moduledoc """
+  Faults on real nodes (`Ringbus.Bench.Cluster.Nodes`), on a seeded
+  schedule, one at a time, each healed before the next:
+
+    * `{:stall, node, ms}` - SIGSTOP, then SIGCONT `ms` later: short
+      stalls of 20–200 ms (a call times out, the node stays a member) and
+      long ones of 1–3 s (around `net_ticktime`, the node may be declared
+      down);
+    * `{:kill, node, ms}` - SIGKILL, and the node started again `ms` after
+      its OS process is gone: its channels come back empty;
+    * `{:partition, a, b, ms}` - the two nodes disconnected, and each
+      given a wrong cookie for the other (`:erlang.set_cookie/2`) so that
+      their reconnection attempts fail the handshake, for `ms`; then the
+      cookies are restored and they reconnect by themselves.
+
+  `schedule/4` is pure: the same seed gives the same steps. `run/3` takes
+  at most the schedule's time plus what the restarts take, and
+  `Ringbus.Chaos` stops every node by its peer at the end.
+  """
+
+  alias Ringbus.Bench.Cluster.Nodes
+
+  @type step ::
+          {:stall, atom(), pos_integer()}
+          | {:kill, atom(), pos_integer()}
+          | {:partition, atom(), atom(), pos_integer()}
+          | {:pause, pos_integer()}
+
+  @doc """
+  The steps for `ms` of faults on `names` (the nodes' names), killing only
+  `killable`, from `seed`: each fault is followed by a pause of 200–1,000
+  ms. At most 1,000 steps.
+  """
+  @spec schedule(integer(), [atom()], [atom()], pos_integer()) :: [step()]
+  def schedule(seed, names, killable, ms) do
+    :rand.seed(:exsss, {seed, 0, 0})
+    steps(names, killable, ms, 1_000, [])
+  end
+
+  defp steps(_names, _killable, left, count, acc) when left <= 0 or count <= 0,
+    do: Enum.reverse(acc)
+
+  defp steps(names, killable, left, count, acc) do
+    r = :rand.uniform()
+
+    fault =
+      cond do
+        r < 0.35 -> {:stall, Enum.random(names), 20 + :rand.uniform(180)}
+        r < 0.55 -> {:stall, Enum.random(names), 1_000 + :rand.uniform(2_000)}
+        r < 0.75 and killable != [] -> {:kill, Enum.random(killable), 300 + :rand.uniform(1_200)}
+        true -> partition(names)
+      end
+
+    pause = {:pause, 200 + :rand.uniform(800)}
+
+    steps(names, killable, left - duration(fault) - elem(pause, 1), count - 2, [
+      pause,
+      fault | acc
+    ])
+  end
+
+  defp partition(names) do
+    [a, b] = Enum.take_random(names, 2)
+    {:partition, a, b, 1_000 + :rand.uniform(2_000)}
+  end
+
+  defp duration({:pause, ms}), do: ms
+  defp duration({:stall, _, ms}), do: ms
+  defp duration({:kill, _, ms}), do: ms
+  defp duration({:partition, _, _, ms}), do: ms
+
+  @doc """
+  Runs `steps` on `nodes` (by name), stopping early at `until`
+  (`System.os_time(:millisecond)`). Returns the nodes as they are now
+  (restarted ones have a new peer), the restart times by name
+  (`System.os_time(:microsecond)`, taken before each start) and the steps
+  done, with the time each began. `on_restart` is called with each node
+  started again.
+  """
+  @spec run([step()], %{atom() => Nodes.t()}, integer(), (Nodes.t() -> term())) ::
+          {%{atom() => Nodes.t()}, %{atom() => [integer()]}, [{integer(), step()}]}
+  def run(steps, nodes, until, on_restart \\ fn _ -> :ok end) do
+    Enum.reduce_while(steps, {nodes, %{}, []}, fn step, {nodes, restarts, done} ->
+      if System.os_time(:millisecond) >= until do
+        {:halt, {nodes, restarts, done}}
+      else
+        at = System.os_time(:microsecond)
+        {nodes, restarts} = apply_step(step, nodes, restarts, on_restart)
+        {:cont, {nodes, restarts, [{at, step} | done]}}
+      end
+    end)
+    |> then(fn {nodes, restarts, done} -> {nodes, restarts, Enum.reverse(done)} end)
+  end
+
+  defp apply_step({:kill, name, ms}, nodes, restarts, on_restart) do
+    node = Map.fetch!(nodes, name)
+    Nodes.signal(node, :kill)
+    :ok = await_gone(node.os_pid, 100)
+    Process.sleep(ms)
+    at = System.os_time(:microsecond)
+    node = Nodes.restart(node)
+    on_restart.(node)
+    {Map.put(nodes, name, node), Map.update(restarts, name, [at], &(&1 ++ [at]))}
+  end
+
+  defp apply_step(step, nodes, restarts, _on_restart), do: apply_step(step, nodes, restarts)
+
+  defp apply_step({:pause, ms}, nodes, restarts) do
+    Process.sleep(ms)
+    {nodes, restarts}
+  end
+
+  defp apply_step({:stall, name, ms}, nodes, restarts) do
+    node = Map.fetch!(nodes, name)
+    Nodes.signal(node, :stop)
+    Process.sleep(ms)
+    Nodes.signal(node, :cont)
+    {nodes, restarts}
+  end
+
+  defp apply_step({:partition, a, b, ms}, nodes, restarts) do
+    %{^a => na, ^b => nb} = nodes
+    cut(na, nb)
+    Process.sleep(ms)
+    heal(na, nb)
+    {nodes, restarts}
+  end
+
+  @doc "Disconnects two nodes and makes each refuse the other's handshakes."
+  @spec cut(Nodes.t(), Nodes.t()) :: :ok
+  def cut(a, b) do
+    # Distinct wrong cookies: one shared by both sides would let them in.
+    true = Nodes.call(a, :erlang, :set_cookie, [b.node, :"wrong_#{a.name}"])
+    true = Nodes.call(b, :erlang, :set_cookie, [a.node, :"wrong_#{b.name}"])
+    Nodes.call(a, :erlang, :disconnect_node, [b.node])
+    Nodes.call(b, :erlang, :disconnect_node, [a.node])
+    :ok
+  end
+
+  @doc "Restores the cookies `cut/2` changed; the nodes then reconnect by themselves."
+  @spec heal(Nodes.t(), Nodes.t()) :: :ok
+  def heal(a, b) do
+    true = Nodes.call(a, :erlang, :set_cookie, [b.node, a.opts[:cookie]])
+    true = Nodes.call(b, :erlang, :set_cookie, [a.node, b.opts[:cookie]])
+    :ok
+  end
+
+  # Polls, 10 ms apart, until the OS process is gone: a killed node's
+  # answers are all in before it is started again.
+  defp await_gone(_os_pid, 0), do: {:error, :still_running}
+
+  defp await_gone(os_pid, tries) do
+    case System.cmd("kill", ["-0", os_pid], stderr_to_stdout: true) do
+      {_, 0} -> Process.sleep(10) && await_gone(os_pid, tries - 1)
+      _ -> :ok
+    end
+  end
+end

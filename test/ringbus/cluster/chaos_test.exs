@@ -1,0 +1,50 @@
+defmodule Ringbus.Cluster.ChaosTest do
+  # Jepsen-style: real nodes under a seeded nemesis, a recorded history and
+  # the checker (Ringbus.Chaos). The long form is `mix ringbus.chaos`.
+  # Not async: it starts four nodes and wants the machine to itself.
+  use ExUnit.Case, async: false
+
+  alias Ringbus.Bench.Cluster.Nodes
+  alias Ringbus.Chaos.Nemesis
+
+  @moduletag :chaos
+  @moduletag timeout: 180_000
+
+  test "a partition holds until healed: the handshake fails both ways, then the links come back" do
+    nodes = Nodes.start(2, "cut", net_ticktime: 2)
+    on_exit(fn -> Nodes.stop(nodes) end)
+    :ok = Nodes.join(nodes)
+    [a, b] = nodes
+
+    :ok = Nemesis.cut(a, b)
+    # Members retries every 250 ms; a handshake fails either way, as its do.
+    refute Nodes.call(a, :net_kernel, :connect_node, [b.node])
+    refute Nodes.call(b, :net_kernel, :connect_node, [a.node])
+    refute b.node in Nodes.call(a, Node, :list, [])
+
+    :ok = Nemesis.heal(a, b)
+    assert :ok = Nodes.await_links(nodes)
+  end
+
+  test "a short seeded run: nothing acked is lost but to a crash, nothing unexpected, no order broken" do
+    %{report: report, table: table, faults: faults} = Ringbus.Chaos.run(seconds: 20, seed: 7)
+    IO.puts("\n" <> table)
+
+    assert report.ok > 0
+    assert Enum.any?(faults, &match?({_, {kind, _, _}} when kind in [:stall, :kill], &1))
+
+    # What holds on today's code.
+    assert report.lost == 0
+    assert report.unexpected == 0
+    assert report.order == 0
+    assert report.subscriber_gaps == 0
+    assert report.counter_mismatches == []
+    assert report.unchecked == 0
+    # Today no call answers an unknown outcome: node_busy and node_down
+    # claim "not applied", which the false failures (and the duplicates
+    # their retries make) printed above show is not always true. When
+    # calls end in three outcomes and producers carry ids, this becomes:
+    # false_failures == 0 and duplicated == 0, with the unknowns in :info.
+    assert report.info == 0
+  end
+end
