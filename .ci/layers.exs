@@ -34,6 +34,21 @@ defmodule Layers do
     {"lib/ringbus/error.ex", :leaf}
   ]
 
+  # What the release and the mix tasks, which run a node, may use.
+  @operations [
+    :http,
+    :metrics,
+    :resp,
+    :server,
+    :client,
+    :wire,
+    :api,
+    :channel,
+    :store,
+    :cluster,
+    :leaf
+  ]
+
   # The arrows: layer => the layers its files may depend on (besides its own).
   @allowed %{
     # Ringbus.Options, Ringbus.Socket, Ringbus.Error: depend on nothing.
@@ -59,34 +74,9 @@ defmodule Layers do
     # Operations, on top of everything, in this order.
     metrics: [:server, :wire, :api, :channel, :store, :cluster, :leaf],
     http: [:metrics, :server, :api, :channel, :cluster, :leaf],
-    release: [
-      :http,
-      :metrics,
-      :resp,
-      :server,
-      :client,
-      :wire,
-      :api,
-      :channel,
-      :store,
-      :cluster,
-      :leaf
-    ],
+    release: @operations,
     application: [:release, :server, :cluster, :replica, :store, :api, :channel, :leaf],
-    mix: [
-      :release,
-      :http,
-      :metrics,
-      :resp,
-      :server,
-      :client,
-      :wire,
-      :api,
-      :channel,
-      :store,
-      :cluster,
-      :leaf
-    ]
+    mix: [:release | @operations]
   }
 
   # Dependencies that break the arrows today, file to file: each is allowed

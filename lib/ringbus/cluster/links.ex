@@ -291,7 +291,11 @@ defmodule Ringbus.Cluster.Links do
     flag = :atomics.new(1, signed: false)
     ref = :erlang.monitor(:process, pid, [{:alias, :demonitor}])
     send(pid, {:ringbus_call, ref, name, op, flag})
+    answer(ref, flag, leave, fn -> left_or_not(ref, flag, reply - leave) end)
+  end
 
+  # The link's answer, or what its end means, or `timed_out`'s after `timeout`.
+  defp answer(ref, flag, timeout, timed_out) do
     receive do
       {^ref, answer} ->
         Process.demonitor(ref, [:flush])
@@ -300,7 +304,7 @@ defmodule Ringbus.Cluster.Links do
       {:DOWN, ^ref, _, _, _} ->
         link_gone(flag)
     after
-      leave -> left_or_not(ref, flag, reply - leave)
+      timeout -> timed_out.()
     end
   end
 
@@ -315,16 +319,7 @@ defmodule Ringbus.Cluster.Links do
         answered(ref, flag)
 
       @r_sent ->
-        receive do
-          {^ref, answer} ->
-            Process.demonitor(ref, [:flush])
-            answer
-
-          {:DOWN, ^ref, _, _, _} ->
-            link_gone(flag)
-        after
-          rest -> no_answer(ref, flag)
-        end
+        answer(ref, flag, rest, fn -> no_answer(ref, flag) end)
     end
   end
 
