@@ -67,6 +67,7 @@ defmodule Ringbus do
   alias Ringbus.{Channel, Store}
   alias Ringbus.Channel.{Ring, Subscription}
   alias Ringbus.Cluster.Router
+  alias Ringbus.Replica
 
   @typedoc "A channel name. Channels reached over the network are named by binaries."
   @type name :: term()
@@ -140,11 +141,24 @@ defmodule Ringbus do
     * `:too_large` - a payload larger than the channel's `:max_bytes`
     * `:no_subscription` - `ack/2`, `unsubscribe/1`: the subscription has ended
     * `:node_down`, `:node_busy` - see `t:node_error/0`
+    * `:timeout` - a replicated channel did not answer within the call's
+      timeout: the push or pull may have been done (see "Replicated
+      channels")
+    * `:stale_tag` - `push/3`: a producer tag older than the channel
+      remembers
 
   Front ends map each of them to their own errors (the RESP front end in
   one function, tested against this list).
   """
-  @type reason :: :no_channel | :exists | :full | :too_large | :no_subscription | node_error()
+  @type reason ::
+          :no_channel
+          | :exists
+          | :full
+          | :too_large
+          | :no_subscription
+          | :timeout
+          | :stale_tag
+          | node_error()
 
   @doc """
   Creates a channel.
@@ -163,8 +177,14 @@ defmodule Ringbus do
   @spec create(name(), Channel.options() | [{:node, node()} | {atom(), term()}]) ::
           :ok | {:error, :exists | :node_down | :node_busy}
   def create(name, opts) do
-    {home, opts} = pop_node!(opts)
-    Router.create(name, Channel.validate_options!(opts), home)
+    case pop_replicas!(opts) do
+      {nil, opts} ->
+        {home, opts} = pop_node!(opts)
+        Router.create(name, Channel.validate_options!(opts), home)
+
+      {replicas, opts} ->
+        Replica.create(name, Channel.validate_options!(opts), replicas)
+    end
   end
 
   @doc "Like `create/2`, but raises `Ringbus.Error` if the channel exists."
@@ -176,7 +196,12 @@ defmodule Ringbus do
   `{:ringbus_closed, sub, :channel_deleted}`.
   """
   @spec delete(name()) :: :ok | {:error, :no_channel | :node_down | :node_busy}
-  def delete(name), do: Router.delete(name)
+  def delete(name) do
+    case Store.fetch(name) do
+      {:ok, %{replica: r} = channel} when r != nil -> Replica.delete(channel, name)
+      _ -> Router.delete(name)
+    end
+  end
 
   @doc """
   Pushes one message and returns its sequence number.
@@ -195,12 +220,61 @@ defmodule Ringbus do
           {:ok, seq()} | {:error, :no_channel | :full | :too_large | node_error()}
   def push(name, payload) when is_binary(payload) do
     case Store.fetch(name) do
-      {:ok, channel} -> Ring.push(channel, payload)
+      {:ok, %{replica: nil} = channel} -> Ring.push(channel, payload)
+      {:ok, channel} -> Replica.push(channel, [payload], byte_size(payload), [])
       {:error, :no_channel} -> Router.request(name, {:push, payload})
     end
   rescue
     ArgumentError -> {:error, :no_channel}
   end
+
+  @doc """
+  Like `push/2` and `push_many/2` (with a list), with options for a
+  replicated channel (see "Replicated channels" above):
+
+    * `:producer` - `{producer_id, n}`, a tag that makes a retry safe: a
+      push whose tag the channel stored already is answered as it was
+      then, and stores nothing. A producer's `n` increases with each push;
+      the channel remembers the last 64 per producer. Defaults to `nil`.
+    * `:timeout` - ms to wait for the answer; then `{:error, :timeout}`,
+      which means the outcome is unknown. Defaults to `5000`.
+
+  On a channel that is not replicated, options raise `ArgumentError`.
+
+      Ringbus.push("orders", "o-17", producer: {"billing", 17})
+  """
+  @spec push(name(), binary() | [binary()], producer: {term(), integer()}, timeout: pos_integer()) ::
+          {:ok, seq()} | {:error, :no_channel | :full | :too_large | :stale_tag | :timeout}
+  def push(name, payload_or_payloads, []) when is_binary(payload_or_payloads),
+    do: push(name, payload_or_payloads)
+
+  def push(name, payloads, []) when is_list(payloads), do: push_many(name, payloads)
+
+  def push(name, payload, opts) when is_binary(payload), do: push(name, [payload], opts)
+
+  def push(name, payloads, opts) when is_list(payloads) do
+    {_count, bytes} = Ring.measure!(payloads)
+
+    case Store.fetch(name) do
+      {:ok, %{replica: r} = channel} when r != nil ->
+        Replica.push(channel, payloads, bytes, opts)
+
+      {:ok, _plain} ->
+        not_replicated!(name)
+
+      {:error, :no_channel} ->
+        if Router.home(name) == {:error, :no_channel},
+          do: {:error, :no_channel},
+          else: not_replicated!(name)
+    end
+  end
+
+  defp not_replicated!(name),
+    do:
+      raise(
+        ArgumentError,
+        "expected a replicated channel for push options, got: #{inspect(name)}"
+      )
 
   @doc "Like `push/2`, but returns the seq or raises `Ringbus.Error`."
   @spec push!(name(), binary()) :: seq()
@@ -232,7 +306,8 @@ defmodule Ringbus do
 
   defp push_measured(name, payloads, count, bytes) do
     case Store.fetch(name) do
-      {:ok, channel} -> Ring.push_measured(channel, payloads, count, bytes)
+      {:ok, %{replica: nil} = channel} -> Ring.push_measured(channel, payloads, count, bytes)
+      {:ok, channel} -> Replica.push(channel, payloads, bytes, [])
       {:error, :no_channel} -> Router.request(name, {:push_many, payloads, count, bytes})
     end
   rescue
@@ -248,7 +323,8 @@ defmodule Ringbus do
           {:ok, seq()} | {:error, :no_channel | :full | :too_large | node_error()}
   def push_run(name, payloads, count, bytes) do
     case Store.fetch(name) do
-      {:ok, channel} -> Ring.push_run(channel, payloads, count, bytes)
+      {:ok, %{replica: nil} = channel} -> Ring.push_run(channel, payloads, count, bytes)
+      {:ok, channel} -> Replica.push(channel, payloads, bytes, [])
       {:error, :no_channel} -> Router.request(name, {:push_run, payloads, count, bytes})
     end
   rescue
@@ -263,7 +339,8 @@ defmodule Ringbus do
           | {:error, :no_channel | node_error()}
   def push_batches(name, batches) do
     case Store.fetch(name) do
-      {:ok, channel} -> {:ok, Ring.push_batches(channel, batches)}
+      {:ok, %{replica: nil} = channel} -> {:ok, Ring.push_batches(channel, batches)}
+      {:ok, channel} -> Replica.push_batches(channel, batches)
       {:error, :no_channel} -> Router.request(name, {:push_batches, batches})
     end
   rescue
@@ -281,7 +358,8 @@ defmodule Ringbus do
   @spec pull(name()) :: {:ok, seq(), binary()} | :empty | {:error, :no_channel | node_error()}
   def pull(name) do
     case Store.fetch(name) do
-      {:ok, channel} -> Ring.pull(channel)
+      {:ok, %{replica: nil} = channel} -> Ring.pull(channel)
+      {:ok, channel} -> Replica.pull(channel)
       {:error, :no_channel} -> Router.request(name, :pull)
     end
   rescue
@@ -325,7 +403,8 @@ defmodule Ringbus do
   @spec info(name()) :: {:ok, info()} | {:error, :no_channel | node_error()}
   def info(name) do
     case Store.fetch(name) do
-      {:ok, channel} -> {:ok, Ring.info(channel)}
+      {:ok, %{replica: nil} = channel} -> {:ok, Ring.info(channel)}
+      {:ok, channel} -> {:ok, Replica.info(channel)}
       {:error, :no_channel} -> Router.request(name, :info)
     end
   end
@@ -445,6 +524,25 @@ defmodule Ringbus do
   """
   @spec cluster_info() :: Ringbus.Cluster.info()
   def cluster_info, do: Ringbus.Cluster.info()
+
+  # `create/2`'s `:replicas` option, which is not a channel option.
+  defp pop_replicas!(opts) when is_list(opts) do
+    case Keyword.pop(opts, :replicas) do
+      {nil, opts} ->
+        {nil, opts}
+
+      {n, opts} when is_integer(n) and n > 0 ->
+        if Keyword.has_key?(opts, :node),
+          do: raise(ArgumentError, "expected :node or :replicas, not both")
+
+        {n, opts}
+
+      {n, _} ->
+        raise ArgumentError, "expected :replicas to be a positive integer, got: #{inspect(n)}"
+    end
+  end
+
+  defp pop_replicas!(opts), do: {nil, opts}
 
   # `create/2`'s `:node` option, which is not a channel option.
   defp pop_node!(opts) when is_list(opts) do

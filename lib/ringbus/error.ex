@@ -20,5 +20,10 @@ defmodule Ringbus.Error do
   defp describe(:full), do: "the channel is full and rejects pushes"
   defp describe(:node_down), do: "the node that holds the channel is not connected"
   defp describe(:node_busy), do: "the node that holds the channel did not answer in time"
+
+  defp describe(:timeout),
+    do: "the replicated channel did not answer in time (it may have been done)"
+
+  defp describe(:stale_tag), do: "the producer tag is older than the channel remembers"
   defp describe(other), do: inspect(other)
 end

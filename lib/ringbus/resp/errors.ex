@@ -30,6 +30,17 @@ defmodule Ringbus.Resp.Errors do
   def reply(:node_busy, key),
     do: Encoder.error(["TRYAGAIN the node that holds stream '", key, "' did not answer in time"])
 
+  def reply(:timeout, key),
+    do:
+      Encoder.error([
+        "TRYAGAIN stream '",
+        key,
+        "' did not answer in time; the entry may be stored"
+      ])
+
+  def reply(:stale_tag, key),
+    do: Encoder.error(["ERR the producer tag is older than stream '", key, "' remembers"])
+
   # A subscription that dies while it starts exits with a reason of its own.
   def reply(other, key),
     do: Encoder.error(["ERR stream '", key, "': ", inspect(other)])

@@ -25,7 +25,9 @@ defmodule Ringbus.Wire.ErrorCode do
     {:internal, 108, "the server failed to handle the request"},
     {:node_down, 109, "the channel's home node (in a cluster) is not connected"},
     {:node_busy, 110,
-     "the channel's home node (in a cluster) did not answer in time, or its link is full"}
+     "the channel's home node (in a cluster) did not answer in time, or its link is full"},
+    {:timeout, 111,
+     "a replicated channel did not answer in time: the push or pull may have been done"}
   ]
 
   @codes for {reason, code, _text} <- @errors, do: {reason, code}
@@ -72,6 +74,7 @@ defmodule Ringbus.Wire.ErrorCode do
           | :internal
           | :node_down
           | :node_busy
+          | :timeout
 
   @typedoc "An error as frames carry it: a known name, or the bare code of an unknown one."
   @type t :: reason() | 1..0xFFFF
