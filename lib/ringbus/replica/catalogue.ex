@@ -49,12 +49,10 @@ defmodule Ringbus.Replica.Catalogue do
   def init(dir) do
     file = Path.join(dir, @file_name)
     channels = read(file)
-
-    restored =
-      for {name, entry} <- channels, restore(name, entry) == :ok, into: %{}, do: {name, entry}
-
-    if map_size(restored) != map_size(channels), do: write(file, restored)
-    {:ok, %{file: file, channels: restored}}
+    # One that fails stays listed, its log kept, for the next start or a
+    # delete: an error here must not lose a channel.
+    for {name, entry} <- channels, do: restore(name, entry)
+    {:ok, %{file: file, channels: channels}}
   end
 
   @impl true
@@ -62,7 +60,7 @@ defmodule Ringbus.Replica.Catalogue do
     if Map.has_key?(state.channels, name) or match?({:ok, _}, Store.fetch(name)) do
       {:reply, {:error, :exists}, state}
     else
-      entry = %{opts: opts, replica: replica}
+      entry = %{opts: opts, replica: replica, uid: :ra.new_uid(Atom.to_string(replica.cluster))}
 
       case start_member(name, entry, :new) do
         :ok ->
@@ -102,16 +100,17 @@ defmodule Ringbus.Replica.Catalogue do
     end
   end
 
-  defp start_member(name, %{opts: opts, replica: replica}, how) do
+  defp start_member(name, %{opts: opts, replica: replica} = entry, how) do
     system = Config.system()
 
     with :ok <- ring(name, opts, replica),
-         :ok <- server(how, system, name, opts, replica),
+         :ok <- server(how, system, name, entry),
          {:ok, _} <- DynamicSupervisor.start_child(Ringbus.Replica.Writers, {Writer, replica}) do
       :ok
     else
       error ->
-        _ = :ra.force_delete_server(system, replica.server)
+        # A new member's data goes; a restored one's stays, for next time.
+        if how == :new, do: :ra.force_delete_server(system, replica.server)
         _ = Store.delete(name)
         error
     end
@@ -127,19 +126,40 @@ defmodule Ringbus.Replica.Catalogue do
     end
   end
 
-  defp server(:new, system, name, opts, replica) do
+  defp server(:new, system, name, %{replica: replica} = entry) do
     # What a member of this name deleted while this node was away left.
     _ = :ra.force_delete_server(system, replica.server)
-    machine = {:module, Ringbus.Replica.Machine, machine_config(name, opts)}
-    :ra.start_server(system, replica.cluster, replica.server, machine, replica.members)
+    :ra.start_server(system, server_config(name, entry))
   end
 
-  defp server(:restart, system, _name, _opts, replica) do
+  defp server(:restart, system, name, %{replica: replica} = entry) do
     case :ra.restart_server(system, replica.server) do
-      :ok -> elect_alone(replica)
-      {:error, {:already_started, _}} -> :ok
-      error -> error
+      :ok ->
+        elect_alone(replica)
+
+      {:error, {:already_started, _}} ->
+        :ok
+
+      # Ra's directory of names (a dets file) lost the entry to a kill: the
+      # same uid finds the same log.
+      {:error, :name_not_registered} ->
+        with :ok <- :ra.start_server(system, server_config(name, entry)), do: elect_alone(replica)
+
+      error ->
+        error
     end
+  end
+
+  # What `:ra.start_server/5` makes, with the uid this catalogue keeps.
+  defp server_config(name, %{opts: opts, replica: replica, uid: uid}) do
+    %{
+      cluster_name: replica.cluster,
+      id: replica.server,
+      uid: uid,
+      initial_members: replica.members,
+      log_init_args: %{uid: uid},
+      machine: {:module, Ringbus.Replica.Machine, machine_config(name, opts)}
+    }
   end
 
   # A member alone need not wait for its election timeout to lead again.
