@@ -31,7 +31,9 @@ defmodule Ringbus.Replica do
   end
 
   defp create_members(name, opts, replica, [node | rest], done) do
-    case Catalogue.create(node, name, opts, replica, @manage_timeout) do
+    member = %{replica | server: {replica.cluster, node}}
+
+    case Catalogue.create(node, name, opts, member, @manage_timeout) do
       :ok ->
         create_members(name, opts, replica, rest, [node | done])
 
