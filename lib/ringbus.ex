@@ -52,6 +52,33 @@ defmodule Ringbus do
   `{:error, :node_down}` or `{:error, :node_busy}` at once when the node
   cannot be reached. `channels/0` lists this node's channels.
 
+  ## Replicated channels
+
+  `create(name, replicas: n, capacity: ...)` makes a durable channel, kept
+  in Ra (RabbitMQ's Raft library) under the application env `:data_dir`
+  (default: `ringbus_data/NODE` under the current directory). Its members
+  are this node and the first `n - 1` nodes of `Node.list/0`, in that
+  order; each has the channel's ring, and a Raft log on disk.
+
+      :ok = Ringbus.create("orders", replicas: 1, capacity: 100_000)
+      {:ok, 0} = Ringbus.push("orders", "o-1")
+      {:ok, 1} = Ringbus.push("orders", "o-2", producer: {"billing", 2})
+
+  `push/2`, `push_many/2`, `push/3` and `pull/1` go through the leader:
+  they return once a majority of the members has the message on disk.
+  Concurrent writes on one node are batched into one Raft entry.
+  `read/3`, `len/1`, `subscribe/2` and `info/1` read this member's ring
+  and see what it has applied. A member's node that restarts gets the
+  channel back from its log, with its messages and counters. `info/1`
+  adds `:replicas`, `:members`, `:role`, `:leader`, `:term`,
+  `:commit_index` and `:applied_index` (Ra's, as of its last tick).
+
+  A write answers `{:ok, seq}`, an error that means it was not done, or
+  `{:error, :timeout}`: the outcome is unknown (the leader may have
+  stored it before it went away). Retry such a push under the same
+  `producer: {id, n}` tag (`push/3`) and it is stored once. The channel is
+  reached only from its members' nodes.
+
   ## State kept in the calling process
 
   Every function that takes a channel name finds the channel's handle (its
@@ -168,6 +195,12 @@ defmodule Ringbus do
   cluster (`Ringbus.Cluster`), `node: node` creates the channel on that node
   instead of this one; `{:error, :node_down}` or `{:error, :node_busy}` when
   it cannot be reached.
+
+  `replicas: n` (a positive integer; not with `:node`) creates a
+  replicated, durable channel on this node and the first `n - 1` of
+  `Node.list/0` (see "Replicated channels" above); `{:error, :node_down}`
+  when fewer nodes are connected, `{:error, :timeout}` when its members
+  elect no leader in 15 s.
 
       iex> Ringbus.create("doc-create", capacity: 10)
       :ok

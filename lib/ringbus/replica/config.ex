@@ -17,7 +17,7 @@ defmodule Ringbus.Replica.Config do
   def data_dir do
     case Application.get_env(:ringbus, :data_dir) do
       nil -> Path.join([File.cwd!(), "ringbus_data", Atom.to_string(node())])
-      dir when is_binary(dir) -> Path.expand(dir)
+      dir when is_binary(dir) or is_list(dir) -> dir |> to_string() |> Path.expand()
       other -> raise ArgumentError, "expected :data_dir to be a path, got: #{inspect(other)}"
     end
   end
