@@ -71,6 +71,33 @@ defmodule Ringbus do
   cluster options `:call_timeout` and `:reply_timeout` (`Ringbus.Cluster`).
   `channels/0` lists this node's channels.
 
+  ## Replicated channels
+
+  `create(name, replicas: n, capacity: ...)` makes a durable channel, kept
+  in Ra (RabbitMQ's Raft library) under the application env `:data_dir`
+  (default: `ringbus_data/NODE` under the current directory). Its members
+  are this node and the first `n - 1` nodes of `Node.list/0`, in that
+  order; each has the channel's ring, and a Raft log on disk.
+
+      :ok = Ringbus.create("orders", replicas: 1, capacity: 100_000)
+      {:ok, 0} = Ringbus.push("orders", "o-1")
+      {:ok, 1} = Ringbus.push("orders", "o-2", producer: {"billing", 2})
+
+  `push/2`, `push_many/2`, `push/3` and `pull/1` go through the leader:
+  they return once a majority of the members has the message on disk.
+  Concurrent writes on one node are batched into one Raft entry.
+  `read/3`, `len/1`, `subscribe/2` and `info/1` read this member's ring
+  and see what it has applied. A member's node that restarts gets the
+  channel back from its log, with its messages and counters. `info/1`
+  adds `:replicas`, `:members`, `:role`, `:leader`, `:term`,
+  `:commit_index` and `:applied_index` (Ra's, as of its last tick).
+
+  A write answers `{:ok, seq}`, an error that means it was not done, or
+  `{:error, :timeout}`: the outcome is unknown (the leader may have
+  stored it before it went away). Retry such a push under the same
+  `producer: {id, n}` tag (`push/3`) and it is stored once. The channel is
+  reached only from its members' nodes.
+
   ## State kept in the calling process
 
   Every function that takes a channel name finds the channel's handle (its
@@ -86,6 +113,7 @@ defmodule Ringbus do
   alias Ringbus.{Channel, Store}
   alias Ringbus.Channel.{Ring, Subscription}
   alias Ringbus.Cluster.Router
+  alias Ringbus.Replica
 
   @typedoc "A channel name. Channels reached over the network are named by binaries."
   @type name :: term()
@@ -161,12 +189,22 @@ defmodule Ringbus do
     * `:too_large` - a payload larger than the channel's `:max_bytes`
     * `:no_subscription` - `ack/2`, `unsubscribe/1`: the subscription has ended
     * `:node_down`, `:node_busy`, `:timeout` - see `t:node_error/0`; only
-      `:timeout` leaves the outcome unknown
+      `:timeout` leaves the outcome unknown, also on a replicated channel
+      (see "Replicated channels")
+    * `:stale_tag` - `push/3`: a producer tag older than the channel
+      remembers
 
   Front ends map each of them to their own errors (the RESP front end in
   one function, tested against this list).
   """
-  @type reason :: :no_channel | :exists | :full | :too_large | :no_subscription | node_error()
+  @type reason ::
+          :no_channel
+          | :exists
+          | :full
+          | :too_large
+          | :no_subscription
+          | :stale_tag
+          | node_error()
 
   @doc """
   Creates a channel.
@@ -178,6 +216,12 @@ defmodule Ringbus do
   it cannot be reached, `{:error, :timeout}` when it did not answer in time
   (the channel may or may not have been created).
 
+  `replicas: n` (a positive integer; not with `:node`) creates a
+  replicated, durable channel on this node and the first `n - 1` of
+  `Node.list/0` (see "Replicated channels" above); `{:error, :node_down}`
+  when fewer nodes are connected, `{:error, :timeout}` when its members
+  elect no leader in 15 s.
+
       iex> Ringbus.create("doc-create", capacity: 10)
       :ok
       iex> Ringbus.create("doc-create", capacity: 10)
@@ -186,8 +230,14 @@ defmodule Ringbus do
   @spec create(name(), Channel.options() | [{:node, node()} | {atom(), term()}]) ::
           :ok | {:error, :exists | node_error()}
   def create(name, opts) do
-    {home, opts} = pop_node!(opts)
-    Router.create(name, Channel.validate_options!(opts), home)
+    case pop_replicas!(opts) do
+      {nil, opts} ->
+        {home, opts} = pop_node!(opts)
+        Router.create(name, Channel.validate_options!(opts), home)
+
+      {replicas, opts} ->
+        Replica.create(name, Channel.validate_options!(opts), replicas)
+    end
   end
 
   @doc "Like `create/2`, but raises `Ringbus.Error` if the channel exists."
@@ -199,7 +249,12 @@ defmodule Ringbus do
   `{:ringbus_closed, sub, :channel_deleted}`.
   """
   @spec delete(name()) :: :ok | {:error, :no_channel | node_error()}
-  def delete(name), do: Router.delete(name)
+  def delete(name) do
+    case Store.fetch(name) do
+      {:ok, %{replica: r} = channel} when r != nil -> Replica.delete(channel, name)
+      _ -> Router.delete(name)
+    end
+  end
 
   @doc """
   Pushes one message and returns its sequence number.
@@ -217,6 +272,54 @@ defmodule Ringbus do
   @spec push(name(), binary()) ::
           {:ok, seq()} | {:error, :no_channel | :full | :too_large | node_error()}
   def push(name, payload) when is_binary(payload), do: on_channel(name, {:push, payload})
+
+  @doc """
+  Like `push/2` and `push_many/2` (with a list), with options for a
+  replicated channel (see "Replicated channels" above):
+
+    * `:producer` - `{producer_id, n}`, a tag that makes a retry safe: a
+      push whose tag the channel stored already is answered as it was
+      then, and stores nothing. A producer's `n` increases with each push;
+      the channel remembers the last 64 per producer. Defaults to `nil`.
+    * `:timeout` - ms to wait for the answer; then `{:error, :timeout}`,
+      which means the outcome is unknown. Defaults to `5000`.
+
+  On a channel that is not replicated, options raise `ArgumentError`.
+
+      Ringbus.push("orders", "o-17", producer: {"billing", 17})
+  """
+  @spec push(name(), binary() | [binary()], producer: {term(), integer()}, timeout: pos_integer()) ::
+          {:ok, seq()} | {:error, :no_channel | :full | :too_large | :stale_tag | :timeout}
+  def push(name, payload_or_payloads, []) when is_binary(payload_or_payloads),
+    do: push(name, payload_or_payloads)
+
+  def push(name, payloads, []) when is_list(payloads), do: push_many(name, payloads)
+
+  def push(name, payload, opts) when is_binary(payload), do: push(name, [payload], opts)
+
+  def push(name, payloads, opts) when is_list(payloads) do
+    {_count, bytes} = Ring.measure!(payloads)
+
+    case Store.fetch(name) do
+      {:ok, %{replica: r} = channel} when r != nil ->
+        Replica.push(channel, payloads, bytes, opts)
+
+      {:ok, _plain} ->
+        not_replicated!(name)
+
+      {:error, :no_channel} ->
+        if Router.home(name) == {:error, :no_channel},
+          do: {:error, :no_channel},
+          else: not_replicated!(name)
+    end
+  end
+
+  defp not_replicated!(name),
+    do:
+      raise(
+        ArgumentError,
+        "expected a replicated channel for push options, got: #{inspect(name)}"
+      )
 
   @doc "Like `push/2`, but returns the seq or raises `Ringbus.Error`."
   @spec push!(name(), binary()) :: seq()
@@ -422,6 +525,21 @@ defmodule Ringbus do
     ArgumentError -> {:error, :no_channel}
   end
 
+  # A replicated channel's writes go through its Raft log; its reads, as
+  # any channel's, are the ring's.
+  defp run(%{replica: r} = channel, {:push, payload}) when r != nil,
+    do: Replica.push(channel, [payload], byte_size(payload), [])
+
+  defp run(%{replica: r} = channel, {push, payloads, _count, bytes})
+       when r != nil and push in [:push_many, :push_run],
+       do: Replica.push(channel, payloads, bytes, [])
+
+  defp run(%{replica: r} = channel, {:push_batches, batches}) when r != nil,
+    do: Replica.push_batches(channel, batches)
+
+  defp run(%{replica: r} = channel, :pull) when r != nil, do: Replica.pull(channel)
+  defp run(%{replica: r} = channel, :info) when r != nil, do: {:ok, Replica.info(channel)}
+
   defp run(channel, {:push, payload}), do: Ring.push(channel, payload)
 
   defp run(channel, {:push_many, payloads, count, bytes}),
@@ -443,6 +561,25 @@ defmodule Ringbus do
 
   defp run(channel, {:subscribe, opts, subscriber}),
     do: Subscription.start(channel, subscriber, opts)
+
+  # `create/2`'s `:replicas` option, which is not a channel option.
+  defp pop_replicas!(opts) when is_list(opts) do
+    case Keyword.pop(opts, :replicas) do
+      {nil, opts} ->
+        {nil, opts}
+
+      {n, opts} when is_integer(n) and n > 0 ->
+        if Keyword.has_key?(opts, :node),
+          do: raise(ArgumentError, "expected :node or :replicas, not both")
+
+        {n, opts}
+
+      {n, _} ->
+        raise ArgumentError, "expected :replicas to be a positive integer, got: #{inspect(n)}"
+    end
+  end
+
+  defp pop_replicas!(opts), do: {nil, opts}
 
   # `create/2`'s `:node` option, which is not a channel option.
   defp pop_node!(opts) when is_list(opts) do

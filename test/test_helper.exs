@@ -7,3 +7,6 @@ end
 
 # Connections log a line when they open and close: shown only for failing tests.
 ExUnit.start(capture_log: true)
+
+# The replicated channels of this run (config/config.exs puts them there).
+ExUnit.after_suite(fn _ -> File.rm_rf(Application.fetch_env!(:ringbus, :data_dir)) end)

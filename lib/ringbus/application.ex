@@ -4,6 +4,10 @@ defmodule Ringbus.Application do
   # ├── Ringbus.Store               owns every ETS table; links to each
   # │                               channel's Ringbus.Channel.Anchor, which its
   # │                               subscriptions monitor
+  # ├── Ringbus.Replica.Supervisor  Ra and the replicated channels of this
+  # │                               node (lib/ringbus/replica/README.md);
+  # │                               restarts with the store, and remakes
+  # │                               their rings from their logs
   # ├── Ringbus.Cluster.Supervisor  the cluster layer (see its moduledoc);
   # │                               restarts with the store, whose channels
   # │                               it announces
@@ -21,7 +25,12 @@ defmodule Ringbus.Application do
   @impl true
   def start(_type, _args) do
     children =
-      [Ringbus.Store, Ringbus.Cluster.Supervisor, Ringbus.Server.Directory] ++
+      [
+        Ringbus.Store,
+        Ringbus.Replica.Supervisor,
+        Ringbus.Cluster.Supervisor,
+        Ringbus.Server.Directory
+      ] ++
         Ringbus.Release.children(Application.get_env(:ringbus, :release))
 
     Supervisor.start_link(children, strategy: :rest_for_one, name: Ringbus.Supervisor)

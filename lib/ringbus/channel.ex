@@ -26,6 +26,10 @@ defmodule Ringbus.Channel do
       Under `:drop_oldest` such a channel stores batches message by message,
       so that its bytes are freed one message at a time.
 
+  A replicated channel's handle carries `:replica`, what its writes go
+  through (`Ringbus.Replica`), set by that layer; its ring takes writes
+  only from its Ra machine. Every other handle has `nil`.
+
   A channel's memory is bounded by its capacity times the largest payload
   pushed to it, and by `:max_bytes` when it has one; the network server also
   bounds payloads by its maximum frame size.
@@ -34,7 +38,7 @@ defmodule Ringbus.Channel do
   alias Ringbus.Options
 
   @enforce_keys [:table, :waiters, :atomics, :anchor, :capacity, :overflow]
-  defstruct @enforce_keys ++ [max_bytes: nil]
+  defstruct @enforce_keys ++ [max_bytes: nil, replica: nil]
 
   @type name :: term()
 
@@ -54,7 +58,8 @@ defmodule Ringbus.Channel do
           anchor: pid(),
           capacity: pos_integer(),
           overflow: :drop_oldest | :reject,
-          max_bytes: pos_integer() | nil
+          max_bytes: pos_integer() | nil,
+          replica: map() | nil
         }
 
   @doc """

@@ -22,7 +22,9 @@ defmodule Ringbus.Error do
   defp describe(:node_busy), do: "the node that holds the channel is busy; nothing was done"
 
   defp describe(:timeout),
-    do: "no answer in time from the node that holds the channel; it may or may not have been done"
+    do: "no answer in time from the channel's node or replicas; it may or may not have been done"
+
+  defp describe(:stale_tag), do: "the producer tag is older than the channel remembers"
 
   defp describe(other), do: inspect(other)
 end

@@ -128,7 +128,8 @@ defmodule Ringbus.Channel.Ring do
       anchor: Anchor.start_link(),
       capacity: Keyword.fetch!(opts, :capacity),
       overflow: Keyword.fetch!(opts, :overflow),
-      max_bytes: Keyword.get(opts, :max_bytes)
+      max_bytes: Keyword.get(opts, :max_bytes),
+      replica: Keyword.get(opts, :replica)
     }
   end
 

@@ -40,10 +40,13 @@ defmodule Ringbus.Resp.Errors do
   def reply(:timeout, key),
     do:
       Encoder.error([
-        "TIMEOUT no answer in time from the node that holds stream '",
+        "TIMEOUT no answer in time for stream '",
         key,
-        "'; the command may or may not have been carried out"
+        "' from its node or replicas; the command may or may not have been carried out"
       ])
+
+  def reply(:stale_tag, key),
+    do: Encoder.error(["ERR the producer tag is older than stream '", key, "' remembers"])
 
   # A subscription that dies while it starts exits with a reason of its own.
   def reply(other, key),

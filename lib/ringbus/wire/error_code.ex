@@ -28,8 +28,10 @@ defmodule Ringbus.Wire.ErrorCode do
      "the channel's home node (in a cluster) is slow to answer, or its link is full: " <>
        "the request did not leave for it and was not carried out"},
     {:timeout, 111,
-     "unknown outcome: the request went to the channel's home node (in a cluster) and " <>
-       "no answer came in time; it may or may not have been carried out"}
+     "unknown outcome: the request went to the channel's home node (in a cluster) or " <>
+       "its replicas and no answer came in time; it may or may not have been carried out"},
+    {:stale_tag, 112,
+     "the producer tag is older than the replicated channel remembers: not stored again"}
   ]
 
   @codes for {reason, code, _text} <- @errors, do: {reason, code}

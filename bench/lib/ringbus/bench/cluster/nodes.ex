@@ -20,13 +20,23 @@ defmodule Ringbus.Bench.Cluster.Nodes do
   """
 
   @typedoc "A started node."
-  @type t :: %{peer: pid(), node: node(), name: atom(), os_pid: String.t(), opts: keyword()}
+  @type t :: %{
+          peer: pid(),
+          node: node(),
+          name: atom(),
+          os_pid: String.t(),
+          opts: keyword(),
+          data_dir: Path.t()
+        }
 
   @doc """
   Starts `count` nodes named `prefix_N_UNIQUE@127.0.0.1` in parallel.
 
   Options: `:net_ticktime` (seconds, default 60), `:cluster` (Ringbus's
-  cluster options), `:cookie` (default: a fresh one per call).
+  cluster options), `:cookie` (default: a fresh one per call), `:env`
+  (more of Ringbus's application env). Each node keeps its replicated
+  channels in a `:data_dir` of its own under the system's temp dir, which
+  `restart/1` keeps and `stop/1` removes.
   """
   @spec start(pos_integer(), String.t(), keyword()) :: [t()]
   def start(count, prefix, opts \\ []) do
@@ -93,6 +103,8 @@ defmodule Ringbus.Bench.Cluster.Nodes do
       catch
         :exit, _ -> :ok
       end
+
+      File.rm_rf(n.data_dir)
     end
 
     :ok
@@ -136,9 +148,16 @@ defmodule Ringbus.Bench.Cluster.Nodes do
         Keyword.get(opts, :cluster, [])
       ])
 
+    env = Keyword.get(opts, :env, [])
+    default_dir = Path.join([System.tmp_dir!(), "ringbus_nodes", Atom.to_string(name)])
+    data_dir = Keyword.get(env, :data_dir, default_dir)
+
+    for {key, value} <- Keyword.put(env, :data_dir, data_dir),
+        do: :ok = :peer.call(peer, Application, :put_env, [:ringbus, key, value])
+
     {:ok, _} = :peer.call(peer, Application, :ensure_all_started, [:ringbus], 30_000)
     os_pid = :peer.call(peer, :os, :getpid, []) |> to_string()
-    %{peer: peer, node: node, name: name, os_pid: os_pid, opts: opts}
+    %{peer: peer, node: node, name: name, os_pid: os_pid, opts: opts, data_dir: data_dir}
   end
 
   # The paths OTP does not give every node already: Elixir's and this build's.

@@ -1,0 +1,199 @@
+defmodule Ringbus.Replica do
+  @moduledoc false
+  # Replicated channels for `Ringbus`: what its public functions do when a
+  # channel's handle has `replica` set. Writes (push, push_many, pull) go
+  # to the channel's writer on this node and through Ra; reads stay on the
+  # ring, in the caller. See lib/ringbus/replica/README.md.
+
+  alias Ringbus.{Channel, Options}
+  alias Ringbus.Channel.Ring
+  alias Ringbus.Replica.Catalogue
+
+  @default_timeout 5_000
+  # A create or delete waits on each member this long at most.
+  @manage_timeout 15_000
+
+  @doc """
+  Creates replicated channel `name` on this node and the first
+  `replicas - 1` nodes of `Node.list/0`, and waits for its leader.
+  """
+  @spec create(term(), Channel.options(), pos_integer()) ::
+          :ok | {:error, :exists | :node_down | :node_busy | :timeout}
+  def create(name, opts, replicas) do
+    nodes = Enum.take([node() | Node.list()], replicas)
+
+    if length(nodes) < replicas do
+      {:error, :node_down}
+    else
+      replica = handle(name, nodes)
+      create_members(name, opts, replica, nodes, [])
+    end
+  end
+
+  defp create_members(name, opts, replica, [node | rest], done) do
+    member = %{replica | server: {replica.cluster, node}}
+
+    case Catalogue.create(node, name, opts, member, @manage_timeout) do
+      :ok ->
+        create_members(name, opts, replica, rest, [node | done])
+
+      error ->
+        for n <- done, do: Catalogue.delete(n, name, @manage_timeout)
+        error
+    end
+  end
+
+  defp create_members(_name, _opts, replica, [], _done) do
+    :ok = :ra.trigger_election(replica.server)
+
+    case :ra.members(replica.server, @manage_timeout) do
+      {:ok, _members, _leader} -> :ok
+      _ -> {:error, :timeout}
+    end
+  end
+
+  # Every member derives the same names from the channel's: Ra's server
+  # names are atoms, one per replicated channel.
+  defp handle(name, nodes) do
+    hash =
+      :crypto.hash(:sha256, :erlang.term_to_binary(name))
+      |> Base.url_encode64(padding: false)
+      |> binary_part(0, 22)
+
+    server = String.to_atom("ringbus_" <> hash)
+
+    %{
+      cluster: server,
+      server: {server, node()},
+      writer: String.to_atom("ringbus_w_" <> hash),
+      members: for(n <- nodes, do: {server, n})
+    }
+  end
+
+  @doc "Deletes replicated channel `name` on every member."
+  @spec delete(Channel.t(), term()) :: :ok | {:error, :node_down | :node_busy}
+  def delete(%Channel{replica: replica}, name) do
+    results =
+      for {_server, node} <- replica.members,
+          do: Catalogue.delete(node, name, @manage_timeout)
+
+    case Enum.find(results, &(&1 not in [:ok, {:error, :no_channel}])) do
+      nil -> :ok
+      error -> error
+    end
+  end
+
+  @doc """
+  Pushes `payloads` as one batch through Ra. Options: `:producer`
+  (`{id, n}`, the dedup tag) and `:timeout` (ms, default 5000).
+  """
+  @spec push(Channel.t(), [binary()], non_neg_integer(), keyword()) ::
+          {:ok, non_neg_integer()} | {:error, :full | :too_large | :stale_tag | :timeout}
+  def push(channel, payloads, bytes, opts) do
+    opts = Options.validate!(opts, [producer: nil, timeout: @default_timeout], "push")
+
+    Options.check!(
+      :producer,
+      opts[:producer],
+      &(&1 == nil or match?({_, n} when is_integer(n), &1)),
+      "a tuple {producer_id, integer}"
+    )
+
+    Options.check!(:timeout, opts[:timeout], &Options.positive?/1, "a positive integer")
+    call(channel, {:push, opts[:producer], payloads, bytes}, opts[:timeout])
+  end
+
+  @doc "Takes the oldest message out, through Ra."
+  @spec pull(Channel.t()) :: {:ok, non_neg_integer(), binary()} | :empty | {:error, :timeout}
+  def pull(channel), do: call(channel, :pull, @default_timeout)
+
+  @doc """
+  Many batches (the server's), each through Ra on its own, in one
+  command; one answer per batch.
+  """
+  @spec push_batches(Channel.t(), [{[binary()], non_neg_integer(), non_neg_integer()}]) ::
+          {:ok, [term()]} | {:error, :timeout}
+  def push_batches(channel, batches) do
+    tasks = for {payloads, _count, bytes} <- batches, do: {payloads, bytes}
+    # One at a time keeps each batch whole and the batches in order.
+    results =
+      Enum.reduce_while(tasks, [], fn {payloads, bytes}, acc ->
+        case call(channel, {:push, nil, payloads, bytes}, @default_timeout) do
+          {:error, :timeout} = timeout -> {:halt, timeout}
+          result -> {:cont, [result | acc]}
+        end
+      end)
+
+    case results do
+      {:error, _} = error -> error
+      list -> {:ok, Enum.reverse(list)}
+    end
+  end
+
+  defp call(%Channel{replica: %{writer: writer}}, request, timeout) do
+    case Process.whereis(writer) do
+      nil ->
+        # Nothing was sent: the channel is being deleted, or restarting.
+        {:error, :no_channel}
+
+      pid ->
+        ref = :erlang.monitor(:process, pid, [{:alias, :reply_demonitor}])
+        send(pid, {:ringbus_replica, ref, request, System.monotonic_time(:millisecond) + timeout})
+
+        receive do
+          {^ref, answer} -> answer
+          {:DOWN, ^ref, _, _, _} -> {:error, :timeout}
+        after
+          timeout ->
+            Process.demonitor(ref, [:flush])
+
+            receive do
+              {^ref, answer} -> answer
+            after
+              0 -> {:error, :timeout}
+            end
+        end
+    end
+  end
+
+  @doc """
+  The ring's figures and the member's: `replicas`, `members` (nodes),
+  `role`, `term`, `commit_index`, `applied_index`, `leader` (a node, or
+  nil). Ra's figures are read from its tables, as of its last tick.
+  """
+  @spec info(Channel.t()) :: map()
+  def info(%Channel{replica: replica} = channel) do
+    {local, _node} = replica.server
+    role = lookup(:ra_state, local, 2, :stopped)
+
+    {term, applied, commit} =
+      case :ets.lookup(:ra_metrics, local) do
+        [{_, term, _snapshot, applied, commit, _written, _latency}] -> {term, applied, commit}
+        _ -> {0, 0, 0}
+      end
+
+    leader =
+      case :ra_leaderboard.lookup_leader(replica.cluster) do
+        {_, node} -> node
+        _ -> nil
+      end
+
+    channel
+    |> Ring.info()
+    |> Map.merge(%{
+      replicas: length(replica.members),
+      members: for({_, n} <- replica.members, do: n),
+      role: role,
+      term: term,
+      commit_index: commit,
+      applied_index: applied,
+      leader: leader
+    })
+  end
+
+  defp lookup(table, key, pos, default) do
+    :ets.lookup_element(table, key, pos)
+  rescue
+    ArgumentError -> default
+  end
+end
