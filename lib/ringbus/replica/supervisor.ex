@@ -24,6 +24,9 @@ defmodule Ringbus.Replica.Supervisor do
 
   @impl true
   def init(:ok) do
+    # Ra tells of every WAL file, segment and election at info and debug:
+    # an operator's log keeps its warnings and errors.
+    :ok = :logger.set_application_level(:ra, :warning)
     dir = Config.data_dir()
     File.mkdir_p!(dir)
     config = Config.ra_system(dir)
