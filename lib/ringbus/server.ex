@@ -106,8 +106,8 @@ defmodule Ringbus.Server do
 
   use Supervisor
 
-  alias Ringbus.Server.{Acceptor, Config, ConnectionSupervisor, Listener, Protocol, Stats}
-  alias Ringbus.Wire.Frame
+  alias Ringbus.Server.{Acceptor, BinaryProtocol, Config, ConnectionSupervisor, Listener}
+  alias Ringbus.Server.{Protocol, Stats}
 
   @typedoc "A listener of the server: `:binary` (the protocol) or `:resp`."
   @type protocol :: :binary | :resp
@@ -200,29 +200,20 @@ defmodule Ringbus.Server do
 
   @impl true
   def init(config) do
-    protocols = [:binary | if(config.resp_port, do: [:resp], else: [])]
-
     children =
-      Enum.flat_map(protocols, fn name ->
+      Enum.flat_map([BinaryProtocol | config.protocols], fn module ->
         # Each listener's counters are made here, so that they outlive a
         # restart of the listener; its connections find them in the config.
         config = %{config | counters: Stats.new()}
-        listener_children(config, protocol(name, config))
+
+        case module.listener(config) do
+          nil -> []
+          protocol -> listener_children(config, protocol)
+        end
       end)
 
     Supervisor.init(children, strategy: :rest_for_one)
   end
-
-  defp protocol(:binary, config) do
-    %Protocol{
-      name: :binary,
-      port: config.port,
-      connection: {Ringbus.Server.Connection, config},
-      busy: Frame.encode({:error, 0, :server_busy, "the server has too many connections"})
-    }
-  end
-
-  defp protocol(:resp, config), do: Ringbus.Resp.protocol(config)
 
   defp listener_children(config, %Protocol{name: name} = protocol) do
     acceptors =
