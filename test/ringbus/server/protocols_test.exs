@@ -71,24 +71,27 @@ defmodule Ringbus.Server.ProtocolsTest do
     {socket, conn}
   end
 
-  defp recv(socket, expected) do
-    {:ok, data} = :gen_tcp.recv(socket, byte_size(expected), 5_000)
-    data
+  defp expect(socket, expected),
+    do: assert({:ok, ^expected} = :gen_tcp.recv(socket, byte_size(expected), 5_000))
+
+  # `expected`, then the close.
+  defp expect_last(socket, expected) do
+    expect(socket, expected)
+    assert {:error, :closed} = :gen_tcp.recv(socket, 0, 5_000)
   end
 
   test "a protocol given in :protocols is served, with nothing else beside the binary one" do
     {server, port} = start(resp_port: 0)
     {socket, conn} = connect(server, port)
     :ok = :gen_tcp.send(socket, "one\ntwo\n")
-    assert recv(socket, "one\ntwo\n") == "one\ntwo\n"
+    expect(socket, "one\ntwo\n")
     assert %{module: Lines, session: :running} = :sys.get_state(conn)
     # :resp_port means nothing to a server whose protocols leave RESP out.
     listeners = for {{Ringbus.Server.Listener, name}, _, _, _} <- children(server), do: name
     assert Enum.sort(listeners) == [:binary, :lines]
 
     :ok = :gen_tcp.send(socket, "quit\n")
-    assert recv(socket, "bye\n") == "bye\n"
-    assert {:error, :closed} = :gen_tcp.recv(socket, 0, 5_000)
+    expect_last(socket, "bye\n")
   end
 
   test "while a protocol waits, reads are held and then run in order, even if one waits again" do
@@ -103,9 +106,9 @@ defmodule Ringbus.Server.ProtocolsTest do
     assert eventually(fn -> length(:sys.get_state(conn).held) == 2 end)
 
     send(conn, :go)
-    assert recv(socket, "went\na\n") == "went\na\n"
+    expect(socket, "went\na\n")
     send(conn, :go)
-    assert recv(socket, "went\nb\n") == "went\nb\n"
+    expect(socket, "went\nb\n")
     assert %{waiting?: false, held: []} = :sys.get_state(conn)
   end
 
@@ -113,12 +116,10 @@ defmodule Ringbus.Server.ProtocolsTest do
     {server, port} = start(idle_timeout: 100)
     {bad, _} = connect(server, port)
     :ok = :gen_tcp.send(bad, "x\nbad")
-    assert recv(bad, "x\nbad\n") == "x\nbad\n"
-    assert {:error, :closed} = :gen_tcp.recv(bad, 0, 5_000)
+    expect_last(bad, "x\nbad\n")
 
     {idle, _} = connect(server, port)
-    assert recv(idle, "idle\n") == "idle\n"
-    assert {:error, :closed} = :gen_tcp.recv(idle, 0, 5_000)
+    expect_last(idle, "idle\n")
   end
 
   test "a stopping server's connections say the protocol's last words" do
@@ -127,7 +128,7 @@ defmodule Ringbus.Server.ProtocolsTest do
     ref = Process.monitor(conn)
     :ok = stop_supervised(Ringbus.Server)
     assert_receive {:DOWN, ^ref, :process, _, _}, 5_000
-    assert recv(stopped, "stopping\n") == "stopping\n"
+    expect(stopped, "stopping\n")
   end
 
   test ":protocols takes Ringbus.Server.Protocol modules only" do
