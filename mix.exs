@@ -27,7 +27,10 @@ defmodule Ringbus.MixProject do
     [
       # :ra is RabbitMQ's Raft, for replicated channels (see vendor_ra!/0).
       extra_applications: [:logger, :crypto, :ssl, :public_key, :inets, :ra],
-      mod: {Ringbus.Application, []}
+      mod: {Ringbus.Application, []},
+      # The protocols a `Ringbus.Server` may serve besides the binary one,
+      # unless its `:protocols` option names others: RESP, on `:resp_port`.
+      env: [protocols: [Ringbus.Resp.Protocol]]
     ]
   end
 

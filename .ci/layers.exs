@@ -81,12 +81,7 @@ defmodule Layers do
 
   # Dependencies that break the arrows today, file to file: each is allowed
   # as it is, and no other like it.
-  @exceptions [
-    # Ringbus.Server names the RESP protocol module when :resp_port is set;
-    # with resp/ calling server/, the two folders make a cycle. To be removed
-    # by the connection skeleton work.
-    {"lib/ringbus/server.ex", "lib/ringbus/resp.ex"}
-  ]
+  @exceptions []
 
   @max_lines 600
 

@@ -30,30 +30,9 @@ defmodule Ringbus.Resp do
   the mapping, every command, and where a ring differs from a Redis stream.
   """
 
-  alias Ringbus.Server.{Config, Protocol}
-
   @default_port 6379
 
   @doc "Redis's port, which `mix ringbus.server --resp` listens on."
   @spec default_port() :: :inet.port_number()
   def default_port, do: @default_port
-
-  @doc false
-  # The RESP listener of a server, for `Ringbus.Server`'s supervisor: its
-  # consumer groups' table and its counters are made here, in the calling
-  # supervisor, which owns them for as long as the server runs.
-  @spec protocol(Config.t()) :: Protocol.t()
-  def protocol(%Config{} = config) do
-    context = Ringbus.Resp.Session.context()
-
-    %Protocol{
-      figures: fn -> %{groups: Ringbus.Resp.Groups.summary(context.groups)} end,
-      name: :resp,
-      port: config.resp_port,
-      # Redis's `timeout 0`: RESP clients idle as long as they like, by default.
-      connection:
-        {Ringbus.Resp.Connection, {%{config | idle_timeout: config.resp_idle_timeout}, context}},
-      busy: "-ERR max number of clients reached\r\n"
-    }
-  end
 end

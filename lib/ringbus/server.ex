@@ -22,8 +22,13 @@ defmodule Ringbus.Server do
       │
       │   with :resp_port, the same three for RESP clients:
       ├── Ringbus.Server.Listener
-      ├── Ringbus.Server.ConnectionSupervisor  one Ringbus.Resp.Connection each
+      ├── Ringbus.Server.ConnectionSupervisor  one Ringbus.Server.Connection
+      │                                        each, speaking RESP
       └── acceptors (Supervisor)
+
+  Every listener's connections are the same process; what differs is the
+  protocol module it runs (`Ringbus.Server.Protocol`): the binary
+  protocol's, always, and each of `:protocols` that asks for a listener.
 
   If a listener dies, the processes after it restart (a binary listener's
   death restarts the RESP listener too); a connection that dies takes nothing with it, since channels live
@@ -99,6 +104,11 @@ defmodule Ringbus.Server do
       each read below the binary allocator's single-block carrier threshold
       (512 KB by default, `+MBsbct`), so reads reuse memory instead of taking
       a fresh mmap each (README's `ingest` bench section).
+    * `:protocols` - the protocols served besides the binary one: modules
+      implementing `Ringbus.Server.Protocol` (an internal contract), each
+      listening when the options ask for it. Default: the `:ringbus`
+      application's `:protocols` environment, `[Ringbus.Resp.Protocol]`,
+      whose listener runs when `:resp_port` is set.
     * `:name` - a name to register the server supervisor under.
 
   Unknown options raise `ArgumentError`.
@@ -106,11 +116,11 @@ defmodule Ringbus.Server do
 
   use Supervisor
 
-  alias Ringbus.Server.{Acceptor, Config, ConnectionSupervisor, Listener, Protocol, Stats}
-  alias Ringbus.Wire.Frame
+  alias Ringbus.Server.{Acceptor, BinaryProtocol, Config, ConnectionSupervisor, Listener}
+  alias Ringbus.Server.{Protocol, Stats}
 
-  @typedoc "A listener of the server: `:binary` (the protocol) or `:resp`."
-  @type protocol :: :binary | :resp
+  @typedoc "A listener of the server: `:binary` (the protocol), `:resp`, or another protocol's name."
+  @type protocol :: :binary | :resp | atom()
 
   @type option ::
           {:host, :inet.ip_address() | String.t()}
@@ -132,6 +142,7 @@ defmodule Ringbus.Server do
           | {:max_out_bytes, pos_integer()}
           | {:acceptors, pos_integer()}
           | {:buffer_size, pos_integer()}
+          | {:protocols, [module()]}
           | {:name, atom()}
 
   @type options :: [option()]
@@ -205,29 +216,20 @@ defmodule Ringbus.Server do
 
   @impl true
   def init(config) do
-    protocols = [:binary | if(config.resp_port, do: [:resp], else: [])]
-
     children =
-      Enum.flat_map(protocols, fn name ->
+      Enum.flat_map([BinaryProtocol | config.protocols], fn module ->
         # Each listener's counters are made here, so that they outlive a
         # restart of the listener; its connections find them in the config.
         config = %{config | counters: Stats.new()}
-        listener_children(config, protocol(name, config))
+
+        case module.listener(config) do
+          nil -> []
+          protocol -> listener_children(config, protocol)
+        end
       end)
 
     Supervisor.init(children, strategy: :rest_for_one)
   end
-
-  defp protocol(:binary, config) do
-    %Protocol{
-      name: :binary,
-      port: config.port,
-      connection: {Ringbus.Server.Connection, config},
-      busy: Frame.encode({:error, 0, :server_busy, "the server has too many connections"})
-    }
-  end
-
-  defp protocol(:resp, config), do: Ringbus.Resp.protocol(config)
 
   defp listener_children(config, %Protocol{name: name} = protocol) do
     acceptors =

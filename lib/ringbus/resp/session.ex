@@ -4,7 +4,7 @@ defmodule Ringbus.Resp.Session do
   # of a read and the session in, the reply bytes and the new session out.
   # It runs commands against `Ringbus` (which may start subscriptions for
   # the calling process) but never touches a socket, a timer or the mailbox:
-  # `Ringbus.Resp.Connection` does those.
+  # `Ringbus.Resp.Protocol` and the one `Ringbus.Server.Connection` do those.
   #
   #   handle(commands, session)            -> {status, out, session}
   #   deliver(session, sub, messages, lost) -> {status, out, session}

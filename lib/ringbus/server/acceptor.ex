@@ -17,7 +17,7 @@ defmodule Ringbus.Server.Acceptor do
 
   require Logger
 
-  alias Ringbus.Server.{ConnectionSupervisor, Listener, Protocol, Stats, Transport}
+  alias Ringbus.Server.{Connection, ConnectionSupervisor, Listener, Protocol, Stats, Transport}
 
   @transient [:econnaborted, :econnreset, :timeout, :einval, :eproto, :esslaccept]
 
@@ -66,10 +66,9 @@ defmodule Ringbus.Server.Acceptor do
     case ConnectionSupervisor.start_connection(sup, protocol, config) do
       {:ok, pid} ->
         Stats.count(counters, :accepted)
-        {module, _arg} = protocol.connection
 
         case Ringbus.Socket.controlling_process(kind, socket, pid) do
-          :ok -> module.hand_over(pid, kind, socket)
+          :ok -> Connection.hand_over(pid, kind, socket)
           {:error, _} -> Ringbus.Socket.close(kind, socket)
         end
 

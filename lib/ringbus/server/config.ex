@@ -29,6 +29,8 @@ defmodule Ringbus.Server.Config do
     max_out_bytes: 4 * 1024 * 1024,
     acceptors: 4,
     buffer_size: @default_buffer_size,
+    # nil: the :ringbus application's `:protocols` environment (mix.exs).
+    protocols: nil,
     name: nil
   ]
 
@@ -51,7 +53,8 @@ defmodule Ringbus.Server.Config do
       | host: host!(config.host),
         tls: tls!(config.tls),
         tokens: tokens!(config.tokens),
-        auto_create: auto_create!(config.auto_create)
+        auto_create: auto_create!(config.auto_create),
+        protocols: protocols!(config.protocols)
     }
 
     Options.check!(
@@ -89,6 +92,28 @@ defmodule Ringbus.Server.Config do
   end
 
   defp host!(host), do: Options.ip!(:host, host)
+
+  defp protocols!(nil), do: protocols!(Application.get_env(:ringbus, :protocols, []))
+
+  defp protocols!(modules) when is_list(modules) do
+    for module <- modules do
+      unless is_atom(module) and Code.ensure_loaded?(module) and
+               function_exported?(module, :listener, 1) do
+        raise ArgumentError,
+              "expected :protocols to be a list of Ringbus.Server.Protocol modules, got: " <>
+                inspect(module)
+      end
+
+      module
+    end
+  end
+
+  defp protocols!(other),
+    do:
+      raise(
+        ArgumentError,
+        "expected :protocols to be a list of Ringbus.Server.Protocol modules, got: #{inspect(other)}"
+      )
 
   defp tls!(nil), do: nil
 

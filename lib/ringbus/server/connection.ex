@@ -1,59 +1,65 @@
 defmodule Ringbus.Server.Connection do
   @moduledoc false
-  # The process of one client connection: it owns the socket, the decoder,
-  # the output buffer and the deadlines, and hands every decoded frame to
-  # `Ringbus.Server.Session`, which holds the protocol.
+  # The process of one client connection, whatever its protocol: it owns the
+  # socket, the reads, the output buffer, the deadlines and the figures, and
+  # hands bytes and messages to its protocol module (`Ringbus.Server.Protocol`:
+  # the binary protocol's or RESP's), which holds the rest.
   #
   # It is a GenServer, so `:sys.get_state/1` and `:sys.suspend/1` work on it,
-  # and gen_server's loop takes every message in arrival order.
+  # and gen_server's loop takes every message in arrival order. Its state's
+  # `session` is the protocol's session.
   #
   # Reads. The socket delivers a few reads as messages at a time (see
   # `Ringbus.Socket.activate/2`), each carrying whatever the kernel has, up
-  # to the large user buffer. The decoder returns every frame of a read and
-  # the session answers them all; the socket is armed again when it says it
-  # has gone passive.
-  # The first frame is decoded with the pre-HELLO limit and every later byte
-  # with `max_frame_size`, however TCP splits them.
+  # to the large user buffer. The protocol decodes every item of a read and
+  # answers them all; the socket is armed again when it says it has gone
+  # passive. While the protocol waits (a blocked XREAD), reads are held, not
+  # decoded, and the socket stays armed so that a hang-up is noticed; it is
+  # armed again only once the held reads have run, so what queues here stays
+  # bounded by the reads of one arming.
   #
-  # Writes. Answers and deliveries collect as iodata and go out with one
-  # socket write when the mailbox is empty (gen_server's timeout of 0 fires
-  # only then), after each read, and whenever 64 KiB have piled up. Never one
-  # write per message.
+  # Writes. Output collects as iodata and goes out with one socket write
+  # when the mailbox is empty (gen_server's timeout of 0 fires only then),
+  # after each read, and whenever 64 KiB have piled up. Never one write per
+  # message.
   #
   # Backlog safety. No selective receive: TCP writes go to the port without
-  # waiting for its reply (see `Ringbus.Socket`), and the calls the session
+  # waiting for its reply (see `Ringbus.Socket`), and the calls a session
   # makes (create, delete, subscribe, unsubscribe) wait on a fresh reference,
   # which the runtime matches without scanning older messages. What can queue
   # here is bounded: the few reads the socket delivers before it must be
-  # armed again and, per subscription, the credit the client gave. The queue is off the heap, so
-  # queued deliveries take no part in the process's garbage collections.
+  # armed again and, per subscription, the credit the client gave. The queue
+  # is off the heap, so queued deliveries take no part in the process's
+  # garbage collections. A write that waits past `:send_timeout` on a client
+  # that does not read closes the connection.
   #
-  # Time limits. HELLO must arrive within `handshake_timeout`, and after it
-  # each frame must be complete within `idle_timeout` of the one before; a
-  # client that trickles bytes runs into the same deadline.
+  # Time limits. The TLS handshake and the protocol's own (HELLO, AUTH) must
+  # be done within `handshake_timeout`, and after it each read that holds
+  # an item must come within `idle_timeout` of the one before; a client that
+  # trickles bytes runs into the same deadline. No deadline while the
+  # protocol waits.
   #
   # Shutdown. It traps exits, so when the server stops, its supervisor's
-  # shutdown reaches `terminate/2`: the read already taken in is answered,
-  # deliveries already here are written, then SUB_CLOSED shutting_down for
-  # each subscription and ERROR shutting_down, and the
+  # shutdown reaches `terminate/2`: the reads already taken in are answered
+  # (unless the protocol waits), deliveries already here are written, then
+  # the protocol's last words (`fatal(:shutting_down, session)`), and the
   # socket closes once the client has read it all (see
   # `Ringbus.Server.Transport.close_gracefully/3`). The server's
   # `:shutdown_timeout` bounds all of it.
   #
   # Figures and logs. `Ringbus.Server.Stats` counts every read and write in
-  # the server's counters and keeps this connection's tally, which it logs
+  # the listener's counters and keeps this connection's tally, which it logs
   # in one line when the connection closes, with the reason `close/2` gave.
 
   use GenServer, restart: :temporary
 
-  alias Ringbus.Server.{Config, Session, Stats, Transport}
-  alias Ringbus.Wire.{Decoder, Frame}
+  alias Ringbus.Server.{Protocol, Stats, Transport}
 
   @flush_bytes 64 * 1024
 
-  @spec start_link(Config.t()) :: GenServer.on_start()
-  def start_link(config) do
-    GenServer.start_link(__MODULE__, config, spawn_opt: [message_queue_data: :off_heap])
+  @spec start_link(Protocol.t()) :: GenServer.on_start()
+  def start_link(%Protocol{} = protocol) do
+    GenServer.start_link(__MODULE__, protocol, spawn_opt: [message_queue_data: :off_heap])
   end
 
   @doc "Hands an accepted socket to the connection process that now owns it."
@@ -66,21 +72,24 @@ defmodule Ringbus.Server.Connection do
   ## Init
 
   @impl true
-  def init(%Config{} = config) do
+  def init(%Protocol{name: name, module: module, config: config, arg: arg}) do
     Process.flag(:trap_exit, true)
+    {codec, session} = module.init(config, arg)
 
     state = %{
       config: config,
+      protocol: name,
+      module: module,
       kind: nil,
       socket: nil,
-      decoder:
-        Decoder.new(config.max_frame_size,
-          first: Frame.max_hello_frame_size(),
-          accept: :requests,
-          group_pushes: config.max_payload_size
-        ),
-      session: Session.new(config),
+      codec: codec,
+      session: session,
       deadline: now() + config.handshake_timeout,
+      # While the protocol waits: the reads held, newest first. Whether the
+      # socket went passive and waits to be armed again.
+      waiting?: false,
+      held: [],
+      passive?: false,
       out: [],
       out_bytes: 0,
       stats: nil,
@@ -94,57 +103,27 @@ defmodule Ringbus.Server.Connection do
 
   @impl true
   def handle_info({:ringbus_socket, kind, socket}, state) do
-    left = remaining(state.deadline)
-
-    with {:ok, socket} <- Transport.handshake(kind, socket, left),
+    with {:ok, socket} <- Transport.handshake(kind, socket, remaining(state.deadline)),
          :ok <- Ringbus.Socket.activate(kind, socket) do
-      stats = Stats.opened(state.config.counters, :binary, kind, socket)
-      noreply(%{state | kind: kind, socket: socket, stats: stats})
+      stats = Stats.opened(state.config.counters, state.protocol, kind, socket)
+      state = opened(%{state | kind: kind, socket: socket, stats: stats})
+      noreply(if state.module.open?(state.session), do: touch(state), else: state)
     else
       _ -> {:stop, :normal, state}
     end
   end
 
   def handle_info({tag, socket, data}, %{socket: socket} = state) when tag in [:tcp, :ssl] do
-    # Acks are timed from here (ringbus_server_push_ack_seconds).
-    arrived = System.monotonic_time()
-    state = busy(state, data)
-
-    case Decoder.feed(state.decoder, data) do
-      {:ok, frames, decoder} ->
-        state = %{
-          state
-          | decoder: decoder,
-            stats: Stats.read(state.stats, frames, byte_size(data), arrived)
-        }
-
-        frames |> run(state) |> after_read(frames != [])
-
-      {:error, reason, frames} ->
-        state = %{state | stats: Stats.read(state.stats, frames, byte_size(data))}
-
-        with {:ok, state} <- run(frames, state) do
-          fatal(state, Session.fatal_frame(state.session, reason))
-        end
-    end
+    if state.waiting?,
+      do: noreply(%{state | held: [data | state.held]}),
+      else: state |> busy(data) |> read(data) |> continue()
   end
 
-  # The reads asked for have come: ask for more.
+  # The reads asked for have come: ask for more, unless reads are held
+  # behind a waiting command.
   def handle_info({passive, socket}, %{socket: socket} = state)
       when passive in [:tcp_passive, :ssl_passive] do
-    case Ringbus.Socket.activate(state.kind, socket) do
-      :ok -> noreply(state)
-      {:error, :closed} -> close(state, :peer_closed)
-      {:error, _} -> close(state, :socket_error)
-    end
-  end
-
-  def handle_info({:ringbus, sub, messages, lost}, state),
-    do: state |> write(Session.deliver(state.session, sub, messages, lost)) |> noreply()
-
-  def handle_info({:ringbus_closed, sub, reason}, state) do
-    {frames, session} = Session.closed(state.session, sub, reason)
-    %{state | session: session} |> write(frames) |> noreply()
+    if state.held == [], do: rearm(state), else: noreply(%{state | passive?: true})
   end
 
   # No socket came within the handshake timeout.
@@ -152,7 +131,7 @@ defmodule Ringbus.Server.Connection do
 
   def handle_info(:timeout, %{out_bytes: 0} = state) do
     if remaining(state.deadline) == 0,
-      do: fatal(state, Session.fatal_frame(state.session, :timeout)),
+      do: fatal(state, :timeout),
       else: noreply(state)
   end
 
@@ -172,7 +151,12 @@ defmodule Ringbus.Server.Connection do
   def handle_info({error, _socket, _reason}, state) when error in [:tcp_error, :ssl_error],
     do: close(state, :socket_error)
 
-  def handle_info(_unexpected, state), do: noreply(state)
+  # Subscription batches, closed subscriptions, the protocol's timers.
+  def handle_info(message, state) do
+    state
+    |> after_session(state.module.handle_message(message, state.session))
+    |> resumed(state.waiting?)
+  end
 
   @impl true
   def terminate(reason, %{socket: socket} = state) when socket != nil do
@@ -182,9 +166,10 @@ defmodule Ringbus.Server.Connection do
     state =
       with true <- shutdown?(reason),
            {:ok, state} <- answer_queued(state) do
-        state = state |> write(Session.shutdown_frames(state.session)) |> flush()
+        {_reason, out} = state.module.fatal(:shutting_down, state.session)
+        state = state |> write(out) |> flush()
         # The client may still be sending: a plain close would reset the
-        # connection and could lose the acks and the ERROR frame.
+        # connection and could lose the last answers.
         Transport.close_gracefully(state.kind, state.socket, remaining(deadline))
         %{state | stats: Stats.closing(state.stats, :shutting_down)}
       else
@@ -192,57 +177,135 @@ defmodule Ringbus.Server.Connection do
         {:stop, _normal, state} -> state
       end
 
+    state.module.terminate(state.session)
     # Every stop but a crash has given its reason to close/2 already.
     Stats.closed(state.stats, :crashed)
   end
 
-  def terminate(_reason, _state), do: :ok
+  def terminate(_reason, state), do: state.module.terminate(state.session)
 
   defp shutdown?(reason), do: reason == :shutdown or match?({:shutdown, _}, reason)
 
   # What reached the mailbox before the shutdown: the few reads the socket
   # delivers before it must be armed again, and deliveries within the credit
-  # given.
+  # given. A waiting command's reads stay unanswered.
   # {:ok, state}, or the stop of a session that closed the connection itself.
+  defp answer_queued(%{waiting?: true} = state), do: {:ok, state}
+
   defp answer_queued(%{socket: socket} = state) do
     receive do
       {tag, ^socket, data} when tag in [:tcp, :ssl] ->
-        case Decoder.feed(state.decoder, data) do
-          {:ok, frames, decoder} -> answer(frames, %{state | decoder: decoder})
-          {:error, _reason, frames} -> answer(frames, state)
+        case decode(state, data, System.monotonic_time()) do
+          {:ok, items, state} -> with {:ok, state} <- run(state, items), do: answer_queued(state)
+          {:error, _reason, items, state} -> run(state, items)
         end
 
-      {:ringbus, sub, messages, lost} ->
-        answer_queued(write(state, Session.deliver(state.session, sub, messages, lost)))
+      {:ringbus, _sub, _messages, _lost} = delivery ->
+        with {:ok, state} <-
+               after_session(state, state.module.handle_message(delivery, state.session)),
+             do: answer_queued(state)
     after
       0 -> {:ok, state}
     end
   end
 
-  defp answer(frames, state) do
-    with {:ok, state} <- run(frames, state), do: answer_queued(state)
-  end
-
   ## Reads
 
-  # Runs the frames of one read through the session and queues its answers:
-  # {:ok, state}, or the stop after a connection error.
-  defp run([], state), do: {:ok, state}
+  # {:ok, state} with the answers written, or the stop.
+  defp read(state, data) do
+    # Acks are timed from here (ringbus_server_push_ack_seconds).
+    arrived = System.monotonic_time()
 
-  defp run(frames, state) do
-    {status, out, session} = Session.handle(frames, state.session)
-    stats = if Session.open?(session), do: Stats.open(state.stats), else: state.stats
-    state = write(%{state | session: session, stats: stats}, out)
+    case decode(state, data, arrived) do
+      {:ok, items, state} ->
+        state |> run(items) |> after_read(items != [])
 
-    case status do
-      :ok -> {:ok, state}
+      {:error, reason, items, state} ->
+        with {:ok, state} <- run(state, items), do: fatal(state, reason)
+    end
+  end
+
+  # Decodes a read and counts it with its items.
+  defp decode(%{module: module} = state, data, arrived) do
+    counted = fn items, codec ->
+      stats = Stats.read(state.stats, items, byte_size(data), arrived)
+      %{state | codec: codec, stats: module.count(items, stats)}
+    end
+
+    case module.decode(data, state.codec, state.session) do
+      {:ok, items, codec} -> {:ok, items, counted.(items, codec)}
+      {:error, reason, items, codec} -> {:error, reason, items, counted.(items, codec)}
+    end
+  end
+
+  defp run(state, []), do: {:ok, state}
+
+  defp run(state, items),
+    do: after_session(state, state.module.handle_items(items, state.session))
+
+  # Queues what the session wrote and follows its answer: {:ok, state}, or
+  # the stop after it closed the connection.
+  defp after_session(state, {action, out, session}) do
+    state = %{state | session: session} |> opened() |> write(out)
+
+    case action do
+      :continue -> {:ok, %{state | waiting?: false}}
+      :wait -> {:ok, %{state | waiting?: true}}
       {:close, reason} -> state |> flush() |> close(reason)
+    end
+  end
+
+  # The handshake is done: the connection counts as open.
+  defp opened(state) do
+    if state.module.open?(state.session),
+      do: %{state | stats: Stats.open(state.stats)},
+      else: state
+  end
+
+  defp after_read({:ok, state}, got_items?) do
+    state = if got_items?, do: touch(state), else: state
+    {:ok, flush(state)}
+  end
+
+  defp after_read(stop, _got_items?), do: stop
+
+  # After a message: if it ended a wait, the reads held meanwhile run now,
+  # oldest first, and the socket is armed again if it went passive.
+  defp resumed({:ok, %{waiting?: true} = state}, _was_waiting?), do: noreply(state)
+  defp resumed({:ok, state}, false), do: noreply(state)
+
+  defp resumed({:ok, %{held: []} = state}, true) do
+    state = touch(state)
+    if state.passive?, do: rearm(state), else: noreply(state)
+  end
+
+  defp resumed({:ok, state}, true), do: run_held(:lists.reverse(state.held), %{state | held: []})
+  defp resumed(stop, _was_waiting?), do: stop
+
+  defp run_held([data | rest], state) do
+    case read(state, data) do
+      {:ok, %{waiting?: true} = state} -> noreply(%{state | held: :lists.reverse(rest)})
+      {:ok, state} when rest != [] -> run_held(rest, state)
+      {:ok, %{passive?: true} = state} -> rearm(state)
+      {:ok, state} -> noreply(state)
+      stop -> stop
+    end
+  end
+
+  defp continue({:ok, state}), do: noreply(state)
+  defp continue(stop), do: stop
+
+  defp rearm(state) do
+    case Ringbus.Socket.activate(state.kind, state.socket) do
+      :ok -> noreply(%{state | passive?: false})
+      {:error, :closed} -> close(state, :peer_closed)
+      {:error, _} -> close(state, :socket_error)
     end
   end
 
   # A client that fills reads is a busy producer: its connection keeps a
   # heap of a word for every byte of a read from then on, room for the
-  # frames of a full read, so handling one takes no garbage collection (with
+  # items of a full read, so handling one takes no garbage collection (with
   # the default small heap, the collections a read set off cost about as much
   # as the read itself). Other connections keep the default heap.
   defp busy(%{busy?: false, config: %{buffer_size: size}} = state, data)
@@ -253,40 +316,27 @@ defmodule Ringbus.Server.Connection do
 
   defp busy(state, _data), do: state
 
-  defp after_read({:ok, state}, got_frames?) do
-    state = if got_frames?, do: touch(state), else: state
-    state |> flush() |> noreply()
-  end
-
-  defp after_read(stop, _got_frames?), do: stop
-
-  # A frame came: the next must be complete within the idle timeout.
+  # An item came: the next must be complete within the idle timeout.
   defp touch(%{config: %{idle_timeout: :infinity}} = state), do: %{state | deadline: :infinity}
 
   defp touch(%{config: %{idle_timeout: idle}} = state) do
-    if Session.open?(state.session), do: %{state | deadline: now() + idle}, else: state
+    if state.module.open?(state.session),
+      do: %{state | deadline: now() + idle},
+      else: state
   end
 
   ## Output
 
   defp write(state, []), do: state
 
-  defp write(state, frames) do
-    {data, bytes} = encode(frames, [], 0)
-    stats = Stats.wrote(state.stats, frames)
+  defp write(state, out) do
+    {data, bytes, stats} = state.module.encode(out, state.stats)
     state = %{state | out: [state.out | data], out_bytes: state.out_bytes + bytes, stats: stats}
 
     if state.out_bytes >= @flush_bytes,
       do: flush(state),
       else: %{state | stats: Stats.pending(state.stats, state.out_bytes)}
   end
-
-  defp encode([frame | rest], acc, bytes) do
-    data = Frame.encode(frame)
-    encode(rest, [acc | data], bytes + IO.iodata_length(data))
-  end
-
-  defp encode([], acc, bytes), do: {acc, bytes}
 
   defp flush(%{out_bytes: 0} = state), do: state
 
@@ -302,13 +352,18 @@ defmodule Ringbus.Server.Connection do
     %{state | out: [], out_bytes: 0, stats: stats}
   end
 
-  # Output waiting: come back when the mailbox is empty. Otherwise sleep
-  # until the deadline.
+  # Output waiting: come back when the mailbox is empty. A waiting command
+  # has no deadline; otherwise sleep until the deadline.
+  defp noreply(%{out_bytes: 0, waiting?: true} = state), do: {:noreply, state}
   defp noreply(%{out_bytes: 0} = state), do: {:noreply, state, remaining(state.deadline)}
   defp noreply(state), do: {:noreply, state, 0}
 
-  # A connection error: say why, write what is pending, and close.
-  defp fatal(state, {reason, frame}), do: state |> write([frame]) |> flush() |> close(reason)
+  # A connection error (a decoding error, a deadline): say why, write what
+  # is pending, and close.
+  defp fatal(state, reason) do
+    {close_reason, out} = state.module.fatal(reason, state.session)
+    state |> write(out) |> flush() |> close(close_reason)
+  end
 
   # `reason` is why, for the figures and the log line (`Ringbus.Server.Stats`).
   defp close(%{socket: nil} = state, _reason), do: {:stop, :normal, state}

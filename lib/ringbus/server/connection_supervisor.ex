@@ -4,7 +4,7 @@ defmodule Ringbus.Server.ConnectionSupervisor do
   # `max_children` is the server's `:max_connections`, so that an acceptor
   # learns from `start_child/2` that the listener is full.
 
-  alias Ringbus.Server.Protocol
+  alias Ringbus.Server.{Connection, Protocol}
 
   @spec child_spec({Ringbus.Server.Config.t(), atom()}) :: Supervisor.child_spec()
   def child_spec({config, protocol}) do
@@ -30,8 +30,8 @@ defmodule Ringbus.Server.ConnectionSupervisor do
   @doc "Starts a connection process of `protocol` for a socket not yet handed over."
   @spec start_connection(pid(), Protocol.t(), Ringbus.Server.Config.t()) ::
           {:ok, pid()} | {:error, :max_children | term()}
-  def start_connection(sup, %Protocol{connection: connection}, config) do
-    spec = Supervisor.child_spec(connection, shutdown: config.shutdown_timeout)
+  def start_connection(sup, %Protocol{} = protocol, config) do
+    spec = Supervisor.child_spec({Connection, protocol}, shutdown: config.shutdown_timeout)
     DynamicSupervisor.start_child(sup, spec)
   end
 end

@@ -127,6 +127,28 @@ defmodule Ringbus.Resp.StreamsTest do
     assert info(port) =~ "blocked_clients:0"
   end
 
+  test "reads that come while XREAD BLOCK waits run in order, even when one waits again",
+       %{server: server, port: port} do
+    before = Ringbus.Server.connections(server, :resp)
+    reader = RespClient.connect!(port)
+    assert eventually(fn -> Ringbus.Server.connections(server, :resp) -- before != [] end)
+    [conn] = Ringbus.Server.connections(server, :resp) -- before
+    RespClient.send_commands(reader, [~w(XREAD BLOCK 0 STREAMS st-held-a $)])
+    assert eventually(fn -> info(port) =~ "blocked_clients:1" end)
+
+    # Two reads while it waits, held as they came: a second wait, then ECHO.
+    RespClient.send_commands(reader, [~w(XREAD BLOCK 0 STREAMS st-held-b $)])
+    assert eventually(fn -> length(:sys.get_state(conn).held) == 1 end)
+    RespClient.send_commands(reader, [~w(ECHO after)])
+    assert eventually(fn -> length(:sys.get_state(conn).held) == 2 end)
+
+    writer = RespClient.connect!(port)
+    {["1-0"], _} = RespClient.call(writer, ~w(XADD st-held-a * k v))
+    {[[["st-held-a", [["1-0", ["k", "v"]]]]]], reader} = RespClient.recv(reader, 1)
+    {["1-0"], _} = RespClient.call(writer, ~w(XADD st-held-b * k v))
+    {[[["st-held-b", [["1-0", ["k", "v"]]]]], "after"], _} = RespClient.recv(reader, 2)
+  end
+
   test "a client that hangs up while blocked is noticed", %{server: server, port: port} do
     before = Ringbus.Server.connections(server, :resp)
     reader = RespClient.connect!(port)

@@ -1,0 +1,93 @@
+defmodule Ringbus.Server.BinaryProtocol do
+  @moduledoc false
+  # The binary protocol of docs/PROTOCOL.md as a `Ringbus.Server.Protocol`:
+  # the codec is `Ringbus.Wire.Decoder` (the first frame with the pre-HELLO
+  # limit, every later byte with `max_frame_size`, consecutive acked pushes
+  # to one channel grouped), the session `Ringbus.Server.Session`, which
+  # holds the subscriptions and their credit. Output is frames. It never
+  # waits: subscription batches become DELIVER frames as they come, each
+  # subscription sending at most the credit its client gave.
+
+  @behaviour Ringbus.Server.Protocol
+
+  alias Ringbus.Server.{Protocol, Session, Stats}
+  alias Ringbus.Wire.{Decoder, Frame}
+
+  @impl true
+  def listener(config) do
+    %Protocol{
+      name: :binary,
+      port: config.port,
+      module: __MODULE__,
+      config: config,
+      busy: Frame.encode({:error, 0, :server_busy, "the server has too many connections"})
+    }
+  end
+
+  @impl true
+  def init(config, _arg) do
+    decoder =
+      Decoder.new(config.max_frame_size,
+        first: Frame.max_hello_frame_size(),
+        accept: :requests,
+        group_pushes: config.max_payload_size
+      )
+
+    {decoder, Session.new(config)}
+  end
+
+  @impl true
+  def decode(data, decoder, _session) do
+    case Decoder.feed(decoder, data) do
+      {:ok, frames, decoder} -> {:ok, frames, decoder}
+      {:error, reason, frames} -> {:error, reason, frames, decoder}
+    end
+  end
+
+  # Frames are counted as they are read and written (`Stats.wrote/2`).
+  @impl true
+  def count(_frames, tally), do: tally
+
+  @impl true
+  def handle_items(frames, session) do
+    case Session.handle(frames, session) do
+      {:ok, out, session} -> {:continue, out, session}
+      {{:close, _reason} = close, out, session} -> {close, out, session}
+    end
+  end
+
+  @impl true
+  def handle_message({:ringbus, sub, messages, lost}, session),
+    do: {:continue, Session.deliver(session, sub, messages, lost), session}
+
+  def handle_message({:ringbus_closed, sub, reason}, session) do
+    {out, session} = Session.closed(session, sub, reason)
+    {:continue, out, session}
+  end
+
+  def handle_message(_unexpected, session), do: {:continue, [], session}
+
+  @impl true
+  def open?(session), do: Session.open?(session)
+
+  @impl true
+  def fatal(:shutting_down, session), do: {:shutting_down, Session.shutdown_frames(session)}
+
+  def fatal(reason, session) do
+    {reason, frame} = Session.fatal_frame(session, reason)
+    {reason, [frame]}
+  end
+
+  @impl true
+  def encode(frames, tally), do: encode(frames, [], 0, Stats.wrote(tally, frames))
+
+  defp encode([frame | rest], acc, bytes, tally) do
+    data = Frame.encode(frame)
+    encode(rest, [acc | data], bytes + IO.iodata_length(data), tally)
+  end
+
+  defp encode([], acc, bytes, tally), do: {acc, bytes, tally}
+
+  @impl true
+  def terminate(_session), do: :ok
+end
