@@ -334,16 +334,7 @@ defmodule Ringbus.Cluster.Links do
   end
 
   # The link settled the flag and sends the answer right after.
-  defp answered(ref, flag) do
-    receive do
-      {^ref, answer} ->
-        Process.demonitor(ref, [:flush])
-        answer
-
-      {:DOWN, ^ref, _, _, _} ->
-        link_gone(flag)
-    end
-  end
+  defp answered(ref, flag), do: answer(ref, flag, :infinity, fn -> :ok end)
 
   defp give_up(ref, error) do
     Process.demonitor(ref, [:flush])
