@@ -238,9 +238,12 @@ defmodule Ringbus.MetricsTest do
   end
 
   test "a time falls in the least power-of-2 µs bucket that holds it" do
-    alias Ringbus.Server.Stats
-    assert Enum.map([0, 1, 2, 3, 4, 5, 1024, 1025], &Stats.bucket/1) == [0, 0, 1, 2, 2, 3, 10, 11]
-    assert Stats.bucket(1_000_000_000) == 25
+    alias Ringbus.Histogram
+
+    assert Enum.map([0, 1, 2, 3, 4, 5, 1024, 1025], &Histogram.bucket/1) ==
+             [0, 0, 1, 2, 2, 3, 10, 11]
+
+    assert Histogram.bucket(1_000_000_000) == 25
   end
 
   test "labels are escaped, and names that are not UTF-8 text are inspected" do
