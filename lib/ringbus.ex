@@ -435,6 +435,11 @@ defmodule Ringbus do
       one, a subscriber that is a server connection is called by its
       client's address, a registered process by its name, any other
       `"embedded"`. Defaults to `nil`.
+    * `:via` - how the subscriber gets its messages, the `protocol` label
+      under which the metric `ringbus_subscription_delivery_seconds` times
+      them from push to delivery: `:embedded` (the default), or `:binary` or
+      `:resp` for a server connection subscribing for its client (the
+      servers set it).
   """
   @spec subscribe(name(), Subscription.options()) ::
           {:ok, subscription()} | {:error, :no_channel | node_error()}

@@ -42,6 +42,20 @@ defmodule Ringbus.Metrics do
   arrival time, so the observation counts as many times as the read had
   acks, at the cost of one clock read and three counter adds.
 
+  `ringbus_subscription_delivery_seconds` has the same layout, one series
+  per `protocol` a subscriber gets its messages by: `embedded` (a process
+  that called `Ringbus.subscribe/2`), `binary` or `resp` (a server
+  connection that subscribed for its client). It counts every message a
+  subscription sends, timed from the push that stored it (a batch pushed at
+  once shares one time) to the subscription's send: to an embedded
+  subscriber that is delivery; to a connection it is the hand-over, before
+  the connection encodes and writes the batch, which the time leaves out.
+  A message read from `:earliest` counts the time it waited in the channel
+  before the subscription began. Its buckets are `:counters` slots in one
+  array for the node, made when Ringbus starts and bumped by each
+  subscription once per batch (a clock read, and a counter add per bucket
+  the batch's messages fall in); it restarts from zero when Ringbus does.
+
   #{Ringbus.Metrics.Prometheus.families_doc()}
   """
 
@@ -56,6 +70,7 @@ defmodule Ringbus.Metrics do
           servers: [server()],
           connections: [map()],
           groups: [group()],
+          delivery: %{atom() => map()},
           vm: map(),
           cluster: map() | nil
         }
@@ -122,6 +137,7 @@ defmodule Ringbus.Metrics do
       servers: servers(),
       connections: connections,
       groups: groups(channels),
+      delivery: Ringbus.Channel.Delivery.histograms(),
       vm: vm(),
       cluster: cluster()
     }

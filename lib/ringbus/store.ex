@@ -25,11 +25,14 @@ defmodule Ringbus.Store do
   # counts no list, so the work stays linear in the backlog (`mix ringbus.bench
   # backlog --only store`). Its queue is off the heap, where the queued calls
   # take no part in its garbage collections.
+  #
+  # It also holds the node's delivery-time histograms
+  # (`Ringbus.Channel.Delivery`), which subscriptions add to.
 
   use GenServer
 
   alias Ringbus.Channel
-  alias Ringbus.Channel.{Anchor, Ring}
+  alias Ringbus.Channel.{Anchor, Delivery, Ring}
 
   @channels :ringbus_channels
   @version {__MODULE__, :version}
@@ -93,12 +96,16 @@ defmodule Ringbus.Store do
     :ets.new(@channels, [:named_table, :set, :protected, read_concurrency: true])
     # A fresh array: handles cached from a previous store match no stamp.
     :persistent_term.put(@version, :atomics.new(1, signed: false))
+    Delivery.start()
     Process.flag(:trap_exit, true)
     {:ok, nil}
   end
 
   @impl true
-  def terminate(_reason, _state), do: :persistent_term.erase(@version)
+  def terminate(_reason, _state) do
+    Delivery.stop()
+    :persistent_term.erase(@version)
+  end
 
   @impl true
   def handle_call({:create, name, opts}, _from, state) do

@@ -237,10 +237,118 @@ defmodule Ringbus.MetricsTest do
     RespClient.close(r)
   end
 
+  # The delivery histogram's count per protocol, in a scrape.
+  defp delivered do
+    text = IO.iodata_to_binary(Metrics.prometheus(Metrics.snapshot()))
+
+    for p <- ~w(embedded binary resp), into: %{} do
+      line = ~r/ringbus_subscription_delivery_seconds_count\{protocol="#{p}"\} (\d+)\n/
+      [_, n] = Regex.run(line, text)
+      {p, String.to_integer(n)}
+    end
+  end
+
+  # Frames from the binary server until they deliver `count` messages.
+  defp recv_delivered(c, count) when count <= 0, do: c
+
+  defp recv_delivered(c, count) do
+    {[{:deliver, _sub, 0, n, _messages}], c} = RawClient.recv(c, 1)
+    recv_delivered(c, count - n)
+  end
+
+  test "push-to-delivery time is a histogram per protocol, one observation per message" do
+    server = start_supervised!({Ringbus.Server, port: 0, resp_port: 0})
+    port = Ringbus.Server.port(server)
+    resp_port = Ringbus.Server.port(server, :resp)
+    :ok = Ringbus.create("delivered", capacity: 100)
+    # A batch stored as one chunk, then two messages pushed alone.
+    {:ok, 0} = Ringbus.push_many("delivered", ~w(a b c d e))
+    {:ok, 5} = Ringbus.push("delivered", "f")
+    {:ok, 6} = Ringbus.push("delivered", "g")
+    before = delivered()
+
+    # Embedded: the subscription counts a batch before it sends it.
+    {:ok, sub} = Ringbus.subscribe("delivered", from: :earliest, max_batch: 3)
+
+    for _ <- 1..3 do
+      assert_receive {:ringbus, ^sub, [_ | _], 0}
+    end
+
+    assert delivered() == %{before | "embedded" => before["embedded"] + 7}
+    :ok = Ringbus.unsubscribe(sub)
+
+    # Binary: the connection's subscription counts under binary.
+    c = RawClient.hello!(port) |> elem(0)
+    {{:subscribed, 1, _}, c} = RawClient.call(c, {:subscribe, 1, "delivered", :earliest, 10, 4})
+    c = recv_delivered(c, 7)
+    assert delivered()["binary"] == before["binary"] + 7
+
+    # RESP: XREAD BLOCK waits in a subscription (on a stream it makes),
+    # which an XADD wakes.
+    r = RespClient.connect!(resp_port)
+    :ok = RespClient.send_commands(r, [~w(XREAD BLOCK 0 STREAMS delivered-resp $)])
+
+    assert Ringbus.Test.Eventually.eventually(fn ->
+             match?({:ok, [_]}, Ringbus.subscriptions("delivered-resp"))
+           end)
+
+    w = RespClient.connect!(resp_port)
+    {[id], w} = RespClient.call(w, ~w(XADD delivered-resp * f v))
+    {[[["delivered-resp", [[^id, ["f", "v"]]]]]], r} = RespClient.recv(r, 1)
+    assert delivered()["resp"] == before["resp"] + 1
+
+    text = IO.iodata_to_binary(Metrics.prometheus(Metrics.snapshot()))
+    sample(text, "# TYPE ringbus_subscription_delivery_seconds histogram\n")
+
+    for protocol <- ~w(embedded binary resp) do
+      labels = ~s(protocol="#{protocol}")
+
+      [_, count] =
+        Regex.run(~r/ringbus_subscription_delivery_seconds_count\{#{labels}\} (\d+)/, text)
+
+      sample(
+        text,
+        ~s(ringbus_subscription_delivery_seconds_bucket{#{labels},le="+Inf"} #{count}\n)
+      )
+
+      assert text =~ ~r/ringbus_subscription_delivery_seconds_sum\{#{labels}\} \d/
+
+      # Buckets are cumulative: each holds at least the one before.
+      counts =
+        Regex.scan(
+          ~r/ringbus_subscription_delivery_seconds_bucket\{#{labels},le="[^"]+"\} (\d+)/,
+          text,
+          capture: :all_but_first
+        )
+        |> Enum.map(fn [n] -> String.to_integer(n) end)
+
+      assert length(counts) == 26
+      assert counts == Enum.sort(counts)
+    end
+
+    assert {"", 0} = Promtool.check(text)
+    RawClient.close(c)
+    RespClient.close(r)
+    RespClient.close(w)
+  end
+
+  test "a subscription's via: is one of the protocols the histogram knows" do
+    :ok = Ringbus.create("via", capacity: 1)
+
+    assert_raise ArgumentError,
+                 "expected :via to be :embedded, :binary or :resp, got: :http",
+                 fn ->
+                   Ringbus.subscribe("via", via: :http)
+                 end
+  end
+
   test "a time falls in the least power-of-2 µs bucket that holds it" do
-    alias Ringbus.Server.Stats
-    assert Enum.map([0, 1, 2, 3, 4, 5, 1024, 1025], &Stats.bucket/1) == [0, 0, 1, 2, 2, 3, 10, 11]
-    assert Stats.bucket(1_000_000_000) == 25
+    alias Ringbus.Histogram
+
+    assert Enum.map([0, 1, 2, 3, 4, 5, 1024, 1025], &Histogram.bucket/1) ==
+             [0, 0, 1, 2, 2, 3, 10, 11]
+
+    assert Histogram.bucket(1_000_000_000) == 25
   end
 
   test "labels are escaped, and names that are not UTF-8 text are inspected" do

@@ -16,12 +16,16 @@ defmodule Ringbus.Channel.Ring do
   # keys being written and removed at the two ends of one tree, which stays in
   # cache; a hash table scatters them. The table holds:
   #
-  #   {seq, payload}                  a message stored on its own
+  #   {seq, payload, at}              a message stored on its own
   #   {seq, mark}                     a seq given up on (see "Stalls")
-  #   {last + 0.5, first, bytes, left, data, ends}
+  #   {last + 0.5, first, bytes, left, data, ends, at}
   #                                   a chunk: a drop-oldest batch as one object,
   #                                   `left` of its messages not yet claimed
   #   {last + 0.25, first, pid}       a reservation: a chunk `pid` is storing
+  #
+  # `at` is when the push stored it (monotonic µs), read once per push or
+  # batch, so that `read_timed/3` tells a subscription how long its messages
+  # waited (`Ringbus.Channel.Delivery`). A batch's rows share one `at`.
   #
   # Cursors and counters, in `:atomics`:
   #
@@ -152,7 +156,7 @@ defmodule Ringbus.Channel.Ring do
   def commit(ch, seq, payload) do
     size = byte_size(payload)
 
-    if :ets.insert_new(ch.table, {seq, detach(payload)}) do
+    if :ets.insert_new(ch.table, {seq, detach(payload), now_us()}) do
       stored_bytes(ch, size)
       stored(ch, seq, seq)
       {:ok, seq}
@@ -236,7 +240,7 @@ defmodule Ringbus.Channel.Ring do
   defp store_batch(ch, first, payloads, count, bytes) do
     last = first + count - 1
 
-    if :ets.insert_new(ch.table, objects(payloads, first, [])) do
+    if :ets.insert_new(ch.table, objects(payloads, first, now_us(), [])) do
       stored_bytes(ch, bytes)
       stored(ch, first, last)
       {:ok, first}
@@ -260,7 +264,8 @@ defmodule Ringbus.Channel.Ring do
       :retry
     else
       data = IO.iodata_to_binary(payloads)
-      :ets.insert(t, {chunk_key(last), first, bytes, count, data, ends(payloads, 0, <<0::32>>)})
+      ends = ends(payloads, 0, <<0::32>>)
+      :ets.insert(t, {chunk_key(last), first, bytes, count, data, ends, now_us()})
       :ets.delete(t, reservation_key(last))
       stored_bytes(ch, bytes)
       stored(ch, first, last)
@@ -282,8 +287,12 @@ defmodule Ringbus.Channel.Ring do
     is_integer(key) and key <= last
   end
 
-  defp objects([p | rest], seq, acc), do: objects(rest, seq + 1, [{seq, detach(p)} | acc])
-  defp objects([], _seq, acc), do: acc
+  defp objects([p | rest], seq, at, acc),
+    do: objects(rest, seq + 1, at, [{seq, detach(p), at} | acc])
+
+  defp objects([], _seq, _at, acc), do: acc
+
+  defp now_us, do: :erlang.monotonic_time(:microsecond)
 
   # A message stored on its own never keeps more than twice its size alive: a
   # payload that is a small part of a larger binary (a batch read off a
@@ -493,7 +502,7 @@ defmodule Ringbus.Channel.Ring do
   # producer, if it comes back, finds the seq dropped and reports it pushed.
   defp drop_seq(ch, seq) do
     case :ets.take(ch.table, seq) do
-      [{_, payload}] when is_binary(payload) ->
+      [{_, payload, _at}] when is_binary(payload) ->
         release(ch, byte_size(payload))
 
       [{_, mark}] when mark in [:skipped, :skipped_claimed] ->
@@ -508,7 +517,7 @@ defmodule Ringbus.Channel.Ring do
   # callers racing for it, only the one whose delete matched releases them.
   defp drop_chunk(ch, key) do
     with bytes when is_integer(bytes) <- element(ch.table, key, 3) do
-      pattern = {key, :_, :_, :_, :_, :_}
+      pattern = {key, :_, :_, :_, :_, :_, :_}
       if :ets.select_delete(ch.table, [{pattern, [], [true]}]) == 1, do: release(ch, bytes)
     end
 
@@ -519,7 +528,7 @@ defmodule Ringbus.Channel.Ring do
 
   ## Chunks and reservations
   #
-  # A chunk `{last + 0.5, first, bytes, left, data, ends}` sorts right after `last`
+  # A chunk `{last + 0.5, first, bytes, left, data, ends, at}` sorts right after `last`
   # and a reservation `{last + 0.25, first, pid}` right before it; neither
   # key ever equals a message's integer key, so `:ets.take/2` on a seq only
   # ever finds a single message or a mark. A seq inside a chunk is found with
@@ -570,7 +579,7 @@ defmodule Ringbus.Channel.Ring do
     end
   end
 
-  defp slice({_key, first, _bytes, _left, data, ends}, seq) do
+  defp slice({_key, first, _bytes, _left, data, ends, _at}, seq) do
     <<_::binary-size(4 * (seq - first)), from::32, to::32, _::binary>> = ends
     payload = binary_part(data, from, to - from)
     if to - from <= 64, do: :binary.copy(payload), else: payload
@@ -623,7 +632,7 @@ defmodule Ringbus.Channel.Ring do
 
   defp take_claimed(ch, seq, stall_ms, deadline) do
     case :ets.take(ch.table, seq) do
-      [{_, payload}] when is_binary(payload) ->
+      [{_, payload, _at}] when is_binary(payload) ->
         release(ch, byte_size(payload))
         {:ok, payload}
 
@@ -800,62 +809,83 @@ defmodule Ringbus.Channel.Ring do
   @spec read(Channel.t(), seq, non_neg_integer()) ::
           {[{seq, binary()}], non_neg_integer(), non_neg_integer(), seq}
   def read(%Channel{} = ch, from, max) do
-    start = max(from, first_seq(ch))
-    limit = min(start + max, :atomics.get(ch.atomics, @head))
-    collect(ch, start, limit, [], 0, start - from)
+    {items, n, lost, next, nil} = read(ch, from, max, nil)
+    {items, n, lost, next}
   end
 
-  defp collect(_ch, seq, limit, acc, n, lost) when seq >= limit,
-    do: {:lists.reverse(acc), n, lost, seq}
+  @doc """
+  `read/3`, and when the messages read were stored: runs `{at, count}` of
+  consecutive messages stored at the same monotonic µs (one per push or
+  batch), newest first.
+  """
+  @spec read_timed(Channel.t(), seq, non_neg_integer()) ::
+          {[{seq, binary()}], non_neg_integer(), non_neg_integer(), seq,
+           [{integer(), pos_integer()}]}
+  def read_timed(%Channel{} = ch, from, max), do: read(ch, from, max, [])
 
-  defp collect(ch, seq, limit, acc, n, lost) do
+  defp read(ch, from, max, runs) do
+    start = max(from, first_seq(ch))
+    limit = min(start + max, :atomics.get(ch.atomics, @head))
+    collect(ch, start, limit, [], 0, start - from, runs)
+  end
+
+  defp collect(_ch, seq, limit, acc, n, lost, runs) when seq >= limit,
+    do: {:lists.reverse(acc), n, lost, seq, runs}
+
+  defp collect(ch, seq, limit, acc, n, lost, runs) do
     case :ets.lookup(ch.table, seq) do
-      [{_, payload}] when is_binary(payload) ->
-        collect(ch, seq + 1, limit, [{seq, payload} | acc], n + 1, lost)
+      [{_, payload, at}] when is_binary(payload) ->
+        collect(ch, seq + 1, limit, [{seq, payload} | acc], n + 1, lost, run(runs, at, 1))
 
       [{_, mark}] when is_mark(mark) ->
         case cover(ch, seq) do
           # A stale mark inside a stored chunk: it goes, the message stays.
           {:chunk, key, _first} ->
             withdraw(ch, seq, mark)
-            collect_chunk(ch, key, seq, limit, acc, n, lost)
+            collect_chunk(ch, key, seq, limit, acc, n, lost, runs)
 
           nil when n == 0 ->
-            collect(ch, seq + 1, limit, acc, n, lost)
+            collect(ch, seq + 1, limit, acc, n, lost, runs)
 
           _ ->
-            {:lists.reverse(acc), n, lost, seq}
+            {:lists.reverse(acc), n, lost, seq, runs}
         end
 
       [] ->
         case cover(ch, seq) do
           {:chunk, key, _first} ->
-            collect_chunk(ch, key, seq, limit, acc, n, lost)
+            collect_chunk(ch, key, seq, limit, acc, n, lost, runs)
 
           nil when n == 0 ->
             # Gone if claimed (pulled or overwritten); else its producer is mid-push.
             if seq < first_seq(ch),
-              do: collect(ch, seq + 1, limit, acc, n, lost + 1),
-              else: {[], 0, lost, seq}
+              do: collect(ch, seq + 1, limit, acc, n, lost + 1, runs),
+              else: {[], 0, lost, seq, runs}
 
           _ ->
-            {:lists.reverse(acc), n, lost, seq}
+            {:lists.reverse(acc), n, lost, seq, runs}
         end
     end
   end
 
   # Takes seq.. out of a chunk, up to its last seq or the limit.
-  defp collect_chunk(ch, key, seq, limit, acc, n, lost) do
+  defp collect_chunk(ch, key, seq, limit, acc, n, lost, runs) do
     case :ets.lookup(ch.table, key) do
       [chunk] ->
         stop = min(trunc(key), limit - 1)
         acc = Enum.reduce(seq..stop, acc, &[{&1, slice(chunk, &1)} | &2])
-        collect(ch, stop + 1, limit, acc, n + stop - seq + 1, lost)
+        runs = run(runs, elem(chunk, 6), stop - seq + 1)
+        collect(ch, stop + 1, limit, acc, n + stop - seq + 1, lost, runs)
 
       [] ->
-        collect(ch, seq, limit, acc, n, lost)
+        collect(ch, seq, limit, acc, n, lost, runs)
     end
   end
+
+  # Adds `count` messages stored at `at` to the runs, unless untimed (nil).
+  defp run(nil, _at, _count), do: nil
+  defp run([{at, n} | rest], at, count), do: [{at, n + count} | rest]
+  defp run(runs, at, count), do: [{at, count} | runs]
 
   ## Decided elsewhere: replicated channels
   #
@@ -881,7 +911,7 @@ defmodule Ringbus.Channel.Ring do
 
       true ->
         if first > head, do: skip_to(ch, first)
-        :ets.insert(ch.table, objects(payloads, first, []))
+        :ets.insert(ch.table, objects(payloads, first, now_us(), []))
         :atomics.add(a, @held, bytes)
         :atomics.add(a, @bytes_pushed, bytes)
         :atomics.put(a, @head, first + count)

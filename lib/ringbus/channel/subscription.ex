@@ -30,6 +30,9 @@ defmodule Ringbus.Channel.Subscription do
   #     `Ringbus.Channel.Anchor`. Under a DynamicSupervisor a burst of N
   #     subscribes costs O(N²) (the `subscribe_crowd` rows of the same bench).
   #
+  # Delivery time. Each batch it sends adds its messages' time since their
+  # push to the node's histogram for its `:via` (`Ringbus.Channel.Delivery`).
+  #
   # Its handle, `{pid, ref}`, is all ack and unsubscribe need: no lookup.
   # It ends when its subscriber exits, when it is unsubscribed, and when its
   # channel's anchor stops (the channel is deleted, or Ringbus stops), which
@@ -48,7 +51,7 @@ defmodule Ringbus.Channel.Subscription do
   use GenServer
 
   alias Ringbus.{Channel, Options}
-  alias Ringbus.Channel.Ring
+  alias Ringbus.Channel.{Delivery, Ring}
 
   @typedoc "A subscription: its process and its reference."
   @type t :: {pid(), reference()}
@@ -69,7 +72,8 @@ defmodule Ringbus.Channel.Subscription do
           max_credit: pos_integer(),
           credit: pos_integer(),
           max_batch: pos_integer(),
-          name: String.t() | nil
+          name: String.t() | nil,
+          via: :embedded | :binary | :resp
         ]
 
   @doc "Validates subscription options, raising `ArgumentError` on bad ones."
@@ -78,7 +82,7 @@ defmodule Ringbus.Channel.Subscription do
     opts =
       Options.validate!(
         opts,
-        [:credit, from: :latest, max_credit: 1000, max_batch: 256, name: nil],
+        [:credit, from: :latest, max_credit: 1000, max_batch: 256, name: nil, via: :embedded],
         "subscription"
       )
 
@@ -94,6 +98,13 @@ defmodule Ringbus.Channel.Subscription do
       opts[:name],
       &(&1 == nil or (is_binary(&1) and String.valid?(&1) and byte_size(&1) in 1..128)),
       "nil or a UTF-8 string of 1 to 128 bytes"
+    )
+
+    Options.check!(
+      :via,
+      opts[:via],
+      &(&1 in Delivery.protocols()),
+      ":embedded, :binary or :resp"
     )
 
     opts = Keyword.put_new(opts, :credit, opts[:max_credit])
@@ -232,6 +243,7 @@ defmodule Ringbus.Channel.Subscription do
       max_credit: opts[:max_credit],
       max_batch: opts[:max_batch],
       name: opts[:name],
+      delivery: Delivery.for_protocol(opts[:via]),
       waiting?: false,
       stalled: nil,
       lost: 0
@@ -305,10 +317,12 @@ defmodule Ringbus.Channel.Subscription do
 
   defp deliver(state) do
     case read(state) do
-      {[], 0, 0, next} ->
+      {[], 0, 0, next, _runs} ->
         wait(%{state | cursor: next})
 
-      {items, n, lost, next} ->
+      {items, n, lost, next, runs} ->
+        # Timed first: a subscriber that has the batch finds it counted.
+        Delivery.delivered(state.delivery, runs)
         send(state.subscriber, {:ringbus, state.handle, items, lost})
         deliver(%{state | cursor: next, credit: state.credit - n, lost: state.lost + lost})
     end
@@ -330,7 +344,7 @@ defmodule Ringbus.Channel.Subscription do
     Ring.arm_wake(state.channel)
 
     case read(state) do
-      {[], 0, 0, next} ->
+      {[], 0, 0, next, _runs} ->
         %{state | cursor: next, waiting?: true}
 
       _ ->
@@ -352,9 +366,9 @@ defmodule Ringbus.Channel.Subscription do
   end
 
   defp read(state) do
-    Ring.read(state.channel, state.cursor, min(state.credit, state.max_batch))
+    Ring.read_timed(state.channel, state.cursor, min(state.credit, state.max_batch))
   rescue
     # The channel's table is gone: the delete notice is on its way.
-    ArgumentError -> {[], 0, 0, state.cursor}
+    ArgumentError -> {[], 0, 0, state.cursor, []}
   end
 end

@@ -42,6 +42,11 @@ defmodule Ringbus.Metrics.Prometheus do
     {"ringbus_subscription_lost_total", :counter,
      "Messages the subscription missed: overwritten or pulled before it read them.",
      ~w(channel subscriber)},
+    # Every subscription of the node, by how its subscriber gets messages.
+    {"ringbus_subscription_delivery_seconds", :histogram,
+     "Time from a message's push to its subscription's send to the subscriber " <>
+       "(embedded), or to the server connection that writes it (binary, resp); " <>
+       "buckets are powers of 2 microseconds.", ~w(protocol)},
     # Servers: Ringbus.Server.Stats, one set per listening port.
     {"ringbus_server_connections", :gauge,
      "Connections now, by state: handshaking (before HELLO) or open.", ~w(protocol port state)},
@@ -107,7 +112,7 @@ defmodule Ringbus.Metrics.Prometheus do
      "Times the link to a node was suspended (the distribution buffer was full).", ~w(node)}
   ]
 
-  @sections [:channels, :subscriptions, :servers, :groups, :vm, :cluster]
+  @sections [:channels, :subscriptions, :delivery, :servers, :groups, :vm, :cluster]
 
   @channel_fields [
     {"ringbus_channel_len", :len},
@@ -200,6 +205,19 @@ defmodule Ringbus.Metrics.Prometheus do
           {"ringbus_subscription_lost_total", :lost}
         ],
         do: {family, labels, Map.get(sub, field)}
+  end
+
+  defp samples(:delivery, snapshot) do
+    delivery = Map.get(snapshot, :delivery, %{})
+
+    for protocol <- Ringbus.Channel.Delivery.protocols(),
+        sample <-
+          histogram(
+            "ringbus_subscription_delivery_seconds",
+            [protocol: protocol],
+            delivery[protocol]
+          ),
+        do: sample
   end
 
   defp samples(:servers, snapshot) do

@@ -41,7 +41,7 @@ defmodule Ringbus.Resp.BlockingRead do
   end
 
   defp subscribe(key, from, batch, s) do
-    opts = [from: from, max_credit: batch, max_batch: batch]
+    opts = [from: from, max_credit: batch, max_batch: batch, via: :resp]
 
     case Ringbus.subscribe(key, opts) do
       {:ok, sub} ->

@@ -428,7 +428,7 @@ defmodule Ringbus.Server.Session do
         error(session, corr, :bad_argument, "credit and max_batch must be positive")
 
       true ->
-        opts = [from: from, max_credit: max_credit, credit: min(credit, max_credit)]
+        opts = [from: from, max_credit: max_credit, credit: min(credit, max_credit), via: :binary]
 
         case Ringbus.subscribe(name, [max_batch: max_batch] ++ opts) do
           {:ok, sub} ->

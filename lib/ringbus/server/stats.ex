@@ -22,7 +22,8 @@ defmodule Ringbus.Server.Stats do
   #   push_ack histogram                 server time from the read that
   #                                      carried pushes (XADDs) to the write
   #                                      of their acks: one bucket per power
-  #                                      of 2 µs, its sum and count, added
+  #                                      of 2 µs (`Ringbus.Histogram`), its
+  #                                      sum and count, added
   #                                      once per read with the read's
   #                                      number of acks as weight
   #
@@ -73,9 +74,8 @@ defmodule Ringbus.Server.Stats do
   # counts as "other", so the families stay bounded.
   @resp_codes ~w(ERR NOAUTH NOPERM NOGROUP BUSYGROUP WRONGPASS NOPROTO WRONGTYPE other)
 
-  # Histogram buckets: le = 2^i µs for i in 0..@top, then +Inf.
-  @top 24
-  @histogram Enum.map(0..(@top + 1), &{:ack_bucket, &1}) ++ [:ack_sum_us, :ack_count]
+  # The push-to-ack histogram's slots (`Ringbus.Histogram`), named for @slots.
+  @histogram Enum.map(1..Ringbus.Histogram.slots(), &{:push_ack, &1})
 
   @slots (@names ++
             @histogram ++
@@ -85,6 +85,8 @@ defmodule Ringbus.Server.Stats do
             Enum.map(@close_reasons, &{:closed, &1}))
          |> Enum.with_index(1)
          |> Map.new()
+
+  @push_ack Map.fetch!(@slots, {:push_ack, 1})
 
   @type counters :: :counters.counters_ref()
 
@@ -208,16 +210,7 @@ defmodule Ringbus.Server.Stats do
     })
   end
 
-  # Cumulative buckets as Prometheus wants them: [{le_us | :infinity, count}].
-  defp histogram(counters) do
-    {buckets, _} =
-      Enum.map_reduce(0..(@top + 1), 0, fn i, total ->
-        total = total + get(counters, {:ack_bucket, i})
-        {{if(i > @top, do: :infinity, else: Bitwise.bsl(1, i)), total}, total}
-      end)
-
-    %{buckets: buckets, sum_us: get(counters, :ack_sum_us), count: get(counters, :ack_count)}
-  end
+  defp histogram(counters), do: Ringbus.Histogram.read(counters, @push_ack)
 
   defp get(counters, key), do: :counters.get(counters, Map.fetch!(@slots, key))
 
@@ -445,20 +438,10 @@ defmodule Ringbus.Server.Stats do
   end
 
   defp observe(tally, native, n) do
-    us = max(System.convert_time_unit(native, :native, :microsecond), 0)
-    add(tally.counters, {:ack_bucket, bucket(us)}, n)
-    add(tally.counters, :ack_sum_us, us * n)
-    add(tally.counters, :ack_count, n)
+    us = System.convert_time_unit(native, :native, :microsecond)
+    Ringbus.Histogram.observe(tally.counters, @push_ack, us, n)
     %{tally | acks: 0}
   end
-
-  @doc "The histogram bucket of `us` µs: the least `i` with `us <= 2^i`, or 25 (+Inf)."
-  @spec bucket(non_neg_integer()) :: non_neg_integer()
-  def bucket(us) when us <= 1, do: 0
-  def bucket(us), do: min(bits(us - 1, 0), @top + 1)
-
-  defp bits(0, n), do: n
-  defp bits(x, n), do: bits(Bitwise.bsr(x, 1), n + 1)
 
   @doc "The connection holds `bytes` of output not yet written."
   @spec pending(tally(), non_neg_integer()) :: tally()

@@ -28,7 +28,11 @@ defmodule Ringbus.Channel.StalledProducerTest do
     ch
   end
 
-  defp integer_keys(ch), do: :ets.select(ch.table, [{{:"$1", :_}, [is_integer: :"$1"], [:"$1"]}])
+  # Messages stored alone and marks.
+  defp integer_keys(ch) do
+    rows = [{:"$1", :_}, {:"$1", :_, :_}]
+    :ets.select(ch.table, for(row <- rows, do: {row, [is_integer: :"$1"], [:"$1"]}))
+  end
 
   defp balanced?(info), do: info.pushed == info.pulled + info.overwritten + info.len
 
@@ -275,9 +279,14 @@ defmodule Ringbus.Channel.StalledProducerTest do
   # The payload bytes the table holds: messages stored alone, and chunks.
   defp table_bytes(ch) do
     Enum.reduce(:ets.tab2list(ch.table), 0, fn
-      {seq, payload}, sum when is_integer(seq) and is_binary(payload) -> sum + byte_size(payload)
-      chunk, sum when is_float(elem(chunk, 0)) and tuple_size(chunk) > 3 -> sum + elem(chunk, 2)
-      _mark_or_reservation, sum -> sum
+      {seq, payload, _at}, sum when is_integer(seq) and is_binary(payload) ->
+        sum + byte_size(payload)
+
+      chunk, sum when is_float(elem(chunk, 0)) and tuple_size(chunk) > 3 ->
+        sum + elem(chunk, 2)
+
+      _mark_or_reservation, sum ->
+        sum
     end)
   end
 end

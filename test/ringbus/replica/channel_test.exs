@@ -105,7 +105,10 @@ defmodule Ringbus.Replica.ChannelTest do
       1..20
       |> Task.async_stream(
         fn p -> for i <- 1..25, do: {Ringbus.push(name, "#{p}-#{i}"), "#{p}-#{i}"} end,
-        max_concurrency: 20
+        max_concurrency: 20,
+        # Each push waits for an fsync: on a loaded machine 25 of them in a
+        # row may take longer than the stream's default 5 s.
+        timeout: 60_000
       )
       |> Enum.flat_map(fn {:ok, results} -> results end)
 
