@@ -31,7 +31,8 @@ defmodule Layers do
     # Leaves any layer above the wire may use.
     {"lib/ringbus/options.ex", :leaf},
     {"lib/ringbus/socket.ex", :leaf},
-    {"lib/ringbus/error.ex", :leaf}
+    {"lib/ringbus/error.ex", :leaf},
+    {"lib/ringbus/histogram.ex", :leaf}
   ]
 
   # What the release and the mix tasks, which run a node, may use.

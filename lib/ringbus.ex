@@ -1,4 +1,6 @@
 defmodule Ringbus do
+  # Kept whole: the public API in one module, whose documentation (half its
+  # lines) is the user's guide; every operation is one line over on_channel/2.
   @moduledoc """
   Ringbus is a message bus whose channels are named, bounded rings of binaries.
 
