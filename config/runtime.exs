@@ -11,6 +11,8 @@ if System.get_env("RELEASE_NAME") do
       config :logger, level: boot.log_level
       # The cluster layer reads the nodes to join when Ringbus starts.
       if boot.join != [], do: config(:ringbus, :cluster, join: boot.join)
+      # The replica layer reads its data dir when Ringbus starts.
+      if boot.data_dir, do: config(:ringbus, :data_dir, boot.data_dir)
 
     {:error, line} ->
       IO.puts(:stderr, line)

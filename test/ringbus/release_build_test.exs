@@ -194,20 +194,27 @@ defmodule Ringbus.ReleaseBuildTest do
     refute_crash_dump()
   end
 
-  test "RINGBUS_NAME, RINGBUS_COOKIE and RINGBUS_NET_TICKTIME name the node, its cookie and tick" do
+  @tag :tmp_dir
+  test "RINGBUS_NAME, RINGBUS_COOKIE, RINGBUS_NET_TICKTIME and RINGBUS_DATA_DIR are the node's",
+       %{tmp_dir: tmp} do
     name = "ringbus_named_#{System.unique_integer([:positive])}@127.0.0.1"
+    data_dir = Path.join(tmp, "data")
 
     node =
       boot([
         {"RINGBUS_NAME", name},
         {"RINGBUS_COOKIE", "ringbus_test_cookie"},
-        {"RINGBUS_NET_TICKTIME", "17"}
+        {"RINGBUS_NET_TICKTIME", "17"},
+        {"RINGBUS_DATA_DIR", data_dir}
       ])
 
     # rpc reads the same variables, so it reaches the same node.
-    expression = "IO.inspect({node(), Node.get_cookie(), :net_kernel.get_net_ticktime()})"
+    expression =
+      "IO.inspect({node(), Node.get_cookie(), :net_kernel.get_net_ticktime(), " <>
+        "Ringbus.Replica.Config.data_dir()}, width: :infinity)"
+
     assert {out, 0} = run(["rpc", expression], node.env)
-    assert out == "{:\"#{name}\", :ringbus_test_cookie, 17}\n"
+    assert out == "{:\"#{name}\", :ringbus_test_cookie, 17, #{inspect(data_dir)}}\n"
 
     assert {_, 0} = run(["stop"], node.env)
     release = node.release

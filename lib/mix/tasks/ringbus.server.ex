@@ -45,6 +45,8 @@ defmodule Mix.Tasks.Ringbus.Server do
     * `--net-ticktime SECONDS` - how long a silent node takes to be declared
       down, ± 25% (`RINGBUS_NET_TICKTIME`); set it alike on every node.
       Default 60, the VM's.
+    * `--data-dir DIR` - where replicated channels keep their Raft logs
+      (`RINGBUS_DATA_DIR`); default `ringbus_data/NODE` here.
 
   Every flag stands for a `RINGBUS_*` variable, and the variables are read
   as the release reads them (one table, one parser: see `Ringbus.Release`),
@@ -82,7 +84,8 @@ defmodule Mix.Tasks.Ringbus.Server do
     name: "RINGBUS_NAME",
     cookie: "RINGBUS_COOKIE",
     join: "RINGBUS_JOIN",
-    net_ticktime: "RINGBUS_NET_TICKTIME"
+    net_ticktime: "RINGBUS_NET_TICKTIME",
+    data_dir: "RINGBUS_DATA_DIR"
   ]
 
   @switches Keyword.new(@flags, fn {flag, _} -> {flag, :string} end) ++
@@ -95,6 +98,7 @@ defmodule Mix.Tasks.Ringbus.Server do
     cluster = cluster_options(boot)
     listen_check!(boot)
     start_node!(cluster)
+    if boot.data_dir, do: Application.put_env(:ringbus, :data_dir, boot.data_dir)
     Mix.Task.run("app.start")
     join!(cluster)
     Logger.configure(level: boot.log_level)

@@ -81,6 +81,8 @@ defmodule Ringbus.Release.Config do
     {"RINGBUS_NET_TICKTIME", :net_ticktime, :positive, "`60`",
      "Seconds after which a silent node is declared down, ± 25%; the same on every node. " <>
        "The release's `rel/env.sh` gives it to the VM (`-kernel net_ticktime`)."},
+    {"RINGBUS_DATA_DIR", :data_dir, :dir, "`ringbus_data/NODE` under the current directory",
+     "Where replicated channels (`replicas:`) keep their Raft logs; made if missing."},
     {"RINGBUS_LOG_LEVEL", :log_level, :log_level, "`info`",
      "`debug`, `info`, `notice`, `warning` or `error`: `info` logs each connection " <>
        "opened and closed, `warning` only limits hit."}
@@ -97,6 +99,7 @@ defmodule Ringbus.Release.Config do
           name: node() | nil,
           cookie: atom() | nil,
           net_ticktime: pos_integer() | nil,
+          data_dir: Path.t() | nil,
           log_level: Logger.level(),
           given: %{atom() => String.t()}
         }
@@ -240,6 +243,16 @@ defmodule Ringbus.Release.Config do
           {:cont, {:ok, acc}}
       end
     end)
+  end
+
+  defp value(:dir, path) do
+    case File.mkdir_p(path) do
+      :ok ->
+        {:ok, Path.expand(path)}
+
+      {:error, reason} ->
+        {:error, "cannot be made a directory: #{inspect(path)}: #{:file.format_error(reason)}"}
+    end
   end
 
   defp value(:file, path) do
@@ -398,6 +411,7 @@ defmodule Ringbus.Release.Config do
          name: fetch(values, :name, nil),
          cookie: fetch(values, :cookie, nil),
          net_ticktime: fetch(values, :net_ticktime, nil),
+         data_dir: fetch(values, :data_dir, nil),
          log_level: fetch(values, :log_level, :info)
        }}
     end

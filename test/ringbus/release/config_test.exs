@@ -179,6 +179,20 @@ defmodule Ringbus.Release.ConfigTest do
              [certfile: cert, keyfile: key]
   end
 
+  @tag :tmp_dir
+  test "RINGBUS_DATA_DIR: where replicated channels live, made if missing", %{tmp_dir: tmp} do
+    dir = Path.join(tmp, "data")
+    assert %{data_dir: ^dir} = load!(%{"RINGBUS_DATA_DIR" => dir})
+    assert File.dir?(dir)
+    assert %{data_dir: nil} = load!(%{})
+
+    file = Path.join(tmp, "a-file")
+    File.write!(file, "")
+
+    assert error(%{"RINGBUS_DATA_DIR" => Path.join(file, "sub")}) =~
+             ~r/^ringbus: RINGBUS_DATA_DIR cannot be made a directory: /
+  end
+
   test "the node's name, cookie and net_ticktime: the variables mix ringbus.server reads too" do
     boot =
       load!(%{
