@@ -110,8 +110,8 @@ defmodule Ringbus do
   else of Ringbus lives in a caller.
   """
 
-  alias Ringbus.{Channel, Store}
-  alias Ringbus.Channel.{Ring, Subscription}
+  alias Ringbus.{Channel, Options, Store}
+  alias Ringbus.Channel.{Producers, Ring, Subscription}
   alias Ringbus.Cluster.Router
   alias Ringbus.Replica
 
@@ -298,28 +298,28 @@ defmodule Ringbus do
   def push(name, payload, opts) when is_binary(payload), do: push(name, [payload], opts)
 
   def push(name, payloads, opts) when is_list(payloads) do
-    {_count, bytes} = Ring.measure!(payloads)
+    {count, bytes} = Ring.measure!(payloads)
 
     case Store.fetch(name) do
       {:ok, %{replica: r} = channel} when r != nil ->
         Replica.push(channel, payloads, bytes, opts)
 
-      {:ok, _plain} ->
-        not_replicated!(name)
+      _memory_or_remote ->
+        opts = Options.validate!(opts, [producer: nil, timeout: nil], "push")
+        Options.check!(:producer, opts[:producer], &tag?/1, "a tuple {producer_id, integer}")
 
-      {:error, :no_channel} ->
-        if Router.home(name) == {:error, :no_channel},
-          do: {:error, :no_channel},
-          else: not_replicated!(name)
+        Options.check!(
+          :timeout,
+          opts[:timeout],
+          &(&1 == nil or Options.positive?(&1)),
+          "a positive integer"
+        )
+
+        on_channel(name, {:push_tagged, opts[:producer], payloads, count, bytes}, opts[:timeout])
     end
   end
 
-  defp not_replicated!(name),
-    do:
-      raise(
-        ArgumentError,
-        "expected a replicated channel for push options, got: #{inspect(name)}"
-      )
+  defp tag?(tag), do: tag == nil or match?({_id, n} when is_integer(n), tag)
 
   @doc "Like `push/2`, but returns the seq or raises `Ringbus.Error`."
   @spec push!(name(), binary()) :: seq()
@@ -516,10 +516,10 @@ defmodule Ringbus do
   # channel of this node, else at its home through the cluster (which
   # answers `:no_channel` for a name no node has). A channel deleted while
   # the operation ran raises `ArgumentError` from its tables.
-  defp on_channel(name, op) do
+  defp on_channel(name, op, timeout \\ nil) do
     case Store.fetch(name) do
       {:ok, channel} -> run(channel, op)
-      {:error, :no_channel} -> Router.request(name, op)
+      {:error, :no_channel} -> Router.request(name, op, timeout)
     end
   rescue
     ArgumentError -> {:error, :no_channel}
@@ -547,6 +547,12 @@ defmodule Ringbus do
 
   defp run(channel, {:push_run, payloads, count, bytes}),
     do: Ring.push_run(channel, payloads, count, bytes)
+
+  defp run(%{replica: r} = channel, {:push_tagged, tag, payloads, _count, bytes}) when r != nil,
+    do: Replica.push(channel, payloads, bytes, producer: tag)
+
+  defp run(channel, {:push_tagged, tag, payloads, count, bytes}),
+    do: Producers.push_tagged(channel, tag, payloads, count, bytes)
 
   defp run(channel, {:push_batches, batches}), do: {:ok, Ring.push_batches(channel, batches)}
   defp run(channel, :pull), do: Ring.pull(channel)
