@@ -65,13 +65,51 @@ defmodule Ringbus do
       was slow): it may or may not have been carried out.
 
   So a producer may retry a push refused with `:node_busy` or `:node_down`
-  without risk of a duplicate, but a retry after `:timeout` stores the
-  message twice if the first push was stored. Producer ids, which will
-  make such retries safe, are not part of Ringbus yet; until then a
-  producer that must not duplicate reads the channel (`read/3`) to learn
-  whether its message is there. How long a call waits is bounded by the
-  cluster options `:call_timeout` and `:reply_timeout` (`Ringbus.Cluster`).
+  without risk of a duplicate. A plain push retried after `:timeout`
+  stores the message twice if the first one was stored; retry on timeout
+  with the same producer tag is safe: a push under `producer: {id, n}`
+  (`push/3`) is checked at the channel's home, which stores it once and
+  answers every resend with the first one's seq (see "Producer tags").
+  How long a call waits is bounded by the cluster options `:call_timeout`
+  and `:reply_timeout` (`Ringbus.Cluster`), or by `push/3`'s `:timeout`.
   `channels/0` lists this node's channels.
+
+  ## Producer tags
+
+  `push(name, payload_or_payloads, producer: {producer_id, n})` tags a
+  push, on any channel, here or on another node:
+
+      {:ok, 7} = Ringbus.push("events", "e-1", producer: {"billing", 1})
+      # The answer was lost (say, {:error, :timeout}): send it again.
+      {:ok, 7} = Ringbus.push("events", "e-1", producer: {"billing", 1})
+
+  The channel stores a tagged push once, however often and however
+  concurrently it is sent, and answers each send with the seq of the
+  first. The rules:
+
+    * A producer's `n` increases with each push (gaps are fine); any term
+      is a producer id. Tags are kept per channel.
+    * The channel remembers a producer's tags within 64 of its highest
+      `n` stored: with `n` going up by one, its last 64 pushes. A resend
+      of a tag at or below that highest `n` and still remembered answers
+      the first seq; one older than that answers `{:error, :stale_tag}`
+      (it may have been stored and forgotten). So retry a push before
+      the producer is 64 tags further on.
+    * A push refused (`:full`, `:too_large`) does not spend its tag: it
+      may be sent again under the same tag.
+    * At most 1024 producers per channel are remembered; past that the
+      one whose last push is oldest is forgotten, and a resend of its
+      tags stores them again.
+    * Concurrent sends of one tag: one of them pushes, the others wait for
+      its seq (a push never blocks, so the wait is short) and answer it;
+      if it is refused, the next one tries.
+
+  A memory channel keeps its tags in a table of its own, beside its ring,
+  written by the pushing processes (no process hop); its home node's
+  restart forgets them with the channel's messages. The one gap: a
+  process killed between storing a tagged push and recording its seq
+  leaves the tag unspent. A replicated channel keeps them in its Raft
+  log, with the same rules (see "Replicated channels").
 
   ## Replicated channels
 
@@ -112,8 +150,8 @@ defmodule Ringbus do
   else of Ringbus lives in a caller.
   """
 
-  alias Ringbus.{Channel, Store}
-  alias Ringbus.Channel.{Ring, Subscription}
+  alias Ringbus.{Channel, Options, Store}
+  alias Ringbus.Channel.{Producers, Ring, Subscription}
   alias Ringbus.Cluster.Router
   alias Ringbus.Replica
 
@@ -194,7 +232,7 @@ defmodule Ringbus do
       `:timeout` leaves the outcome unknown, also on a replicated channel
       (see "Replicated channels")
     * `:stale_tag` - `push/3`: a producer tag older than the channel
-      remembers
+      remembers (see "Producer tags")
 
   Front ends map each of them to their own errors (the RESP front end in
   one function, tested against this list).
@@ -276,22 +314,26 @@ defmodule Ringbus do
   def push(name, payload) when is_binary(payload), do: on_channel(name, {:push, payload})
 
   @doc """
-  Like `push/2` and `push_many/2` (with a list), with options for a
-  replicated channel (see "Replicated channels" above):
+  Like `push/2` and `push_many/2` (with a list), with options:
 
     * `:producer` - `{producer_id, n}`, a tag that makes a retry safe: a
       push whose tag the channel stored already is answered as it was
       then, and stores nothing. A producer's `n` increases with each push;
-      the channel remembers the last 64 per producer. Defaults to `nil`.
-    * `:timeout` - ms to wait for the answer; then `{:error, :timeout}`,
-      which means the outcome is unknown. Defaults to `5000`.
+      the channel remembers the last 64 per producer, and answers an older
+      one `{:error, :stale_tag}`. See "Producer tags" above. Defaults to
+      `nil`.
+    * `:timeout` - ms to wait for the answer from a replicated channel's
+      leader or another node; then `{:error, :timeout}`, which means the
+      outcome is unknown. Defaults to `5000` on a replicated channel, the
+      cluster's `:call_timeout` and `:reply_timeout` on another node's
+      channel; a push to a memory channel of this node does not wait.
 
-  On a channel that is not replicated, options raise `ArgumentError`.
+  Bad options raise `ArgumentError`.
 
       Ringbus.push("orders", "o-17", producer: {"billing", 17})
   """
   @spec push(name(), binary() | [binary()], producer: {term(), integer()}, timeout: pos_integer()) ::
-          {:ok, seq()} | {:error, :no_channel | :full | :too_large | :stale_tag | :timeout}
+          {:ok, seq()} | {:error, :no_channel | :full | :too_large | :stale_tag | node_error()}
   def push(name, payload_or_payloads, []) when is_binary(payload_or_payloads),
     do: push(name, payload_or_payloads)
 
@@ -300,28 +342,28 @@ defmodule Ringbus do
   def push(name, payload, opts) when is_binary(payload), do: push(name, [payload], opts)
 
   def push(name, payloads, opts) when is_list(payloads) do
-    {_count, bytes} = Ring.measure!(payloads)
+    {count, bytes} = Ring.measure!(payloads)
 
     case Store.fetch(name) do
       {:ok, %{replica: r} = channel} when r != nil ->
         Replica.push(channel, payloads, bytes, opts)
 
-      {:ok, _plain} ->
-        not_replicated!(name)
+      _memory_or_remote ->
+        opts = Options.validate!(opts, [producer: nil, timeout: nil], "push")
+        Options.check!(:producer, opts[:producer], &tag?/1, "a tuple {producer_id, integer}")
 
-      {:error, :no_channel} ->
-        if Router.home(name) == {:error, :no_channel},
-          do: {:error, :no_channel},
-          else: not_replicated!(name)
+        Options.check!(
+          :timeout,
+          opts[:timeout],
+          &(&1 == nil or Options.positive?(&1)),
+          "a positive integer"
+        )
+
+        on_channel(name, {:push_tagged, opts[:producer], payloads, count, bytes}, opts[:timeout])
     end
   end
 
-  defp not_replicated!(name),
-    do:
-      raise(
-        ArgumentError,
-        "expected a replicated channel for push options, got: #{inspect(name)}"
-      )
+  defp tag?(tag), do: tag == nil or match?({_id, n} when is_integer(n), tag)
 
   @doc "Like `push/2`, but returns the seq or raises `Ringbus.Error`."
   @spec push!(name(), binary()) :: seq()
@@ -523,10 +565,10 @@ defmodule Ringbus do
   # channel of this node, else at its home through the cluster (which
   # answers `:no_channel` for a name no node has). A channel deleted while
   # the operation ran raises `ArgumentError` from its tables.
-  defp on_channel(name, op) do
+  defp on_channel(name, op, timeout \\ nil) do
     case Store.fetch(name) do
       {:ok, channel} -> run(channel, op)
-      {:error, :no_channel} -> Router.request(name, op)
+      {:error, :no_channel} -> Router.request(name, op, timeout)
     end
   rescue
     ArgumentError -> {:error, :no_channel}
@@ -554,6 +596,12 @@ defmodule Ringbus do
 
   defp run(channel, {:push_run, payloads, count, bytes}),
     do: Ring.push_run(channel, payloads, count, bytes)
+
+  defp run(%{replica: r} = channel, {:push_tagged, tag, payloads, _count, bytes}) when r != nil,
+    do: Replica.push(channel, payloads, bytes, producer: tag)
+
+  defp run(channel, {:push_tagged, tag, payloads, count, bytes}),
+    do: Producers.push_tagged(channel, tag, payloads, count, bytes)
 
   defp run(channel, {:push_batches, batches}), do: {:ok, Ring.push_batches(channel, batches)}
   defp run(channel, :pull), do: Ring.pull(channel)

@@ -28,7 +28,8 @@ defmodule Ringbus.Channel do
 
   A replicated channel's handle carries `:replica`, what its writes go
   through (`Ringbus.Replica`), set by that layer; its ring takes writes
-  only from its Ra machine. Every other handle has `nil`.
+  only from its Ra machine. Every other handle has `nil`, and `:producers`
+  instead: the table of its producer tags (`Ringbus.push/3`).
 
   A channel's memory is bounded by its capacity times the largest payload
   pushed to it, and by `:max_bytes` when it has one; the network server also
@@ -38,7 +39,7 @@ defmodule Ringbus.Channel do
   alias Ringbus.Options
 
   @enforce_keys [:table, :waiters, :atomics, :anchor, :capacity, :overflow]
-  defstruct @enforce_keys ++ [max_bytes: nil, replica: nil]
+  defstruct @enforce_keys ++ [max_bytes: nil, replica: nil, producers: nil]
 
   @type name :: term()
 
@@ -59,7 +60,8 @@ defmodule Ringbus.Channel do
           capacity: pos_integer(),
           overflow: :drop_oldest | :reject,
           max_bytes: pos_integer() | nil,
-          replica: map() | nil
+          replica: map() | nil,
+          producers: :ets.tid() | nil
         }
 
   @doc """

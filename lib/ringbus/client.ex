@@ -1,4 +1,7 @@
 defmodule Ringbus.Client do
+  # Kept whole: the client's public API in one module, whose documentation
+  # is half its lines; the work is in Client.Connection, Client.Session and
+  # Client.Handshake.
   @moduledoc """
   A client for a `Ringbus.Server`, over TCP or TLS.
 
@@ -423,6 +426,57 @@ defmodule Ringbus.Client do
   @spec push(t(), channel(), binary()) :: {:ok, Ringbus.seq()} | {:error, reason()}
   def push(client, channel, payload) when is_binary(payload),
     do: call(client, &{:push, &1, :ack, channel!(channel), payload})
+
+  @doc """
+  Like `push/3` (a binary) or `push_many/3` (a list), with options:
+
+    * `:producer` - `{producer_id, n}`: a producer tag, a binary of 1 to
+      255 bytes and a non-negative integer below 2^64 (a `PUSH` or
+      `PUSH_BATCH` with the producer-tag flag, `docs/PROTOCOL.md`). The
+      channel stores a tagged push once and answers every resend with
+      its first seq, so a push answered `{:error, :timeout}` (no answer
+      in time, here or between the server and the channel's home node)
+      may be sent again under the same tag, on this connection or
+      another. A producer's `n` increases; the channel remembers its last
+      64 and answers an older one `{:error, :stale_tag}` (see `Ringbus`,
+      "Producer tags"). Defaults to `nil`, an untagged push.
+
+  A server older than producer tags closes the connection with
+  `bad_frame` on a tagged push.
+
+      {:ok, seq} = Ringbus.Client.push(client, "events", "e-17", producer: {"billing", 17})
+  """
+  @spec push(t(), channel(), binary() | [binary()], producer: {binary(), non_neg_integer()} | nil) ::
+          {:ok, Ringbus.seq()} | {:error, reason()}
+  def push(client, channel, payload_or_payloads, opts) do
+    opts = Ringbus.Options.validate!(opts, [producer: nil], "push")
+
+    case {opts[:producer], payload_or_payloads} do
+      {nil, payload} when is_binary(payload) ->
+        push(client, channel, payload)
+
+      {nil, payloads} when is_list(payloads) ->
+        push_many(client, channel, payloads)
+
+      {{id, n} = tag, payload}
+      when is_binary(id) and byte_size(id) in 1..255 and
+             is_integer(n) and n >= 0 and n < 0x1_0000_0000_0000_0000 ->
+        tagged_push(client, channel!(channel), tag, payload)
+
+      {tag, _} ->
+        raise ArgumentError,
+              "expected :producer to be a tuple {binary of 1 to 255 bytes, u64}, got: " <>
+                inspect(tag)
+    end
+  end
+
+  defp tagged_push(client, channel, tag, payload) when is_binary(payload),
+    do: call(client, &{:tagged_push, &1, :ack, channel, tag, payload})
+
+  defp tagged_push(client, channel, tag, payloads) when is_list(payloads) do
+    count = length(payloads)
+    call(client, &{:tagged_push_batch, &1, :ack, channel, tag, count, payloads})
+  end
 
   @doc "Like `push/3`, but returns the seq or raises `Ringbus.Client.Error`."
   @spec push!(t(), channel(), binary()) :: Ringbus.seq()

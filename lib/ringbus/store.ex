@@ -32,7 +32,7 @@ defmodule Ringbus.Store do
   use GenServer
 
   alias Ringbus.Channel
-  alias Ringbus.Channel.{Anchor, Delivery, Ring}
+  alias Ringbus.Channel.{Anchor, Delivery, Producers, Ring}
 
   @channels :ringbus_channels
   @version {__MODULE__, :version}
@@ -112,7 +112,7 @@ defmodule Ringbus.Store do
     if :ets.member(@channels, name) do
       {:reply, {:error, :exists}, state}
     else
-      :ets.insert(@channels, {name, Ring.new(opts)})
+      :ets.insert(@channels, {name, new_channel(opts)})
       {:reply, :ok, state}
     end
   end
@@ -122,6 +122,7 @@ defmodule Ringbus.Store do
       [{_, channel}] ->
         :ets.delete(channel.table)
         :ets.delete(channel.waiters)
+        if channel.producers, do: :ets.delete(channel.producers)
         bump_version()
         Anchor.stop(channel.anchor, :channel_deleted)
         {:reply, :ok, state}
@@ -144,6 +145,12 @@ defmodule Ringbus.Store do
     end
 
     {:noreply, state}
+  end
+
+  # A replicated channel keeps its producer tags in its Ra machine.
+  defp new_channel(opts) do
+    channel = Ring.new(opts)
+    if channel.replica, do: channel, else: %{channel | producers: Producers.new()}
   end
 
   defp bump_version, do: :atomics.add(:persistent_term.get(@version), 1, 1)

@@ -146,6 +146,31 @@ defmodule Ringbus.ClientTest do
     assert {[{^corr, {:error, :no_channel}}], 1} = await_acks(c, 1)
   end
 
+  test "push/4 with a producer tag stores a resent push once, from any connection", %{port: port} do
+    client = connect!(port)
+    other = connect!(port)
+    assert {:ok, 0} = Client.push(client, "tagged", "a", producer: {"billing", 1})
+    assert {:ok, 0} = Client.push(other, "tagged", "a", producer: {"billing", 1})
+    assert {:ok, 1} = Client.push(client, "tagged", ["b", "c"], producer: {"billing", 2})
+    assert {:ok, 1} = Client.push(other, "tagged", ["b", "c"], producer: {"billing", 2})
+    assert {:ok, 3} = Client.push(client, "tagged", "d", [])
+    assert {:ok, 4} = Client.push(client, "tagged", ["e"], producer: nil)
+
+    assert {:ok, [{0, "a"}, {1, "b"}, {2, "c"}, {3, "d"}, {4, "e"}], 0} =
+             Client.read(client, "tagged", 0, 10)
+
+    assert {:ok, 5} = Client.push(client, "tagged", "f", producer: {"billing", 100})
+    assert {:error, :stale_tag} = Client.push(client, "tagged", "a", producer: {"billing", 1})
+
+    assert_raise ArgumentError, ~r/:producer/, fn ->
+      Client.push(client, "tagged", "x", producer: {:atom_id, 1})
+    end
+
+    assert_raise ArgumentError, ~r/:producer/, fn ->
+      Client.push(client, "tagged", "x", producer: {"p", -1})
+    end
+  end
+
   test "many callers share one client", %{port: port} do
     c = connect!(port)
     :ok = Client.create!(c, "shared", capacity: 10_000)

@@ -126,6 +126,62 @@ defmodule Ringbus.Test.ClusterProbe do
     end
   end
 
+  @doc """
+  Pushes `bytes`-byte payloads to `name` one by one for `duration_ms`, each
+  under producer tag `{run, i}`, and sends each again under the same tag
+  while the answer is `:timeout`, `:node_busy` or `:node_down` (for at most
+  `duration_ms` more). Returns `retried_after_timeout` (sends of a tag
+  whose previous send timed out), `answers` (the last answer per tag, by
+  kind), `missing` (tags answered `{:ok, seq}` whose payload is not at seq)
+  and `duplicated` (payloads held more than once).
+  """
+  def tagged_pushes_for(name, duration_ms, bytes) do
+    deadline = System.monotonic_time(:millisecond) + duration_ms
+    run = :erlang.unique_integer([:positive])
+    table = :ets.new(:pushes, [:ordered_set, :private])
+    retried = tagged_until(name, deadline, deadline + duration_ms, run, bytes, 0, table, 0)
+    pushes = for {_i, push} <- :ets.tab2list(table), do: push
+    {first, _} = hd(pushes)
+    held = read_all(name, max(div(1_000_000, byte_size(first)), 1))
+    held = Map.new(held, fn {seq, payload} -> {seq, binary_part(payload, 0, 16)} end)
+
+    %{
+      retried_after_timeout: retried,
+      answers: Enum.frequencies_by(pushes, fn {_, result} -> kind(result) end),
+      missing:
+        for({payload, {:ok, seq}} <- pushes, held[seq] != binary_part(payload, 0, 16), do: seq),
+      duplicated: held |> Map.values() |> Enum.frequencies() |> Enum.count(fn {_, n} -> n > 1 end)
+    }
+  end
+
+  defp tagged_until(name, deadline, give_up, run, bytes, i, table, retried) do
+    if System.monotonic_time(:millisecond) <= deadline do
+      payload = checked_payload(run, i, bytes)
+      {answer, retried} = tagged_push(name, payload, {run, i}, give_up, retried, false)
+      :ets.insert(table, {i, {payload, answer}})
+      tagged_until(name, deadline, give_up, run, bytes, i + 1, table, retried)
+    else
+      retried
+    end
+  end
+
+  defp tagged_push(name, payload, tag, give_up, retried, timed_out?) do
+    retried = if timed_out?, do: retried + 1, else: retried
+
+    case Ringbus.push(name, payload, producer: tag) do
+      {:error, reason} = answer when reason in [:timeout, :node_busy, :node_down] ->
+        if System.monotonic_time(:millisecond) > give_up do
+          {answer, retried}
+        else
+          Process.sleep(5)
+          tagged_push(name, payload, tag, give_up, retried, reason == :timeout)
+        end
+
+      answer ->
+        {answer, retried}
+    end
+  end
+
   defp checked_payload(run, i, bytes),
     do: <<run::64, i::64, :binary.copy("c", max(bytes - 16, 0))::binary>>
 

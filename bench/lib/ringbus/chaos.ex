@@ -24,7 +24,9 @@ defmodule Ringbus.Chaos do
   Options: `:seconds` (of faults, default 20), `:seed` (default 1),
   `:net_ticktime` (default 2), `:cluster` (Ringbus's cluster options on
   every node; the defaults, so `call_timeout` is 5 ms), `:max_history`
-  (entries per client node, default 1,000,000).
+  (entries per client node, default 1,000,000), `:tagged` (whether the
+  producers tag their pushes with producer ids, so that a retry after
+  `:timeout` stores no copy; default true).
   """
 
   alias Ringbus.Bench.Cluster.Nodes
@@ -47,7 +49,8 @@ defmodule Ringbus.Chaos do
         seed: 1,
         net_ticktime: 2,
         cluster: [],
-        max_history: 1_000_000
+        max_history: 1_000_000,
+        tagged: true
       )
 
     started = Nodes.start(4, "chaos", net_ticktime: opts[:net_ticktime], cluster: opts[:cluster])
@@ -99,7 +102,8 @@ defmodule Ringbus.Chaos do
           producers: producers,
           consumers: consumers,
           seed: opts[:seed],
-          until: until
+          until: until,
+          tagged: opts[:tagged]
         }
 
         {node, async(fn -> Nodes.call(node, Workload, :run, [spec], ms + 120_000) end)}

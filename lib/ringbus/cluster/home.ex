@@ -11,13 +11,15 @@ defmodule Ringbus.Cluster.Home do
   # when its link does, as a local one ends with its subscriber.
 
   alias Ringbus.Store
-  alias Ringbus.Channel.{Ring, Subscription}
+  alias Ringbus.Channel.{Producers, Ring, Subscription}
 
   @typedoc "A request from another node, as `Ringbus.Cluster.Router` sends it."
   @type op ::
           {:push, binary()}
           | {:push_many, [binary()], non_neg_integer(), non_neg_integer()}
           | {:push_run, [binary()], pos_integer(), non_neg_integer()}
+          | {:push_tagged, {term(), integer()} | nil, [binary()], non_neg_integer(),
+             non_neg_integer()}
           | {:push_batches, [{[binary()], non_neg_integer(), non_neg_integer()}]}
           | :pull
           | {:read, non_neg_integer(), non_neg_integer()}
@@ -52,6 +54,11 @@ defmodule Ringbus.Cluster.Home do
 
   defp run_on(channel, {:push_run, payloads, count, bytes}, _link),
     do: Ring.push_run(channel, payloads, count, bytes)
+
+  # A producer tag is checked here, at the home, so a resend after :timeout
+  # finds the tag its first send stored.
+  defp run_on(channel, {:push_tagged, tag, payloads, count, bytes}, _link),
+    do: Producers.push_tagged(channel, tag, payloads, count, bytes)
 
   defp run_on(channel, {:push_batches, batches}, _link),
     do: {:ok, Ring.push_batches(channel, batches)}

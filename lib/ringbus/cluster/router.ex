@@ -11,10 +11,11 @@ defmodule Ringbus.Cluster.Router do
   alias Ringbus.Cluster.{Directory, Links}
 
   @doc "Runs `op` on channel `name` at its home, or `{:error, :no_channel}` when none has it."
-  @spec request(term(), term()) :: term()
-  def request(name, op) do
+  # `timeout` (ms) bounds the call instead of the link's timeouts when given.
+  @spec request(term(), term(), pos_integer() | nil) :: term()
+  def request(name, op, timeout \\ nil) do
     case Directory.remote_home(name) do
-      {:ok, home} when home != node() -> Links.call(home, name, op)
+      {:ok, home} when home != node() -> Links.call(home, name, op, timeout)
       _ -> {:error, :no_channel}
     end
   end

@@ -119,6 +119,26 @@ defmodule Ringbus.Server.Session do
     run(rest, s, run, out, acks)
   end
 
+  # A tagged push goes alone, after the run before it is stored (so first):
+  # `Ringbus.push/3` checks its tag at the channel's home.
+  defp run([{:tagged_push, corr, mode, name, tag, p} | rest], %{stage: :open} = s, run, out, acks) do
+    acks = store(s, run, acks)
+    acks = ack(mode, corr, tagged(s, name, tag, [p]), acks)
+    run(rest, s, nil, out, acks)
+  end
+
+  defp run(
+         [{:tagged_push_batch, corr, mode, name, tag, _n, ps} | rest],
+         %{stage: :open} = s,
+         run,
+         out,
+         acks
+       ) do
+    acks = store(s, run, acks)
+    acks = ack(mode, corr, tagged(s, name, tag, ps), acks)
+    run(rest, s, nil, out, acks)
+  end
+
   defp run([frame | rest], session, run, out, acks) do
     acks = store(session, run, acks)
 
@@ -206,6 +226,19 @@ defmodule Ringbus.Server.Session do
           {:error, :no_channel} = error -> ack_error(parts, error, acks)
           {:error, _full_or_too_large} -> one_by_one(session.config, name, parts, payloads, acks)
         end
+    end
+  end
+
+  defp tagged(session, name, tag, payloads) do
+    cond do
+      not Auth.allowed?(session.grants, :write, name) ->
+        {:error, :forbidden}
+
+      payload_bytes(payloads, session.config.max_payload_size, 0) == :too_large ->
+        {:error, :too_large}
+
+      true ->
+        auto_create(session.config, name, &Ringbus.push(&1, payloads, producer: tag))
     end
   end
 

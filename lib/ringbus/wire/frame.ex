@@ -20,6 +20,8 @@ defmodule Ringbus.Wire.Frame do
       {:delete, corr, name}
       {:push, corr, ack_mode, name, payload}           # ack_mode: :ack | :no_ack
       {:push_batch, corr, ack_mode, name, count, payloads}
+      {:tagged_push, corr, ack_mode, name, {producer, n}, payload}
+      {:tagged_push_batch, corr, ack_mode, name, {producer, n}, count, payloads}
       {:pull, corr, name}
       {:read, corr, name, from_seq, max}
       {:len, corr, name}
@@ -44,6 +46,10 @@ defmodule Ringbus.Wire.Frame do
       {:sub_closed, sub_id, reason}
       {:pong, corr}
       {:error, corr, reason, message}
+
+  `:tagged_push` and `:tagged_push_batch` are `PUSH` and `PUSH_BATCH` with
+  the producer-tag flag (0x02) and its fields: `producer`, 1 to 255 bytes,
+  and `n`, a u64 (`Ringbus.push/3`'s `producer: {producer, n}`).
 
   Frames that carry a list carry its length too (`count`), so neither side
   walks a long list to count it. The encoder counts while it encodes and
@@ -176,6 +182,7 @@ defmodule Ringbus.Wire.Frame do
   ]
 
   @no_ack_flag 0x01
+  @tagged_flag 0x02
 
   @from_seq 0
   @from_earliest 1
@@ -217,6 +224,8 @@ defmodule Ringbus.Wire.Frame do
           | {:delete, corr(), name()}
           | {:push, corr(), ack_mode(), name(), binary()}
           | {:push_batch, corr(), ack_mode(), name(), u32(), [binary()]}
+          | {:tagged_push, corr(), ack_mode(), name(), tag(), binary()}
+          | {:tagged_push_batch, corr(), ack_mode(), name(), tag(), u32(), [binary()]}
           | {:pull, corr(), name()}
           | {:read, corr(), name(), seq(), u32()}
           | {:len, corr(), name()}
@@ -225,6 +234,9 @@ defmodule Ringbus.Wire.Frame do
           | {:credit, corr(), sub_id(), u32()}
           | {:unsubscribe, corr(), sub_id()}
           | {:ping, corr()}
+
+  @typedoc "A producer tag: a producer id of 1 to 255 bytes and its push's number."
+  @type tag :: {name(), u64()}
 
   @type push_ack :: {corr(), {:ok, seq()} | {:error, ErrorCode.t()}}
 
@@ -327,7 +339,13 @@ defmodule Ringbus.Wire.Frame do
   A server treats a frame for which this is false as an unknown opcode.
   """
   @spec request?(t()) :: boolean()
-  def request?(frame) when is_tuple(frame), do: Keyword.fetch!(@opcodes, elem(frame, 0)) < 0x80
+  def request?(frame) when is_tuple(frame), do: opcode(elem(frame, 0)) < 0x80
+
+  @doc "The opcode of a frame type: a tagged push's is its untagged one's."
+  @spec opcode(type() | :tagged_push | :tagged_push_batch) :: byte()
+  def opcode(:tagged_push), do: @push
+  def opcode(:tagged_push_batch), do: @push_batch
+  def opcode(type), do: Keyword.fetch!(@opcodes, type)
 
   ## Encoding
 
@@ -415,6 +433,28 @@ defmodule Ringbus.Wire.Frame do
               is_list(payloads) do
     head = [<<corr::32, push_flags(mode)>>, name(name), <<count::32>>]
     {entries, size} = encode_payloads(payloads, count, head, 5 + 2 + byte_size(name) + 4)
+    {@push_batch, entries, size}
+  end
+
+  defp body({:tagged_push, corr, mode, name, {producer, n}, payload})
+       when is_u32(corr) and is_ack_mode(mode) and is_name(name) and is_name(producer) and
+              is_u64(n) and is_binary(payload) do
+    {@push,
+     [
+       <<corr::32, tagged_flags(mode)>>,
+       name(name),
+       name(producer),
+       <<n::64, byte_size(payload)::32>>,
+       payload
+     ]}
+  end
+
+  defp body({:tagged_push_batch, corr, mode, name, {producer, n}, count, payloads})
+       when is_u32(corr) and is_ack_mode(mode) and is_name(name) and is_name(producer) and
+              is_u64(n) and is_u32(count) and is_list(payloads) do
+    head = [<<corr::32, tagged_flags(mode)>>, name(name), name(producer), <<n::64, count::32>>]
+    size = 5 + 2 + byte_size(name) + 2 + byte_size(producer) + 8 + 4
+    {entries, size} = encode_payloads(payloads, count, head, size)
     {@push_batch, entries, size}
   end
 
@@ -564,6 +604,8 @@ defmodule Ringbus.Wire.Frame do
   defp push_flags(:ack), do: 0
   defp push_flags(:no_ack), do: @no_ack_flag
 
+  defp tagged_flags(mode), do: Bitwise.bor(push_flags(mode), @tagged_flag)
+
   defp overflow(:drop_oldest), do: 0
   defp overflow(:reject), do: 1
 
@@ -701,12 +743,35 @@ defmodule Ringbus.Wire.Frame do
 
   defp decode_op(@delete, <<corr::32, rest::binary>>), do: name_only(:delete, corr, rest)
 
+  defp decode_op(@push, <<corr::32, flags, rest::binary>>)
+       when Bitwise.band(flags, @tagged_flag) != 0 do
+    with {:ok, mode} <- ack_mode(Bitwise.bxor(flags, @tagged_flag), :push),
+         {:ok, name, rest} <- name(rest, :push),
+         {:ok, tag, rest} <- tag(rest, :push),
+         {:ok, payload, rest} <- payload(rest, :push),
+         :ok <- done(rest, :push) do
+      {:ok, {:tagged_push, corr, mode, name, tag, payload}}
+    end
+  end
+
   defp decode_op(@push, <<corr::32, flags, rest::binary>>) do
     with {:ok, mode} <- ack_mode(flags, :push),
          {:ok, name, rest} <- name(rest, :push),
          {:ok, payload, rest} <- payload(rest, :push),
          :ok <- done(rest, :push) do
       {:ok, {:push, corr, mode, name, payload}}
+    end
+  end
+
+  defp decode_op(@push_batch, <<corr::32, flags, rest::binary>>)
+       when Bitwise.band(flags, @tagged_flag) != 0 do
+    with {:ok, mode} <- ack_mode(Bitwise.bxor(flags, @tagged_flag), :push_batch),
+         {:ok, name, rest} <- name(rest, :push_batch),
+         {:ok, tag, rest} <- tag(rest, :push_batch),
+         {:ok, count, rest} <- u32(rest, :push_batch),
+         {:ok, payloads, rest} <- decode_payloads(rest, count, []),
+         :ok <- done(rest, :push_batch) do
+      {:ok, {:tagged_push_batch, corr, mode, name, tag, count, payloads}}
     end
   end
 
@@ -888,6 +953,16 @@ defmodule Ringbus.Wire.Frame do
 
   defp u32(<<value::32, rest::binary>>, _type), do: {:ok, value, rest}
   defp u32(_, type), do: {:error, {:truncated, type}}
+
+  # A producer tag: the producer id, typed as a name, then n.
+  defp tag(rest, type) do
+    with {:ok, producer, rest} <- name(rest, type) do
+      case rest do
+        <<n::64, rest::binary>> -> {:ok, {producer, n}, rest}
+        _ -> {:error, {:truncated, type}}
+      end
+    end
+  end
 
   defp ack_mode(0, _type), do: {:ok, :ack}
   defp ack_mode(@no_ack_flag, _type), do: {:ok, :no_ack}

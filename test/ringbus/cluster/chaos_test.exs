@@ -42,8 +42,9 @@ defmodule Ringbus.Cluster.ChaosTest do
     assert report.unchecked == 0
     # Calls end in three outcomes: an error means not applied, so no
     # failure was stored; what may have been applied answers :timeout
-    # (:info). A producer that retries an unknown outcome may store a copy:
-    # the duplicates printed above, which become 0 when producers carry ids.
+    # (:info). Producers retry an unknown outcome under the same producer
+    # tag, which the channel's home stores once.
     assert report.false_failures == 0
+    assert report.duplicated == 0
   end
 end

@@ -154,6 +154,27 @@ defmodule Ringbus.Cluster.FaultsTest do
     assert answers[:ok] > 0
   end
 
+  test "a push to a stopped node sent again under its producer tag after :timeout is stored once" do
+    [a, b] = start(2, "tagged", [])
+    :ok = call(a, Ringbus, :create, ["tagged", [capacity: 1_000_000, node: b.node]])
+
+    load = Task.async(fn -> call(a, Probe, :tagged_pushes_for, ["tagged", 2_000, 32], 60_000) end)
+
+    # As above: the pushes in flight when it stops get no answer in time,
+    # and are sent again until one is answered.
+    Process.sleep(300)
+    Nodes.signal(b, :stop)
+    Process.sleep(400)
+    Nodes.signal(b, :cont)
+
+    outcome = Task.await(load, 60_000)
+    IO.puts("\n  tagged pushes around a stop of 400 ms: #{inspect(outcome)}")
+    assert outcome.retried_after_timeout > 0
+    assert outcome.duplicated == 0
+    assert outcome.missing == []
+    assert Map.keys(outcome.answers) == [:ok]
+  end
+
   test "a large push on a healthy link is not answered node_busy and stored all the same" do
     [a, b] = start(2, "large", [])
     :ok = call(a, Ringbus, :create, ["large", [capacity: 100, node: b.node]])

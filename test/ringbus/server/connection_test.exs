@@ -49,6 +49,52 @@ defmodule Ringbus.Server.ConnectionTest do
              RawClient.call(c, {:read, 1, "acks", 52, 10})
   end
 
+  test "tagged pushes among untagged ones in one read: stored once, acked in order", %{
+    client: c,
+    port: port
+  } do
+    frames = [
+      {:push, 1, :ack, "tags", "a"},
+      {:tagged_push, 2, :ack, "tags", {"p", 1}, "t1"},
+      {:push, 3, :ack, "tags", "b"},
+      # Sent again in the same read, and as a batch under a new tag, twice.
+      {:tagged_push, 4, :ack, "tags", {"p", 1}, "t1"},
+      {:tagged_push_batch, 5, :ack, "tags", {"p", 2}, 2, ["t2", "t3"]},
+      {:tagged_push_batch, 6, :no_ack, "tags", {"p", 2}, 2, ["t2", "t3"]},
+      {:tagged_push_batch, 7, :ack, "tags", {"p", 2}, 2, ["t2", "t3"]},
+      {:push, 8, :ack, "tags", "c"}
+    ]
+
+    RawClient.send_frames(c, frames)
+    {[{:push_acks, 7, acks}], c} = RawClient.recv(c, 1)
+
+    assert acks == [
+             {1, {:ok, 0}},
+             {2, {:ok, 1}},
+             {3, {:ok, 2}},
+             {4, {:ok, 1}},
+             {5, {:ok, 3}},
+             {7, {:ok, 3}},
+             {8, {:ok, 5}}
+           ]
+
+    assert {{:read_ok, 1, 0, 6, messages}, c} = RawClient.call(c, {:read, 1, "tags", 0, 10})
+    assert Enum.map(messages, &elem(&1, 1)) == ["a", "t1", "b", "t2", "t3", "c"]
+
+    # A second connection resends the tag: the first seq, nothing stored.
+    {c2, _} = RawClient.hello!(port)
+
+    assert {{:push_acks, 1, [{9, {:ok, 1}}]}, _} =
+             RawClient.call(c2, {:tagged_push, 9, :ack, "tags", {"p", 1}, "t1"})
+
+    # 64 tags on: tag 1 is forgotten.
+    frames = for n <- 3..66, do: {:tagged_push, 10, :no_ack, "tags", {"p", n}, "x"}
+    RawClient.send_frames(c, frames)
+
+    assert {{:push_acks, 1, [{11, {:error, :stale_tag}}]}, _} =
+             RawClient.call(c, {:tagged_push, 11, :ack, "tags", {"p", 1}, "t1"})
+  end
+
   test "pull and read", %{client: c} do
     RawClient.send_frames(c, [{:push_batch, 1, :ack, "pr", 3, ["a", "b", "c"]}])
     {[{:push_acks, 1, [{1, {:ok, 0}}]}], c} = RawClient.recv(c, 1)

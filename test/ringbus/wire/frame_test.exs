@@ -27,7 +27,8 @@ defmodule Ringbus.Wire.FrameTest do
             into: MapSet.new(),
             do: elem(frame, 0)
 
-      assert generated == MapSet.new(Keyword.keys(Frame.opcodes()))
+      tagged = [:tagged_push, :tagged_push_batch]
+      assert generated == MapSet.new(Keyword.keys(Frame.opcodes()) ++ tagged)
     end
 
     test "the rest after a frame is returned untouched" do
@@ -65,7 +66,7 @@ defmodule Ringbus.Wire.FrameTest do
 
     test "every example one byte short is truncated, one byte long has trailing bytes" do
       for {name, frame, _} <- Examples.all() do
-        type = elem(frame, 0)
+        type = Examples.wire_type(elem(frame, 0))
         <<length::32, body::binary>> = Examples.bytes(frame)
 
         short = <<length - 1::32, binary_part(body, 0, length - 1)::binary>>
@@ -91,7 +92,14 @@ defmodule Ringbus.Wire.FrameTest do
         {<<7::32, 0x03, 1::32, 0::16>>, {:bad_field, :delete, :name}},
         {IO.iodata_to_binary([<<263::32, 0x03, 1::32, 256::16>>, :binary.copy("n", 256)]),
          {:bad_field, :delete, :name}},
-        {<<0x0C::32, 0x04, 1::32, 0x02, 1::16, "e", 0::32>>, {:bad_field, :push, :flags}},
+        {<<0x0C::32, 0x04, 1::32, 0x04, 1::16, "e", 0::32>>, {:bad_field, :push, :flags}},
+        # The producer-tag flag with a reserved bit, and with an empty producer id.
+        {<<0x18::32, 0x04, 1::32, 0x06, 1::16, "e", 1::16, "p", 0::64, 0::32>>,
+         {:bad_field, :push, :flags}},
+        {<<0x17::32, 0x04, 1::32, 0x02, 1::16, "e", 0::16, 0::64, 0::32>>,
+         {:bad_field, :push, :name}},
+        {<<0x17::32, 0x05, 1::32, 0x02, 1::16, "e", 0::16, 0::64, 0::32>>,
+         {:bad_field, :push_batch, :name}},
         {<<0x0C::32, 0x05, 1::32, 0x80, 1::16, "e", 0::32>>, {:bad_field, :push_batch, :flags}},
         {<<21::32, 0x02, 1::32, 1::16, "e", 1::32, 2, 0::64>>, {:bad_field, :create, :overflow}},
         {<<25::32, 0x0A, 1::32, 1::16, "e", 3, 0::64, 1::32, 1::32>>,
@@ -153,7 +161,7 @@ defmodule Ringbus.Wire.FrameTest do
   describe "request?/1" do
     test "requests are below 0x80, server frames above" do
       for {name, frame, _} <- Examples.all() do
-        opcode = Keyword.fetch!(Frame.opcodes(), elem(frame, 0))
+        opcode = Frame.opcode(elem(frame, 0))
         assert Frame.request?(frame) == opcode < 0x80, name
       end
     end

@@ -26,8 +26,9 @@ defmodule Ringbus.Wire.VectorsTest do
   end
 
   test "every opcode has an example" do
-    covered = MapSet.new(Examples.all(), fn {_, frame, _} -> elem(frame, 0) end)
-    assert covered == MapSet.new(Keyword.keys(Frame.opcodes()))
+    covered = MapSet.new(Examples.all(), fn {_, frame, _} -> Frame.opcode(elem(frame, 0)) end)
+    assert covered == MapSet.new(Keyword.values(Frame.opcodes()))
+    assert :tagged_push in Enum.map(Examples.all(), fn {_, frame, _} -> elem(frame, 0) end)
   end
 
   test "the document's test vectors are the fixtures" do

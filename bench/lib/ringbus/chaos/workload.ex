@@ -8,9 +8,12 @@ defmodule Ringbus.Chaos.Workload do
 
     * `:push`, `:push_many` - invoked with `{channel, keys}`, completed
       with `{channel, keys, seq}` (`:ok`) or `{channel, keys, reason}`.
-      A producer retries a push that did not answer `:ok` up to
-      `:retries` times with the same keys, as a producer without
-      producer ids would: that is how a false failure becomes a duplicate;
+      A producer tags each push `producer: {id, first_counter}` and
+      retries a push that did not answer `:ok` up to `:retries` times with
+      the same keys under the same tag: a retry after `:timeout` (an
+      unknown outcome) is then answered the first push's seq if that was
+      stored, and stores no copy. With `tagged: false` it pushes untagged,
+      as a producer without producer ids, and such retries duplicate;
     * `:subscribe` - `{channel, index}`; then each batch is an unpaired
       `:ok` `:deliver` of `{channel, index, [{seq, key}], lost}`, and the
       end of a subscription an `:info` `:closed` of `{channel, index,
@@ -30,7 +33,8 @@ defmodule Ringbus.Chaos.Workload do
       consumers go on `:drain_ms` more;
     * `:large_bytes`, `:large_ratio` - the size of a large payload and the
       share of pushes that carry one; `:pause_ms` between a producer's ops;
-    * `:max_ops` - ops per process, at most.
+    * `:max_ops` - ops per process, at most;
+    * `:tagged` - whether pushes carry producer tags (default `true`).
   """
 
   alias Ringbus.Chaos.{History, Payload}
@@ -42,7 +46,8 @@ defmodule Ringbus.Chaos.Workload do
     small_bytes: 64,
     pause_ms: 2,
     retries: 3,
-    max_ops: 100_000
+    max_ops: 100_000,
+    tagged: true
   }
 
   @doc "Runs the spec's clients until they stop; returns the ops each made."
@@ -132,19 +137,20 @@ defmodule Ringbus.Chaos.Workload do
         end
 
       payloads = for key <- keys, do: Payload.encode(key, bytes)
-      tries = attempt(spec, id, op, ch, keys, payloads, spec.retries + 1)
+      tag = if spec.tagged, do: {id, counter}
+      tries = attempt(spec, {id, tag}, op, ch, keys, payloads, spec.retries + 1)
       Process.sleep(spec.pause_ms)
       produce(spec, id, channels, counter + Enum.count(keys), ops + tries)
     end
   end
 
-  defp attempt(spec, id, op, ch, keys, payloads, tries) do
+  defp attempt(spec, {id, tag} = who, op, ch, keys, payloads, tries) do
     History.record(spec.history, id, :invoke, op, {ch, keys})
 
     result =
       case op do
-        :push -> Ringbus.push(ch, hd(payloads))
-        :push_many -> Ringbus.push_many(ch, payloads)
+        :push -> Ringbus.push(ch, hd(payloads), producer: tag)
+        :push_many -> Ringbus.push(ch, payloads, producer: tag)
       end
 
     type = History.classify(result)
@@ -152,7 +158,7 @@ defmodule Ringbus.Chaos.Workload do
 
     if type != :ok and tries > 1 and not stop?(spec, 0, spec.until) do
       Process.sleep(5 + :rand.uniform(45))
-      1 + attempt(spec, id, op, ch, keys, payloads, tries - 1)
+      1 + attempt(spec, who, op, ch, keys, payloads, tries - 1)
     else
       1
     end

@@ -30,6 +30,13 @@ defmodule Ringbus.Wire.Examples do
     {"push_batch", {:push_batch, 6, :ack, "events", 3, ["a", "bc", "def"]},
      "PUSH_BATCH: corr 6, flags 0 (acked), name \"events\", count 3, " <>
        "payloads \"a\", \"bc\", \"def\""},
+    {"push_tagged", {:tagged_push, 16, :ack, "events", {"billing", 17}, "hello"},
+     "PUSH with a producer tag: corr 16, flags 2 (acked, tagged), name \"events\", " <>
+       "producer \"billing\" (7 bytes), n 17, payload \"hello\" (5 bytes)"},
+    {"push_batch_tagged",
+     {:tagged_push_batch, 17, :no_ack, "events", {"billing", 18}, 2, ["a", "bc"]},
+     "PUSH_BATCH with a producer tag: corr 17, flags 3 (no-ack, tagged), name \"events\", " <>
+       "producer \"billing\" (7 bytes), n 18, count 2, payloads \"a\", \"bc\""},
     {"pull", {:pull, 7, "events"}, "PULL: corr 7, name \"events\""},
     {"read", {:read, 8, "events", 2, 100},
      "READ: corr 8, name \"events\", from seq 2, max 100 messages"},
@@ -130,6 +137,12 @@ defmodule Ringbus.Wire.Examples do
   @doc "Reads hex text, whitespace allowed, into bytes."
   def unhex(text), do: text |> String.replace(~r/\s+/, "") |> Base.decode16!(case: :mixed)
 
+  @doc "The type a frame's opcode names: a tagged push's is its untagged one's."
+  def wire_type(type) do
+    opcode = Frame.opcode(type)
+    Enum.find_value(Frame.opcodes(), fn {type, op} -> op == opcode && type end)
+  end
+
   @doc "The opcode name of a frame type, as the document writes it."
   def opcode_name(type), do: type |> Atom.to_string() |> String.upcase()
 
@@ -139,10 +152,11 @@ defmodule Ringbus.Wire.Examples do
   def doc_section do
     body =
       for {name, frame, description} <- @examples do
-        opcode = Keyword.fetch!(Frame.opcodes(), elem(frame, 0))
+        opcode = Frame.opcode(elem(frame, 0))
+        type = wire_type(elem(frame, 0))
 
         """
-        #### #{opcode_name(elem(frame, 0))} (#{opcode_hex(opcode)}) - `#{name}.hex`
+        #### #{opcode_name(type)} (#{opcode_hex(opcode)}) - `#{name}.hex`
 
         #{description}.
 

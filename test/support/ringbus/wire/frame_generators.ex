@@ -17,6 +17,15 @@ defmodule Ringbus.Wire.FrameGenerators do
       let({u32(), ack_mode(), name(), :proper_types.list(payload())}, fn {corr, mode, name, ps} ->
         {:push_batch, corr, mode, name, length(ps), ps}
       end),
+      let({u32(), ack_mode(), name(), {name(), u64()}, payload()}, fn frame ->
+        Tuple.insert_at(frame, 0, :tagged_push)
+      end),
+      let(
+        {u32(), ack_mode(), name(), {name(), u64()}, :proper_types.list(payload())},
+        fn {corr, mode, name, tag, ps} ->
+          {:tagged_push_batch, corr, mode, name, tag, length(ps), ps}
+        end
+      ),
       let({u32(), name()}, fn {corr, name} -> {:pull, corr, name} end),
       let({u32(), name(), u64(), u32()}, &Tuple.insert_at(&1, 0, :read)),
       let({u32(), name()}, fn {corr, name} -> {:len, corr, name} end),
