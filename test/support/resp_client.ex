@@ -44,6 +44,19 @@ defmodule Ringbus.Test.RespClient do
     recv(client, 1)
   end
 
+  @doc "Sends `commands` in one write (pipelined) and returns their replies."
+  def calls(client, commands) do
+    :ok = send_commands(client, commands)
+    recv(client, Enum.count(commands))
+  end
+
+  @doc "Connects and authenticates with `token` (`AUTH token` answers OK)."
+  def auth!(port, token, opts \\ []) do
+    c = connect!(port, opts)
+    {[{:simple, "OK"}], c} = call(c, ["AUTH", token])
+    c
+  end
+
   @doc "Reads `count` replies; returns them and the client."
   def recv(client, count, timeout \\ @timeout), do: recv(client, count, timeout, [])
 

@@ -11,12 +11,6 @@ defmodule Ringbus.Resp.ClientCommandsTest do
     {:ok, port: Ringbus.Server.port(server, :resp), binary: Ringbus.Server.port(server)}
   end
 
-  defp auth(port, token) do
-    c = RespClient.connect!(port)
-    {[{:simple, "OK"}], c} = RespClient.call(c, ["AUTH", token])
-    c
-  end
-
   defp fields(line) do
     for pair <- String.split(line, " ", trim: true), into: %{} do
       [key, value] = String.split(pair, "=", parts: 2)
@@ -25,8 +19,8 @@ defmodule Ringbus.Resp.ClientCommandsTest do
   end
 
   test "CLIENT KILL ADDR closes that client; the list then leaves it out", %{port: port} do
-    admin = auth(port, "admin")
-    victim = auth(port, "admin")
+    admin = RespClient.auth!(port, "admin")
+    victim = RespClient.auth!(port, "admin")
     {[{:simple, "OK"}], victim} = RespClient.call(victim, ~w(CLIENT SETNAME victim))
     {[info], victim} = RespClient.call(victim, ~w(CLIENT INFO))
     %{"addr" => addr, "id" => id, "name" => "victim"} = fields(info)
@@ -48,8 +42,8 @@ defmodule Ringbus.Resp.ClientCommandsTest do
   end
 
   test "a token without every grant may list clients but not kill them", %{port: port} do
-    admin = auth(port, "admin")
-    reader = auth(port, "reader")
+    admin = RespClient.auth!(port, "admin")
+    reader = RespClient.auth!(port, "reader")
     {[list], reader} = RespClient.call(reader, ~w(CLIENT LIST))
     assert list |> String.split("\n", trim: true) |> Enum.count() == 2
     {[{:error, "NOPERM" <> _}], _} = RespClient.call(reader, ~w(CLIENT KILL TYPE normal))
@@ -61,7 +55,7 @@ defmodule Ringbus.Resp.ClientCommandsTest do
     binary: binary
   } do
     {:ok, client} = Ringbus.Client.connect(port: binary, token: "admin")
-    admin = auth(port, "admin")
+    admin = RespClient.auth!(port, "admin")
     {[list], _} = RespClient.call(admin, ~w(CLIENT LIST))
     assert list |> String.split("\n", trim: true) |> Enum.count() == 1
     Ringbus.Client.close(client)

@@ -318,7 +318,7 @@ defmodule Ringbus.Resp.DifferentialTest do
   test "HELLO AUTH default with any password works on a server without passwords", ctx do
     for client <- [ctx.ours, ctx.theirs] do
       {[{:map, hello}, {:simple, "PONG"}], _} =
-        calls(client, [~w(HELLO 3 AUTH default anything), ~w(PING)])
+        RespClient.calls(client, [~w(HELLO 3 AUTH default anything), ~w(PING)])
 
       assert {"proto", 3} in hello
     end
@@ -360,7 +360,7 @@ defmodule Ringbus.Resp.DifferentialTest do
        ctx do
     for client <- [ctx.ours, ctx.theirs] do
       {["1-0", "2-0", {:simple, "OK"}, [["d", [_, _]]]], client} =
-        calls(client, [
+        RespClient.calls(client, [
           ~w(XADD d 1-0 a 1),
           ~w(XADD d 2-0 b 2),
           ~w(XGROUP CREATE d g 0),
@@ -376,7 +376,7 @@ defmodule Ringbus.Resp.DifferentialTest do
       reread = System.monotonic_time(:millisecond)
 
       {[[["d", [["1-0", ["a", "1"]], ["2-0", ["b", "2"]]]]], [["d", [["1-0", _]]]], pending], _} =
-        calls(client, [
+        RespClient.calls(client, [
           ~w(XREADGROUP GROUP g c STREAMS d 0),
           ~w(XREADGROUP GROUP g c COUNT 1 STREAMS d 0),
           ~w(XPENDING d g - + 10)
@@ -401,11 +401,6 @@ defmodule Ringbus.Resp.DifferentialTest do
 
     {[[[_, _, [simple: "write", simple: "blocking", simple: "movablekeys"] | _]]], _} =
       RespClient.call(ctx.ours, ~w(COMMAND INFO xreadgroup))
-  end
-
-  defp calls(client, commands) do
-    :ok = RespClient.send_commands(client, commands)
-    RespClient.recv(client, Enum.count(commands))
   end
 
   defp compare(commands, ours, theirs) do

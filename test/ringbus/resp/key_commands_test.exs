@@ -68,7 +68,7 @@ defmodule Ringbus.Resp.KeyCommandsTest do
     end
 
     test "KEYS and SCAN list the streams the token may read", %{port: port} do
-      root = auth(port, "root")
+      root = RespClient.auth!(port, "root")
       names = ~w(kc.a kc.b kc.c other)
 
       root =
@@ -89,7 +89,7 @@ defmodule Ringbus.Resp.KeyCommandsTest do
       {[{:error, "ERR syntax error"}], root} = RespClient.call(root, ~w(SCAN 0 COUNT 0))
       {[{:error, "ERR syntax error"}], _} = RespClient.call(root, ~w(SCAN 0 FOO 1))
 
-      app = auth(port, "app")
+      app = RespClient.auth!(port, "app")
       {[keys], app} = RespClient.call(app, ~w(KEYS *))
       assert Enum.sort(keys) == ~w(kc.a kc.b kc.c)
       {[["0", keys]], _} = RespClient.call(app, ~w(SCAN 0 COUNT 100))
@@ -97,14 +97,14 @@ defmodule Ringbus.Resp.KeyCommandsTest do
     end
 
     test "UNLINK deletes as DEL; FLUSHDB and FLUSHALL need manage on every stream", %{port: port} do
-      root = auth(port, "root")
+      root = RespClient.auth!(port, "root")
 
       root =
         Enum.reduce(~w(kc.a kc.b other), root, fn n, c ->
           elem(RespClient.call(c, ["XADD", n, "*", "f", "v"]), 1)
         end)
 
-      app = auth(port, "app")
+      app = RespClient.auth!(port, "app")
       {[{:error, "NOPERM" <> _}], app} = RespClient.call(app, ~w(UNLINK other))
       {[{:error, "NOPERM" <> _}], app} = RespClient.call(app, ~w(FLUSHDB))
       {[{:error, "NOPERM" <> _}], _} = RespClient.call(app, ~w(FLUSHALL))
@@ -118,11 +118,5 @@ defmodule Ringbus.Resp.KeyCommandsTest do
       assert Ringbus.channels() == []
       {[[]], _} = RespClient.call(root, ~w(KEYS *))
     end
-  end
-
-  defp auth(port, token) do
-    c = RespClient.connect!(port)
-    {[{:simple, "OK"}], c} = RespClient.call(c, ["AUTH", token])
-    c
   end
 end

@@ -82,10 +82,10 @@ defmodule Ringbus.Resp.RightsTest do
 
   test "a read-only token gets NOPERM for every command that changes state, and only for those",
        %{port: port} do
-    writer = auth(port, "writer")
+    writer = RespClient.auth!(port, "writer")
 
     {[_, {:simple, "OK"}, _], _} =
-      calls(writer, [
+      RespClient.calls(writer, [
         ~w(XADD rt-s * f v),
         ~w(XGROUP CREATE rt-s g 0),
         ~w(XREADGROUP GROUP g c STREAMS rt-s >)
@@ -94,7 +94,7 @@ defmodule Ringbus.Resp.RightsTest do
     for name <- Commands.names() do
       command = Map.fetch!(@samples, name)
       # A fresh connection each time: MULTI, QUIT and the like leave none behind.
-      reader = auth(port, "reader")
+      reader = RespClient.auth!(port, "reader")
       {[reply], _} = RespClient.call(reader, command)
       RespClient.close(reader)
 
@@ -113,19 +113,8 @@ defmodule Ringbus.Resp.RightsTest do
     # FLUSHDB and FLUSHALL need manage on every channel of the VM, other
     # tests' too (KeyCommandsTest covers them).
     for name <- Commands.names(), changes_state?(name), name not in ~w(DEL FLUSHDB FLUSHALL) do
-      {[reply], _} = RespClient.call(auth(port, "writer"), Map.fetch!(@samples, name))
+      {[reply], _} = RespClient.call(RespClient.auth!(port, "writer"), Map.fetch!(@samples, name))
       refute match?({:error, "NOPERM" <> _}, reply), "#{name}: #{inspect(reply)}"
     end
-  end
-
-  defp auth(port, token) do
-    c = RespClient.connect!(port)
-    {[{:simple, "OK"}], c} = RespClient.call(c, ["AUTH", token])
-    c
-  end
-
-  defp calls(client, commands) do
-    :ok = RespClient.send_commands(client, commands)
-    RespClient.recv(client, Enum.count(commands))
   end
 end

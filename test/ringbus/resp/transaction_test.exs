@@ -25,7 +25,7 @@ defmodule Ringbus.Resp.TransactionTest do
     c = RespClient.connect!(port)
 
     {[{:simple, "OK"}, {:simple, "QUEUED"}, {:simple, "QUEUED"}, {:simple, "QUEUED"}], c} =
-      calls(c, [~w(MULTI), ~w(XADD tx-s * a 1), ~w(XADD tx-s * b 2), ~w(XLEN tx-s)])
+      RespClient.calls(c, [~w(MULTI), ~w(XADD tx-s * a 1), ~w(XADD tx-s * b 2), ~w(XLEN tx-s)])
 
     assert Ringbus.len("tx-s") == {:error, :no_channel}
     {[["1-0", "2-0", 2]], c} = RespClient.call(c, ~w(EXEC))
@@ -33,14 +33,14 @@ defmodule Ringbus.Resp.TransactionTest do
 
     # A command that fails when it runs fails alone, as in Redis.
     {[_, _, _, [{:error, "ERR The ID specified in XADD" <> _}, "3-0"]], _} =
-      calls(c, [~w(MULTI), ~w(XADD tx-s 1-0 c 3), ~w(XADD tx-s * d 4), ~w(EXEC)])
+      RespClient.calls(c, [~w(MULTI), ~w(XADD tx-s 1-0 c 3), ~w(XADD tx-s * d 4), ~w(EXEC)])
   end
 
   test "DISCARD drops the queue", %{port: port} do
     c = RespClient.connect!(port)
 
     {[{:simple, "OK"}, {:simple, "QUEUED"}, {:simple, "OK"}, {:error, "ERR EXEC without MULTI"}],
-     _} = calls(c, [~w(MULTI), ~w(XADD tx-d * a 1), ~w(DISCARD), ~w(EXEC)])
+     _} = RespClient.calls(c, [~w(MULTI), ~w(XADD tx-d * a 1), ~w(DISCARD), ~w(EXEC)])
 
     assert Ringbus.len("tx-d") == {:error, :no_channel}
   end
@@ -55,10 +55,18 @@ defmodule Ringbus.Resp.TransactionTest do
        {:error, "ERR wrong number of arguments for 'xadd' command"},
        {:simple, "QUEUED"},
        {:error, "EXECABORT Transaction discarded because of previous errors."}
-     ], c} = calls(c, [~w(MULTI), ~w(XADD tx-a * a 1), ~w(XADD tx-a *), ~w(XLEN tx-a), ~w(EXEC)])
+     ],
+     c} =
+      RespClient.calls(c, [
+        ~w(MULTI),
+        ~w(XADD tx-a * a 1),
+        ~w(XADD tx-a *),
+        ~w(XLEN tx-a),
+        ~w(EXEC)
+      ])
 
     {[_, {:error, "ERR unknown command 'NOPE'" <> _}, {:error, "EXECABORT" <> _}], c} =
-      calls(c, [~w(MULTI), ~w(NOPE x), ~w(EXEC)])
+      RespClient.calls(c, [~w(MULTI), ~w(NOPE x), ~w(EXEC)])
 
     assert Ringbus.len("tx-a") == {:error, :no_channel}
     # The connection is out of the transaction.
@@ -81,7 +89,7 @@ defmodule Ringbus.Resp.TransactionTest do
        [{:simple, "PONG"}]
      ],
      _} =
-      calls(c, [
+      RespClient.calls(c, [
         ~w(EXEC),
         ~w(DISCARD),
         ~w(WATCH tx-w),
@@ -99,7 +107,7 @@ defmodule Ringbus.Resp.TransactionTest do
     {["1-0"], c} = RespClient.call(c, ~w(XADD tx-b * a 1))
 
     {[_, _, _, [nil, [["tx-b", [["1-0", ["a", "1"]]]]]]], c} =
-      calls(c, [
+      RespClient.calls(c, [
         ~w(MULTI),
         ~w(XREAD BLOCK 0 STREAMS tx-b $),
         ~w(XREAD BLOCK 0 STREAMS tx-b 0),
@@ -123,7 +131,7 @@ defmodule Ringbus.Resp.TransactionTest do
        {:error, "EXECABORT" <> _}
      ],
      _} =
-      calls(c, [
+      RespClient.calls(c, [
         ~w(MULTI),
         ["XADD", "tx-big", "*", "v", value],
         ["XADD", "tx-big", "*", "v", value],
@@ -223,10 +231,5 @@ defmodule Ringbus.Resp.TransactionTest do
     end
 
     dir
-  end
-
-  defp calls(client, commands) do
-    :ok = RespClient.send_commands(client, commands)
-    RespClient.recv(client, Enum.count(commands))
   end
 end
