@@ -46,4 +46,27 @@ defmodule Ringbus.Cluster.ChaosTest do
     # the duplicates printed above, which become 0 when producers carry ids.
     assert report.false_failures == 0
   end
+
+  test "replicated channels under kills, stalls, partitions of the leader and full restarts: nothing acked is lost, nothing stored twice" do
+    %{report: report, table: table, faults: faults, divergent: divergent} =
+      Ringbus.Chaos.run(seconds: 25, seed: 1, channels: :replicated)
+
+    IO.puts("\n" <> table)
+
+    assert report.ok > 0
+    kinds = for {_, step} <- faults, do: elem(step, 0)
+    assert :kill_leader in kinds and :restart_all in kinds
+
+    # Acked means on disk on a quorum: it survives kill -9 and restarts.
+    assert report.lost == 0
+    assert report.lost_to_crash == %{}
+    # Every retry goes under its producer tag.
+    assert report.duplicated == 0
+    assert report.unexpected == 0
+    assert report.false_failures == 0
+    assert report.order == 0
+    assert report.subscriber_gaps == 0
+    assert report.unchecked == 0
+    assert divergent == []
+  end
 end
