@@ -21,10 +21,20 @@ defmodule Ringbus.Chaos do
 
       %{report: report, table: table} = Ringbus.Chaos.run(seconds: 20, seed: 1)
 
+  With `channels: :replicated`, the run is on durable channels of three
+  replicas instead: three member nodes, whose members the nemesis stalls,
+  whose leaders it kills and partitions and which it restarts all at once,
+  and a client node, never struck, whose producers push under producer
+  tags through the members and retry until acked; the channels are read on
+  every member once their logs are applied alike, and the result adds
+  `:divergent`, the `{channel, node}` whose messages differ from the
+  leader's (docs/FAULTS.md, "Replicated channels").
+
   Options: `:seconds` (of faults, default 20), `:seed` (default 1),
   `:net_ticktime` (default 2), `:cluster` (Ringbus's cluster options on
   every node; the defaults, so `call_timeout` is 5 ms), `:max_history`
-  (entries per client node, default 1,000,000).
+  (entries per client node, default 1,000,000), `:channels` (`:memory`,
+  the default, or `:replicated`).
   """
 
   alias Ringbus.Bench.Cluster.Nodes

@@ -30,7 +30,12 @@ defmodule Ringbus.Chaos.Workload do
       consumers go on `:drain_ms` more;
     * `:large_bytes`, `:large_ratio` - the size of a large payload and the
       share of pushes that carry one; `:pause_ms` between a producer's ops;
-    * `:max_ops` - ops per process, at most.
+    * `:max_ops` - ops per process, at most;
+    * `:members` - `%{channel => [node]}` for replicated channels: every
+      op goes to a member's node through `:erpc` (subscriptions through a
+      relay there), the members in turn; a push goes under the producer
+      tag `{id, first counter}`, so its retries (`:retries`) are the same
+      push; `:push_timeout` is its `:timeout`.
   """
 
   alias Ringbus.Chaos.{History, Payload}
