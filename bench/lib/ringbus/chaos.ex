@@ -135,16 +135,7 @@ defmodule Ringbus.Chaos do
       end)
 
     history =
-      Enum.flat_map(loads, fn {node, _} ->
-        path = Path.join(System.tmp_dir!(), "ringbus_chaos_#{System.unique_integer([:positive])}")
-
-        try do
-          Nodes.call(node, Workload, :dump, [@history, path], 60_000)
-          History.load(path)
-        after
-          File.rm(path)
-        end
-      end)
+      Enum.flat_map(loads, fn {node, _} -> history(node) end)
       # Stable: each node's entries stay in the order they were recorded.
       |> Enum.sort_by(&elem(&1, 4))
 
@@ -214,18 +205,7 @@ defmodule Ringbus.Chaos do
         {Map.put(finals, name, Map.put(final, :restarts, [])), divergent ++ others}
       end)
 
-    history =
-      (fn ->
-         path =
-           Path.join(System.tmp_dir!(), "ringbus_chaos_#{System.unique_integer([:positive])}")
-
-         try do
-           Nodes.call(client, Workload, :dump, [@history, path], 60_000)
-           History.load(path)
-         after
-           File.rm(path)
-         end
-       end).()
+    history = history(client)
 
     report = Checker.check(history, finals)
 
@@ -289,6 +269,18 @@ defmodule Ringbus.Chaos do
       position
     else
       _ -> :unsettled
+    end
+  end
+
+  # The history a client node recorded, through a file: it may be large.
+  defp history(node) do
+    path = Path.join(System.tmp_dir!(), "ringbus_chaos_#{System.unique_integer([:positive])}")
+
+    try do
+      Nodes.call(node, Workload, :dump, [@history, path], 60_000)
+      History.load(path)
+    after
+      File.rm(path)
     end
   end
 
