@@ -22,13 +22,15 @@ defmodule Ringbus.Chaos do
       %{report: report, table: table} = Ringbus.Chaos.run(seconds: 20, seed: 1)
 
   With `channels: :replicated`, the run is on durable channels of three
-  replicas instead: three member nodes, whose members the nemesis stalls,
-  whose leaders it kills and partitions and which it restarts all at once,
-  and a client node, never struck, whose producers push under producer
-  tags through the members and retry until acked; the channels are read on
-  every member once their logs are applied alike, and the result adds
-  `:divergent`, the `{channel, node}` whose messages differ from the
-  leader's (docs/FAULTS.md, "Replicated channels").
+  replicas instead: three member nodes, which the nemesis stalls and
+  restarts all at once, and whose leaders it stalls, kills and
+  partitions; and a client node, never struck, whose producers push under
+  producer tags through the members and retry until acked. The channels
+  are read on every member once their logs are applied alike, and the
+  result adds `:divergent`, the `{channel, node}` whose messages differ
+  from the leader's, and `:stuck`, the `{channel, node}` through which a
+  push got no answer in 15 s after the final reads (docs/FAULTS.md,
+  "Replicated channels").
 
   Options: `:seconds` (of faults, default 20), `:seed` (default 1),
   `:net_ticktime` (default 2), `:cluster` (Ringbus's cluster options on
@@ -205,6 +207,8 @@ defmodule Ringbus.Chaos do
         {Map.put(finals, name, Map.put(final, :restarts, [])), divergent ++ others}
       end)
 
+    # After the final reads: a push through each member's writer answers.
+    stuck = for {name, _, _} <- channels, n <- members, not answers?(n, name), do: {name, n.name}
     history = history(client)
 
     report = Checker.check(history, finals)
@@ -216,11 +220,13 @@ defmodule Ringbus.Chaos do
           "\n" <>
           summary(faults, links, history) <>
           "\nfailed and unknown push attempts by reason: #{inspect(reasons(history))}" <>
-          "; replicas unlike the leader's: #{inspect(divergent)}",
+          "; replicas unlike the leader's: #{inspect(divergent)}" <>
+          "; members whose writer answered no push after healing: #{inspect(stuck)}",
       faults: faults,
       ops: ops,
       seed: opts[:seed],
-      divergent: divergent
+      divergent: divergent,
+      stuck: stuck
     }
   end
 
@@ -243,6 +249,18 @@ defmodule Ringbus.Chaos do
           do: {name, n.name}
 
     {final, divergent}
+  end
+
+  # Whether a push through `node` gets an answer (`:full` is one) within
+  # 15 s: a writer that holds its commands for ever answers only timeouts.
+  defp answers?(node, name) do
+    deadline = System.monotonic_time(:millisecond) + 15_000
+    opts = [producer: {{:probe, node.name}, 1}, timeout: 2_000]
+
+    :ok ==
+      Nodes.wait_until(deadline, fn ->
+        Nodes.call(node, Ringbus, :push, [name, "probe", opts], 5_000) != {:error, :timeout}
+      end)
   end
 
   defp reasons(history) do

@@ -18,6 +18,8 @@ defmodule Ringbus.Chaos.Nemesis do
   members and a step names the channel whose leader it strikes, found when
   the step runs (`Ringbus.info/1` on each member):
 
+    * `{:stall_leader, channel, ms}` - SIGSTOP of the leader's node, then
+      SIGCONT `ms` later: long enough for the others to elect another;
     * `{:kill_leader, channel, ms}` - SIGKILL of the leader's node, started
       again on the same data dir `ms` after it is gone;
     * `{:partition_leader, channel, ms}` - the leader's node cut from every
@@ -37,6 +39,7 @@ defmodule Ringbus.Chaos.Nemesis do
           | {:kill, atom(), pos_integer()}
           | {:partition, atom(), atom(), pos_integer()}
           | {:pause, pos_integer()}
+          | {:stall_leader, term(), pos_integer()}
           | {:kill_leader, term(), pos_integer()}
           | {:partition_leader, term(), pos_integer()}
           | {:restart_all, pos_integer()}
@@ -76,8 +79,8 @@ defmodule Ringbus.Chaos.Nemesis do
 
   @doc """
   The steps for `ms` of faults on replicated channels `channels` whose
-  members are `names`, from `seed`: stalls of any member, kills and
-  partitions of a channel's leader, and restarts of every node; each
+  members are `names`, from `seed`: stalls of any member, stalls, kills
+  and partitions of a channel's leader, and restarts of every node; each
   followed by a pause of 500–1,500 ms. At most 1,000 steps.
   """
   @spec schedule_replicated(integer(), [atom()], [term()], pos_integer()) :: [step()]
@@ -94,10 +97,11 @@ defmodule Ringbus.Chaos.Nemesis do
 
     fault =
       cond do
-        r < 0.2 -> {:stall, Enum.random(names), 20 + :rand.uniform(180)}
-        r < 0.35 -> {:stall, Enum.random(names), 1_000 + :rand.uniform(2_000)}
-        r < 0.65 -> {:kill_leader, Enum.random(channels), 300 + :rand.uniform(1_200)}
-        r < 0.9 -> {:partition_leader, Enum.random(channels), 1_000 + :rand.uniform(2_000)}
+        r < 0.15 -> {:stall, Enum.random(names), 20 + :rand.uniform(180)}
+        r < 0.25 -> {:stall, Enum.random(names), 1_000 + :rand.uniform(2_000)}
+        r < 0.35 -> {:stall_leader, Enum.random(channels), 1_000 + :rand.uniform(2_000)}
+        r < 0.62 -> {:kill_leader, Enum.random(channels), 300 + :rand.uniform(1_200)}
+        r < 0.88 -> {:partition_leader, Enum.random(channels), 1_000 + :rand.uniform(2_000)}
         true -> {:restart_all, 300 + :rand.uniform(700)}
       end
 
@@ -118,6 +122,7 @@ defmodule Ringbus.Chaos.Nemesis do
   defp duration({:stall, _, ms}), do: ms
   defp duration({:kill, _, ms}), do: ms
   defp duration({:partition, _, _, ms}), do: ms
+  defp duration({:stall_leader, _, ms}), do: ms
   defp duration({:kill_leader, _, ms}), do: ms
   defp duration({:partition_leader, _, ms}), do: ms
   defp duration({:restart_all, ms}), do: ms
@@ -181,6 +186,9 @@ defmodule Ringbus.Chaos.Nemesis do
   end
 
   defp apply_step(step, nodes, restarts, _on_restart), do: apply_step(step, nodes, restarts)
+
+  defp apply_step({:stall_leader, ch, ms}, nodes, restarts),
+    do: apply_step({:stall, leader(nodes, ch), ms}, nodes, restarts)
 
   defp apply_step({:partition_leader, ch, ms}, nodes, restarts) do
     leader = Map.fetch!(nodes, leader(nodes, ch))
