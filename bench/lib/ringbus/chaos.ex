@@ -158,9 +158,11 @@ defmodule Ringbus.Chaos do
 
     # Created before the client's node connects to any member, so that each
     # channel's three members are the three member nodes.
+    # r1.drop holds every message of a run, so that each ack is checked
+    # against the seq it named; r2.drop overwrites.
     channels = [
-      {"r1.drop", r1, [capacity: 2_000, max_bytes: 8_000_000]},
-      {"r2.drop", r2, [capacity: 2_000, max_bytes: 8_000_000]},
+      {"r1.drop", r1, [capacity: 50_000, max_bytes: 32_000_000]},
+      {"r2.drop", r2, [capacity: 1_000, max_bytes: 8_000_000]},
       {"r3.reject", r3, [capacity: 500, overflow: :reject, max_bytes: 8_000_000]}
     ]
 
@@ -188,7 +190,8 @@ defmodule Ringbus.Chaos do
       members: Map.new(names, &{&1, member_nodes}),
       # Until acked: the tag makes every retry of an unknown outcome safe.
       retries: 30,
-      push_timeout: 1_000
+      push_timeout: 1_000,
+      large_bytes: 200_000
     }
 
     load = async(fn -> Nodes.call(client, Workload, :run, [spec], ms + 120_000) end)
