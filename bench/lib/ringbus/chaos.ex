@@ -21,12 +21,24 @@ defmodule Ringbus.Chaos do
 
       %{report: report, table: table} = Ringbus.Chaos.run(seconds: 20, seed: 1)
 
+  With `channels: :replicated`, the run is on durable channels of three
+  replicas instead: three member nodes, which the nemesis stalls and
+  restarts all at once, and whose leaders it stalls, kills and
+  partitions; and a client node, never struck, whose producers push under
+  producer tags through the members and retry until acked. The channels
+  are read on every member once their logs are applied alike, and the
+  result adds `:divergent`, the `{channel, node}` whose messages differ
+  from the leader's, and `:stuck`, the `{channel, node}` through which a
+  push got no answer in 15 s after the final reads (docs/FAULTS.md,
+  "Replicated channels").
+
   Options: `:seconds` (of faults, default 20), `:seed` (default 1),
   `:net_ticktime` (default 2), `:cluster` (Ringbus's cluster options on
   every node; the defaults, so `call_timeout` is 5 ms), `:max_history`
   (entries per client node, default 1,000,000), `:tagged` (whether the
-  producers tag their pushes with producer ids, so that a retry after
-  `:timeout` stores no copy; default true).
+  producers of memory channels tag their pushes with producer ids, so that
+  a retry after `:timeout` stores no copy; default true), `:channels`
+  (`:memory`, the default, or `:replicated`, whose producers always tag).
   """
 
   alias Ringbus.Bench.Cluster.Nodes
@@ -50,14 +62,18 @@ defmodule Ringbus.Chaos do
         net_ticktime: 2,
         cluster: [],
         max_history: 1_000_000,
-        tagged: true
+        tagged: true,
+        channels: :memory
       )
 
     started = Nodes.start(4, "chaos", net_ticktime: opts[:net_ticktime], cluster: opts[:cluster])
     reaper = reaper(self(), started)
 
     try do
-      run(started, opts, reaper)
+      case opts[:channels] do
+        :memory -> run(started, opts, reaper)
+        :replicated -> run_replicated(started, opts, reaper)
+      end
     after
       ref = Process.monitor(reaper)
       send(reaper, :stop)
@@ -125,16 +141,7 @@ defmodule Ringbus.Chaos do
       end)
 
     history =
-      Enum.flat_map(loads, fn {node, _} ->
-        path = Path.join(System.tmp_dir!(), "ringbus_chaos_#{System.unique_integer([:positive])}")
-
-        try do
-          Nodes.call(node, Workload, :dump, [@history, path], 60_000)
-          History.load(path)
-        after
-          File.rm(path)
-        end
-      end)
+      Enum.flat_map(loads, fn {node, _} -> history(node) end)
       # Stable: each node's entries stay in the order they were recorded.
       |> Enum.sort_by(&elem(&1, 4))
 
@@ -147,6 +154,159 @@ defmodule Ringbus.Chaos do
       ops: ops,
       seed: opts[:seed]
     }
+  end
+
+  defp run_replicated([client | members], opts, reaper) do
+    [r1, r2, r3] = members
+    :ok = Nodes.join(members, 30_000)
+
+    # Created before the client's node connects to any member, so that each
+    # channel's three members are the three member nodes.
+    # r1.drop holds every message of a run, so that each ack is checked
+    # against the seq it named; r2.drop overwrites.
+    channels = [
+      {"r1.drop", r1, [capacity: 50_000, max_bytes: 32_000_000]},
+      {"r2.drop", r2, [capacity: 1_000, max_bytes: 8_000_000]},
+      {"r3.reject", r3, [capacity: 500, overflow: :reject, max_bytes: 8_000_000]}
+    ]
+
+    for {name, creator, ch_opts} <- channels,
+        do: :ok = Nodes.call(creator, Ringbus, :create, [name, [replicas: 3] ++ ch_opts], 30_000)
+
+    names = for {name, _, _} <- channels, do: name
+    member_nodes = Enum.map(members, & &1.node)
+    ms = opts[:seconds] * 1_000
+    until = System.os_time(:millisecond) + ms
+    %History{} = Nodes.call(client, History, :new, [opts[:max_history], @history])
+
+    spec = %{
+      history: @history,
+      producers: for(id <- 1..4, do: {id, names}),
+      consumers: [
+        {101, :subscribe, "r1.drop"},
+        {102, :subscribe, "r2.drop"},
+        {103, :read, "r1.drop"},
+        {104, :read, "r2.drop"},
+        {105, :pull, "r3.reject"}
+      ],
+      seed: opts[:seed],
+      until: until,
+      members: Map.new(names, &{&1, member_nodes}),
+      # Until acked: the tag makes every retry of an unknown outcome safe.
+      retries: 30,
+      push_timeout: 1_000,
+      large_bytes: 200_000
+    }
+
+    load = async(fn -> Nodes.call(client, Workload, :run, [spec], ms + 120_000) end)
+    steps = Nemesis.schedule_replicated(opts[:seed], Enum.map(members, & &1.name), names, ms)
+    on_restart = fn node -> send(reaper, {:node, node}) end
+    by_name = Map.new(members, &{&1.name, &1})
+    {by_name, _restarts, faults} = Nemesis.run(steps, by_name, until, on_restart)
+    members = for n <- members, do: Map.fetch!(by_name, n.name)
+    links = Nodes.await_links(members, 60_000)
+    ops = %{client.name => await(load)}
+
+    # Durable channels have one incarnation: no restart excuses a loss.
+    {finals, divergent} =
+      Enum.reduce(names, {%{}, []}, fn name, {finals, divergent} ->
+        {final, others} = replicated_final(members, name)
+        {Map.put(finals, name, Map.put(final, :restarts, [])), divergent ++ others}
+      end)
+
+    # After the final reads: a push through each member's writer answers.
+    stuck = for {name, _, _} <- channels, n <- members, not answers?(n, name), do: {name, n.name}
+    history = history(client)
+
+    report = Checker.check(history, finals)
+
+    %{
+      report: report,
+      table:
+        Checker.table(report) <>
+          "\n" <>
+          summary(faults, links, history) <>
+          "\nfailed and unknown push attempts by reason: #{inspect(reasons(history))}" <>
+          "; replicas unlike the leader's: #{inspect(divergent)}" <>
+          "; members whose writer answered no push after healing: #{inspect(stuck)}",
+      faults: faults,
+      ops: ops,
+      seed: opts[:seed],
+      divergent: divergent,
+      stuck: stuck
+    }
+  end
+
+  # The channel's final state on its leader, once every member has applied
+  # the same log (the same next seq and length on two reads 500 ms apart),
+  # and the members whose messages differ from the leader's.
+  defp replicated_final(members, name) do
+    deadline = System.monotonic_time(:millisecond) + 60_000
+    _ = Nodes.wait_until(deadline, fn -> settled?(members, name) end)
+
+    finals = for n <- members, do: {n, Nodes.call(n, Workload, :final, [name], 60_000)}
+
+    {leader, final} =
+      Enum.find(finals, hd(finals), fn {_, f} -> match?(%{info: %{role: :leader}}, f) end)
+
+    divergent =
+      for {n, f} <- finals,
+          n != leader,
+          f.messages != final.messages or f.info == nil,
+          do: {name, n.name}
+
+    {final, divergent}
+  end
+
+  # Whether a push through `node` gets an answer (`:full` is one) within
+  # 15 s: a writer that holds its commands for ever answers only timeouts.
+  defp answers?(node, name) do
+    deadline = System.monotonic_time(:millisecond) + 15_000
+    opts = [producer: {{:probe, node.name}, 1}, timeout: 2_000]
+
+    :ok ==
+      Nodes.wait_until(deadline, fn ->
+        Nodes.call(node, Ringbus, :push, [name, "probe", opts], 5_000) != {:error, :timeout}
+      end)
+  end
+
+  defp reasons(history) do
+    history
+    |> Enum.filter(
+      &match?({_, type, op, _, _} when type != :ok and op in [:push, :push_many], &1)
+    )
+    |> Enum.filter(&match?({_, _, _, {_, _, _}, _}, &1))
+    |> Enum.frequencies_by(fn {_, _, _, {_, _, reason}, _} -> reason end)
+  end
+
+  defp settled?(members, name) do
+    first = positions(members, name)
+    Process.sleep(500)
+    first != :unsettled and first == positions(members, name)
+  end
+
+  defp positions(members, name) do
+    infos = for n <- members, do: Nodes.call(n, Ringbus, :info, [name])
+
+    with true <- Enum.all?(infos, &match?({:ok, _}, &1)),
+         true <- Enum.any?(infos, &match?({:ok, %{role: :leader}}, &1)),
+         [position] <- infos |> Enum.map(fn {:ok, i} -> {i.next_seq, i.len} end) |> Enum.uniq() do
+      position
+    else
+      _ -> :unsettled
+    end
+  end
+
+  # The history a client node recorded, through a file: it may be large.
+  defp history(node) do
+    path = Path.join(System.tmp_dir!(), "ringbus_chaos_#{System.unique_integer([:positive])}")
+
+    try do
+      Nodes.call(node, Workload, :dump, [@history, path], 60_000)
+      History.load(path)
+    after
+      File.rm(path)
+    end
   end
 
   # Not a Task: a crash in it raises here, so that the reaper is told.

@@ -9,6 +9,7 @@ defmodule Mix.Tasks.Ringbus.Chaos do
   false failures, unknown outcomes, order. See `docs/FAULTS.md`.
 
       mix ringbus.chaos --seconds 60 --seed 1..3 --out chaos.csv
+      mix ringbus.chaos --replicated --seconds 60 --seed 1
 
   It runs in the `bench` environment, like `mix ringbus.bench`. The same
   seed gives the same fault schedule and the same choices of the producers;
@@ -19,6 +20,10 @@ defmodule Mix.Tasks.Ringbus.Chaos do
     * `--seconds N` - seconds of faults per run (default 60)
     * `--seed S` - a seed, or a range `A..B` of seeds run one after the
       other (default 1)
+    * `--replicated` - replicated channels (`replicas: 3`) under kills and
+      partitions of their leader, stalls and restarts of every node,
+      producers that retry under producer tags: nothing acked may be lost,
+      nothing stored twice (see "Replicated channels" in `docs/FAULTS.md`)
     * `--out FILE` - also write the counts as CSV: `seed,check,count`
   """
 
@@ -47,15 +52,22 @@ defmodule Mix.Tasks.Ringbus.Chaos do
 
   @impl Mix.Task
   def run(args) do
-    opts = Args.parse!(args, seconds: :integer, seed: :string, out: :string)
+    opts = Args.parse!(args, seconds: :integer, seed: :string, out: :string, replicated: :boolean)
+
+    channels = if opts[:replicated], do: :replicated, else: :memory
     seconds = Args.positive!(opts, :seconds, 60)
     seeds = seeds!(Keyword.get(opts, :seed, "1"))
     Mix.Task.run("app.start")
 
     rows =
       Enum.flat_map(seeds, fn seed ->
-        %{report: report, table: table} = Ringbus.Chaos.run(seconds: seconds, seed: seed)
-        Mix.shell().info("\nseed #{seed}, #{seconds} s of faults\n\n#{table}")
+        %{report: report, table: table} =
+          Ringbus.Chaos.run(seconds: seconds, seed: seed, channels: channels)
+
+        Mix.shell().info(
+          "\nseed #{seed}, #{seconds} s of faults, #{channels} channels\n\n#{table}"
+        )
+
         for key <- @counts, do: [seed, key, count(report[key])]
       end)
 

@@ -14,6 +14,19 @@ defmodule Ringbus.Chaos.Nemesis do
       their reconnection attempts fail the handshake, for `ms`; then the
       cookies are restored and they reconnect by themselves.
 
+  For replicated channels (`schedule_replicated/4`), the nodes are the
+  members and a step names the channel whose leader it strikes, found when
+  the step runs (`Ringbus.info/1` on each member):
+
+    * `{:stall_leader, channel, ms}` - SIGSTOP of the leader's node, then
+      SIGCONT `ms` later: long enough for the others to elect another;
+    * `{:kill_leader, channel, ms}` - SIGKILL of the leader's node, started
+      again on the same data dir `ms` after it is gone;
+    * `{:partition_leader, channel, ms}` - the leader's node cut from every
+      other member (as `{:partition, ...}`) for `ms`;
+    * `{:restart_all, ms}` - every node killed, all started again `ms`
+      later, and joined again.
+
   `schedule/4` is pure: the same seed gives the same steps. `run/3` takes
   at most the schedule's time plus what the restarts take, and
   `Ringbus.Chaos` stops every node by its peer at the end.
@@ -26,6 +39,10 @@ defmodule Ringbus.Chaos.Nemesis do
           | {:kill, atom(), pos_integer()}
           | {:partition, atom(), atom(), pos_integer()}
           | {:pause, pos_integer()}
+          | {:stall_leader, term(), pos_integer()}
+          | {:kill_leader, term(), pos_integer()}
+          | {:partition_leader, term(), pos_integer()}
+          | {:restart_all, pos_integer()}
 
   @doc """
   The steps for `ms` of faults on `names` (the nodes' names), killing only
@@ -60,6 +77,42 @@ defmodule Ringbus.Chaos.Nemesis do
     ])
   end
 
+  @doc """
+  The steps for `ms` of faults on replicated channels `channels` whose
+  members are `names`, from `seed`: stalls of any member, stalls, kills
+  and partitions of a channel's leader, and restarts of every node; each
+  followed by a pause of 500–1,500 ms. At most 1,000 steps.
+  """
+  @spec schedule_replicated(integer(), [atom()], [term()], pos_integer()) :: [step()]
+  def schedule_replicated(seed, names, channels, ms) do
+    :rand.seed(:exsss, {seed, 0, 1})
+    replicated_steps(names, channels, ms, 1_000, [])
+  end
+
+  defp replicated_steps(_names, _channels, left, count, acc) when left <= 0 or count <= 0,
+    do: Enum.reverse(acc)
+
+  defp replicated_steps(names, channels, left, count, acc) do
+    r = :rand.uniform()
+
+    fault =
+      cond do
+        r < 0.15 -> {:stall, Enum.random(names), 20 + :rand.uniform(180)}
+        r < 0.25 -> {:stall, Enum.random(names), 1_000 + :rand.uniform(2_000)}
+        r < 0.35 -> {:stall_leader, Enum.random(channels), 1_000 + :rand.uniform(2_000)}
+        r < 0.62 -> {:kill_leader, Enum.random(channels), 300 + :rand.uniform(1_200)}
+        r < 0.88 -> {:partition_leader, Enum.random(channels), 1_000 + :rand.uniform(2_000)}
+        true -> {:restart_all, 300 + :rand.uniform(700)}
+      end
+
+    pause = {:pause, 500 + :rand.uniform(1_000)}
+
+    replicated_steps(names, channels, left - duration(fault) - elem(pause, 1), count - 2, [
+      pause,
+      fault | acc
+    ])
+  end
+
   defp partition(names) do
     [a, b] = Enum.take_random(names, 2)
     {:partition, a, b, 1_000 + :rand.uniform(2_000)}
@@ -69,6 +122,10 @@ defmodule Ringbus.Chaos.Nemesis do
   defp duration({:stall, _, ms}), do: ms
   defp duration({:kill, _, ms}), do: ms
   defp duration({:partition, _, _, ms}), do: ms
+  defp duration({:stall_leader, _, ms}), do: ms
+  defp duration({:kill_leader, _, ms}), do: ms
+  defp duration({:partition_leader, _, ms}), do: ms
+  defp duration({:restart_all, ms}), do: ms
 
   @doc """
   Runs `steps` on `nodes` (by name), stopping early at `until`
@@ -104,7 +161,43 @@ defmodule Ringbus.Chaos.Nemesis do
     {Map.put(nodes, name, node), Map.update(restarts, name, [at], &(&1 ++ [at]))}
   end
 
+  defp apply_step({:kill_leader, ch, ms}, nodes, restarts, on_restart),
+    do: apply_step({:kill, leader(nodes, ch), ms}, nodes, restarts, on_restart)
+
+  defp apply_step({:restart_all, ms}, nodes, restarts, on_restart) do
+    all = Map.values(nodes)
+    for node <- all, do: Nodes.signal(node, :kill)
+    for node <- all, do: :ok = await_gone(node.os_pid, 100)
+    Process.sleep(ms)
+    at = System.os_time(:microsecond)
+
+    started =
+      all
+      |> Enum.map(&Task.async(fn -> Nodes.restart(&1) end))
+      |> Enum.map(&Task.await(&1, 60_000))
+
+    Enum.each(started, on_restart)
+    # No node remembers the others: each is joined again (the links come
+    # back or not; the run waits on them when it heals).
+    Nodes.join(started, 30_000)
+
+    {Map.new(started, &{&1.name, &1}),
+     Enum.reduce(started, restarts, &Map.update(&2, &1.name, [at], fn ts -> ts ++ [at] end))}
+  end
+
   defp apply_step(step, nodes, restarts, _on_restart), do: apply_step(step, nodes, restarts)
+
+  defp apply_step({:stall_leader, ch, ms}, nodes, restarts),
+    do: apply_step({:stall, leader(nodes, ch), ms}, nodes, restarts)
+
+  defp apply_step({:partition_leader, ch, ms}, nodes, restarts) do
+    leader = Map.fetch!(nodes, leader(nodes, ch))
+    others = Map.values(nodes) -- [leader]
+    for other <- others, do: cut(leader, other)
+    Process.sleep(ms)
+    for other <- others, do: heal(leader, other)
+    {nodes, restarts}
+  end
 
   defp apply_step({:pause, ms}, nodes, restarts) do
     Process.sleep(ms)
@@ -144,6 +237,26 @@ defmodule Ringbus.Chaos.Nemesis do
     true = Nodes.call(a, :erlang, :set_cookie, [b.node, a.opts[:cookie]])
     true = Nodes.call(b, :erlang, :set_cookie, [a.node, b.opts[:cookie]])
     :ok
+  end
+
+  @doc """
+  The name of the node whose member leads replicated channel `ch`, by
+  `Ringbus.info/1` on each node; while none claims it (an election), the
+  first node by name.
+  """
+  @spec leader(%{atom() => Nodes.t()}, term()) :: atom()
+  def leader(nodes, ch) do
+    names = nodes |> Map.keys() |> Enum.sort()
+
+    Enum.find(names, hd(names), fn name ->
+      match?({:ok, %{role: :leader}}, info(Map.fetch!(nodes, name), ch))
+    end)
+  end
+
+  defp info(node, ch) do
+    Nodes.call(node, Ringbus, :info, [ch], 5_000)
+  catch
+    _, _ -> {:error, :unreachable}
   end
 
   # Polls, 10 ms apart, until the OS process is gone: a killed node's

@@ -34,7 +34,13 @@ defmodule Ringbus.Chaos.Workload do
     * `:large_bytes`, `:large_ratio` - the size of a large payload and the
       share of pushes that carry one; `:pause_ms` between a producer's ops;
     * `:max_ops` - ops per process, at most;
-    * `:tagged` - whether pushes carry producer tags (default `true`).
+    * `:tagged` - whether pushes to memory channels carry producer tags
+      (default `true`);
+    * `:members` - `%{channel => [node]}` for replicated channels: every
+      op goes to a member's node through `:erpc` (subscriptions through a
+      relay there), the members in turn; a push goes under the producer
+      tag `{id, first counter}`, so its retries (`:retries`) are the same
+      push; `:push_timeout` is its `:timeout`.
   """
 
   alias Ringbus.Chaos.{History, Payload}
@@ -47,7 +53,9 @@ defmodule Ringbus.Chaos.Workload do
     pause_ms: 2,
     retries: 3,
     max_ops: 100_000,
-    tagged: true
+    tagged: true,
+    members: nil,
+    push_timeout: 1_000
   }
 
   @doc "Runs the spec's clients until they stop; returns the ops each made."
@@ -144,14 +152,10 @@ defmodule Ringbus.Chaos.Workload do
     end
   end
 
-  defp attempt(spec, {id, tag} = who, op, ch, keys, payloads, tries) do
+  defp attempt(spec, {id, _tag} = who, op, ch, keys, payloads, tries) do
     History.record(spec.history, id, :invoke, op, {ch, keys})
 
-    result =
-      case op do
-        :push -> Ringbus.push(ch, hd(payloads), producer: tag)
-        :push_many -> Ringbus.push(ch, payloads, producer: tag)
-      end
+    result = push_op(spec, who, op, ch, keys, payloads, tries)
 
     type = History.classify(result)
     History.record(spec.history, id, type, op, {ch, keys, value(result)})
@@ -162,6 +166,34 @@ defmodule Ringbus.Chaos.Workload do
     else
       1
     end
+  end
+
+  defp push_op(%{members: nil}, {_id, tag}, :push, ch, _keys, [payload], _tries),
+    do: Ringbus.push(ch, payload, producer: tag)
+
+  defp push_op(%{members: nil}, {_id, tag}, :push_many, ch, _keys, payloads, _tries),
+    do: Ringbus.push(ch, payloads, producer: tag)
+
+  # A replicated channel: the batch goes under its first key's tag, so that
+  # every attempt is the same push, through the members in turn.
+  defp push_op(spec, {id, _tag}, _op, ch, [{_, n} | _], payloads, tries) do
+    opts = [producer: {id, n}, timeout: spec.push_timeout]
+    remote(spec, member(spec, ch, id + tries), :push, [ch, payloads, opts])
+  end
+
+  defp member(spec, ch, i) do
+    members = Map.fetch!(spec.members, ch)
+    Enum.at(members, rem(i, Enum.count(members)))
+  end
+
+  # A call to a member's node: a reply that does not come, or a connection
+  # that drops, is an unknown outcome; so is a call that raised there.
+  defp remote(spec, node, fun, args) do
+    :erpc.call(node, Ringbus, fun, args, spec.push_timeout + 1_000)
+  catch
+    :error, {:erpc, :timeout} -> {:error, :timeout}
+    :error, {:erpc, :noconnection} -> {:error, :noconnection}
+    _kind, _reason -> {:error, :closed}
   end
 
   defp value({:ok, seq}), do: seq
@@ -179,7 +211,7 @@ defmodule Ringbus.Chaos.Workload do
     else
       History.record(spec.history, id, :invoke, :subscribe, {ch, index})
 
-      case Ringbus.subscribe(ch, from: :earliest, max_credit: 200, max_batch: 50) do
+      case subscribe_op(spec, ch, index) do
         {:ok, sub} ->
           History.record(spec.history, id, :ok, :subscribe, {ch, index})
           delivered = deliver(spec, id, ch, sub, index, 0)
@@ -206,7 +238,7 @@ defmodule Ringbus.Chaos.Workload do
     receive do
       {:ringbus, ^sub, messages, lost} ->
         History.record(spec.history, id, :ok, :deliver, {ch, index, Payload.keys(messages), lost})
-        Ringbus.ack(sub, Enum.count(messages))
+        ack(sub, Enum.count(messages))
 
         if stop?(spec, ops, drain_until(spec)),
           do: end_subscription(sub, ops + 1),
@@ -216,14 +248,82 @@ defmodule Ringbus.Chaos.Workload do
         History.record(spec.history, id, :info, :closed, {ch, index, reason})
         Process.sleep(50)
         ops
+
+      # A relay (a replicated channel's subscription) that died with its node.
+      {:DOWN, _, :process, ^sub, reason} ->
+        History.record(spec.history, id, :info, :closed, {ch, index, reason})
+        Process.sleep(50)
+        ops
     after
       max(remaining, 0) -> end_subscription(sub, ops)
     end
   end
 
+  defp end_subscription(relay, ops) when is_pid(relay) do
+    Process.exit(relay, :kill)
+    ops
+  end
+
   defp end_subscription(sub, ops) do
     Ringbus.unsubscribe(sub)
     ops
+  end
+
+  defp ack(relay, _count) when is_pid(relay), do: :ok
+  defp ack(sub, count), do: Ringbus.ack(sub, count)
+
+  @subscribe_opts [from: :earliest, max_credit: 200, max_batch: 50]
+
+  defp subscribe_op(%{members: nil}, ch, _index), do: Ringbus.subscribe(ch, @subscribe_opts)
+
+  # A subscription on a member: a relay there subscribes and forwards each
+  # batch here; the subscription is the relay's pid, monitored.
+  defp subscribe_op(spec, ch, index) do
+    ref = make_ref()
+    relay = Node.spawn(member(spec, ch, index), __MODULE__, :relay, [self(), ref, ch])
+    monitor = Process.monitor(relay)
+
+    receive do
+      {^ref, {:ok, _}} ->
+        {:ok, relay}
+
+      {^ref, error} ->
+        Process.demonitor(monitor, [:flush])
+        error
+
+      {:DOWN, ^monitor, _, _, _} ->
+        {:error, :closed}
+    after
+      spec.push_timeout ->
+        Process.exit(relay, :kill)
+        Process.demonitor(monitor, [:flush])
+        {:error, :timeout}
+    end
+  end
+
+  @doc false
+  # Runs on a member: subscribes, tells `client` the result, then forwards
+  # every batch (acked here) and the close, until `client` goes.
+  def relay(client, ref, ch) do
+    Process.monitor(client)
+    result = Ringbus.subscribe(ch, @subscribe_opts)
+    send(client, {ref, result})
+    with {:ok, sub} <- result, do: forward(client, sub)
+  end
+
+  defp forward(client, sub) do
+    receive do
+      {:ringbus, ^sub, messages, lost} ->
+        send(client, {:ringbus, self(), messages, lost})
+        Ringbus.ack(sub, Enum.count(messages))
+        forward(client, sub)
+
+      {:ringbus_closed, ^sub, reason} ->
+        send(client, {:ringbus_closed, self(), reason})
+
+      {:DOWN, _, :process, ^client, _} ->
+        Ringbus.unsubscribe(sub)
+    end
   end
 
   # After a run of empty reads the reader starts again from 0: a channel
@@ -234,7 +334,7 @@ defmodule Ringbus.Chaos.Workload do
     else
       History.record(spec.history, id, :invoke, :read, {ch, from})
 
-      case Ringbus.read(ch, from, 20) do
+      case read_op(spec, ch, from, ops) do
         {:ok, [], lost} ->
           History.record(spec.history, id, :ok, :read, {ch, from, [], lost})
           Process.sleep(20)
@@ -269,7 +369,7 @@ defmodule Ringbus.Chaos.Workload do
     else
       History.record(spec.history, id, :invoke, :pull, {ch})
 
-      case Ringbus.pull(ch) do
+      case pull_op(spec, ch, ops) do
         {:ok, seq, payload} ->
           History.record(spec.history, id, :ok, :pull, {ch, [{seq, Payload.key(payload)}]})
 
@@ -284,6 +384,14 @@ defmodule Ringbus.Chaos.Workload do
       pull(spec, id, ch, ops + 1)
     end
   end
+
+  defp read_op(%{members: nil}, ch, from, _ops), do: Ringbus.read(ch, from, 20)
+
+  defp read_op(spec, ch, from, ops),
+    do: remote(spec, member(spec, ch, ops), :read, [ch, from, 20])
+
+  defp pull_op(%{members: nil}, ch, _ops), do: Ringbus.pull(ch)
+  defp pull_op(spec, ch, ops), do: remote(spec, member(spec, ch, ops), :pull, [ch])
 
   defp drain_until(spec), do: spec.until + spec.drain_ms
 
