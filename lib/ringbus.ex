@@ -138,6 +138,32 @@ defmodule Ringbus do
   `producer: {id, n}` tag (`push/3`) and it is stored once. The channel is
   reached only from its members' nodes.
 
+  ## Incarnations
+
+  A channel's seqs count from 0 for each creation of it. A memory channel
+  deleted and created again, or whose node restarted, starts again at seq
+  0, so a consumer that resumes from the seq it reached would wait for
+  seqs far ahead, or read another channel's messages under them. Each
+  creation therefore has an incarnation, a random 64-bit integer shown by
+  `info/1`, and a consumer that keeps a seq keeps the incarnation with it
+  and states it when it resumes:
+
+      {:ok, %{incarnation: inc}} = Ringbus.info("events")
+      {:ok, messages, _lost} = Ringbus.read("events", 0, 100, incarnation: inc)
+      # ... later, or after a restart of the consumer:
+      case Ringbus.subscribe("events", from: next_seq, incarnation: inc) do
+        {:ok, sub} -> sub
+        {:error, :new_incarnation} -> start_over()
+      end
+
+  `read/4` and `subscribe/2` answer `{:error, :new_incarnation}` when the
+  channel has another incarnation, on this node or at the channel's home
+  node, where the check runs. A subscription already running when its
+  channel goes away ends as before (`:channel_deleted`, `:node_down`); the
+  next resume with the old incarnation is refused. A replicated channel
+  draws its incarnation once at create and keeps it with its log, so its
+  members' restarts keep it.
+
   ## State kept in the calling process
 
   Every function that takes a channel name finds the channel's handle (its
@@ -192,6 +218,9 @@ defmodule Ringbus do
       unit (a drop-oldest batch on a channel without `:max_bytes`) is freed
       whole, when the last of its messages leaves
     * `:bytes_pushed` - payload bytes pushed in total
+    * `:incarnation` - which creation of the channel this is: a positive
+      integer that changes whenever the channel is created again (see
+      "Incarnations" above)
 
   At rest, `pushed == pulled + overwritten + len`.
   """
@@ -208,7 +237,8 @@ defmodule Ringbus do
           skipped: non_neg_integer(),
           max_bytes: pos_integer() | nil,
           bytes: non_neg_integer(),
-          bytes_pushed: non_neg_integer()
+          bytes_pushed: non_neg_integer(),
+          incarnation: pos_integer()
         }
 
   @typedoc """
@@ -233,6 +263,8 @@ defmodule Ringbus do
       (see "Replicated channels")
     * `:stale_tag` - `push/3`: a producer tag older than the channel
       remembers (see "Producer tags")
+    * `:new_incarnation` - `read/4`, `subscribe/2` with `:incarnation`:
+      the channel was created again since (see "Incarnations")
 
   Front ends map each of them to their own errors (the RESP front end in
   one function, tested against this list).
@@ -244,6 +276,7 @@ defmodule Ringbus do
           | :too_large
           | :no_subscription
           | :stale_tag
+          | :new_incarnation
           | node_error()
 
   @doc """
@@ -436,6 +469,33 @@ defmodule Ringbus do
       when is_integer(from_seq) and from_seq >= 0 and is_integer(max) and max >= 0,
       do: on_channel(name, {:read, from_seq, max})
 
+  @doc """
+  Like `read/3`, with options:
+
+    * `:incarnation` - the channel's incarnation the reader expects (from
+      `info/1`); when the channel has another, it was created again since
+      (see "Incarnations" above) and the read answers
+      `{:error, :new_incarnation}` instead of messages. Defaults to `nil`:
+      any.
+
+  Bad options raise `ArgumentError`.
+  """
+  @spec read(name(), seq(), non_neg_integer(), incarnation: pos_integer() | nil) ::
+          {:ok, [{seq(), binary()}], non_neg_integer()}
+          | {:error, :no_channel | :new_incarnation | node_error()}
+  def read(name, from_seq, max, opts)
+      when is_integer(from_seq) and from_seq >= 0 and is_integer(max) and max >= 0 do
+    opts = Options.validate!(opts, [incarnation: nil], "read")
+    incarnation = opts[:incarnation]
+    Options.check!(:incarnation, incarnation, &incarnation?/1, "nil or a positive integer")
+
+    if incarnation == nil,
+      do: read(name, from_seq, max),
+      else: on_channel(name, {:read, from_seq, max, incarnation})
+  end
+
+  defp incarnation?(i), do: i == nil or Options.positive?(i)
+
   @doc "The number of messages the channel holds. Constant time."
   @spec len(name()) :: non_neg_integer() | {:error, :no_channel | node_error()}
   def len(name), do: on_channel(name, :len)
@@ -479,6 +539,11 @@ defmodule Ringbus do
       one, a subscriber that is a server connection is called by its
       client's address, a registered process by its name, any other
       `"embedded"`. Defaults to `nil`.
+    * `:incarnation` - the channel's incarnation the subscriber expects
+      (from `info/1`), to resume `from:` a seq of it: when the channel has
+      another (it was created again since, see "Incarnations" above),
+      `{:error, :new_incarnation}` and no subscription. Defaults to `nil`:
+      any.
     * `:via` - how the subscriber gets its messages, the `protocol` label
       under which the metric `ringbus_subscription_delivery_seconds` times
       them from push to delivery: `:embedded` (the default), or `:binary` or
@@ -486,7 +551,7 @@ defmodule Ringbus do
       servers set it).
   """
   @spec subscribe(name(), Subscription.options()) ::
-          {:ok, subscription()} | {:error, :no_channel | node_error()}
+          {:ok, subscription()} | {:error, :no_channel | :new_incarnation | node_error()}
   def subscribe(name, opts \\ []) do
     opts = Subscription.validate_options!(opts)
     on_channel(name, {:subscribe, opts, self()})
@@ -609,6 +674,11 @@ defmodule Ringbus do
   defp run(channel, {:read, from_seq, max}) do
     {messages, _count, lost, _next} = Ring.read(channel, from_seq, max)
     {:ok, messages, lost}
+  end
+
+  defp run(channel, {:read, from_seq, max, incarnation}) do
+    with :ok <- Ring.check_incarnation(channel, incarnation),
+         do: run(channel, {:read, from_seq, max})
   end
 
   defp run(channel, :len), do: Ring.len(channel)

@@ -168,6 +168,64 @@ defmodule RingbusTest do
     end
   end
 
+  describe "incarnations" do
+    test "info/1 shows the incarnation, which a channel created again changes",
+         %{name: name} do
+      :ok = Ringbus.create(name, capacity: 4)
+      {:ok, %{incarnation: first}} = Ringbus.info(name)
+      assert is_integer(first) and first > 0
+      # Pushes and reads keep it: it names the creation, not the contents.
+      {:ok, 0} = Ringbus.push(name, "a")
+      assert {:ok, %{incarnation: ^first}} = Ringbus.info(name)
+
+      :ok = Ringbus.delete(name)
+      :ok = Ringbus.create(name, capacity: 4)
+      {:ok, %{incarnation: second}} = Ringbus.info(name)
+      assert second != first
+    end
+
+    test "a read or a subscription that names an old incarnation is told, not left waiting",
+         %{name: name} do
+      :ok = Ringbus.create(name, capacity: 4)
+      {:ok, %{incarnation: old}} = Ringbus.info(name)
+      {:ok, 0} = Ringbus.push_many(name, ["a", "b"])
+      assert {:ok, [{0, "a"}], 0} = Ringbus.read(name, 0, 1, incarnation: old)
+      assert {:ok, sub} = Ringbus.subscribe(name, from: 1, incarnation: old)
+      assert_receive {:ringbus, ^sub, [{1, "b"}], 0}
+
+      :ok = Ringbus.delete(name)
+      assert_receive {:ringbus_closed, ^sub, :channel_deleted}
+      :ok = Ringbus.create(name, capacity: 4)
+      {:ok, 0} = Ringbus.push(name, "new")
+
+      # The consumer resumes from seq 2 of the old channel.
+      assert Ringbus.read(name, 2, 10, incarnation: old) == {:error, :new_incarnation}
+      assert Ringbus.subscribe(name, from: 2, incarnation: old) == {:error, :new_incarnation}
+      # Without one, as before: nothing at seq 2 of the new channel.
+      assert {:ok, [], 0} = Ringbus.read(name, 2, 10)
+      assert {:ok, [], 0} = Ringbus.read(name, 2, 10, [])
+
+      {:ok, %{incarnation: new}} = Ringbus.info(name)
+      assert {:ok, [{0, "new"}], 0} = Ringbus.read(name, 0, 10, incarnation: new)
+      assert {:ok, sub} = Ringbus.subscribe(name, from: 0, incarnation: new)
+      assert_receive {:ringbus, ^sub, [{0, "new"}], 0}
+    end
+
+    test "a bad incarnation option raises", %{name: name} do
+      :ok = Ringbus.create(name, capacity: 4)
+
+      assert_raise ArgumentError, ~r/expected :incarnation to be nil or a positive integer/, fn ->
+        Ringbus.read(name, 0, 1, incarnation: "x")
+      end
+
+      assert_raise ArgumentError, ~r/expected :incarnation to be nil or a positive integer/, fn ->
+        Ringbus.subscribe(name, incarnation: 0)
+      end
+
+      assert_raise ArgumentError, fn -> Ringbus.read(name, 0, 1, incarnatoin: 1) end
+    end
+  end
+
   describe "memory" do
     # A payload that is a slice of a larger binary (a socket read, say) must
     # not keep that binary alive once stored.

@@ -31,6 +31,12 @@ defmodule Ringbus.Channel do
   only from its Ra machine. Every other handle has `nil`, and `:producers`
   instead: the table of its producer tags (`Ringbus.push/3`).
 
+  `:incarnation` names this creation of the channel: a random 64-bit
+  integer drawn when the store creates it, so a channel created again
+  under the same name (deleted and created, or its node restarted) has
+  another (see "Incarnations" in `Ringbus`). A replicated channel's is
+  drawn once at create and kept with its log.
+
   A channel's memory is bounded by its capacity times the largest payload
   pushed to it, and by `:max_bytes` when it has one; the network server also
   bounds payloads by its maximum frame size.
@@ -38,7 +44,7 @@ defmodule Ringbus.Channel do
 
   alias Ringbus.Options
 
-  @enforce_keys [:table, :waiters, :atomics, :anchor, :capacity, :overflow]
+  @enforce_keys [:table, :waiters, :atomics, :anchor, :capacity, :overflow, :incarnation]
   defstruct @enforce_keys ++ [max_bytes: nil, replica: nil, producers: nil]
 
   @type name :: term()
@@ -61,7 +67,8 @@ defmodule Ringbus.Channel do
           overflow: :drop_oldest | :reject,
           max_bytes: pos_integer() | nil,
           replica: map() | nil,
-          producers: :ets.tid() | nil
+          producers: :ets.tid() | nil,
+          incarnation: pos_integer()
         }
 
   @doc """

@@ -642,7 +642,11 @@ defmodule Ringbus.Client do
   @spec len!(t(), channel()) :: non_neg_integer()
   def len!(client, channel), do: len(client, channel) |> bang()
 
-  @doc "A channel's figures, as `Ringbus.info/1` gives them (see `t:Ringbus.info/0`)."
+  @doc """
+  A channel's figures, as `Ringbus.info/1` gives them (see `t:Ringbus.info/0`),
+  but for `:incarnation` and a replicated channel's Raft figures, which this
+  protocol version does not carry.
+  """
   @spec info(t(), channel()) :: {:ok, Ringbus.info()} | {:error, reason()}
   def info(client, channel), do: call(client, &{:info, &1, channel!(channel)})
 

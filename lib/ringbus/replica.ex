@@ -26,6 +26,8 @@ defmodule Ringbus.Replica do
       {:error, :node_down}
     else
       replica = handle(name, nodes)
+      # Drawn once, kept in every member's catalogue: a restart keeps it.
+      opts = Keyword.put(opts, :incarnation, Ring.new_incarnation())
       create_members(name, opts, replica, nodes, [])
     end
   end

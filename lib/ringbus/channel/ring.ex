@@ -133,9 +133,23 @@ defmodule Ringbus.Channel.Ring do
       capacity: Keyword.fetch!(opts, :capacity),
       overflow: Keyword.fetch!(opts, :overflow),
       max_bytes: Keyword.get(opts, :max_bytes),
-      replica: Keyword.get(opts, :replica)
+      replica: Keyword.get(opts, :replica),
+      incarnation: Keyword.get_lazy(opts, :incarnation, &new_incarnation/0)
     }
   end
+
+  @doc "A fresh incarnation: a random positive 64-bit integer."
+  @spec new_incarnation() :: pos_integer()
+  def new_incarnation, do: :rand.uniform(0xFFFF_FFFF_FFFF_FFFF)
+
+  @doc """
+  `:ok` when `expected` is nil or the channel's incarnation, else
+  `{:error, :new_incarnation}`: the channel was created again since.
+  """
+  @spec check_incarnation(Channel.t(), pos_integer() | nil) :: :ok | {:error, :new_incarnation}
+  def check_incarnation(_ch, nil), do: :ok
+  def check_incarnation(%Channel{incarnation: i}, i), do: :ok
+  def check_incarnation(%Channel{}, _expected), do: {:error, :new_incarnation}
 
   ## Push
 
@@ -992,6 +1006,7 @@ defmodule Ringbus.Channel.Ring do
     %{
       capacity: cap,
       overflow: ch.overflow,
+      incarnation: ch.incarnation,
       max_bytes: ch.max_bytes,
       len: (head - tail) |> max(0) |> min(cap),
       first_seq: max(tail, head - cap),

@@ -73,6 +73,7 @@ defmodule Ringbus.Channel.Subscription do
           credit: pos_integer(),
           max_batch: pos_integer(),
           name: String.t() | nil,
+          incarnation: pos_integer() | nil,
           via: :embedded | :binary | :resp
         ]
 
@@ -82,7 +83,15 @@ defmodule Ringbus.Channel.Subscription do
     opts =
       Options.validate!(
         opts,
-        [:credit, from: :latest, max_credit: 1000, max_batch: 256, name: nil, via: :embedded],
+        [
+          :credit,
+          from: :latest,
+          max_credit: 1000,
+          max_batch: 256,
+          name: nil,
+          incarnation: nil,
+          via: :embedded
+        ],
         "subscription"
       )
 
@@ -98,6 +107,13 @@ defmodule Ringbus.Channel.Subscription do
       opts[:name],
       &(&1 == nil or (is_binary(&1) and String.valid?(&1) and byte_size(&1) in 1..128)),
       "nil or a UTF-8 string of 1 to 128 bytes"
+    )
+
+    Options.check!(
+      :incarnation,
+      opts[:incarnation],
+      &(&1 == nil or Options.positive?(&1)),
+      "nil or a positive integer"
     )
 
     Options.check!(
@@ -122,6 +138,11 @@ defmodule Ringbus.Channel.Subscription do
   """
   @spec start(Channel.t(), pid(), options()) :: {:ok, t()} | {:error, term()}
   def start(%Channel{} = channel, subscriber, opts) do
+    with :ok <- Ring.check_incarnation(channel, opts[:incarnation]),
+         do: spawn_subscription(channel, subscriber, opts)
+  end
+
+  defp spawn_subscription(channel, subscriber, opts) do
     sub = make_ref()
     args = {channel, subscriber, sub, opts}
     pid = :proc_lib.spawn_opt(__MODULE__, :enter_loop, [args], message_queue_data: :off_heap)

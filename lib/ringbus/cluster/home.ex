@@ -23,6 +23,7 @@ defmodule Ringbus.Cluster.Home do
           | {:push_batches, [{[binary()], non_neg_integer(), non_neg_integer()}]}
           | :pull
           | {:read, non_neg_integer(), non_neg_integer()}
+          | {:read, non_neg_integer(), non_neg_integer(), pos_integer()}
           | :len
           | :info
           | {:subscribe, keyword()}
@@ -68,6 +69,11 @@ defmodule Ringbus.Cluster.Home do
   defp run_on(channel, {:read, from, max}, _link) do
     {messages, _count, lost, _next} = Ring.read(channel, from, max)
     {:ok, messages, lost}
+  end
+
+  defp run_on(channel, {:read, from, max, incarnation}, link) do
+    with :ok <- Ring.check_incarnation(channel, incarnation),
+         do: run_on(channel, {:read, from, max}, link)
   end
 
   defp run_on(channel, :len, _link), do: Ring.len(channel)

@@ -48,6 +48,9 @@ defmodule Ringbus.Resp.Errors do
   def reply(:stale_tag, key),
     do: Encoder.error(["ERR the producer tag is older than stream '", key, "' remembers"])
 
+  def reply(:new_incarnation, key),
+    do: Encoder.error(["ERR stream '", key, "' was created again since that incarnation"])
+
   # A subscription that dies while it starts exits with a reason of its own.
   def reply(other, key),
     do: Encoder.error(["ERR stream '", key, "': ", inspect(other)])

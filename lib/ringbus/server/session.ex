@@ -22,6 +22,24 @@ defmodule Ringbus.Server.Session do
   alias Ringbus.Server.{Auth, Config}
   alias Ringbus.Wire.{Decoder, ErrorCode, Frame}
 
+  # What INFO_OK carries; `Ringbus.info/1` has more (`:incarnation`, a
+  # replicated channel's Raft figures) that this protocol version does not.
+  @info_fields [
+    :capacity,
+    :overflow,
+    :max_bytes,
+    :len,
+    :first_seq,
+    :next_seq,
+    :pushed,
+    :pulled,
+    :overwritten,
+    :rejected,
+    :skipped,
+    :bytes,
+    :bytes_pushed
+  ]
+
   @read_max 1_000
 
   # A PUSH_ACKS frame: its opcode and count, then 14 bytes an entry.
@@ -410,7 +428,7 @@ defmodule Ringbus.Server.Session do
 
   defp request(session, {:info, corr, name}) do
     guarded(session, corr, :read, name, fn ->
-      with {:ok, info} <- Ringbus.info(name), do: {:info_ok, corr, info}
+      with {:ok, info} <- Ringbus.info(name), do: {:info_ok, corr, Map.take(info, @info_fields)}
     end)
   end
 

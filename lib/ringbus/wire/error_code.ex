@@ -31,7 +31,10 @@ defmodule Ringbus.Wire.ErrorCode do
      "unknown outcome: the request went to the channel's home node (in a cluster) or " <>
        "its replicas and no answer came in time; it may or may not have been carried out"},
     {:stale_tag, 112,
-     "the producer tag is older than the replicated channel remembers: not stored again"}
+     "the producer tag is older than the replicated channel remembers: not stored again"},
+    {:new_incarnation, 113,
+     "the channel was created again (deleted and created, or its node restarted) " <>
+       "since the incarnation the request names"}
   ]
 
   @codes for {reason, code, _text} <- @errors, do: {reason, code}
@@ -79,6 +82,8 @@ defmodule Ringbus.Wire.ErrorCode do
           | :node_down
           | :node_busy
           | :timeout
+          | :stale_tag
+          | :new_incarnation
 
   @typedoc "An error as frames carry it: a known name, or the bare code of an unknown one."
   @type t :: reason() | 1..0xFFFF

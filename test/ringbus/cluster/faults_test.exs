@@ -223,6 +223,40 @@ defmodule Ringbus.Cluster.FaultsTest do
     assert call(c, Ringbus, :read, ["on-a", 0, 1]) == {:ok, [{0, "still here"}], 0}
   end
 
+  test "a consumer that resumes with the incarnation of before its home's restart is told so" do
+    [a, b, c] = start(3, "reborn")
+    :ok = call(b, Ringbus, :create, ["inc-c", [capacity: 100, node: c.node]])
+    {:ok, 0} = call(a, Ringbus, :push_many, ["inc-c", ["1", "2", "3"]])
+    {:ok, %{incarnation: old}} = call(a, Ringbus, :info, ["inc-c"])
+
+    assert {:ok, [{0, "1"}, {1, "2"}, {2, "3"}], 0} =
+             call(a, Ringbus, :read, ["inc-c", 0, 10, [incarnation: old]])
+
+    Nodes.signal(c, :kill)
+    c = Nodes.restart(c)
+    on_exit(fn -> Nodes.stop([c]) end)
+    assert :ok = Nodes.await_links([a, b, c])
+    assert eventually(fn -> call(a, Ringbus, :len, ["inc-c"]) == 0 end)
+    {:ok, 0} = call(b, Ringbus, :push, ["inc-c", "after"])
+
+    # The consumer on a resumes from seq 3 of the channel it knew.
+    assert call(a, Ringbus, :read, ["inc-c", 3, 10, [incarnation: old]]) ==
+             {:error, :new_incarnation}
+
+    assert call(a, Ringbus, :subscribe, ["inc-c", [from: 3, incarnation: old]]) ==
+             {:error, :new_incarnation}
+
+    {:ok, %{incarnation: new}} = call(a, Ringbus, :info, ["inc-c"])
+    assert new != old
+
+    assert {:ok, subscriber, _sub} =
+             call(a, Probe, :subscriber, ["inc-c", [from: 0, incarnation: new], true])
+
+    assert eventually(fn ->
+             match?(%{batches: [{[{0, "after"}], 0}]}, call(a, Probe, :received, [subscriber]))
+           end)
+  end
+
   test "a subscriber on a silent node: its link holds what its credit allows, and lost is exact" do
     [a, b] = start(2, "flood", [max_buffer_bytes: 256 * 1024] ++ @patient)
     :ok = call(a, Ringbus, :create, ["flood", [capacity: 1_500]])

@@ -20,6 +20,7 @@ defmodule Ringbus.Replica.NodesTest do
     assert {:ok, 0} = Nodes.call(n, Ringbus, :push_many, ["orders", ["a", "b", "c"]])
     assert {:ok, 0, "a"} = Nodes.call(n, Ringbus, :pull, ["orders"])
     assert {:ok, 3} = Nodes.call(n, Ringbus, :push, ["orders", "d", [producer: {"p", 1}]])
+    {:ok, %{incarnation: incarnation}} = Nodes.call(n, Ringbus, :info, ["orders"])
 
     # Every push above was acked: the node dies with no chance to flush.
     Nodes.signal(n, :kill)
@@ -31,7 +32,13 @@ defmodule Ringbus.Replica.NodesTest do
     assert {:ok, [{1, "b"}, {2, "c"}, {3, "d"}], 1} =
              Nodes.call(n, Ringbus, :read, ["orders", 0, 10])
 
-    assert {:ok, %{replicas: 1, pulled: 1}} = Nodes.call(n, Ringbus, :info, ["orders"])
+    # Its log survived, so it is the same creation: resuming consumers go on.
+    assert {:ok, %{replicas: 1, pulled: 1, incarnation: ^incarnation}} =
+             Nodes.call(n, Ringbus, :info, ["orders"])
+
+    assert {:ok, [{3, "d"}], 0} =
+             Nodes.call(n, Ringbus, :read, ["orders", 3, 10, [incarnation: incarnation]])
+
     assert {:ok, 3} = Nodes.call(n, Ringbus, :push, ["orders", "d", [producer: {"p", 1}]])
     assert {:ok, 4} = Nodes.call(n, Ringbus, :push, ["orders", "e"])
   end

@@ -109,6 +109,20 @@ defmodule Ringbus.Server.ConnectionTest do
     assert {{:error, 7, :no_channel, _}, _} = RawClient.call(c, {:pull, 7, "nope"})
   end
 
+  test "INFO_OK carries the protocol's fields of a replicated channel, and the connection goes on",
+       %{client: c} do
+    name = "conn_replica_#{System.unique_integer([:positive])}"
+    :ok = Ringbus.create(name, replicas: 1, capacity: 10)
+    on_exit(fn -> Ringbus.delete(name) end)
+    {:ok, 0} = Ringbus.push(name, "a")
+
+    # Ringbus.info/1 has more (:incarnation, :replicas, :term, ...).
+    assert {{:info_ok, 1, info}, c} = RawClient.call(c, {:info, 1, name})
+    assert %{pushed: 1, len: 1, capacity: 10} = info
+    refute Map.has_key?(info, :incarnation)
+    assert {{:pong, 2}, _c} = RawClient.call(c, {:ping, 2})
+  end
+
   test "a push to a rejecting full channel is reported in PUSH_ACKS, and counted once", %{
     client: c
   } do
