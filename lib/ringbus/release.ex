@@ -143,18 +143,63 @@ defmodule Ringbus.Release do
   end
 
   @doc false
-  # A child's start: creates the declared channels, then steps aside.
+  # A child's start: creates the declared channels, then steps aside; one
+  # that cannot be created stops the boot with one line, and status 1.
   @spec declare([{String.t(), keyword()}]) :: :ignore
   def declare(channels) do
-    for {name, opts} <- channels do
-      case Ringbus.create(name, opts) do
-        :ok -> :ok
-        {:error, :exists} -> Logger.warning("Ringbus channel #{inspect(name)} exists already")
-      end
-    end
+    case create_channels(channels) do
+      :ok ->
+        :ignore
 
-    :ignore
+      {:error, line} ->
+        IO.puts(:stderr, line)
+        System.halt(1)
+    end
   end
+
+  @doc """
+  Creates the channels `RINGBUS_CHANNELS` declares, in order. One that
+  exists already is kept as it is: a replicated one its node's catalogue
+  restored after a restart (logged at info), or another (logged as a
+  warning). `{:error, line}` names the first that cannot be created, and
+  why (a replicated one with fewer nodes connected than its replicas).
+  """
+  @spec create_channels([{String.t(), keyword()}]) :: :ok | {:error, String.t()}
+  def create_channels(channels) do
+    Enum.find_value(channels, :ok, fn {name, opts} ->
+      case Ringbus.create(name, opts) do
+        :ok ->
+          nil
+
+        {:error, :exists} ->
+          exists(name, opts)
+          nil
+
+        {:error, reason} ->
+          {:error,
+           "ringbus: RINGBUS_CHANNELS #{inspect(name)} cannot be created: " <>
+             create_error(reason, opts[:replicas])}
+      end
+    end)
+  end
+
+  defp exists(name, opts) do
+    case {opts[:replicas], Ringbus.info(name)} do
+      {n, {:ok, %{replicas: _}}} when n != nil ->
+        Logger.info("Ringbus channel #{inspect(name)} restored from its log")
+
+      _ ->
+        Logger.warning("Ringbus channel #{inspect(name)} exists already")
+    end
+  end
+
+  defp create_error(:node_down, n) when is_integer(n),
+    do: "#{n} replicas need #{n} connected nodes, this one included (RINGBUS_JOIN) (:node_down)"
+
+  defp create_error(:timeout, n) when is_integer(n),
+    do: "its #{n} replicas elected no leader in time (:timeout)"
+
+  defp create_error(reason, _n), do: inspect(reason)
 
   @doc false
   # A child's start, last: says what the node serves, then steps aside.

@@ -7,7 +7,7 @@ defmodule Ringbus.ReleaseTest do
   alias Ringbus.Release
 
   setup do
-    on_exit(fn -> Enum.each(["release-a", "release-b"], &Ringbus.delete/1) end)
+    on_exit(fn -> Enum.each(["release-a", "release-b", "release-r"], &Ringbus.delete/1) end)
     :ok
   end
 
@@ -47,5 +47,34 @@ defmodule Ringbus.ReleaseTest do
     assert {:ok, client} = Ringbus.Client.connect(port: port)
     assert {:ok, 0} = Ringbus.Client.push(client, "release-a", "x")
     Ringbus.Client.close(client)
+  end
+
+  test "a declared replicated channel is created with its replicas; restored, it is kept" do
+    {:ok, boot} = Release.Config.load(%{"RINGBUS_CHANNELS" => "release-r:10:reject@replicas=1"})
+
+    assert :ok = Release.create_channels(boot.channels)
+
+    assert {:ok, %{replicas: 1, capacity: 10, overflow: :reject, members: [member]}} =
+             Ringbus.info("release-r")
+
+    assert member == node()
+    assert {:ok, 0} = Ringbus.push("release-r", "x")
+
+    # A restart finds it restored by the replica catalogue: the boot goes on.
+    log =
+      capture_log([level: :info], fn -> assert :ok = Release.create_channels(boot.channels) end)
+
+    assert log =~ ~s(Ringbus channel "release-r" restored from its log)
+    assert {:ok, [{0, "x"}], 0} = Ringbus.read("release-r", 0, 10)
+  end
+
+  test "a replicated channel with more replicas than nodes connected: one line" do
+    assert {:error, line} = Release.create_channels([{"release-r", [capacity: 10, replicas: 2]}])
+
+    assert line ==
+             ~s(ringbus: RINGBUS_CHANNELS "release-r" cannot be created: ) <>
+               "2 replicas need 2 connected nodes, this one included (RINGBUS_JOIN) (:node_down)"
+
+    assert {:error, :no_channel} = Ringbus.info("release-r")
   end
 end

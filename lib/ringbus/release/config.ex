@@ -64,8 +64,10 @@ defmodule Ringbus.Release.Config do
     {"RINGBUS_BUFFER_SIZE", {:server, :buffer_size}, :positive, "256 KiB",
      "Socket buffer sizes and the size of one read, in bytes."},
     {"RINGBUS_CHANNELS", :channels, :channels, "none",
-     "Channels created at boot, comma-separated: `NAME:CAPACITY[:OVERFLOW[:MAX_BYTES]]`, " <>
-       "OVERFLOW `drop_oldest` or `reject`."},
+     "Channels created at boot, comma-separated: " <>
+       "`NAME:CAPACITY[:OVERFLOW[:MAX_BYTES]][@replicas=N]`, OVERFLOW `drop_oldest` or " <>
+       "`reject`; `@replicas=N` makes it replicated and durable (`Ringbus.create/2`'s " <>
+       "`replicas:`), on this node and N - 1 connected ones."},
     {"RINGBUS_HTTP_HOST", {:http, :host}, :ip, "`127.0.0.1`",
      "The address the HTTP endpoint (`/metrics`, `/status`) binds."},
     {"RINGBUS_HTTP_PORT", {:http, :port}, :port_or_off, "`9171`",
@@ -347,18 +349,43 @@ defmodule Ringbus.Release.Config do
     end
   end
 
+  @channel_syntax "NAME:CAPACITY[:OVERFLOW[:MAX_BYTES]][@replicas=N]"
+
   defp channel(spec) do
+    {spec, suffix} = suffix(spec)
+
     case String.split(spec, ":") do
       [name | opts] when name != "" and opts != [] ->
-        case channel_options(opts) do
-          {:ok, opts} -> {:ok, {name, opts}}
+        with {:ok, opts} <- channel_options(opts),
+             {:ok, opts} <- replicas(opts, suffix) do
+          {:ok, {name, opts}}
+        else
           {:error, message} -> {:error, "#{inspect(name)}: #{message}"}
         end
 
       _ ->
-        {:error, "expected NAME:CAPACITY[:OVERFLOW[:MAX_BYTES]], got: #{inspect(spec)}"}
+        {:error, "expected #{@channel_syntax}, got: #{inspect(spec)}"}
     end
   end
+
+  # The text after the last `@`, when it holds no `:` (a name may hold `@`,
+  # the options after it always hold the `:` before CAPACITY).
+  defp suffix(spec) do
+    case Regex.run(~r/^(.*)@([^@:]*)$/s, spec) do
+      [_, spec, suffix] -> {spec, suffix}
+      nil -> {spec, nil}
+    end
+  end
+
+  defp replicas(opts, nil), do: {:ok, opts}
+
+  defp replicas(opts, "replicas=" <> n) do
+    with {:ok, n} <- option(:replicas, integer(n, 1..(2 ** 62), "a positive integer")),
+         do: {:ok, opts ++ [replicas: n]}
+  end
+
+  defp replicas(_opts, suffix),
+    do: {:error, "expected @replicas=N after the options, got: #{inspect("@" <> suffix)}"}
 
   defp channel_options([capacity | rest]) when length(rest) <= 2 do
     with {:ok, capacity} <-
@@ -489,7 +516,10 @@ defmodule Ringbus.Release.Config do
 
       {channels, name, origin} ->
         Enum.reduce_while(channels, {:ok, []}, fn {channel, opts}, {:ok, acc} ->
-          case checked(fn -> Ringbus.Channel.validate_options!(opts) end) do
+          # `:replicas` is `Ringbus.create/2`'s, not the ring's.
+          case checked(fn ->
+                 Ringbus.Channel.validate_options!(Keyword.delete(opts, :replicas))
+               end) do
             {:ok, _checked} ->
               {:cont, {:ok, [{channel, opts} | acc]}}
 

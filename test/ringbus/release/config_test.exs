@@ -114,6 +114,31 @@ defmodule Ringbus.Release.ConfigTest do
            ]
   end
 
+  test "a channel's @replicas=N makes it replicated" do
+    env = %{"RINGBUS_CHANNELS" => "orders:100@replicas=3, jobs:10:reject:4096@replicas=1,a@b:5"}
+
+    assert load!(env).channels == [
+             {"orders", [capacity: 100, overflow: :drop_oldest, replicas: 3]},
+             {"jobs", [capacity: 10, overflow: :reject, max_bytes: 4096, replicas: 1]},
+             {"a@b", [capacity: 5, overflow: :drop_oldest]}
+           ]
+
+    assert error(%{"RINGBUS_CHANNELS" => "a:10@replicas=0"}) ==
+             ~s(ringbus: RINGBUS_CHANNELS "a": replicas must be a positive integer, got: 0)
+
+    assert error(%{"RINGBUS_CHANNELS" => "a:10@replicas=x"}) ==
+             ~s(ringbus: RINGBUS_CHANNELS "a": replicas must be a positive integer, got: "x")
+
+    assert error(%{"RINGBUS_CHANNELS" => "a:10@3"}) ==
+             ~s(ringbus: RINGBUS_CHANNELS "a": expected @replicas=N after the options, got: "@3")
+
+    assert error(%{"RINGBUS_CHANNELS" => "a:0@replicas=1"}) ==
+             ~s(ringbus: RINGBUS_CHANNELS "a": capacity must be a positive integer, got: 0)
+
+    assert error(%{"RINGBUS_CHANNELS" => "a@replicas=1"}) ==
+             ~s(ringbus: RINGBUS_CHANNELS expected NAME:CAPACITY[:OVERFLOW[:MAX_BYTES]][@replicas=N], got: "a")
+  end
+
   test "RESP and cluster members go on as options" do
     assert load!(%{"RINGBUS_RESP_PORT" => "6379"}).server[:resp_port] == 6379
 
