@@ -76,6 +76,9 @@ defmodule Ringbus.Server do
     * `:resp_stream_max_bytes` - the payload bytes a stream created over RESP
       holds (its channel's `:max_bytes`); past them an XADD overwrites the
       oldest entries, counted as `overwritten` (`docs/RESP.md`). Default 64 MiB.
+    * `:resp_stream_replicas` - `nil`, or `n`: a stream created over RESP is
+      then a replicated, durable channel (`Ringbus.create/2`'s `replicas:
+      n`), on this node and `n - 1` connected ones. Default `nil` (memory).
     * `:max_frame_size` - the largest frame accepted, in bytes; a longer
       length prefix closes the connection. Default 16 MiB.
     * `:handshake_timeout` - ms for the TLS handshake and HELLO. Default `5_000`.
@@ -130,6 +133,7 @@ defmodule Ringbus.Server do
           | {:tokens, %{String.t() => :all | keyword()} | nil}
           | {:auto_create, Ringbus.Channel.options() | false}
           | {:resp_stream_max_bytes, pos_integer()}
+          | {:resp_stream_replicas, pos_integer() | nil}
           | {:max_frame_size, pos_integer()}
           | {:handshake_timeout, pos_integer()}
           | {:idle_timeout, pos_integer() | :infinity}

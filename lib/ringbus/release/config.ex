@@ -40,6 +40,9 @@ defmodule Ringbus.Release.Config do
      "`CAPACITY[:OVERFLOW[:MAX_BYTES]]` of channels created by their first push, or `off`."},
     {"RINGBUS_RESP_STREAM_MAX_BYTES", {:server, :resp_stream_max_bytes}, :positive, "64 MiB",
      "The payload bytes a stream created over RESP holds before its oldest entries are overwritten."},
+    {"RINGBUS_RESP_STREAM_REPLICAS", {:server, :resp_stream_replicas}, :positive, "none (memory)",
+     "N: a stream created over RESP is replicated and durable, on this node and N - 1 " <>
+       "connected ones (`Ringbus.create/2`'s `replicas:`)."},
     {"RINGBUS_MAX_FRAME_SIZE", {:server, :max_frame_size}, :positive, "16 MiB",
      "The largest frame accepted, in bytes."},
     {"RINGBUS_MAX_CONNECTIONS", {:server, :max_connections}, :positive, "`1024`",

@@ -48,14 +48,20 @@ defmodule Ringbus.Resp.Keys do
   The channel options of a stream created over RESP: the server's
   `auto_create` overflow, `:resp_stream_max_bytes` as `max_bytes`, and a
   capacity of `max_bytes / 16` (at most 2^32 - 1, the binary protocol's
-  largest), so that the byte bound is the one an XADD meets first.
+  largest), so that the byte bound is the one an XADD meets first; with
+  `:resp_stream_replicas`, `replicas:` (a replicated, durable stream).
   """
-  @spec stream_options(Ringbus.Server.Config.t()) :: Ringbus.Channel.options() | false
+  @spec stream_options(Ringbus.Server.Config.t()) :: keyword() | false
   def stream_options(%{auto_create: false}), do: false
 
-  def stream_options(%{auto_create: opts, resp_stream_max_bytes: max_bytes}) do
+  def stream_options(%{auto_create: opts, resp_stream_max_bytes: max_bytes} = config) do
     capacity = max_bytes |> div(@min_entry_bytes) |> max(1) |> min(@max_capacity)
-    Keyword.merge(opts, capacity: capacity, max_bytes: max_bytes)
+    opts = Keyword.merge(opts, capacity: capacity, max_bytes: max_bytes)
+
+    case config do
+      %{resp_stream_replicas: n} when is_integer(n) -> opts ++ [replicas: n]
+      _ -> opts
+    end
   end
 
   @doc false

@@ -17,6 +17,7 @@ defmodule Ringbus.Server.Config do
     tokens: nil,
     auto_create: [capacity: 100_000, overflow: :drop_oldest],
     resp_stream_max_bytes: 64 * 1024 * 1024,
+    resp_stream_replicas: nil,
     max_frame_size: 16 * 1024 * 1024,
     handshake_timeout: 5_000,
     idle_timeout: 300_000,
@@ -77,6 +78,13 @@ defmodule Ringbus.Server.Config do
             [:resp_stream_max_bytes] do
       Options.check!(key, Map.fetch!(config, key), &Options.positive?/1, "a positive integer")
     end
+
+    Options.check!(
+      :resp_stream_replicas,
+      config.resp_stream_replicas,
+      &(&1 == nil or Options.positive?(&1)),
+      "nil or a positive integer"
+    )
 
     for key <- [:idle_timeout, :resp_idle_timeout, :send_timeout] do
       Options.check!(

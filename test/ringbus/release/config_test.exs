@@ -146,6 +146,11 @@ defmodule Ringbus.Release.ConfigTest do
              :resp_stream_max_bytes
            ] == 1_048_576
 
+    assert load!(%{"RINGBUS_RESP_STREAM_REPLICAS" => "3"}).server[:resp_stream_replicas] == 3
+
+    assert error(%{"RINGBUS_RESP_STREAM_REPLICAS" => "0"}) ==
+             "ringbus: RINGBUS_RESP_STREAM_REPLICAS must be a positive integer, got: 0"
+
     join = %{"RINGBUS_JOIN" => "a@host1,b@host2"}
 
     assert load!(join).join == [:a@host1, :b@host2]

@@ -58,6 +58,30 @@ defmodule Ringbus.Resp.StreamsTest do
     assert %{"max-bytes" => 1_000, "overwritten" => 8, "pulled" => 4, "length" => 4} = xinfo
   end
 
+  test "with resp_stream_replicas, XADD creates a replicated stream that XRANGE reads back" do
+    server =
+      start_supervised!(
+        {Ringbus.Server,
+         port: 0, resp_port: 0, resp_stream_replicas: 1, resp_stream_max_bytes: 10_000},
+        id: :replicated
+      )
+
+    c = RespClient.connect!(Ringbus.Server.port(server, :resp))
+    {["1-0"], c} = RespClient.call(c, ~w(XADD st-repl * a 1))
+    {["2-0"], c} = RespClient.call(c, ~w(XADD st-repl * b 2))
+
+    assert {:ok, %{replicas: 1, members: [member], max_bytes: 10_000}} = Ringbus.info("st-repl")
+    assert member == node()
+
+    {[entries], c} = RespClient.call(c, ~w(XRANGE st-repl - +))
+    assert entries == [["1-0", ["a", "1"]], ["2-0", ["b", "2"]]]
+    {[2], _} = RespClient.call(c, ~w(XLEN st-repl))
+
+    assert_raise ArgumentError, ~r/resp_stream_replicas/, fn ->
+      Ringbus.Server.Config.new!(resp_stream_replicas: 0)
+    end
+  end
+
   test "INFO memory shows the streams' bytes and their bound", %{port: port} do
     c = RespClient.connect!(port)
 
@@ -82,6 +106,7 @@ defmodule Ringbus.Resp.StreamsTest do
     big = Ringbus.Server.Config.new!(resp_stream_max_bytes: 2 ** 40)
     assert Ringbus.Resp.Keys.stream_options(big)[:capacity] == 0xFFFF_FFFF
     refute Ringbus.Resp.Keys.stream_options(%{config | auto_create: false})
+    refute Keyword.has_key?(opts, :replicas)
 
     assert_raise ArgumentError, ~r/resp_stream_max_bytes/, fn ->
       Ringbus.Server.Config.new!(resp_stream_max_bytes: 0)
