@@ -47,7 +47,15 @@ defmodule Ringbus.Release do
     "| `#{name}` | #{default} | #{text} |\n"
   end}
   The server's limits are those of `Ringbus.Server`; `RINGBUS_CHANNELS`
-  creates channels before the server accepts its first connection. To give
+  creates channels before the server accepts its first connection: one
+  with `@replicas=N` as `Ringbus.create/2` with `replicas: N` (on this node
+  and the first N - 1 connected ones, its log under `RINGBUS_DATA_DIR`).
+  Such a channel that exists already, restored from its log by a restart,
+  is kept; one that cannot be created stops the boot with one line:
+
+      ringbus: RINGBUS_CHANNELS "orders" cannot be created: 3 replicas need 3 connected nodes, this one included (RINGBUS_JOIN) (:node_down)
+
+  To give
   the VM a super carrier for multi-MB frames (see `Ringbus.Server`), set
   `ELIXIR_ERL_OPTIONS="+MMscs 4096 +MMsco false"`.
 

@@ -77,6 +77,16 @@ defmodule Ringbus.Resp.StreamsTest do
     assert entries == [["1-0", ["a", "1"]], ["2-0", ["b", "2"]]]
     {[2], _} = RespClient.call(c, ~w(XLEN st-repl))
 
+    # More replicas than nodes connected: the XADD that would create it fails.
+    wide =
+      start_supervised!({Ringbus.Server, port: 0, resp_port: 0, resp_stream_replicas: 2},
+        id: :wide
+      )
+
+    c = RespClient.connect!(Ringbus.Server.port(wide, :resp))
+    {[{:error, "CLUSTERDOWN " <> _}], _} = RespClient.call(c, ~w(XADD st-wide * a 1))
+    assert {:error, :no_channel} = Ringbus.info("st-wide")
+
     assert_raise ArgumentError, ~r/resp_stream_replicas/, fn ->
       Ringbus.Server.Config.new!(resp_stream_replicas: 0)
     end
