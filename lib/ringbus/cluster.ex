@@ -125,7 +125,10 @@ defmodule Ringbus.Cluster do
           queued_bytes: non_neg_integer(),
           batches: non_neg_integer(),
           drops: non_neg_integer(),
-          suspensions: non_neg_integer()
+          suspensions: non_neg_integer(),
+          calls_ok: non_neg_integer(),
+          calls_refused: non_neg_integer(),
+          calls_timeout: non_neg_integer()
         }
 
   @typedoc "What `info/0` returns."
@@ -178,7 +181,10 @@ defmodule Ringbus.Cluster do
       node started: `:batches` sent, `:drops` (requests refused or expired,
       subscription batches and directory messages dropped for room) and
       `:suspensions` (times the distribution buffer refused a batch that a
-      plain send would have waited on).
+      plain send would have waited on); and the calls to its channels
+      from this node by outcome: `:calls_ok` (answered, errors such as
+      `:no_channel` included), `:calls_refused` (`:node_busy` or
+      `:node_down`: not carried out) and `:calls_timeout` (unknown outcome).
   """
   @spec info() :: info()
   def info do
