@@ -158,6 +158,23 @@ defmodule Ringbus.Cluster do
     end
   end
 
+  @doc """
+  Forgets `node`, a node that will not come back: this node's directory
+  drops the channels homed on it, so their names answer
+  `{:error, :no_channel}` here and can be created again (on this node or
+  another). Returns how many channels it forgot, or `{:error, :node_up}`
+  while `node` is connected (or is this node). Run it on every node that
+  still knows the channels; from a release:
+
+      bin/ringbus rpc 'Ringbus.Cluster.forget_node(:"b@host")'
+
+  If the node does come back, it announces its channels again, and a name
+  created meanwhile elsewhere is resolved as after a partition: the
+  older create wins.
+  """
+  @spec forget_node(node()) :: {:ok, non_neg_integer()} | {:error, :node_up}
+  def forget_node(node) when is_atom(node), do: Directory.forget(node)
+
   @doc "This node and the members connected to it now, this node first."
   @spec members() :: [node()]
   def members, do: Members.members()

@@ -1,6 +1,7 @@
 defmodule Ringbus.Cluster.MembersTest do
-  # What a node logs as members join, leave and come back, on real nodes
-  # (`:peer`): the lines are recorded on the node that logs them.
+  # Members on real nodes (`:peer`): what a node logs as they join, leave
+  # and come back (recorded on the node that logs them), and forgetting one
+  # that is gone for good.
   use ExUnit.Case, async: true
 
   alias Ringbus.Bench.Cluster.Nodes
@@ -41,6 +42,29 @@ defmodule Ringbus.Cluster.MembersTest do
 
     # One line each, nothing else from the membership.
     assert lines(a, recorder) |> Enum.filter(&(elem(&1, 1) =~ "cluster member")) |> length() == 5
+  end
+
+  test "forget_node releases the names of a node killed for good; refused for a connected one" do
+    [a, b, c] = nodes = Nodes.start(3, "forget", net_ticktime: 4)
+    on_exit(fn -> Nodes.stop(nodes) end)
+    :ok = Nodes.join(nodes)
+    :ok = call(a, Ringbus, :create, ["on-c", [capacity: 4, node: c.node]])
+    assert call(a, Ringbus.Cluster, :forget_node, [c.node]) == {:error, :node_up}
+    assert call(a, Ringbus.Cluster, :forget_node, [a.node]) == {:error, :node_up}
+
+    Nodes.signal(c, :kill)
+    assert eventually(fn -> call(a, Ringbus, :push, ["on-c", "x"]) == {:error, :node_down} end)
+    assert eventually(fn -> call(b, Ringbus, :push, ["on-c", "x"]) == {:error, :node_down} end)
+    assert call(a, Ringbus, :create, ["on-c", [capacity: 4]]) == {:error, :exists}
+
+    for n <- [a, b], do: assert(call(n, Ringbus.Cluster, :forget_node, [c.node]) == {:ok, 1})
+    assert call(b, Ringbus, :push, ["on-c", "x"]) == {:error, :no_channel}
+
+    assert call(a, Ringbus, :create, ["on-c", [capacity: 4]]) == :ok
+    assert call(b, Ringbus, :push, ["on-c", "y"]) == {:ok, 0}
+    assert call(b, Ringbus.Cluster, :home, ["on-c"]) == {:ok, a.node}
+    assert call(b, Ringbus, :delete, ["on-c"]) == :ok
+    assert call(a, Ringbus, :push, ["on-c", "z"]) == {:error, :no_channel}
   end
 
   defp lines(node, recorder) do
