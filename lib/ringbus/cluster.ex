@@ -125,7 +125,10 @@ defmodule Ringbus.Cluster do
           queued_bytes: non_neg_integer(),
           batches: non_neg_integer(),
           drops: non_neg_integer(),
-          suspensions: non_neg_integer()
+          suspensions: non_neg_integer(),
+          calls_ok: non_neg_integer(),
+          calls_refused: non_neg_integer(),
+          calls_timeout: non_neg_integer()
         }
 
   @typedoc "What `info/0` returns."
@@ -155,6 +158,23 @@ defmodule Ringbus.Cluster do
     end
   end
 
+  @doc """
+  Forgets `node`, a node that will not come back: this node's directory
+  drops the channels homed on it, so their names answer
+  `{:error, :no_channel}` here and can be created again (on this node or
+  another). Returns how many channels it forgot, or `{:error, :node_up}`
+  while `node` is connected (or is this node). Run it on every node that
+  still knows the channels; from a release:
+
+      bin/ringbus rpc 'Ringbus.Cluster.forget_node(:"b@host")'
+
+  If the node does come back, it announces its channels again, and a name
+  created meanwhile elsewhere is resolved as after a partition: the
+  older create wins.
+  """
+  @spec forget_node(node()) :: {:ok, non_neg_integer()} | {:error, :node_up}
+  def forget_node(node) when is_atom(node), do: Directory.forget(node)
+
   @doc "This node and the members connected to it now, this node first."
   @spec members() :: [node()]
   def members, do: Members.members()
@@ -178,7 +198,10 @@ defmodule Ringbus.Cluster do
       node started: `:batches` sent, `:drops` (requests refused or expired,
       subscription batches and directory messages dropped for room) and
       `:suspensions` (times the distribution buffer refused a batch that a
-      plain send would have waited on).
+      plain send would have waited on); and the calls to its channels
+      from this node by outcome: `:calls_ok` (answered, errors such as
+      `:no_channel` included), `:calls_refused` (`:node_busy` or
+      `:node_down`: not carried out) and `:calls_timeout` (unknown outcome).
   """
   @spec info() :: info()
   def info do

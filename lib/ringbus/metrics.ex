@@ -29,8 +29,9 @@ defmodule Ringbus.Metrics do
   (the name a subscription was given, else its client's `ip:port` for a
   network subscriber; see `subscriber_labels/2`), `protocol` and `port` (a
   listening server),
-  `code` (an error's name), `reason`, `state`, `kind`, `node`, `stream`
-  and `group` (a RESP consumer group), and `le` (a histogram's bucket).
+  `code` (an error's name), `reason`, `state`, `kind`, `node`, `outcome`
+  (a cluster call's: `ok`, `refused` or `timeout`), `stream` and `group` (a
+  RESP consumer group), and `le` (a histogram's bucket).
 
   ## Histograms
 

@@ -368,7 +368,17 @@ defmodule Ringbus.MetricsTest do
     cluster = %{
       members: [:a@host, :b@host, :c@host],
       links: %{
-        :b@host => %{state: :up, queued_bytes: 10, batches: 5, drops: 1, suspensions: 2, new: 9},
+        :b@host => %{
+          state: :up,
+          queued_bytes: 10,
+          batches: 5,
+          drops: 1,
+          suspensions: 2,
+          calls_ok: 7,
+          calls_refused: 3,
+          calls_timeout: 1,
+          new: 9
+        },
         :c@host => %{state: :down, queued_bytes: 0}
       }
     }
@@ -383,9 +393,23 @@ defmodule Ringbus.MetricsTest do
     sample(text, ~s(ringbus_cluster_link_batches_total{node="b@host"} 5\n))
     sample(text, ~s(ringbus_cluster_link_drops_total{node="b@host"} 1\n))
     sample(text, ~s(ringbus_cluster_link_suspensions_total{node="b@host"} 2\n))
+    sample(text, ~s(ringbus_cluster_calls_total{node="b@host",outcome="ok"} 7\n))
+    sample(text, ~s(ringbus_cluster_calls_total{node="b@host",outcome="refused"} 3\n))
+    sample(text, ~s(ringbus_cluster_calls_total{node="b@host",outcome="timeout"} 1\n))
+    refute text =~ ~s(ringbus_cluster_calls_total{node="c@host")
     # A figure a link does not give is left out, not made up.
     refute text =~ ~s(ringbus_cluster_link_batches_total{node="c@host"})
     assert {"", 0} = Promtool.check(text)
+
+    # /status and /status.txt show the calls by outcome in the links table.
+    status = Ringbus.Metrics.Status.build(snapshot, %{}, 1000)
+    html = IO.iodata_to_binary(Ringbus.HTTP.StatusPage.render(status))
+    assert html =~ ~r{<th>calls_ok</th><th>refused</th><th>timeout</th>}
+    assert html =~ ~r{<td class="name">b@host</td>.*<td[^>]*>7</td><td[^>]*>3</td><td[^>]*>1</td>}
+
+    txt = IO.iodata_to_binary(Ringbus.HTTP.StatusText.render(status))
+    assert txt =~ ~r/CALLS_OK\s+REFUSED\s+TIMEOUT\n/
+    assert txt =~ ~r/b@host .* 7\s+3\s+1\n/
   end
 
   test "README's Operating Ringbus lists every family, in full or by its suffix" do

@@ -356,6 +356,57 @@ defmodule Ringbus.Test.ClusterProbe do
   @doc "The events a `node_watcher/0` recorded, oldest first."
   def node_events(pid), do: ask(pid, {:get, self()}, :events)
 
+  @doc """
+  Starts a process that records the lines this node logs at `:info` and
+  above, as `{level, text}`: the node's own handlers stay silent (peer nodes
+  log nothing, and their standard I/O is the test's control channel).
+  """
+  def log_recorder do
+    parent = self()
+
+    pid =
+      spawn(fn ->
+        for id <- :logger.get_handler_ids(),
+            do: :ok = :logger.set_handler_config(id, :level, :emergency)
+
+        :ok = :logger.add_handler(:ringbus_probe_logs, __MODULE__, %{config: %{pid: self()}})
+        :ok = :logger.set_primary_config(:level, :info)
+        send(parent, :recording)
+        record([])
+      end)
+
+    receive do
+      :recording -> pid
+    end
+  end
+
+  defp record(lines) do
+    receive do
+      {:log, level, text} ->
+        record([{level, text} | lines])
+
+      {:get, from} ->
+        send(from, {:lines, :lists.reverse(lines)})
+        record(lines)
+    end
+  end
+
+  @doc "The lines a `log_recorder/0` recorded, oldest first."
+  def log_lines(pid), do: ask(pid, {:get, self()}, :lines)
+
+  @doc false
+  # The `:logger` handler of `log_recorder/0`.
+  def log(%{level: level, msg: msg}, %{config: %{pid: pid}}) do
+    text =
+      case msg do
+        {:string, chardata} -> IO.chardata_to_string(chardata)
+        {:report, report} -> inspect(report)
+        {format, args} -> IO.chardata_to_string(:io_lib.format(format, args))
+      end
+
+    send(pid, {:log, level, text})
+  end
+
   # Asks a process started here and waits for its `{tag, answer}`.
   defp ask(pid, request, tag) do
     send(pid, request)

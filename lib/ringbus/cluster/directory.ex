@@ -48,6 +48,10 @@ defmodule Ringbus.Cluster.Directory do
   @spec delete(term()) :: :ok | {:error, :no_channel}
   def delete(name), do: GenServer.call(__MODULE__, {:delete, name}, :infinity)
 
+  @doc "Drops the entries of `node`, which is not connected; see `Ringbus.Cluster.forget_node/1`."
+  @spec forget(node()) :: {:ok, non_neg_integer()} | {:error, :node_up}
+  def forget(node), do: GenServer.call(__MODULE__, {:forget, node})
+
   @doc "The channels of other nodes, by home."
   @spec remote_channels() :: %{node() => non_neg_integer()}
   def remote_channels do
@@ -95,6 +99,9 @@ defmodule Ringbus.Cluster.Directory do
   @impl true
   def handle_call({:create, name, opts}, from, state),
     do: {:noreply, create(state, name, opts, {:call, from})}
+
+  def handle_call({:forget, node}, from, state),
+    do: {:noreply, run(state, {:forget, node, node in Node.list(), {:call, from}})}
 
   def handle_call({:delete, name}, from, state),
     do: {:noreply, run(state, {:delete, name, {:call, from}, Store.delete(name)})}

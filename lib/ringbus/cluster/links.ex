@@ -4,11 +4,14 @@ defmodule Ringbus.Cluster.Links do
   # does with a link: find it, read its state, hand it a request and wait for
   # the answer within a bound.
   #
-  # A row is `{node, link_pid | nil, counters, {call_timeout, reply_timeout}}`.
-  # The counters are an `:atomics` array the link writes (its state, the
-  # bytes it holds, batches sent, drops, suspensions) and that callers and
-  # `cluster_info/0` read without asking the link anything. They belong to
-  # the node, not to one link process, so they count across reconnections.
+  # A row is `{node, link_pid | nil, counters, {call_timeout, reply_timeout},
+  # calls}`. The counters are an `:atomics` array the link writes (its
+  # state, the bytes it holds, batches sent, drops, suspensions) and that
+  # callers and `cluster_info/0` read without asking the link anything.
+  # `calls` is a `:counters` array the callers bump themselves, one slot per
+  # outcome of a call (answered, refused, timed out), so counting takes no
+  # process. Both belong to the node, not to one link process, so they count
+  # across reconnections.
   #
   # A caller never waits on a remote process. It sends its request to the
   # local link (a local send, which cannot block) and waits for the answer
@@ -50,6 +53,11 @@ defmodule Ringbus.Cluster.Links do
   @suspensions 5
   @size 5
 
+  # Call outcome indices, in `calls`.
+  @calls_ok 1
+  @calls_refused 2
+  @calls_timeout 3
+
   @down 0
   @up 1
   @busy 2
@@ -66,7 +74,10 @@ defmodule Ringbus.Cluster.Links do
           queued_bytes: non_neg_integer(),
           batches: non_neg_integer(),
           drops: non_neg_integer(),
-          suspensions: non_neg_integer()
+          suspensions: non_neg_integer(),
+          calls_ok: non_neg_integer(),
+          calls_refused: non_neg_integer(),
+          calls_timeout: non_neg_integer()
         }
 
   @doc "The `:pg` scope of the cluster layer."
@@ -94,7 +105,7 @@ defmodule Ringbus.Cluster.Links do
   @spec counters(node()) :: :atomics.atomics_ref()
   def counters(node) do
     case :ets.lookup(@table, node) do
-      [{_, _, counters, _}] -> counters
+      [{_, _, counters, _, _}] -> counters
       [] -> :atomics.new(@size, signed: false)
     end
   end
@@ -102,7 +113,15 @@ defmodule Ringbus.Cluster.Links do
   @doc "Records `node`'s link process (`nil` once it is gone) and the timeouts of its callers."
   @spec put(node(), pid() | nil, :atomics.atomics_ref(), Ringbus.Cluster.Config.t()) :: :ok
   def put(node, pid, counters, config) do
-    :ets.insert(@table, {node, pid, counters, {config.call_timeout, config.reply_timeout}})
+    timeouts = {config.call_timeout, config.reply_timeout}
+
+    # The row is made once per node (by its first link), and its call
+    # counters kept from then on.
+    unless :ets.update_element(@table, node, [{2, pid}, {3, counters}, {4, timeouts}]) do
+      calls = :counters.new(3, [:write_concurrency])
+      :ets.insert(@table, {node, pid, counters, timeouts, calls})
+    end
+
     :ok
   end
 
@@ -149,14 +168,17 @@ defmodule Ringbus.Cluster.Links do
   @doc "Every link's figures, by node."
   @spec info() :: %{node() => info()}
   def info do
-    for {node, _pid, counters, _} <- :ets.tab2list(@table), into: %{} do
+    for {node, _pid, counters, _, calls} <- :ets.tab2list(@table), into: %{} do
       {node,
        %{
          state: state_name(:atomics.get(counters, @state)),
          queued_bytes: :atomics.get(counters, @queued),
          batches: :atomics.get(counters, @batches),
          drops: :atomics.get(counters, @drops),
-         suspensions: :atomics.get(counters, @suspensions)
+         suspensions: :atomics.get(counters, @suspensions),
+         calls_ok: :counters.get(calls, @calls_ok),
+         calls_refused: :counters.get(calls, @calls_refused),
+         calls_timeout: :counters.get(calls, @calls_timeout)
        }}
     end
   rescue
@@ -170,7 +192,7 @@ defmodule Ringbus.Cluster.Links do
   @doc "The nodes that have a link process, with its state."
   @spec states() :: [{node(), :up | :busy | :down}]
   def states do
-    for {node, pid, counters, _} <- :ets.tab2list(@table),
+    for {node, pid, counters, _, _} <- :ets.tab2list(@table),
         is_pid(pid),
         do: {node, state_name(:atomics.get(counters, @state))}
   rescue
@@ -181,7 +203,7 @@ defmodule Ringbus.Cluster.Links do
   @spec cast(node(), term()) :: :ok
   def cast(node, item) do
     case :ets.lookup(@table, node) do
-      [{_, pid, _, _}] when is_pid(pid) -> send(pid, {:ringbus_cast, item})
+      [{_, pid, _, _, _}] when is_pid(pid) -> send(pid, {:ringbus_cast, item})
       _ -> :ok
     end
 
@@ -197,21 +219,36 @@ defmodule Ringbus.Cluster.Links do
   `{:error, :timeout}` when it left and no answer came in time (it may or
   may not have been carried out). Waits at most the link's `call_timeout`
   for the request to leave and its `reply_timeout` in all, or `timeout` ms
-  for both when given.
+  for both when given. Counts the outcome in the node's `calls`.
   """
   @spec call(node(), term(), term(), pos_integer() | nil) :: term()
   def call(node, name, op, timeout \\ nil) do
     case lookup(node) do
-      {:up, pid, {call_timeout, reply_timeout}} ->
+      {:up, pid, {call_timeout, reply_timeout}, calls} ->
         {leave, reply} = if timeout, do: {timeout, timeout}, else: {call_timeout, reply_timeout}
-        await_call(pid, name, op, leave, max(leave, reply))
+        counted(await_call(pid, name, op, leave, max(leave, reply)), calls)
 
-      {:busy, _, _} ->
-        {:error, :node_busy}
+      {:busy, _, _, calls} ->
+        counted({:error, :node_busy}, calls)
 
-      {:down, _, _} ->
-        {:error, :node_down}
+      {:down, _, _, calls} ->
+        counted({:error, :node_down}, calls)
     end
+  end
+
+  # A node with no row yet (never linked) has nothing to count in.
+  defp counted(answer, nil), do: answer
+
+  defp counted(answer, calls) do
+    slot =
+      case answer do
+        {:error, reason} when reason in [:node_busy, :node_down] -> @calls_refused
+        {:error, :timeout} -> @calls_timeout
+        _answered -> @calls_ok
+      end
+
+    :counters.add(calls, slot, 1)
+    answer
   end
 
   @doc """
@@ -221,10 +258,10 @@ defmodule Ringbus.Cluster.Links do
   @spec ack(node(), {pid(), reference()}, pos_integer()) :: :ok | {:error, :no_subscription}
   def ack(node, sub, count) do
     case lookup(node) do
-      {:down, _, _} ->
+      {:down, _, _, _} ->
         {:error, :no_subscription}
 
-      {_up_or_busy, pid, _} ->
+      {_up_or_busy, pid, _, _} ->
         send(pid, {:ringbus_link_ack, sub, count})
         :ok
     end
@@ -239,10 +276,10 @@ defmodule Ringbus.Cluster.Links do
           :ok | {:error, :no_subscription | :node_busy}
   def unsubscribe(node, sub) do
     case lookup(node) do
-      {:down, _, _} ->
+      {:down, _, _, _} ->
         {:error, :no_subscription}
 
-      {_up_or_busy, pid, {call_timeout, _reply_timeout}} ->
+      {_up_or_busy, pid, {call_timeout, _reply_timeout}, _} ->
         case await(pid, &{:ringbus_unsubscribe, &1, sub}, call_timeout) do
           {:error, :node_down} -> {:error, :no_subscription}
           reply -> reply
@@ -252,15 +289,18 @@ defmodule Ringbus.Cluster.Links do
 
   defp lookup(node) do
     case :ets.lookup(@table, node) do
-      [{_, pid, counters, timeouts}] when is_pid(pid) ->
-        {state_name(:atomics.get(counters, @state)), pid, timeouts}
+      [{_, pid, counters, timeouts, calls}] when is_pid(pid) ->
+        {state_name(:atomics.get(counters, @state)), pid, timeouts, calls}
 
-      _ ->
-        {:down, nil, nil}
+      [{_, nil, _, _, calls}] ->
+        {:down, nil, nil, calls}
+
+      [] ->
+        {:down, nil, nil, nil}
     end
   rescue
     # No table: the cluster layer is not running.
-    ArgumentError -> {:down, nil, nil}
+    ArgumentError -> {:down, nil, nil, nil}
   end
 
   defp await(pid, request, timeout) do

@@ -20,8 +20,14 @@ defmodule Ringbus.Cluster.Members do
   # network (`-connect_all`, the default).
   #
   # It owns the links table (`Ringbus.Cluster.Links`).
+  #
+  # It logs one line per member that joins (info; notice when a node seen
+  # before rejoins, after a restart or a partition) and one per member that
+  # leaves (warning, with the nodedown reason).
 
   use GenServer
+
+  require Logger
 
   alias Ringbus.Cluster.{Link, Links}
 
@@ -62,6 +68,8 @@ defmodule Ringbus.Cluster.Members do
       pg: ref,
       join: MapSet.new(config.join),
       seen: MapSet.new(),
+      # the members now, to log each join and leave once
+      present: MapSet.new(),
       # node => {link pid, monitor}
       links: %{},
       # node => the pid of its link to this node
@@ -95,8 +103,9 @@ defmodule Ringbus.Cluster.Members do
     do: {:noreply, left(state, group, pids)}
 
   def handle_info({:nodedown, node, info}, state) do
-    state = %{state | peers: Map.delete(state.peers, node)}
-    tell(state, node, {:ringbus_link_down, {:node_down, info[:nodedown_reason]}})
+    reason = info[:nodedown_reason]
+    state = gone(%{state | peers: Map.delete(state.peers, node)}, node, inspect(reason))
+    tell(state, node, {:ringbus_link_down, {:node_down, reason}})
     {:noreply, state}
   end
 
@@ -141,7 +150,7 @@ defmodule Ringbus.Cluster.Members do
     cond do
       group == Links.members_group() ->
         Enum.reduce(others, state, fn pid, state ->
-          ensure_link(%{state | seen: MapSet.put(state.seen, node(pid))}, node(pid))
+          state |> arrived(node(pid)) |> ensure_link(node(pid))
         end)
 
       group == Links.group(node()) ->
@@ -157,18 +166,59 @@ defmodule Ringbus.Cluster.Members do
     end
   end
 
+  # A member whose cluster layer stopped while its node stays connected; one
+  # that went down is logged at its nodedown, with the reason.
   defp left(state, group, pids) do
-    if group == Links.group(node()) do
-      Enum.reduce(pids, state, fn pid, state ->
-        node = node(pid)
+    cond do
+      group == Links.members_group() ->
+        connected = Node.list()
 
-        if state.peers[node] == pid do
-          tell(state, node, {:ringbus_link_down, :peer_left})
-          %{state | peers: Map.delete(state.peers, node)}
-        else
-          state
-        end
-      end)
+        Enum.reduce(pids, state, fn pid, state ->
+          if node(pid) in connected,
+            do: gone(state, node(pid), "its Ringbus stopped"),
+            else: state
+        end)
+
+      group == Links.group(node()) ->
+        peer_left(state, pids)
+
+      true ->
+        state
+    end
+  end
+
+  defp peer_left(state, pids) do
+    Enum.reduce(pids, state, fn pid, state ->
+      node = node(pid)
+
+      if state.peers[node] == pid do
+        tell(state, node, {:ringbus_link_down, :peer_left})
+        %{state | peers: Map.delete(state.peers, node)}
+      else
+        state
+      end
+    end)
+  end
+
+  defp arrived(state, node) do
+    cond do
+      MapSet.member?(state.present, node) ->
+        :ok
+
+      MapSet.member?(state.seen, node) ->
+        Logger.notice("Ringbus cluster member #{node} rejoined")
+
+      true ->
+        Logger.info("Ringbus cluster member #{node} joined")
+    end
+
+    %{state | seen: MapSet.put(state.seen, node), present: MapSet.put(state.present, node)}
+  end
+
+  defp gone(state, node, why) do
+    if MapSet.member?(state.present, node) do
+      Logger.warning("Ringbus cluster member #{node} left: #{why}")
+      %{state | present: MapSet.delete(state.present, node)}
     else
       state
     end

@@ -166,7 +166,8 @@ defmodule Ringbus.HTTP.StatusPage do
 
     rows =
       for l <- cluster.links do
-        [l.node, l.state, bytes(l.queued_bytes), l.batches, l.drops, l.suspensions]
+        [l.node, l.state, bytes(l.queued_bytes), l.batches, l.drops, l.suspensions] ++
+          [l.calls_ok, l.calls_refused, l.calls_timeout]
       end
 
     [
@@ -174,7 +175,11 @@ defmodule Ringbus.HTTP.StatusPage do
       "#{window(interval)}: ",
       sparkline(cluster.links_up),
       " #{up}</p>\n",
-      table("links", ~w(node state queued batches drops suspensions), rows)
+      table(
+        "links",
+        ~w(node state queued batches drops suspensions calls_ok refused timeout),
+        rows
+      )
     ]
   end
 

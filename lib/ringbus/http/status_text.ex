@@ -77,10 +77,12 @@ defmodule Ringbus.HTTP.StatusText do
     [
       "Cluster members: #{Enum.join(members, ", ")}\n",
       table(
-        ~w(NODE STATE QUEUED BATCHES DROPS SUSPENSIONS),
+        ~w(NODE STATE QUEUED BATCHES DROPS SUSPENSIONS CALLS_OK REFUSED TIMEOUT),
         for(
           l <- links,
-          do: [l.node, l.state, bytes(l.queued_bytes), l.batches, l.drops, l.suspensions]
+          do:
+            [l.node, l.state, bytes(l.queued_bytes), l.batches, l.drops, l.suspensions] ++
+              [l.calls_ok, l.calls_refused, l.calls_timeout]
         )
       )
     ]

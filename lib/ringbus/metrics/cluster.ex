@@ -3,7 +3,7 @@ defmodule Ringbus.Metrics.Cluster do
   # Reads what `Ringbus.cluster_info/0` returns by field name, so that the
   # metrics and the status page need no change when the cluster layer adds
   # a field: its members, and per link to a node its state, queued bytes,
-  # batches, drops and suspensions. Links may come as a list of maps with a
+  # batches, drops, suspensions and calls by outcome. Links may come as a list of maps with a
   # `:node` or as a map of node to link; a field that is missing stays nil.
 
   @type link :: %{
@@ -12,7 +12,10 @@ defmodule Ringbus.Metrics.Cluster do
           queued_bytes: number() | nil,
           batches: number() | nil,
           drops: number() | nil,
-          suspensions: number() | nil
+          suspensions: number() | nil,
+          calls_ok: number() | nil,
+          calls_refused: number() | nil,
+          calls_timeout: number() | nil
         }
 
   @spec normalize(term()) :: %{members: [String.t()], links: [link()]}
@@ -46,7 +49,10 @@ defmodule Ringbus.Metrics.Cluster do
       queued_bytes: Map.get(link, :queued_bytes),
       batches: Map.get(link, :batches),
       drops: Map.get(link, :drops, Map.get(link, :dropped)),
-      suspensions: Map.get(link, :suspensions)
+      suspensions: Map.get(link, :suspensions),
+      calls_ok: Map.get(link, :calls_ok),
+      calls_refused: Map.get(link, :calls_refused),
+      calls_timeout: Map.get(link, :calls_timeout)
     }
   end
 end

@@ -109,7 +109,10 @@ defmodule Ringbus.Metrics.Prometheus do
     {"ringbus_cluster_link_drops_total", :counter,
      "Batches the link to a node dropped (not connected, or busy).", ~w(node)},
     {"ringbus_cluster_link_suspensions_total", :counter,
-     "Times the link to a node was suspended (the distribution buffer was full).", ~w(node)}
+     "Times the link to a node was suspended (the distribution buffer was full).", ~w(node)},
+    {"ringbus_cluster_calls_total", :counter,
+     "Calls from this node to the channels of a node, by outcome: ok (answered), refused (node_busy or node_down: not carried out), timeout (unknown outcome).",
+     ~w(node outcome)}
   ]
 
   @sections [:channels, :subscriptions, :delivery, :servers, :groups, :vm, :cluster]
@@ -143,6 +146,8 @@ defmodule Ringbus.Metrics.Prometheus do
     {"ringbus_cluster_link_drops_total", :drops},
     {"ringbus_cluster_link_suspensions_total", :suspensions}
   ]
+
+  @call_outcomes [{"ok", :calls_ok}, {"refused", :calls_refused}, {"timeout", :calls_timeout}]
 
   @doc "The families as a Markdown table, for `Ringbus.Metrics`'s docs."
   @spec families_doc() :: String.t()
@@ -279,7 +284,11 @@ defmodule Ringbus.Metrics.Prometheus do
           [
             {"ringbus_cluster_link_state", [node: link.node, state: link.state], 1}
             | for({family, field} <- @link_fields, do: {family, labels, Map.get(link, field)})
-          ]
+          ] ++
+            for {outcome, field} <- @call_outcomes,
+                do:
+                  {"ringbus_cluster_calls_total", labels ++ [outcome: outcome],
+                   Map.get(link, field)}
         end)
     ]
   end

@@ -223,6 +223,16 @@ defmodule Ringbus.Cluster.AcrossNodesTest do
 
       assert is_integer(q) and batches > 0
     end
+
+    # The calls a makes to c's channels count at a, by outcome.
+    :ok = call(c, Ringbus, :create, ["info-counted", [capacity: 4]])
+    before = call(a, Ringbus, :cluster_info, []).links[c.node]
+    assert call(a, Ringbus, :push, ["info-counted", "x"]) == {:ok, 0}
+    assert call(a, Ringbus, :len, ["info-counted"]) == 1
+    after_calls = call(a, Ringbus, :cluster_info, []).links[c.node]
+    assert after_calls.calls_ok == before.calls_ok + 2
+    assert after_calls.calls_refused == before.calls_refused
+    assert after_calls.calls_timeout == before.calls_timeout
   end
 
   defp await_received(node, pid, count) do

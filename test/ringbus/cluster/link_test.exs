@@ -91,6 +91,31 @@ defmodule Ringbus.Cluster.LinkTest do
     assert eventually(fn -> Links.info()[node].state == :up end)
   end
 
+  @tag link_config: [call_timeout: 50, reply_timeout: 100, busy_timeout: 60_000]
+  test "callers count their calls by outcome: answered, refused, timed out", ctx do
+    %{node: node, link: link} = ctx
+    assert %{calls_ok: 0, calls_refused: 0, calls_timeout: 0} = Links.info()[node]
+    assert Links.call(node, "ch", :len) == {:error, :node_down}
+    connect(link)
+
+    # Answered, even with an error: the call was carried out.
+    caller = Task.async(fn -> Links.call(node, "ch", :len) end)
+    [{:call, ref, "ch", :len}] = receive_items(link, 1)
+    send(link, {:ringbus_batch, self(), 1, 1, [{:reply, ref, {:error, :no_channel}}]})
+    assert Task.await(caller) == {:error, :no_channel}
+
+    # Left and never answered: unknown.
+    assert Links.call(node, "ch", :len) == {:error, :timeout}
+    [{:call, _, "ch", :len}] = receive_items(link, 1)
+
+    # Never left: refused.
+    :sys.suspend(link)
+    assert Links.call(node, "ch", :len, 20) == {:error, :node_busy}
+    :sys.resume(link)
+
+    assert %{calls_ok: 1, calls_refused: 2, calls_timeout: 1} = Links.info()[node]
+  end
+
   test "a request whose caller gave up before it left is not sent", ctx do
     %{node: node, link: link} = ctx
     peer = connect(link)

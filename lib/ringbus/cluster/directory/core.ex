@@ -47,7 +47,10 @@ defmodule Ringbus.Cluster.Directory.Core do
   #     as `:global` resolves a name registered twice.
   #
   # A node that is down keeps its entries, so its channels answer
-  # `{:error, :node_down}` rather than `{:error, :no_channel}`.
+  # `{:error, :node_down}` rather than `{:error, :no_channel}`, until an
+  # operator forgets it (`{:forget, node, connected?, reply_to}`): its
+  # entries and the claims it was granted are dropped here, so its names can
+  # be created again. Refused while the node is connected or has a link up.
   #
   # Directory messages between nodes (each sent as `{:send, node, message}`):
   #
@@ -84,6 +87,7 @@ defmodule Ringbus.Cluster.Directory.Core do
           | {:link_up, node()}
           | {:link_down, node()}
           | {:timeout, id :: reference()}
+          | {:forget, node(), connected? :: boolean(), reply_to()}
           | {:created, name :: term(), opts :: keyword(), purpose(), result :: term()}
 
   @type effect ::
@@ -201,6 +205,21 @@ defmodule Ringbus.Cluster.Directory.Core do
     Enum.reduce(state.pending, %{state | claims: claims}, fn {id, _}, state ->
       heard(state, id, node)
     end)
+  end
+
+  defp event(state, {:forget, node, connected?, reply_to}) do
+    linked? = Enum.any?(state.world.links, fn {n, link} -> n == node and link != :down end)
+
+    if connected? or linked? or node == node() do
+      emit(state, {:reply, reply_to, {:error, :node_up}})
+    else
+      names = for {name, {^node, _, _, _}} <- state.remote, do: name
+      state = Enum.reduce(names, state, &emit(&2, {:drop_entry, &1}))
+      claims = Map.reject(state.claims, &match?({_, {:granted, _, ^node}}, &1))
+
+      %{state | remote: Map.drop(state.remote, names), claims: claims}
+      |> emit({:reply, reply_to, {:ok, length(names)}})
+    end
   end
 
   defp event(state, {:timeout, id}) do

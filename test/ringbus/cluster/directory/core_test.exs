@@ -59,6 +59,28 @@ defmodule Ringbus.Cluster.Directory.CoreTest do
       assert effects == [{:cancel_timer, :id}, {:reply, :caller, :ok}]
     end
 
+    test "forgetting a node that is gone drops its channels and claims; not while it is up" do
+      sync = {:sync, :ib, [{"x", @opts, {5, :b}}, {"y", @opts, {6, :b}}]}
+      {core, _} = Core.handle(Core.new(:i1, 1_000), {:peer, :b, sync}, world([{:b, :up}]))
+      {core, _} = Core.handle(core, {:peer, :b, {:claim, "z", {7, :b}, :zid}}, world([{:b, :up}]))
+      assert Map.keys(core.remote) == ["x", "y"] and Map.has_key?(core.claims, "z")
+
+      for {links, connected?} <- [{[{:b, :up}], false}, {[{:b, :busy}], false}, {[], true}] do
+        assert {^core, [{:reply, :op, {:error, :node_up}}]} =
+                 Core.handle(core, {:forget, :b, connected?, :op}, world(links))
+      end
+
+      {core, effects} = Core.handle(core, {:forget, :b, false, :op}, world([{:b, :down}]))
+      assert effects == [{:drop_entry, "x"}, {:drop_entry, "y"}, {:reply, :op, {:ok, 2}}]
+      assert core.remote == %{} and core.claims == %{}
+
+      # Its names are free: created here with no one to ask.
+      {_core, effects} =
+        Core.handle(core, {:create, "x", @opts, :caller, :id, {10, :a}}, world([]))
+
+      assert [{:create_channel, "x", @opts, {:commit, _}}] = effects
+    end
+
     test "the store's refusal is the create's answer" do
       {core, [{:create_channel, _, _, purpose}]} =
         Core.handle(
