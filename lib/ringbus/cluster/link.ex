@@ -179,11 +179,8 @@ defmodule Ringbus.Cluster.Link do
   # A batch of a subscription homed here, for its subscriber at the peer:
   # within the subscription's credit, so it always goes in.
   def handle_info({:ringbus, sub, messages, lost}, state) do
-    {n, payload_bytes} = Home.measure(messages)
     item = {:deliver, sub, messages, lost}
-
-    outbox =
-      Outbox.force_push(state.outbox, item, payload_bytes + @message_bytes * n + @item_bytes)
+    outbox = Outbox.force_push(state.outbox, item, Home.messages_bytes(messages) + @item_bytes)
 
     state = %{state | outbox: outbox}
     noreply(if Outbox.full?(outbox), do: full(state), else: state)
@@ -252,7 +249,7 @@ defmodule Ringbus.Cluster.Link do
   end
 
   defp receive_item({:call, ref, name, op}, state) do
-    case Home.run(name, op, self()) do
+    case Home.run(name, op, self(), state.outbox.max_bytes - @item_bytes) do
       {:reply, answer} ->
         answer(state, ref, answer)
 
@@ -338,8 +335,20 @@ defmodule Ringbus.Cluster.Link do
 
   ## Queueing
 
+  # Larger than the link ever holds: refused, whatever it holds now.
   defp request(state, ref, name, op, flag) do
-    case Outbox.push(state.outbox, {:call, ref, name, op, flag}, op_bytes(op)) do
+    bytes = op_bytes(op)
+
+    if bytes > state.outbox.max_bytes do
+      send(ref, {ref, {:error, :too_large}})
+      %{state | subscribing: Map.delete(state.subscribing, ref)}
+    else
+      queue_request(state, ref, name, op, flag, bytes)
+    end
+  end
+
+  defp queue_request(state, ref, name, op, flag, bytes) do
+    case Outbox.push(state.outbox, {:call, ref, name, op, flag}, bytes) do
       {:ok, outbox} ->
         %{state | outbox: outbox}
 
