@@ -102,7 +102,9 @@ defmodule Ringbus.Cluster.Home do
 
   defp run_on(channel, :len, _link), do: Ring.len(channel)
   defp run_on(channel, :info, _link), do: {:ok, Ring.info(channel)}
-  defp run_on(channel, {:subscribe, opts}, link), do: Subscription.start(channel, link, opts)
+
+  defp run_on(channel, {:subscribe, opts}, {link, _room}),
+    do: Subscription.start(channel, link, opts)
 
   @doc """
   Ends a subscription homed here without waiting for it: it may have a
