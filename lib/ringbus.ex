@@ -461,7 +461,13 @@ defmodule Ringbus do
   Returns the messages in seq order and `lost`: how many messages at or after
   `from_seq` were gone (overwritten or pulled) before the first one returned.
   The messages returned are contiguous; to go on, read again from the seq
-  after the last one.
+  after the last one. It may return fewer than `max` even when more are
+  there: from another node, an answer carries at most a quarter of the
+  cluster's `:max_buffer_bytes` of messages (but always at least one), and
+  the rest stays in the ring for the next read. A first message larger
+  than `:max_buffer_bytes` cannot cross the link: a read from another node
+  answers `{:error, :too_large}` (as do `pull/1` and `push/2` for such a
+  message); read it on its home node, or skip it.
   """
   @spec read(name(), seq(), non_neg_integer()) ::
           {:ok, [{seq(), binary()}], non_neg_integer()} | {:error, :no_channel | node_error()}

@@ -24,7 +24,9 @@ defmodule Ringbus.Cluster.Link do
   #     would wait for the setup (up to `net_setuptime`, 7 s); reconnecting
   #     is `Members`' job, in processes nobody waits on.
   #
-  # Bounds. When an item does not fit in the outbox: a request is answered
+  # Bounds. `Home` cuts a read's answer to a quarter of `max_buffer_bytes`
+  # (at least one message) and refuses `:too_large` a read, pull or push of
+  # one message larger than the bound. When an item does not fit in the outbox: a request is answered
   # `{:error, :node_busy}` at once, an answer is dropped (its caller gets
   # `{:error, :timeout}` when it stops waiting), a directory message is dropped and
   # the directory resyncs the node once the link drains; each is counted in
