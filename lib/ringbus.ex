@@ -452,7 +452,8 @@ defmodule Ringbus do
   Takes the oldest message out of the channel. Each message is pulled at most
   once, however many processes pull at the same time.
   """
-  @spec pull(name()) :: {:ok, seq(), binary()} | :empty | {:error, :no_channel | node_error()}
+  @spec pull(name()) ::
+          {:ok, seq(), binary()} | :empty | {:error, :no_channel | :too_large | node_error()}
   def pull(name), do: on_channel(name, :pull)
 
   @doc """
@@ -470,7 +471,8 @@ defmodule Ringbus do
   message); read it on its home node, or skip it.
   """
   @spec read(name(), seq(), non_neg_integer()) ::
-          {:ok, [{seq(), binary()}], non_neg_integer()} | {:error, :no_channel | node_error()}
+          {:ok, [{seq(), binary()}], non_neg_integer()}
+          | {:error, :no_channel | :too_large | node_error()}
   def read(name, from_seq, max)
       when is_integer(from_seq) and from_seq >= 0 and is_integer(max) and max >= 0,
       do: on_channel(name, {:read, from_seq, max})
@@ -488,7 +490,7 @@ defmodule Ringbus do
   """
   @spec read(name(), seq(), non_neg_integer(), incarnation: pos_integer() | nil) ::
           {:ok, [{seq(), binary()}], non_neg_integer()}
-          | {:error, :no_channel | :new_incarnation | node_error()}
+          | {:error, :no_channel | :new_incarnation | :too_large | node_error()}
   def read(name, from_seq, max, opts)
       when is_integer(from_seq) and from_seq >= 0 and is_integer(max) and max >= 0 do
     opts = Options.validate!(opts, [incarnation: nil], "read")
