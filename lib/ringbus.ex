@@ -452,7 +452,8 @@ defmodule Ringbus do
   Takes the oldest message out of the channel. Each message is pulled at most
   once, however many processes pull at the same time.
   """
-  @spec pull(name()) :: {:ok, seq(), binary()} | :empty | {:error, :no_channel | node_error()}
+  @spec pull(name()) ::
+          {:ok, seq(), binary()} | :empty | {:error, :no_channel | :too_large | node_error()}
   def pull(name), do: on_channel(name, :pull)
 
   @doc """
@@ -461,10 +462,17 @@ defmodule Ringbus do
   Returns the messages in seq order and `lost`: how many messages at or after
   `from_seq` were gone (overwritten or pulled) before the first one returned.
   The messages returned are contiguous; to go on, read again from the seq
-  after the last one.
+  after the last one. It may return fewer than `max` even when more are
+  there: from another node, an answer carries at most a quarter of the
+  cluster's `:max_buffer_bytes` of messages (but always at least one), and
+  the rest stays in the ring for the next read. A first message larger
+  than `:max_buffer_bytes` cannot cross the link: a read from another node
+  answers `{:error, :too_large}` (as do `pull/1` and `push/2` for such a
+  message); read it on its home node, or skip it.
   """
   @spec read(name(), seq(), non_neg_integer()) ::
-          {:ok, [{seq(), binary()}], non_neg_integer()} | {:error, :no_channel | node_error()}
+          {:ok, [{seq(), binary()}], non_neg_integer()}
+          | {:error, :no_channel | :too_large | node_error()}
   def read(name, from_seq, max)
       when is_integer(from_seq) and from_seq >= 0 and is_integer(max) and max >= 0,
       do: on_channel(name, {:read, from_seq, max})
@@ -482,7 +490,7 @@ defmodule Ringbus do
   """
   @spec read(name(), seq(), non_neg_integer(), incarnation: pos_integer() | nil) ::
           {:ok, [{seq(), binary()}], non_neg_integer()}
-          | {:error, :no_channel | :new_incarnation | node_error()}
+          | {:error, :no_channel | :new_incarnation | :too_large | node_error()}
   def read(name, from_seq, max, opts)
       when is_integer(from_seq) and from_seq >= 0 and is_integer(max) and max >= 0 do
     opts = Options.validate!(opts, [incarnation: nil], "read")

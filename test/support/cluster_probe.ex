@@ -306,6 +306,53 @@ defmodule Ringbus.Test.ClusterProbe do
         do: Ringbus.push(name, <<i::32, :binary.copy("p", max(bytes - 4, 0))::binary>>)
   end
 
+  @doc """
+  Reads `name` from seq 0 on, `max` at a time, from the seq after the last
+  message each time, until it has `total` messages; retries node_busy and
+  timeout. Returns the tags (`push_n/3`'s first 4 bytes) in the order read,
+  the messages and bytes of the largest answer, and the errors met.
+  """
+  def read_all(name, total, max) do
+    read_all(name, total, max, 0, [], {0, 0}, [])
+  end
+
+  defp read_all(_name, total, _max, next, tags, largest, errors) when next >= total,
+    do: %{tags: Enum.reverse(tags), largest: largest, errors: Enum.frequencies(errors)}
+
+  defp read_all(name, total, max, next, tags, largest, errors) do
+    case Ringbus.read(name, next, max) do
+      {:ok, [_ | _] = messages, 0} ->
+        {last, _} = List.last(messages)
+        tags = Enum.reduce(messages, tags, fn {_, <<i::32, _::binary>>}, acc -> [i | acc] end)
+        answer = {length(messages), Ringbus.Cluster.Home.messages_bytes(messages)}
+        read_all(name, total, max, last + 1, tags, max(largest, answer), errors)
+
+      {:error, reason} when reason in [:node_busy, :timeout] ->
+        read_all(name, total, max, next, tags, largest, [reason | errors])
+
+      other ->
+        %{unexpected: other, at: next}
+    end
+  end
+
+  @doc "Starts a process that samples the largest `queued_bytes` of this node's links."
+  def queue_sampler do
+    spawn(fn -> sample_queues(0) end)
+  end
+
+  defp sample_queues(largest) do
+    receive do
+      {:get, from} -> send(from, {:largest, largest})
+    after
+      1 ->
+        links = Map.values(Ringbus.cluster_info().links)
+        sample_queues(Enum.reduce(links, largest, &max(&1.queued_bytes, &2)))
+    end
+  end
+
+  @doc "The largest `queued_bytes` a `queue_sampler/0` has seen."
+  def largest_queued(pid), do: ask(pid, {:get, self()}, :largest)
+
   @doc "Creates each of `names` here as fast as it can; returns the results in order."
   def create_all(names, opts), do: for(name <- names, do: {name, Ringbus.create(name, opts)})
 

@@ -13,6 +13,11 @@ defmodule Ringbus.Cluster.Home do
   alias Ringbus.Store
   alias Ringbus.Channel.{Producers, Ring, Subscription}
 
+  # What a message costs in an answer beyond its payload, as the link counts it.
+  @message_bytes 16
+  # Messages a cut read takes from the ring at a time.
+  @read_step 64
+
   @typedoc "A request from another node, as `Ringbus.Cluster.Router` sends it."
   @type op ::
           {:push, binary()}
@@ -31,16 +36,22 @@ defmodule Ringbus.Cluster.Home do
           | :delete
 
   @doc """
-  Runs `op` on channel `name` for `link`: `{:reply, answer}`, or
+  Runs `op` on channel `name` for `link`, whose answers may carry at most
+  `room` bytes (`answer_bytes/1`): `{:reply, answer}`, or
   `{:directory, request}` when the directory must answer it.
-  """
-  @spec run(term(), op(), pid()) :: {:reply, term()} | {:directory, term()}
-  def run(name, {:create, opts}, _link), do: {:directory, {:create, name, opts}}
-  def run(name, :delete, _link), do: {:directory, {:delete, name}}
 
-  def run(name, op, link) do
+  A read answers at most `room` div 4 bytes of messages, so that several fit
+  in the link at once, but always its first message if that fits in `room`;
+  a first message (or a pulled one) larger than `room` is answered
+  `{:error, :too_large}` and stays in the ring.
+  """
+  @spec run(term(), op(), pid(), pos_integer()) :: {:reply, term()} | {:directory, term()}
+  def run(name, {:create, opts}, _link, _room), do: {:directory, {:create, name, opts}}
+  def run(name, :delete, _link, _room), do: {:directory, {:delete, name}}
+
+  def run(name, op, link, room) do
     case Store.fetch(name) do
-      {:ok, channel} -> {:reply, run_on(channel, op, link)}
+      {:ok, channel} -> {:reply, run_on(channel, op, {link, room})}
       error -> {:reply, error}
     end
   rescue
@@ -64,11 +75,24 @@ defmodule Ringbus.Cluster.Home do
   defp run_on(channel, {:push_batches, batches}, _link),
     do: {:ok, Ring.push_batches(channel, batches)}
 
-  defp run_on(channel, :pull, _link), do: Ring.pull(channel)
+  # The oldest message is looked at first, so one too large for the link
+  # stays in the ring. (One that another puller's take puts at the head
+  # between the look and the pull still goes, whole.)
+  defp run_on(channel, :pull, {_link, room}) do
+    case Ring.read(channel, 0, 1) do
+      {[{_, payload}], _, _, _} when byte_size(payload) + @message_bytes > room ->
+        {:error, :too_large}
 
-  defp run_on(channel, {:read, from, max}, _link) do
-    {messages, _count, lost, _next} = Ring.read(channel, from, max)
-    {:ok, messages, lost}
+      _ ->
+        Ring.pull(channel)
+    end
+  end
+
+  defp run_on(channel, {:read, from, max}, {_link, room}) do
+    case cut_read(channel, from, max, div(room, 4), room) do
+      {[], 0, lost} when max > 0 -> too_large_or_empty(channel, from, lost, room)
+      {messages, _bytes, lost} -> {:ok, messages, lost}
+    end
   end
 
   defp run_on(channel, {:read, from, max, incarnation}, link) do
@@ -78,7 +102,9 @@ defmodule Ringbus.Cluster.Home do
 
   defp run_on(channel, :len, _link), do: Ring.len(channel)
   defp run_on(channel, :info, _link), do: {:ok, Ring.info(channel)}
-  defp run_on(channel, {:subscribe, opts}, link), do: Subscription.start(channel, link, opts)
+
+  defp run_on(channel, {:subscribe, opts}, {link, _room}),
+    do: Subscription.start(channel, link, opts)
 
   @doc """
   Ends a subscription homed here without waiting for it: it may have a
@@ -97,11 +123,74 @@ defmodule Ringbus.Cluster.Home do
     :ok
   end
 
-  @doc "The payload bytes an answer carries, to bound what a link holds."
+  # Reads up to `max` messages from `from` while they fit in `budget` bytes,
+  # the first one in `room`: a few at a time, so a large `max` of large
+  # messages is not all taken from the ring to be cut. Stops at a gap (what
+  # a step finds lost), which the next read from the seq after reports.
+  defp cut_read(channel, from, max, budget, room) do
+    {messages, _n, lost, next} = Ring.read(channel, from, min(max, @read_step))
+    {acc, taken, bytes, cut?} = fit(messages, [], 0, 0, budget, room)
+    stop? = cut? or taken == 0 or taken < @read_step
+    {acc, bytes} = cut_more(channel, next, max - taken, acc, bytes, budget, stop?)
+    {:lists.reverse(acc), bytes, lost}
+  end
+
+  defp cut_more(_channel, _from, left, acc, bytes, _budget, stop?) when stop? or left <= 0,
+    do: {acc, bytes}
+
+  defp cut_more(channel, from, left, acc, bytes, budget, false) do
+    case Ring.read(channel, from, min(left, @read_step)) do
+      {[_ | _] = messages, n, 0, next} ->
+        {acc, taken, bytes, cut?} = fit(messages, acc, 0, bytes, budget, budget)
+        cut_more(channel, next, left - taken, acc, bytes, budget, cut? or n < @read_step)
+
+      _ ->
+        {acc, bytes}
+    end
+  end
+
+  # Takes messages while they fit in `budget`, the very first in `room`;
+  # returns them newest first, how many, their bytes, and whether one did
+  # not fit.
+  defp fit([{_, payload} = message | rest], acc, taken, bytes, budget, room) do
+    cost = byte_size(payload) + @message_bytes
+
+    if (acc == [] and cost <= room) or (acc != [] and bytes + cost <= budget),
+      do: fit(rest, [message | acc], taken + 1, bytes + cost, budget, room),
+      else: {acc, taken, bytes, true}
+  end
+
+  defp fit([], acc, taken, bytes, _budget, _room), do: {acc, taken, bytes, false}
+
+  # Nothing fitted: either nothing is there, or the first message is too large.
+  defp too_large_or_empty(channel, from, lost, room) do
+    case Ring.read(channel, from, 1) do
+      {[{_, payload}], _, _, _} when byte_size(payload) + @message_bytes > room ->
+        {:error, :too_large}
+
+      _ ->
+        {:ok, [], lost}
+    end
+  end
+
+  @doc """
+  The bytes an answer carries, to bound what a link holds: payloads and
+  what each message costs beyond its payload.
+  """
   @spec answer_bytes(term()) :: non_neg_integer()
-  def answer_bytes({:ok, messages, _lost}) when is_list(messages), do: elem(measure(messages), 1)
-  def answer_bytes({:ok, _seq, payload}) when is_binary(payload), do: byte_size(payload)
+  def answer_bytes({:ok, messages, _lost}) when is_list(messages), do: messages_bytes(messages)
+
+  def answer_bytes({:ok, _seq, payload}) when is_binary(payload),
+    do: byte_size(payload) + @message_bytes
+
   def answer_bytes(_answer), do: 0
+
+  @doc "The bytes messages `[{seq, payload}]` cost in a link: payloads and overhead."
+  @spec messages_bytes([{non_neg_integer(), binary()}]) :: non_neg_integer()
+  def messages_bytes(messages) do
+    {n, bytes} = measure(messages)
+    bytes + @message_bytes * n
+  end
 
   @doc "How many messages `[{seq, payload}]` holds, and their payload bytes, in one pass."
   @spec measure([{non_neg_integer(), binary()}]) :: {non_neg_integer(), non_neg_integer()}

@@ -24,7 +24,9 @@ defmodule Ringbus.Cluster.Link do
   #     would wait for the setup (up to `net_setuptime`, 7 s); reconnecting
   #     is `Members`' job, in processes nobody waits on.
   #
-  # Bounds. When an item does not fit in the outbox: a request is answered
+  # Bounds. `Home` cuts a read's answer to a quarter of `max_buffer_bytes`
+  # (at least one message) and refuses `:too_large` a read, pull or push of
+  # one message larger than the bound. When an item does not fit in the outbox: a request is answered
   # `{:error, :node_busy}` at once, an answer is dropped (its caller gets
   # `{:error, :timeout}` when it stops waiting), a directory message is dropped and
   # the directory resyncs the node once the link drains; each is counted in
@@ -179,11 +181,8 @@ defmodule Ringbus.Cluster.Link do
   # A batch of a subscription homed here, for its subscriber at the peer:
   # within the subscription's credit, so it always goes in.
   def handle_info({:ringbus, sub, messages, lost}, state) do
-    {n, payload_bytes} = Home.measure(messages)
     item = {:deliver, sub, messages, lost}
-
-    outbox =
-      Outbox.force_push(state.outbox, item, payload_bytes + @message_bytes * n + @item_bytes)
+    outbox = Outbox.force_push(state.outbox, item, Home.messages_bytes(messages) + @item_bytes)
 
     state = %{state | outbox: outbox}
     noreply(if Outbox.full?(outbox), do: full(state), else: state)
@@ -252,7 +251,7 @@ defmodule Ringbus.Cluster.Link do
   end
 
   defp receive_item({:call, ref, name, op}, state) do
-    case Home.run(name, op, self()) do
+    case Home.run(name, op, self(), state.outbox.max_bytes - @item_bytes) do
       {:reply, answer} ->
         answer(state, ref, answer)
 
@@ -338,8 +337,20 @@ defmodule Ringbus.Cluster.Link do
 
   ## Queueing
 
+  # Larger than the link ever holds: refused, whatever it holds now.
   defp request(state, ref, name, op, flag) do
-    case Outbox.push(state.outbox, {:call, ref, name, op, flag}, op_bytes(op)) do
+    bytes = op_bytes(op)
+
+    if bytes > state.outbox.max_bytes do
+      send(ref, {ref, {:error, :too_large}})
+      %{state | subscribing: Map.delete(state.subscribing, ref)}
+    else
+      queue_request(state, ref, name, op, flag, bytes)
+    end
+  end
+
+  defp queue_request(state, ref, name, op, flag, bytes) do
+    case Outbox.push(state.outbox, {:call, ref, name, op, flag}, bytes) do
       {:ok, outbox} ->
         %{state | outbox: outbox}
 
