@@ -104,16 +104,7 @@ defmodule Ringbus.Release do
   # one line naming its variable, and status 1 (a failed start would print
   # the supervisors' reports and write a crash dump).
   @spec check_ports(boot()) :: :ignore
-  def check_ports(boot) do
-    case listen_check(boot) do
-      :ok ->
-        :ignore
-
-      {:error, line} ->
-        IO.puts(:stderr, line)
-        System.halt(1)
-    end
-  end
+  def check_ports(boot), do: boot |> listen_check() |> ignore_or_halt()
 
   @doc """
   Whether each port `boot` declares can be listened on now: each is opened
@@ -154,15 +145,15 @@ defmodule Ringbus.Release do
   # A child's start: creates the declared channels, then steps aside; one
   # that cannot be created stops the boot with one line, and status 1.
   @spec declare([{String.t(), keyword()}]) :: :ignore
-  def declare(channels) do
-    case create_channels(channels) do
-      :ok ->
-        :ignore
+  def declare(channels), do: channels |> create_channels() |> ignore_or_halt()
 
-      {:error, line} ->
-        IO.puts(:stderr, line)
-        System.halt(1)
-    end
+  # A boot step's result: done (the child steps aside), or the one line that
+  # says why not, and status 1.
+  defp ignore_or_halt(:ok), do: :ignore
+
+  defp ignore_or_halt({:error, line}) do
+    IO.puts(:stderr, line)
+    System.halt(1)
   end
 
   @doc """
