@@ -45,6 +45,10 @@ defmodule Ringbus.Replica.Catalogue do
     :exit, _ -> {:error, :node_down}
   end
 
+  @doc "Whether the catalogue in `dir` lists any channel (read at boot)."
+  @spec any?(Path.t()) :: boolean()
+  def any?(dir), do: read(Path.join(dir, @file_name)) != %{}
+
   @impl true
   def init(dir) do
     file = Path.join(dir, @file_name)
@@ -62,14 +66,13 @@ defmodule Ringbus.Replica.Catalogue do
     else
       entry = %{opts: opts, replica: replica, uid: :ra.new_uid(Atom.to_string(replica.cluster))}
 
-      case start_member(name, entry, :new) do
-        :ok ->
-          channels = Map.put(state.channels, name, entry)
-          write(state.file, channels)
-          {:reply, :ok, %{state | channels: channels}}
-
-        error ->
-          {:reply, error, state}
+      with :ok <- Ringbus.Replica.Supervisor.ensure_system(),
+           :ok <- start_member(name, entry, :new) do
+        channels = Map.put(state.channels, name, entry)
+        write(state.file, channels)
+        {:reply, :ok, %{state | channels: channels}}
+      else
+        error -> {:reply, error, state}
       end
     end
   end

@@ -12,6 +12,22 @@ defmodule Ringbus.Replica.NodesTest do
   defp eventually(check, timeout \\ 15_000),
     do: :ok = Nodes.wait_until(System.monotonic_time(:millisecond) + timeout, check)
 
+  test "a node with no replicated channel runs no Raft system and touches no data dir" do
+    [n] = Nodes.start(1, "replica_lazy")
+    on_exit(fn -> Nodes.stop([n]) end)
+
+    :ok = Nodes.call(n, Ringbus, :create, ["plain", [capacity: 10]])
+    assert {:ok, 0} = Nodes.call(n, Ringbus, :push, ["plain", "a"])
+    refute File.exists?(n.data_dir)
+    assert Nodes.call(n, Process, :whereis, [:ra_ringbus_log_wal]) == nil
+
+    # The first replicated channel starts it.
+    :ok = Nodes.call(n, Ringbus, :create, ["durable", [replicas: 1, capacity: 10]])
+    assert {:ok, 0} = Nodes.call(n, Ringbus, :push, ["durable", "b"])
+    assert File.dir?(n.data_dir)
+    assert is_pid(Nodes.call(n, Process, :whereis, [:ra_ringbus_log_wal]))
+  end
+
   test "a durable channel comes back with its messages after its node is killed" do
     [n] = Nodes.start(1, "replica_restart")
     on_exit(fn -> Nodes.stop([n]) end)
