@@ -17,9 +17,7 @@ defmodule Ringbus.Replica.Catalogue do
   require Logger
 
   alias Ringbus.Store
-  alias Ringbus.Replica.{Config, Writer}
-
-  @file_name "channels.etf"
+  alias Ringbus.Replica.{Config, RaSystem, Writer}
 
   @spec start_link(Path.t()) :: GenServer.on_start()
   def start_link(dir), do: GenServer.start_link(__MODULE__, dir, name: __MODULE__)
@@ -45,13 +43,9 @@ defmodule Ringbus.Replica.Catalogue do
     :exit, _ -> {:error, :node_down}
   end
 
-  @doc "Whether the catalogue in `dir` lists any channel (read at boot)."
-  @spec any?(Path.t()) :: boolean()
-  def any?(dir), do: read(Path.join(dir, @file_name)) != %{}
-
   @impl true
   def init(dir) do
-    file = Path.join(dir, @file_name)
+    file = Config.catalogue_file(dir)
     channels = read(file)
     # One that fails stays listed, its log kept, for the next start or a
     # delete: an error here must not lose a channel.
@@ -66,7 +60,7 @@ defmodule Ringbus.Replica.Catalogue do
     else
       entry = %{opts: opts, replica: replica, uid: :ra.new_uid(Atom.to_string(replica.cluster))}
 
-      with :ok <- Ringbus.Replica.Supervisor.ensure_system(),
+      with :ok <- RaSystem.ensure(),
            :ok <- start_member(name, entry, :new) do
         channels = Map.put(state.channels, name, entry)
         write(state.file, channels)

@@ -32,4 +32,12 @@ defmodule Ringbus.Replica.Config do
       wal_data_dir: String.to_charlist(dir)
     })
   end
+
+  @doc "The name the replica layer's supervisor registers."
+  @spec supervisor_name() :: atom()
+  def supervisor_name, do: :ringbus_replicas
+
+  @doc "The catalogue of this node's replicated channels, in `dir`."
+  @spec catalogue_file(Path.t()) :: Path.t()
+  def catalogue_file(dir), do: Path.join(dir, "channels.etf")
 end
