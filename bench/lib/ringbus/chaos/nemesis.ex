@@ -52,29 +52,29 @@ defmodule Ringbus.Chaos.Nemesis do
   @spec schedule(integer(), [atom()], [atom()], pos_integer()) :: [step()]
   def schedule(seed, names, killable, ms) do
     :rand.seed(:exsss, {seed, 0, 0})
-    steps(names, killable, ms, 1_000, [])
+    steps(fn -> fault(names, killable) end, fn -> 200 + :rand.uniform(800) end, ms, 1_000, [])
   end
 
-  defp steps(_names, _killable, left, count, acc) when left <= 0 or count <= 0,
-    do: Enum.reverse(acc)
-
-  defp steps(names, killable, left, count, acc) do
+  defp fault(names, killable) do
     r = :rand.uniform()
 
-    fault =
-      cond do
-        r < 0.35 -> {:stall, Enum.random(names), 20 + :rand.uniform(180)}
-        r < 0.55 -> {:stall, Enum.random(names), 1_000 + :rand.uniform(2_000)}
-        r < 0.75 and killable != [] -> {:kill, Enum.random(killable), 300 + :rand.uniform(1_200)}
-        true -> partition(names)
-      end
+    cond do
+      r < 0.35 -> {:stall, Enum.random(names), 20 + :rand.uniform(180)}
+      r < 0.55 -> {:stall, Enum.random(names), 1_000 + :rand.uniform(2_000)}
+      r < 0.75 and killable != [] -> {:kill, Enum.random(killable), 300 + :rand.uniform(1_200)}
+      true -> partition(names)
+    end
+  end
 
-    pause = {:pause, 200 + :rand.uniform(800)}
+  # Faults drawn by `fault`, each followed by a pause drawn by `pause`, until
+  # `left` ms are used or `count` steps made.
+  defp steps(_fault, _pause, left, count, acc) when left <= 0 or count <= 0,
+    do: Enum.reverse(acc)
 
-    steps(names, killable, left - duration(fault) - elem(pause, 1), count - 2, [
-      pause,
-      fault | acc
-    ])
+  defp steps(fault, pause, left, count, acc) do
+    f = fault.()
+    p = {:pause, pause.()}
+    steps(fault, pause, left - duration(f) - elem(p, 1), count - 2, [p, f | acc])
   end
 
   @doc """
@@ -86,31 +86,21 @@ defmodule Ringbus.Chaos.Nemesis do
   @spec schedule_replicated(integer(), [atom()], [term()], pos_integer()) :: [step()]
   def schedule_replicated(seed, names, channels, ms) do
     :rand.seed(:exsss, {seed, 0, 1})
-    replicated_steps(names, channels, ms, 1_000, [])
+    fault = fn -> replicated_fault(names, channels) end
+    steps(fault, fn -> 500 + :rand.uniform(1_000) end, ms, 1_000, [])
   end
 
-  defp replicated_steps(_names, _channels, left, count, acc) when left <= 0 or count <= 0,
-    do: Enum.reverse(acc)
-
-  defp replicated_steps(names, channels, left, count, acc) do
+  defp replicated_fault(names, channels) do
     r = :rand.uniform()
 
-    fault =
-      cond do
-        r < 0.15 -> {:stall, Enum.random(names), 20 + :rand.uniform(180)}
-        r < 0.25 -> {:stall, Enum.random(names), 1_000 + :rand.uniform(2_000)}
-        r < 0.35 -> {:stall_leader, Enum.random(channels), 1_000 + :rand.uniform(2_000)}
-        r < 0.62 -> {:kill_leader, Enum.random(channels), 300 + :rand.uniform(1_200)}
-        r < 0.88 -> {:partition_leader, Enum.random(channels), 1_000 + :rand.uniform(2_000)}
-        true -> {:restart_all, 300 + :rand.uniform(700)}
-      end
-
-    pause = {:pause, 500 + :rand.uniform(1_000)}
-
-    replicated_steps(names, channels, left - duration(fault) - elem(pause, 1), count - 2, [
-      pause,
-      fault | acc
-    ])
+    cond do
+      r < 0.15 -> {:stall, Enum.random(names), 20 + :rand.uniform(180)}
+      r < 0.25 -> {:stall, Enum.random(names), 1_000 + :rand.uniform(2_000)}
+      r < 0.35 -> {:stall_leader, Enum.random(channels), 1_000 + :rand.uniform(2_000)}
+      r < 0.62 -> {:kill_leader, Enum.random(channels), 300 + :rand.uniform(1_200)}
+      r < 0.88 -> {:partition_leader, Enum.random(channels), 1_000 + :rand.uniform(2_000)}
+      true -> {:restart_all, 300 + :rand.uniform(700)}
+    end
   end
 
   defp partition(names) do
