@@ -10,7 +10,8 @@ defmodule Ringbus.Server.Clients do
   @doc "Every connection's figures, oldest first (see `Ringbus.Server.clients/0`)."
   @spec list() :: [map()]
   def list do
-    Directory.connections()
+    # The registry drops an entry a moment after its process exits.
+    for({pid, info} <- Directory.connections(), Process.alive?(pid), do: {pid, info})
     |> Enum.map(fn {pid, info} -> Stats.connection(pid, info) end)
     |> Enum.sort_by(& &1.id)
   end
