@@ -14,6 +14,17 @@ defmodule Ringbus.Test.Internals do
     channel
   end
 
+  @doc """
+  Creates a channel of a fresh name with `opts`, deleted when the calling
+  test ends, and returns its handle.
+  """
+  def temp_channel!(opts) do
+    name = {__MODULE__, make_ref()}
+    :ok = Ringbus.create(name, opts)
+    ExUnit.Callbacks.on_exit(fn -> Ringbus.delete(name) end)
+    channel!(name)
+  end
+
   @doc "The handle of a channel, or `{:error, :no_channel}`."
   def channel(name), do: Ringbus.Store.fetch(name)
 end

@@ -4,15 +4,8 @@ defmodule Ringbus.Channel.RingTest do
   use ExUnit.Case, async: true
 
   alias Ringbus.Channel.Ring
-  alias Ringbus.Store
 
-  defp channel(opts) do
-    name = {__MODULE__, make_ref()}
-    :ok = Ringbus.create(name, opts)
-    on_exit(fn -> Ringbus.delete(name) end)
-    {:ok, ch} = Store.fetch(name)
-    ch
-  end
+  defp channel(opts), do: Ringbus.Test.Internals.temp_channel!(opts)
 
   defp now, do: System.monotonic_time(:microsecond)
 

@@ -5,7 +5,6 @@ defmodule Ringbus.Channel.StalledProducerTest do
   use ExUnit.Case, async: true
 
   alias Ringbus.Channel.Ring
-  alias Ringbus.Store
 
   import Ringbus.Test.Eventually
 
@@ -13,13 +12,7 @@ defmodule Ringbus.Channel.StalledProducerTest do
   # pull waited where it should not.
   @forever 600_000
 
-  defp channel(opts) do
-    name = {__MODULE__, make_ref()}
-    :ok = Ringbus.create(name, opts)
-    on_exit(fn -> Ringbus.delete(name) end)
-    {:ok, ch} = Store.fetch(name)
-    ch
-  end
+  defp channel(opts), do: Ringbus.Test.Internals.temp_channel!(opts)
 
   # A channel whose seq 0 a producer has reserved and not stored yet.
   defp stalled_channel(opts) do
