@@ -18,6 +18,8 @@ defmodule Ringbus.Error do
   defp describe(:no_channel), do: "no such channel"
   defp describe(:exists), do: "a channel of that name exists already"
   defp describe(:full), do: "the channel is full and rejects pushes"
+  defp describe(:too_large), do: "the payload is larger than the channel's max_bytes"
+  defp describe(:no_subscription), do: "the subscription has ended"
   defp describe(:node_down), do: "the node that holds the channel is not connected"
   defp describe(:node_busy), do: "the node that holds the channel is busy; nothing was done"
 
@@ -25,6 +27,9 @@ defmodule Ringbus.Error do
     do: "no answer in time from the channel's node or replicas; it may or may not have been done"
 
   defp describe(:stale_tag), do: "the producer tag is older than the channel remembers"
+
+  defp describe(:new_incarnation),
+    do: "the channel was created again since the incarnation given; its seqs start anew"
 
   defp describe(other), do: inspect(other)
 end
