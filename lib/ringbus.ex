@@ -512,6 +512,20 @@ defmodule Ringbus do
   @spec info(name()) :: {:ok, info()} | {:error, :no_channel | node_error()}
   def info(name), do: on_channel(name, :info)
 
+  @doc """
+  The channel's incarnation (see "Incarnations" above), as `info/1` has it,
+  without its other figures: for a server that answers a read with the
+  incarnation its messages are of.
+
+      iex> Ringbus.create("doc-incarnation", capacity: 10)
+      iex> {:ok, inc} = Ringbus.incarnation("doc-incarnation")
+      iex> {:ok, %{incarnation: ^inc}} = Ringbus.info("doc-incarnation")
+      iex> Ringbus.delete("doc-incarnation")
+      :ok
+  """
+  @spec incarnation(name()) :: {:ok, pos_integer()} | {:error, :no_channel | node_error()}
+  def incarnation(name), do: on_channel(name, :incarnation)
+
   @doc "Lists the names of the channels of this node."
   @spec channels() :: [name()]
   def channels, do: Store.names()
@@ -691,6 +705,7 @@ defmodule Ringbus do
 
   defp run(channel, :len), do: Ring.len(channel)
   defp run(channel, :info), do: {:ok, Ring.info(channel)}
+  defp run(channel, :incarnation), do: {:ok, channel.incarnation}
 
   defp run(channel, {:subscribe, opts, subscriber}),
     do: Subscription.start(channel, subscriber, opts)

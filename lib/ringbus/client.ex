@@ -120,7 +120,8 @@ defmodule Ringbus.Client do
     * Request errors from the server, as the protocol names them
       (`Ringbus.Wire.ErrorCode`): `:no_channel`, `:exists`, `:full`,
       `:too_large`, `:forbidden`, `:no_subscription`,
-      `:too_many_subscriptions`, `:bad_argument`, `:internal`, and in a
+      `:too_many_subscriptions`, `:bad_argument`, `:internal`,
+      `:new_incarnation` (see "Incarnations"), and in a
       cluster `:node_down`, `:node_busy` (not carried out) and `:timeout`
       (code 111: unknown outcome, see `Ringbus.Cluster`). The same
       atoms the embedded `Ringbus` functions return, so code moves between
@@ -151,6 +152,25 @@ defmodule Ringbus.Client do
   answers every push it has read, so those it did not answer it did not
   store, but a connection cut short can lose an ack. Closing the client with
   `close/1`, or the owner exiting, sends no such messages.
+
+  ## Incarnations
+
+  A channel deleted and created again (or a memory channel whose server
+  restarted) counts its seqs from 0 again, under a new incarnation (see
+  "Incarnations" in `Ringbus`). A consumer that keeps a seq to resume from
+  keeps the incarnation with it and states it; given the `:incarnation`
+  option, `read/5` and `subscribe/3` also answer with the incarnation their
+  messages are of, so the first read or subscription pins it (`:any` states
+  none):
+
+      {:ok, messages, _lost, inc} = Ringbus.Client.read(client, "events", 0, 100, incarnation: :any)
+      # ... later, from the seq after the last one handled:
+      case Ringbus.Client.read(client, "events", next_seq, 100, incarnation: inc) do
+        {:ok, messages, _lost, ^inc} -> messages
+        {:error, :new_incarnation} -> start_over()
+      end
+
+  `info/2` has the incarnation as `:incarnation`.
 
   ## Keep-alive
 
@@ -622,7 +642,33 @@ defmodule Ringbus.Client do
           {:ok, [{Ringbus.seq(), binary()}], non_neg_integer()} | {:error, reason()}
   def read(client, channel, from, max)
       when is_integer(from) and from >= 0 and is_integer(max) and max in 0..0xFFFF_FFFF,
-      do: call(client, &{:read, &1, channel!(channel), from, max})
+      do:
+        with(
+          {:ok, messages, lost, _inc} <- read(client, channel, from, max, []),
+          do: {:ok, messages, lost}
+        )
+
+  @doc """
+  Like `read/4`, with options, and answers with the channel's incarnation:
+  `{:ok, messages, lost, incarnation}`.
+
+    * `:incarnation` - the incarnation the reader expects (from an earlier
+      answer or `info/2`), or `:any`. When the channel has another, it was
+      created again since (see "Incarnations") and the read answers
+      `{:error, :new_incarnation}`. Defaults to `:any`.
+
+  Bad options raise `ArgumentError`.
+  """
+  @spec read(t(), channel(), Ringbus.seq(), non_neg_integer(), incarnation: pos_integer() | :any) ::
+          {:ok, [{Ringbus.seq(), binary()}], non_neg_integer(), pos_integer()}
+          | {:error, reason()}
+  def read(client, channel, from, max, opts)
+      when is_integer(from) and from >= 0 and is_integer(max) and max in 0..0xFFFF_FFFF do
+    case incarnation!(opts) do
+      :any -> call(client, &{:read, &1, channel!(channel), from, max})
+      inc -> call(client, &{:read, &1, channel!(channel), from, max, inc})
+    end
+  end
 
   @doc "Like `read/4`, but returns `{messages, lost}` or raises `Ringbus.Client.Error`."
   @spec read!(t(), channel(), Ringbus.seq(), non_neg_integer()) ::
@@ -644,8 +690,8 @@ defmodule Ringbus.Client do
 
   @doc """
   A channel's figures, as `Ringbus.info/1` gives them (see `t:Ringbus.info/0`),
-  but for `:incarnation` and a replicated channel's Raft figures, which this
-  protocol version does not carry.
+  with its `:incarnation`, but for a replicated channel's Raft figures, which
+  this protocol version does not carry.
   """
   @spec info(t(), channel()) :: {:ok, Ringbus.info()} | {:error, reason()}
   def info(client, channel), do: call(client, &{:info, &1, channel!(channel)})
@@ -668,19 +714,29 @@ defmodule Ringbus.Client do
     * `:credit` - messages the server may send before `ack/3` returns
       credit; the server caps it at its `max_credit`. Default `1000`.
     * `:max_batch` - messages in one delivery, at most. Default `256`.
+    * `:incarnation` - the incarnation the subscriber expects, to resume
+      `from:` a seq of it, or `:any`; see "Incarnations". When the channel
+      has another, `{:error, :new_incarnation}` and no subscription. Given,
+      the answer is `{:ok, sub_id, incarnation}`: the incarnation the
+      subscription's seqs are of. Default: not given, `{:ok, sub_id}`.
   """
   @type subscribe_options :: [
           from: Ringbus.seq() | :earliest | :latest,
           credit: pos_integer(),
-          max_batch: pos_integer()
+          max_batch: pos_integer(),
+          incarnation: pos_integer() | :any
         ]
 
   @doc """
   Subscribes the owner to a channel; see the Subscriptions section of the
-  module doc. Returns the subscription id.
+  module doc. Returns the subscription id, and with `:incarnation` the
+  channel's incarnation.
   """
-  @spec subscribe(t(), channel(), subscribe_options()) :: {:ok, sub_id()} | {:error, reason()}
+  @spec subscribe(t(), channel(), subscribe_options()) ::
+          {:ok, sub_id()} | {:ok, sub_id(), pos_integer()} | {:error, reason()}
   def subscribe(client, channel, opts \\ []) do
+    {pin, opts} = Keyword.pop(opts, :incarnation)
+    inc = if pin == nil, do: :any, else: incarnation!(incarnation: pin)
     opts = Keyword.validate!(opts, from: :latest, credit: 1000, max_batch: 256)
     from = opts[:from]
 
@@ -700,15 +756,30 @@ defmodule Ringbus.Client do
       "a positive integer below 2^32"
     )
 
-    call(
-      client,
-      &{:subscribe, &1, channel!(channel), from, opts[:credit], opts[:max_batch]}
-    )
+    request =
+      case inc do
+        :any -> &{:subscribe, &1, channel!(channel), from, opts[:credit], opts[:max_batch]}
+        inc -> &{:subscribe, &1, channel!(channel), from, opts[:credit], opts[:max_batch], inc}
+      end
+
+    case call(client, request) do
+      {:ok, sub_id, inc} when pin != nil -> {:ok, sub_id, inc}
+      {:ok, sub_id, _inc} -> {:ok, sub_id}
+      error -> error
+    end
   end
 
-  @doc "Like `subscribe/3`, but returns the id or raises `Ringbus.Client.Error`."
-  @spec subscribe!(t(), channel(), subscribe_options()) :: sub_id()
-  def subscribe!(client, channel, opts \\ []), do: subscribe(client, channel, opts) |> bang()
+  @doc """
+  Like `subscribe/3`, but returns the id (with `:incarnation`, `{sub_id,
+  incarnation}`) or raises `Ringbus.Client.Error`.
+  """
+  @spec subscribe!(t(), channel(), subscribe_options()) :: sub_id() | {sub_id(), pos_integer()}
+  def subscribe!(client, channel, opts \\ []) do
+    case subscribe(client, channel, opts) do
+      {:ok, sub_id, inc} -> {sub_id, inc}
+      other -> bang(other)
+    end
+  end
 
   @doc """
   Returns `count` messages of credit to a subscription. Does not wait: the
@@ -782,4 +853,12 @@ defmodule Ringbus.Client do
   defp timeout?(t), do: is_integer(t) and t > 0
 
   defp u32_positive?(n), do: is_integer(n) and n in 1..0xFFFF_FFFF
+
+  defp incarnation!(opts) do
+    opts = Keyword.validate!(opts, incarnation: :any)
+    inc = opts[:incarnation]
+    check = &(&1 == :any or (is_integer(&1) and &1 in 1..0xFFFF_FFFF_FFFF_FFFF))
+    Options.check!(:incarnation, inc, check, ":any or a positive integer below 2^64")
+    inc
+  end
 end

@@ -114,6 +114,61 @@ defmodule Ringbus.ClientTest do
     assert_raise ArgumentError, ~r/channel name/, fn -> Client.len(c, "") end
   end
 
+  describe "incarnations" do
+    test "read/5 and subscribe/3 pin the incarnation; info/2 has it", %{port: port} do
+      c = connect!(port)
+      :ok = Client.create!(c, "inc", capacity: 10)
+      {:ok, 0} = Client.push_many(c, "inc", ~w(a b c))
+
+      assert {:ok, [{0, "a"}, {1, "b"}], 0, inc} = Client.read(c, "inc", 0, 2, incarnation: :any)
+
+      assert %{incarnation: ^inc} = Client.info!(c, "inc")
+      assert {:ok, [{2, "c"}], 0, ^inc} = Client.read(c, "inc", 2, 10, incarnation: inc)
+      assert {:ok, [{2, "c"}], 0, ^inc} = Client.read(c, "inc", 2, 10, [])
+      assert {:ok, [{2, "c"}], 0} = Client.read(c, "inc", 2, 10)
+
+      assert {:ok, sub, ^inc} = Client.subscribe(c, "inc", from: 2, incarnation: inc)
+      assert_receive {:ringbus, ^sub, [{2, "c"}], 0}
+      assert {_sub, ^inc} = Client.subscribe!(c, "inc", incarnation: :any)
+      assert {:ok, sub} = Client.subscribe(c, "inc")
+      assert is_integer(sub)
+
+      assert_raise ArgumentError, ~r/:incarnation/, fn ->
+        Client.read(c, "inc", 0, 1, incarnation: 0)
+      end
+
+      assert_raise ArgumentError, ~r/:incarnation/, fn ->
+        Client.subscribe(c, "inc", incarnation: "x")
+      end
+    end
+
+    test "a resume after the channel is deleted and created again answers new_incarnation",
+         %{port: port} do
+      c = connect!(port)
+      :ok = Client.create!(c, "inc-again", capacity: 10)
+      {:ok, 0} = Client.push_many(c, "inc-again", ~w(a b))
+      {:ok, _, 0, inc} = Client.read(c, "inc-again", 0, 10, incarnation: :any)
+
+      :ok = Client.delete!(c, "inc-again")
+      :ok = Client.create!(c, "inc-again", capacity: 10)
+      {:ok, 0} = Client.push_many(c, "inc-again", ~w(x y z))
+
+      # Seq 2 exists again, under another incarnation: the resume is told so.
+      assert {:error, :new_incarnation} = Client.read(c, "inc-again", 2, 10, incarnation: inc)
+
+      assert {:error, :new_incarnation} =
+               Client.subscribe(c, "inc-again", from: 2, incarnation: inc)
+
+      assert_raise Client.Error, ~r/new_incarnation|created again/, fn ->
+        Client.subscribe!(c, "inc-again", from: 2, incarnation: inc)
+      end
+
+      refute_received {:ringbus, _, _, _}
+      assert {:ok, [{2, "z"}], 0, new} = Client.read(c, "inc-again", 2, 10, incarnation: :any)
+      assert new != inc
+    end
+  end
+
   test "push, push_many, pull and read", %{port: port} do
     c = connect!(port)
     :ok = Client.create!(c, "pr", capacity: 3, overflow: :reject)
@@ -338,7 +393,7 @@ defmodule Ringbus.ClientTest do
       {port, _server} =
         fake_server(fn socket ->
           {:ok, <<_len::32, 0x0A, corr::32, _::binary>>} = :gen_tcp.recv(socket, 0)
-          :ok = :gen_tcp.send(socket, Ringbus.Wire.Frame.encode({:subscribed, corr, 7}))
+          :ok = :gen_tcp.send(socket, Ringbus.Wire.Frame.encode({:subscribed, corr, 7, 1}))
           error = {:error, 0, :shutting_down, "the server is stopping"}
           :ok = :gen_tcp.send(socket, Ringbus.Wire.Frame.encode(error))
           :gen_tcp.close(socket)
@@ -355,7 +410,7 @@ defmodule Ringbus.ClientTest do
       {port, _server} =
         fake_server(fn socket ->
           {:ok, <<_len::32, 0x0A, corr::32, _::binary>>} = :gen_tcp.recv(socket, 0)
-          :ok = :gen_tcp.send(socket, Ringbus.Wire.Frame.encode({:subscribed, corr, 7}))
+          :ok = :gen_tcp.send(socket, Ringbus.Wire.Frame.encode({:subscribed, corr, 7, 1}))
           {:ok, _request} = :gen_tcp.recv(socket, 0)
           :gen_tcp.close(socket)
         end)
@@ -471,7 +526,7 @@ defmodule Ringbus.ClientTest do
           idle_timeout: idle_timeout
         }
 
-        :ok = :gen_tcp.send(socket, Ringbus.Wire.Frame.encode({:hello_ok, corr, 2, limits}))
+        :ok = :gen_tcp.send(socket, Ringbus.Wire.Frame.encode({:hello_ok, corr, 3, limits}))
 
         fun.(socket)
         :gen_tcp.close(listen)

@@ -81,7 +81,7 @@ defmodule Ringbus.MetricsTest do
     {:ok, _} = Ringbus.subscribe("named")
 
     c = RawClient.hello!(Ringbus.Server.port(server)) |> elem(0)
-    {{:subscribed, 1, _}, c} = RawClient.call(c, {:subscribe, 1, "named", :latest, 10, 10})
+    {{:subscribed, 1, _, _}, c} = RawClient.call(c, {:subscribe, 1, "named", :latest, 10, 10})
     {:ok, {_, binary_port}} = :inet.sockname(c.socket)
 
     r = RespClient.connect!(Ringbus.Server.port(server, :resp))
@@ -170,7 +170,7 @@ defmodule Ringbus.MetricsTest do
     server = start_supervised!({Ringbus.Server, port: 0})
     :ok = Ringbus.create("unread", capacity: 600)
     c = RawClient.hello!(Ringbus.Server.port(server)) |> elem(0)
-    {{:subscribed, 1, _}, c} = RawClient.call(c, {:subscribe, 1, "unread", :latest, 600, 10})
+    {{:subscribed, 1, _, _}, c} = RawClient.call(c, {:subscribe, 1, "unread", :latest, 600, 10})
     {:ok, {_, peer_port}} = :inet.sockname(c.socket)
     # More than loopback's socket buffers take at their largest (net.ipv4's
     # tcp_wmem and tcp_rmem maxima, 4 + 32 MiB by default): the rest waits in
@@ -279,7 +279,10 @@ defmodule Ringbus.MetricsTest do
 
     # Binary: the connection's subscription counts under binary.
     c = RawClient.hello!(port) |> elem(0)
-    {{:subscribed, 1, _}, c} = RawClient.call(c, {:subscribe, 1, "delivered", :earliest, 10, 4})
+
+    {{:subscribed, 1, _, _}, c} =
+      RawClient.call(c, {:subscribe, 1, "delivered", :earliest, 10, 4})
+
     c = recv_delivered(c, 7)
     assert delivered()["binary"] == before["binary"] + 7
 

@@ -145,14 +145,14 @@ defmodule Ringbus.Client.Session do
 
   # A subscription whose caller gave up waiting stays unknown here, so its
   # deliveries are dropped.
-  defp frame({:subscribed, corr, sub_id}, session, effects) do
+  defp frame({:subscribed, corr, sub_id, incarnation}, session, effects) do
     case Map.pop(session.pending, corr) do
       {nil, _} ->
         {effects, 0, session}
 
       {{from, _action}, pending} ->
         session = %{session | pending: pending, subs: Map.put(session.subs, sub_id, true)}
-        {[{:reply, from, {:ok, sub_id}} | effects], 0, session}
+        {[{:reply, from, {:ok, sub_id, incarnation}} | effects], 0, session}
     end
   end
 
@@ -175,8 +175,8 @@ defmodule Ringbus.Client.Session do
   defp frame({:pull_ok, corr, seq, payload}, s, effects),
     do: reply(s, corr, {:ok, seq, payload}, effects)
 
-  defp frame({:read_ok, corr, lost, _count, messages}, s, effects),
-    do: reply(s, corr, {:ok, messages, lost}, effects)
+  defp frame({:read_ok, corr, incarnation, lost, _count, messages}, s, effects),
+    do: reply(s, corr, {:ok, messages, lost, incarnation}, effects)
 
   defp frame(_other, session, effects), do: {effects, 0, session}
 

@@ -31,6 +31,7 @@ defmodule Ringbus.Cluster.Home do
           | {:read, non_neg_integer(), non_neg_integer(), pos_integer()}
           | :len
           | :info
+          | :incarnation
           | {:subscribe, keyword()}
           | {:create, keyword()}
           | :delete
@@ -102,6 +103,7 @@ defmodule Ringbus.Cluster.Home do
 
   defp run_on(channel, :len, _link), do: Ring.len(channel)
   defp run_on(channel, :info, _link), do: {:ok, Ring.info(channel)}
+  defp run_on(channel, :incarnation, _link), do: {:ok, channel.incarnation}
 
   defp run_on(channel, {:subscribe, opts}, {link, _room}),
     do: Subscription.start(channel, link, opts)

@@ -19,11 +19,11 @@ defmodule Ringbus.Server.Session do
   # by one PUSH_ACKS frame after the other answers of that read (more than
   # one only when one would pass `max_frame_size`).
 
-  alias Ringbus.Server.{Auth, Config}
+  alias Ringbus.Server.{Auth, Config, PushRun}
   alias Ringbus.Wire.{Decoder, ErrorCode, Frame}
 
-  # What INFO_OK carries; `Ringbus.info/1` has more (`:incarnation`, a
-  # replicated channel's Raft figures) that this protocol version does not.
+  # What INFO_OK carries; `Ringbus.info/1` has more (a replicated channel's
+  # Raft figures) that this protocol version does not.
   @info_fields [
     :capacity,
     :overflow,
@@ -37,14 +37,12 @@ defmodule Ringbus.Server.Session do
     :rejected,
     :skipped,
     :bytes,
-    :bytes_pushed
+    :bytes_pushed,
+    :incarnation
   ]
 
   @read_max 1_000
 
-  # A PUSH_ACKS frame: its opcode and count, then 14 bytes an entry.
-  @acks_overhead 1 + 4
-  @ack_entry 14
   # A message in READ_OK or DELIVER: seq and payload length, then the payload.
   @message_overhead 12
 
@@ -72,7 +70,7 @@ defmodule Ringbus.Server.Session do
   @spec handle([Frame.t()], t()) :: {status(), [Frame.t()], t()}
   def handle(frames, %__MODULE__{} = session) do
     {status, out, acks, session} = run(frames, session, nil, [], [])
-    {status, :lists.reverse(out, push_acks(session.config, acks)), session}
+    {status, :lists.reverse(out, PushRun.push_acks(session.config, acks)), session}
   end
 
   @doc """
@@ -126,7 +124,7 @@ defmodule Ringbus.Server.Session do
           {{name, corrs ++ parts, ps ++ payloads, count + n, run_bytes + bytes}, acks}
 
         _ ->
-          {{name, corrs, ps, n, bytes}, store(s, run, acks)}
+          {{name, corrs, ps, n, bytes}, PushRun.store(s, run, acks)}
       end
 
     run(rest, s, run, out, acks)
@@ -140,8 +138,8 @@ defmodule Ringbus.Server.Session do
   # A tagged push goes alone, after the run before it is stored (so first):
   # `Ringbus.push/3` checks its tag at the channel's home.
   defp run([{:tagged_push, corr, mode, name, tag, p} | rest], %{stage: :open} = s, run, out, acks) do
-    acks = store(s, run, acks)
-    acks = ack(mode, corr, tagged(s, name, tag, [p]), acks)
+    acks = PushRun.store(s, run, acks)
+    acks = PushRun.ack(mode, corr, PushRun.tagged(s, name, tag, [p]), acks)
     run(rest, s, nil, out, acks)
   end
 
@@ -152,13 +150,13 @@ defmodule Ringbus.Server.Session do
          out,
          acks
        ) do
-    acks = store(s, run, acks)
-    acks = ack(mode, corr, tagged(s, name, tag, ps), acks)
+    acks = PushRun.store(s, run, acks)
+    acks = PushRun.ack(mode, corr, PushRun.tagged(s, name, tag, ps), acks)
     run(rest, s, nil, out, acks)
   end
 
   defp run([frame | rest], session, run, out, acks) do
-    acks = store(session, run, acks)
+    acks = PushRun.store(session, run, acks)
 
     case request(session, frame) do
       {:ok, frames, session} -> run(rest, session, nil, :lists.reverse(frames, out), acks)
@@ -166,18 +164,13 @@ defmodule Ringbus.Server.Session do
     end
   end
 
-  defp run([], session, run, out, acks), do: {:ok, out, store(session, run, acks), session}
+  defp run([], session, run, out, acks),
+    do: {:ok, out, PushRun.store(session, run, acks), session}
 
   ## Pushes
   #
-  # A run is `{name, parts, payloads, count, bytes}`: its frames in reverse
-  # as parts, and the payloads of those that fit, in reverse, counted and
-  # measured as they come. A part is the corr of an acked PUSH that fits;
-  # `{corr, mode, n, payload_or_payloads}` for any other PUSH or PUSH_BATCH
-  # that fits; `{corr, mode, :too_large}` for one with a payload above
-  # max_payload_size. A run is stored with one push of all its payloads,
-  # whole or not at all; only when that fails do its frames go one by one,
-  # each whole or not at all.
+  # A run of pushes to one channel (`Ringbus.Server.PushRun`, which stores
+  # it and answers its pushes) is collected here.
 
   # A PUSH starts or extends the run; the acked PUSHes that follow it to the
   # same channel, the common case, are taken in a loop of their own.
@@ -196,159 +189,12 @@ defmodule Ringbus.Server.Session do
     do: {frames, {name, parts, payloads, count, bytes}, acks}
 
   defp collect(s, {name, parts, payloads, count, bytes}, name, part, acks),
-    do: {add(part, s.config.max_payload_size, name, parts, payloads, count, bytes), acks}
+    do: {PushRun.add(part, s.config.max_payload_size, name, parts, payloads, count, bytes), acks}
 
   defp collect(s, run, name, part, acks),
-    do: {add(part, s.config.max_payload_size, name, [], [], 0, 0), store(s, run, acks)}
-
-  defp add({corr, mode, 1, payload} = part, max, name, parts, payloads, count, bytes)
-       when is_binary(payload) do
-    cond do
-      byte_size(payload) > max ->
-        {name, [{corr, mode, :too_large} | parts], payloads, count, bytes}
-
-      true ->
-        part = if mode == :ack, do: corr, else: part
-        {name, [part | parts], [payload | payloads], count + 1, bytes + byte_size(payload)}
-    end
-  end
-
-  defp add({corr, mode, n, list} = part, max, name, parts, payloads, count, bytes) do
-    case payload_bytes(list, max, 0) do
-      :too_large -> {name, [{corr, mode, :too_large} | parts], payloads, count, bytes}
-      size -> {name, [part | parts], :lists.reverse(list, payloads), count + n, bytes + size}
-    end
-  end
-
-  defp payload_bytes([p | _], max, _bytes) when byte_size(p) > max, do: :too_large
-  defp payload_bytes([p | rest], max, bytes), do: payload_bytes(rest, max, bytes + byte_size(p))
-  defp payload_bytes([], _max, bytes), do: bytes
-
-  defp store(_session, nil, acks), do: acks
-
-  defp store(session, {name, parts, payloads, count, bytes}, acks) do
-    parts = :lists.reverse(parts)
-
-    cond do
-      not Auth.allowed?(session.grants, :write, name) ->
-        ack_error(parts, {:error, :forbidden}, acks)
-
-      count == 0 ->
-        one_by_one(session.config, name, parts, [], acks)
-
-      true ->
-        payloads = :lists.reverse(payloads)
-
-        case auto_create(session.config, name, &Ringbus.push_run(&1, payloads, count, bytes)) do
-          {:ok, first} -> ack_run(parts, first, acks)
-          {:error, :no_channel} = error -> ack_error(parts, error, acks)
-          {:error, _full_or_too_large} -> one_by_one(session.config, name, parts, payloads, acks)
-        end
-    end
-  end
-
-  defp tagged(session, name, tag, payloads) do
-    cond do
-      not Auth.allowed?(session.grants, :write, name) ->
-        {:error, :forbidden}
-
-      payload_bytes(payloads, session.config.max_payload_size, 0) == :too_large ->
-        {:error, :too_large}
-
-      true ->
-        auto_create(session.config, name, &Ringbus.push(&1, payloads, producer: tag))
-    end
-  end
-
-  # A missing channel is created when the server creates them on their first
-  # push, and the push tried again.
-  defp auto_create(config, name, push) do
-    case push.(name) do
-      {:error, :no_channel} when config.auto_create != false ->
-        Ringbus.create(name, config.auto_create)
-        push.(name)
-
-      result ->
-        result
-    end
-  end
-
-  defp ack_run([corr | rest], seq, acks) when is_integer(corr),
-    do: ack_run(rest, seq + 1, [{corr, {:ok, seq}} | acks])
-
-  defp ack_run([{corr, mode, :too_large} | rest], seq, acks),
-    do: ack_run(rest, seq, ack(mode, corr, {:error, :too_large}, acks))
-
-  defp ack_run([{corr, mode, n, _} | rest], seq, acks),
-    do: ack_run(rest, seq + n, ack(mode, corr, {:ok, seq}, acks))
-
-  defp ack_run([], _seq, acks), do: acks
-
-  # Each frame on its own, whole or not at all, each refusal counted. The
-  # run's payloads, in order, hold those of the acked PUSHes that fit.
-  defp one_by_one(config, name, parts, payloads, acks) do
-    batches = batches(parts, payloads, [])
-
-    case auto_create(config, name, &Ringbus.push_batches(&1, batches)) do
-      {:ok, results} -> ack_results(parts, results, acks)
-      error -> ack_error(parts, error, acks)
-    end
-  end
-
-  defp batches([corr | parts], [p | payloads], acc) when is_integer(corr),
-    do: batches(parts, payloads, [{[p], 1, byte_size(p)} | acc])
-
-  defp batches([{_, _, :too_large} | parts], payloads, acc), do: batches(parts, payloads, acc)
-
-  defp batches([{_, _, 1, p} | parts], [p | payloads], acc) when is_binary(p),
-    do: batches(parts, payloads, [{[p], 1, byte_size(p)} | acc])
-
-  defp batches([{_, _, n, list} | parts], payloads, acc),
     do:
-      batches(parts, Enum.drop(payloads, n), [{list, n, payload_bytes(list, :infinity, 0)} | acc])
-
-  defp batches([], _payloads, acc), do: :lists.reverse(acc)
-
-  defp ack_results([corr | rest], [result | results], acks) when is_integer(corr),
-    do: ack_results(rest, results, [{corr, result} | acks])
-
-  defp ack_results([{corr, mode, :too_large} | rest], results, acks),
-    do: ack_results(rest, results, ack(mode, corr, {:error, :too_large}, acks))
-
-  defp ack_results([{corr, mode, _, _} | rest], [result | results], acks),
-    do: ack_results(rest, results, ack(mode, corr, result, acks))
-
-  defp ack_results([], [], acks), do: acks
-
-  defp ack_error([corr | rest], error, acks) when is_integer(corr),
-    do: ack_error(rest, error, [{corr, error} | acks])
-
-  defp ack_error([part | rest], error, acks),
-    do: ack_error(rest, error, ack(elem(part, 1), elem(part, 0), error, acks))
-
-  defp ack_error([], _error, acks), do: acks
-
-  defp ack(:no_ack, _corr, _result, acks), do: acks
-  defp ack(:ack, corr, result, acks), do: [{corr, result} | acks]
-
-  # The acks of one read (in reverse) as PUSH_ACKS frames in order, each
-  # within `max_frame_size`.
-  defp push_acks(_config, []), do: []
-
-  defp push_acks(config, acks) do
-    per_frame = div(config.max_frame_size - @acks_overhead, @ack_entry)
-    split_acks(acks, per_frame, 0, [], [])
-  end
-
-  # Walks the reversed acks once, cutting a frame every `per_frame` entries;
-  # the frames come out in order.
-  defp split_acks([], _per, n, entries, frames), do: [{:push_acks, n, entries} | frames]
-
-  defp split_acks(acks, per, per, entries, frames),
-    do: split_acks(acks, per, 0, [], [{:push_acks, per, entries} | frames])
-
-  defp split_acks([ack | rest], per, n, entries, frames),
-    do: split_acks(rest, per, n + 1, [ack | entries], frames)
+      {PushRun.add(part, s.config.max_payload_size, name, [], [], 0, 0),
+       PushRun.store(s, run, acks)}
 
   ## Requests
   #
@@ -411,14 +257,11 @@ defmodule Ringbus.Server.Session do
     end)
   end
 
-  defp request(session, {:read, corr, name, from, max}) do
-    guarded(session, corr, :read, name, fn ->
-      with {:ok, messages, lost} <- Ringbus.read(name, from, min(max, @read_max)) do
-        {count, messages, _rest} = fit(messages, session.config.max_payload_size)
-        {:read_ok, corr, lost, count, messages}
-      end
-    end)
-  end
+  defp request(session, {:read, corr, name, from, max}),
+    do: read(session, corr, name, from, max, nil)
+
+  defp request(session, {:read, corr, name, from, max, incarnation}),
+    do: read(session, corr, name, from, max, incarnation)
 
   defp request(session, {:len, corr, name}) do
     guarded(session, corr, :read, name, fn ->
@@ -432,9 +275,12 @@ defmodule Ringbus.Server.Session do
     end)
   end
 
-  defp request(session, {:subscribe, corr, name, from, credit, max_batch}) do
+  defp request(session, {:subscribe, corr, name, from, credit, max_batch}),
+    do: request(session, {:subscribe, corr, name, from, credit, max_batch, nil})
+
+  defp request(session, {:subscribe, corr, name, from, credit, max_batch, incarnation}) do
     if Auth.allowed?(session.grants, :read, name) do
-      subscribe(session, corr, name, from, credit, max_batch)
+      subscribe(session, corr, name, {from, incarnation}, credit, max_batch)
     else
       forbidden(session, corr, :read, name)
     end
@@ -468,7 +314,35 @@ defmodule Ringbus.Server.Session do
   defp request(_session, frame),
     do: close(:unknown_opcode, "not a request: #{elem(frame, 0)}", 0)
 
-  defp subscribe(session, corr, name, from, credit, max_batch) do
+  defp read(session, corr, name, from, max, incarnation) do
+    guarded(session, corr, :read, name, fn ->
+      at_incarnation(name, incarnation, fn inc ->
+        with {:ok, messages, lost} <-
+               Ringbus.read(name, from, min(max, @read_max), incarnation: inc) do
+          {count, messages, _rest} = fit(messages, session.config.max_payload_size)
+          {:read_ok, corr, inc, lost, count, messages}
+        end
+      end)
+    end)
+  end
+
+  # READ_OK and SUBSCRIBED name the incarnation their seqs are of: without
+  # one stated, the channel's is looked up and stated, and looked up again
+  # when the channel was created anew in between.
+  defp at_incarnation(name, incarnation, fun, tries \\ 3)
+
+  defp at_incarnation(name, nil, fun, tries) do
+    with {:ok, inc} <- Ringbus.incarnation(name) do
+      case fun.(inc) do
+        {:error, :new_incarnation} when tries > 1 -> at_incarnation(name, nil, fun, tries - 1)
+        answer -> answer
+      end
+    end
+  end
+
+  defp at_incarnation(_name, incarnation, fun, _tries), do: fun.(incarnation)
+
+  defp subscribe(session, corr, name, {from, incarnation}, credit, max_batch) do
     max_credit = session.config.max_credit
 
     cond do
@@ -481,8 +355,15 @@ defmodule Ringbus.Server.Session do
       true ->
         opts = [from: from, max_credit: max_credit, credit: min(credit, max_credit), via: :binary]
 
-        case Ringbus.subscribe(name, [max_batch: max_batch] ++ opts) do
-          {:ok, sub} ->
+        subscribed =
+          at_incarnation(name, incarnation, fn inc ->
+            with {:ok, sub} <-
+                   Ringbus.subscribe(name, [max_batch: max_batch, incarnation: inc] ++ opts),
+                 do: {:ok, sub, inc}
+          end)
+
+        case subscribed do
+          {:ok, sub, inc} ->
             id = session.next_sub
 
             session = %{
@@ -492,7 +373,7 @@ defmodule Ringbus.Server.Session do
                 next_sub: id + 1
             }
 
-            reply(session, {:subscribed, corr, id})
+            reply(session, {:subscribed, corr, id, inc})
 
           {:error, reason} ->
             error(session, corr, reason)

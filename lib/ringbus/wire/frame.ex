@@ -1,6 +1,6 @@
 defmodule Ringbus.Wire.Frame do
   @moduledoc """
-  Encoding and decoding of single frames of the Ringbus protocol, version 2.
+  Encoding and decoding of single frames of the Ringbus protocol, version 3.
 
   `docs/PROTOCOL.md` is the specification; this module is its reference
   implementation. Every frame is a `u32` length (the bytes of opcode and body),
@@ -24,9 +24,11 @@ defmodule Ringbus.Wire.Frame do
       {:tagged_push_batch, corr, ack_mode, name, {producer, n}, count, payloads}
       {:pull, corr, name}
       {:read, corr, name, from_seq, max}
+      {:read, corr, name, from_seq, max, incarnation}  # incarnation stated
       {:len, corr, name}
       {:info, corr, name}
       {:subscribe, corr, name, from, credit, max_batch} # from: seq | :earliest | :latest
+      {:subscribe, corr, name, from, credit, max_batch, incarnation}
       {:credit, corr, sub_id, credit}
       {:unsubscribe, corr, sub_id}
       {:ping, corr}
@@ -38,10 +40,10 @@ defmodule Ringbus.Wire.Frame do
       {:push_acks, count, acks}                        # acks: [{corr, {:ok, seq} | {:error, reason}}]
       {:pull_ok, corr, seq, payload}
       {:empty, corr}
-      {:read_ok, corr, lost, count, messages}          # messages: [{seq, payload}]
+      {:read_ok, corr, incarnation, lost, count, messages}  # messages: [{seq, payload}]
       {:len_ok, corr, len}
       {:info_ok, corr, info}                           # info: Ringbus.info()
-      {:subscribed, corr, sub_id}
+      {:subscribed, corr, sub_id, incarnation}
       {:deliver, sub_id, lost, count, messages}
       {:sub_closed, sub_id, reason}
       {:pong, corr}
@@ -50,6 +52,13 @@ defmodule Ringbus.Wire.Frame do
   `:tagged_push` and `:tagged_push_batch` are `PUSH` and `PUSH_BATCH` with
   the producer-tag flag (0x02) and its fields: `producer`, 1 to 255 bytes,
   and `n`, a u64 (`Ringbus.push/3`'s `producer: {producer, n}`).
+
+  A `:read` or `:subscribe` with an `incarnation` (a u64) is `READ` or
+  `SUBSCRIBE` with the incarnation flag (0x01) and that field: the server
+  answers it `:new_incarnation` when the channel has another
+  (`Ringbus.read/4`'s `incarnation: i`). `READ_OK`, `SUBSCRIBED` and
+  `INFO_OK` carry the channel's incarnation, which `info` has as
+  `:incarnation`.
 
   Frames that carry a list carry its length too (`count`), so neither side
   walks a long list to count it. The encoder counts while it encodes and
@@ -93,7 +102,7 @@ defmodule Ringbus.Wire.Frame do
   alias Ringbus.Wire.ErrorCode
 
   @magic "RBUS"
-  @version 2
+  @version 3
   # Ringbus.Channel.max_name_bytes/0, which the wire may not call (it depends
   # on nothing); Ringbus.Resp.ErrorsTest keeps the two equal.
   @max_name 255
@@ -173,16 +182,19 @@ defmodule Ringbus.Wire.Frame do
     ok: 4,
     empty: 4,
     len_ok: 12,
-    # corr, capacity, overflow, then len, first_seq, next_seq, pushed, pulled,
-    # overwritten, rejected, skipped and bytes as u64.
-    info_ok: 4 + 4 + 1 + 11 * 8,
-    subscribed: 8,
+    # corr, capacity, overflow, then max_bytes, len, first_seq, next_seq,
+    # pushed, pulled, overwritten, rejected, skipped, bytes, bytes_pushed and
+    # incarnation as u64.
+    info_ok: 4 + 4 + 1 + 12 * 8,
+    subscribed: 16,
     sub_closed: 6,
     pong: 4
   ]
 
   @no_ack_flag 0x01
   @tagged_flag 0x02
+  # READ and SUBSCRIBE: an incarnation follows the name.
+  @incarnation_flag 0x01
 
   @from_seq 0
   @from_earliest 1
@@ -228,9 +240,11 @@ defmodule Ringbus.Wire.Frame do
           | {:tagged_push_batch, corr(), ack_mode(), name(), tag(), u32(), [binary()]}
           | {:pull, corr(), name()}
           | {:read, corr(), name(), seq(), u32()}
+          | {:read, corr(), name(), seq(), u32(), u64()}
           | {:len, corr(), name()}
           | {:info, corr(), name()}
           | {:subscribe, corr(), name(), seq() | :earliest | :latest, u32(), u32()}
+          | {:subscribe, corr(), name(), seq() | :earliest | :latest, u32(), u32(), u64()}
           | {:credit, corr(), sub_id(), u32()}
           | {:unsubscribe, corr(), sub_id()}
           | {:ping, corr()}
@@ -246,10 +260,10 @@ defmodule Ringbus.Wire.Frame do
           | {:push_acks, u32(), [push_ack()]}
           | {:pull_ok, corr(), seq(), binary()}
           | {:empty, corr()}
-          | {:read_ok, corr(), u64(), u32(), [{seq(), binary()}]}
+          | {:read_ok, corr(), u64(), u64(), u32(), [{seq(), binary()}]}
           | {:len_ok, corr(), u64()}
           | {:info_ok, corr(), Ringbus.info()}
-          | {:subscribed, corr(), sub_id()}
+          | {:subscribed, corr(), sub_id(), u64()}
           | {:deliver, sub_id(), u64(), u32(), [{seq(), binary()}]}
           | {:sub_closed, sub_id(), ErrorCode.t()}
           | {:pong, corr()}
@@ -303,7 +317,7 @@ defmodule Ringbus.Wire.Frame do
   defguardp is_ack_mode(x) when x in [:ack, :no_ack]
   defguardp is_overflow(x) when x in [:drop_oldest, :reject]
 
-  @doc "The protocol version this module speaks: `1`."
+  @doc "The protocol version this module speaks: `3`."
   @spec version() :: pos_integer()
   def version, do: @version
 
@@ -463,7 +477,13 @@ defmodule Ringbus.Wire.Frame do
 
   defp body({:read, corr, name, from, max})
        when is_u32(corr) and is_name(name) and is_u64(from) and is_u32(max),
-       do: {@read, [<<corr::32>>, name(name), <<from::64, max::32>>]}
+       do: {@read, [<<corr::32, 0>>, name(name), <<from::64, max::32>>]}
+
+  defp body({:read, corr, name, from, max, incarnation})
+       when is_u32(corr) and is_name(name) and is_u64(from) and is_u32(max) and
+              is_u64(incarnation) do
+    {@read, [<<corr::32, @incarnation_flag>>, name(name), <<incarnation::64, from::64, max::32>>]}
+  end
 
   defp body({:len, corr, name}) when is_u32(corr) and is_name(name),
     do: {@len, [<<corr::32>> | name(name)]}
@@ -474,14 +494,21 @@ defmodule Ringbus.Wire.Frame do
   defp body({:subscribe, corr, name, from, credit, max_batch})
        when is_u32(corr) and is_name(name) and (from in [:earliest, :latest] or is_u64(from)) and
               is_u32(credit) and is_u32(max_batch) do
-    from =
-      case from do
-        :earliest -> <<@from_earliest, 0::64>>
-        :latest -> <<@from_latest, 0::64>>
-        seq -> <<@from_seq, seq::64>>
-      end
+    {@subscribe,
+     [<<corr::32, 0>>, name(name), subscribe_from(from), <<credit::32, max_batch::32>>]}
+  end
 
-    {@subscribe, [<<corr::32>>, name(name), from, <<credit::32, max_batch::32>>]}
+  defp body({:subscribe, corr, name, from, credit, max_batch, incarnation})
+       when is_u32(corr) and is_name(name) and (from in [:earliest, :latest] or is_u64(from)) and
+              is_u32(credit) and is_u32(max_batch) and is_u64(incarnation) do
+    {@subscribe,
+     [
+       <<corr::32, @incarnation_flag>>,
+       name(name),
+       <<incarnation::64>>,
+       subscribe_from(from),
+       <<credit::32, max_batch::32>>
+     ]}
   end
 
   defp body({:credit, corr, sub, credit}) when is_u32(corr) and is_u32(sub) and is_u32(credit),
@@ -532,9 +559,11 @@ defmodule Ringbus.Wire.Frame do
 
   defp body({:empty, corr}) when is_u32(corr), do: {@empty, [<<corr::32>>]}
 
-  defp body({:read_ok, corr, lost, count, messages})
-       when is_u32(corr) and is_u64(lost) and is_u32(count) and is_list(messages) do
-    {entries, size} = encode_messages(messages, count, [<<corr::32, lost::64, count::32>>], 16)
+  defp body({:read_ok, corr, incarnation, lost, count, messages})
+       when is_u32(corr) and is_u64(incarnation) and is_u64(lost) and is_u32(count) and
+              is_list(messages) do
+    head = [<<corr::32, incarnation::64, lost::64, count::32>>]
+    {entries, size} = encode_messages(messages, count, head, 24)
     {@read_ok, entries, size}
   end
 
@@ -556,10 +585,11 @@ defmodule Ringbus.Wire.Frame do
             rejected: rejected,
             skipped: skipped,
             bytes: bytes,
-            bytes_pushed: bytes_pushed
+            bytes_pushed: bytes_pushed,
+            incarnation: incarnation
           } = info}
        )
-       when map_size(info) == 13 and is_u32(corr) and is_u32(capacity) and
+       when map_size(info) == 14 and is_u64(incarnation) and is_u32(corr) and is_u32(capacity) and
               is_overflow(overflow) and (is_nil(max_bytes) or is_u64(max_bytes)) and
               is_u64(len) and is_u64(first_seq) and is_u64(next_seq) and is_u64(pushed) and
               is_u64(pulled) and is_u64(overwritten) and is_u64(rejected) and is_u64(skipped) and
@@ -570,12 +600,13 @@ defmodule Ringbus.Wire.Frame do
      [
        <<corr::32, capacity::32, overflow(overflow), max_bytes::64, len::64, first_seq::64,
          next_seq::64, pushed::64, pulled::64, overwritten::64, rejected::64, skipped::64,
-         bytes::64, bytes_pushed::64>>
+         bytes::64, bytes_pushed::64, incarnation::64>>
      ]}
   end
 
-  defp body({:subscribed, corr, sub}) when is_u32(corr) and is_u32(sub),
-    do: {@subscribed, [<<corr::32, sub::32>>]}
+  defp body({:subscribed, corr, sub, incarnation})
+       when is_u32(corr) and is_u32(sub) and is_u64(incarnation),
+       do: {@subscribed, [<<corr::32, sub::32, incarnation::64>>]}
 
   defp body({:deliver, sub, lost, count, messages})
        when is_u32(sub) and is_u64(lost) and is_u32(count) and is_list(messages) do
@@ -608,6 +639,10 @@ defmodule Ringbus.Wire.Frame do
 
   defp overflow(:drop_oldest), do: 0
   defp overflow(:reject), do: 1
+
+  defp subscribe_from(:earliest), do: <<@from_earliest, 0::64>>
+  defp subscribe_from(:latest), do: <<@from_latest, 0::64>>
+  defp subscribe_from(seq), do: <<@from_seq, seq::64>>
 
   # The entries nest as [[[head, e1], e2], e3]: iodata in order, built without a reverse.
   defp encode_payloads(payloads, count, acc, size, seen \\ 0)
@@ -787,11 +822,14 @@ defmodule Ringbus.Wire.Frame do
 
   defp decode_op(@pull, <<corr::32, rest::binary>>), do: name_only(:pull, corr, rest)
 
-  defp decode_op(@read, <<corr::32, rest::binary>>) do
-    with {:ok, name, rest} <- name(rest, :read) do
-      case rest do
-        <<from::64, max::32>> -> {:ok, {:read, corr, name, from, max}}
-        _ -> size_error(rest, 12, :read)
+  defp decode_op(@read, <<corr::32, flags, rest::binary>>) do
+    with {:ok, stated?} <- incarnation_flag(flags, :read),
+         {:ok, name, rest} <- name(rest, :read) do
+      case {stated?, rest} do
+        {true, <<inc::64, from::64, max::32>>} -> {:ok, {:read, corr, name, from, max, inc}}
+        {true, _} -> size_error(rest, 20, :read)
+        {false, <<from::64, max::32>>} -> {:ok, {:read, corr, name, from, max}}
+        {false, _} -> size_error(rest, 12, :read)
       end
     end
   end
@@ -799,15 +837,22 @@ defmodule Ringbus.Wire.Frame do
   defp decode_op(@len, <<corr::32, rest::binary>>), do: name_only(:len, corr, rest)
   defp decode_op(@info, <<corr::32, rest::binary>>), do: name_only(:info, corr, rest)
 
-  defp decode_op(@subscribe, <<corr::32, rest::binary>>) do
-    with {:ok, name, rest} <- name(rest, :subscribe) do
-      case rest do
-        <<kind, seq::64, credit::32, max_batch::32>> ->
-          with {:ok, from} <- from(kind, seq) do
-            {:ok, {:subscribe, corr, name, from, credit, max_batch}}
-          end
+  defp decode_op(@subscribe, <<corr::32, flags, rest::binary>>) do
+    with {:ok, stated?} <- incarnation_flag(flags, :subscribe),
+         {:ok, name, rest} <- name(rest, :subscribe) do
+      case {stated?, rest} do
+        {true, <<inc::64, kind, seq::64, credit::32, max_batch::32>>} ->
+          with {:ok, from} <- from(kind, seq),
+               do: {:ok, {:subscribe, corr, name, from, credit, max_batch, inc}}
 
-        _ ->
+        {true, _} ->
+          size_error(rest, 25, :subscribe)
+
+        {false, <<kind, seq::64, credit::32, max_batch::32>>} ->
+          with {:ok, from} <- from(kind, seq),
+               do: {:ok, {:subscribe, corr, name, from, credit, max_batch}}
+
+        {false, _} ->
           size_error(rest, 17, :subscribe)
       end
     end
@@ -853,10 +898,10 @@ defmodule Ringbus.Wire.Frame do
 
   defp decode_op(@empty, <<corr::32>>), do: {:ok, {:empty, corr}}
 
-  defp decode_op(@read_ok, <<corr::32, lost::64, count::32, rest::binary>>) do
+  defp decode_op(@read_ok, <<corr::32, incarnation::64, lost::64, count::32, rest::binary>>) do
     with {:ok, messages, rest} <- decode_messages(rest, count, [], :read_ok),
          :ok <- done(rest, :read_ok) do
-      {:ok, {:read_ok, corr, lost, count, messages}}
+      {:ok, {:read_ok, corr, incarnation, lost, count, messages}}
     end
   end
 
@@ -866,7 +911,7 @@ defmodule Ringbus.Wire.Frame do
          @info_ok,
          <<corr::32, capacity::32, overflow, max_bytes::64, len::64, first_seq::64, next_seq::64,
            pushed::64, pulled::64, overwritten::64, rejected::64, skipped::64, bytes::64,
-           bytes_pushed::64>>
+           bytes_pushed::64, incarnation::64>>
        ) do
     with {:ok, overflow} <- overflow(overflow, :info_ok) do
       info = %{
@@ -882,14 +927,16 @@ defmodule Ringbus.Wire.Frame do
         rejected: rejected,
         skipped: skipped,
         bytes: bytes,
-        bytes_pushed: bytes_pushed
+        bytes_pushed: bytes_pushed,
+        incarnation: incarnation
       }
 
       {:ok, {:info_ok, corr, info}}
     end
   end
 
-  defp decode_op(@subscribed, <<corr::32, sub::32>>), do: {:ok, {:subscribed, corr, sub}}
+  defp decode_op(@subscribed, <<corr::32, sub::32, incarnation::64>>),
+    do: {:ok, {:subscribed, corr, sub, incarnation}}
 
   defp decode_op(@deliver, <<sub::32, lost::64, count::32, rest::binary>>) do
     with {:ok, messages, rest} <- decode_messages(rest, count, [], :deliver),
@@ -963,6 +1010,10 @@ defmodule Ringbus.Wire.Frame do
       end
     end
   end
+
+  defp incarnation_flag(0, _type), do: {:ok, false}
+  defp incarnation_flag(@incarnation_flag, _type), do: {:ok, true}
+  defp incarnation_flag(_, type), do: {:error, {:bad_field, type, :flags}}
 
   defp ack_mode(0, _type), do: {:ok, :ack}
   defp ack_mode(@no_ack_flag, _type), do: {:ok, :no_ack}

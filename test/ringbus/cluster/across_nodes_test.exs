@@ -193,6 +193,18 @@ defmodule Ringbus.Cluster.AcrossNodesTest do
              %{pushed: 0, rejected: 3}
 
     assert Ringbus.Client.read(client, "tcp-c", 0, 10) == {:ok, [{0, "x"}, {1, "y"}], 0}
+    # The incarnation is the home's, looked up and checked there.
+    {:ok, %{incarnation: inc}} = call(c, Ringbus, :info, ["tcp-c"])
+    assert call(b, Ringbus, :incarnation, ["tcp-c"]) == {:ok, inc}
+
+    assert Ringbus.Client.read(client, "tcp-c", 1, 10, incarnation: :any) ==
+             {:ok, [{1, "y"}], 0, inc}
+
+    other = if inc == 1, do: 2, else: 1
+
+    assert Ringbus.Client.read(client, "tcp-c", 1, 10, incarnation: other) ==
+             {:error, :new_incarnation}
+
     assert Ringbus.Client.len(client, "tcp-a") == {:ok, 1}
     assert call(a, Ringbus, :read, ["tcp-a", 0, 1]) == {:ok, [{0, "via b"}], 0}
 

@@ -22,7 +22,7 @@ defmodule Ringbus.Server.AuthTLSTest do
     test "HELLO without a valid token is refused and closed", %{port: port} do
       for token <- [nil, "wrong", "roo", "rootx", "root" <> <<0>>] do
         client = RawClient.connect!(port)
-        RawClient.send_frames(client, [{:hello, 5, 2, 0, token}])
+        RawClient.send_frames(client, [{:hello, 5, 3, 0, token}])
         assert [{:error, 5, :auth_failed, _}] = RawClient.recv_until_closed(client)
       end
     end
@@ -114,7 +114,7 @@ defmodule Ringbus.Server.AuthTLSTest do
     {server_tls, _} = TLS.configs()
     server = start_supervised!({Ringbus.Server, port: 0, tls: server_tls})
     client = RawClient.connect!(Ringbus.Server.port(server))
-    RawClient.send_frames(client, [{:hello, 0, 2, 0, nil}])
+    RawClient.send_frames(client, [{:hello, 0, 3, 0, nil}])
     refute Enum.any?(RawClient.recv_until_closed(client), &match?({:hello_ok, _, _, _}, &1))
   end
 
@@ -133,7 +133,7 @@ defmodule Ringbus.Server.AuthTLSTest do
       server = start_supervised!({Ringbus.Server, port: 0, max_subscriptions: 1})
       {c, _} = RawClient.hello!(Ringbus.Server.port(server))
       {{:ok, 1}, c} = RawClient.call(c, {:create, 1, "subs", 10, :drop_oldest, nil})
-      {{:subscribed, 2, _}, c} = RawClient.call(c, {:subscribe, 2, "subs", :latest, 10, 10})
+      {{:subscribed, 2, _, _}, c} = RawClient.call(c, {:subscribe, 2, "subs", :latest, 10, 10})
 
       assert {{:error, 3, :too_many_subscriptions, _}, _} =
                RawClient.call(c, {:subscribe, 3, "subs", :latest, 10, 10})
@@ -162,7 +162,7 @@ defmodule Ringbus.Server.AuthTLSTest do
                {4, {:ok, 1}}
              ]
 
-      assert {{:read_ok, 5, 0, 2, [{0, "a"}, {1, "c"}]}, _} =
+      assert {{:read_ok, 5, _, 0, 2, [{0, "a"}, {1, "c"}]}, _} =
                RawClient.call(c, {:read, 5, "limits", 0, 10})
 
       Ringbus.delete("limits")

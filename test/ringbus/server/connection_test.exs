@@ -45,7 +45,7 @@ defmodule Ringbus.Server.ConnectionTest do
     assert acks == Enum.map(1..51, &{&1, {:ok, &1 - 1}})
 
     # The no-ack push was stored all the same.
-    assert {{:read_ok, 1, 0, 2, [{52, "z"}, {53, "q"}]}, _} =
+    assert {{:read_ok, 1, _, 0, 2, [{52, "z"}, {53, "q"}]}, _} =
              RawClient.call(c, {:read, 1, "acks", 52, 10})
   end
 
@@ -78,7 +78,7 @@ defmodule Ringbus.Server.ConnectionTest do
              {8, {:ok, 5}}
            ]
 
-    assert {{:read_ok, 1, 0, 6, messages}, c} = RawClient.call(c, {:read, 1, "tags", 0, 10})
+    assert {{:read_ok, 1, _, 0, 6, messages}, c} = RawClient.call(c, {:read, 1, "tags", 0, 10})
     assert Enum.map(messages, &elem(&1, 1)) == ["a", "t1", "b", "t2", "t3", "c"]
 
     # A second connection resends the tag: the first seq, nothing stored.
@@ -100,7 +100,7 @@ defmodule Ringbus.Server.ConnectionTest do
     {[{:push_acks, 1, [{1, {:ok, 0}}]}], c} = RawClient.recv(c, 1)
     assert {{:pull_ok, 2, 0, "a"}, c} = RawClient.call(c, {:pull, 2, "pr"})
 
-    assert {{:read_ok, 3, 1, 2, [{1, "b"}, {2, "c"}]}, c} =
+    assert {{:read_ok, 3, _, 1, 2, [{1, "b"}, {2, "c"}]}, c} =
              RawClient.call(c, {:read, 3, "pr", 0, 10})
 
     assert {{:pull_ok, 4, 1, "b"}, c} = RawClient.call(c, {:pull, 4, "pr"})
@@ -116,10 +116,11 @@ defmodule Ringbus.Server.ConnectionTest do
     on_exit(fn -> Ringbus.delete(name) end)
     {:ok, 0} = Ringbus.push(name, "a")
 
-    # Ringbus.info/1 has more (:incarnation, :replicas, :term, ...).
+    # Ringbus.info/1 has more (:replicas, :term, ...).
     assert {{:info_ok, 1, info}, c} = RawClient.call(c, {:info, 1, name})
-    assert %{pushed: 1, len: 1, capacity: 10} = info
-    refute Map.has_key?(info, :incarnation)
+    {:ok, %{incarnation: incarnation}} = Ringbus.info(name)
+    assert %{pushed: 1, len: 1, capacity: 10, incarnation: ^incarnation} = info
+    refute Map.has_key?(info, :term)
     assert {{:pong, 2}, _c} = RawClient.call(c, {:ping, 2})
   end
 
@@ -155,7 +156,7 @@ defmodule Ringbus.Server.ConnectionTest do
     RawClient.send_frames(c, [{:push_batch, 1, :ack, "sub", 5, ~w(a b c d e)}])
     {[{:push_acks, 1, _}], c} = RawClient.recv(c, 1)
 
-    {{:subscribed, 2, sub}, c} = RawClient.call(c, {:subscribe, 2, "sub", :earliest, 2, 10})
+    {{:subscribed, 2, sub, _}, c} = RawClient.call(c, {:subscribe, 2, "sub", :earliest, 2, 10})
     # Credit 2: two messages, then nothing until more credit.
     {[{:deliver, ^sub, 0, 2, [{0, "a"}, {1, "b"}]}], c} = RawClient.recv(c, 1)
     assert {{:pong, 3}, c} = RawClient.call(c, {:ping, 3})
@@ -173,7 +174,7 @@ defmodule Ringbus.Server.ConnectionTest do
 
   test "deleting a channel closes its subscriptions", %{client: c} do
     {{:ok, 1}, c} = RawClient.call(c, {:create, 1, "gone", 10, :drop_oldest, nil})
-    {{:subscribed, 2, sub}, c} = RawClient.call(c, {:subscribe, 2, "gone", :latest, 10, 10})
+    {{:subscribed, 2, sub, _}, c} = RawClient.call(c, {:subscribe, 2, "gone", :latest, 10, 10})
     RawClient.send_frames(c, [{:delete, 3, "gone"}])
     {frames, _} = RawClient.recv(c, 2)
     assert {:ok, 3} in frames
@@ -182,7 +183,7 @@ defmodule Ringbus.Server.ConnectionTest do
 
   test "a subscriber that lapses learns what it lost", %{client: c} do
     {{:ok, 1}, c} = RawClient.call(c, {:create, 1, "lap", 4, :drop_oldest, nil})
-    {{:subscribed, 2, sub}, c} = RawClient.call(c, {:subscribe, 2, "lap", :earliest, 1, 10})
+    {{:subscribed, 2, sub, _}, c} = RawClient.call(c, {:subscribe, 2, "lap", :earliest, 1, 10})
     RawClient.send_frames(c, [{:push_batch, 3, :no_ack, "lap", 10, Enum.map(0..9, &"#{&1}")}])
     # The first delivery may catch seq 0 before the batch laps the ring.
     {[{:deliver, ^sub, lost0, 1, [{seq0, _}]}], c} = RawClient.recv(c, 1)
@@ -225,11 +226,11 @@ defmodule Ringbus.Server.ConnectionTest do
 
   test "SUB_CLOSED says why: channel deleted, or its anchor gone", %{client: c} do
     {{:ok, 1}, c} = RawClient.call(c, {:create, 1, "why", 10, :drop_oldest, nil})
-    {{:subscribed, 2, sub}, c} = RawClient.call(c, {:subscribe, 2, "why", :latest, 10, 10})
+    {{:subscribed, 2, sub, _}, c} = RawClient.call(c, {:subscribe, 2, "why", :latest, 10, 10})
     Process.exit(Ringbus.Test.Internals.channel!("why").anchor, :kill)
     {[{:sub_closed, ^sub, :internal}], c} = RawClient.recv(c, 1)
 
-    {{:subscribed, 3, sub}, c} = RawClient.call(c, {:subscribe, 3, "why", :latest, 10, 10})
+    {{:subscribed, 3, sub, _}, c} = RawClient.call(c, {:subscribe, 3, "why", :latest, 10, 10})
     {[{:ok, 4}, {:sub_closed, ^sub, :no_channel}], _} = delete_and_recv(c, "why")
   end
 
@@ -260,10 +261,10 @@ defmodule Ringbus.Server.ConnectionTest do
   test "a stopping server closes each subscription with SUB_CLOSED shutting_down", ctx do
     for name <- ~w(s1 s2), do: :ok = Ringbus.create(name, capacity: 10)
 
-    {{:subscribed, 1, a}, c} =
+    {{:subscribed, 1, a, _}, c} =
       ctx.client |> RawClient.call({:subscribe, 1, "s1", :latest, 10, 10})
 
-    {{:subscribed, 2, b}, c} = RawClient.call(c, {:subscribe, 2, "s2", :latest, 10, 10})
+    {{:subscribed, 2, b, _}, c} = RawClient.call(c, {:subscribe, 2, "s2", :latest, 10, 10})
     :ok = stop_supervised(Ringbus.Server)
 
     assert [{:sub_closed, ^a, :shutting_down}, {:sub_closed, ^b, :shutting_down}, error] =
@@ -288,7 +289,7 @@ defmodule Ringbus.Server.ConnectionTest do
     # The stalled producer comes back and pushes again under a fresh seq.
     assert Ring.commit(ch, 0, "late") == {:ok, 3}
 
-    assert {{:read_ok, 4, 0, 3, [{1, "a"}, {2, "b"}, {3, "late"}]}, c} =
+    assert {{:read_ok, 4, _, 0, 3, [{1, "a"}, {2, "b"}, {3, "late"}]}, c} =
              RawClient.call(c, {:read, 4, "stall", 0, 10})
 
     # A pull passes over the given-up seq; every count balances.

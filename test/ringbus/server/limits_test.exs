@@ -31,7 +31,7 @@ defmodule Ringbus.Server.LimitsTest do
     {:ok, socket} =
       :gen_tcp.connect(~c"127.0.0.1", port, [:binary, active: false, recbuf: 4096, sndbuf: 4096])
 
-    frames = [{:hello, 0, 2, 0, nil}, {:subscribe, 1, "flood", :latest, 100_000, 256}]
+    frames = [{:hello, 0, 3, 0, nil}, {:subscribe, 1, "flood", :latest, 100_000, 256}]
     :ok = Ringbus.create("flood", capacity: 100_000)
     :ok = :gen_tcp.send(socket, Enum.map(frames, &Ringbus.Wire.Frame.encode/1))
 
@@ -70,7 +70,9 @@ defmodule Ringbus.Server.LimitsTest do
     :ok = Ringbus.create("capped", capacity: 1_000)
     {:ok, 0} = Ringbus.push_many("capped", Enum.map(1..100, &"#{&1}"))
 
-    {{:subscribed, 1, sub}, c} = RawClient.call(c, {:subscribe, 1, "capped", :earliest, 1, 100})
+    {{:subscribed, 1, sub, _}, c} =
+      RawClient.call(c, {:subscribe, 1, "capped", :earliest, 1, 100})
+
     assert {[{:deliver, ^sub, 0, 1, [{0, "1"}]}], c} = RawClient.recv(c, 1)
 
     RawClient.send_frames(c, [{:credit, 2, sub, 1_000_000}])
@@ -102,13 +104,13 @@ defmodule Ringbus.Server.LimitsTest do
     payloads = [:binary.copy("a", 500), :binary.copy("b", max_payload), "c", "d"]
     {:ok, 0} = Ringbus.push_many("fit", payloads)
 
-    assert {{:read_ok, 1, 0, 1, [{0, _}]}, c} = RawClient.call(c, {:read, 1, "fit", 0, 10})
-    assert {{:read_ok, 2, 0, 1, [{1, _}]}, c} = RawClient.call(c, {:read, 2, "fit", 1, 10})
+    assert {{:read_ok, 1, _, 0, 1, [{0, _}]}, c} = RawClient.call(c, {:read, 1, "fit", 0, 10})
+    assert {{:read_ok, 2, _, 0, 1, [{1, _}]}, c} = RawClient.call(c, {:read, 2, "fit", 1, 10})
 
-    assert {{:read_ok, 3, 0, 2, [{2, "c"}, {3, "d"}]}, c} =
+    assert {{:read_ok, 3, _, 0, 2, [{2, "c"}, {3, "d"}]}, c} =
              RawClient.call(c, {:read, 3, "fit", 2, 10})
 
-    {{:subscribed, 4, sub}, c} = RawClient.call(c, {:subscribe, 4, "fit", :earliest, 10, 10})
+    {{:subscribed, 4, sub, _}, c} = RawClient.call(c, {:subscribe, 4, "fit", :earliest, 10, 10})
     {frames, _} = RawClient.recv(c, 3)
     assert Enum.map(frames, fn {:deliver, ^sub, 0, n, _} -> n end) == [1, 1, 2]
   end

@@ -24,9 +24,17 @@ defmodule Ringbus.Server.ProtocolTest do
   end
 
   describe "the first frame" do
+    test "a version 2 HELLO (before incarnations) is refused with bad_version, naming the version spoken" do
+      client = RawClient.connect!(start_server())
+      RawClient.send_frames(client, [{:hello, 4, 2, 0, nil}])
+
+      assert [{:error, 4, :bad_version, message}] = RawClient.recv_until_closed(client)
+      assert message =~ "version 3"
+    end
+
     test "which error wins: decoding, then not HELLO, then version, then token" do
       port = start_server(tokens: %{"t" => :all})
-      hello = bytes([{:hello, 0, 2, 0, "t"}])
+      hello = bytes([{:hello, 0, 3, 0, "t"}])
 
       # A length over the pre-HELLO limit, whatever follows.
       assert refusal(port, <<65_551::32, 0x01>>) == :frame_too_large
@@ -42,19 +50,19 @@ defmodule Ringbus.Server.ProtocolTest do
       assert refusal(port, head <> "XBUS" <> rest) == :bad_frame
       # Version before token: a wrong version with a wrong token.
       assert refusal(port, bytes([{:hello, 0, 1, 0, "wrong"}])) == :bad_version
-      assert refusal(port, bytes([{:hello, 0, 2, 0, "wrong"}])) == :auth_failed
+      assert refusal(port, bytes([{:hello, 0, 3, 0, "wrong"}])) == :auth_failed
     end
 
     test "the largest HELLO is taken, one byte more is refused, whatever max_frame_size" do
       port = start_server(max_frame_size: 1024)
       token = :binary.copy("t", 0xFFFF)
-      largest = bytes([{:hello, 0, 2, 0, token}])
+      largest = bytes([{:hello, 0, 3, 0, token}])
       assert byte_size(largest) == 4 + Frame.max_hello_frame_size()
 
       client = RawClient.connect!(port)
       RawClient.send_raw(client, largest)
       # Read whole, then judged: no tokens are configured, so any is fine.
-      assert {[{:hello_ok, 0, 2, %{max_frame_size: 1024}}], client} = RawClient.recv(client, 1)
+      assert {[{:hello_ok, 0, 3, %{max_frame_size: 1024}}], client} = RawClient.recv(client, 1)
 
       # After HELLO the server's own limit holds.
       RawClient.send_frames(client, [{:push, 1, :ack, "big", :binary.copy("x", 2000)}])
@@ -66,7 +74,7 @@ defmodule Ringbus.Server.ProtocolTest do
     test "every byte after HELLO meets max_frame_size, however TCP splits it" do
       port = start_server()
       push = {:push, 1, :ack, "after-hello", :binary.copy("x", 100_000)}
-      both = bytes([{:hello, 0, 2, 0, nil}, push])
+      both = bytes([{:hello, 0, 3, 0, nil}, push])
 
       # In one write, and split inside the HELLO, at its end, and inside the push.
       for at <- [byte_size(both), 10, 19, 30] do
@@ -75,7 +83,7 @@ defmodule Ringbus.Server.ProtocolTest do
         RawClient.send_raw(client, a)
         if b != "", do: Process.sleep(20) && RawClient.send_raw(client, b)
 
-        assert {[{:hello_ok, 0, 2, _}, {:push_acks, 1, [{1, {:ok, _}}]}], _} =
+        assert {[{:hello_ok, 0, 3, _}, {:push_acks, 1, [{1, {:ok, _}}]}], _} =
                  RawClient.recv(client, 2)
       end
     end
@@ -114,23 +122,25 @@ defmodule Ringbus.Server.ProtocolTest do
     test "READ returns at most 1,000 messages", %{c: c} do
       {:ok, 0} = Ringbus.push_many(create!("many"), Enum.map(1..1_500, &"#{&1}"))
 
-      assert {{:read_ok, 1, 0, 1_000, messages}, c} =
+      assert {{:read_ok, 1, _, 0, 1_000, messages}, c} =
                RawClient.call(c, {:read, 1, "many", 0, 5_000})
 
       assert List.last(messages) == {999, "1000"}
-      assert {{:read_ok, 2, 0, 500, _}, _} = RawClient.call(c, {:read, 2, "many", 1_000, 5_000})
+
+      assert {{:read_ok, 2, _, 0, 500, _}, _} =
+               RawClient.call(c, {:read, 2, "many", 1_000, 5_000})
     end
 
     test "DELETE of a channel this connection subscribes to: OK, then SUB_CLOSED", %{c: c} do
       create!("del")
-      {{:subscribed, 1, sub}, c} = RawClient.call(c, {:subscribe, 1, "del", :latest, 10, 10})
+      {{:subscribed, 1, sub, _}, c} = RawClient.call(c, {:subscribe, 1, "del", :latest, 10, 10})
       RawClient.send_frames(c, [{:delete, 2, "del"}])
       assert {[{:ok, 2}, {:sub_closed, ^sub, :no_channel}], _} = RawClient.recv(c, 2)
     end
 
     test "after UNSUBSCRIBE's OK no DELIVER and no SUB_CLOSED follows", %{c: c} do
       create!("unsub")
-      {{:subscribed, 1, sub}, c} = RawClient.call(c, {:subscribe, 1, "unsub", :latest, 10, 10})
+      {{:subscribed, 1, sub, _}, c} = RawClient.call(c, {:subscribe, 1, "unsub", :latest, 10, 10})
       {:ok, _} = Ringbus.push("unsub", "before")
       assert {[{:deliver, ^sub, 0, 1, _}], c} = RawClient.recv(c, 1)
 
@@ -153,7 +163,7 @@ defmodule Ringbus.Server.ProtocolTest do
       {:ok, 0} = Ringbus.push_many(create!("drained"), ~w(a b c))
       for _ <- 1..3, do: {:ok, _, _} = Ringbus.pull("drained")
 
-      {{:subscribed, 1, sub}, c} = RawClient.call(c, {:subscribe, 1, "drained", 0, 10, 10})
+      {{:subscribed, 1, sub, _}, c} = RawClient.call(c, {:subscribe, 1, "drained", 0, 10, 10})
       assert {[{:deliver, ^sub, 3, 0, []}], c} = RawClient.recv(c, 1)
 
       {:ok, 3} = Ringbus.push("drained", "d")
@@ -163,10 +173,87 @@ defmodule Ringbus.Server.ProtocolTest do
     test "a SUBSCRIBE from a seq past next_seq waits for it, and counts nothing before it lost",
          %{c: c} do
       {:ok, 0} = Ringbus.push_many(create!("ahead"), ~w(a b))
-      {{:subscribed, 1, sub}, c} = RawClient.call(c, {:subscribe, 1, "ahead", 5, 10, 10})
+      {{:subscribed, 1, sub, _}, c} = RawClient.call(c, {:subscribe, 1, "ahead", 5, 10, 10})
 
       {:ok, 2} = Ringbus.push_many("ahead", ~w(c d e f))
       assert {[{:deliver, ^sub, 0, 1, [{5, "f"}]}], _} = RawClient.recv(c, 1)
+    end
+  end
+
+  describe "incarnations" do
+    setup do
+      {c, _} = RawClient.hello!(start_server())
+      {:ok, c: c}
+    end
+
+    # Bytes written from the field tables of docs/PROTOCOL.md, not by the codec.
+    test "READ with the incarnation flag, byte by byte: READ_OK names it; after a re-create, 113",
+         %{c: c} do
+      {:ok, 0} = Ringbus.push_many(create!("inc-raw"), ~w(a b))
+      {:ok, %{incarnation: inc}} = Ringbus.info("inc-raw")
+
+      read = fn corr ->
+        body = <<0x07, corr::32, 0x01, 7::16, "inc-raw", inc::64, 1::64, 10::32>>
+        RawClient.send_raw(c, [<<byte_size(body)::32>>, body])
+        {:ok, <<length::32>>} = :gen_tcp.recv(c.socket, 4, 5_000)
+        {:ok, frame} = :gen_tcp.recv(c.socket, length, 5_000)
+        frame
+      end
+
+      # READ_OK: corr, incarnation, lost 0, count 1, then seq 1 and payload "b".
+      assert read.(1) == <<0x86, 1::32, inc::64, 0::64, 1::32, 1::64, 1::32, "b">>
+
+      :ok = Ringbus.delete("inc-raw")
+      {:ok, 0} = Ringbus.push_many(create!("inc-raw"), ~w(x y))
+
+      # ERROR: corr 2, code 113, then a message.
+      assert <<0xFF, 2::32, 113::16, _::binary>> = read.(2)
+    end
+
+    test "READ_OK, SUBSCRIBED and INFO_OK carry the channel's incarnation", %{c: c} do
+      {:ok, 0} = Ringbus.push(create!("inc-all"), "a")
+      {:ok, %{incarnation: inc}} = Ringbus.info("inc-all")
+
+      assert {{:read_ok, 1, ^inc, 0, 1, [{0, "a"}]}, c} =
+               RawClient.call(c, {:read, 1, "inc-all", 0, 10})
+
+      assert {{:subscribed, 2, _, ^inc}, c} =
+               RawClient.call(c, {:subscribe, 2, "inc-all", :earliest, 10, 10})
+
+      assert {[{:deliver, _, 0, 1, [{0, "a"}]}], c} = RawClient.recv(c, 1)
+      assert {{:info_ok, 3, %{incarnation: ^inc}}, _} = RawClient.call(c, {:info, 3, "inc-all"})
+    end
+
+    test "a resume after DELETE and CREATE answers new_incarnation; the old-free read goes on",
+         %{c: c} do
+      {:ok, 0} = Ringbus.push_many(create!("inc-resume"), ~w(a b c))
+
+      assert {{:read_ok, 1, inc, 0, 2, [{0, "a"}, {1, "b"}]}, c} =
+               RawClient.call(c, {:read, 1, "inc-resume", 0, 2})
+
+      assert {{:read_ok, 2, ^inc, 0, 1, [{2, "c"}]}, c} =
+               RawClient.call(c, {:read, 2, "inc-resume", 2, 10, inc})
+
+      :ok = Ringbus.delete("inc-resume")
+      {:ok, 0} = Ringbus.push_many(create!("inc-resume"), ~w(x y z w))
+
+      assert {{:error, 3, :new_incarnation, _}, c} =
+               RawClient.call(c, {:read, 3, "inc-resume", 3, 10, inc})
+
+      assert {{:error, 4, :new_incarnation, _}, c} =
+               RawClient.call(c, {:subscribe, 4, "inc-resume", 3, 10, 10, inc})
+
+      # Stating none, the reader gets the new incarnation with the messages.
+      assert {{:read_ok, 5, new, 0, 1, [{3, "w"}]}, c} =
+               RawClient.call(c, {:read, 5, "inc-resume", 3, 10})
+
+      assert new != inc
+
+      assert {{:subscribed, 6, sub, ^new}, c} =
+               RawClient.call(c, {:subscribe, 6, "inc-resume", 3, 10, 10, new})
+
+      assert {[{:deliver, ^sub, 0, 1, [{3, "w"}]}], c} = RawClient.recv(c, 1)
+      assert {{:error, 7, :no_channel, _}, _} = RawClient.call(c, {:read, 7, "inc-no", 0, 1, inc})
     end
   end
 

@@ -203,7 +203,7 @@ defmodule Ringbus.Wire.DecoderTest do
 
   describe ":first and :accept" do
     test "the first frame has its own limit and every later byte the other, however split" do
-      hello = {:hello, 1, 2, 0, :binary.copy("t", 0xFFFF)}
+      hello = {:hello, 1, 3, 0, :binary.copy("t", 0xFFFF)}
       big = {:push, 2, :ack, "e", :binary.copy("x", 70_000)}
       bytes = FrameGenerators.bytes([hello, big])
       decoder = Decoder.new(@max, first: 65_550)
@@ -251,7 +251,7 @@ defmodule Ringbus.Wire.DecoderTest do
   end
 
   test "frames decoded here are what Frame.decode/2 gives" do
-    frame = {:read_ok, 1, 0, 2, [{0, "a"}, {1, "b"}]}
+    frame = {:read_ok, 1, 5, 0, 2, [{0, "a"}, {1, "b"}]}
     bytes = FrameGenerators.bytes([frame])
     assert {:ok, [decoded], _} = Decoder.feed(Decoder.new(@max), bytes)
     assert {:ok, ^decoded, ""} = Frame.decode(bytes, @max)

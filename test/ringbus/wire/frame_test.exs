@@ -37,8 +37,8 @@ defmodule Ringbus.Wire.FrameTest do
     end
 
     test "an empty token encodes as none" do
-      bytes = IO.iodata_to_binary(Frame.encode({:hello, 1, 2, 0, ""}))
-      assert {:ok, {:hello, 1, 2, 0, nil}, ""} = Frame.decode(bytes, @max)
+      bytes = IO.iodata_to_binary(Frame.encode({:hello, 1, 3, 0, ""}))
+      assert {:ok, {:hello, 1, 3, 0, nil}, ""} = Frame.decode(bytes, @max)
     end
   end
 
@@ -102,10 +102,16 @@ defmodule Ringbus.Wire.FrameTest do
          {:bad_field, :push_batch, :name}},
         {<<0x0C::32, 0x05, 1::32, 0x80, 1::16, "e", 0::32>>, {:bad_field, :push_batch, :flags}},
         {<<21::32, 0x02, 1::32, 1::16, "e", 1::32, 2, 0::64>>, {:bad_field, :create, :overflow}},
-        {<<25::32, 0x0A, 1::32, 1::16, "e", 3, 0::64, 1::32, 1::32>>,
+        {<<26::32, 0x0A, 1::32, 0, 1::16, "e", 3, 0::64, 1::32, 1::32>>,
          {:bad_field, :subscribe, :from}},
-        {<<25::32, 0x0A, 1::32, 1::16, "e", 1, 5::64, 1::32, 1::32>>,
+        {<<26::32, 0x0A, 1::32, 0, 1::16, "e", 1, 5::64, 1::32, 1::32>>,
          {:bad_field, :subscribe, :from}},
+        {<<34::32, 0x0A, 1::32, 1, 1::16, "e", 9::64, 3, 0::64, 1::32, 1::32>>,
+         {:bad_field, :subscribe, :from}},
+        # READ and SUBSCRIBE know one flag, the incarnation's (0x01).
+        {<<21::32, 0x07, 1::32, 2, 1::16, "e", 0::64, 1::32>>, {:bad_field, :read, :flags}},
+        {<<26::32, 0x0A, 1::32, 0x81, 1::16, "e", 1, 0::64, 1::32, 1::32>>,
+         {:bad_field, :subscribe, :flags}},
         {<<15::32, 0x01, 1::32, "XBUS", 1::16, 0::16, 0::16>>, {:bad_field, :hello, :magic}},
         {<<19::32, 0x83, 1::32, 7::32, 103::16, 5::64>>, {:bad_field, :push_acks, :status}},
         {<<9::32, 0xFF, 1::32, 0::16, 0::16>>, {:bad_field, :error, :code}},
@@ -134,6 +140,11 @@ defmodule Ringbus.Wire.FrameTest do
         {:push, -1, :ack, "e", "p"},
         {:push, 1, :maybe, "e", "p"},
         {:read, 1, "e", 0x1_0000_0000_0000_0000, 1},
+        {:read, 1, "e", 0, 1, -1},
+        {:read, 1, "e", 0, 1, nil},
+        {:subscribe, 1, "e", :earliest, 1, 1, 0x1_0000_0000_0000_0000},
+        {:subscribed, 1, 1, nil},
+        {:info_ok, 1, Map.delete(info, :incarnation)},
         {:create, 1, "e", 0x1_0000_0000, :drop_oldest, nil},
         {:create, 1, "e", 10, :sometimes, nil},
         {:create, 1, "e", 10, :drop_oldest, :infinity},
@@ -143,7 +154,7 @@ defmodule Ringbus.Wire.FrameTest do
         {:info_ok, 1, Map.delete(info, :skipped)},
         {:push_batch, 1, :ack, "e", 2, ["a"]},
         {:push_batch, 1, :ack, "e", 1, ["a", "b"]},
-        {:read_ok, 1, 0, 1, [:not_a_message]},
+        {:read_ok, 1, 1, 0, 1, [:not_a_message]},
         {:error, 1, :no_such_reason, "m"},
         {:nope, 1}
       ]

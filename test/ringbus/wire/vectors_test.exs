@@ -72,7 +72,7 @@ defmodule Ringbus.Wire.VectorsTest do
   @by_hand "test/fixtures/protocol_by_hand"
 
   @hand_written [
-    {"hello.hex", {:hello, 7, 2, 0, "abc"}},
+    {"hello.hex", {:hello, 7, 3, 0, "abc"}},
     {"push_batch.hex", {:push_batch, 9, :no_ack, "q", 2, ["xy", ""]}},
     {"info_ok.hex",
      {:info_ok, 3,
@@ -89,7 +89,8 @@ defmodule Ringbus.Wire.VectorsTest do
         rejected: 0,
         skipped: 0,
         bytes: 10,
-        bytes_pushed: 35
+        bytes_pushed: 35,
+        incarnation: 0x0123_4567_89AB_CDEF
       }}},
     {"error.hex", {:error, 0, :frame_too_large, "too big"}}
   ]

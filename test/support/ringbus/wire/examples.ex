@@ -12,10 +12,10 @@ defmodule Ringbus.Wire.Examples do
   @end_marker "<!-- vectors:end -->"
 
   @examples [
-    {"hello", {:hello, 1, 2, 0, "s3cret"},
-     "HELLO: corr 1, magic \"RBUS\", version 2, flags 0, token \"s3cret\" (6 bytes)"},
-    {"hello_no_token", {:hello, 1, 2, 0, nil},
-     "HELLO without a token: corr 1, magic \"RBUS\", version 2, flags 0, token of 0 bytes"},
+    {"hello", {:hello, 1, 3, 0, "s3cret"},
+     "HELLO: corr 1, magic \"RBUS\", version 3, flags 0, token \"s3cret\" (6 bytes)"},
+    {"hello_no_token", {:hello, 1, 3, 0, nil},
+     "HELLO without a token: corr 1, magic \"RBUS\", version 3, flags 0, token of 0 bytes"},
     {"create", {:create, 2, "events", 1000, :reject, 1_048_576},
      "CREATE: corr 2, name \"events\", capacity 1000, overflow 1 (reject), " <>
        "max_bytes 1048576 (1 MiB)"},
@@ -39,20 +39,27 @@ defmodule Ringbus.Wire.Examples do
        "producer \"billing\" (7 bytes), n 18, count 2, payloads \"a\", \"bc\""},
     {"pull", {:pull, 7, "events"}, "PULL: corr 7, name \"events\""},
     {"read", {:read, 8, "events", 2, 100},
-     "READ: corr 8, name \"events\", from seq 2, max 100 messages"},
+     "READ: corr 8, flags 0, name \"events\", from seq 2, max 100 messages"},
+    {"read_incarnation", {:read, 18, "events", 2, 100, 0x0123_4567_89AB_CDEF},
+     "READ of a stated incarnation: corr 18, flags 1 (incarnation), name \"events\", " <>
+       "incarnation 0x0123456789abcdef, from seq 2, max 100 messages"},
     {"len", {:len, 9, "events"}, "LEN: corr 9, name \"events\""},
     {"info", {:info, 10, "events"}, "INFO: corr 10, name \"events\""},
     {"subscribe", {:subscribe, 11, "events", :earliest, 1000, 256},
-     "SUBSCRIBE: corr 11, name \"events\", from_kind 1 (earliest), from_seq 0, " <>
+     "SUBSCRIBE: corr 11, flags 0, name \"events\", from_kind 1 (earliest), from_seq 0, " <>
        "credit 1000, max_batch 256"},
     {"subscribe_seq", {:subscribe, 12, "events", 42, 10, 5},
-     "SUBSCRIBE: corr 12, name \"events\", from_kind 0 (a seq), from_seq 42, credit 10, " <>
-       "max_batch 5"},
+     "SUBSCRIBE: corr 12, flags 0, name \"events\", from_kind 0 (a seq), from_seq 42, " <>
+       "credit 10, max_batch 5"},
+    {"subscribe_incarnation", {:subscribe, 19, "events", 42, 10, 5, 0x0123_4567_89AB_CDEF},
+     "SUBSCRIBE resuming a stated incarnation: corr 19, flags 1 (incarnation), " <>
+       "name \"events\", incarnation 0x0123456789abcdef, from_kind 0 (a seq), from_seq 42, " <>
+       "credit 10, max_batch 5"},
     {"credit", {:credit, 13, 1, 100}, "CREDIT: corr 13, sub_id 1, credit 100"},
     {"unsubscribe", {:unsubscribe, 14, 1}, "UNSUBSCRIBE: corr 14, sub_id 1"},
     {"ping", {:ping, 15}, "PING: corr 15"},
     {"hello_ok",
-     {:hello_ok, 1, 2,
+     {:hello_ok, 1, 3,
       %{
         max_frame_size: 8_388_608,
         max_payload_size: 8_388_544,
@@ -60,11 +67,11 @@ defmodule Ringbus.Wire.Examples do
         max_credit: 100_000,
         idle_timeout: 60_000
       }},
-     "HELLO_OK: corr 1, version 2, max_frame_size 8388608 (8 MiB), " <>
+     "HELLO_OK: corr 1, version 3, max_frame_size 8388608 (8 MiB), " <>
        "max_payload_size 8388544 (8 MiB - 64), max_subscriptions 64, max_credit 100000, " <>
        "idle_timeout 60000 ms"},
     {"hello_ok_no_idle",
-     {:hello_ok, 1, 2,
+     {:hello_ok, 1, 3,
       %{
         max_frame_size: 65_536,
         max_payload_size: 65_472,
@@ -72,7 +79,7 @@ defmodule Ringbus.Wire.Examples do
         max_credit: 1000,
         idle_timeout: :infinity
       }},
-     "HELLO_OK: corr 1, version 2, max_frame_size 65536, max_payload_size 65472, " <>
+     "HELLO_OK: corr 1, version 3, max_frame_size 65536, max_payload_size 65472, " <>
        "max_subscriptions 16, max_credit 1000, idle_timeout 0 (none)"},
     {"ok", {:ok, 2}, "OK: corr 2 (the CREATE)"},
     {"push_acks", {:push_acks, 3, [{4, {:ok, 0}}, {6, {:ok, 1}}, {16, {:error, :full}}]},
@@ -80,8 +87,9 @@ defmodule Ringbus.Wire.Examples do
        "corr 6 (a batch), status 0, seq 1 (its first); corr 16, status 103 (full), seq 0"},
     {"pull_ok", {:pull_ok, 7, 0, "hello"}, "PULL_OK: corr 7, seq 0, payload \"hello\" (5 bytes)"},
     {"empty", {:empty, 7}, "EMPTY: corr 7 (nothing to pull)"},
-    {"read_ok", {:read_ok, 8, 1, 2, [{3, "bc"}, {4, "def"}]},
-     "READ_OK: corr 8, lost 1, count 2; seq 3, payload \"bc\"; seq 4, payload \"def\""},
+    {"read_ok", {:read_ok, 8, 0x0123_4567_89AB_CDEF, 1, 2, [{3, "bc"}, {4, "def"}]},
+     "READ_OK: corr 8, incarnation 0x0123456789abcdef, lost 1, count 2; " <>
+       "seq 3, payload \"bc\"; seq 4, payload \"def\""},
     {"len_ok", {:len_ok, 9, 4}, "LEN_OK: corr 9, len 4"},
     {"info_ok",
      {:info_ok, 10,
@@ -98,13 +106,15 @@ defmodule Ringbus.Wire.Examples do
         rejected: 2,
         skipped: 1,
         bytes: 9,
-        bytes_pushed: 11
+        bytes_pushed: 11,
+        incarnation: 0x0123_4567_89AB_CDEF
       }},
      "INFO_OK of a reject channel: corr 10, capacity 1000, overflow 1 (reject), " <>
        "max_bytes 1048576, len 4, first_seq 2, next_seq 6, pushed 5, pulled 1, " <>
        "overwritten 0, rejected 2, skipped 1 (seq 1: its producer stalled), bytes 9 held, " <>
-       "bytes_pushed 11"},
-    {"subscribed", {:subscribed, 11, 1}, "SUBSCRIBED: corr 11, sub_id 1"},
+       "bytes_pushed 11, incarnation 0x0123456789abcdef"},
+    {"subscribed", {:subscribed, 11, 1, 0x0123_4567_89AB_CDEF},
+     "SUBSCRIBED: corr 11, sub_id 1, incarnation 0x0123456789abcdef"},
     {"deliver", {:deliver, 1, 0, 2, [{1, "a"}, {2, "bc"}]},
      "DELIVER: sub_id 1, lost 0, count 2; seq 1, payload \"a\"; seq 2, payload \"bc\""},
     {"deliver_lost", {:deliver, 1, 7, 1, [{10, "late"}]},

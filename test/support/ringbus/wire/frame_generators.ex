@@ -28,9 +28,11 @@ defmodule Ringbus.Wire.FrameGenerators do
       ),
       let({u32(), name()}, fn {corr, name} -> {:pull, corr, name} end),
       let({u32(), name(), u64(), u32()}, &Tuple.insert_at(&1, 0, :read)),
+      let({u32(), name(), u64(), u32(), u64()}, &Tuple.insert_at(&1, 0, :read)),
       let({u32(), name()}, fn {corr, name} -> {:len, corr, name} end),
       let({u32(), name()}, fn {corr, name} -> {:info, corr, name} end),
       let({u32(), name(), from(), u32(), u32()}, &Tuple.insert_at(&1, 0, :subscribe)),
+      let({u32(), name(), from(), u32(), u32(), u64()}, &Tuple.insert_at(&1, 0, :subscribe)),
       let({u32(), u32(), u32()}, &Tuple.insert_at(&1, 0, :credit)),
       let({u32(), u32()}, &Tuple.insert_at(&1, 0, :unsubscribe)),
       let(u32(), &{:ping, &1})
@@ -44,12 +46,12 @@ defmodule Ringbus.Wire.FrameGenerators do
       let(:proper_types.list({u32(), ack_result()}), &{:push_acks, length(&1), &1}),
       let({u32(), u64(), payload()}, &Tuple.insert_at(&1, 0, :pull_ok)),
       let(u32(), &{:empty, &1}),
-      let({u32(), u64(), messages()}, fn {corr, lost, ms} ->
-        {:read_ok, corr, lost, length(ms), ms}
+      let({u32(), u64(), u64(), messages()}, fn {corr, inc, lost, ms} ->
+        {:read_ok, corr, inc, lost, length(ms), ms}
       end),
       let({u32(), u64()}, &Tuple.insert_at(&1, 0, :len_ok)),
       info_ok(),
-      let({u32(), u32()}, &Tuple.insert_at(&1, 0, :subscribed)),
+      let({u32(), u32(), u64()}, &Tuple.insert_at(&1, 0, :subscribed)),
       let({u32(), u64(), messages()}, fn {sub, lost, ms} ->
         {:deliver, sub, lost, length(ms), ms}
       end),
@@ -81,11 +83,11 @@ defmodule Ringbus.Wire.FrameGenerators do
   end
 
   defp info_ok do
-    counters = List.to_tuple(for _ <- 1..10, do: u64())
+    counters = List.to_tuple(for _ <- 1..11, do: u64())
 
     let({u32(), u32(), overflow(), max_bytes(), counters}, fn {corr, cap, ov, max, counters} ->
-      {len, first, next, pushed, pulled, overwritten, rejected, skipped, bytes, bytes_pushed} =
-        counters
+      {len, first, next, pushed, pulled, overwritten, rejected, skipped, bytes, bytes_pushed,
+       incarnation} = counters
 
       {:info_ok, corr,
        %{
@@ -101,7 +103,8 @@ defmodule Ringbus.Wire.FrameGenerators do
          rejected: rejected,
          skipped: skipped,
          bytes: bytes,
-         bytes_pushed: bytes_pushed
+         bytes_pushed: bytes_pushed,
+         incarnation: incarnation
        }}
     end)
   end
