@@ -13,9 +13,9 @@ defmodule Ringbus.Resp do
   and then, from any language:
 
       $ redis-cli -p 6379 XADD events '*' kind click
-      "1-0"
+      "1-2853051905"
       $ redis-cli -p 6379 XRANGE events - +
-      1) 1) "1-0"
+      1) 1) "1-2853051905"
          2) 1) "kind"
             2) "click"
 
@@ -24,7 +24,9 @@ defmodule Ringbus.Resp do
   grants), limits and timeouts, but for the idle timeout: RESP clients may
   idle for ever, as with Redis's `timeout 0`, unless `:resp_idle_timeout` is set.
 
-  A stream is a channel. The entry of seq `s` has the ID `<s + 1>-0`; an
+  A stream is a channel. The entry of seq `s` has the ID `<s + 1>-<tag>`,
+  the tag drawn from the channel's incarnation (an ID of an incarnation
+  gone answers an error rather than entries of the new one); an
   XADD's field/value pairs are its payload, and a message pushed over the
   binary protocol reads as the one field `payload`. `docs/RESP.md` documents
   the mapping, every command, and where a ring differs from a Redis stream.

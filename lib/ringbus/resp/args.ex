@@ -217,14 +217,20 @@ defmodule Ringbus.Resp.Args do
 
   def range_count(_opts), do: {:error, Errors.syntax_error()}
 
-  @doc "Redis's streamParseIntervalIDOrReply, with its exclusive `(` form."
-  def range_id("-", _side), do: {:ok, {0, 0}}
-  def range_id("+", _side), do: {:ok, Entry.max_id()}
-  def range_id("(" <> text, side), do: exclusive(Entry.parse(text, missing(side)), side)
+  @doc """
+  Redis's streamParseIntervalIDOrReply, with its exclusive `(` form. `pin`
+  checks an ID the client gave against the stream's tag before `(` moves it
+  (`Ringbus.Resp.StreamCommands.pin!/3`).
+  """
+  def range_id("-", _side, _pin), do: {:ok, {0, 0}}
+  def range_id("+", _side, _pin), do: {:ok, Entry.max_id()}
 
-  def range_id(text, side) do
+  def range_id("(" <> text, side, pin),
+    do: exclusive(with({:ok, id} <- Entry.parse(text, missing(side)), do: {:ok, pin.(id)}), side)
+
+  def range_id(text, side, pin) do
     case Entry.parse(text, missing(side)) do
-      {:ok, id} -> {:ok, id}
+      {:ok, id} -> {:ok, pin.(id)}
       :error -> {:error, invalid_id()}
     end
   end

@@ -18,21 +18,23 @@ defmodule Ringbus.Resp.ClaimCommands do
 
   def xpending([key, group | rest], s) do
     t = s.context.groups
+    info = Errors.check!(Ringbus.info(key), key)
 
     cond do
-      not match?({:ok, _}, Errors.check!(Ringbus.info(key), key)) or
-          Groups.fetch(t, key, group) == :error ->
+      not match?({:ok, _}, info) or Groups.fetch(t, key, group) == :error ->
         {Encoder.error(["NOGROUP No such key '", key, "' or consumer group '", group, "'"]), s}
 
       rest == [] ->
-        {pending_summary(key, group, t), s}
+        {pending_summary(key, group, t, tag(info)), s}
 
       true ->
-        {pending_range(key, group, rest, t), s}
+        {pending_range(key, group, rest, t, tag(info)), s}
     end
   end
 
-  defp pending_summary(key, group, t) do
+  defp tag({:ok, info}), do: Entry.tag(info.incarnation)
+
+  defp pending_summary(key, group, t, tag) do
     case Groups.pending_bounds(t, key, group) do
       nil ->
         [0, nil, nil, :null_array]
@@ -41,12 +43,12 @@ defmodule Ringbus.Resp.ClaimCommands do
         counts = Groups.pending_by_consumer(t, key, group)
         total = counts |> Map.values() |> Enum.sum()
         consumers = for {name, n} <- Enum.sort(counts), do: [name, Integer.to_string(n)]
-        [total, Entry.id(low), Entry.id(high), consumers]
+        [total, Entry.id(low, tag), Entry.id(high, tag), consumers]
     end
   end
 
   # XPENDING key group [IDLE ms] start end count [consumer]
-  defp pending_range(key, group, args, t) do
+  defp pending_range(key, group, args, t, tag) do
     {idle, args} =
       case args do
         [opt, ms | rest] ->
@@ -62,6 +64,8 @@ defmodule Ringbus.Resp.ClaimCommands do
          [start, stop, count | consumer] when length(consumer) <= 1 <- args,
          {:ok, low} <- Entry.parse(strip(start), 0) |> id_or_bound(start),
          {:ok, high} <- Entry.parse(strip(stop), Entry.max_u64()) |> id_or_bound(stop),
+         low = StreamCommands.pin!(low, tag, key),
+         high = StreamCommands.pin!(high, tag, key),
          {:ok, count} <- Args.integer(count) do
       now = now()
 
@@ -79,7 +83,7 @@ defmodule Ringbus.Resp.ClaimCommands do
                 List.first(consumer)
               ),
             now - time >= idle,
-            do: [Entry.id(seq), owner, max(now - time, 0), deliveries]
+            do: [Entry.id(seq, tag), owner, max(now - time, 0), deliveries]
       end
     else
       :error -> Errors.not_integer()
@@ -102,10 +106,13 @@ defmodule Ringbus.Resp.ClaimCommands do
     with {:ok, min_idle} <- idle_arg(min_idle),
          {:ok, start} <- Entry.parse(strip(start)) |> id_or_bound(start),
          {:ok, count, justid} <- autoclaim_options(opts, 100, false),
-         {:ok, _info} <- stream_of(key, group),
+         {:ok, info} <- stream_of(key, group),
          {:ok, _group} <- Groups.fetch(t, key, group) |> group_or_error(key, group) do
+      tag = Entry.tag(info.incarnation)
+      # The cursor of an XAUTOCLAIM before is of the stream's incarnation.
+      from = Entry.seq_from(StreamCommands.pin!(start, tag, key))
       Groups.add_consumer(t, key, group, consumer, now())
-      {autoclaim(key, group, consumer, min_idle, Entry.seq_from(start), count, justid, t), s}
+      {autoclaim(key, group, consumer, min_idle, {from, tag}, count, justid, t), s}
     else
       {:error, reply} -> {reply, s}
     end
@@ -153,7 +160,7 @@ defmodule Ringbus.Resp.ClaimCommands do
     do:
       {:error, Encoder.error(["NOGROUP No such key '", key, "' or consumer group '", group, "'"])}
 
-  defp autoclaim(key, group, consumer, min_idle, from, count, justid, t) do
+  defp autoclaim(key, group, consumer, min_idle, {from, tag}, count, justid, t) do
     now = now()
     # As Redis: look at no more than ten times COUNT pending entries.
     rows = Groups.pending(t, key, group, from, @all, count * 10 + 1)
@@ -178,7 +185,7 @@ defmodule Ringbus.Resp.ClaimCommands do
 
               _ ->
                 Groups.forget(t, key, group, seq)
-                {claimed, [Entry.id(seq) | deleted], n + 1}
+                {claimed, [Entry.id(seq, tag) | deleted], n + 1}
             end
         end
       end)
@@ -187,10 +194,10 @@ defmodule Ringbus.Resp.ClaimCommands do
 
     entries =
       if justid,
-        do: Enum.map(claimed, fn {seq, _} -> Entry.id(seq) end),
-        else: StreamCommands.entries(claimed)
+        do: Enum.map(claimed, fn {seq, _} -> Entry.id(seq, tag) end),
+        else: StreamCommands.entries(claimed, tag)
 
-    [if(next, do: Entry.id(next), else: "0-0"), entries, :lists.reverse(deleted)]
+    [if(next, do: Entry.id(next, tag), else: "0-0"), entries, :lists.reverse(deleted)]
   end
 
   ## XCLAIM
@@ -201,12 +208,16 @@ defmodule Ringbus.Resp.ClaimCommands do
     t = s.context.groups
     {ids, opts} = ids(rest, [])
 
-    with {:ok, _info} <- stream(key, group),
+    with {:ok, info} <- stream(key, group),
          {:ok, g} <- group(t, key, group),
          {:ok, min_idle} <- long(min_idle, "Invalid min-idle-time argument for XCLAIM"),
          min_idle = max(min_idle, 0),
+         tag = Entry.tag(info.incarnation),
          {:ok, opts} <-
            options(opts, %{time: nil, retry: nil, force: false, justid: false, last: nil}) do
+      # IDs of another incarnation name no entry of this one.
+      ids = Enum.map(ids, &Entry.local(&1, tag))
+      opts = %{opts | last: opts.last && Entry.local(opts.last, tag)} |> Map.put(:tag, tag)
       now = System.system_time(:millisecond)
       time = delivery_time(opts.time, now)
       if opts.last, do: move_last(t, key, group, g, opts.last)
@@ -335,7 +346,10 @@ defmodule Ringbus.Resp.ClaimCommands do
       Groups.claim(t, key, group, {seq, owner, delivered, deliveries}, consumer, time, false) ->
         # As Redis 7.0: the consumer is made by its first claim.
         Groups.add_consumer(t, key, group, consumer, now)
-        if opts.justid, do: Entry.id(seq), else: hd(StreamCommands.entries([message]))
+
+        if opts.justid,
+          do: Entry.id(seq, opts.tag),
+          else: hd(StreamCommands.entries([message], opts.tag))
 
       true ->
         nil

@@ -4,10 +4,15 @@ defmodule Ringbus.Resp.Entry do
   # its field/value pairs are its payload. Pure. `docs/RESP.md` documents
   # both for clients of either protocol.
   #
-  # IDs. The message of seq `s` has the ID `<s + 1>-0`: strictly increasing,
-  # never `0-0` (which Redis reserves), and turned back into a seq by taking
-  # the part before the dash. The helpers below turn any ID a client gives
-  # into the seqs it bounds.
+  # IDs. The message of seq `s` has the ID `<s + 1>-<t>`, where the tag `t`
+  # is drawn from the channel's incarnation (`tag/1`: never 0): strictly
+  # increasing within an incarnation, never `0-0` (which Redis reserves),
+  # and turned back into a seq by taking the part before the dash. An ID a
+  # client gives with sequence 0 (or the largest, an incomplete range end)
+  # states no incarnation and means what it meant before tags; one with the
+  # stream's tag is its entry; one with any other names an incarnation gone
+  # (`pin/2`: `:new_incarnation`). The helpers below turn any ID, once
+  # pinned or made local, into the seqs it bounds.
   #
   # Payloads. The pairs of one XADD are stored as
   #
@@ -27,15 +32,41 @@ defmodule Ringbus.Resp.Entry do
   @typedoc "A stream ID: milliseconds and sequence, both u64."
   @type id :: {non_neg_integer(), non_neg_integer()}
 
+  @typedoc "The sequence part of a stream's IDs, from its incarnation: never 0."
+  @type tag :: pos_integer()
+
   ## IDs
 
-  @doc "The ID of seq `seq`, as text."
-  @spec id(Ringbus.seq()) :: binary()
-  def id(seq), do: Integer.to_string(seq + 1) <> "-0"
+  @doc "The tag of the IDs of a channel of incarnation `incarnation`: its low 32 bits, odd."
+  @spec tag(pos_integer()) :: tag()
+  def tag(incarnation), do: Bitwise.bor(Bitwise.band(incarnation, 0xFFFF_FFFF), 1)
 
-  @doc "The ID of seq `seq`."
-  @spec id_of(Ringbus.seq()) :: id()
-  def id_of(seq), do: {seq + 1, 0}
+  @doc "The ID of seq `seq` of a stream of tag `tag`, as text."
+  @spec id(Ringbus.seq(), tag()) :: binary()
+  def id(seq, tag), do: Integer.to_string(seq + 1) <> "-" <> Integer.to_string(tag)
+
+  @doc "The ID of seq `seq` of a stream of tag `tag`."
+  @spec id_of(Ringbus.seq(), tag()) :: id()
+  def id_of(seq, tag), do: {seq + 1, tag}
+
+  @doc """
+  An ID a client resumes from, checked against the stream's tag (nil: no
+  stream): the stream's own tag becomes 0, so the helpers below read it as
+  its entry; sequence 0 or the largest states no incarnation and stays;
+  any other names another incarnation.
+  """
+  @spec pin(id(), tag() | nil) :: {:ok, id()} | {:error, :new_incarnation}
+  def pin({_ms, n} = id, _tag) when n == 0 or n == @max_u64, do: {:ok, id}
+  def pin({ms, tag}, tag), do: {:ok, {ms, 0}}
+  def pin(_id, _tag), do: {:error, :new_incarnation}
+
+  @doc """
+  An ID that names entries, made local: the stream's tag becomes 0; an ID
+  of another tag stays, and names no entry (`seq/1` answers `:none`).
+  """
+  @spec local(id(), tag() | nil) :: id()
+  def local({ms, tag}, tag), do: {ms, 0}
+  def local(id, _tag), do: id
 
   @doc "An ID as text."
   @spec format(id()) :: binary()

@@ -149,9 +149,9 @@ defmodule Ringbus.Resp.GroupCommands do
     end
   end
 
-  defp group_position(_key, id) do
+  defp group_position(key, id) do
     case Entry.parse(id) do
-      {:ok, id} -> {:ok, Entry.seq_through(id)}
+      {:ok, id} -> {:ok, Entry.seq_through(StreamCommands.pin!(id, StreamCommands.tag(key), key))}
       :error -> {:error, Args.invalid_id()}
     end
   end
@@ -297,8 +297,12 @@ defmodule Ringbus.Resp.GroupCommands do
 
         id ->
           case Entry.parse(id) do
-            {:ok, id} -> {:cont, {:ok, [{key, {:history, Entry.seq_after(id)}} | acc]}}
-            :error -> {:halt, {:error, Args.invalid_id()}}
+            {:ok, id} ->
+              id = StreamCommands.pin!(id, StreamCommands.tag(key), key)
+              {:cont, {:ok, [{key, {:history, Entry.seq_after(id)}} | acc]}}
+
+            :error ->
+              {:halt, {:error, Args.invalid_id()}}
           end
       end
     end)
@@ -350,6 +354,7 @@ defmodule Ringbus.Resp.GroupCommands do
 
   defp claim(key, group, consumer, max, noack, t, tries) do
     with {:ok, %{last: last}} <- Groups.fetch(t, key, group),
+         tag when tag != nil <- StreamCommands.tag(key),
          {:ok, messages, lost} <- Errors.check!(Ringbus.read(key, last + 1, max), key) do
       {count, new_last} = span(messages, last + lost)
 
@@ -362,7 +367,7 @@ defmodule Ringbus.Resp.GroupCommands do
             do:
               Groups.add_pending(t, key, group, consumer, Enum.map(messages, &elem(&1, 0)), now())
 
-          StreamCommands.entries(messages)
+          StreamCommands.entries(messages, tag)
 
         true ->
           claim(key, group, consumer, max, noack, t, tries - 1)
@@ -380,16 +385,18 @@ defmodule Ringbus.Resp.GroupCommands do
   # returned is delivered again: its count goes up and its idle time restarts.
   defp history(key, group, consumer, from, max, t) do
     now = now()
+    tag = StreamCommands.tag(key)
 
     for {seq, _owner, _time, _deliveries} <-
           Groups.pending(t, key, group, from, @all, min(max, 10_000), consumer) do
       case Errors.check!(Ringbus.read(key, seq, 1), key) do
         {:ok, [{^seq, payload}], _} ->
           Groups.redeliver(t, key, group, seq, consumer, now)
-          [Entry.id(seq), Entry.decode(payload)]
+          [Entry.id(seq, tag), Entry.decode(payload)]
 
+        # No stream (tag nil): its pending entries are of the one deleted.
         _ ->
-          [Entry.id(seq), nil]
+          [Entry.id(seq, tag || 0), nil]
       end
     end
   end
@@ -417,7 +424,7 @@ defmodule Ringbus.Resp.GroupCommands do
   # New entries on a stream the XREADGROUP waits on: claim them for the
   # group. Another consumer may have had them first; then wait on.
   def woken(block, sub, messages, _lost, s) do
-    key = Map.fetch!(block.subs, sub)
+    {key, _tag} = Map.fetch!(block.subs, sub)
 
     case claim(key, block.group, block.consumer, block.count, block.noack, s.context.groups) do
       [] ->
@@ -433,17 +440,17 @@ defmodule Ringbus.Resp.GroupCommands do
   ## XACK
 
   def xack([key, group | ids], s) do
-    case parse_seqs(ids) do
+    case parse_seqs(ids, StreamCommands.tag(key)) do
       {:ok, seqs} -> {Groups.ack(s.context.groups, key, group, seqs), s}
       :error -> {Args.invalid_id(), s}
     end
   end
 
-  defp parse_seqs(ids) do
+  defp parse_seqs(ids, tag) do
     Enum.reduce_while(ids, {:ok, []}, fn text, {:ok, acc} ->
       case Entry.parse(text) do
         {:ok, id} ->
-          case Entry.seq(id) do
+          case Entry.seq(Entry.local(id, tag)) do
             {:ok, seq} -> {:cont, {:ok, [seq | acc]}}
             :none -> {:cont, {:ok, acc}}
           end

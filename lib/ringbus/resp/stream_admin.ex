@@ -4,7 +4,7 @@ defmodule Ringbus.Resp.StreamAdmin do
   # `Ringbus.Resp.Session`.
   #
   # XSETID. A ring numbers its entries itself, so a stream's last ID is
-  # always `<next seq>-0`: XSETID checks its arguments as Redis 7.0 does and
+  # always `<next seq>-<tag>`: XSETID checks its arguments as Redis 7.0 does and
   # accepts the stream's own last ID (what clients that copy a stream's
   # state send), and refuses to move it.
 
@@ -63,8 +63,12 @@ defmodule Ringbus.Resp.StreamAdmin do
     end
   end
 
+  # IDs compared without the stream's tag (`Ringbus.Resp.Entry.local/2`).
   defp setid(id, opts, info) do
-    last = if info.next_seq > 0, do: Entry.id_of(info.next_seq - 1), else: {0, 0}
+    tag = Entry.tag(info.incarnation)
+    id = Entry.local(id, tag)
+    opts = %{opts | max_deleted: opts.max_deleted && Entry.local(opts.max_deleted, tag)}
+    last = if info.next_seq > 0, do: {info.next_seq, 0}, else: {0, 0}
 
     cond do
       opts.max_deleted != nil and id < opts.max_deleted ->
@@ -86,7 +90,7 @@ defmodule Ringbus.Resp.StreamAdmin do
       true ->
         Encoder.error([
           "ERR a Ringbus stream numbers its entries itself: XSETID can only give its last ID, ",
-          Entry.format(last),
+          if(last == {0, 0}, do: "0-0", else: Entry.id(info.next_seq - 1, tag)),
           if(info.next_seq > 0,
             do: [", and ENTRIESADDED ", Integer.to_string(info.next_seq)],
             else: []
@@ -127,15 +131,16 @@ defmodule Ringbus.Resp.StreamAdmin do
   defp stream_info(key, s) do
     case Errors.check!(Ringbus.info(key), key) do
       {:ok, info} ->
+        tag = Entry.tag(info.incarnation)
         first_seq = Map.fetch!(info, :first_seq)
         next_seq = Map.fetch!(info, :next_seq)
         len = Map.fetch!(info, :len)
-        last = if next_seq > 0, do: Entry.id(next_seq - 1), else: "0-0"
-        deleted = if first_seq > 0, do: Entry.id(first_seq - 1), else: "0-0"
+        last = if next_seq > 0, do: Entry.id(next_seq - 1, tag), else: "0-0"
+        deleted = if first_seq > 0, do: Entry.id(first_seq - 1, tag), else: "0-0"
 
         edge = fn seq ->
           case StreamCommands.read(key, seq, 1) do
-            [message] -> hd(StreamCommands.entries([message]))
+            [message] -> hd(StreamCommands.entries([message], tag))
             [] -> nil
           end
         end
@@ -148,7 +153,7 @@ defmodule Ringbus.Resp.StreamAdmin do
            {"last-generated-id", last},
            {"max-deleted-entry-id", deleted},
            {"entries-added", next_seq},
-           {"recorded-first-entry-id", if(len > 0, do: Entry.id(first_seq), else: "0-0")},
+           {"recorded-first-entry-id", if(len > 0, do: Entry.id(first_seq, tag), else: "0-0")},
            {"groups", Groups.group_count(s.context.groups, key)},
            {"first-entry", if(len > 0, do: edge.(first_seq), else: nil)},
            {"last-entry", if(len > 0, do: edge.(next_seq - 1), else: nil)},
@@ -168,13 +173,15 @@ defmodule Ringbus.Resp.StreamAdmin do
   defp groups_info(key, s) do
     case Errors.check!(Ringbus.info(key), key) do
       {:ok, info} ->
+        tag = Entry.tag(info.incarnation)
+
         for {name, g} <- Groups.groups(s.context.groups, key) do
           {:map,
            [
              {"name", name},
              {"consumers", Enum.count(Groups.consumers(s.context.groups, key, name))},
              {"pending", g.pending},
-             {"last-delivered-id", if(g.last >= 0, do: Entry.id(g.last), else: "0-0")},
+             {"last-delivered-id", if(g.last >= 0, do: Entry.id(g.last, tag), else: "0-0")},
              {"entries-read", g.entries_read},
              {"lag", max(info.next_seq - (g.last + 1), 0)},
              {"lost", g.lost},
@@ -254,11 +261,15 @@ defmodule Ringbus.Resp.StreamAdmin do
   defp full_reply(key, info, count, s) do
     t = s.context.groups
     len = info.len
+    tag = Entry.tag(info.incarnation)
 
     entries =
       case Ringbus.read(key, info.first_seq, min(count, len)) do
-        {:ok, messages, _lost} -> for({seq, p} <- messages, do: [Entry.id(seq), Entry.decode(p)])
-        _ -> []
+        {:ok, messages, _lost} ->
+          for({seq, p} <- messages, do: [Entry.id(seq, tag), Entry.decode(p)])
+
+        _ ->
+          []
       end
 
     groups =
@@ -274,18 +285,18 @@ defmodule Ringbus.Resp.StreamAdmin do
                {"name", consumer},
                {"seen-time", seen},
                {"pel-count", pel},
-               {"pending", for({seq, _, time, n} <- mine, do: [Entry.id(seq), time, n])}
+               {"pending", for({seq, _, time, n} <- mine, do: [Entry.id(seq, tag), time, n])}
              ]}
           end
 
         {:map,
          [
            {"name", name},
-           {"last-delivered-id", if(g.last >= 0, do: Entry.id(g.last), else: "0-0")},
+           {"last-delivered-id", if(g.last >= 0, do: Entry.id(g.last, tag), else: "0-0")},
            {"entries-read", g.entries_read},
            {"lag", max(info.next_seq - (g.last + 1), 0)},
            {"pel-count", g.pending},
-           {"pending", for({seq, c, time, n} <- pending, do: [Entry.id(seq), c, time, n])},
+           {"pending", for({seq, c, time, n} <- pending, do: [Entry.id(seq, tag), c, time, n])},
            {"consumers", consumers}
          ]}
       end
@@ -295,11 +306,12 @@ defmodule Ringbus.Resp.StreamAdmin do
        {"length", len},
        {"radix-tree-keys", 0},
        {"radix-tree-nodes", 0},
-       {"last-generated-id", if(info.next_seq > 0, do: Entry.id(info.next_seq - 1), else: "0-0")},
+       {"last-generated-id",
+        if(info.next_seq > 0, do: Entry.id(info.next_seq - 1, tag), else: "0-0")},
        {"max-deleted-entry-id",
-        if(info.first_seq > 0, do: Entry.id(info.first_seq - 1), else: "0-0")},
+        if(info.first_seq > 0, do: Entry.id(info.first_seq - 1, tag), else: "0-0")},
        {"entries-added", info.next_seq},
-       {"recorded-first-entry-id", if(len > 0, do: Entry.id(info.first_seq), else: "0-0")},
+       {"recorded-first-entry-id", if(len > 0, do: Entry.id(info.first_seq, tag), else: "0-0")},
        {"entries", entries},
        {"groups", groups},
        {"capacity", info.capacity},

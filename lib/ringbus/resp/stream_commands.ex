@@ -55,9 +55,9 @@ defmodule Ringbus.Resp.StreamCommands do
     payloads = :lists.reverse(payloads)
 
     case push(key, run(payloads, n), nomkstream, s) do
-      {:ok, first} ->
+      {:ok, first, tag} ->
         trim(key, trim)
-        ids(first, n, [])
+        ids(first, n, tag, [])
 
       {:error, reason} when n > 1 and reason in [:full, :too_large] ->
         # A rejecting stream, or an entry over max_bytes: each XADD goes in
@@ -71,17 +71,17 @@ defmodule Ringbus.Resp.StreamCommands do
 
   defp store_one(payloads, key, nomkstream, trim, s) do
     case push(key, &Ringbus.push_many(&1, payloads), nomkstream, s) do
-      {:ok, seq} ->
+      {:ok, seq, tag} ->
         trim(key, trim)
-        Entry.id(seq)
+        Entry.id(seq, tag)
 
       {:error, reason} ->
         push_error(key, reason)
     end
   end
 
-  defp ids(_first, 0, acc), do: :lists.reverse(acc)
-  defp ids(first, n, acc), do: ids(first + 1, n - 1, [Entry.id(first) | acc])
+  defp ids(_first, 0, _tag, acc), do: :lists.reverse(acc)
+  defp ids(first, n, tag, acc), do: ids(first + 1, n - 1, tag, [Entry.id(first, tag) | acc])
 
   # The XADDs of a batch as one push; a refusal of several counts nothing.
   defp run([payload], 1), do: &Ringbus.push(&1, payload)
@@ -91,17 +91,46 @@ defmodule Ringbus.Resp.StreamCommands do
     &Ringbus.push_run(&1, payloads, n, bytes)
   end
 
+  # The incarnation is looked up before the push: should the stream be made
+  # again in between, the IDs name the incarnation gone, and a consumer that
+  # resumes from them is told so, rather than the other way round.
   defp push(key, push, nomkstream, s) do
-    case push.(key) do
+    with {:ok, inc} <- Ringbus.incarnation(key),
+         {:ok, seq} <- push.(key) do
+      {:ok, seq, Entry.tag(inc)}
+    else
       {:error, :no_channel} when nomkstream ->
         {:error, :nomkstream}
 
       {:error, :no_channel} ->
-        with :ok <- Keys.create(key, s), do: push.(key)
+        with :ok <- Keys.create(key, s),
+             {:ok, inc} <- Ringbus.incarnation(key),
+             {:ok, seq} <- push.(key),
+             do: {:ok, seq, Entry.tag(inc)}
 
-      result ->
-        result
+      error ->
+        error
     end
+  end
+
+  @doc "The tag of stream `key`'s IDs (`Ringbus.Resp.Entry.tag/1`), or nil when it does not exist."
+  @spec tag(binary()) :: Entry.tag() | nil
+  def tag(key) do
+    case Errors.check!(Ringbus.incarnation(key), key) do
+      {:ok, inc} -> Entry.tag(inc)
+      {:error, :no_channel} -> nil
+    end
+  end
+
+  @doc """
+  An ID a client resumes from, pinned to stream `key`'s tag
+  (`Ringbus.Resp.Entry.pin/2`); an ID of another incarnation ends the
+  command with the `new_incarnation` error.
+  """
+  @spec pin!(Entry.id(), Entry.tag() | nil, binary()) :: Entry.id()
+  def pin!(id, tag, key) do
+    {:ok, id} = Errors.check!(Entry.pin(id, tag), key)
+    id
   end
 
   defp push_error(_key, :nomkstream), do: nil
@@ -125,13 +154,15 @@ defmodule Ringbus.Resp.StreamCommands do
 
   # A ring numbers its entries itself: an explicit ID must be the next one.
   defp explicit(add, id, payload, s) do
-    next =
+    {next, tag} =
       case Errors.check!(Ringbus.info(add.key), add.key) do
-        {:ok, info} -> info.next_seq
-        {:error, :no_channel} -> 0
+        {:ok, info} -> {info.next_seq, Entry.tag(info.incarnation)}
+        {:error, :no_channel} -> {0, nil}
       end
 
-    next_id = Entry.id_of(next)
+    # Compared as IDs without a tag: an ID of another tag is not the next one.
+    next_id = {next + 1, 0}
+    id = if is_tuple(id) and elem(id, 0) != :ms, do: Entry.local(id, tag), else: id
 
     cond do
       id == {0, 0} ->
@@ -144,7 +175,7 @@ defmodule Ringbus.Resp.StreamCommands do
         too_small()
 
       match?({:ms, _}, id) ->
-        not_next(next_id)
+        not_next(next_id, tag)
 
       id < next_id ->
         too_small()
@@ -153,7 +184,7 @@ defmodule Ringbus.Resp.StreamCommands do
         store_one([payload], add.key, add.nomkstream, add.trim, s)
 
       true ->
-        not_next(next_id)
+        not_next(next_id, tag)
     end
   end
 
@@ -163,10 +194,10 @@ defmodule Ringbus.Resp.StreamCommands do
         "ERR The ID specified in XADD is equal or smaller than the target stream top item"
       )
 
-  defp not_next(next_id) do
+  defp not_next({ms, 0}, tag) do
     Encoder.error([
       "ERR The ID specified in XADD must be the stream's next ID, ",
-      Entry.format(next_id),
+      Entry.format({ms, tag || 0}),
       ": a Ringbus stream numbers its entries itself"
     ])
   end
@@ -179,10 +210,19 @@ defmodule Ringbus.Resp.StreamCommands do
 
   defp trim(key, trim) do
     case Errors.check!(Ringbus.info(key), key) do
-      {:ok, info} -> pull(key, Trim.count(trim, info.first_seq, info.next_seq), 0)
-      _ -> 0
+      {:ok, info} ->
+        trim = local_trim(trim, Entry.tag(info.incarnation))
+        pull(key, Trim.count(trim, info.first_seq, info.next_seq), 0)
+
+      _ ->
+        0
     end
   end
+
+  defp local_trim(%{strategy: {:minid, id}} = trim, tag),
+    do: %{trim | strategy: {:minid, Entry.local(id, tag)}}
+
+  defp local_trim(trim, _tag), do: trim
 
   defp pull(_key, n, done) when n <= 0, do: done
 
@@ -206,8 +246,12 @@ defmodule Ringbus.Resp.StreamCommands do
     case Args.parse_ids(ids, []) do
       {:ok, ids} ->
         case Errors.check!(Ringbus.info(key), key) do
-          {:ok, info} -> {delete_oldest(key, ids, info), s}
-          {:error, :no_channel} -> {0, s}
+          {:ok, info} ->
+            tag = Entry.tag(info.incarnation)
+            {delete_oldest(key, Enum.map(ids, &Entry.local(&1, tag)), info), s}
+
+          {:error, :no_channel} ->
+            {0, s}
         end
 
       :error ->
@@ -256,9 +300,12 @@ defmodule Ringbus.Resp.StreamCommands do
   def xrevrange([key, stop, start | opts], s), do: {range(key, start, stop, opts, :reverse), s}
 
   defp range(key, start, stop, opts, direction) do
+    tag = tag(key)
+    pin = &pin!(&1, tag, key)
+
     with {:ok, count} <- Args.range_count(opts),
-         {:ok, low} <- Args.range_id(start, :start),
-         {:ok, high} <- Args.range_id(stop, :end) do
+         {:ok, low} <- Args.range_id(start, :start, pin),
+         {:ok, high} <- Args.range_id(stop, :end, pin) do
       read_range(key, Entry.seq_from(low), Entry.seq_through(high), count, direction)
     else
       {:error, reply} -> reply
@@ -271,6 +318,7 @@ defmodule Ringbus.Resp.StreamCommands do
   defp read_range(key, low, high, count, direction) do
     case Errors.check!(Ringbus.info(key), key) do
       {:ok, info} ->
+        tag = Entry.tag(info.incarnation)
         low = max(low, info.first_seq)
         high = min(high, info.next_seq - 1)
 
@@ -279,13 +327,13 @@ defmodule Ringbus.Resp.StreamCommands do
             []
 
           direction == :forward ->
-            key |> read(low, min(count, high - low + 1)) |> entries()
+            key |> read(low, min(count, high - low + 1)) |> entries(tag)
 
           true ->
             key
             |> read(max(low, high - count + 1), min(count, high - low + 1))
             |> :lists.reverse()
-            |> entries()
+            |> entries(tag)
         end
 
       {:error, :no_channel} ->
@@ -302,10 +350,10 @@ defmodule Ringbus.Resp.StreamCommands do
     end
   end
 
-  @doc "Channel messages as stream entries."
-  @spec entries([{Ringbus.seq(), binary()}]) :: [Encoder.reply()]
-  def entries(messages),
-    do: Enum.map(messages, fn {seq, payload} -> [Entry.id(seq), Entry.decode(payload)] end)
+  @doc "Channel messages as entries of a stream of tag `tag`."
+  @spec entries([{Ringbus.seq(), binary()}], Entry.tag()) :: [Encoder.reply()]
+  def entries(messages, tag),
+    do: Enum.map(messages, fn {seq, payload} -> [Entry.id(seq, tag), Entry.decode(payload)] end)
 
   ## XREAD
 
@@ -324,19 +372,24 @@ defmodule Ringbus.Resp.StreamCommands do
     end
   end
 
+  # Where a stream's read starts, with the tag looked up before it reads.
   defp read_start(key, "$") do
     case Errors.check!(Ringbus.info(key), key) do
-      {:ok, info} -> {:ok, info.next_seq}
-      {:error, :no_channel} -> {:ok, 0}
+      {:ok, info} -> {:ok, info.next_seq, Entry.tag(info.incarnation)}
+      {:error, :no_channel} -> {:ok, 0, nil}
     end
   end
 
   defp read_start(_key, ">"), do: :gt
 
-  defp read_start(_key, id) do
+  defp read_start(key, id) do
     case Entry.parse(id) do
-      {:ok, id} -> {:ok, Entry.seq_after(id)}
-      :error -> :error
+      {:ok, id} ->
+        tag = tag(key)
+        {:ok, Entry.seq_after(pin!(id, tag, key)), tag}
+
+      :error ->
+        :error
     end
   end
 
@@ -349,9 +402,10 @@ defmodule Ringbus.Resp.StreamCommands do
       max = if opts.count > 0, do: opts.count, else: @all
 
       found =
-        for {key, {:ok, from}} <- starts,
+        for {key, {:ok, from, tag}} <- starts,
             (messages = read(key, from, max)) != [],
-            do: {key, entries(messages)}
+            # A stream made since it was looked up: its tag now.
+            do: {key, entries(messages, tag || tag(key))}
 
       cond do
         found != [] -> {streams_reply(found), s}
@@ -366,15 +420,20 @@ defmodule Ringbus.Resp.StreamCommands do
 
   defp wait(starts, opts, s) do
     block = %{module: __MODULE__, timeout: BlockingRead.timeout(opts.block)}
-    BlockingRead.block(for({key, {:ok, from}} <- starts, do: {key, from}), opts.count, block, s)
+    starts = for {key, {:ok, from, tag}} <- starts, do: {key, from, tag}
+    BlockingRead.block(starts, opts.count, block, s)
   end
 
   @doc false
   # The waiting XREAD got entries (`Ringbus.Resp.BlockingRead`): its reply.
   def woken(block, sub, messages, _lost, s) do
     case messages do
-      [] -> {:wait, block}
-      _ -> {:reply, streams_reply([{Map.fetch!(block.subs, sub), entries(messages)}]), s}
+      [] ->
+        {:wait, block}
+
+      _ ->
+        {key, tag} = Map.fetch!(block.subs, sub)
+        {:reply, streams_reply([{key, entries(messages, tag)}]), s}
     end
   end
 end

@@ -26,15 +26,18 @@ defmodule Ringbus.Resp.ClientsTest do
   test "redis-cli: XADD, then XREAD BLOCK 0 with $ woken by an XADD from another client", %{
     port: port
   } do
-    assert RedisTools.cli!(port, ~w(XADD rc-s * f v)) == "1-0\n"
+    # The part after the dash is the stream's tag, from its incarnation.
+    assert "1-" <> tag = RedisTools.cli!(port, ~w(XADD rc-s * f v)) |> String.trim_trailing()
 
     reader = Task.async(fn -> RedisTools.cli!(port, ~w(XREAD BLOCK 0 STREAMS rc-s $)) end)
     # INFO counts the reader as blocked once it waits.
     assert Ringbus.Test.Eventually.eventually(fn -> blocked?(port) end)
-    assert RedisTools.cli!(port, ~w(XADD rc-s * hello world)) == "2-0\n"
-    assert Task.await(reader, 20_000) == "rc-s\n2-0\nhello\nworld\n"
+    assert RedisTools.cli!(port, ~w(XADD rc-s * hello world)) == "2-#{tag}\n"
+    assert Task.await(reader, 20_000) == "rc-s\n2-#{tag}\nhello\nworld\n"
 
-    assert RedisTools.cli!(port, ~w(XRANGE rc-s - +)) == "1-0\nf\nv\n2-0\nhello\nworld\n"
+    assert RedisTools.cli!(port, ~w(XRANGE rc-s - +)) ==
+             "1-#{tag}\nf\nv\n2-#{tag}\nhello\nworld\n"
+
     assert RedisTools.cli!(port, ~w(XLEN rc-s)) == "2\n"
     assert RedisTools.cli!(port, ~w(TYPE rc-s)) == "stream\n"
     assert RedisTools.cli!(port, ~w(PING)) == "PONG\n"
@@ -61,13 +64,13 @@ defmodule Ringbus.Resp.ClientsTest do
     RedisTools.cli!(port, ~w(XADD rc-r3 * a 1))
     out = RedisTools.cli!(port, ~w(-3 XREAD STREAMS rc-r3 0))
     assert out =~ "rc-r3"
-    assert out =~ "1-0"
+    assert out =~ ~r/\b1-[1-9]/
 
     c = RespClient.connect!(port)
     {[{:map, hello}], c} = RespClient.call(c, ["HELLO", "3"])
     assert {"proto", 3} in hello
 
-    {[{:map, [{"rc-r3", [["1-0", ["a", "1"]]]}]}], c} =
+    {[{:map, [{"rc-r3", [["1-" <> _, ["a", "1"]]]}]}], c} =
       RespClient.call(c, ["XREAD", "STREAMS", "rc-r3", "0"])
 
     {[nil], _c} = RespClient.call(c, ["XREAD", "STREAMS", "rc-r3", "$"])
@@ -80,17 +83,18 @@ defmodule Ringbus.Resp.ClientsTest do
   for i in range(100):
       p.xadd("rc-py", {"i": str(i), "blob": bytes([i, 0, 13, 10, 255])})
   ids = p.execute()
-  assert ids == [b"%d-0" % (i + 1) for i in range(100)], ids
+  T = ids[0].split(b"-")[1]
+  assert T != b"0" and ids == [b"%d-%s" % (i + 1, T) for i in range(100)], ids
   entries = r.xrange("rc-py", "-", "+", count=3)
-  assert entries == [(b"%d-0" % (i + 1), {b"i": b"%d" % i, b"blob": bytes([i, 0, 13, 10, 255])}) for i in range(3)], entries
+  assert entries == [(b"%d-%s" % (i + 1, T), {b"i": b"%d" % i, b"blob": bytes([i, 0, 13, 10, 255])}) for i in range(3)], entries
   assert r.xlen("rc-py") == 100
-  assert r.xrevrange("rc-py", "+", "-", count=1)[0][0] == b"100-0"
+  assert r.xrevrange("rc-py", "+", "-", count=1)[0][0] == (b"100-" + T)
   # redis-py trims with ~ by default: as in Redis, a stream of one node keeps it.
   assert r.xtrim("rc-py", maxlen=10) == 0
   assert r.xtrim("rc-py", maxlen=10, approximate=False) == 90
   assert r.xlen("rc-py") == 10
   info = r.xinfo_stream("rc-py")
-  assert info["length"] == 10 and info["last-generated-id"] == b"100-0", info
+  assert info["length"] == 10 and info["last-generated-id"] == (b"100-" + T), info
   print("ok")
   """
 
@@ -102,7 +106,7 @@ defmodule Ringbus.Resp.ClientsTest do
   import sys, threading, redis
   port = int(sys.argv[1])
   reader, writer = redis.Redis(port=port), redis.Redis(port=port)
-  writer.xadd("rc-block", {"before": "1"})
+  T = writer.xadd("rc-block", {"before": "1"}).split(b"-")[1]
   got = []
   def read():
       got.append(reader.xread({"rc-block": "$"}, block=0))
@@ -117,7 +121,7 @@ defmodule Ringbus.Resp.ClientsTest do
   writer.xadd("rc-block", {"woke": "up"})
   t.join(10)
   assert not t.is_alive(), "XREAD BLOCK was not woken"
-  assert got == [[[b"rc-block", [(b"2-0", {b"woke": b"up"})]]]], got
+  assert got == [[[b"rc-block", [((b"2-" + T), {b"woke": b"up"})]]]], got
   assert reader.xread({"rc-block": "2-0"}, block=50) == []
   print("ok")
   """
@@ -129,20 +133,20 @@ defmodule Ringbus.Resp.ClientsTest do
   @groups """
   import sys, redis
   r = redis.Redis(port=int(sys.argv[1]))
-  r.xadd("rc-g", {"n": "0"}, maxlen=5)
+  T = r.xadd("rc-g", {"n": "0"}, maxlen=5).split(b"-")[1]
   r.xgroup_create("rc-g", "workers", id="0")
   for i in range(1, 5):
       r.xadd("rc-g", {"n": str(i)})
   got = r.xreadgroup("workers", "alice", {"rc-g": ">"}, count=2)
-  assert [e[0] for e in got[0][1]] == [b"1-0", b"2-0"], got
+  assert [e[0] for e in got[0][1]] == [(b"1-" + T), (b"2-" + T)], got
   got = r.xreadgroup("workers", "bob", {"rc-g": ">"})
-  assert [e[0] for e in got[0][1]] == [b"3-0", b"4-0", b"5-0"], got
+  assert [e[0] for e in got[0][1]] == [(b"3-" + T), (b"4-" + T), (b"5-" + T)], got
   assert r.xack("rc-g", "workers", "1-0", "3-0") == 2
   summary = r.xpending("rc-g", "workers")
-  assert summary["pending"] == 3 and summary["min"] == b"2-0" and summary["max"] == b"5-0", summary
+  assert summary["pending"] == 3 and summary["min"] == (b"2-" + T) and summary["max"] == (b"5-" + T), summary
   assert sorted((c["name"], c["pending"]) for c in summary["consumers"]) == [(b"alice", 1), (b"bob", 2)], summary
   claimed = r.xautoclaim("rc-g", "workers", "carol", 0, "0-0", count=10)
-  assert [e[0] for e in claimed[1]] == [b"2-0", b"4-0", b"5-0"], claimed
+  assert [e[0] for e in claimed[1]] == [(b"2-" + T), (b"4-" + T), (b"5-" + T)], claimed
   assert r.xreadgroup("workers", "alice", {"rc-g": ">"}) == []
   # Ten more entries, and a trim to five before the group reads them...
   for i in range(5, 15):
@@ -152,9 +156,9 @@ defmodule Ringbus.Resp.ClientsTest do
   assert groups[0]["lag"] == 10, groups
   # ...and the group is told of the five it never saw when it reads again.
   got = r.xreadgroup("workers", "alice", {"rc-g": ">"})
-  assert [e[0] for e in got[0][1]] == [b"11-0", b"12-0", b"13-0", b"14-0", b"15-0"], got
+  assert [e[0] for e in got[0][1]] == [(b"11-" + T), (b"12-" + T), (b"13-" + T), (b"14-" + T), (b"15-" + T)], got
   groups = r.xinfo_groups("rc-g")
-  assert groups[0]["lost"] == 5 and groups[0]["last-delivered-id"] == b"15-0", groups
+  assert groups[0]["lost"] == 5 and groups[0]["last-delivered-id"] == (b"15-" + T), groups
   print("ok")
   """
 
@@ -222,15 +226,14 @@ defmodule Ringbus.Resp.ClientsTest do
   @claim """
   import sys, redis
   r = redis.Redis(port=int(sys.argv[1]))
-  for i in range(3):
-      r.xadd("rc-claim", {"n": str(i)})
+  T = [r.xadd("rc-claim", {"n": str(i)}) for i in range(3)][0].split(b"-")[1]
   r.xgroup_create("rc-claim", "g", id="0")
   r.xreadgroup("g", "alice", {"rc-claim": ">"})
   got = r.xclaim("rc-claim", "g", "bob", 0, ["1-0", "2-0"], idle=5000, retrycount=7)
-  assert [e[0] for e in got] == [b"1-0", b"2-0"], got
-  assert r.xclaim("rc-claim", "g", "bob", 0, ["3-0"], justid=True) == [b"3-0"]
+  assert [e[0] for e in got] == [(b"1-" + T), (b"2-" + T)], got
+  assert r.xclaim("rc-claim", "g", "bob", 0, ["3-0"], justid=True) == [(b"3-" + T)]
   rows = r.xpending_range("rc-claim", "g", "-", "+", 10)
-  assert [(p["message_id"], p["consumer"], p["times_delivered"]) for p in rows] == [(b"1-0", b"bob", 7), (b"2-0", b"bob", 7), (b"3-0", b"bob", 1)], rows
+  assert [(p["message_id"], p["consumer"], p["times_delivered"]) for p in rows] == [((b"1-" + T), b"bob", 7), ((b"2-" + T), b"bob", 7), ((b"3-" + T), b"bob", 1)], rows
   assert rows[0]["time_since_delivered"] >= 5000, rows
   assert r.execute_command("XSETID", "rc-claim", "3-0")
   full = r.xinfo_stream("rc-claim", full=True)
@@ -246,27 +249,55 @@ defmodule Ringbus.Resp.ClientsTest do
     assert RedisTools.python!(@claim, ["#{port}"]) == "ok\n"
   end
 
+  @incarnation """
+  import sys, redis
+  r = redis.Redis(port=int(sys.argv[1]))
+  last = r.xadd("rc-inc", {"n": "0"})
+  second = r.xadd("rc-inc", {"n": "1"})
+  assert r.xread({"rc-inc": last}) == [[b"rc-inc", [(second, {b"n": b"1"})]]]
+  # The stream is deleted and made again: its seqs, and so the numbers of its IDs, start anew.
+  r.delete("rc-inc")
+  for i in range(3):
+      r.xadd("rc-inc", {"n": "new %d" % i})
+  for resume in [lambda: r.xread({"rc-inc": last}), lambda: r.xread({"rc-inc": last}, block=0),
+                 lambda: r.xrange("rc-inc", min=last), lambda: r.xrevrange("rc-inc", min=last)]:
+      try:
+          got = resume()
+          raise AssertionError("resumed into the new incarnation: %r" % (got,))
+      except redis.ResponseError as e:
+          assert str(e) == "stream 'rc-inc' was created again since that incarnation", e
+  # Starting over reads the new entries.
+  got = r.xread({"rc-inc": "0-0"})
+  assert [f[b"n"] for _, f in got[0][1]] == [b"new 0", b"new 1", b"new 2"], got
+  print("ok")
+  """
+
+  test "redis-py: XREAD and XRANGE from an ID of before a DEL and re-create get an error",
+       %{port: port} do
+    assert RedisTools.python!(@incarnation, ["#{port}"]) == "ok\n"
+  end
+
   test "a message pushed over the binary protocol reads with XRANGE, and the reverse", ctx do
     {:ok, client} = Ringbus.Client.connect(port: ctx.binary_port)
     raw = <<0, 1, 2, 255, "\r\n">>
     {:ok, 0} = Ringbus.Client.push(client, "rc-mixed", raw)
 
     c = RespClient.connect!(ctx.port)
-    {[["1-0", ["payload", ^raw]]], c} = call1(c, ["XRANGE", "rc-mixed", "-", "+"])
+    {[["1-" <> _, ["payload", ^raw]]], c} = call1(c, ["XRANGE", "rc-mixed", "-", "+"])
 
     # An XADD's pairs come back whole to a binary reader, as documented.
-    {["2-0"], c} = RespClient.call(c, ["XADD", "rc-mixed", "*", "f", "v\r\n", "", "x"])
+    {["2-" <> _], c} = RespClient.call(c, ["XADD", "rc-mixed", "*", "f", "v\r\n", "", "x"])
     {:ok, [{1, payload}], 0} = Ringbus.Client.read(client, "rc-mixed", 1, 1)
     assert payload == <<0xFF, "RBX", 1, 2::32, 1::32, "f", 3::32, "v\r\n", 0::32, 1::32, "x">>
     assert Entry.decode(payload) == ["f", "v\r\n", "", "x"]
 
     # The one pair `payload` goes in as the raw bytes.
-    {["3-0"], c} = RespClient.call(c, ["XADD", "rc-mixed", "*", "payload", "raw bytes"])
+    {["3-" <> _], c} = RespClient.call(c, ["XADD", "rc-mixed", "*", "payload", "raw bytes"])
     {:ok, [{2, "raw bytes"}], 0} = Ringbus.Client.read(client, "rc-mixed", 2, 1)
 
     # And those raw bytes, pushed over the binary protocol, read back the same.
     {:ok, 3} = Ringbus.Client.push(client, "rc-mixed", payload)
-    {[["4-0", ["f", "v\r\n", "", "x"]]], _c} = call1(c, ["XRANGE", "rc-mixed", "4", "4"])
+    {[["4-" <> _, ["f", "v\r\n", "", "x"]]], _c} = call1(c, ["XRANGE", "rc-mixed", "4", "4"])
     Ringbus.Client.close(client)
   end
 

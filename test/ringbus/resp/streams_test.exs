@@ -29,7 +29,7 @@ defmodule Ringbus.Resp.StreamsTest do
       )
 
     c = RespClient.connect!(Ringbus.Server.port(server, :resp))
-    {["1-0"], c} = RespClient.call(c, ~w(XADD st-cap MAXLEN 3 * a 1))
+    {["1-" <> _], c} = RespClient.call(c, ~w(XADD st-cap MAXLEN 3 * a 1))
 
     c =
       Enum.reduce(2..6, c, fn i, c ->
@@ -67,14 +67,14 @@ defmodule Ringbus.Resp.StreamsTest do
       )
 
     c = RespClient.connect!(Ringbus.Server.port(server, :resp))
-    {["1-0"], c} = RespClient.call(c, ~w(XADD st-repl * a 1))
-    {["2-0"], c} = RespClient.call(c, ~w(XADD st-repl * b 2))
+    {["1-" <> _], c} = RespClient.call(c, ~w(XADD st-repl * a 1))
+    {["2-" <> _], c} = RespClient.call(c, ~w(XADD st-repl * b 2))
 
     assert {:ok, %{replicas: 1, members: [member], max_bytes: 10_000}} = Ringbus.info("st-repl")
     assert member == node()
 
     {[entries], c} = RespClient.call(c, ~w(XRANGE st-repl - +))
-    assert entries == [["1-0", ["a", "1"]], ["2-0", ["b", "2"]]]
+    assert [["1-" <> _, ["a", "1"]], ["2-" <> _, ["b", "2"]]] = entries
     {[2], _} = RespClient.call(c, ~w(XLEN st-repl))
 
     # More replicas than nodes connected: the XADD that would create it fails.
@@ -95,7 +95,7 @@ defmodule Ringbus.Resp.StreamsTest do
   test "INFO memory shows the streams' bytes and their bound", %{port: port} do
     c = RespClient.connect!(port)
 
-    {["1-0"], c} =
+    {["1-" <> _], c} =
       RespClient.call(c, ["XADD", "st-mem", "*", "payload", String.duplicate("x", 1000)])
 
     {[info], c} = RespClient.call(c, ~w(INFO memory))
@@ -128,7 +128,7 @@ defmodule Ringbus.Resp.StreamsTest do
     c = RespClient.connect!(port)
     RespClient.send_commands(c, [~w(XADD st-rej * a 1), ~w(XADD st-rej * a 2)])
 
-    {["1-0", {:error, "ERR stream 'st-rej' is full and its overflow is reject"}], _} =
+    {["1-" <> _, {:error, "ERR stream 'st-rej' is full and its overflow is reject"}], _} =
       RespClient.recv(c, 2)
   end
 
@@ -141,11 +141,11 @@ defmodule Ringbus.Resp.StreamsTest do
     xadds = for v <- ~w(aaaa bbbb cccc), do: ["XADD", "st-bytes", "*", "payload", v]
     RespClient.send_commands(c, xadds ++ [~w(XADD st-bytes * payload 0123456789a)])
 
-    assert {["1-0", "2-0", "3-0", {:error, error}], c} = RespClient.recv(c, 4)
+    assert {["1-" <> _, "2-" <> _, "3-" <> _, {:error, error}], c} = RespClient.recv(c, 4)
     assert error == "ERR the entry is larger than the max_bytes of stream 'st-bytes'"
 
     # As three XADDs one by one: the oldest is overwritten to make room.
-    {[[["2-0", ["payload", "bbbb"]], ["3-0", ["payload", "cccc"]]]], _} =
+    {[[["2-" <> _, ["payload", "bbbb"]], ["3-" <> _, ["payload", "cccc"]]]], _} =
       RespClient.call(c, ~w(XRANGE st-bytes - +))
 
     assert {:ok, %{pushed: 3, overwritten: 1, rejected: 1}} = Ringbus.info("st-bytes")
@@ -157,8 +157,8 @@ defmodule Ringbus.Resp.StreamsTest do
     assert eventually(fn -> info(port) =~ "blocked_clients:1" end)
 
     writer = RespClient.connect!(port)
-    {["1-0"], _} = RespClient.call(writer, ~w(XADD st-wait * k v))
-    {[[["st-wait", [["1-0", ["k", "v"]]]]], "after"], _} = RespClient.recv(reader, 2)
+    {["1-" <> _], _} = RespClient.call(writer, ~w(XADD st-wait * k v))
+    {[[["st-wait", [["1-" <> _, ["k", "v"]]]]], "after"], _} = RespClient.recv(reader, 2)
     assert info(port) =~ "blocked_clients:0"
   end
 
@@ -178,10 +178,10 @@ defmodule Ringbus.Resp.StreamsTest do
     assert eventually(fn -> length(:sys.get_state(conn).held) == 2 end)
 
     writer = RespClient.connect!(port)
-    {["1-0"], _} = RespClient.call(writer, ~w(XADD st-held-a * k v))
-    {[[["st-held-a", [["1-0", ["k", "v"]]]]]], reader} = RespClient.recv(reader, 1)
-    {["1-0"], _} = RespClient.call(writer, ~w(XADD st-held-b * k v))
-    {[[["st-held-b", [["1-0", ["k", "v"]]]]], "after"], _} = RespClient.recv(reader, 2)
+    {["1-" <> _], _} = RespClient.call(writer, ~w(XADD st-held-a * k v))
+    {[[["st-held-a", [["1-" <> _, ["k", "v"]]]]]], reader} = RespClient.recv(reader, 1)
+    {["1-" <> _], _} = RespClient.call(writer, ~w(XADD st-held-b * k v))
+    {[[["st-held-b", [["1-" <> _, ["k", "v"]]]]], "after"], _} = RespClient.recv(reader, 2)
   end
 
   test "a client that hangs up while blocked is noticed", %{server: server, port: port} do
@@ -239,5 +239,81 @@ defmodule Ringbus.Resp.StreamsTest do
     {[info], _} = RespClient.call(c, ~w(INFO clients))
     RespClient.close(c)
     info
+  end
+
+  describe "IDs carry the stream's incarnation" do
+    @gone "ERR stream 'st-inc' was created again since that incarnation"
+
+    # Three entries, their IDs; then the stream is deleted and made again with five.
+    defp recreated(c) do
+      {["1-" <> tag], c} = RespClient.call(c, ~w(XADD st-inc * a 1))
+
+      {["2-" <> ^tag, "3-" <> ^tag], c} =
+        RespClient.calls(c, [~w(XADD st-inc * b 2), ~w(XADD st-inc * c 3)])
+
+      {:ok, %{incarnation: inc}} = Ringbus.info("st-inc")
+      assert tag == Integer.to_string(Ringbus.Resp.Entry.tag(inc))
+
+      {[1], c} = RespClient.call(c, ~w(DEL st-inc))
+
+      {_, c} = RespClient.calls(c, for(n <- 1..5, do: ["XADD", "st-inc", "*", "n", "#{n}"]))
+
+      {["1-" <> new], c} = RespClient.call(c, ~w(XRANGE st-inc - + COUNT 1)) |> first_id()
+      assert new != tag
+      {tag, new, c}
+    end
+
+    defp first_id({[[[id, _] | _]], c}), do: {[id], c}
+
+    test "a read from an ID of the stream's last incarnation is told so, by every command",
+         %{port: port} do
+      {old, new, c} = recreated(RespClient.connect!(port))
+      {[{:simple, "OK"}], c} = RespClient.call(c, ~w(XGROUP CREATE st-inc g 0))
+
+      for command <- [
+            ~w(XREAD STREAMS st-inc 2-#{old}),
+            ~w(XREAD BLOCK 0 STREAMS st-inc 2-#{old}),
+            ~w(XRANGE st-inc 2-#{old} +),
+            ~w[XRANGE st-inc (2-#{old} +],
+            ~w(XREVRANGE st-inc + 2-#{old}),
+            ~w(XREADGROUP GROUP g alice STREAMS st-inc 2-#{old}),
+            ~w(XGROUP SETID st-inc g 2-#{old}),
+            ~w(XAUTOCLAIM st-inc g alice 0 2-#{old}),
+            ~w(XPENDING st-inc g 2-#{old} + 10)
+          ] do
+        {[reply], _} = RespClient.call(c, command)
+        assert reply == {:error, @gone}, Enum.join(command, " ")
+      end
+
+      # IDs of the new incarnation, and IDs that state none (sequence 0,
+      # or an incomplete one), read as before.
+      {[[["st-inc", [["3-" <> ^new, _], ["4-" <> ^new, _], ["5-" <> ^new, _]]]]], c} =
+        RespClient.call(c, ~w(XREAD STREAMS st-inc 2-#{new}))
+
+      {[[["st-inc", [["3-" <> ^new, _] | _]]]], c} =
+        RespClient.call(c, ~w(XREAD STREAMS st-inc 2-0))
+
+      {[[["2-" <> ^new, _]]], c} = RespClient.call(c, ~w[XRANGE st-inc (1-#{new} 2])
+      {[[["2-" <> ^new, _]]], c} = RespClient.call(c, ~w(XRANGE st-inc 2 2))
+
+      # An ID of another incarnation names no entry of this one.
+      {[0], c} = RespClient.call(c, ~w(XACK st-inc g 1-#{old}))
+      {[0], _} = RespClient.call(c, ~w(XDEL st-inc 1-#{old}))
+    end
+
+    test "XINFO and XADD's errors give IDs of the stream's tag", %{port: port} do
+      {_old, new, c} = recreated(RespClient.connect!(port))
+      {[info], c} = RespClient.call(c, ~w(XINFO STREAM st-inc))
+      info = Enum.chunk_every(info, 2)
+      assert ["last-generated-id", "5-" <> new] in info
+      assert ["recorded-first-entry-id", "1-" <> new] in info
+
+      {[{:error, message}], c} = RespClient.call(c, ~w(XADD st-inc 9-0 a 1))
+      assert message =~ "next ID, 6-#{new}:"
+
+      # The stream's own next ID, with its tag or without, is taken.
+      {["6-" <> ^new], c} = RespClient.call(c, ~w(XADD st-inc 6-#{new} a 1))
+      {["7-" <> ^new], _} = RespClient.call(c, ~w(XADD st-inc 7-0 a 1))
+    end
   end
 end
