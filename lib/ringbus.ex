@@ -162,7 +162,10 @@ defmodule Ringbus do
   channel goes away ends as before (`:channel_deleted`, `:node_down`); the
   next resume with the old incarnation is refused. A replicated channel
   draws its incarnation once at create and keeps it with its log, so its
-  members' restarts keep it.
+  members' restarts keep it. Over the binary protocol, `READ` and
+  `SUBSCRIBE` state it and their answers carry it (`docs/PROTOCOL.md`,
+  `Ringbus.Client.read/5`); over RESP, stream IDs carry it
+  (`docs/RESP.md`, "IDs").
 
   ## State kept in the calling process
 
