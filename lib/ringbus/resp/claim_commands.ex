@@ -217,7 +217,9 @@ defmodule Ringbus.Resp.ClaimCommands do
            options(opts, %{time: nil, retry: nil, force: false, justid: false, last: nil}) do
       # IDs of another incarnation name no entry of this one.
       ids = Enum.map(ids, &Entry.local(&1, tag))
-      opts = %{opts | last: opts.last && Entry.local(opts.last, tag)} |> Map.put(:tag, tag)
+      # LASTID is a position, as XGROUP SETID's: of this incarnation or none.
+      opts = %{opts | last: opts.last && StreamCommands.pin!(opts.last, tag, key)}
+      opts = Map.put(opts, :tag, tag)
       now = System.system_time(:millisecond)
       time = delivery_time(opts.time, now)
       if opts.last, do: move_last(t, key, group, g, opts.last)

@@ -279,7 +279,8 @@ defmodule Ringbus.Resp.StreamsTest do
             ~w(XREADGROUP GROUP g alice STREAMS st-inc 2-#{old}),
             ~w(XGROUP SETID st-inc g 2-#{old}),
             ~w(XAUTOCLAIM st-inc g alice 0 2-#{old}),
-            ~w(XPENDING st-inc g 2-#{old} + 10)
+            ~w(XPENDING st-inc g 2-#{old} + 10),
+            ~w(XCLAIM st-inc g alice 0 1-#{new} LASTID 2-#{old})
           ] do
         {[reply], _} = RespClient.call(c, command)
         assert reply == {:error, @gone}, Enum.join(command, " ")
