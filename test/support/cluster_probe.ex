@@ -307,6 +307,32 @@ defmodule Ringbus.Test.ClusterProbe do
   end
 
   @doc """
+  Declares `channels` as a release's boot does (`Ringbus.Release.create_channels/1`),
+  as soon as another node connects to this one (or after `timeout` ms), so
+  that the links come up while it declares them. Returns its result.
+  """
+  def declare_on_nodeup(channels, timeout \\ 10_000) do
+    :ok = :net_kernel.monitor_nodes(true)
+
+    if Node.list() == [] do
+      receive do
+        {:nodeup, _} -> :ok
+      after
+        timeout -> :ok
+      end
+    end
+
+    :net_kernel.monitor_nodes(false)
+    Ringbus.Release.create_channels(channels)
+  end
+
+  @doc "Pushes one message to each of `names`; returns `{name, result}` for each."
+  def push_each(names), do: for(name <- names, do: {name, Ringbus.push(name, "x")})
+
+  @doc "Where this node resolves each of `names`: `{name, Ringbus.Cluster.home(name)}`."
+  def homes(names), do: for(name <- names, do: {name, Ringbus.Cluster.home(name)})
+
+  @doc """
   Reads `name` from seq 0 on, `max` at a time, from the seq after the last
   message each time, until it has `total` messages; retries node_busy and
   timeout. Returns the tags (`push_n/3`'s first 4 bytes) in the order read,

@@ -46,6 +46,16 @@ defmodule Ringbus.Cluster.Directory.Core do
   #     smaller stamp wins everywhere, and the loser's home deletes its copy,
   #     as `:global` resolves a name registered twice.
   #
+  # The winner may be down, and unable to tell the loser: so a node that
+  # keeps another home for a name a node says it homes tells that node the
+  # home it keeps (`:homes`), and a new link also carries what the sender
+  # knows of the nodes it has no link to, so that a node that restarted
+  # while a home was down learns its channels (they answer `node_down`, not
+  # `no_channel`). Such second-hand entries are taken only for homes the
+  # receiver has no link to (a linked home's own word wins), not over an
+  # entry of the same home, and not for a node forgotten here (below)
+  # until it syncs again.
+  #
   # A node that is down keeps its entries, so its channels answer
   # `{:error, :node_down}` rather than `{:error, :no_channel}`, until an
   # operator forgets it (`{:forget, node, connected?, reply_to}`): its
@@ -63,6 +73,8 @@ defmodule Ringbus.Cluster.Directory.Core do
   #   {:sync, incarnation, [{name, opts, stamp}]}   every channel of the sender
   #   {:recreate, [{name, opts, stamp}]}   channels the receiver homed before
   #                                  it restarted
+  #   {:homes, [{name, home, opts, stamp, incarnation}]}   channels of other
+  #                                  nodes, as the sender knows them
 
   @typedoc "Where an answer goes; the process knows its shape, the core does not."
   @type reply_to :: term()
@@ -107,6 +119,7 @@ defmodule Ringbus.Cluster.Directory.Core do
           claims: %{term() => {:own, stamp(), reference()} | {:granted, stamp(), node()}},
           pending: %{reference() => map()},
           remote: %{term() => {node(), keyword(), stamp(), term()}},
+          forgotten: MapSet.t(node()),
           world: world() | nil,
           effects: [effect()]
         }
@@ -122,6 +135,8 @@ defmodule Ringbus.Cluster.Directory.Core do
       # id => the create in progress
       pending: %{},
       remote: %{},
+      # Nodes forgotten since they last synced: what others relay of them is ignored.
+      forgotten: MapSet.new(),
       # Only while an event is handled:
       world: nil,
       effects: []
@@ -196,7 +211,19 @@ defmodule Ringbus.Cluster.Directory.Core do
 
   defp event(state, {:link_up, node}) do
     own = for {name, {opts, stamp}} <- state.own, do: {name, opts, stamp}
-    emit(state, {:send, node, {:sync, state.incarnation, own}})
+    state = emit(state, {:send, node, {:sync, state.incarnation, own}})
+
+    # What we know of nodes we have no link to: a node that restarted
+    # meanwhile learns their channels, which answer node_down, not no_channel.
+    case for(
+           {name, {home, _, _, _} = entry} <- state.remote,
+           home != node,
+           not linked?(state, home),
+           do: homed(name, entry)
+         ) do
+      [] -> state
+      homes -> emit(state, {:send, node, {:homes, homes}})
+    end
   end
 
   defp event(state, {:link_down, node}) do
@@ -217,7 +244,12 @@ defmodule Ringbus.Cluster.Directory.Core do
       state = Enum.reduce(names, state, &emit(&2, {:drop_entry, &1}))
       claims = Map.reject(state.claims, &match?({_, {:granted, _, ^node}}, &1))
 
-      %{state | remote: Map.drop(state.remote, names), claims: claims}
+      %{
+        state
+        | remote: Map.drop(state.remote, names),
+          claims: claims,
+          forgotten: MapSet.put(state.forgotten, node)
+      }
       |> emit({:reply, reply_to, {:ok, length(names)}})
     end
   end
@@ -348,7 +380,7 @@ defmodule Ringbus.Cluster.Directory.Core do
   end
 
   defp message(state, node, {:add, name, opts, stamp, incarnation, id}) do
-    state = add(state, node, name, opts, stamp, incarnation)
+    state = state |> add(node, name, opts, stamp, incarnation) |> older(node, [name])
     if id, do: emit(state, {:send, node, {:added, id}}), else: state
   end
 
@@ -368,6 +400,7 @@ defmodule Ringbus.Cluster.Directory.Core do
 
   defp message(state, node, {:sync, incarnation, entries}) do
     names = MapSet.new(entries, &elem(&1, 0))
+    state = %{state | forgotten: MapSet.delete(state.forgotten, node)}
 
     {state, lost} =
       for {name, {^node, opts, stamp, had}} <- state.remote,
@@ -387,15 +420,42 @@ defmodule Ringbus.Cluster.Directory.Core do
         add(state, node, name, opts, stamp, incarnation)
       end)
 
+    state = older(state, node, Enum.map(entries, &elem(&1, 0)))
     if lost != [], do: emit(state, {:send, node, {:recreate, lost}}), else: state
   end
 
+  # Channels of nodes the sender has no link to, as we know them. One whose
+  # home the receiver is linked to is left to that home's own word, and one
+  # it knows another entry of the same home for, to that entry.
+  defp message(state, _node, {:homes, entries}) do
+    Enum.reduce(entries, state, fn {name, home, opts, stamp, incarnation}, state ->
+      cond do
+        linked?(state, home) or home in state.forgotten -> state
+        match?(%{^name => {^home, _, _, _}}, state.remote) -> state
+        true -> add(state, home, name, opts, stamp, incarnation)
+      end
+    end)
+  end
+
   # Channels this node homed before it restarted: back, empty.
+  # A claim of ours on such a name (its create declared again at boot, say)
+  # is younger than the channel and loses to it, `{:error, :exists}` once
+  # the channel is back; a claim granted to another node stays, and loses
+  # when the channel's announce reaches that node.
   defp message(state, _node, {:recreate, entries}) do
     Enum.reduce(entries, state, fn {name, opts, stamp}, state ->
-      if taken?(state, name) or Map.has_key?(state.claims, name),
-        do: state,
-        else: emit(state, {:create_channel, name, opts, {:recreate, stamp}})
+      case {taken?(state, name), state.claims[name]} do
+        {true, _} ->
+          state
+
+        {false, {:own, _, id}} ->
+          state
+          |> emit({:create_channel, name, opts, {:recreate, stamp}})
+          |> abort(id, {:error, :exists})
+
+        {false, _} ->
+          emit(state, {:create_channel, name, opts, {:recreate, stamp}})
+      end
     end)
   end
 
@@ -448,6 +508,25 @@ defmodule Ringbus.Cluster.Directory.Core do
         put_entry(state, name, node, opts, stamp, incarnation)
     end
   end
+
+  # Of `names`, which `node` says it homes, those we keep for another home
+  # under a smaller stamp: `node` must hear of that home, or it keeps its
+  # copy while we point elsewhere (the other home may be down, and tell it
+  # nothing).
+  defp older(state, node, names) do
+    homes =
+      for name <- names,
+          {home, _, _, _} = entry <- [state.remote[name]],
+          home != node,
+          do: homed(name, entry)
+
+    if homes == [], do: state, else: emit(state, {:send, node, {:homes, homes}})
+  end
+
+  defp homed(name, {home, opts, stamp, incarnation}), do: {name, home, opts, stamp, incarnation}
+
+  defp linked?(state, node),
+    do: Enum.any?(state.world.links, fn {n, link} -> n == node and link != :down end)
 
   # A channel was created under a claim: the grant is spent, and a claim of
   # ours on the same name has lost.

@@ -349,6 +349,118 @@ defmodule Ringbus.Cluster.Directory.CoreTest do
       assert sim.cores.b.remote == %{"x" => {:a, @opts, {10, :a}, {:a, 2}}}
     end
 
+    test "a node that restarted and declares its old channel again at boot gets it back" do
+      sim =
+        cluster([:a, :b, :c])
+        |> step(:a, {:create, "x", @opts, :c1, :id, {10, :a}})
+        |> deliver()
+
+      # a restarts; its links come up, and its boot creates "x" again before
+      # any answer is in: the others ask it to recreate "x" while its own
+      # claim on the name waits for their votes.
+      sim =
+        sim
+        |> partition([:a], [:b, :c])
+        |> put_in([:cores, :a], Core.new({:a, 2}, 1_000))
+        |> put_in([:stores, :a], MapSet.new())
+        |> heal([:a], [:b, :c])
+        |> step(:a, {:create, "x", @opts, :boot, :id2, {30, :a}})
+        |> deliver()
+
+      assert sim.replies.boot == {:error, :exists}
+      assert stores(sim) == %{a: ["x"], b: [], c: []}
+      assert homes(sim, "x") == %{a: :a, b: :a, c: :a}
+      assert sim.cores.a.own == %{"x" => {@opts, {10, :a}}}
+      assert claims(sim) == %{a: %{}, b: %{}, c: %{}}
+    end
+
+    test "a name created apart from its home while the home is down: the older create wins" do
+      # c homes "x"; c goes down; a restarts cut off from b, and creates
+      # "x" again (as a release declaring it at boot does).
+      sim =
+        cluster([:a, :b, :c])
+        |> step(:c, {:create, "x", @opts, :c1, :id1, {10, :c}})
+        |> deliver()
+        |> partition([:c], [:a, :b])
+        |> partition([:a], [:b])
+        |> put_in([:cores, :a], Core.new({:a, 2}, 1_000))
+        |> put_in([:tables, :a], %{})
+        |> step(:a, {:create, "x", @opts, :c2, :id2, {20, :a}})
+        |> deliver()
+
+      assert sim.replies.c2 == :ok
+
+      # a meets b, which keeps c's older "x": a must give its copy up,
+      # though c, down, cannot tell it.
+      sim = sim |> heal([:a], [:b]) |> deliver()
+      assert stores(sim) == %{a: [], b: [], c: ["x"]}
+      assert homes(sim, "x") == %{a: :c, b: :c, c: :c}
+
+      # A later create of "x" at a is refused: the name is c's.
+      sim = sim |> step(:a, {:create, "x", @opts, :c3, :id3, {30, :a}}) |> deliver()
+      assert sim.replies.c3 == {:error, :exists}
+
+      sim = sim |> heal([:c], [:a, :b]) |> deliver()
+      assert stores(sim) == %{a: [], b: [], c: ["x"]}
+      assert homes(sim, "x") == %{a: :c, b: :c, c: :c}
+    end
+
+    test "a node that restarted while a home was down learns that home's channels" do
+      sim =
+        cluster([:a, :b, :c])
+        |> step(:c, {:create, "x", @opts, :c1, :id1, {10, :c}})
+        |> deliver()
+        |> partition([:c], [:a, :b])
+
+      # a restarts while c is down: from b it learns of "x" (node_down, not
+      # no_channel), and may not create it.
+      sim =
+        sim
+        |> partition([:a], [:b])
+        |> put_in([:cores, :a], Core.new({:a, 2}, 1_000))
+        |> put_in([:stores, :a], MapSet.new())
+        |> put_in([:tables, :a], %{})
+        |> heal([:a], [:b])
+        |> deliver()
+
+      assert homes(sim, "x") == %{a: :c, b: :c, c: :c}
+      sim = sim |> step(:a, {:create, "x", @opts, :c2, :id2, {20, :a}}) |> deliver()
+      assert sim.replies.c2 == {:error, :exists}
+      assert stores(sim) == %{a: [], b: [], c: ["x"]}
+
+      # c restarts too, and gets "x" back from both, once.
+      sim =
+        sim
+        |> put_in([:cores, :c], Core.new({:c, 2}, 1_000))
+        |> put_in([:stores, :c], MapSet.new())
+        |> heal([:c], [:a, :b])
+        |> deliver()
+
+      assert stores(sim) == %{a: [], b: [], c: ["x"]}
+      assert homes(sim, "x") == %{a: :c, b: :c, c: :c}
+    end
+
+    test "what a node relays of other homes yields to a linked home's word and to a forget" do
+      linked = world([{:b, :up}, {:c, :up}])
+      relay = {:peer, :b, {:homes, [{"x", :c, @opts, {10, :c}, :ic}]}}
+
+      # c is linked here: its own sync decides, not b's word.
+      assert {core, []} = Core.handle(Core.new(:i1, 1_000), relay, linked)
+      assert core.remote == %{}
+
+      # c is not linked: taken.
+      unlinked = world([{:b, :up}, {:c, :down}])
+
+      assert {core, [{:put_entry, {"x", :c, @opts, {10, :c}, :ic}}]} =
+               Core.handle(Core.new(:i1, 1_000), relay, unlinked)
+
+      # Forgotten here: ignored until c itself syncs again.
+      {core, _} = Core.handle(core, {:forget, :c, false, :op}, unlinked)
+      assert {^core, []} = Core.handle(core, relay, unlinked)
+      {core, _} = Core.handle(core, {:peer, :c, {:sync, :ic, []}}, linked)
+      assert {_core, [{:put_entry, _}]} = Core.handle(core, relay, unlinked)
+    end
+
     test "a node that was only apart keeps its channels as they were" do
       sim =
         cluster([:a, :b])
