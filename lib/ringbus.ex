@@ -610,7 +610,14 @@ defmodule Ringbus do
          do: {:ok, Subscription.survey(channel, opts[:timeout], opts[:limit])}
   end
 
-  @doc "Returns `count` messages of credit to a subscription."
+  @doc """
+  Returns `count` messages of credit to a subscription.
+
+  `{:error, :no_subscription}` when the subscription has ended here, or is
+  homed on a node that is down or has restarted since (it ended with it).
+  For a live home node the credit goes out without waiting, and `:ok` means
+  it is on its way.
+  """
   @spec ack(subscription(), pos_integer()) :: :ok | {:error, :no_subscription}
   def ack({pid, ref} = sub, count)
       when is_pid(pid) and is_reference(ref) and is_integer(count) and count > 0 do
@@ -620,6 +627,10 @@ defmodule Ringbus do
   @doc """
   Ends a subscription. Batches already in the subscriber's mailbox stay there;
   once it returns, no more are sent.
+
+  For a subscription homed on another node, `{:error, :node_busy}` means the
+  link to that node did not take the request within `:call_timeout`: it was
+  not carried out, and the subscription goes on (call again).
   """
   @spec unsubscribe(subscription()) :: :ok | {:error, :no_subscription | :node_busy}
   def unsubscribe({pid, ref} = sub) when is_pid(pid) and is_reference(ref) do

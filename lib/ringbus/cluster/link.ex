@@ -164,18 +164,9 @@ defmodule Ringbus.Cluster.Link do
   def handle_info({:ringbus_link_ack, sub, count}, state),
     do: noreply(%{state | acks: Map.update(state.acks, sub, count, &(&1 + count))})
 
-  def handle_info({:ringbus_unsubscribe, ref, sub}, state) do
-    case Map.pop(state.routes, sub) do
-      {nil, _} ->
-        send(ref, {ref, {:error, :no_subscription}})
-        noreply(state)
-
-      {{_subscriber, monitor}, routes} ->
-        Process.demonitor(monitor, [:flush])
-        send(ref, {ref, :ok})
-        state = %{state | routes: routes, watched: Map.delete(state.watched, monitor)}
-        noreply(force(state, {:unsubscribe, sub}))
-    end
+  # Its caller gave up first (`node_busy`): dropped, not carried out.
+  def handle_info({:ringbus_unsubscribe, ref, sub, flag}, state) do
+    if Links.claim(flag), do: noreply(unsubscribe(state, ref, sub)), else: noreply(state)
   end
 
   # A batch of a subscription homed here, for its subscriber at the peer:
@@ -239,7 +230,22 @@ defmodule Ringbus.Cluster.Link do
 
   ## Receiving
 
+  defp unsubscribe(state, ref, sub) do
+    case Map.pop(state.routes, sub) do
+      {nil, _} ->
+        send(ref, {ref, {:error, :no_subscription}})
+        state
+
+      {{_subscriber, monitor}, routes} ->
+        Process.demonitor(monitor, [:flush])
+        send(ref, {ref, :ok})
+        state = %{state | routes: routes, watched: Map.delete(state.watched, monitor)}
+        force(state, {:unsubscribe, sub})
+    end
+  end
+
   defp connect(state, peer) do
+    Links.set_peer(state.counters, peer)
     Directory.link_up(state.node)
     set_state(%{state | peer: peer})
   end

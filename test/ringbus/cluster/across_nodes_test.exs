@@ -157,6 +157,28 @@ defmodule Ringbus.Cluster.AcrossNodesTest do
     send_stop(b, pid)
   end
 
+  test "an unsubscribe answered node_busy was not carried out: the subscription goes on", ctx do
+    %{a: a, b: b} = ctx
+    :ok = call(a, Ringbus, :create, ["unsub-busy", [capacity: 10]])
+    {:ok, pid, _sub} = call(b, Probe, :subscriber, ["unsub-busy", [], true])
+
+    # b's link to a takes nothing for longer than call_timeout (2 s here).
+    [{_, link, _, _, _}] = call(b, :ets, :lookup, [:ringbus_cluster_links, a.node])
+    :ok = call(b, :sys, :suspend, [link])
+    assert call(b, Probe, :unsubscribe, [pid]) == {:error, :node_busy}
+    :ok = call(b, :sys, :resume, [link])
+
+    # The link dropped the request it took too late: batches still come.
+    {:ok, 0} = call(a, Ringbus, :push, ["unsub-busy", "after"])
+
+    assert eventually(fn ->
+             match?(%{batches: [{[{0, "after"}], 0}]}, call(b, Probe, :received, [pid]))
+           end)
+
+    assert call(b, Probe, :unsubscribe, [pid]) == :ok
+    send_stop(b, pid)
+  end
+
   test "remote subscribers learn of a delete; a subscriber's exit ends its subscription", ctx do
     %{a: a, b: b, c: c} = ctx
     :ok = call(c, Ringbus, :create, ["closing", [capacity: 8]])
