@@ -181,6 +181,9 @@ defmodule Ringbus do
   alias Ringbus.Cluster.Router
   alias Ringbus.Replica
 
+  # What a remote `subscriptions/2` waits beyond its survey's timeout.
+  @survey_reply_ms 100
+
   @typedoc "A channel name. Channels reached over the network are named by binaries."
   @type name :: term()
 
@@ -512,7 +515,11 @@ defmodule Ringbus do
   @spec info(name()) :: {:ok, info()} | {:error, :no_channel | node_error()}
   def info(name), do: on_channel(name, :info)
 
-  @doc "Lists the names of the channels of this node."
+  @doc """
+  Lists the names of the channels homed on this node; a channel of another
+  node is not listed. `Ringbus.Cluster.channels/0` lists every node's, with
+  its home.
+  """
   @spec channels() :: [name()]
   def channels, do: Store.names()
 
@@ -582,13 +589,19 @@ defmodule Ringbus do
   A subscription that does not answer in time (busy, or ending) is listed
   with nil figures.
 
+  A channel of another node is surveyed there, and the call waits at most
+  `:timeout` plus 100 ms; its answer is an error as for any remote call
+  (`node_down`, `node_busy`: not surveyed; `timeout`: no answer in time).
+  The `:subscriber` of a subscription taken from another node is the link
+  that forwards its batches to that node.
+
   ## Options
 
     * `:timeout` - ms to wait for all answers. Defaults to `100`.
     * `:limit` - subscriptions asked at most. Defaults to `1000`.
   """
   @spec subscriptions(name(), timeout: timeout(), limit: pos_integer()) ::
-          {:ok, [Subscription.figures()]} | {:error, :no_channel}
+          {:ok, [Subscription.figures()]} | {:error, :no_channel | node_error()}
   def subscriptions(name, opts \\ []) do
     opts = Ringbus.Options.validate!(opts, [timeout: 100, limit: 1000], "subscriptions")
 
@@ -606,8 +619,15 @@ defmodule Ringbus do
       "a positive integer"
     )
 
-    with {:ok, channel} <- Store.fetch(name),
-         do: {:ok, Subscription.survey(channel, opts[:timeout], opts[:limit])}
+    case Store.fetch(name) do
+      {:ok, channel} ->
+        {:ok, Subscription.survey(channel, opts[:timeout], opts[:limit])}
+
+      # The survey runs at the channel's home; the call waits for it plus a reply's time.
+      {:error, :no_channel} ->
+        op = {:subscriptions, opts[:timeout], opts[:limit]}
+        Router.request(name, op, opts[:timeout] + @survey_reply_ms)
+    end
   end
 
   @doc """

@@ -117,6 +117,7 @@ defmodule Ringbus.Cluster do
   and the protocols.
   """
 
+  alias Ringbus.Store
   alias Ringbus.Cluster.{Directory, Links, Members, Router}
 
   @typedoc "One link's figures in `info/0`."
@@ -174,6 +175,21 @@ defmodule Ringbus.Cluster do
   """
   @spec forget_node(node()) :: {:ok, non_neg_integer()} | {:error, :node_up}
   def forget_node(node) when is_atom(node), do: Directory.forget(node)
+
+  @doc """
+  Every channel of the cluster as this node's directory knows it, name =>
+  home node: this node's own, and those the other nodes announced. A read
+  of ETS here, no call, so no node is asked and a silent one delays
+  nothing: the channels of a node that is down or silent are listed with
+  it as their home (calls to them answer `node_down` or `node_busy`), and
+  a channel created elsewhere a moment ago may not be listed yet.
+  `Ringbus.channels/0` lists this node's only.
+  """
+  @spec channels() :: %{term() => node()}
+  def channels do
+    local = for name <- Store.names(), into: %{}, do: {name, node()}
+    Map.merge(Map.new(Directory.entries()), local)
+  end
 
   @doc "This node and the members connected to it now, this node first."
   @spec members() :: [node()]

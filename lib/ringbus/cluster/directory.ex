@@ -52,6 +52,14 @@ defmodule Ringbus.Cluster.Directory do
   @spec forget(node()) :: {:ok, non_neg_integer()} | {:error, :node_up}
   def forget(node), do: GenServer.call(__MODULE__, {:forget, node})
 
+  @doc "The channels of other nodes this node knows of, `{name, home}`, by a read of the table."
+  @spec entries() :: [{term(), node()}]
+  def entries do
+    :ets.select(@table, [{{:"$1", :"$2", :_, :_, :_}, [], [{{:"$1", :"$2"}}]}])
+  rescue
+    ArgumentError -> []
+  end
+
   @doc "The channels of other nodes, by home."
   @spec remote_channels() :: %{node() => non_neg_integer()}
   def remote_channels do

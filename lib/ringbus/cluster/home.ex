@@ -32,22 +32,30 @@ defmodule Ringbus.Cluster.Home do
           | :len
           | :info
           | {:subscribe, keyword()}
+          | {:subscriptions, timeout(), pos_integer()}
           | {:create, keyword()}
           | :delete
 
   @doc """
   Runs `op` on channel `name` for `link`, whose answers may carry at most
   `room` bytes (`answer_bytes/1`): `{:reply, answer}`, or
-  `{:directory, request}` when the directory must answer it.
+  `{:directory, request}` when the directory must answer it, or
+  `{:later, fun}` when the answer waits on other processes: the link runs
+  `fun` in a process of its own, whose result is the answer.
 
   A read answers at most `room` div 4 bytes of messages, so that several fit
   in the link at once, but always its first message if that fits in `room`;
   a first message (or a pulled one) larger than `room` is answered
   `{:error, :too_large}` and stays in the ring.
   """
-  @spec run(term(), op(), pid(), pos_integer()) :: {:reply, term()} | {:directory, term()}
+  @spec run(term(), op(), pid(), pos_integer()) ::
+          {:reply, term()} | {:directory, term()} | {:later, (() -> term())}
   def run(name, {:create, opts}, _link, _room), do: {:directory, {:create, name, opts}}
   def run(name, :delete, _link, _room), do: {:directory, {:delete, name}}
+
+  # A survey waits up to `timeout` for the subscriptions' answers.
+  def run(name, {:subscriptions, timeout, limit}, _link, _room),
+    do: {:later, fn -> survey(name, timeout, limit) end}
 
   def run(name, op, link, room) do
     case Store.fetch(name) do
@@ -123,6 +131,16 @@ defmodule Ringbus.Cluster.Home do
     :ok
   end
 
+  defp survey(name, timeout, limit) do
+    case Store.fetch(name) do
+      {:ok, channel} -> {:ok, Subscription.survey(channel, timeout, limit)}
+      error -> error
+    end
+  rescue
+    # Deleted meanwhile.
+    ArgumentError -> {:error, :no_channel}
+  end
+
   # Reads up to `max` messages from `from` while they fit in `budget` bytes,
   # the first one in `room`: a few at a time, so a large `max` of large
   # messages is not all taken from the ring to be cut. Stops at a gap (what
@@ -182,6 +200,9 @@ defmodule Ringbus.Cluster.Home do
 
   def answer_bytes({:ok, _seq, payload}) when is_binary(payload),
     do: byte_size(payload) + @message_bytes
+
+  # A survey's figures: a monitoring answer, measured whole.
+  def answer_bytes({:ok, [%{} | _]} = answer), do: :erlang.external_size(answer)
 
   def answer_bytes(_answer), do: 0
 

@@ -264,6 +264,12 @@ defmodule Ringbus.Cluster.Link do
       {:directory, request} ->
         Directory.remote(self(), ref, request)
         state
+
+      # Answered as the directory's answers are, when it is ready.
+      {:later, fun} ->
+        link = self()
+        spawn(fn -> send(link, {:ringbus_reply, ref, fun.()}) end)
+        state
     end
   end
 

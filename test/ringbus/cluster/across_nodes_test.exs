@@ -179,6 +179,42 @@ defmodule Ringbus.Cluster.AcrossNodesTest do
     send_stop(b, pid)
   end
 
+  test "subscriptions/2 surveys a channel of another node at its home", ctx do
+    %{a: a, b: b, c: c} = ctx
+    :ok = call(a, Ringbus, :create, ["surveyed", [capacity: 10]])
+    {:ok, on_b, _} = call(b, Probe, :subscriber, ["surveyed", [from: :earliest], false])
+    {:ok, on_c, _} = call(c, Probe, :subscriber, ["surveyed", [max_credit: 7], false])
+    {:ok, 0} = call(a, Ringbus, :push, ["surveyed", "x"])
+    assert await_received(b, on_b, 1) and await_received(c, on_c, 1)
+
+    # Each has sent "x" and holds the rest of its credit.
+    for n <- [a, b, c] do
+      assert {:ok, figures} = call(n, Ringbus, :subscriptions, ["surveyed", [timeout: 1_000]])
+      assert figures |> Enum.map(&{&1.cursor, &1.credit}) |> Enum.sort() == [{1, 6}, {1, 999}]
+      assert Enum.all?(figures, &(node(&1.subscription) == a.node))
+    end
+
+    assert call(b, Ringbus, :subscriptions, ["never-created"]) == {:error, :no_channel}
+    send_stop(b, on_b)
+    send_stop(c, on_c)
+  end
+
+  test "Cluster.channels/0 lists every node's channels with their home, on every node", ctx do
+    %{a: a, b: b, c: c} = ctx
+    :ok = call(a, Ringbus, :create, ["listed-a", [capacity: 4]])
+    :ok = call(a, Ringbus, :create, ["listed-c", [capacity: 4, node: c.node]])
+    expected = %{"listed-a" => a.node, "listed-c" => c.node}
+
+    for n <- [a, b, c] do
+      listed = call(n, Ringbus.Cluster, :channels, [])
+      assert Map.take(listed, Map.keys(expected)) == expected
+    end
+
+    # Ringbus.channels/0 is this node's own.
+    assert "listed-a" in call(a, Ringbus, :channels, [])
+    refute "listed-a" in call(b, Ringbus, :channels, [])
+  end
+
   test "remote subscribers learn of a delete; a subscriber's exit ends its subscription", ctx do
     %{a: a, b: b, c: c} = ctx
     :ok = call(c, Ringbus, :create, ["closing", [capacity: 8]])

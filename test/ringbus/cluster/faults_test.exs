@@ -201,6 +201,9 @@ defmodule Ringbus.Cluster.FaultsTest do
     # Credit to a subscription of a dead node goes nowhere: not :ok.
     assert call(a, Probe, :ack, [subscriber, 1]) == {:error, :no_subscription}
     assert call(a, Ringbus, :push, ["on-c", "x"]) == {:error, :node_down}
+    assert call(a, Ringbus, :subscriptions, ["on-c"]) == {:error, :node_down}
+    # Still listed, with its home: the name is taken.
+    assert call(b, Ringbus.Cluster, :channels, [])["on-c"] == c.node
     # Over the wire too: SUB_CLOSED node_down, and ERROR node_down.
     assert_receive {:ringbus_closed, ^tcp_sub, :node_down}, 5_000
     assert Ringbus.Client.push(client, "on-c", "x") == {:error, :node_down}
