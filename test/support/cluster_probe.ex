@@ -382,13 +382,18 @@ defmodule Ringbus.Test.ClusterProbe do
   @doc "Creates each of `names` here as fast as it can; returns the results in order."
   def create_all(names, opts), do: for(name <- names, do: {name, Ringbus.create(name, opts)})
 
-  @doc "Starts a `Ringbus.Server` on port 0 that outlives the call; returns its port."
+  @doc """
+  Starts a `Ringbus.Server` on port 0 that outlives the call; returns its
+  port, or with `protocol: :resp` (and `resp_port: 0` among `opts`) its
+  RESP port.
+  """
   def start_server(opts \\ []) do
     parent = self()
+    {protocol, opts} = Keyword.pop(opts, :protocol, :binary)
 
     spawn(fn ->
       {:ok, server} = Ringbus.Server.start_link([port: 0] ++ opts)
-      send(parent, {:port, Ringbus.Server.port(server)})
+      send(parent, {:port, Ringbus.Server.port(server, protocol)})
       Process.sleep(:infinity)
     end)
 
