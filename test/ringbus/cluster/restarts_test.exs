@@ -22,12 +22,16 @@ defmodule Ringbus.Cluster.RestartsTest do
     on_exit(fn -> Nodes.stop(nodes) end)
     names = Enum.map(nodes, & &1.node)
 
-    # The first boot: every node joins the others and declares at once.
+    # The first boot: every node joins the others and declares at once; the
+    # second in the opposite order, so that the channels have two homes.
     nodes
-    |> Enum.map(fn n ->
+    |> Enum.with_index()
+    |> Enum.map(fn {n, i} ->
+      channels = if i == 1, do: Enum.reverse(@channels), else: @channels
+
       Task.async(fn ->
         :ok = call(n, Ringbus.Cluster, :join, [names -- [n.node]])
-        call(n, Ringbus.Release, :create_channels, [@channels])
+        call(n, Ringbus.Release, :create_channels, [channels])
       end)
     end)
     |> Enum.each(&assert(Task.await(&1, 30_000) == :ok))
@@ -35,16 +39,19 @@ defmodule Ringbus.Cluster.RestartsTest do
     assert_converged(nodes)
 
     # Whom each round kills: the home of "ev-1" (whose channels the others
-    # ask it to recreate), another node, two at once, all three; see
-    # `restart/3` for how each declares its channels.
+    # ask it to recreate), another node, two at once (the two nodes that
+    # home most channels, the one with more first: it comes back while the
+    # other is still down), all three; see `restart/3` for how each
+    # declares its channels.
     rounds = [
+      {:homes, :boot},
       {:home, :on_link},
       {:home, :boot},
       {:other, :on_link},
       {:home, :linked},
       {:home_and_other, :on_link},
       {:home_and_other, :on_link},
-      {:home_and_other, :boot},
+      {:homes, :boot},
       {:home_and_other, :on_link},
       {:all, :boot}
     ]
@@ -56,6 +63,15 @@ defmodule Ringbus.Cluster.RestartsTest do
       assert_converged(nodes, "after restarting #{inspect(victims)} (#{declare})")
       nodes
     end)
+  end
+
+  defp victims(nodes, :homes) do
+    nodes
+    |> homes()
+    |> Enum.frequencies_by(fn {_, [{:ok, home} | _]} -> home end)
+    |> Enum.sort_by(&elem(&1, 1), :desc)
+    |> Enum.take(2)
+    |> Enum.map(fn {home, _} -> Enum.find(nodes, &(&1.node == home)).name end)
   end
 
   defp victims(nodes, who) do
