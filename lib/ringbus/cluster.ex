@@ -28,7 +28,7 @@ defmodule Ringbus.Cluster do
   ## One API everywhere
 
   `Ringbus.push/2`, `push_many/2`, `pull/1`, `read/3`, `len/1`, `info/1`,
-  `subscribe/2`, `ack/2`, `unsubscribe/1` and `delete/1` take the same
+  `subscribe/2`, `subscriptions/2`, `ack/2`, `unsubscribe/1` and `delete/1` take the same
   arguments and return the same values on any node. A channel of this node
   takes the local path, unchanged: the cluster adds nothing to it. A channel
   of another node goes through the link to that node. Such a call has
