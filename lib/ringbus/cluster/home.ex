@@ -34,6 +34,7 @@ defmodule Ringbus.Cluster.Home do
           | {:subscribe, keyword()}
           | {:create, keyword()}
           | :delete
+          | {:apply, module(), atom(), list()}
 
   @doc """
   Runs `op` on channel `name` for `link`, whose answers may carry at most
@@ -49,6 +50,16 @@ defmodule Ringbus.Cluster.Home do
   def run(name, {:create, opts}, _link, _room), do: {:directory, {:create, name, opts}}
   def run(name, :delete, _link, _room), do: {:directory, {:delete, name}}
 
+  # A front end's own state beside the channel (`Ringbus.at_home/2`): the
+  # function is data, so this layer names no front end. What it raises is
+  # answered as text, and the link goes on.
+  def run(name, {:apply, module, function, args}, _link, _room) do
+    case Store.fetch(name) do
+      {:ok, channel} -> {:reply, applied(module, function, [name, channel.incarnation | args])}
+      error -> {:reply, error}
+    end
+  end
+
   def run(name, op, link, room) do
     case Store.fetch(name) do
       {:ok, channel} -> {:reply, run_on(channel, op, {link, room})}
@@ -57,6 +68,12 @@ defmodule Ringbus.Cluster.Home do
   rescue
     # The channel was deleted while the request ran.
     ArgumentError -> {:reply, {:error, :no_channel}}
+  end
+
+  defp applied(module, function, args) do
+    {:ok, apply(module, function, args)}
+  catch
+    kind, reason -> {:error, {:raised, Exception.format_banner(kind, reason, __STACKTRACE__)}}
   end
 
   defp run_on(channel, {:push, payload}, _link), do: Ring.push(channel, payload)
@@ -182,6 +199,9 @@ defmodule Ringbus.Cluster.Home do
 
   def answer_bytes({:ok, _seq, payload}) when is_binary(payload),
     do: byte_size(payload) + @message_bytes
+
+  # A front end's answer (`{:apply, ...}`): measured, as nothing bounds it before.
+  def answer_bytes({:ok, answer}) when not is_integer(answer), do: :erlang.external_size(answer)
 
   def answer_bytes(_answer), do: 0
 

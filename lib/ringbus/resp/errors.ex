@@ -65,6 +65,10 @@ defmodule Ringbus.Resp.Errors do
   @spec fail!(term(), binary()) :: no_return()
   def fail!(reason, key), do: throw({__MODULE__, reply(reason, key)})
 
+  @doc "Ends the running command with `reply`, an error reply made already."
+  @spec answer!(term()) :: no_return()
+  def answer!(reply), do: throw({__MODULE__, reply})
+
   @doc """
   `result` of a read of stream `key` (`info`, `len`, `read`), for a caller
   that handles `:no_channel`: any other error ends the command.

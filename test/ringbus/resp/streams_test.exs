@@ -223,14 +223,17 @@ defmodule Ringbus.Resp.StreamsTest do
   end
 
   test "a group's pending list is bounded and counts what it drops" do
-    t = Groups.new()
-    :ok = Groups.create(t, "s", "g", -1, 0)
+    # The node's table, under a name no channel has.
+    t = Groups.table()
+    s = {:bounded_pel_test, make_ref()}
+    on_exit(fn -> Groups.drop_stream(t, s) end)
+    :ok = Groups.create(t, s, "g", -1, 0)
     %{pending: max} = Groups.limits()
-    Groups.add_pending(t, "s", "g", "c", Enum.to_list(0..(max + 4)), 0)
-    assert {:ok, %{pending: ^max, dropped: 5}} = Groups.fetch(t, "s", "g")
-    assert Groups.pending_bounds(t, "s", "g") == {5, max + 4}
-    assert Groups.ack(t, "s", "g", [0, 5, 6]) == 2
-    assert {:ok, %{pending: pending}} = Groups.fetch(t, "s", "g")
+    Groups.add_pending(t, s, "g", "c", Enum.to_list(0..(max + 4)), 0)
+    assert {:ok, %{pending: ^max, dropped: 5}} = Groups.fetch(t, s, "g")
+    assert Groups.pending_bounds(t, s, "g") == {5, max + 4}
+    assert Groups.ack(t, s, "g", [0, 5, 6]) == 2
+    assert {:ok, %{pending: pending}} = Groups.fetch(t, s, "g")
     assert pending == max - 2
   end
 
