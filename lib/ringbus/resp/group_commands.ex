@@ -348,7 +348,7 @@ defmodule Ringbus.Resp.GroupCommands do
     found =
       for {key, read} <- reads do
         {key,
-         GroupHome.run(key, __MODULE__, :read_at, [group, consumer, read, max, opts.noack], [])}
+         GroupHome.read(key, __MODULE__, :read_at, [group, consumer, read, max, opts.noack], [])}
       end
 
     cond do
@@ -369,30 +369,32 @@ defmodule Ringbus.Resp.GroupCommands do
   @doc false
   # One stream's part of an XREADGROUP, at its home: the consumer is seen,
   # and reads new entries or its own pending ones.
-  def read_at(t, key, group, consumer, read, max, noack) do
+  def read_at(t, key, group, consumer, read, max, noack, bytes) do
     now = now()
     Groups.add_consumer(t, key, group, consumer, now)
     Groups.seen(t, key, group, consumer, now)
 
     case read do
-      :new -> claim(key, group, consumer, max, noack, t)
+      :new -> claim(key, group, consumer, {max, bytes}, noack, t)
       {:history, from} -> history(key, group, consumer, from, max, t)
     end
   end
 
   @doc false
-  def claim_at(t, key, group, consumer, max, noack),
-    do: claim(key, group, consumer, max, noack, t)
+  def claim_at(t, key, group, consumer, max, noack, bytes),
+    do: claim(key, group, consumer, {max, bytes}, noack, t)
 
-  # Takes up to `max` new entries for the group, moving its position past
-  # them (and past any it lost) with a compare-and-swap.
-  defp claim(key, group, consumer, max, noack, t, tries \\ @claim_tries)
+  # Takes up to `max` new entries for the group (at least one, then as many
+  # as fit in `bytes`), moving its position past them (and past any it
+  # lost) with a compare-and-swap.
+  defp claim(key, group, consumer, bound, noack, t, tries \\ @claim_tries)
 
-  defp claim(_key, _group, _consumer, _max, _noack, _t, 0), do: []
+  defp claim(_key, _group, _consumer, _bound, _noack, _t, 0), do: []
 
-  defp claim(key, group, consumer, max, noack, t, tries) do
+  defp claim(key, group, consumer, {max, bytes} = bound, noack, t, tries) do
     with {:ok, %{last: last}} <- Groups.fetch(t, key, group),
          {:ok, messages, lost} <- Errors.check!(Ringbus.read(key, last + 1, max), key) do
+      messages = fit(messages, bytes)
       {count, new_last} = span(messages, last + lost)
 
       cond do
@@ -407,12 +409,24 @@ defmodule Ringbus.Resp.GroupCommands do
           StreamCommands.entries(messages)
 
         true ->
-          claim(key, group, consumer, max, noack, t, tries - 1)
+          claim(key, group, consumer, bound, noack, t, tries - 1)
       end
     else
       _ -> []
     end
   end
+
+  defp fit(messages, :infinity), do: messages
+
+  defp fit([{_, payload} = first | rest], bytes),
+    do: fit(rest, bytes - byte_size(payload), [first])
+
+  defp fit([], _bytes), do: []
+
+  defp fit([{_, payload} = message | rest], bytes, acc) when byte_size(payload) <= bytes,
+    do: fit(rest, bytes - byte_size(payload), [message | acc])
+
+  defp fit(_rest, _bytes, acc), do: :lists.reverse(acc)
 
   defp span(messages, last),
     do: Enum.reduce(messages, {0, last}, fn {seq, _}, {n, _} -> {n + 1, seq} end)
@@ -474,7 +488,7 @@ defmodule Ringbus.Resp.GroupCommands do
     key = Map.fetch!(block.subs, sub)
     args = [block.group, block.consumer, block.count, block.noack]
 
-    case GroupHome.run(key, __MODULE__, :claim_at, args, []) do
+    case GroupHome.read(key, __MODULE__, :claim_at, args, []) do
       [] ->
         n = Enum.count(messages)
         if n > 0, do: Ringbus.ack(sub, n)

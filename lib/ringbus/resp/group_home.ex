@@ -11,14 +11,32 @@ defmodule Ringbus.Resp.GroupHome do
 
   alias Ringbus.Resp.{Errors, Groups}
 
+  # Payload bytes a read answers through the link: a quarter of its default
+  # `:max_buffer_bytes`, as the cluster cuts its own reads, so the answer fits.
+  @remote_bytes 1024 * 1024
+
   @doc """
   Runs `module.function(table, key, args...)` at the home of stream `key`
   and returns what it returns, or `none` when no stream is named `key`.
   A reply it ends with (`Errors.fail!/2`) ends the command here too.
   """
   @spec run(binary(), module(), atom(), list(), term()) :: term()
-  def run(key, module, function, args, none) do
-    case Ringbus.at_home(key, {__MODULE__, :at_home, [module, function, args]}) do
+  def run(key, module, function, args, none),
+    do: run(key, {module, function, args}, none, false)
+
+  @doc """
+  `run/5` for a read of entries: the function gets one more argument, the
+  payload bytes its answer may carry (`:infinity` here, a bound through
+  the link). It returns at least one entry, and leaves the rest for later.
+  """
+  @spec read(binary(), module(), atom(), list(), term()) :: term()
+  def read(key, module, function, args, none),
+    do: run(key, {module, function, args}, none, true)
+
+  defp run(key, {module, function, args}, none, budget?) do
+    origin = if budget?, do: node()
+
+    case Ringbus.at_home(key, {__MODULE__, :at_home, [origin, module, function, args]}) do
       {:ok, {:ok, result}} -> result
       {:ok, {:failed, reply}} -> Errors.answer!(reply)
       {:error, :no_channel} -> none
@@ -28,9 +46,17 @@ defmodule Ringbus.Resp.GroupHome do
 
   @doc false
   # At the home, with the stream's name and incarnation (`Ringbus.at_home/2`).
-  def at_home(key, incarnation, module, function, args) do
+  def at_home(key, incarnation, origin, module, function, args) do
     t = Groups.table()
     Groups.fresh(t, key, incarnation)
+
+    args =
+      case origin do
+        nil -> args
+        here when here == node() -> args ++ [:infinity]
+        _other -> args ++ [@remote_bytes]
+      end
+
     {:ok, apply(module, function, [t, key | args])}
   catch
     :throw, {Errors, reply} -> {:failed, reply}

@@ -119,6 +119,30 @@ defmodule Ringbus.Resp.GroupHomeTest do
     {[[2, "2-0", "3-0", _]], _} = RespClient.call(w, ~w(XPENDING gh-block g))
   end
 
+  test "XREADGROUP through another node answers what fits its link, and the rest next", ctx do
+    ca = RespClient.connect!(ctx.port_a)
+    big = String.duplicate("x", 600_000)
+
+    for _ <- 1..3, do: {[_], _} = RespClient.call(ca, ["XADD", "gh-big", "*", "f", big])
+
+    {[{:simple, "OK"}], _} = RespClient.call(ca, ~w(XGROUP CREATE gh-big remote 0))
+    {[{:simple, "OK"}], _} = RespClient.call(ca, ~w(XGROUP CREATE gh-big local 0))
+    cb = RespClient.connect!(ctx.port_b)
+
+    # 1 MiB of payloads at most through the link: one entry at a time here.
+    for id <- ~w(1-0 2-0 3-0) do
+      assert {[[["gh-big", [[^id, ["f", ^big]]]]]], _} =
+               RespClient.call(cb, ~w(XREADGROUP GROUP remote c STREAMS gh-big >))
+    end
+
+    {[nil], _} = RespClient.call(cb, ~w(XREADGROUP GROUP remote c STREAMS gh-big >))
+    # At the home, all of them at once.
+    {[[["gh-big", entries]]], _} =
+      RespClient.call(ca, ~w(XREADGROUP GROUP local c STREAMS gh-big >))
+
+    assert Enum.map(entries, &hd/1) == ~w(1-0 2-0 3-0)
+  end
+
   test "a stream created again has no groups, wherever it is deleted from", ctx do
     c = RespClient.connect!(ctx.port_b)
     {[_], c} = RespClient.call(c, ~w(XADD gh-again * n 0))
