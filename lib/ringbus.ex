@@ -72,7 +72,8 @@ defmodule Ringbus do
   answers every resend with the first one's seq (see "Producer tags").
   How long a call waits is bounded by the cluster options `:call_timeout`
   and `:reply_timeout` (`Ringbus.Cluster`), or by `push/3`'s `:timeout`.
-  `channels/0` lists this node's channels.
+  `channels/0` lists this node's channels. `at_home/2` runs a function of
+  a front end's on the channel's node, with the same three outcomes.
 
   ## Producer tags
 

@@ -371,12 +371,18 @@ defmodule Ringbus.Resp.GroupCommands do
   # and reads new entries or its own pending ones.
   def read_at(t, key, group, consumer, read, max, noack, bytes) do
     now = now()
-    Groups.add_consumer(t, key, group, consumer, now)
-    Groups.seen(t, key, group, consumer, now)
 
-    case read do
-      :new -> claim(key, group, consumer, {max, bytes}, noack, t)
-      {:history, from} -> history(key, group, consumer, from, max, t)
+    # Destroyed since XREADGROUP looked: no consumer row is left behind.
+    if Groups.fetch(t, key, group) == :error do
+      []
+    else
+      Groups.add_consumer(t, key, group, consumer, now)
+      Groups.seen(t, key, group, consumer, now)
+
+      case read do
+        :new -> claim(key, group, consumer, {max, bytes}, noack, t)
+        {:history, from} -> history(key, group, consumer, from, max, t)
+      end
     end
   end
 
