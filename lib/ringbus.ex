@@ -527,8 +527,9 @@ defmodule Ringbus do
   receive. It runs with the channel alive, and may find it deleted.
   Errors are those of any call on a channel of another node:
   `{:error, :no_channel}`, `:node_down` or `:node_busy` (not run), or
-  `:timeout` (it may or may not have run). An exception the function
-  raises at the home raises here, as a `RuntimeError` naming it.
+  `:timeout` (it may or may not have run). What the function raises
+  raises in the caller: as it is on this node, and from another node as a
+  `RuntimeError` whose message names the channel and the exception.
 
       defmodule Tally do
         # Runs where "events" lives, with its name and incarnation first.
