@@ -381,7 +381,7 @@ defmodule Ringbus.Resp.GroupCommands do
 
       case read do
         :new -> claim(key, group, consumer, {max, bytes}, noack, t)
-        {:history, from} -> history(key, group, consumer, from, max, t)
+        {:history, from} -> history(key, group, consumer, from, max, bytes, t)
       end
     end
   end
@@ -439,22 +439,33 @@ defmodule Ringbus.Resp.GroupCommands do
 
   # A consumer's own pending entries after `from`: [id, nil] for one the
   # ring no longer holds, as Redis answers for a deleted entry. Each entry
-  # returned is delivered again: its count goes up and its idle time restarts.
-  defp history(key, group, consumer, from, max, t) do
+  # returned is delivered again: its count goes up and its idle time
+  # restarts. Those past `bytes` of payloads (after the first) wait for the
+  # next read, from the last ID returned.
+  defp history(key, group, consumer, from, max, bytes, t) do
     now = now()
+    rows = Groups.pending(t, key, group, from, @all, min(max, 10_000), consumer)
 
-    for {seq, _owner, _time, _deliveries} <-
-          Groups.pending(t, key, group, from, @all, min(max, 10_000), consumer) do
+    rows
+    |> Enum.reduce_while({[], bytes}, fn {seq, _owner, _time, _deliveries}, {acc, left} ->
       case Errors.check!(Ringbus.read(key, seq, 1), key) do
-        {:ok, [{^seq, payload}], _} ->
+        {:ok, [{^seq, payload}], _} when acc == [] or byte_size(payload) <= left ->
           Groups.redeliver(t, key, group, seq, consumer, now)
-          [Entry.id(seq), Entry.decode(payload)]
+          {:cont, {[[Entry.id(seq), Entry.decode(payload)] | acc], less(left, payload)}}
+
+        {:ok, [{^seq, _payload}], _} ->
+          {:halt, {acc, left}}
 
         _ ->
-          [Entry.id(seq), nil]
+          {:cont, {[[Entry.id(seq), nil] | acc], left}}
       end
-    end
+    end)
+    |> elem(0)
+    |> :lists.reverse()
   end
+
+  defp less(:infinity, _payload), do: :infinity
+  defp less(left, payload), do: left - byte_size(payload)
 
   defp wait(reads, group, consumer, opts, s) do
     starts =

@@ -136,6 +136,13 @@ defmodule Ringbus.Resp.GroupHomeTest do
     end
 
     {[nil], _} = RespClient.call(cb, ~w(XREADGROUP GROUP remote c STREAMS gh-big >))
+
+    # Its pending entries, read again, the same way: from the last ID returned.
+    for {from, id} <- [{"0", "1-0"}, {"1-0", "2-0"}, {"2-0", "3-0"}] do
+      assert {[[["gh-big", [[^id, ["f", ^big]]]]]], _} =
+               RespClient.call(cb, ~w(XREADGROUP GROUP remote c STREAMS gh-big #{from}))
+    end
+
     # At the home, all of them at once.
     {[[["gh-big", entries]]], _} =
       RespClient.call(ca, ~w(XREADGROUP GROUP local c STREAMS gh-big >))
