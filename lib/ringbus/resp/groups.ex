@@ -330,7 +330,8 @@ defmodule Ringbus.Resp.Groups do
        [{:>=, :"$1", from}, {:"=<", :"$1", to}], [{{:"$1", who_out(consumer), :"$3", :"$4"}}]}
     ]
 
-    case :ets.select(t, spec, count) do
+    # ETS refuses a huge limit (XPENDING's count, XINFO's COUNT 0); a PEL holds no more than this.
+    case :ets.select(t, spec, min(count, @max_pending + 1)) do
       {rows, _continuation} -> rows
       :"$end_of_table" -> []
     end

@@ -222,6 +222,24 @@ defmodule Ringbus.Resp.StreamsTest do
     assert {:error, :no_channel} = Ringbus.info("st-none")
   end
 
+  test "XPENDING with a huge count and XINFO STREAM FULL COUNT 0 answer a group's whole PEL",
+       %{port: port} do
+    c = RespClient.connect!(port)
+    {["1-0"], c} = RespClient.call(c, ~w(XADD st-pel * n 1))
+    {["2-0"], c} = RespClient.call(c, ~w(XADD st-pel * n 2))
+    {[{:simple, "OK"}], c} = RespClient.call(c, ~w(XGROUP CREATE st-pel g 0))
+    {[[_]], c} = RespClient.call(c, ~w(XREADGROUP GROUP g alice STREAMS st-pel >))
+
+    {[[["1-0", "alice", _, 1], ["2-0", "alice", _, 1]]], c} =
+      RespClient.call(c, ~w(XPENDING st-pel g - + 1000000000000))
+
+    {[fields], _} = RespClient.call(c, ~w(XINFO STREAM st-pel FULL COUNT 0))
+    full = fields |> Enum.chunk_every(2) |> Map.new(fn [k, v] -> {k, v} end)
+    [group] = full["groups"]
+    group = group |> Enum.chunk_every(2) |> Map.new(fn [k, v] -> {k, v} end)
+    assert [["1-0", "alice", _, 1], ["2-0", "alice", _, 1]] = group["pending"]
+  end
+
   test "a group's pending list is bounded and counts what it drops" do
     # The node's table, under a name no channel has.
     t = Groups.table()
