@@ -400,7 +400,7 @@ defmodule Ringbus.Resp.GroupCommands do
   defp claim(key, group, consumer, {max, bytes} = bound, noack, t, tries) do
     with {:ok, %{last: last}} <- Groups.fetch(t, key, group),
          {:ok, messages, lost} <- Errors.check!(Ringbus.read(key, last + 1, max), key) do
-      messages = fit(messages, bytes)
+      messages = GroupHome.cut(messages, bytes)
       {count, new_last} = span(messages, last + lost)
 
       cond do
@@ -421,18 +421,6 @@ defmodule Ringbus.Resp.GroupCommands do
       _ -> []
     end
   end
-
-  defp fit(messages, :infinity), do: messages
-
-  defp fit([{_, payload} = first | rest], bytes),
-    do: fit(rest, bytes - byte_size(payload), [first])
-
-  defp fit([], _bytes), do: []
-
-  defp fit([{_, payload} = message | rest], bytes, acc) when byte_size(payload) <= bytes,
-    do: fit(rest, bytes - byte_size(payload), [message | acc])
-
-  defp fit(_rest, _bytes, acc), do: :lists.reverse(acc)
 
   defp span(messages, last),
     do: Enum.reduce(messages, {0, last}, fn {seq, _}, {n, _} -> {n + 1, seq} end)

@@ -44,6 +44,21 @@ defmodule Ringbus.Resp.GroupHome do
     end
   end
 
+  @doc "The first of `messages` and those after it that fit in `bytes` of payloads."
+  @spec cut([{Ringbus.seq(), binary()}], non_neg_integer() | :infinity) ::
+          [{Ringbus.seq(), binary()}]
+  def cut(messages, :infinity), do: messages
+
+  def cut([{_, payload} = first | rest], bytes),
+    do: cut(rest, bytes - byte_size(payload), [first])
+
+  def cut([], _bytes), do: []
+
+  defp cut([{_, payload} = message | rest], bytes, acc) when byte_size(payload) <= bytes,
+    do: cut(rest, bytes - byte_size(payload), [message | acc])
+
+  defp cut(_rest, _bytes, acc), do: :lists.reverse(acc)
+
   @doc false
   # At the home, with the stream's name and incarnation (`Ringbus.at_home/2`).
   def at_home(key, incarnation, origin, module, function, args) do

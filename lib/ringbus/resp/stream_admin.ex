@@ -231,16 +231,17 @@ defmodule Ringbus.Resp.StreamAdmin do
   # XINFO STREAM FULL: the stream, its first COUNT entries (10; 0 for all) and its groups.
   defp full(key, opts, sub) do
     case full_count(opts, sub) do
-      {:ok, count} -> GroupHome.run(key, __MODULE__, :full_at, [count], no_key())
+      {:ok, count} -> GroupHome.read(key, __MODULE__, :full_at, [count], no_key())
       {:error, reply} -> reply
     end
   end
 
   @doc false
-  # The whole reply at the home, the entries with it: one answer to carry back.
-  def full_at(t, key, count) do
+  # The whole reply at the home, the entries with it: one answer to carry
+  # back, whose entries stop at `bytes` of payloads (the first one aside).
+  def full_at(t, key, count, bytes) do
     case stream(key) do
-      {:ok, info} -> full_reply(t, key, info, count)
+      {:ok, info} -> full_reply(t, key, info, count, bytes)
       {:error, reply} -> reply
     end
   end
@@ -267,13 +268,16 @@ defmodule Ringbus.Resp.StreamAdmin do
     end
   end
 
-  defp full_reply(t, key, info, count) do
+  defp full_reply(t, key, info, count, bytes) do
     len = info.len
 
     entries =
       case Ringbus.read(key, info.first_seq, min(count, len)) do
-        {:ok, messages, _lost} -> for({seq, p} <- messages, do: [Entry.id(seq), Entry.decode(p)])
-        _ -> []
+        {:ok, messages, _lost} ->
+          for {seq, p} <- GroupHome.cut(messages, bytes), do: [Entry.id(seq), Entry.decode(p)]
+
+        _ ->
+          []
       end
 
     groups =

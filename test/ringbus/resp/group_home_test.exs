@@ -148,6 +148,16 @@ defmodule Ringbus.Resp.GroupHomeTest do
       RespClient.call(ca, ~w(XREADGROUP GROUP local c STREAMS gh-big >))
 
     assert Enum.map(entries, &hd/1) == ~w(1-0 2-0 3-0)
+
+    # XINFO STREAM FULL's entries are cut alike.
+    assert full_entries(cb, "gh-big") == ~w(1-0)
+    assert full_entries(ca, "gh-big") == ~w(1-0 2-0 3-0)
+  end
+
+  defp full_entries(c, key) do
+    {[fields], _} = RespClient.call(c, ~w(XINFO STREAM #{key} FULL COUNT 0))
+    entries = fields |> Enum.chunk_every(2) |> Map.new(fn [k, v] -> {k, v} end)
+    entries |> Map.fetch!("entries") |> Enum.map(&hd/1)
   end
 
   test "a stream created again has no groups, wherever it is deleted from", ctx do
