@@ -35,6 +35,7 @@ defmodule Ringbus.Cluster.Home do
           | {:subscriptions, timeout(), pos_integer()}
           | {:create, keyword()}
           | :delete
+          | {:apply, module(), atom(), list()}
 
   @doc """
   Runs `op` on channel `name` for `link`, whose answers may carry at most
@@ -56,6 +57,15 @@ defmodule Ringbus.Cluster.Home do
   # A survey waits up to `timeout` for the subscriptions' answers.
   def run(name, {:subscriptions, timeout, limit}, _link, _room),
     do: {:later, fn -> survey(name, timeout, limit) end}
+  # A front end's own state beside the channel (`Ringbus.at_home/2`): the
+  # function is data, so this layer names no front end. What it raises is
+  # answered as text, and the link goes on.
+  def run(name, {:apply, module, function, args}, _link, _room) do
+    case Store.fetch(name) do
+      {:ok, channel} -> {:reply, applied(module, function, [name, channel.incarnation | args])}
+      error -> {:reply, error}
+    end
+  end
 
   def run(name, op, link, room) do
     case Store.fetch(name) do
@@ -65,6 +75,12 @@ defmodule Ringbus.Cluster.Home do
   rescue
     # The channel was deleted while the request ran.
     ArgumentError -> {:reply, {:error, :no_channel}}
+  end
+
+  defp applied(module, function, args) do
+    {:ok, apply(module, function, args)}
+  catch
+    kind, reason -> {:error, {:raised, Exception.format_banner(kind, reason, __STACKTRACE__)}}
   end
 
   defp run_on(channel, {:push, payload}, _link), do: Ring.push(channel, payload)
@@ -203,6 +219,8 @@ defmodule Ringbus.Cluster.Home do
 
   # A survey's figures: a monitoring answer, measured whole.
   def answer_bytes({:ok, [%{} | _]} = answer), do: :erlang.external_size(answer)
+  # A front end's answer (`{:apply, ...}`): measured, as nothing bounds it before.
+  def answer_bytes({:ok, answer}) when not is_integer(answer), do: :erlang.external_size(answer)
 
   def answer_bytes(_answer), do: 0
 

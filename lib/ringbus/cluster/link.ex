@@ -401,6 +401,9 @@ defmodule Ringbus.Cluster.Link do
     end)
   end
 
+  defp op_bytes({:apply, _module, _function, args}),
+    do: :erlang.external_size(args) + @item_bytes
+
   defp op_bytes(_op), do: @item_bytes
 
   ## Sending

@@ -9,28 +9,46 @@ defmodule Ringbus.Resp.Args do
 
   # A read with no COUNT: everything, as in Redis; the ring bounds it.
   @all 4_611_686_018_427_387_904
+  @no_options %{nomkstream: false, trim: nil, approx: false, limit: nil}
 
   @doc "An ASCII name in upper case, as Redis matches command names."
   @spec upcase(binary()) :: binary()
   def upcase(name), do: for(<<c <- name>>, into: "", do: <<if(c in ?a..?z, do: c - 32, else: c)>>)
 
   @doc false
-  # XADD key [NOMKSTREAM] [MAXLEN|MINID [=|~] threshold [LIMIT n]] *|id field value ...
+  # XADD key [NOMKSTREAM] [PRODUCER id n] [MAXLEN|MINID [=|~] threshold [LIMIT n]]
+  #   *|id field value ...
   def parse_xadd([]), do: {:error, Errors.wrong_arity("xadd")}
 
   def parse_xadd([key | rest]) do
     with :ok <- key_ok(key),
          {:ok, opts, [id | pairs]} <-
-           options(rest, %{nomkstream: false, trim: nil, approx: false, limit: nil}, true),
+           options(rest, Map.put(@no_options, :producer, nil), true),
          :ok <- trim_compatible(opts),
          {:ok, id} <- add_id(id),
+         :ok <- producer_id(opts.producer, id),
          :ok <- pairs_ok(pairs) do
-      {:ok, %{key: key, nomkstream: opts.nomkstream, trim: trim_of(opts), id: id, pairs: pairs}}
+      {:ok,
+       %{
+         key: key,
+         nomkstream: opts.nomkstream,
+         producer: opts.producer,
+         trim: trim_of(opts),
+         id: id,
+         pairs: pairs
+       }}
     else
       {:ok, _opts, []} -> {:error, Errors.wrong_arity("xadd")}
       error -> error
     end
   end
+
+  # A resend of a tagged XADD must find the tag whatever the stream's next ID is by then.
+  defp producer_id(nil, _id), do: :ok
+  defp producer_id(_tag, :auto), do: :ok
+
+  defp producer_id(_tag, _id),
+    do: {:error, Encoder.error("ERR XADD with PRODUCER takes the ID *")}
 
   defp pairs_ok(pairs) do
     if pairs != [] and rem(length(pairs), 2) == 0,
@@ -40,7 +58,7 @@ defmodule Ringbus.Resp.Args do
 
   @doc "XTRIM's options: `{:ok, trim}` (see `Ringbus.Resp.Trim`) or `{:error, reply}`."
   def parse_xtrim(rest) do
-    case options(rest, %{nomkstream: false, trim: nil, approx: false, limit: nil}, false) do
+    case options(rest, @no_options, false) do
       {:ok, %{trim: nil}, _} ->
         {:error, Errors.syntax_error()}
 
@@ -118,6 +136,13 @@ defmodule Ringbus.Resp.Args do
 
       {"NOMKSTREAM", _} when xadd? ->
         options(rest, %{acc | nomkstream: true}, xadd?)
+
+      # Ringbus's own: a producer id and its counter, as `Ringbus.push/3`'s `:producer`.
+      {"PRODUCER", [id, n | rest]} when xadd? ->
+        case integer(n) do
+          {:ok, n} -> options(rest, %{acc | producer: {id, n}}, xadd?)
+          :error -> {:error, Encoder.error("ERR the PRODUCER counter must be an integer")}
+        end
 
       _ when xadd? ->
         {:ok, acc, args}

@@ -5,12 +5,28 @@ defmodule Ringbus.Resp.GroupCommands do
   # `Ringbus.Resp.Groups` (XPENDING and XAUTOCLAIM are beside XCLAIM, in
   # `Ringbus.Resp.ClaimCommands`). Same shape as `Ringbus.Resp.StreamCommands`.
   #
+  # Each command checks its arguments and rights here, and does its work on
+  # the groups at the stream's home: the functions named `*_at` take the
+  # home's table and the stream, and run there (`Ringbus.Resp.GroupHome`).
+  # XREADGROUP BLOCK waits here, on a subscription to the stream (wherever
+  # it lives, as XREAD BLOCK does), and claims what wakes it at the home.
+  #
   # A group reads new entries from the seq after its `last`. When the ring
   # has moved past that seq, the entries in between are gone: the group's
   # `lost` counts them (XINFO GROUPS shows it) and it goes on from the oldest
   # entry held.
 
-  alias Ringbus.Resp.{Args, BlockingRead, Encoder, Entry, Errors, Groups, Keys, StreamCommands}
+  alias Ringbus.Resp.{
+    Args,
+    BlockingRead,
+    Encoder,
+    Entry,
+    Errors,
+    GroupHome,
+    Groups,
+    Keys,
+    StreamCommands
+  }
 
   @all 4_611_686_018_427_387_904
   # The access XGROUP and XREADGROUP need on their keys, as the command
@@ -33,18 +49,16 @@ defmodule Ringbus.Resp.GroupCommands do
         keyed(s, key, fn -> create(key, group, id, opts, s) end)
 
       {"SETID", [key, group, id | opts]} ->
-        keyed(s, key, fn -> setid(key, group, id, opts, s) end)
+        keyed(s, key, fn -> at(key, :setid_at, [group, id, opts]) end)
 
       {"DESTROY", [key, group]} ->
-        keyed(s, key, fn ->
-          existing(key, fn -> if(Groups.destroy(s.context.groups, key, group), do: 1, else: 0) end)
-        end)
+        keyed(s, key, fn -> at(key, :destroy_at, [group]) end)
 
       {"CREATECONSUMER", [key, group, consumer]} ->
-        keyed(s, key, fn -> create_consumer(key, group, consumer, s) end)
+        keyed(s, key, fn -> at(key, :create_consumer_at, [group, consumer]) end)
 
       {"DELCONSUMER", [key, group, consumer]} ->
-        keyed(s, key, fn -> delete_consumer(key, group, consumer, s) end)
+        keyed(s, key, fn -> at(key, :delete_consumer_at, [group, consumer]) end)
 
       {upper, _}
       when upper in ["CREATE", "SETID", "DESTROY", "CREATECONSUMER", "DELCONSUMER", "HELP"] ->
@@ -56,6 +70,15 @@ defmodule Ringbus.Resp.GroupCommands do
   end
 
   defp keyed(s, key, fun), do: Keys.keyed(s, @xgroup_access, key, fun)
+
+  # An XGROUP subcommand's work at the home; no stream: the key is required.
+  defp at(key, function, args), do: at(key, function, args, key_required())
+
+  defp at(key, function, args, none), do: GroupHome.run(key, __MODULE__, function, args, none)
+
+  @doc false
+  def destroy_at(t, key, group),
+    do: existing(key, fn -> if(Groups.destroy(t, key, group), do: 1, else: 0) end)
 
   defp existing(key, fun) do
     if match?({:ok, _}, Errors.check!(Ringbus.info(key), key)), do: fun.(), else: key_required()
@@ -69,11 +92,20 @@ defmodule Ringbus.Resp.GroupCommands do
 
   defp create(key, group, id, opts, s) do
     with {:ok, mkstream, entries_read} <- create_options(opts, false, nil),
-         :ok <- ensure_stream(key, mkstream, s),
+         :ok <- ensure_stream(key, mkstream, s) do
+      at(key, :create_at, [group, id, entries_read])
+    else
+      {:error, reply} -> reply
+    end
+  end
+
+  @doc false
+  def create_at(t, key, group, id, entries_read) do
+    with :ok <- existing(key, fn -> :ok end) |> ok_or_error(),
          {:ok, last} <- group_position(key, id) do
       read = entries_read || max(last + 1, 0)
 
-      case Groups.create(s.context.groups, key, group, last, read) do
+      case Groups.create(t, key, group, last, read) do
         :ok ->
           {:simple, "OK"}
 
@@ -156,11 +188,12 @@ defmodule Ringbus.Resp.GroupCommands do
     end
   end
 
-  defp setid(key, group, id, opts, s) do
+  @doc false
+  def setid_at(t, key, group, id, opts) do
     with :ok <- existing(key, fn -> :ok end) |> ok_or_error(),
          {:ok, read} <- setid_options(opts),
          {:ok, last} <- group_position(key, id) do
-      if Groups.set_last(s.context.groups, key, group, last, read),
+      if Groups.set_last(t, key, group, last, read),
         do: {:simple, "OK"},
         else: no_group(key, group)
     else
@@ -181,10 +214,11 @@ defmodule Ringbus.Resp.GroupCommands do
 
   defp setid_options(_opts), do: {:error, Errors.syntax_error()}
 
-  defp create_consumer(key, group, consumer, s) do
+  @doc false
+  def create_consumer_at(t, key, group, consumer) do
     existing(key, fn ->
-      with {:ok, _} <- Groups.fetch(s.context.groups, key, group),
-           result <- Groups.add_consumer(s.context.groups, key, group, consumer, now()) do
+      with {:ok, _} <- Groups.fetch(t, key, group),
+           result <- Groups.add_consumer(t, key, group, consumer, now()) do
         case result do
           :created -> 1
           :exists -> 0
@@ -196,10 +230,11 @@ defmodule Ringbus.Resp.GroupCommands do
     end)
   end
 
-  defp delete_consumer(key, group, consumer, s) do
+  @doc false
+  def delete_consumer_at(t, key, group, consumer) do
     existing(key, fn ->
-      case Groups.fetch(s.context.groups, key, group) do
-        {:ok, _} -> Groups.delete_consumer(s.context.groups, key, group, consumer)
+      case Groups.fetch(t, key, group) do
+        {:ok, _} -> Groups.delete_consumer(t, key, group, consumer)
         :error -> no_group(key, group)
       end
     end)
@@ -253,12 +288,7 @@ defmodule Ringbus.Resp.GroupCommands do
          {:ok, {group, consumer}} <- group_given(opts),
          :ok <- Args.streams_allowed(opts.streams, @read_access, s),
          {:ok, reads} <- group_reads(opts.streams, group) do
-      t = s.context.groups
-
-      case Enum.find(reads, fn {key, _} ->
-             not match?({:ok, _}, Errors.check!(Ringbus.info(key), key)) or
-               Groups.fetch(t, key, group) == :error
-           end) do
+      case Enum.find(reads, fn {key, _} -> not group?(key, group) end) do
         {key, _} ->
           {Encoder.error([
              "NOGROUP No such key '",
@@ -269,7 +299,6 @@ defmodule Ringbus.Resp.GroupCommands do
            ]), s}
 
         nil ->
-          consumer_seen(reads, group, consumer, t)
           read_group(reads, group, consumer, opts, s)
       end
     else
@@ -308,24 +337,19 @@ defmodule Ringbus.Resp.GroupCommands do
     end
   end
 
-  defp consumer_seen(reads, group, consumer, t) do
-    for {key, _} <- reads do
-      Groups.add_consumer(t, key, group, consumer, now())
-      Groups.seen(t, key, group, consumer, now())
-    end
-  end
+  defp group?(key, group), do: GroupHome.run(key, __MODULE__, :group_at, [group], false)
+
+  @doc false
+  def group_at(t, key, group), do: Groups.fetch(t, key, group) != :error
 
   defp read_group(reads, group, consumer, opts, s) do
     max = if opts.count > 0, do: opts.count, else: @all
 
     found =
-      Enum.map(reads, fn
-        {key, :new} ->
-          {key, claim(key, group, consumer, max, opts.noack, s.context.groups)}
-
-        {key, {:history, from}} ->
-          {key, history(key, group, consumer, from, max, s.context.groups)}
-      end)
+      for {key, read} <- reads do
+        {key,
+         GroupHome.read(key, __MODULE__, :read_at, [group, consumer, read, max, opts.noack], [])}
+      end
 
     cond do
       Enum.any?(found, fn {_key, entries} -> entries != [] end) ->
@@ -342,15 +366,41 @@ defmodule Ringbus.Resp.GroupCommands do
     end
   end
 
-  # Takes up to `max` new entries for the group, moving its position past
-  # them (and past any it lost) with a compare-and-swap.
-  defp claim(key, group, consumer, max, noack, t, tries \\ @claim_tries)
+  @doc false
+  # One stream's part of an XREADGROUP, at its home: the consumer is seen,
+  # and reads new entries or its own pending ones.
+  def read_at(t, key, group, consumer, read, max, noack, bytes) do
+    now = now()
 
-  defp claim(_key, _group, _consumer, _max, _noack, _t, 0), do: []
+    # Destroyed since XREADGROUP looked: no consumer row is left behind.
+    if Groups.fetch(t, key, group) == :error do
+      []
+    else
+      Groups.add_consumer(t, key, group, consumer, now)
+      Groups.seen(t, key, group, consumer, now)
 
-  defp claim(key, group, consumer, max, noack, t, tries) do
+      case read do
+        :new -> claim(key, group, consumer, {max, bytes}, noack, t)
+        {:history, from} -> history(key, group, consumer, from, max, bytes, t)
+      end
+    end
+  end
+
+  @doc false
+  def claim_at(t, key, group, consumer, max, noack, bytes),
+    do: claim(key, group, consumer, {max, bytes}, noack, t)
+
+  # Takes up to `max` new entries for the group (at least one, then as many
+  # as fit in `bytes`), moving its position past them (and past any it
+  # lost) with a compare-and-swap.
+  defp claim(key, group, consumer, bound, noack, t, tries \\ @claim_tries)
+
+  defp claim(_key, _group, _consumer, _bound, _noack, _t, 0), do: []
+
+  defp claim(key, group, consumer, {max, bytes} = bound, noack, t, tries) do
     with {:ok, %{last: last}} <- Groups.fetch(t, key, group),
          {:ok, messages, lost} <- Errors.check!(Ringbus.read(key, last + 1, max), key) do
+      messages = GroupHome.cut(messages, bytes)
       {count, new_last} = span(messages, last + lost)
 
       cond do
@@ -365,7 +415,7 @@ defmodule Ringbus.Resp.GroupCommands do
           StreamCommands.entries(messages)
 
         true ->
-          claim(key, group, consumer, max, noack, t, tries - 1)
+          claim(key, group, consumer, bound, noack, t, tries - 1)
       end
     else
       _ -> []
@@ -377,28 +427,42 @@ defmodule Ringbus.Resp.GroupCommands do
 
   # A consumer's own pending entries after `from`: [id, nil] for one the
   # ring no longer holds, as Redis answers for a deleted entry. Each entry
-  # returned is delivered again: its count goes up and its idle time restarts.
-  defp history(key, group, consumer, from, max, t) do
+  # returned is delivered again: its count goes up and its idle time
+  # restarts. Those past `bytes` of payloads (after the first) wait for the
+  # next read, from the last ID returned.
+  defp history(key, group, consumer, from, max, bytes, t) do
     now = now()
+    rows = Groups.pending(t, key, group, from, @all, min(max, 10_000), consumer)
 
-    for {seq, _owner, _time, _deliveries} <-
-          Groups.pending(t, key, group, from, @all, min(max, 10_000), consumer) do
+    rows
+    |> Enum.reduce_while({[], bytes}, fn {seq, _owner, _time, _deliveries}, {acc, left} ->
       case Errors.check!(Ringbus.read(key, seq, 1), key) do
-        {:ok, [{^seq, payload}], _} ->
+        {:ok, [{^seq, payload}], _} when acc == [] or byte_size(payload) <= left ->
           Groups.redeliver(t, key, group, seq, consumer, now)
-          [Entry.id(seq), Entry.decode(payload)]
+          {:cont, {[[Entry.id(seq), Entry.decode(payload)] | acc], less(left, payload)}}
+
+        {:ok, [{^seq, _payload}], _} ->
+          {:halt, {acc, left}}
 
         _ ->
-          [Entry.id(seq), nil]
+          {:cont, {[[Entry.id(seq), nil] | acc], left}}
       end
-    end
+    end)
+    |> elem(0)
+    |> :lists.reverse()
   end
+
+  defp less(:infinity, _payload), do: :infinity
+  defp less(left, payload), do: left - byte_size(payload)
 
   defp wait(reads, group, consumer, opts, s) do
     starts =
       for {key, :new} <- reads do
-        {:ok, %{last: last}} = Groups.fetch(s.context.groups, key, group)
-        {key, last + 1}
+        case GroupHome.run(key, __MODULE__, :last_at, [group], :error) do
+          {:ok, last} -> {key, last + 1}
+          # Destroyed meanwhile: wait from the start; a claim finds no group.
+          :error -> {key, 0}
+        end
       end
 
     block = %{
@@ -414,12 +478,22 @@ defmodule Ringbus.Resp.GroupCommands do
   end
 
   @doc false
+  def last_at(t, key, group) do
+    case Groups.fetch(t, key, group) do
+      {:ok, %{last: last}} -> {:ok, last}
+      :error -> :error
+    end
+  end
+
+  @doc false
   # New entries on a stream the XREADGROUP waits on: claim them for the
-  # group. Another consumer may have had them first; then wait on.
+  # group, at the stream's home. Another consumer may have had them first;
+  # then wait on.
   def woken(block, sub, messages, _lost, s) do
     key = Map.fetch!(block.subs, sub)
+    args = [block.group, block.consumer, block.count, block.noack]
 
-    case claim(key, block.group, block.consumer, block.count, block.noack, s.context.groups) do
+    case GroupHome.read(key, __MODULE__, :claim_at, args, []) do
       [] ->
         n = Enum.count(messages)
         if n > 0, do: Ringbus.ack(sub, n)
@@ -434,7 +508,7 @@ defmodule Ringbus.Resp.GroupCommands do
 
   def xack([key, group | ids], s) do
     case parse_seqs(ids) do
-      {:ok, seqs} -> {Groups.ack(s.context.groups, key, group, seqs), s}
+      {:ok, seqs} -> {GroupHome.run(key, Groups, :ack, [group, seqs], 0), s}
       :error -> {Args.invalid_id(), s}
     end
   end

@@ -22,7 +22,7 @@ defmodule Ringbus.Resp.Protocol do
 
   @behaviour Ringbus.Server.Protocol
 
-  alias Ringbus.Resp.{Parser, Session}
+  alias Ringbus.Resp.{Groups, Parser, Session}
   alias Ringbus.Server.{Config, Protocol, Stats}
 
   @anonymous_args 16
@@ -32,9 +32,10 @@ defmodule Ringbus.Resp.Protocol do
   defstruct [:session, timer: nil]
 
   @doc """
-  The RESP listener of a server, when `:resp_port` is set: its consumer
-  groups' table and its counters are made here, in the calling supervisor,
-  which owns them for as long as the server runs.
+  The RESP listener of a server, when `:resp_port` is set: its counters
+  are made here, in the calling supervisor, which owns them for as long as
+  the server runs. Its figures show the consumer groups of the streams
+  this node homes (`Ringbus.Resp.Groups`, one table per node).
   """
   @impl true
   def listener(%Config{resp_port: nil}), do: nil
@@ -43,7 +44,7 @@ defmodule Ringbus.Resp.Protocol do
     context = Session.context()
 
     %Protocol{
-      figures: fn -> %{groups: Ringbus.Resp.Groups.summary(context.groups)} end,
+      figures: fn -> %{groups: Groups.summary(Groups.table())} end,
       name: :resp,
       port: config.resp_port,
       module: __MODULE__,

@@ -32,7 +32,7 @@ defmodule Ringbus.Resp.Session do
   # within a read are stored with one push of all their payloads, and
   # answered in order, as the binary server stores a run of pushes.
 
-  alias Ringbus.Resp.{Args, Commands, Counters, Encoder, Errors, Groups, Keys}
+  alias Ringbus.Resp.{Args, Commands, Counters, Encoder, Errors, Keys}
   alias Ringbus.Resp.{StreamCommands, Transaction}
   alias Ringbus.Server.{Auth, Config}
 
@@ -46,7 +46,7 @@ defmodule Ringbus.Resp.Session do
   # After MULTI: what runs at once instead of being queued, as in Redis.
   @not_queued ["EXEC", "DISCARD", "MULTI", "WATCH", "QUIT"]
 
-  @type context :: %{groups: Groups.table(), stats: :counters.counters_ref()}
+  @type context :: %{stats: :counters.counters_ref()}
   @type status :: :ok | {:block, reference(), timeout()} | {:close, atom()}
 
   defstruct [
@@ -65,9 +65,12 @@ defmodule Ringbus.Resp.Session do
 
   @type t :: %__MODULE__{config: Config.t()}
 
-  @doc "What every connection of one RESP listener shares: its groups and counters."
+  @doc """
+  What every connection of one RESP listener shares: its counters. (Its
+  consumer groups are the node's, `Ringbus.Resp.Groups`.)
+  """
   @spec context() :: context()
-  def context, do: %{groups: Groups.new(), stats: Counters.new()}
+  def context, do: %{stats: Counters.new()}
 
   @doc "A session for a new connection, counted as connected until `gone/1`."
   @spec new(Config.t(), context()) :: t()

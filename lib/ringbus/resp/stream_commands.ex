@@ -28,7 +28,7 @@ defmodule Ringbus.Resp.StreamCommands do
   def batchable(name, args, s) do
     with true <- xadd?(name),
          true <- Keys.authenticated?(s),
-         {:ok, %{id: :auto} = add} <- Args.parse_xadd(args),
+         {:ok, %{id: :auto, producer: nil} = add} <- Args.parse_xadd(args),
          # `~` with its LIMIT trims per XADD, as Redis does.
          true <- add.trim == nil or not add.trim.approx,
          true <- Keys.allowed?(s, :write, add.key) do
@@ -114,12 +114,30 @@ defmodule Ringbus.Resp.StreamCommands do
     with {:ok, add} <- Args.parse_xadd(args) do
       payload = Entry.encode(add.pairs)
 
-      case add.id do
-        :auto -> {hd(store({{add.key, add.nomkstream, add.trim}, [payload], 1}, s)), s}
-        id -> {explicit(add, id, payload, s), s}
+      case add do
+        %{producer: nil, id: :auto} ->
+          {hd(store({{add.key, add.nomkstream, add.trim}, [payload], 1}, s)), s}
+
+        %{producer: nil, id: id} ->
+          {explicit(add, id, payload, s), s}
+
+        %{producer: tag} ->
+          {tagged(add, tag, payload, s), s}
       end
     else
       {:error, reply} -> {reply, s}
+    end
+  end
+
+  # Stored once however often it is sent: a resend answers the first send's ID.
+  defp tagged(add, tag, payload, s) do
+    case push(add.key, &Ringbus.push(&1, payload, producer: tag), add.nomkstream, s) do
+      {:ok, seq} ->
+        trim(add.key, add.trim)
+        Entry.id(seq)
+
+      {:error, reason} ->
+        push_error(add.key, reason)
     end
   end
 
