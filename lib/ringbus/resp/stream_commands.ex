@@ -39,9 +39,13 @@ defmodule Ringbus.Resp.StreamCommands do
     end
   end
 
-  defp xadd?("XADD"), do: true
-  defp xadd?(<<x, _, _, _>> = name) when x in [?x, ?X], do: Args.upcase(name) == "XADD"
-  defp xadd?(_name), do: false
+  @doc "Whether a command name is XADD, in any case."
+  @spec xadd?(binary()) :: boolean()
+  def xadd?(<<x, a, d, e>>)
+      when x in [?x, ?X] and a in [?a, ?A] and d in [?d, ?D] and e in [?d, ?D],
+      do: true
+
+  def xadd?(_name), do: false
 
   # A batch: the XADDs of a read by stream, `%{key => {opts, payloads
   # (reversed), count, bytes}}`, the streams in the order they came and the
