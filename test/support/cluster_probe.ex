@@ -356,13 +356,16 @@ defmodule Ringbus.Test.ClusterProbe do
   @doc "Creates each of `names` here as fast as it can; returns the results in order."
   def create_all(names, opts), do: for(name <- names, do: {name, Ringbus.create(name, opts)})
 
-  @doc "Starts a `Ringbus.Server` on port 0 that outlives the call; returns its port."
-  def start_server(opts \\ []) do
+  @doc """
+  Starts a `Ringbus.Server` on port 0 that outlives the call; returns the
+  port of its `listener` (`:binary`, or `:resp` with `resp_port: 0`).
+  """
+  def start_server(opts \\ [], listener \\ :binary) do
     parent = self()
 
     spawn(fn ->
       {:ok, server} = Ringbus.Server.start_link([port: 0] ++ opts)
-      send(parent, {:port, Ringbus.Server.port(server)})
+      send(parent, {:port, Ringbus.Server.port(server, listener)})
       Process.sleep(:infinity)
     end)
 

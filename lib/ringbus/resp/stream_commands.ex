@@ -115,13 +115,24 @@ defmodule Ringbus.Resp.StreamCommands do
 
         case Ringbus.push_batches(key, batches) do
           {:ok, results} -> Enum.map(results, &stored(key, &1))
-          {:error, reason} -> List.duplicate(push_error(key, reason), n)
+          {:error, reason} -> one_by_one(key, payloads, n, nomkstream, nil, reason, s)
         end
 
       {:error, reason} ->
-        List.duplicate(push_error(key, reason), n)
+        one_by_one(key, payloads, n, nomkstream, nil, reason, s)
     end
   end
+
+  # A whole batch refused and certainly not stored: by the bound of the link
+  # to the stream's node, or while that node is busy, where one XADD may go
+  # through; then the XADDs one by one. Any other error answers them all:
+  # after a timeout a batch may have been stored, and must not be again.
+  defp one_by_one(key, payloads, _n, nomkstream, trim, reason, s)
+       when reason in [:full, :too_large, :node_busy],
+       do: each(key, payloads, nomkstream, trim, s)
+
+  defp one_by_one(key, _payloads, n, _nomkstream, _trim, reason, _s),
+    do: List.duplicate(push_error(key, reason), n)
 
   defp stored(_key, {:ok, seq}), do: Entry.id(seq)
   defp stored(key, {:error, reason}), do: push_error(key, reason)
@@ -148,14 +159,17 @@ defmodule Ringbus.Resp.StreamCommands do
           trim(key, trim)
           ids(first, n, [])
 
-        {:error, _} ->
-          Enum.map(payloads, &store_one([&1], key, nomkstream, trim, s))
+        {:error, reason} ->
+          one_by_one(key, payloads, n, nomkstream, trim, reason, s)
       end
     else
       {:error, reason} -> List.duplicate(push_error(key, reason), n)
-      false -> Enum.map(payloads, &store_one([&1], key, nomkstream, trim, s))
+      false -> each(key, payloads, nomkstream, trim, s)
     end
   end
+
+  defp each(key, payloads, nomkstream, trim, s),
+    do: Enum.map(payloads, &store_one([&1], key, nomkstream, trim, s))
 
   # Errors are replies here, never thrown: a batch is stored outside any
   # one command.
