@@ -8,6 +8,7 @@ defmodule Ringbus.Resp.XaddBatchTest do
 
   alias Ringbus.Cluster.Directory
   alias Ringbus.Resp.Session
+  alias Ringbus.Server.ConnectionSupervisor
   alias Ringbus.Test.RespClient
 
   import Ringbus.Test.Eventually
@@ -27,7 +28,7 @@ defmodule Ringbus.Resp.XaddBatchTest do
   setup do
     server = start_supervised!({Ringbus.Server, port: 0, resp_port: 0})
     on_exit(fn -> Enum.each(@keys, &Ringbus.delete/1) end)
-    {:ok, port: Ringbus.Server.port(server, :resp)}
+    {:ok, server: server, port: Ringbus.Server.port(server, :resp)}
   end
 
   test "property: a read of mixed commands answers and stores as the same commands one per read",
@@ -197,6 +198,41 @@ defmodule Ringbus.Resp.XaddBatchTest do
     {replies, c} = RespClient.calls(RespClient.connect!(port), commands)
     assert replies == [down, "1-0", down, down, down, "2-0"]
     assert {[{:simple, "PONG"}], _c} = RespClient.call(c, ~w(PING))
+  end
+
+  test "the replies of a read go out in one socket write", %{server: server, port: port} do
+    c = RespClient.connect!(port)
+    {[{:simple, "PONG"}], c} = RespClient.call(c, ~w(PING))
+    {_, connections, _, _} = List.keyfind(children(server), {ConnectionSupervisor, :resp}, 0)
+    [{_, connection, _, _}] = DynamicSupervisor.which_children(connections)
+
+    test = self()
+    tracer = spawn_link(fn -> forward(test) end)
+    :erlang.trace_pattern({Ringbus.Socket, :send, 3}, true, [])
+    :erlang.trace(connection, true, [:call, tracer: tracer])
+
+    # Two streams, interleaved, then commands that are not XADDs.
+    xadds = for i <- 1..16, do: ["XADD", Enum.at(["xb-a", "xb-b"], rem(i, 2)), "*", "f", "#{i}"]
+    commands = xadds ++ [~w(XLEN xb-a), ~w(PING)]
+
+    {replies, _c} = RespClient.calls(c, commands)
+    assert List.last(replies) == {:simple, "PONG"}
+
+    :erlang.trace(connection, false, [:call])
+    :erlang.trace_pattern({Ringbus.Socket, :send, 3}, false, [])
+    send(tracer, {:done, test})
+    assert_receive :forwarded
+    assert [{Ringbus.Socket, :send, [:tcp, _socket, _out]}] = sends()
+  end
+
+  defp children(server), do: Supervisor.which_children(server)
+
+  defp sends do
+    receive do
+      {:trace, _pid, :call, {m, f, args}} -> [{m, f, args} | sends()]
+    after
+      0 -> []
+    end
   end
 
   defp forward(test) do
