@@ -383,13 +383,13 @@ defmodule Ringbus.Test.ClusterProbe do
   def create_all(names, opts), do: for(name <- names, do: {name, Ringbus.create(name, opts)})
 
   @doc """
-  Starts a `Ringbus.Server` on port 0 that outlives the call; returns its
-  port, or with `protocol: :resp` (and `resp_port: 0` among `opts`) its
-  RESP port.
+  Starts a `Ringbus.Server` on port 0 that outlives the call; returns the
+  port of its `listener` (`:binary`, or `:resp` with `resp_port: 0`; also
+  given as the `:protocol` option).
   """
-  def start_server(opts \\ []) do
+  def start_server(opts \\ [], listener \\ :binary) do
     parent = self()
-    {protocol, opts} = Keyword.pop(opts, :protocol, :binary)
+    {protocol, opts} = Keyword.pop(opts, :protocol, listener)
 
     spawn(fn ->
       {:ok, server} = Ringbus.Server.start_link([port: 0] ++ opts)
@@ -416,21 +416,7 @@ defmodule Ringbus.Test.ClusterProbe do
   end
 
   @doc "Starts a server with a RESP listener on this node, both on port 0; returns the RESP port."
-  def start_resp_server do
-    parent = self()
-
-    spawn(fn ->
-      {:ok, server} = Ringbus.Server.start_link(port: 0, resp_port: 0)
-      send(parent, {:port, Ringbus.Server.port(server, :resp)})
-      Process.sleep(:infinity)
-    end)
-
-    receive do
-      {:port, port} -> port
-    after
-      5_000 -> :timeout
-    end
-  end
+  def start_resp_server, do: start_server([resp_port: 0], :resp)
 
   @doc "Starts a process that records this node's nodeup and nodedown events with their os_time (µs)."
   def node_watcher do

@@ -13,7 +13,16 @@ defmodule Ringbus.Resp.Args do
 
   @doc "An ASCII name in upper case, as Redis matches command names."
   @spec upcase(binary()) :: binary()
-  def upcase(name), do: for(<<c <- name>>, into: "", do: <<if(c in ?a..?z, do: c - 32, else: c)>>)
+  def upcase(name) do
+    # Clients mostly send upper case already: then the name is its own answer.
+    if lower?(name),
+      do: for(<<c <- name>>, into: "", do: <<if(c in ?a..?z, do: c - 32, else: c)>>),
+      else: name
+  end
+
+  defp lower?(<<c, _::binary>>) when c in ?a..?z, do: true
+  defp lower?(<<_, rest::binary>>), do: lower?(rest)
+  defp lower?(<<>>), do: false
 
   @doc false
   # XADD key [NOMKSTREAM] [PRODUCER id n] [MAXLEN|MINID [=|~] threshold [LIMIT n]]
@@ -77,6 +86,8 @@ defmodule Ringbus.Resp.Args do
   def key_ok(key), do: if(Keys.name?(key), do: :ok, else: {:error, Errors.bad_name()})
 
   # Redis's streamParseAddOrTrimArgsOrReply: options until one is not an option.
+  defp options(["*" | _] = args, acc, true), do: {:ok, acc, args}
+
   defp options([opt | rest] = args, acc, xadd?) do
     case {upcase(opt), rest} do
       {"*", _} when xadd? ->
@@ -210,10 +221,13 @@ defmodule Ringbus.Resp.Args do
 
   @doc false
   def integer(text) do
-    case Integer.parse(text) do
-      {n, ""} when n >= -9_223_372_036_854_775_808 and n <= 9_223_372_036_854_775_807 -> {:ok, n}
+    # What Integer.parse/1 takes whole (a sign, then digits), without its walk.
+    case :erlang.binary_to_integer(text) do
+      n when n >= -9_223_372_036_854_775_808 and n <= 9_223_372_036_854_775_807 -> {:ok, n}
       _ -> :error
     end
+  rescue
+    ArgumentError -> :error
   end
 
   @doc "Stream IDs, all valid, or `:error`."

@@ -22,7 +22,7 @@ defmodule Ringbus.Resp.Protocol do
 
   @behaviour Ringbus.Server.Protocol
 
-  alias Ringbus.Resp.{Groups, Parser, Session}
+  alias Ringbus.Resp.{Groups, Parser, Session, StreamCommands}
   alias Ringbus.Server.{Config, Protocol, Stats}
 
   @anonymous_args 16
@@ -91,8 +91,8 @@ defmodule Ringbus.Resp.Protocol do
     tally |> Stats.acked(xadds) |> Stats.replied(n)
   end
 
-  defp count([[name | _] | rest], n, xadds) when byte_size(name) == 4,
-    do: count(rest, n + 1, if(String.upcase(name) == "XADD", do: xadds + 1, else: xadds))
+  defp count([[name | _] | rest], n, xadds),
+    do: count(rest, n + 1, if(StreamCommands.xadd?(name), do: xadds + 1, else: xadds))
 
   defp count([_ | rest], n, xadds), do: count(rest, n + 1, xadds)
   defp count([], n, xadds), do: {n, xadds}
