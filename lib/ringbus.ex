@@ -135,8 +135,16 @@ defmodule Ringbus do
   A write answers `{:ok, seq}`, an error that means it was not done, or
   `{:error, :timeout}`: the outcome is unknown (the leader may have
   stored it before it went away). Retry such a push under the same
-  `producer: {id, n}` tag (`push/3`) and it is stored once. The channel is
-  reached only from its members' nodes.
+  `producer: {id, n}` tag (`push/3`) and it is stored once.
+
+  Every node of the cluster reaches a replicated channel, and its name is
+  taken on every node: a create of the same name anywhere answers
+  `{:error, :exists}`. On a node that is not a member, every function
+  here goes through the cluster link to a member whose link is up (the
+  first in `:members`' order): reads run on that member's ring, writes go
+  from that member to the leader, and `delete/1` deletes every member's.
+  The three outcomes of "In a cluster" hold, with `push/3`'s `:timeout`
+  (default 5000 ms) bounding a write.
 
   ## Incarnations
 
@@ -309,7 +317,26 @@ defmodule Ringbus do
         Router.create(name, Channel.validate_options!(opts), home)
 
       {replicas, opts} ->
-        Replica.create(name, Channel.validate_options!(opts), replicas)
+        create_replicated(name, Channel.validate_options!(opts), replicas)
+    end
+  end
+
+  # The name is claimed cluster-wide first, as any create's, held while the
+  # members are made, then announced with them, so every node reaches it.
+  defp create_replicated(name, opts, replicas) do
+    with {:ok, stamp} <- Router.claim(name) do
+      case Replica.create(name, opts, replicas, stamp) do
+        {:ok, members} ->
+          Router.claimed(name, [members: members] ++ opts, stamp, :ok)
+
+        # The members exist and elected no leader yet: reachable all the same.
+        {:error, :timeout, members} ->
+          _ = Router.claimed(name, [members: members] ++ opts, stamp, :ok)
+          {:error, :timeout}
+
+        error ->
+          Router.claimed(name, opts, stamp, error)
+      end
     end
   end
 
@@ -324,8 +351,11 @@ defmodule Ringbus do
   @spec delete(name()) :: :ok | {:error, :no_channel | node_error()}
   def delete(name) do
     case Store.fetch(name) do
-      {:ok, %{replica: r} = channel} when r != nil -> Replica.delete(channel, name)
-      _ -> Router.delete(name)
+      {:ok, %{replica: r} = channel} when r != nil ->
+        with :ok <- Replica.delete(channel, name), do: Router.deleted(name, Map.get(r, :stamp))
+
+      _ ->
+        Router.delete(name)
     end
   end
 

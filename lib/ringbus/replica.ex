@@ -16,16 +16,22 @@ defmodule Ringbus.Replica do
   @doc """
   Creates replicated channel `name` on this node and the first
   `replicas - 1` nodes of `Node.list/0`, and waits for its leader.
+  `stamp` is the cluster's claim on the name, kept in the handle so that
+  every member announces the channel alike. Returns the members' nodes;
+  `{:error, :timeout, nodes}` when the members exist and elected no leader
+  in time.
   """
-  @spec create(term(), Channel.options(), pos_integer()) ::
-          :ok | {:error, :exists | :node_down | :node_busy | :timeout}
-  def create(name, opts, replicas) do
+  @spec create(term(), Channel.options(), pos_integer(), term()) ::
+          {:ok, [node()]}
+          | {:error, :exists | :node_down | :node_busy}
+          | {:error, :timeout, [node()]}
+  def create(name, opts, replicas, stamp) do
     nodes = Enum.take([node() | Node.list()], replicas)
 
     if length(nodes) < replicas do
       {:error, :node_down}
     else
-      replica = handle(name, nodes)
+      replica = name |> handle(nodes) |> Map.put(:stamp, stamp)
       # Drawn once, kept in every member's catalogue: a restart keeps it.
       opts = Keyword.put(opts, :incarnation, Ring.new_incarnation())
       create_members(name, opts, replica, nodes, [])
@@ -47,10 +53,11 @@ defmodule Ringbus.Replica do
 
   defp create_members(_name, _opts, replica, [], _done) do
     :ok = :ra.trigger_election(replica.server)
+    nodes = for {_, n} <- replica.members, do: n
 
     case :ra.members(replica.server, @manage_timeout) do
-      {:ok, _members, _leader} -> :ok
-      _ -> {:error, :timeout}
+      {:ok, _members, _leader} -> {:ok, nodes}
+      _ -> {:error, :timeout, nodes}
     end
   end
 

@@ -258,6 +258,12 @@ defmodule Ringbus.Cluster.Link do
       {:directory, request} ->
         Directory.remote(self(), ref, request)
         state
+
+      # A replicated channel's write: its answer comes as the directory's do.
+      {:async, fun} ->
+        link = self()
+        spawn(fn -> send(link, {:ringbus_reply, ref, fun.()}) end)
+        state
     end
   end
 

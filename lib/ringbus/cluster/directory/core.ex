@@ -46,6 +46,18 @@ defmodule Ringbus.Cluster.Directory.Core do
   #     smaller stamp wins everywhere, and the loser's home deletes its copy,
   #     as `:global` resolves a name registered twice.
   #
+  # Replicated channels. A replicated channel has members rather than one
+  # home: its creator claims the name as above (`{:claim, ...}`), holds
+  # the claim (`{:held, stamp, id}`, which refuses every other claim) while
+  # the replica layer makes the members, then announces it as its own
+  # with `members:` in its options (`{:claimed, ...}`), or releases the
+  # claim. Every member's store holds its ring, so every member lists it
+  # in its syncs (`world.replicated`) under the creator's stamp: equal
+  # stamps never conflict, an entry points at the member that spoke last,
+  # and callers pick among `members:` anyway. Such an entry missing from a
+  # sync is never recreated (its log, not the directory, brings it back);
+  # its delete is announced by whichever member ran it (`{:deleted, ...}`).
+  #
   # A node that is down keeps its entries, so its channels answer
   # `{:error, :node_down}` rather than `{:error, :no_channel}`, until an
   # operator forgets it (`{:forget, node, connected?, reply_to}`): its
@@ -78,7 +90,12 @@ defmodule Ringbus.Cluster.Directory.Core do
   and whether the local store holds a name (the one fact the core does not
   keep itself, read only when needed).
   """
-  @type world :: %{links: [{node(), link_state()}], stored?: (term() -> boolean())}
+  @type world :: %{
+          required(:links) => [{node(), link_state()}],
+          required(:stored?) => (term() -> boolean()),
+          # The replicated channels of the local store: [{name, opts, stamp}].
+          optional(:replicated) => (() -> [{term(), keyword(), stamp()}])
+        }
 
   @type event ::
           {:create, name :: term(), opts :: keyword(), reply_to(), id :: reference(), stamp()}
@@ -89,6 +106,9 @@ defmodule Ringbus.Cluster.Directory.Core do
           | {:timeout, id :: reference()}
           | {:forget, node(), connected? :: boolean(), reply_to()}
           | {:created, name :: term(), opts :: keyword(), purpose(), result :: term()}
+          | {:claim, name :: term(), reply_to(), id :: reference(), stamp()}
+          | {:claimed, name :: term(), opts :: keyword(), stamp(), reply_to(), result :: term()}
+          | {:deleted, name :: term(), stamp(), reply_to()}
 
   @type effect ::
           {:send, node(), message :: term()}
@@ -104,7 +124,12 @@ defmodule Ringbus.Cluster.Directory.Core do
           incarnation: term(),
           create_timeout: pos_integer(),
           own: %{term() => {keyword(), stamp()}},
-          claims: %{term() => {:own, stamp(), reference()} | {:granted, stamp(), node()}},
+          claims: %{
+            term() =>
+              {:own, stamp(), reference()}
+              | {:held, stamp(), reference()}
+              | {:granted, stamp(), node()}
+          },
           pending: %{reference() => map()},
           remote: %{term() => {node(), keyword(), stamp(), term()}},
           world: world() | nil,
@@ -142,6 +167,46 @@ defmodule Ringbus.Cluster.Directory.Core do
   end
 
   ## Events
+
+  # A replicated channel's name: claimed as a create's, then held for the
+  # caller, who makes the members and comes back with `:claimed`.
+  defp event(state, {:claim, name, reply_to, id, stamp}),
+    do: event(state, {:create, name, :hold, reply_to, id, stamp})
+
+  defp event(state, {:claimed, name, opts, stamp, reply_to, result}) do
+    case state.claims do
+      %{^name => {:held, ^stamp, id}} ->
+        state = %{state | claims: Map.delete(state.claims, name)}
+
+        create = %{
+          id: id,
+          name: name,
+          opts: opts,
+          stamp: stamp,
+          reply_to: reply_to,
+          timer?: false
+        }
+
+        if result == :ok do
+          event(state, {:created, name, opts, {:commit, create}, :ok})
+        else
+          state
+          |> send_all({:release, name, stamp})
+          |> emit({:reply, reply_to, result})
+        end
+
+      _lost ->
+        emit(state, {:reply, reply_to, {:error, :exists}})
+    end
+  end
+
+  defp event(state, {:deleted, name, stamp, reply_to}) do
+    {_, own} = Map.pop(state.own, name)
+
+    %{state | own: own}
+    |> send_all({:del, name, stamp})
+    |> emit({:reply, reply_to, :ok})
+  end
 
   defp event(state, {:create, name, opts, reply_to, id, stamp}) do
     if taken?(state, name) or Map.has_key?(state.claims, name) do
@@ -196,7 +261,8 @@ defmodule Ringbus.Cluster.Directory.Core do
 
   defp event(state, {:link_up, node}) do
     own = for {name, {opts, stamp}} <- state.own, do: {name, opts, stamp}
-    emit(state, {:send, node, {:sync, state.incarnation, own}})
+    replicated = for {name, _, _} = r <- replicated(state), not is_map_key(state.own, name), do: r
+    emit(state, {:send, node, {:sync, state.incarnation, own ++ replicated}})
   end
 
   defp event(state, {:link_down, node}) do
@@ -257,6 +323,11 @@ defmodule Ringbus.Cluster.Directory.Core do
 
   # Every voter granted the claim (`create` is no longer pending): create
   # the channel, then announce it (when the store's answer comes back).
+  defp commit(%{} = state, %{opts: :hold} = create) do
+    claims = Map.put(state.claims, create.name, {:held, create.stamp, create.id})
+    done(%{state | claims: claims}, create, {:ok, create.stamp})
+  end
+
   defp commit(state, create) do
     state = %{state | claims: Map.delete(state.claims, create.name)}
     emit(state, {:create_channel, create.name, create.opts, {:commit, create}})
@@ -314,6 +385,8 @@ defmodule Ringbus.Cluster.Directory.Core do
     end
   end
 
+  defp replicated(state), do: Map.get(state.world, :replicated, fn -> [] end).()
+
   defp taken?(state, name) do
     Map.has_key?(state.own, name) or Map.has_key?(state.remote, name) or
       state.world.stored?.(name)
@@ -361,8 +434,14 @@ defmodule Ringbus.Cluster.Directory.Core do
 
   defp message(state, node, {:del, name, stamp}) do
     case state.remote do
-      %{^name => {^node, _opts, ^stamp, _incarnation}} -> drop_entry(state, name)
-      _ -> state
+      %{^name => {^node, _opts, ^stamp, _incarnation}} ->
+        drop_entry(state, name)
+
+      %{^name => {_home, opts, ^stamp, _incarnation}} ->
+        if node in Keyword.get(opts, :members, []), do: drop_entry(state, name), else: state
+
+      _ ->
+        state
     end
   end
 
@@ -374,11 +453,12 @@ defmodule Ringbus.Cluster.Directory.Core do
           not MapSet.member?(names, name),
           reduce: {state, []} do
         {state, lost} ->
-          if had == incarnation do
+          cond do
             # Deleted while we were apart.
-            {drop_entry(state, name), lost}
-          else
-            {state, [{name, opts, stamp} | lost]}
+            had == incarnation -> {drop_entry(state, name), lost}
+            # Its members' logs bring it back, not a recreate.
+            Keyword.has_key?(opts, :members) -> {state, lost}
+            true -> {state, [{name, opts, stamp} | lost]}
           end
       end
 
@@ -409,6 +489,10 @@ defmodule Ringbus.Cluster.Directory.Core do
       true ->
         case state.claims[name] do
           {_, better, _} when better < stamp ->
+            {:exists, state}
+
+          # Granted everywhere already: its members are being made.
+          {:held, _, _} ->
             {:exists, state}
 
           {:own, _, id} ->
@@ -455,6 +539,8 @@ defmodule Ringbus.Cluster.Directory.Core do
     case state.claims[name] do
       {:own, _, id} -> abort(state, id, {:error, :exists})
       {:granted, _, _} -> %{state | claims: Map.delete(state.claims, name)}
+      # Its members are being made; `:claimed` settles it.
+      {:held, _, _} -> state
       nil -> state
     end
   end
