@@ -72,6 +72,11 @@ defmodule Ringbus.Cluster.Directory do
   def claimed(name, opts, stamp, result),
     do: GenServer.call(__MODULE__, {:claimed, name, opts, stamp, result}, :infinity)
 
+  @doc "Tells every node the options of replicated channel `name` (of `stamp`): its new members."
+  @spec announce(term(), keyword(), term()) :: :ok
+  def announce(name, opts, stamp),
+    do: GenServer.call(__MODULE__, {:announce, name, opts, stamp}, :infinity)
+
   @doc "Tells every node that replicated channel `name` (of `stamp`) is deleted."
   @spec deleted(term(), term()) :: :ok
   def deleted(name, stamp), do: GenServer.call(__MODULE__, {:deleted, name, stamp}, :infinity)
@@ -143,6 +148,9 @@ defmodule Ringbus.Cluster.Directory do
 
   def handle_call({:claimed, name, opts, stamp, result}, from, state),
     do: {:noreply, run(state, {:claimed, name, opts, stamp, {:call, from}, result})}
+
+  def handle_call({:announce, name, opts, stamp}, from, state),
+    do: {:noreply, run(state, {:announce, name, opts, stamp, {:call, from}})}
 
   def handle_call({:deleted, name, stamp}, from, state),
     do: {:noreply, run(state, {:deleted, name, stamp, {:call, from}})}

@@ -80,6 +80,22 @@ defmodule Ringbus.Cluster.Router do
   @spec claimed(term(), keyword(), term(), term()) :: term()
   def claimed(name, opts, stamp, result), do: Directory.claimed(name, opts, stamp, result)
 
+  @doc "Tells every node the new members of replicated channel `name` (in `opts`)."
+  @spec announce(term(), keyword(), term()) :: :ok
+  def announce(name, opts, stamp), do: Directory.announce(name, opts, stamp)
+
+  @doc """
+  A member of replicated channel `name` that this node is not, as the
+  directory has it, or `:error`.
+  """
+  @spec replica_member(term()) :: {:ok, node()} | :error
+  def replica_member(name) do
+    case Directory.remote_entry(name) do
+      {:ok, _home, opts} -> if m = opts[:members], do: {:ok, member(m)}, else: :error
+      :error -> :error
+    end
+  end
+
   @doc "Tells every node that replicated channel `name` is deleted."
   @spec deleted(term(), term()) :: :ok
   def deleted(name, stamp), do: Directory.deleted(name, stamp)

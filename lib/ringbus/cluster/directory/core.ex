@@ -109,6 +109,7 @@ defmodule Ringbus.Cluster.Directory.Core do
           | {:claim, name :: term(), reply_to(), id :: reference(), stamp()}
           | {:claimed, name :: term(), opts :: keyword(), stamp(), reply_to(), result :: term()}
           | {:deleted, name :: term(), stamp(), reply_to()}
+          | {:announce, name :: term(), opts :: keyword(), stamp(), reply_to()}
 
   @type effect ::
           {:send, node(), message :: term()}
@@ -205,6 +206,25 @@ defmodule Ringbus.Cluster.Directory.Core do
 
     %{state | own: own}
     |> send_all({:del, name, stamp})
+    |> emit({:reply, reply_to, :ok})
+  end
+
+  # A replicated channel's members changed: every node learns the new ones.
+  defp event(state, {:announce, name, opts, stamp, reply_to}) do
+    own =
+      if is_map_key(state.own, name), do: Map.put(state.own, name, {opts, stamp}), else: state.own
+
+    state =
+      case state.remote do
+        %{^name => {home, _, ^stamp, incarnation}} ->
+          put_entry(%{state | own: own}, name, home, opts, stamp, incarnation)
+
+        _ ->
+          %{state | own: own}
+      end
+
+    state
+    |> send_all({:add, name, opts, stamp, state.incarnation, nil})
     |> emit({:reply, reply_to, :ok})
   end
 
@@ -514,6 +534,12 @@ defmodule Ringbus.Cluster.Directory.Core do
     state = drop_claim(state, name)
 
     case state do
+      # The same replicated channel, announced by a member: its members now.
+      %{own: %{^name => {_opts, ^stamp}}} ->
+        if Keyword.has_key?(opts, :members),
+          do: %{state | own: Map.put(state.own, name, {opts, stamp})},
+          else: state
+
       %{own: %{^name => {_opts, own_stamp}}} ->
         if stamp < own_stamp do
           state

@@ -145,6 +145,25 @@ defmodule Ringbus.Cluster.Directory.CoreTest do
       assert effects == [{:send, :b, {:sync, :i1, [{"mine", opts, stamp}]}}]
     end
 
+    test "a replicated channel's new members are announced, and kept by its creator" do
+      world = world([{:b, :up}])
+      old = [members: [:a]] ++ @opts
+      new = [members: [:a, :b]] ++ @opts
+      stamp = {10, :a}
+      {core, _} = Core.handle(Core.new(:i1, 1_000), {:claim, "r", :caller, :id, stamp}, world)
+      {core, _} = Core.handle(core, {:peer, :b, {:vote, :id, :ok}}, world)
+      {core, _} = Core.handle(core, {:claimed, "r", old, stamp, :caller, :ok}, world)
+
+      {core, effects} = Core.handle(core, {:announce, "r", new, stamp, :op}, world)
+      assert effects == [{:send, :b, {:add, "r", new, stamp, :i1, nil}}, {:reply, :op, :ok}]
+      assert core.own == %{"r" => {new, stamp}}
+
+      # Announced by another member: the creator's own entry follows.
+      newer = [members: [:a, :c]] ++ @opts
+      {core, []} = Core.handle(core, {:peer, :b, {:add, "r", newer, stamp, :ib, nil}}, world)
+      assert core.own == %{"r" => {newer, stamp}}
+    end
+
     test "the store's refusal is the create's answer" do
       {core, [{:create_channel, _, _, purpose}]} =
         Core.handle(
