@@ -136,8 +136,24 @@ defmodule Ringbus do
   A write answers `{:ok, seq}`, an error that means it was not done, or
   `{:error, :timeout}`: the outcome is unknown (the leader may have
   stored it before it went away). Retry such a push under the same
-  `producer: {id, n}` tag (`push/3`) and it is stored once. The channel is
-  reached only from its members' nodes.
+  `producer: {id, n}` tag (`push/3`) and it is stored once.
+
+  `add_replica/2` and `remove_replica/2` change a channel's members
+  while it takes pushes: a new member catches up from the leader (by
+  snapshot and log) and then serves reads from its own ring; a removed
+  one drops its ring and log.
+
+      :ok = Ringbus.add_replica("orders", :"b@host")
+      :ok = Ringbus.remove_replica("orders", :"b@host")
+
+  Every node of the cluster reaches a replicated channel, and its name is
+  taken on every node: a create of the same name anywhere answers
+  `{:error, :exists}`. On a node that is not a member, every function
+  here goes through the cluster link to a member whose link is up (the
+  first in `:members`' order): reads run on that member's ring, writes go
+  from that member to the leader, and `delete/1` deletes every member's.
+  The three outcomes of "In a cluster" hold, with `push/3`'s `:timeout`
+  (default 5000 ms) bounding a write.
 
   ## Incarnations
 
@@ -313,7 +329,26 @@ defmodule Ringbus do
         Router.create(name, Channel.validate_options!(opts), home)
 
       {replicas, opts} ->
-        Replica.create(name, Channel.validate_options!(opts), replicas)
+        create_replicated(name, Channel.validate_options!(opts), replicas)
+    end
+  end
+
+  # The name is claimed cluster-wide first, as any create's, held while the
+  # members are made, then announced with them, so every node reaches it.
+  defp create_replicated(name, opts, replicas) do
+    with {:ok, stamp} <- Router.claim(name) do
+      case Replica.create(name, opts, replicas, stamp) do
+        {:ok, members} ->
+          Router.claimed(name, [members: members] ++ opts, stamp, :ok)
+
+        # The members exist and elected no leader yet: reachable all the same.
+        {:error, :timeout, members} ->
+          _ = Router.claimed(name, [members: members] ++ opts, stamp, :ok)
+          {:error, :timeout}
+
+        error ->
+          Router.claimed(name, opts, stamp, error)
+      end
     end
   end
 
@@ -328,8 +363,94 @@ defmodule Ringbus do
   @spec delete(name()) :: :ok | {:error, :no_channel | node_error()}
   def delete(name) do
     case Store.fetch(name) do
-      {:ok, %{replica: r} = channel} when r != nil -> Replica.delete(channel, name)
-      _ -> Router.delete(name)
+      {:ok, %{replica: r} = channel} when r != nil ->
+        with :ok <- Replica.delete(channel, name), do: Router.deleted(name, Map.get(r, :stamp))
+
+      _ ->
+        Router.delete(name)
+    end
+  end
+
+  @doc """
+  Makes `node` a member of replicated channel `name` (see "Replicated
+  channels" above), through Ra's membership change. The new member gets
+  the channel's ring, a Raft log and the messages it holds, by snapshot
+  and log from the leader, then serves reads from its ring; every
+  member's catalogue records it, so restarts keep it. The channel takes
+  pushes throughout.
+
+  Errors: `:no_channel`; `:not_replicated` (a memory channel);
+  `:already_member`; `:node_down` (`node` is not connected); `:timeout`,
+  the change may or may not have been made (see `info/1`'s `:members`).
+  From a node that is not a member, the call runs on a member.
+
+      :ok = Ringbus.add_replica("orders", :"b@host")
+  """
+  @spec add_replica(name(), node()) ::
+          :ok
+          | {:error,
+             :no_channel | :not_replicated | :already_member | :node_down | :node_busy | :timeout}
+  def add_replica(name, node) when is_atom(node), do: membership(name, :add_member, node)
+
+  @doc """
+  Takes `node`'s member out of replicated channel `name`, through Ra's
+  membership change: `node` no longer holds the channel (its ring, Raft
+  log and data go), the others record it, and the channel takes pushes
+  throughout. `node` may be this one.
+
+  Errors: `:no_channel`; `:not_replicated`; `:not_member` (`node` is not
+  one); `:last_member` (delete the channel instead); `:node_down` (`node`
+  is not connected); `:timeout`, unknown as for `add_replica/2`.
+  """
+  @spec remove_replica(name(), node()) ::
+          :ok
+          | {:error,
+             :no_channel
+             | :not_replicated
+             | :not_member
+             | :last_member
+             | :node_down
+             | :node_busy
+             | :timeout}
+  def remove_replica(name, node) when is_atom(node), do: membership(name, :remove_member, node)
+
+  # Runs on a member: the replica layer makes the change, then the cluster
+  # tells every node the new members.
+  defp membership(name, change, node) do
+    case Store.fetch(name) do
+      {:ok, %{replica: nil}} ->
+        {:error, :not_replicated}
+
+      {:ok, %{replica: replica} = channel} ->
+        with {:ok, nodes} <- apply(Replica, change, [channel, name, node]) do
+          opts = [capacity: channel.capacity, overflow: channel.overflow]
+          opts = [members: nodes] ++ opts ++ [max_bytes: channel.max_bytes]
+          Router.announce(name, opts, Map.get(replica, :stamp))
+        end
+
+      {:error, :no_channel} ->
+        on_member(name, change, node)
+    end
+  end
+
+  # A management call, as a create's to the members' catalogues: it waits
+  # on the member, within the bound of a membership change.
+  defp on_member(name, change, node) do
+    fun = if change == :add_member, do: :add_replica, else: :remove_replica
+
+    case Router.replica_member(name) do
+      {:ok, member} ->
+        try do
+          :erpc.call(member, __MODULE__, fun, [name, node], 60_000)
+        catch
+          :error, {:erpc, :timeout} -> {:error, :timeout}
+          :error, {:erpc, _} -> {:error, :node_down}
+        end
+
+      :error ->
+        if match?({:ok, _}, Router.home(name)),
+          do: {:error, :not_replicated},
+          else: {:error, :no_channel}
     end
   end
 

@@ -356,21 +356,34 @@ defmodule Ringbus.Client do
       `:drop_oldest`.
     * `:max_bytes` - the most payload bytes the channel holds, or `nil` for
       no bound but the capacity (see `Ringbus.Channel`). Default `nil`.
+    * `:replicas` - an integer in 1..255: the channel is replicated and
+      durable, on the server's node and `replicas - 1` other nodes of its
+      cluster (see "Replicated channels" in `Ringbus`); `nil` for a memory
+      channel. A server with fewer nodes connected answers
+      `{:error, :node_down}`. Default `nil`.
   """
   @type create_options :: [
           capacity: pos_integer(),
           overflow: :drop_oldest | :reject,
-          max_bytes: pos_integer() | nil
+          max_bytes: pos_integer() | nil,
+          replicas: 1..255 | nil
         ]
 
   @doc """
   Creates a channel. Returns `{:error, :exists}` if there is one of that name.
 
       :ok = Ringbus.Client.create(client, "events", capacity: 1_000_000, overflow: :drop_oldest)
+      :ok = Ringbus.Client.create(client, "orders", capacity: 100_000, replicas: 3)
   """
   @spec create(t(), channel(), create_options()) :: :ok | {:error, reason()}
   def create(client, channel, opts) do
-    opts = Options.validate!(opts, [:capacity, overflow: :drop_oldest, max_bytes: nil], "create")
+    opts =
+      Options.validate!(
+        opts,
+        [:capacity, overflow: :drop_oldest, max_bytes: nil, replicas: nil],
+        "create"
+      )
+
     capacity = opts[:capacity]
 
     Options.check!(
@@ -394,7 +407,18 @@ defmodule Ringbus.Client do
       "a positive integer below 2^64, or nil"
     )
 
-    call(client, &{:create, &1, channel!(channel), capacity, opts[:overflow], opts[:max_bytes]})
+    Options.check!(
+      :replicas,
+      opts[:replicas],
+      &(&1 == nil or (is_integer(&1) and &1 in 1..255)),
+      "an integer in 1..255, or nil"
+    )
+
+    call(
+      client,
+      &{:create, &1, channel!(channel), capacity, opts[:overflow], opts[:max_bytes],
+       opts[:replicas]}
+    )
   end
 
   @doc "Like `create/3`, but raises `Ringbus.Client.Error` on failure."

@@ -471,7 +471,7 @@ defmodule Ringbus.ClientTest do
           idle_timeout: idle_timeout
         }
 
-        :ok = :gen_tcp.send(socket, Ringbus.Wire.Frame.encode({:hello_ok, corr, 2, limits}))
+        :ok = :gen_tcp.send(socket, Ringbus.Wire.Frame.encode({:hello_ok, corr, 3, limits}))
 
         fun.(socket)
         :gen_tcp.close(listen)

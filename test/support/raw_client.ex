@@ -36,8 +36,8 @@ defmodule Ringbus.Test.RawClient do
   @doc "Connects and says HELLO; returns the client and the HELLO_OK limits."
   def hello!(port, opts \\ []) do
     client = connect!(port, opts)
-    send_frames(client, [{:hello, 0, 2, 0, Keyword.get(opts, :token)}])
-    {[{:hello_ok, 0, 2, limits}], client} = recv(client, 1)
+    send_frames(client, [{:hello, 0, 3, 0, Keyword.get(opts, :token)}])
+    {[{:hello_ok, 0, 3, limits}], client} = recv(client, 1)
     {client, limits}
   end
 

@@ -265,8 +265,9 @@ defmodule Ringbus.Cluster.Link do
         Directory.remote(self(), ref, request)
         state
 
-      # Answered as the directory's answers are, when it is ready.
-      {:later, fun} ->
+      # Answered as the directory's answers are, when it is ready: a
+      # subscriptions survey, a replicated channel's write.
+      {:async, fun} ->
         link = self()
         spawn(fn -> send(link, {:ringbus_reply, ref, fun.()}) end)
         state

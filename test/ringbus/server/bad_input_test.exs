@@ -34,7 +34,7 @@ defmodule Ringbus.Server.BadInputTest do
   defp assert_refused(ctx, bytes, code, opts \\ []) do
     memory = :erlang.memory(:total)
     client = RawClient.connect!(ctx.port)
-    if opts[:hello], do: RawClient.send_frames(client, [{:hello, 0, 2, 0, nil}])
+    if opts[:hello], do: RawClient.send_frames(client, [{:hello, 0, 3, 0, nil}])
     RawClient.send_raw(client, bytes)
     frames = RawClient.recv_until_closed(client)
 
@@ -80,7 +80,7 @@ defmodule Ringbus.Server.BadInputTest do
   end
 
   test "a second HELLO", ctx do
-    assert_refused(ctx, Frame.encode({:hello, 1, 2, 0, nil}), :bad_frame, hello: true)
+    assert_refused(ctx, Frame.encode({:hello, 1, 3, 0, nil}), :bad_frame, hello: true)
   end
 
   test "an unknown protocol version: version 1's clients", ctx do
@@ -88,14 +88,14 @@ defmodule Ringbus.Server.BadInputTest do
   end
 
   test "a client that never finishes HELLO times out", ctx do
-    hello = IO.iodata_to_binary(Frame.encode({:hello, 0, 2, 0, nil}))
+    hello = IO.iodata_to_binary(Frame.encode({:hello, 0, 3, 0, nil}))
     assert_refused(ctx, binary_part(hello, 0, 6), :handshake_timeout)
   end
 
   test "a slowloris client trickling one frame runs into the idle timeout", ctx do
     client = RawClient.connect!(ctx.port)
-    RawClient.send_frames(client, [{:hello, 0, 2, 0, nil}])
-    {[{:hello_ok, 0, 2, _}], client} = RawClient.recv(client, 1)
+    RawClient.send_frames(client, [{:hello, 0, 3, 0, nil}])
+    {[{:hello_ok, 0, 3, _}], client} = RawClient.recv(client, 1)
     ping = IO.iodata_to_binary(Frame.encode({:ping, 1}))
 
     # One byte every 300 ms: each byte arrives well within the idle timeout,
@@ -115,7 +115,7 @@ defmodule Ringbus.Server.BadInputTest do
 
   test "a client that closes mid-frame leaves the others alone", ctx do
     client = RawClient.connect!(ctx.port)
-    RawClient.send_frames(client, [{:hello, 0, 2, 0, nil}])
+    RawClient.send_frames(client, [{:hello, 0, 3, 0, nil}])
     {[{:hello_ok, _, _, _}], client} = RawClient.recv(client, 1)
 
     RawClient.send_raw(

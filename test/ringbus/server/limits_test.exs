@@ -31,7 +31,7 @@ defmodule Ringbus.Server.LimitsTest do
     {:ok, socket} =
       :gen_tcp.connect(~c"127.0.0.1", port, [:binary, active: false, recbuf: 4096, sndbuf: 4096])
 
-    frames = [{:hello, 0, 2, 0, nil}, {:subscribe, 1, "flood", :latest, 100_000, 256}]
+    frames = [{:hello, 0, 3, 0, nil}, {:subscribe, 1, "flood", :latest, 100_000, 256}]
     :ok = Ringbus.create("flood", capacity: 100_000)
     :ok = :gen_tcp.send(socket, Enum.map(frames, &Ringbus.Wire.Frame.encode/1))
 

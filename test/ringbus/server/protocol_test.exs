@@ -26,7 +26,7 @@ defmodule Ringbus.Server.ProtocolTest do
   describe "the first frame" do
     test "which error wins: decoding, then not HELLO, then version, then token" do
       port = start_server(tokens: %{"t" => :all})
-      hello = bytes([{:hello, 0, 2, 0, "t"}])
+      hello = bytes([{:hello, 0, 3, 0, "t"}])
 
       # A length over the pre-HELLO limit, whatever follows.
       assert refusal(port, <<65_551::32, 0x01>>) == :frame_too_large
@@ -42,19 +42,19 @@ defmodule Ringbus.Server.ProtocolTest do
       assert refusal(port, head <> "XBUS" <> rest) == :bad_frame
       # Version before token: a wrong version with a wrong token.
       assert refusal(port, bytes([{:hello, 0, 1, 0, "wrong"}])) == :bad_version
-      assert refusal(port, bytes([{:hello, 0, 2, 0, "wrong"}])) == :auth_failed
+      assert refusal(port, bytes([{:hello, 0, 3, 0, "wrong"}])) == :auth_failed
     end
 
     test "the largest HELLO is taken, one byte more is refused, whatever max_frame_size" do
       port = start_server(max_frame_size: 1024)
       token = :binary.copy("t", 0xFFFF)
-      largest = bytes([{:hello, 0, 2, 0, token}])
+      largest = bytes([{:hello, 0, 3, 0, token}])
       assert byte_size(largest) == 4 + Frame.max_hello_frame_size()
 
       client = RawClient.connect!(port)
       RawClient.send_raw(client, largest)
       # Read whole, then judged: no tokens are configured, so any is fine.
-      assert {[{:hello_ok, 0, 2, %{max_frame_size: 1024}}], client} = RawClient.recv(client, 1)
+      assert {[{:hello_ok, 0, 3, %{max_frame_size: 1024}}], client} = RawClient.recv(client, 1)
 
       # After HELLO the server's own limit holds.
       RawClient.send_frames(client, [{:push, 1, :ack, "big", :binary.copy("x", 2000)}])
@@ -66,7 +66,7 @@ defmodule Ringbus.Server.ProtocolTest do
     test "every byte after HELLO meets max_frame_size, however TCP splits it" do
       port = start_server()
       push = {:push, 1, :ack, "after-hello", :binary.copy("x", 100_000)}
-      both = bytes([{:hello, 0, 2, 0, nil}, push])
+      both = bytes([{:hello, 0, 3, 0, nil}, push])
 
       # In one write, and split inside the HELLO, at its end, and inside the push.
       for at <- [byte_size(both), 10, 19, 30] do
@@ -75,7 +75,7 @@ defmodule Ringbus.Server.ProtocolTest do
         RawClient.send_raw(client, a)
         if b != "", do: Process.sleep(20) && RawClient.send_raw(client, b)
 
-        assert {[{:hello_ok, 0, 2, _}, {:push_acks, 1, [{1, {:ok, _}}]}], _} =
+        assert {[{:hello_ok, 0, 3, _}, {:push_acks, 1, [{1, {:ok, _}}]}], _} =
                  RawClient.recv(client, 2)
       end
     end

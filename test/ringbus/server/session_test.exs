@@ -24,8 +24,8 @@ defmodule Ringbus.Server.SessionTest do
   defp open(opts \\ []) do
     session = Session.new(Config.new!([port: 0] ++ opts))
 
-    assert {:ok, [{:hello_ok, 1, 2, _limits}], session} =
-             Session.handle([{:hello, 1, 2, 0, nil}], session)
+    assert {:ok, [{:hello_ok, 1, 3, _limits}], session} =
+             Session.handle([{:hello, 1, 3, 0, nil}], session)
 
     assert Session.open?(session)
     session
@@ -45,9 +45,9 @@ defmodule Ringbus.Server.SessionTest do
     session = Session.new(Config.new!(port: 0, tokens: %{"t" => :all}))
 
     assert {{:close, :auth_failed}, [{:error, 1, :auth_failed, _}], _} =
-             Session.handle([{:hello, 1, 2, 0, nil}], session)
+             Session.handle([{:hello, 1, 3, 0, nil}], session)
 
-    assert {:ok, [{:hello_ok, 1, 2, _}], _} = Session.handle([{:hello, 1, 2, 0, "t"}], session)
+    assert {:ok, [{:hello_ok, 1, 3, _}], _} = Session.handle([{:hello, 1, 3, 0, "t"}], session)
   end
 
   test "answers come in order, with the PUSH_ACKS of the read last", %{prefix: p} do

@@ -65,8 +65,8 @@ defmodule Ringbus.Server.StatsTest do
     assert eventually(fn -> counts(port).handshaking == 1 end)
     assert counts(port).open == 0
 
-    RawClient.send_frames(c, [{:hello, 0, 2, 0, nil}])
-    {[{:hello_ok, 0, 2, _}], c} = RawClient.recv(c, 1)
+    RawClient.send_frames(c, [{:hello, 0, 3, 0, nil}])
+    {[{:hello_ok, 0, 3, _}], c} = RawClient.recv(c, 1)
     assert %{handshaking: 0, open: 1} = counts(port)
 
     # Two pushes to a full reject channel (one fails), one to no channel,

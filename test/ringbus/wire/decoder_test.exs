@@ -203,7 +203,7 @@ defmodule Ringbus.Wire.DecoderTest do
 
   describe ":first and :accept" do
     test "the first frame has its own limit and every later byte the other, however split" do
-      hello = {:hello, 1, 2, 0, :binary.copy("t", 0xFFFF)}
+      hello = {:hello, 1, 3, 0, :binary.copy("t", 0xFFFF)}
       big = {:push, 2, :ack, "e", :binary.copy("x", 70_000)}
       bytes = FrameGenerators.bytes([hello, big])
       decoder = Decoder.new(@max, first: 65_550)

@@ -37,8 +37,8 @@ defmodule Ringbus.Wire.FrameTest do
     end
 
     test "an empty token encodes as none" do
-      bytes = IO.iodata_to_binary(Frame.encode({:hello, 1, 2, 0, ""}))
-      assert {:ok, {:hello, 1, 2, 0, nil}, ""} = Frame.decode(bytes, @max)
+      bytes = IO.iodata_to_binary(Frame.encode({:hello, 1, 3, 0, ""}))
+      assert {:ok, {:hello, 1, 3, 0, nil}, ""} = Frame.decode(bytes, @max)
     end
   end
 
@@ -101,7 +101,8 @@ defmodule Ringbus.Wire.FrameTest do
         {<<0x17::32, 0x05, 1::32, 0x02, 1::16, "e", 0::16, 0::64, 0::32>>,
          {:bad_field, :push_batch, :name}},
         {<<0x0C::32, 0x05, 1::32, 0x80, 1::16, "e", 0::32>>, {:bad_field, :push_batch, :flags}},
-        {<<21::32, 0x02, 1::32, 1::16, "e", 1::32, 2, 0::64>>, {:bad_field, :create, :overflow}},
+        {<<22::32, 0x02, 1::32, 1::16, "e", 1::32, 2, 0::64, 0>>,
+         {:bad_field, :create, :overflow}},
         {<<25::32, 0x0A, 1::32, 1::16, "e", 3, 0::64, 1::32, 1::32>>,
          {:bad_field, :subscribe, :from}},
         {<<25::32, 0x0A, 1::32, 1::16, "e", 1, 5::64, 1::32, 1::32>>,
@@ -134,11 +135,15 @@ defmodule Ringbus.Wire.FrameTest do
         {:push, -1, :ack, "e", "p"},
         {:push, 1, :maybe, "e", "p"},
         {:read, 1, "e", 0x1_0000_0000_0000_0000, 1},
-        {:create, 1, "e", 0x1_0000_0000, :drop_oldest, nil},
-        {:create, 1, "e", 10, :sometimes, nil},
-        {:create, 1, "e", 10, :drop_oldest, :infinity},
-        {:create, 1, "e", 10, :drop_oldest, 0},
+        {:create, 1, "e", 0x1_0000_0000, :drop_oldest, nil, nil},
+        {:create, 1, "e", 10, :sometimes, nil, nil},
+        {:create, 1, "e", 10, :drop_oldest, :infinity, nil},
+        {:create, 1, "e", 10, :drop_oldest, 0, nil},
         {:create, 1, "e", 10, :drop_oldest},
+        {:create, 1, "e", 10, :drop_oldest, nil, 0},
+        {:create, 1, "e", 10, :drop_oldest, nil, 256},
+        {:create, 1, "e", 10, :drop_oldest, nil, :three},
+        {:create, 1, "e", 10, :drop_oldest, nil},
         {:info_ok, 1, Map.put(info, :color, 1024)},
         {:info_ok, 1, Map.delete(info, :skipped)},
         {:push_batch, 1, :ack, "e", 2, ["a"]},

@@ -72,7 +72,7 @@ defmodule Ringbus.Wire.VectorsTest do
   @by_hand "test/fixtures/protocol_by_hand"
 
   @hand_written [
-    {"hello.hex", {:hello, 7, 2, 0, "abc"}},
+    {"hello.hex", {:hello, 7, 3, 0, "abc"}},
     {"push_batch.hex", {:push_batch, 9, :no_ack, "q", 2, ["xy", ""]}},
     {"info_ok.hex",
      {:info_ok, 3,

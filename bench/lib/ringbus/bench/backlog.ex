@@ -581,7 +581,7 @@ defmodule Ringbus.Bench.Backlog do
         {:ok, socket} =
           :gen_tcp.connect(~c"127.0.0.1", port, [:binary, active: false, recbuf: 1 <<< 20])
 
-        hello = [{:hello, 0, 2, 0, nil}, {:subscribe, 1, name, :latest, n, 1}]
+        hello = [{:hello, 0, 3, 0, nil}, {:subscribe, 1, name, :latest, n, 1}]
         :ok = :gen_tcp.send(socket, Enum.map(hello, &Ringbus.Wire.Frame.encode/1))
         {frames, decoder} = recv_frames(socket, Decoder.new(1 <<< 30), 2, [])
         [{:hello_ok, _, _, _}, {:subscribed, 1, _}] = frames

@@ -456,8 +456,8 @@ defmodule Ringbus.Bench.Frames do
       end
 
     client = %{mod: mod, socket: socket, decoder: Decoder.new(64 * 1024), corr: 1}
-    :ok = mod.send(socket, Frame.encode({:hello, 1, 2, 0, nil}))
-    {:ok, [{:hello_ok, 1, 2, _limits}], client} = recv_frames(client, deadline(5_000))
+    :ok = mod.send(socket, Frame.encode({:hello, 1, 3, 0, nil}))
+    {:ok, [{:hello_ok, 1, 3, _limits}], client} = recv_frames(client, deadline(5_000))
     %{client | corr: 2}
   end
 

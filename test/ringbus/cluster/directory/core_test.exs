@@ -81,6 +81,89 @@ defmodule Ringbus.Cluster.Directory.CoreTest do
       assert [{:create_channel, "x", @opts, {:commit, _}}] = effects
     end
 
+    test "a replicated channel's claim is held while its members are made, then announced" do
+      world = world([{:b, :up}])
+      stamp = {10, :a}
+      {core, _} = Core.handle(Core.new(:i1, 1_000), {:claim, "r", :caller, :id, stamp}, world)
+      {core, effects} = Core.handle(core, {:peer, :b, {:vote, :id, :ok}}, world)
+      assert effects == [{:cancel_timer, :id}, {:reply, :caller, {:ok, stamp}}]
+      assert core.claims == %{"r" => {:held, stamp, :id}}
+
+      # Held: every other claim or create of the name is refused meanwhile.
+      {core, effects} = Core.handle(core, {:peer, :b, {:claim, "r", {1, :b}, :bid}}, world)
+      assert effects == [{:send, :b, {:vote, :bid, :exists}}]
+      {core, effects} = Core.handle(core, {:create, "r", @opts, :other, :id2, {11, :a}}, world)
+      assert effects == [{:reply, :other, {:error, :exists}}]
+
+      opts = [members: [:a, :c]] ++ @opts
+      {core, effects} = Core.handle(core, {:claimed, "r", opts, stamp, :caller, :ok}, world)
+      assert [{:send, :b, {:add, "r", ^opts, ^stamp, :i1, :id}}, {:start_timer, :id, _}] = effects
+      assert core.own == %{"r" => {opts, stamp}} and core.claims == %{}
+
+      # Its delete, run by any member, is announced, and the name is free.
+      {core, effects} = Core.handle(core, {:deleted, "r", stamp, :caller}, world)
+      assert effects == [{:send, :b, {:del, "r", stamp}}, {:reply, :caller, :ok}]
+      assert core.own == %{}
+    end
+
+    test "a replicated channel's failed members release its claim" do
+      world = world([{:b, :up}])
+      {core, _} = Core.handle(Core.new(:i1, 1_000), {:claim, "r", :caller, :id, {10, :a}}, world)
+      {core, _} = Core.handle(core, {:peer, :b, {:vote, :id, :ok}}, world)
+      error = {:error, :node_down}
+
+      {core, effects} = Core.handle(core, {:claimed, "r", @opts, {10, :a}, :caller, error}, world)
+
+      assert effects == [{:send, :b, {:release, "r", {10, :a}}}, {:reply, :caller, error}]
+      assert core.claims == %{} and core.own == %{}
+    end
+
+    test "replicated channels: every member's sync lists them, a delete from any member drops them" do
+      opts = [members: [:b, :c]] ++ @opts
+      stamp = {10, :b}
+      world = world([{:b, :up}, {:c, :up}])
+
+      {core, _} =
+        Core.handle(Core.new(:i1, 1_000), {:peer, :b, {:sync, :ib, [{"r", opts, stamp}]}}, world)
+
+      {core, _} = Core.handle(core, {:peer, :c, {:sync, :ic, [{"r", opts, stamp}]}}, world)
+      assert %{"r" => {:c, ^opts, ^stamp, :ic}} = core.remote
+
+      # Missing from one member's sync after its restart: kept, never recreated.
+      {core, effects} = Core.handle(core, {:peer, :c, {:sync, :ic2, []}}, world)
+      assert effects == [] and Map.has_key?(core.remote, "r")
+
+      {core, effects} = Core.handle(core, {:peer, :b, {:del, "r", stamp}}, world)
+      assert effects == [{:drop_entry, "r"}] and core.remote == %{}
+
+      # This node's own replicated channels go out in its syncs.
+      replicated = fn -> [{"mine", opts, stamp}] end
+
+      {_core, effects} =
+        Core.handle(core, {:link_up, :b}, Map.put(world, :replicated, replicated))
+
+      assert effects == [{:send, :b, {:sync, :i1, [{"mine", opts, stamp}]}}]
+    end
+
+    test "a replicated channel's new members are announced, and kept by its creator" do
+      world = world([{:b, :up}])
+      old = [members: [:a]] ++ @opts
+      new = [members: [:a, :b]] ++ @opts
+      stamp = {10, :a}
+      {core, _} = Core.handle(Core.new(:i1, 1_000), {:claim, "r", :caller, :id, stamp}, world)
+      {core, _} = Core.handle(core, {:peer, :b, {:vote, :id, :ok}}, world)
+      {core, _} = Core.handle(core, {:claimed, "r", old, stamp, :caller, :ok}, world)
+
+      {core, effects} = Core.handle(core, {:announce, "r", new, stamp, :op}, world)
+      assert effects == [{:send, :b, {:add, "r", new, stamp, :i1, nil}}, {:reply, :op, :ok}]
+      assert core.own == %{"r" => {new, stamp}}
+
+      # Announced by another member: the creator's own entry follows.
+      newer = [members: [:a, :c]] ++ @opts
+      {core, []} = Core.handle(core, {:peer, :b, {:add, "r", newer, stamp, :ib, nil}}, world)
+      assert core.own == %{"r" => {newer, stamp}}
+    end
+
     test "the store's refusal is the create's answer" do
       {core, [{:create_channel, _, _, purpose}]} =
         Core.handle(

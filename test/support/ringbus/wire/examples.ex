@@ -12,16 +12,19 @@ defmodule Ringbus.Wire.Examples do
   @end_marker "<!-- vectors:end -->"
 
   @examples [
-    {"hello", {:hello, 1, 2, 0, "s3cret"},
-     "HELLO: corr 1, magic \"RBUS\", version 2, flags 0, token \"s3cret\" (6 bytes)"},
-    {"hello_no_token", {:hello, 1, 2, 0, nil},
-     "HELLO without a token: corr 1, magic \"RBUS\", version 2, flags 0, token of 0 bytes"},
-    {"create", {:create, 2, "events", 1000, :reject, 1_048_576},
+    {"hello", {:hello, 1, 3, 0, "s3cret"},
+     "HELLO: corr 1, magic \"RBUS\", version 3, flags 0, token \"s3cret\" (6 bytes)"},
+    {"hello_no_token", {:hello, 1, 3, 0, nil},
+     "HELLO without a token: corr 1, magic \"RBUS\", version 3, flags 0, token of 0 bytes"},
+    {"create", {:create, 2, "events", 1000, :reject, 1_048_576, nil},
      "CREATE: corr 2, name \"events\", capacity 1000, overflow 1 (reject), " <>
-       "max_bytes 1048576 (1 MiB)"},
-    {"create_unbounded", {:create, 2, "events", 100_000, :drop_oldest, nil},
+       "max_bytes 1048576 (1 MiB), replicas 0 (a memory channel)"},
+    {"create_unbounded", {:create, 2, "events", 100_000, :drop_oldest, nil, nil},
      "CREATE: corr 2, name \"events\", capacity 100000, overflow 0 (drop_oldest), " <>
-       "max_bytes 0 (none)"},
+       "max_bytes 0 (none), replicas 0 (a memory channel)"},
+    {"create_replicated", {:create, 2, "orders", 100_000, :reject, nil, 3},
+     "CREATE: corr 2, name \"orders\", capacity 100000, overflow 1 (reject), " <>
+       "max_bytes 0 (none), replicas 3 (replicated and durable, on three nodes)"},
     {"delete", {:delete, 3, "events"}, "DELETE: corr 3, name \"events\""},
     {"push", {:push, 4, :ack, "events", "hello"},
      "PUSH: corr 4, flags 0 (acked), name \"events\", payload \"hello\" (5 bytes)"},
@@ -52,7 +55,7 @@ defmodule Ringbus.Wire.Examples do
     {"unsubscribe", {:unsubscribe, 14, 1}, "UNSUBSCRIBE: corr 14, sub_id 1"},
     {"ping", {:ping, 15}, "PING: corr 15"},
     {"hello_ok",
-     {:hello_ok, 1, 2,
+     {:hello_ok, 1, 3,
       %{
         max_frame_size: 8_388_608,
         max_payload_size: 8_388_544,
@@ -60,11 +63,11 @@ defmodule Ringbus.Wire.Examples do
         max_credit: 100_000,
         idle_timeout: 60_000
       }},
-     "HELLO_OK: corr 1, version 2, max_frame_size 8388608 (8 MiB), " <>
+     "HELLO_OK: corr 1, version 3, max_frame_size 8388608 (8 MiB), " <>
        "max_payload_size 8388544 (8 MiB - 64), max_subscriptions 64, max_credit 100000, " <>
        "idle_timeout 60000 ms"},
     {"hello_ok_no_idle",
-     {:hello_ok, 1, 2,
+     {:hello_ok, 1, 3,
       %{
         max_frame_size: 65_536,
         max_payload_size: 65_472,
@@ -72,7 +75,7 @@ defmodule Ringbus.Wire.Examples do
         max_credit: 1000,
         idle_timeout: :infinity
       }},
-     "HELLO_OK: corr 1, version 2, max_frame_size 65536, max_payload_size 65472, " <>
+     "HELLO_OK: corr 1, version 3, max_frame_size 65536, max_payload_size 65472, " <>
        "max_subscriptions 16, max_credit 1000, idle_timeout 0 (none)"},
     {"ok", {:ok, 2}, "OK: corr 2 (the CREATE)"},
     {"push_acks", {:push_acks, 3, [{4, {:ok, 0}}, {6, {:ok, 1}}, {16, {:error, :full}}]},
