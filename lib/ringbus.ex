@@ -629,10 +629,12 @@ defmodule Ringbus do
   @doc """
   The cluster as this node sees it: its members and, per remote node, the
   link's state, queued bytes, batches sent, drops and suspensions. See
-  `Ringbus.Cluster.info/0`.
+  `Ringbus.Cluster.info/0`. `:replicas` lists this node's replicated
+  channels, each with its members as `info/1`'s `:replication` shows them.
   """
-  @spec cluster_info() :: Ringbus.Cluster.info()
-  def cluster_info, do: Ringbus.Cluster.info()
+  @spec cluster_info() :: map()
+  def cluster_info,
+    do: Map.put(Ringbus.Cluster.info(), :replicas, Replica.Reporter.channels())
 
   # The one path of every operation on a named channel: run here on a
   # channel of this node, else at its home through the cluster (which

@@ -50,6 +50,18 @@ defmodule Ringbus.Replica.Reporter do
     end
   end
 
+  @doc """
+  This node's replicated channels, by name, each with `members/1`:
+  `[%{channel: name, members: [Member.t()]}]`.
+  """
+  @spec channels() :: [%{channel: term(), members: [Member.t()]}]
+  def channels do
+    for name <- Store.names(),
+        {:ok, %{replica: replica}} <- [Store.fetch(name)],
+        replica != nil,
+        do: %{channel: name, members: members(replica)}
+  end
+
   defp lookup(key) do
     :ets.lookup(@table, key)
   rescue
