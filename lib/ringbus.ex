@@ -140,8 +140,10 @@ defmodule Ringbus do
       `:unknown`: no report for 3 s), `:age_ms` (since this node got the
       figures); a member whose node is not connected or silent has no
       other figures (nil);
-    * `:term`, `:commit_index`, `:applied_index`, `:snapshot_index`, and
-      `:applied_seq` (the newest seq its ring holds; -1 for none);
+    * `:term`, `:commit_index`, `:applied_index`, `:snapshot_index` (Ra's,
+      as of its last tick: with the report interval, up to about 2 s
+      old), and `:applied_seq` (the newest seq its ring held at the
+      report; -1 for none);
     * `:lag_entries`: entries the leader committed that the member has not
       applied (the leader's commit index as its node last heard it, within
       3 s; nil when it has not); `:lag_ms`: how long since a report last

@@ -56,9 +56,7 @@ defmodule Ringbus.Replica.Reporter do
   """
   @spec channels() :: [%{channel: term(), members: [Member.t()]}]
   def channels do
-    for name <- Store.names(),
-        {:ok, %{replica: replica}} <- [Store.fetch(name)],
-        replica != nil,
+    for {name, %{replica: replica}} <- Enum.sort(Store.replicated()),
         do: %{channel: name, members: members(replica)}
   end
 
@@ -96,10 +94,7 @@ defmodule Ringbus.Replica.Reporter do
   defp report(state) do
     now = now()
 
-    replicas =
-      for {:ok, %{replica: r} = ch} <- Enum.map(Store.names(), &Store.fetch/1),
-          r != nil,
-          do: {r, ch}
+    replicas = for {_name, %{replica: r} = ch} <- Store.replicated(), do: {r, ch}
 
     dir = server_root()
 
