@@ -93,47 +93,37 @@ defmodule Ringbus.Replica.Reporter do
 
   defp report(state) do
     now = now()
-
     replicas = for {_name, %{replica: r} = ch} <- Store.replicated(), do: {r, ch}
-
     dir = server_root()
 
-    {seen, outbox} =
-      Enum.reduce(replicas, {%{}, %{}}, fn {replica, channel}, {seen, outbox} ->
+    reports =
+      for {replica, channel} <- replicas do
+        seen = Map.get(state.seen, replica.cluster, %{})
+        extra = extra(replica, channel, dir)
+
         {figures, kept} =
-          Member.figures(
-            ra(replica),
-            leader_commit(replica, now),
-            Map.get(state.seen, replica.cluster, %{}),
-            extra(replica, channel, dir),
-            now
-          )
+          Member.figures(ra(replica), leader_commit(replica, now), seen, extra, now)
 
         :ets.insert(@table, {{replica.cluster, node()}, figures, now})
+        {replica, figures, kept}
+      end
 
-        outbox =
-          for {_server, n} <- replica.members, n != node(), reduce: outbox do
-            outbox ->
-              Map.update(
-                outbox,
-                n,
-                [{replica.cluster, figures}],
-                &[{replica.cluster, figures} | &1]
-              )
-          end
+    # One message per node, with every channel it shares with this one.
+    shared =
+      for {r, figures, _} <- reports,
+          {_, n} <- r.members,
+          n != node(),
+          do: {n, {r.cluster, figures}}
 
-        {Map.put(seen, replica.cluster, kept), outbox}
-      end)
+    outbox = Enum.group_by(shared, &elem(&1, 0), &elem(&1, 1))
 
-    for {n, reports} <- outbox,
-        do:
-          :erlang.send({__MODULE__, n}, {:ringbus_replica_report, node(), reports}, [
-            :noconnect,
-            :nosuspend
-          ])
+    for {n, list} <- outbox do
+      message = {:ringbus_replica_report, node(), list}
+      :erlang.send({__MODULE__, n}, message, [:noconnect, :nosuspend])
+    end
 
     sweep(replicas)
-    %{state | seen: seen}
+    %{state | seen: Map.new(reports, fn {r, _, kept} -> {r.cluster, kept} end)}
   end
 
   # Rows of channels this node left, or of members no longer listed.
