@@ -149,7 +149,8 @@ defmodule Ringbus do
       3 s; nil when it has not); `:lag_ms`: how long since a report last
       found it caught up, 0 when it is (about 2 s resolution: Ra's
       metrics tick and the report interval);
-    * `:elections`: terms it went through since its node started;
+    * `:elections`: terms it went through since its node first saw it
+      (its node's start, or the channel's creation);
       `:snapshot_bytes`, `:log_bytes`: its Raft directory on disk (the
       node's shared WAL is not counted).
 

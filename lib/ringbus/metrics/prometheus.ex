@@ -47,7 +47,8 @@ defmodule Ringbus.Metrics.Prometheus do
      "Seconds since this member last held every entry the leader had committed " <>
        "(0 when it does; about 2 s resolution).", ~w(channel)},
     {"ringbus_replica_elections_total", :counter,
-     "Elections this member saw (terms it went through) since this node started.", ~w(channel)},
+     "Elections this member saw (terms it went through) since this node started or the channel was created.",
+     ~w(channel)},
     {"ringbus_replica_snapshot_bytes", :gauge, "Bytes of this member's Raft snapshots on disk.",
      ~w(channel)},
     {"ringbus_replica_log_bytes", :gauge,
