@@ -131,7 +131,29 @@ defmodule Ringbus do
   and see what it has applied. A member's node that restarts gets the
   channel back from its log, with its messages and counters. `info/1`
   adds `:replicas`, `:members`, `:role`, `:leader`, `:term`,
-  `:commit_index` and `:applied_index` (Ra's, as of its last tick).
+  `:commit_index` and `:applied_index` (Ra's, as of its last tick), and
+  `:replication`: each member as this node knows it, from the reports
+  every member's node sends the others each second (read from ETS: no
+  process is asked, here or on a silent node):
+
+    * `:node`, `:role` (`:leader`, `:follower`, `:candidate`, `:down`: its
+      node is not connected or runs no Raft server for the channel, or
+      `:unknown`: no report for 3 s), `:age_ms` (since this node got the
+      figures); a member whose node is not connected or silent has no
+      other figures (nil);
+    * `:term`, `:commit_index`, `:applied_index`, `:snapshot_index` (Ra's,
+      as of its last tick: with the report interval, up to about 2 s
+      old), and `:applied_seq` (the newest seq its ring held at the
+      report; -1 for none);
+    * `:lag_entries`: entries the leader committed that the member has not
+      applied (the leader's commit index as its node last heard it, within
+      3 s; nil when it has not); `:lag_ms`: how long since a report last
+      found it caught up, 0 when it is (about 2 s resolution: Ra's
+      metrics tick and the report interval);
+    * `:elections`: terms it went through since its node first saw it
+      (its node's start, or the channel's creation);
+      `:snapshot_bytes`, `:log_bytes`: its Raft directory on disk (the
+      node's shared WAL is not counted).
 
   A write answers `{:ok, seq}`, an error that means it was not done, or
   `{:error, :timeout}`: the outcome is unknown (the leader may have
@@ -823,10 +845,12 @@ defmodule Ringbus do
   @doc """
   The cluster as this node sees it: its members and, per remote node, the
   link's state, queued bytes, batches sent, drops and suspensions. See
-  `Ringbus.Cluster.info/0`.
+  `Ringbus.Cluster.info/0`. `:replicas` lists this node's replicated
+  channels, each with its members as `info/1`'s `:replication` shows them.
   """
-  @spec cluster_info() :: Ringbus.Cluster.info()
-  def cluster_info, do: Ringbus.Cluster.info()
+  @spec cluster_info() :: map()
+  def cluster_info,
+    do: Map.put(Ringbus.Cluster.info(), :replicas, Replica.Reporter.channels())
 
   # The one path of every operation on a named channel: run here on a
   # channel of this node, else at its home through the cluster (which

@@ -7,7 +7,7 @@ defmodule Ringbus.Replica do
 
   alias Ringbus.{Channel, Options}
   alias Ringbus.Channel.Ring
-  alias Ringbus.Replica.Catalogue
+  alias Ringbus.Replica.{Catalogue, Reporter}
 
   @default_timeout 5_000
   # A create or delete waits on each member this long at most.
@@ -273,7 +273,9 @@ defmodule Ringbus.Replica do
   @doc """
   The ring's figures and the member's: `replicas`, `members` (nodes),
   `role`, `term`, `commit_index`, `applied_index`, `leader` (a node, or
-  nil). Ra's figures are read from its tables, as of its last tick.
+  nil). Ra's figures are read from its tables, as of its last tick;
+  `replication` is each member's `Ringbus.Replica.Member` figures, as the
+  reporters last told this node (`Ringbus.Replica.Reporter`).
   """
   @spec info(Channel.t()) :: map()
   def info(%Channel{replica: replica} = channel) do
@@ -301,7 +303,8 @@ defmodule Ringbus.Replica do
       term: term,
       commit_index: commit,
       applied_index: applied,
-      leader: leader
+      leader: leader,
+      replication: Reporter.members(replica)
     })
   end
 

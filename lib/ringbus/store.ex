@@ -99,6 +99,11 @@ defmodule Ringbus.Store do
   @spec names() :: [Channel.name()]
   def names, do: :ets.select(@channels, [{{:"$1", :_}, [], [:"$1"]}])
 
+  @doc "The replicated channels this store holds, as `{name, channel}`."
+  @spec replicated() :: [{Channel.name(), Channel.t()}]
+  def replicated,
+    do: :ets.select(@channels, [{{:_, %{replica: :"$1"}}, [{:"/=", :"$1", nil}], [:"$_"]}])
+
   @impl true
   def init(:ok) do
     :ets.new(@channels, [:named_table, :set, :protected, read_concurrency: true])
