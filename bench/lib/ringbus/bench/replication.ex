@@ -37,8 +37,8 @@ defmodule Ringbus.Bench.Replication do
       `PUB subject reply n`, the stream's ack (`{"stream":..,"seq":..}`)
       arriving on the reply subject. Failover (R3): `kill -9` of the stream
       leader's server (from `$JS.API.STREAM.INFO`), then a publish at a
-      time (200 ms timeout each) through a survivor until one is acked; the
-      killed server is started again for the next payload.
+      time (200 ms timeout each) through a survivor until one is acked.
+      Each payload gets three fresh servers.
     * `osiris` - Osiris 1.3 (from Debian's `rabbitmq-server` package, put in
       `_vendor/ra/` by `bin/setup-ra`) on three fresh `:peer` nodes:
       `:osiris.start_cluster/1` with the writer on the first node,
@@ -267,24 +267,23 @@ defmodule Ringbus.Bench.Replication do
 
   ## JetStream
 
+  # Fresh servers for each payload: its failover kills one.
   defp jetstream(config) do
-    progress(config, "jetstream: starting 3 nats-servers")
-    nats = NatsServers.start!()
+    Enum.flat_map(config.payloads, fn payload ->
+      progress(config, "jetstream #{payload} B: starting 3 nats-servers")
+      nats = NatsServers.start!()
 
-    try do
-      {rows, nats} =
-        Enum.flat_map_reduce(config.payloads, nats, fn payload, nats ->
-          r3 = jetstream_row(nats, 3, payload, config)
-          r1 = jetstream_row(nats, 1, payload, config)
-          {failover_ms, nats} = jetstream_failover(nats, r3, config)
-          {[Map.put(r3, :failover_ms, failover_ms), r1], nats}
-        end)
+      try do
+        r3 = jetstream_row(nats, 3, payload, config)
+        r1 = jetstream_row(nats, 1, payload, config)
+        failover_ms = jetstream_failover(nats, r3, config)
 
-      Process.put({__MODULE__, :nats}, nats)
-      Enum.map(rows, &Map.drop(&1, [:stream, :subject, :leader]))
-    after
-      NatsServers.stop(Process.delete({__MODULE__, :nats}) || nats)
-    end
+        for row <- [Map.put(r3, :failover_ms, failover_ms), r1],
+            do: Map.drop(row, [:stream, :subject, :leader])
+      after
+        NatsServers.stop(nats)
+      end
+    end)
   end
 
   defp jetstream_row(nats, replicas, payload, config) do
@@ -382,8 +381,7 @@ defmodule Ringbus.Bench.Replication do
         NatsClient.close(client)
       end
 
-    nats = NatsServers.restart!(nats, leader.name)
-    {acked_at && (acked_at - killed_at) / 1_000, nats}
+    acked_at && (acked_at - killed_at) / 1_000
   end
 
   defp js_first_ack(client, subject, deadline) do

@@ -3,7 +3,7 @@ defmodule Ringbus.Bench.Replication.NatsServers do
   # Three `nats-server`s with JetStream, clustered on loopback ports, their
   # stores in a temp dir of their own; started by `start!/1`, stopped by OS
   # pid with `stop/1` (which also removes the dir). One may be killed
-  # (`kill!/2`) to measure failover.
+  # (`kill!/1`) to measure failover.
 
   alias Ringbus.Bench.RedisServer
   alias Ringbus.Bench.Replication.NatsClient
@@ -78,25 +78,6 @@ defmodule Ringbus.Bench.Replication.NatsServers do
 
     {:os_pid, os_pid} = Port.info(os_port, :os_pid)
     Map.put(server, :os_pid, os_pid)
-  end
-
-  @doc """
-  Starts server `name` again (after `kill!/1`) with its store, and waits,
-  `ms` at most, until JetStream answers on every server.
-  """
-  @spec restart!(t(), String.t(), pos_integer()) :: t()
-  def restart!(nats, name, ms \\ 30_000) do
-    server = spawn_server(executable(), server!(nats, name))
-    servers = Enum.map(nats.servers, &if(&1.name == name, do: server, else: &1))
-    nats = %{nats | servers: servers}
-
-    case await_jetstream(servers, System.monotonic_time(:millisecond) + ms) do
-      :ok ->
-        nats
-
-      :error ->
-        raise "nats-server #{name} did not come back within #{ms} ms (logs in #{nats.dir})"
-    end
   end
 
   # JetStream answers once its meta group has a leader; until then it errs.

@@ -114,13 +114,16 @@ defmodule Ringbus.Bench.Replication.RingbusLoad do
 
   defp read_pass(name, from, acc) do
     case Ringbus.read(name, from, 1_000) do
-      {:ok, [], _lost} -> acc
-      {:ok, messages, _lost} -> read_pass(name, last_seq(messages) + 1, acc + count(messages))
+      {:ok, [], _lost} ->
+        acc
+
+      {:ok, messages, _lost} ->
+        {last, n} = last_and_count(messages, 0)
+        read_pass(name, last + 1, acc + n)
     end
   end
 
-  defp last_seq([{seq, _}]), do: seq
-  defp last_seq([_ | rest]), do: last_seq(rest)
-
-  defp count(messages), do: Enum.count(messages)
+  # One walk of a read's (at most 1,000) messages.
+  defp last_and_count([{seq, _}], n), do: {seq, n + 1}
+  defp last_and_count([_ | rest], n), do: last_and_count(rest, n + 1)
 end
