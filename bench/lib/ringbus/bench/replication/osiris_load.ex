@@ -31,7 +31,9 @@ defmodule Ringbus.Bench.Replication.OsirisLoad do
       epoch: 1,
       leader_node: node(),
       replica_nodes: replica_nodes,
-      retention: [{:max_bytes, max_bytes}]
+      retention: [{:max_bytes, max_bytes}],
+      # Retention drops whole segments: a quarter of the bound each.
+      max_segment_size_bytes: div(max_bytes, 4)
     }
 
     {:ok, started} = :osiris.start_cluster(config)
