@@ -49,10 +49,20 @@ defmodule Ringbus.Bench.Latency do
   request (the BEAM's timers count milliseconds), so it takes CPU from the
   cores the servers use.
 
+  ## Per-core mode
+
+  With `--pin`, `redis-server` and the Ringbus server's BEAM (one scheduler,
+  `+S 1 +SDcpu 1 +SDio 1`) run pinned to core 0, and the peak's
+  `redis-benchmark` on core 1. The generator runs in the bench VM: for the
+  measured rows that VM is pinned to core 1 (`taskset -a -p`) with one
+  scheduler online (`:erlang.system_flag/2`), both put back after. See
+  `Ringbus.Bench.Pin`. The default is the shared mode: every process on
+  every core.
+
   ## Output
 
   A table and, with `--out`, CSV with the columns
-  `system,pct_of_peak,target_rate,achieved_rate,behind,requests,errors,connections,seconds,p50_ms,p99_ms,p999_ms,max_ms,max_send_lag_ms`.
+  `mode,system,pct_of_peak,target_rate,achieved_rate,behind,requests,errors,connections,seconds,p50_ms,p99_ms,p999_ms,max_ms,max_send_lag_ms`.
 
   ## Command line options
 
@@ -62,10 +72,11 @@ defmodule Ringbus.Bench.Latency do
     * `--systems S,S,...` - some of `redis,ringbus_resp,ringbus_push` (the default).
     * `--seconds S` - how long each system runs at each rate. Default `10`.
     * `--connections N` - the generator's connections. Default `50`.
+    * `--pin` - the per-core mode (see above).
     * `--out FILE` - write the CSV to FILE.
   """
 
-  alias Ringbus.Bench.{Args, CSV, RedisServer, Resp, ServerProcess, Table}
+  alias Ringbus.Bench.{Args, CSV, Pin, RedisServer, Resp, ServerProcess, Table}
   alias Ringbus.Bench.Latency.{Generator, Histogram, Schedule}
 
   @switches [
@@ -75,7 +86,8 @@ defmodule Ringbus.Bench.Latency do
     systems: :string,
     seconds: :float,
     connections: :integer,
-    out: :string
+    out: :string,
+    pin: :boolean
   ]
 
   @systems ["redis", "ringbus_resp", "ringbus_push"]
@@ -83,7 +95,7 @@ defmodule Ringbus.Bench.Latency do
   @maxlen 200_000
   @channel "latency"
 
-  @header ~w(system pct_of_peak target_rate achieved_rate behind requests errors connections seconds) ++
+  @header ~w(mode system pct_of_peak target_rate achieved_rate behind requests errors connections seconds) ++
             ~w(p50_ms p99_ms p999_ms max_ms max_send_lag_ms)
 
   @doc "Runs the bench with command line `args`; returns the rows."
@@ -97,10 +109,11 @@ defmodule Ringbus.Bench.Latency do
 
     unless RedisServer.available?(), do: Mix.raise("redis-server is not on the PATH")
 
-    redis = RedisServer.start!()
+    if config.server_core, do: Pin.check!()
+    redis = RedisServer.start!(core: config.server_core)
 
     try do
-      ringbus = ServerProcess.start!(:ringbus)
+      ringbus = ServerProcess.start!(:ringbus, core: config.server_core)
 
       try do
         ServerProcess.command!(ringbus, "create #{@channel} #{@maxlen}")
@@ -119,10 +132,12 @@ defmodule Ringbus.Bench.Latency do
         )
 
         rows =
-          for pct <- config.rates, system <- config.systems do
-            rate = max(round(peak * pct / 100), 1)
-            measure(system, Map.fetch!(ports, system), pct, rate, config)
-          end
+          on_core(config.generator_core, fn ->
+            for pct <- config.rates, system <- config.systems do
+              rate = max(round(peak * pct / 100), 1)
+              measure(system, Map.fetch!(ports, system), pct, rate, config)
+            end
+          end)
 
         print(rows)
         if config.out, do: CSV.write!(config.out, @header, Enum.map(rows, &csv_row/1))
@@ -169,8 +184,37 @@ defmodule Ringbus.Bench.Latency do
       systems: systems,
       seconds: seconds,
       connections: Args.positive!(opts, :connections, 50),
-      out: opts[:out]
+      out: opts[:out],
+      server_core: if(opts[:pin], do: Pin.server_core()),
+      generator_core: if(opts[:pin], do: Pin.generator_core())
     }
+  end
+
+  # Runs `fun` with this VM on `core` alone, one scheduler online; puts both back after.
+  defp on_core(nil, fun), do: fun.()
+
+  defp on_core(core, fun) do
+    os_pid = System.pid()
+    {out, 0} = System.cmd("taskset", ["-c", "-p", os_pid])
+    [_, cpus] = Regex.run(~r/current affinity list: (\S+)/, out)
+    {_, 0} = System.cmd("taskset", ["-a", "-c", "-p", "#{core}", os_pid])
+    schedulers = :erlang.system_flag(:schedulers_online, 1)
+    dirty = :erlang.system_flag(:dirty_cpu_schedulers_online, 1)
+    {now, 0} = System.cmd("taskset", ["-c", "-p", os_pid])
+    [_, pinned] = Regex.run(~r/current affinity list: (\S+)/, now)
+
+    IO.puts(
+      "generator: this VM on core #{pinned}, " <>
+        "#{System.schedulers_online()} scheduler online (was #{cpus} and #{schedulers})"
+    )
+
+    try do
+      fun.()
+    after
+      :erlang.system_flag(:dirty_cpu_schedulers_online, dirty)
+      :erlang.system_flag(:schedulers_online, schedulers)
+      System.cmd("taskset", ["-a", "-c", "-p", cpus, os_pid])
+    end
   end
 
   defp measure_peak(bench, port, config) do
@@ -191,12 +235,11 @@ defmodule Ringbus.Bench.Latency do
       ] ++
         ["--csv", "XADD", "s", "MAXLEN", "#{@maxlen}", "*", "f", :binary.copy("v", @payload)]
 
-    IO.puts(
-      :stderr,
-      "==> Redis peak: redis-benchmark #{Enum.join(Enum.drop(args, -1), " ")} <16 bytes>"
-    )
+    {exe, args} = Pin.command(config.generator_core, bench, args)
+    shown = Enum.map_join(Enum.drop(args, -1), " ", &Path.basename/1)
+    IO.puts(:stderr, "==> Redis peak: #{Path.basename(exe)} #{shown} <16 bytes>")
 
-    case System.cmd(bench, args, stderr_to_stdout: true) do
+    case System.cmd(exe, args, stderr_to_stdout: true) do
       {out, 0} ->
         case Resp.parse(out) do
           {nil, _, _, _} -> Mix.raise("the peak run ended within 1 ms: raise --peak-requests")
@@ -230,6 +273,7 @@ defmodule Ringbus.Bench.Latency do
         h = r.histogram
 
         %{
+          mode: Pin.mode(config.server_core),
           system: system,
           pct: pct,
           rate: rate,
@@ -267,6 +311,7 @@ defmodule Ringbus.Bench.Latency do
   ## Output
 
   @columns [
+    {"mode", 8, :left},
     {"system", 14, :left},
     {"% peak", 7, :right},
     {"target/s", 10, :right},
@@ -288,6 +333,7 @@ defmodule Ringbus.Bench.Latency do
     for row <- rows do
       IO.puts(
         Table.line(@columns, [
+          row.mode,
           row.system,
           row.pct,
           row.rate,
@@ -319,6 +365,7 @@ defmodule Ringbus.Bench.Latency do
 
   defp csv_row(row) do
     [
+      row.mode,
       row.system,
       row.pct,
       row.rate,

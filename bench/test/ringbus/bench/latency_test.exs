@@ -8,7 +8,7 @@ defmodule Ringbus.Bench.LatencyTest do
 
   @moduletag timeout: 120_000
 
-  @header "system,pct_of_peak,target_rate,achieved_rate,behind,requests,errors,connections," <>
+  @header "mode,system,pct_of_peak,target_rate,achieved_rate,behind,requests,errors,connections," <>
             "seconds,p50_ms,p99_ms,p999_ms,max_ms,max_send_lag_ms"
 
   @tag :tmp_dir
@@ -39,7 +39,7 @@ defmodule Ringbus.Bench.LatencyTest do
     assert length(lines) == 9
 
     for line <- lines do
-      [_system, _pct, target, achieved, behind, _n, errors, conns, _s | ms] =
+      ["shared", _system, _pct, target, achieved, behind, _n, errors, conns, _s | ms] =
         String.split(line, ",")
 
       assert errors == "0"
@@ -73,6 +73,34 @@ defmodule Ringbus.Bench.LatencyTest do
     assert progress =~ "==> Redis peak: redis-benchmark -h 127.0.0.1 -p "
     assert [_, peak] = Regex.run(~r/Redis peak (\d+) XADD\/s \(redis-benchmark/, output)
     assert row.rate == max(round(String.to_integer(peak) / 100), 1)
+  end
+
+  @tag :tmp_dir
+  test "--pin runs the servers on core 0 and the generator on core 1, then unpins this VM",
+       %{tmp_dir: dir} do
+    out = Path.join(dir, "latency.csv")
+    {affinity, 0} = System.cmd("taskset", ["-c", "-p", System.pid()])
+    schedulers = System.schedulers_online()
+
+    {output, progress} =
+      BenchIO.run_quietly(fn ->
+        Latency.run(
+          ~w(--pin --peak-requests 20000 --rates 1 --seconds 0.05 --connections 2 --out) ++ [out]
+        )
+      end)
+
+    rows = Process.get(:results)
+    assert Enum.map(rows, & &1.system) == ~w(redis ringbus_resp ringbus_push)
+    assert Enum.all?(rows, &(&1.mode == "pinned"))
+    assert output =~ ~r/^pinned +ringbus_push /m
+    assert output =~ "generator: this VM on core 1, 1 scheduler online"
+    assert progress =~ "==> Redis peak: taskset -c 1 redis-benchmark"
+    assert [_ | lines] = out |> File.read!() |> String.split("\n", trim: true)
+    assert Enum.all?(lines, &String.starts_with?(&1, "pinned,"))
+
+    # This VM runs as before.
+    assert {^affinity, 0} = System.cmd("taskset", ["-c", "-p", System.pid()])
+    assert System.schedulers_online() == schedulers
   end
 
   test "RESP replies are counted whole, errors apart, the rest kept" do
