@@ -232,11 +232,15 @@ defmodule Ringbus.Bench.Latency.Generator do
     if first + answered > state.sent,
       do: exit({:shutdown, {:result, {:error, :more_replies_than_requests}}})
 
-    for k <- first..(first + answered - 1) do
-      Histogram.record(state.histogram, Schedule.latency(state.schedule, state.c, k, received))
-    end
-
+    record_each(state, first, first + answered, received)
     %{state | answered: first + answered, errors: state.errors + errors}
+  end
+
+  defp record_each(_state, last, last, _received), do: :ok
+
+  defp record_each(state, k, last, received) do
+    Histogram.record(state.histogram, Schedule.latency(state.schedule, state.c, k, received))
+    record_each(state, k + 1, last, received)
   end
 
   @doc false
