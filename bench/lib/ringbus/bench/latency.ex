@@ -5,7 +5,7 @@ defmodule Ringbus.Bench.Latency do
   against Redis and Ringbus at 25%, 50% and 75% of Redis's peak rate.
 
       mix ringbus.bench latency
-      mix ringbus.bench latency --peak 400000 --seconds 30 --out latency.csv
+      mix ringbus.bench latency --rates 10,25,50 --seconds 30 --out latency.csv
 
   ## What it runs
 
