@@ -465,6 +465,7 @@ defmodule Ringbus.Bench.Ingest do
           overwritten: info.overwritten,
           server_cpu: server_cpu,
           generator_cpu: result.cpu,
+          generator_cores: result.cores,
           cpu_mode: Pin.mode(config.server_core)
         })
     end

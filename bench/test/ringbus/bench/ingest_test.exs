@@ -24,6 +24,10 @@ defmodule Ringbus.Bench.IngestTest do
     assert Enum.map(rows, & &1.mode) ==
              ~w(request_reply pipelined batched batched_1kb encoded encoded_1kb)
 
+    # Unpinned, the generator's BEAM may run on the cores this one may.
+    [_, mask] = Regex.run(~r/^Cpus_allowed:\s*([0-9a-f]+)$/m, File.read!("/proc/self/status"))
+    assert Enum.all?(rows, &(&1.generator_cores == String.to_integer(mask, 16)))
+
     assert output =~ "msgs/s"
     assert output =~ "srv µs/msg"
     assert output =~ "Targets:"
@@ -123,6 +127,9 @@ defmodule Ringbus.Bench.IngestTest do
 
     assert Enum.map(rows, & &1.mode) == ~w(encoded batched_1kb encoded_1kb redis_xadd_1kb)
     assert Enum.all?(rows, &(&1.cpu_mode == "pinned"))
+    # The generator's BEAM may run on core 1 alone (the mask 0b10).
+    ringbus_rows = Enum.reject(rows, &(&1.mode == "redis_xadd_1kb"))
+    assert Enum.map(ringbus_rows, & &1.generator_cores) == [2, 2, 2]
     assert output =~ "Ringbus ingest, pinned: server on 127.0.0.1:"
     assert output =~ ~r/Redis: taskset -c 1 redis-benchmark -h 127.0.0.1 -p \d+ -c 2 -P 4 -n 2000/
     assert output =~ ~r/^pinned +encoded /m
