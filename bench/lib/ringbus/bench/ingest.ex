@@ -119,7 +119,7 @@ defmodule Ringbus.Bench.Ingest do
 
   A table with one row per mode, then the ratios to Redis and the targets.
   `--out` writes the rows as CSV with the columns
-  `mode,how,payload_bytes,messages,connections,pipeline,msgs_per_frame,acks,ack_frames,seconds,msgs_per_s,mb_per_s,server_cpu_us_per_msg,server_sys_pct,generator_cpu_us_per_msg,overwritten,vs_redis_xadd`:
+  `mode,how,payload_bytes,messages,connections,pipeline,msgs_per_frame,acks,ack_frames,seconds,msgs_per_s,mb_per_s,server_cpu_us_per_msg,server_sys_pct,generator_cpu_us_per_msg,overwritten,vs_redis_xadd,cpu_mode`:
   `connections` and `pipeline` (the most messages in flight on a connection)
   give each row's shape, `msgs_per_frame` is 1 for a `PUSH` or an XADD,
   `acks` the ack entries (or Redis replies) received, `ack_frames` the
