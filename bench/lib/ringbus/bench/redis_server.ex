@@ -16,22 +16,26 @@ defmodule Ringbus.Bench.RedisServer do
   @spec available?() :: boolean()
   def available?, do: System.find_executable("redis-server") != nil
 
-  @doc "Starts `redis-server` and waits until it listens; raises if it does not."
-  @spec start!(args: [String.t()], dir: Path.t()) :: t()
+  @doc """
+  Starts `redis-server` and waits until it listens; raises if it does not.
+  `args` are added to its command line (after the defaults, so they win),
+  `dir` is its working dir (for an append-only file), and with `core: N` it
+  runs pinned to core N (`Ringbus.Bench.Pin`).
+  """
+  @spec start!(args: [String.t()], dir: Path.t(), core: non_neg_integer() | nil) :: t()
   def start!(opts \\ []) do
-    opts = Keyword.validate!(opts, args: [], dir: System.tmp_dir!())
+    opts = Keyword.validate!(opts, args: [], dir: System.tmp_dir!(), core: nil)
     server = System.find_executable("redis-server") || raise "redis-server is not on the PATH"
     port = free_port()
 
+    args =
+      ["--port", "#{port}", "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"] ++
+        ["--loglevel", "warning", "--dir", opts[:dir]] ++ opts[:args]
+
+    {exe, args} = Ringbus.Bench.Pin.command(opts[:core], server, args)
+
     os_port =
-      Port.open({:spawn_executable, server}, [
-        :binary,
-        :exit_status,
-        :stderr_to_stdout,
-        args:
-          ["--port", "#{port}", "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"] ++
-            ["--loglevel", "warning", "--dir", opts[:dir]] ++ opts[:args]
-      ])
+      Port.open({:spawn_executable, exe}, [:binary, :exit_status, :stderr_to_stdout, args: args])
 
     {:os_pid, os_pid} = Port.info(os_port, :os_pid)
     redis = %{port: port, os_port: os_port, os_pid: os_pid}

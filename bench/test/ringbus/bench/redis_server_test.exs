@@ -1,9 +1,11 @@
 defmodule Ringbus.Bench.RedisServerTest do
   # The benches' own redis-server: no persistence by default; arguments
-  # that turn on an fsynced append-only file, written in a dir of the caller's.
-  use ExUnit.Case, async: true
+  # that turn on an fsynced append-only file, written in a dir of the caller's;
+  # pinned to a core.
+  use ExUnit.Case, async: false
 
   alias Ringbus.Bench.RedisServer
+  alias Ringbus.Test.Debian
 
   @moduletag :tmp_dir
 
@@ -44,5 +46,23 @@ defmodule Ringbus.Bench.RedisServerTest do
 
   test "an unknown option is an error" do
     assert_raise ArgumentError, fn -> RedisServer.start!(persist: true) end
+  end
+
+  test "core: pins redis-server to that core; stop/1 ends it" do
+    Debian.executable!("redis-server", "redis-server")
+    redis = RedisServer.start!(core: 0)
+
+    try do
+      {affinity, 0} = System.cmd("taskset", ["-c", "-p", "#{redis.os_pid}"])
+      assert affinity =~ ~r/list: 0$/m
+      {:ok, socket} = :gen_tcp.connect(~c"127.0.0.1", redis.port, [:binary, active: false])
+      :ok = :gen_tcp.send(socket, "PING\r\n")
+      assert {:ok, "+PONG\r\n"} = :gen_tcp.recv(socket, 0, 5_000)
+      :gen_tcp.close(socket)
+    after
+      RedisServer.stop(redis)
+    end
+
+    refute File.exists?("/proc/#{redis.os_pid}")
   end
 end
