@@ -191,24 +191,20 @@ defmodule Ringbus.Client.Connection do
     size = byte_size(payload) + 4
     room = state.gathered_cap - @batch_overhead - byte_size(channel)
 
-    state =
-      case state.gathered do
-        %{^channel => {_, bytes, _, _}} when bytes + size > room -> send_channel(state, channel)
-        _ -> state
-      end
+    case state.gathered do
+      %{^channel => {count, bytes, payloads, corrs}} when bytes + size <= room ->
+        entry = {count + 1, bytes + size, [payload | payloads], [corr | corrs]}
+        state = %{state | gathered: %{state.gathered | channel => entry}}
+        if bytes + size == room, do: send_channel(state, channel), else: state
 
-    entry =
-      case state.gathered do
-        %{^channel => {count, bytes, payloads, corrs}} ->
-          {count + 1, bytes + size, [payload | payloads], [corr | corrs]}
+      %{^channel => _} ->
+        state |> send_channel(channel) |> gather(channel, payload, corr)
 
-        _ ->
-          {1, size, [payload], [corr]}
-      end
-
-    state = %{state | gathered: Map.put(state.gathered, channel, entry)}
-    state = arm_linger(state)
-    if elem(entry, 1) >= room, do: send_channel(state, channel), else: state
+      _ ->
+        gathered = Map.put(state.gathered, channel, {1, size, [payload], [corr]})
+        state = arm_linger(%{state | gathered: gathered})
+        if size >= room, do: send_channel(state, channel), else: state
+    end
   end
 
   defp arm_linger(%{linger: linger, linger_timer: nil} = state) when linger > 0,
