@@ -29,7 +29,7 @@ defmodule Ringbus.Bench.Ingest do
 
   ## The modes
 
-  Each mode (`--modes`) is a row. Three use `Ringbus.Client`, whose own cost
+  Each mode (`--modes`) is a row. Four use `Ringbus.Client`, whose own cost
   per message is part of what they measure:
 
     * `request_reply` - `Ringbus.Client.push/3`: one push, wait for its ack,
@@ -40,6 +40,9 @@ defmodule Ringbus.Bench.Ingest do
       back in one `PUSH_ACKS` frame. The producer takes acks only when the
       client says `:backpressure`, and keeps its mailbox off the heap, as
       `Ringbus.Client` advises.
+    * `coalesced` - as `pipelined`, with the client's `linger: 0`: it
+      gathers the single pushes queued at once into `PUSH_BATCH` frames, and
+      still gives one ack entry per push.
     * `batched` - **batched**: `push_async/4` of lists of `--batch`
       payloads, one `PUSH_BATCH` frame and one ack entry per batch.
     * `batched_1kb` - as `batched`, with 1,024-byte payloads.
@@ -165,7 +168,15 @@ defmodule Ringbus.Bench.Ingest do
   alias Ringbus.Bench.Ingest.Redis
   alias Ringbus.Wire.Frame
 
-  @modes ["request_reply", "pipelined", "batched", "batched_1kb", "encoded", "encoded_1kb"]
+  @modes [
+    "request_reply",
+    "pipelined",
+    "coalesced",
+    "batched",
+    "batched_1kb",
+    "encoded",
+    "encoded_1kb"
+  ]
 
   @switches [
     messages: :integer,
@@ -383,6 +394,12 @@ defmodule Ringbus.Bench.Ingest do
     |> Map.put(:how, "Client.push_async/4")
   end
 
+  defp spec("coalesced", c) do
+    %{generator: "pipelined", payload: c.payload, n: c.messages, capacity: c.capacity}
+    |> Map.merge(%{connections: 1, pipeline: @max_pending, per_frame: 1, linger: 0})
+    |> Map.put(:how, "push_async/4, linger: 0")
+  end
+
   defp spec("batched", c), do: batched(c.payload, c.capacity, c)
   defp spec("batched_1kb", c), do: batched(@kb, @redis_maxlen, c)
 
@@ -431,7 +448,7 @@ defmodule Ringbus.Bench.Ingest do
       [port: port, mode: spec.generator, messages: spec.n, payload: spec.payload]
       |> Keyword.merge(channel: channel, timeout: config.timeout, max_pending: @max_pending)
       |> Keyword.merge(connections: spec.connections, window: spec.pipeline)
-      |> Keyword.merge(Keyword.take(Map.to_list(spec), [:batch, :chunk]))
+      |> Keyword.merge(Keyword.take(Map.to_list(spec), [:batch, :chunk, :linger]))
       |> Enum.flat_map(fn {key, value} -> ["--#{key |> to_string() |> dash()}", "#{value}"] end)
 
     args = if config.quiet, do: args ++ ["--quiet"], else: args
@@ -713,6 +730,11 @@ defmodule Ringbus.Bench.Ingest do
     "encoded, #{row.payload_bytes} B PUSH frames each acked and stored: " <>
       "#{round(row.msgs_per_s)} msgs/s (target >= #{@encoded_target}): " <>
       verdict(row.msgs_per_s >= @encoded_target)
+  end
+
+  defp target(%{mode: "coalesced"} = row, _config) do
+    "coalesced, push_async/4 with linger: 0: #{round(row.msgs_per_s)} msgs/s " <>
+      "(target >= #{@pipelined_target}): " <> verdict(row.msgs_per_s >= @pipelined_target)
   end
 
   defp target(%{mode: "pipelined"} = row, _config) do

@@ -16,7 +16,8 @@ defmodule Ringbus.Bench.Ingest.Generator do
   # and `cores` the mask of the cores it may run on (3 is cores 0 and 1).
   #
   # Modes: `request_reply`, `pipelined` and `batched` go through
-  # `Ringbus.Client`; `encoded` writes pre-encoded frames from raw sockets
+  # `Ringbus.Client` (`pipelined` with `--linger` is the client coalescing
+  # single pushes); `encoded` writes pre-encoded frames from raw sockets
   # (`Ringbus.Bench.Ingest.Encoded`). Progress goes to stderr, a line per 10%
   # of the messages. Every loop is bounded by the message count and by
   # `--timeout` seconds.
@@ -37,6 +38,7 @@ defmodule Ringbus.Bench.Ingest.Generator do
     connections: :integer,
     window: :integer,
     chunk: :integer,
+    linger: :integer,
     quiet: :boolean
   ]
 
@@ -118,7 +120,8 @@ defmodule Ringbus.Bench.Ingest.Generator do
         client_opts = [
           port: Keyword.fetch!(opts, :port),
           max_pending: Keyword.get(opts, :max_pending, 100_000),
-          timeout: timeout_ms
+          timeout: timeout_ms,
+          linger: Keyword.get(opts, :linger)
         ]
 
         # The acks of up to `max_pending` pushes wait in this mailbox until
