@@ -18,8 +18,9 @@ defmodule Ringbus.MixProject do
       # `MIX_ENV=prod mix release`: configured at boot by config/runtime.exs
       # (see Ringbus.Release).
       releases: [ringbus: [include_executables_for: [:unix]]],
-      # PropEr comes from Debian's erlang-proper and is used by the tests only.
-      xref: [exclude: [:proper, :proper_types, :proper_gen]]
+      # PropEr comes from Debian's erlang-proper and is used by the tests only;
+      # Osiris (bin/setup-ra) by the replication bench only.
+      xref: [exclude: [:proper, :proper_types, :proper_gen, :osiris]]
     ]
   end
 
@@ -36,7 +37,8 @@ defmodule Ringbus.MixProject do
 
   # Ra and the apps it needs (aten, gen_batch_server, seshat) come from
   # Debian's rabbitmq-server package, fetched by bin/setup-ra into _vendor/ra/
-  # the first time any mix command runs. Their ebin directories go on the code
+  # the first time any mix command runs (with Osiris, for the replication
+  # bench only, which runs bin/setup-ra itself when an older copy lacks it). Their ebin directories go on the code
   # path, so every environment compiles and runs against them and `mix release`
   # copies them into the release as it copies OTP's own applications.
   defp vendor_ra! do

@@ -60,8 +60,9 @@ defmodule Layers do
     channel: [:leaf],
     # The store owns every channel's tables: it makes its ring and anchor.
     store: [:channel, :leaf],
-    # Calls down into the channel layer and the store, never lib/ringbus.ex.
-    cluster: [:channel, :store, :leaf],
+    # Calls down into the channel layer and the store, never lib/ringbus.ex;
+    # a replicated channel's writes from other nodes go to its replica layer.
+    cluster: [:channel, :store, :replica, :leaf],
     # Replicated channels: a Ra machine applying into the channel layer's rings.
     replica: [:channel, :store, :leaf],
     # lib/ringbus.ex: creates, deletes and names the store lacks go to the cluster.

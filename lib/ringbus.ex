@@ -72,7 +72,8 @@ defmodule Ringbus do
   answers every resend with the first one's seq (see "Producer tags").
   How long a call waits is bounded by the cluster options `:call_timeout`
   and `:reply_timeout` (`Ringbus.Cluster`), or by `push/3`'s `:timeout`.
-  `channels/0` lists this node's channels.
+  `channels/0` lists this node's channels. `at_home/2` runs a function of
+  a front end's on the channel's node, with the same three outcomes.
 
   ## Producer tags
 
@@ -130,13 +131,51 @@ defmodule Ringbus do
   and see what it has applied. A member's node that restarts gets the
   channel back from its log, with its messages and counters. `info/1`
   adds `:replicas`, `:members`, `:role`, `:leader`, `:term`,
-  `:commit_index` and `:applied_index` (Ra's, as of its last tick).
+  `:commit_index` and `:applied_index` (Ra's, as of its last tick), and
+  `:replication`: each member as this node knows it, from the reports
+  every member's node sends the others each second (read from ETS: no
+  process is asked, here or on a silent node):
+
+    * `:node`, `:role` (`:leader`, `:follower`, `:candidate`, `:down`: its
+      node is not connected or runs no Raft server for the channel, or
+      `:unknown`: no report for 3 s), `:age_ms` (since this node got the
+      figures); a member whose node is not connected or silent has no
+      other figures (nil);
+    * `:term`, `:commit_index`, `:applied_index`, `:snapshot_index` (Ra's,
+      as of its last tick: with the report interval, up to about 2 s
+      old), and `:applied_seq` (the newest seq its ring held at the
+      report; -1 for none);
+    * `:lag_entries`: entries the leader committed that the member has not
+      applied (the leader's commit index as its node last heard it, within
+      3 s; nil when it has not); `:lag_ms`: how long since a report last
+      found it caught up, 0 when it is (about 2 s resolution: Ra's
+      metrics tick and the report interval);
+    * `:elections`: terms it went through since its node first saw it
+      (its node's start, or the channel's creation);
+      `:snapshot_bytes`, `:log_bytes`: its Raft directory on disk (the
+      node's shared WAL is not counted).
 
   A write answers `{:ok, seq}`, an error that means it was not done, or
   `{:error, :timeout}`: the outcome is unknown (the leader may have
   stored it before it went away). Retry such a push under the same
-  `producer: {id, n}` tag (`push/3`) and it is stored once. The channel is
-  reached only from its members' nodes.
+  `producer: {id, n}` tag (`push/3`) and it is stored once.
+
+  `add_replica/2` and `remove_replica/2` change a channel's members
+  while it takes pushes: a new member catches up from the leader (by
+  snapshot and log) and then serves reads from its own ring; a removed
+  one drops its ring and log.
+
+      :ok = Ringbus.add_replica("orders", :"b@host")
+      :ok = Ringbus.remove_replica("orders", :"b@host")
+
+  Every node of the cluster reaches a replicated channel, and its name is
+  taken on every node: a create of the same name anywhere answers
+  `{:error, :exists}`. On a node that is not a member, every function
+  here goes through the cluster link to a member whose link is up (the
+  first in `:members`' order): reads run on that member's ring, writes go
+  from that member to the leader, and `delete/1` deletes every member's.
+  The three outcomes of "In a cluster" hold, with `push/3`'s `:timeout`
+  (default 5000 ms) bounding a write.
 
   ## Incarnations
 
@@ -183,6 +222,9 @@ defmodule Ringbus do
   alias Ringbus.Channel.{Producers, Ring, Subscription}
   alias Ringbus.Cluster.Router
   alias Ringbus.Replica
+
+  # What a remote `subscriptions/2` waits beyond its survey's timeout.
+  @survey_reply_ms 100
 
   @typedoc "A channel name. Channels reached over the network are named by binaries."
   @type name :: term()
@@ -312,7 +354,26 @@ defmodule Ringbus do
         Router.create(name, Channel.validate_options!(opts), home)
 
       {replicas, opts} ->
-        Replica.create(name, Channel.validate_options!(opts), replicas)
+        create_replicated(name, Channel.validate_options!(opts), replicas)
+    end
+  end
+
+  # The name is claimed cluster-wide first, as any create's, held while the
+  # members are made, then announced with them, so every node reaches it.
+  defp create_replicated(name, opts, replicas) do
+    with {:ok, stamp} <- Router.claim(name) do
+      case Replica.create(name, opts, replicas, stamp) do
+        {:ok, members} ->
+          Router.claimed(name, [members: members] ++ opts, stamp, :ok)
+
+        # The members exist and elected no leader yet: reachable all the same.
+        {:error, :timeout, members} ->
+          _ = Router.claimed(name, [members: members] ++ opts, stamp, :ok)
+          {:error, :timeout}
+
+        error ->
+          Router.claimed(name, opts, stamp, error)
+      end
     end
   end
 
@@ -327,8 +388,94 @@ defmodule Ringbus do
   @spec delete(name()) :: :ok | {:error, :no_channel | node_error()}
   def delete(name) do
     case Store.fetch(name) do
-      {:ok, %{replica: r} = channel} when r != nil -> Replica.delete(channel, name)
-      _ -> Router.delete(name)
+      {:ok, %{replica: r} = channel} when r != nil ->
+        with :ok <- Replica.delete(channel, name), do: Router.deleted(name, Map.get(r, :stamp))
+
+      _ ->
+        Router.delete(name)
+    end
+  end
+
+  @doc """
+  Makes `node` a member of replicated channel `name` (see "Replicated
+  channels" above), through Ra's membership change. The new member gets
+  the channel's ring, a Raft log and the messages it holds, by snapshot
+  and log from the leader, then serves reads from its ring; every
+  member's catalogue records it, so restarts keep it. The channel takes
+  pushes throughout.
+
+  Errors: `:no_channel`; `:not_replicated` (a memory channel);
+  `:already_member`; `:node_down` (`node` is not connected); `:timeout`,
+  the change may or may not have been made (see `info/1`'s `:members`).
+  From a node that is not a member, the call runs on a member.
+
+      :ok = Ringbus.add_replica("orders", :"b@host")
+  """
+  @spec add_replica(name(), node()) ::
+          :ok
+          | {:error,
+             :no_channel | :not_replicated | :already_member | :node_down | :node_busy | :timeout}
+  def add_replica(name, node) when is_atom(node), do: membership(name, :add_member, node)
+
+  @doc """
+  Takes `node`'s member out of replicated channel `name`, through Ra's
+  membership change: `node` no longer holds the channel (its ring, Raft
+  log and data go), the others record it, and the channel takes pushes
+  throughout. `node` may be this one.
+
+  Errors: `:no_channel`; `:not_replicated`; `:not_member` (`node` is not
+  one); `:last_member` (delete the channel instead); `:node_down` (`node`
+  is not connected); `:timeout`, unknown as for `add_replica/2`.
+  """
+  @spec remove_replica(name(), node()) ::
+          :ok
+          | {:error,
+             :no_channel
+             | :not_replicated
+             | :not_member
+             | :last_member
+             | :node_down
+             | :node_busy
+             | :timeout}
+  def remove_replica(name, node) when is_atom(node), do: membership(name, :remove_member, node)
+
+  # Runs on a member: the replica layer makes the change, then the cluster
+  # tells every node the new members.
+  defp membership(name, change, node) do
+    case Store.fetch(name) do
+      {:ok, %{replica: nil}} ->
+        {:error, :not_replicated}
+
+      {:ok, %{replica: replica} = channel} ->
+        with {:ok, nodes} <- apply(Replica, change, [channel, name, node]) do
+          opts = [capacity: channel.capacity, overflow: channel.overflow]
+          opts = [members: nodes] ++ opts ++ [max_bytes: channel.max_bytes]
+          Router.announce(name, opts, Map.get(replica, :stamp))
+        end
+
+      {:error, :no_channel} ->
+        on_member(name, change, node)
+    end
+  end
+
+  # A management call, as a create's to the members' catalogues: it waits
+  # on the member, within the bound of a membership change.
+  defp on_member(name, change, node) do
+    fun = if change == :add_member, do: :add_replica, else: :remove_replica
+
+    case Router.replica_member(name) do
+      {:ok, member} ->
+        try do
+          :erpc.call(member, __MODULE__, fun, [name, node], 60_000)
+        catch
+          :error, {:erpc, :timeout} -> {:error, :timeout}
+          :error, {:erpc, _} -> {:error, :node_down}
+        end
+
+      :error ->
+        if match?({:ok, _}, Router.home(name)),
+          do: {:error, :not_replicated},
+          else: {:error, :no_channel}
     end
   end
 
@@ -529,7 +676,52 @@ defmodule Ringbus do
   @spec incarnation(name()) :: {:ok, pos_integer()} | {:error, :no_channel | node_error()}
   def incarnation(name), do: on_channel(name, :incarnation)
 
-  @doc "Lists the names of the channels of this node."
+  @doc """
+  Runs `apply(module, function, [name, incarnation | args])` on the node
+  that homes channel `name` (this one, or another through the cluster's
+  link to it) and answers `{:ok, result}`; `incarnation` is the channel's
+  (see "Incarnations"). For a front end that keeps state of its own beside
+  a channel (the RESP consumer groups), so that one copy of it answers for
+  the whole cluster: the module is named as data, so the cluster layer
+  depends on no front end.
+
+  The function runs in a process of the home that others wait on (the
+  link of the asking node): it must not block, call another node or
+  receive. It runs with the channel alive, and may find it deleted.
+  Errors are those of any call on a channel of another node:
+  `{:error, :no_channel}`, `:node_down` or `:node_busy` (not run), or
+  `:timeout` (it may or may not have run). What the function raises
+  raises in the caller: as it is on this node, and from another node as a
+  `RuntimeError` whose message names the channel and the exception.
+
+      defmodule Tally do
+        # Runs where "events" lives, with its name and incarnation first.
+        def bump(_name, _incarnation, by), do: :ets.update_counter(:tallies, :events, by)
+      end
+
+      {:ok, n} = Ringbus.at_home("events", {Tally, :bump, [1]})
+  """
+  @spec at_home(name(), {module(), atom(), list()}) ::
+          {:ok, term()} | {:error, :no_channel | node_error()}
+  def at_home(name, {module, function, args})
+      when is_atom(module) and is_atom(function) and is_list(args) do
+    case Store.fetch(name) do
+      {:ok, channel} ->
+        {:ok, apply(module, function, [name, channel.incarnation | args])}
+
+      {:error, :no_channel} ->
+        case Router.request(name, {:apply, module, function, args}) do
+          {:error, {:raised, banner}} -> raise "at the home of #{inspect(name)}: " <> banner
+          answer -> answer
+        end
+    end
+  end
+
+  @doc """
+  Lists the names of the channels homed on this node; a channel of another
+  node is not listed. `Ringbus.Cluster.channels/0` lists every node's, with
+  its home.
+  """
   @spec channels() :: [name()]
   def channels, do: Store.names()
 
@@ -599,13 +791,19 @@ defmodule Ringbus do
   A subscription that does not answer in time (busy, or ending) is listed
   with nil figures.
 
+  A channel of another node is surveyed there, and the call waits at most
+  `:timeout` plus 100 ms; its answer is an error as for any remote call
+  (`node_down`, `node_busy`: not surveyed; `timeout`: no answer in time).
+  The `:subscriber` of a subscription taken from another node is the link
+  that forwards its batches to that node.
+
   ## Options
 
     * `:timeout` - ms to wait for all answers. Defaults to `100`.
     * `:limit` - subscriptions asked at most. Defaults to `1000`.
   """
   @spec subscriptions(name(), timeout: timeout(), limit: pos_integer()) ::
-          {:ok, [Subscription.figures()]} | {:error, :no_channel}
+          {:ok, [Subscription.figures()]} | {:error, :no_channel | node_error()}
   def subscriptions(name, opts \\ []) do
     opts = Ringbus.Options.validate!(opts, [timeout: 100, limit: 1000], "subscriptions")
 
@@ -623,11 +821,25 @@ defmodule Ringbus do
       "a positive integer"
     )
 
-    with {:ok, channel} <- Store.fetch(name),
-         do: {:ok, Subscription.survey(channel, opts[:timeout], opts[:limit])}
+    case Store.fetch(name) do
+      {:ok, channel} ->
+        {:ok, Subscription.survey(channel, opts[:timeout], opts[:limit])}
+
+      # The survey runs at the channel's home; the call waits for it plus a reply's time.
+      {:error, :no_channel} ->
+        op = {:subscriptions, opts[:timeout], opts[:limit]}
+        Router.request(name, op, opts[:timeout] + @survey_reply_ms)
+    end
   end
 
-  @doc "Returns `count` messages of credit to a subscription."
+  @doc """
+  Returns `count` messages of credit to a subscription.
+
+  `{:error, :no_subscription}` when the subscription has ended here, or is
+  homed on a node that is down or has restarted since (it ended with it).
+  For a live home node the credit goes out without waiting, and `:ok` means
+  it is on its way.
+  """
   @spec ack(subscription(), pos_integer()) :: :ok | {:error, :no_subscription}
   def ack({pid, ref} = sub, count)
       when is_pid(pid) and is_reference(ref) and is_integer(count) and count > 0 do
@@ -637,6 +849,10 @@ defmodule Ringbus do
   @doc """
   Ends a subscription. Batches already in the subscriber's mailbox stay there;
   once it returns, no more are sent.
+
+  For a subscription homed on another node, `{:error, :node_busy}` means the
+  link to that node did not take the request within `:call_timeout`: it was
+  not carried out, and the subscription goes on (call again).
   """
   @spec unsubscribe(subscription()) :: :ok | {:error, :no_subscription | :node_busy}
   def unsubscribe({pid, ref} = sub) when is_pid(pid) and is_reference(ref) do
@@ -646,10 +862,12 @@ defmodule Ringbus do
   @doc """
   The cluster as this node sees it: its members and, per remote node, the
   link's state, queued bytes, batches sent, drops and suspensions. See
-  `Ringbus.Cluster.info/0`.
+  `Ringbus.Cluster.info/0`. `:replicas` lists this node's replicated
+  channels, each with its members as `info/1`'s `:replication` shows them.
   """
-  @spec cluster_info() :: Ringbus.Cluster.info()
-  def cluster_info, do: Ringbus.Cluster.info()
+  @spec cluster_info() :: map()
+  def cluster_info,
+    do: Map.put(Ringbus.Cluster.info(), :replicas, Replica.Reporter.channels())
 
   # The one path of every operation on a named channel: run here on a
   # channel of this node, else at its home through the cluster (which

@@ -12,6 +12,8 @@ defmodule Ringbus.Application do
   # │                               restarts with the store, whose channels
   # │                               it announces
   # ├── Ringbus.Server.Directory    the servers listening on this node (a Registry)
+  # ├── Ringbus.Resp.GroupTable     owns the RESP consumer groups of the streams
+  # │                               this node homes (Ringbus.Release.node_children/0)
   # └── in a release: the channels, servers and HTTP endpoint its runtime
   #     configuration declares (`Ringbus.Release`)
   #
@@ -31,6 +33,7 @@ defmodule Ringbus.Application do
         Ringbus.Cluster.Supervisor,
         Ringbus.Server.Directory
       ] ++
+        Ringbus.Release.node_children() ++
         Ringbus.Release.children(Application.get_env(:ringbus, :release))
 
     Supervisor.start_link(children, strategy: :rest_for_one, name: Ringbus.Supervisor)

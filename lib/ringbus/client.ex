@@ -62,6 +62,25 @@ defmodule Ringbus.Client do
   `ack: false` a push is sent in no-ack mode: the server stores it and says
   nothing, not even when it fails, and `push_async/4` returns `:ok`.
 
+  ### Coalescing
+
+  A producer of many small pushes gets further with `linger:` on
+  `connect/1`, as Kafka's producer does with `linger.ms` and `batch.size`:
+  `push_async/4` of a single payload (acked, with no options) hands the
+  payload to the connection, which gathers those of each channel and sends
+  them as one `PUSH_BATCH` when `:batch_bytes` have gathered, when it has
+  nothing else to do (`linger: 0`, no added wait) or when `linger`
+  milliseconds have passed since the first one gathered. The owner still
+  gets one `{corr, {:ok, seq}}` entry per push, with the seq of that push's
+  own message; the acks of one channel come in the order of its pushes,
+  those of different channels in the order their batches went. Any other
+  request sends what has gathered first, so nothing is reordered against
+  it. A coalesced batch is stored or refused whole: on a `:reject` channel
+  without room for all of it, or on a channel whose `max_bytes` is below
+  the batch's bytes, each of its pushes is answered with the error (none of
+  them stored), where pushes sent one by one might have been stored in
+  part. Keep `:batch_bytes` below such a channel's `max_bytes`.
+
   ### Backpressure
 
   At most `:max_pending` async messages (default 100,000) are in flight: a
@@ -194,7 +213,7 @@ defmodule Ringbus.Client do
   alias Ringbus.Wire.Frame
 
   @enforce_keys [:pid, :counters, :max_pending, :max_frame_size, :timeout]
-  defstruct [:pid, :counters, :max_pending, :max_frame_size, :timeout]
+  defstruct [:pid, :counters, :max_pending, :max_frame_size, :timeout, linger: nil]
 
   @typedoc "A connected client, as returned by `connect/1`."
   @type t :: %__MODULE__{
@@ -202,7 +221,8 @@ defmodule Ringbus.Client do
           counters: :atomics.atomics_ref(),
           max_pending: pos_integer(),
           max_frame_size: pos_integer(),
-          timeout: timeout()
+          timeout: timeout(),
+          linger: non_neg_integer() | nil
         }
 
   @typedoc "A correlation id: identifies an async push in the owner's `:ringbus_acks` messages."
@@ -238,6 +258,12 @@ defmodule Ringbus.Client do
     * `:buffer_size` - socket buffer sizes, in bytes. Default 1 MiB.
     * `:send_timeout` - milliseconds a write may wait on a server that does
       not read before the connection closes. Default `30_000`.
+    * `:linger` - coalesce `push_async/4` calls of single payloads (see
+      Coalescing): `0` sends what has gathered as soon as the connection has
+      nothing else to do, `n` waits up to `n` milliseconds for more. Default
+      `nil`: every push is its own `PUSH` frame.
+    * `:batch_bytes` - with `:linger`, a channel's gathered payloads go out
+      once they add up to this many bytes. Default `65_536`.
   """
   @type options :: [
           host: String.t() | charlist() | :inet.ip_address(),
@@ -249,13 +275,19 @@ defmodule Ringbus.Client do
           owner: pid(),
           max_pending: pos_integer(),
           buffer_size: pos_integer(),
-          send_timeout: pos_integer()
+          send_timeout: pos_integer(),
+          linger: non_neg_integer() | nil,
+          batch_bytes: pos_integer()
         ]
 
   # 14 bytes of PUSH_ACKS entry per pending push: 250,000 of them (3.5 MB)
   # fit in the socket buffers and the server's output queue, so the server
   # never blocks writing acks while this client blocks writing pushes.
   @max_pending_limit 250_000
+
+  # A PUSH frame's bytes besides its name and payload, counted against the
+  # server's max frame size (which excludes the 4-byte length).
+  @push_overhead 12
 
   ## Connecting
 
@@ -281,7 +313,9 @@ defmodule Ringbus.Client do
         owner: self(),
         max_pending: 100_000,
         buffer_size: 1024 * 1024,
-        send_timeout: 30_000
+        send_timeout: 30_000,
+        linger: nil,
+        batch_bytes: 65_536
       )
 
     host = host!(opts[:host])
@@ -299,9 +333,16 @@ defmodule Ringbus.Client do
     Options.check!(:timeout, opts[:timeout], &timeout?/1, "a positive integer or :infinity")
     Options.check!(:owner, opts[:owner], &is_pid/1, "a pid")
 
-    for key <- [:buffer_size, :send_timeout] do
+    for key <- [:buffer_size, :send_timeout, :batch_bytes] do
       Options.check!(key, opts[key], &Options.positive?/1, "a positive integer")
     end
+
+    Options.check!(
+      :linger,
+      opts[:linger],
+      &(is_nil(&1) or (is_integer(&1) and &1 >= 0)),
+      "nil or a non-negative integer"
+    )
 
     Options.check!(
       :max_pending,
@@ -328,10 +369,18 @@ defmodule Ringbus.Client do
       counters: Counters.new(),
       max_pending: opts[:max_pending],
       max_frame_size: limits.max_frame_size,
-      timeout: opts[:timeout]
+      timeout: opts[:timeout],
+      linger: opts[:linger]
     }
 
-    args = %{client: client, kind: kind, socket: socket, owner: opts[:owner], limits: limits}
+    args = %{
+      client: client,
+      kind: kind,
+      socket: socket,
+      owner: opts[:owner],
+      limits: limits,
+      batch_bytes: opts[:batch_bytes]
+    }
 
     # The process puts its own pid in the struct, as the caller does here.
     {:ok, pid} = Connection.start(args)
@@ -376,21 +425,34 @@ defmodule Ringbus.Client do
       `:drop_oldest`.
     * `:max_bytes` - the most payload bytes the channel holds, or `nil` for
       no bound but the capacity (see `Ringbus.Channel`). Default `nil`.
+    * `:replicas` - an integer in 1..255: the channel is replicated and
+      durable, on the server's node and `replicas - 1` other nodes of its
+      cluster (see "Replicated channels" in `Ringbus`); `nil` for a memory
+      channel. A server with fewer nodes connected answers
+      `{:error, :node_down}`. Default `nil`.
   """
   @type create_options :: [
           capacity: pos_integer(),
           overflow: :drop_oldest | :reject,
-          max_bytes: pos_integer() | nil
+          max_bytes: pos_integer() | nil,
+          replicas: 1..255 | nil
         ]
 
   @doc """
   Creates a channel. Returns `{:error, :exists}` if there is one of that name.
 
       :ok = Ringbus.Client.create(client, "events", capacity: 1_000_000, overflow: :drop_oldest)
+      :ok = Ringbus.Client.create(client, "orders", capacity: 100_000, replicas: 3)
   """
   @spec create(t(), channel(), create_options()) :: :ok | {:error, reason()}
   def create(client, channel, opts) do
-    opts = Options.validate!(opts, [:capacity, overflow: :drop_oldest, max_bytes: nil], "create")
+    opts =
+      Options.validate!(
+        opts,
+        [:capacity, overflow: :drop_oldest, max_bytes: nil, replicas: nil],
+        "create"
+      )
+
     capacity = opts[:capacity]
 
     Options.check!(
@@ -414,7 +476,18 @@ defmodule Ringbus.Client do
       "a positive integer below 2^64, or nil"
     )
 
-    call(client, &{:create, &1, channel!(channel), capacity, opts[:overflow], opts[:max_bytes]})
+    Options.check!(
+      :replicas,
+      opts[:replicas],
+      &(&1 == nil or (is_integer(&1) and &1 in 1..255)),
+      "an integer in 1..255, or nil"
+    )
+
+    call(
+      client,
+      &{:create, &1, channel!(channel), capacity, opts[:overflow], opts[:max_bytes],
+       opts[:replicas]}
+    )
   end
 
   @doc "Like `create/3`, but raises `Ringbus.Client.Error` on failure."
@@ -541,6 +614,10 @@ defmodule Ringbus.Client do
           {:ok, corr()} | :ok | {:error, :backpressure | :frame_too_large | :closed}
   def push_async(client, channel, payload_or_payloads, opts \\ [])
 
+  def push_async(%__MODULE__{linger: linger} = client, channel, payload, [])
+      when is_binary(payload) and is_integer(linger),
+      do: coalesce(client, channel!(channel), payload)
+
   def push_async(%__MODULE__{} = client, channel, payload, opts) when is_binary(payload) do
     mode = ack_mode(opts)
     channel = channel!(channel)
@@ -600,6 +677,28 @@ defmodule Ringbus.Client do
           error ->
             Counters.release(counters, count)
             error
+        end
+    end
+  end
+
+  # The payload goes to the connection as it is; the connection gathers it
+  # with the others of its channel into one PUSH_BATCH (see Coalescing).
+  defp coalesce(%__MODULE__{counters: counters} = client, channel, payload) do
+    cond do
+      byte_size(payload) + byte_size(channel) + @push_overhead > client.max_frame_size ->
+        {:error, :frame_too_large}
+
+      not Counters.reserve(counters, 1, client.max_pending) ->
+        {:error, :backpressure}
+
+      true ->
+        corr = Counters.next_corr(counters)
+
+        if Counters.send_open(counters, client.pid, {:ringbus_coalesce, channel, payload, corr}) do
+          {:ok, corr}
+        else
+          Counters.release(counters, 1)
+          {:error, :closed}
         end
     end
   end

@@ -28,7 +28,7 @@ defmodule Ringbus.Cluster do
   ## One API everywhere
 
   `Ringbus.push/2`, `push_many/2`, `pull/1`, `read/3`, `len/1`, `info/1`,
-  `subscribe/2`, `ack/2`, `unsubscribe/1` and `delete/1` take the same
+  `subscribe/2`, `subscriptions/2`, `ack/2`, `unsubscribe/1` and `delete/1` take the same
   arguments and return the same values on any node. A channel of this node
   takes the local path, unchanged: the cluster adds nothing to it. A channel
   of another node goes through the link to that node. Such a call has
@@ -117,6 +117,7 @@ defmodule Ringbus.Cluster do
   and the protocols.
   """
 
+  alias Ringbus.Store
   alias Ringbus.Cluster.{Directory, Links, Members, Router}
 
   @typedoc "One link's figures in `info/0`."
@@ -174,6 +175,21 @@ defmodule Ringbus.Cluster do
   """
   @spec forget_node(node()) :: {:ok, non_neg_integer()} | {:error, :node_up}
   def forget_node(node) when is_atom(node), do: Directory.forget(node)
+
+  @doc """
+  Every channel of the cluster as this node's directory knows it, name =>
+  home node: this node's own, and those the other nodes announced. A read
+  of ETS here, no call, so no node is asked and a silent one delays
+  nothing: the channels of a node that is down or silent are listed with
+  it as their home (calls to them answer `node_down` or `node_busy`), and
+  a channel created elsewhere a moment ago may not be listed yet.
+  `Ringbus.channels/0` lists this node's only.
+  """
+  @spec channels() :: %{term() => node()}
+  def channels do
+    local = for name <- Store.names(), into: %{}, do: {name, node()}
+    Map.merge(Map.new(Directory.entries()), local)
+  end
 
   @doc "This node and the members connected to it now, this node first."
   @spec members() :: [node()]

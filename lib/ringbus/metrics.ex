@@ -20,7 +20,10 @@ defmodule Ringbus.Metrics do
   (`Ringbus.subscriptions/2`), all of a snapshot's within one deadline
   (`:timeout`): a busy subscription is listed without figures rather than
   waited for. The cluster's figures come from `Ringbus.cluster_info/0` when
-  the node runs the cluster layer.
+  the node runs the cluster layer. A replicated channel's `ringbus_replica_*`
+  families are its member on this node, from `Ringbus.info/1`'s
+  `:replication` (an ETS read: the figures its node's reporter wrote last,
+  each second); each node exports its own member.
 
   ## Metric families
 
@@ -29,7 +32,9 @@ defmodule Ringbus.Metrics do
   (the name a subscription was given, else its client's `ip:port` for a
   network subscriber; see `subscriber_labels/2`), `protocol` and `port` (a
   listening server),
-  `code` (an error's name), `reason`, `state`, `kind`, `node`, `outcome`
+  `code` (an error's name), `role` (this node's member of a replicated
+  channel: `leader`, `follower`, `candidate`, `down`, `unknown`), `reason`,
+  `state`, `kind`, `node`, `outcome`
   (a cluster call's: `ok`, `refused` or `timeout`), `stream` and `group` (a
   RESP consumer group), and `le` (a histogram's bucket).
 

@@ -83,6 +83,14 @@ defmodule Ringbus.Release do
   @type boot :: Ringbus.Release.Config.boot()
 
   @doc """
+  What every node runs for its front ends, release or not, before any
+  server: the owner of the RESP consumer groups of the streams it homes
+  (`Ringbus.Resp.GroupTable`).
+  """
+  @spec node_children() :: [module()]
+  def node_children, do: [Ringbus.Resp.GroupTable]
+
+  @doc """
   The children `Ringbus.Application` starts for a boot configuration:
   none without one (outside a release, or when embedded).
   """

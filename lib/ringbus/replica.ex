@@ -7,7 +7,7 @@ defmodule Ringbus.Replica do
 
   alias Ringbus.{Channel, Options}
   alias Ringbus.Channel.Ring
-  alias Ringbus.Replica.Catalogue
+  alias Ringbus.Replica.{Catalogue, Reporter}
 
   @default_timeout 5_000
   # A create or delete waits on each member this long at most.
@@ -16,16 +16,22 @@ defmodule Ringbus.Replica do
   @doc """
   Creates replicated channel `name` on this node and the first
   `replicas - 1` nodes of `Node.list/0`, and waits for its leader.
+  `stamp` is the cluster's claim on the name, kept in the handle so that
+  every member announces the channel alike. Returns the members' nodes;
+  `{:error, :timeout, nodes}` when the members exist and elected no leader
+  in time.
   """
-  @spec create(term(), Channel.options(), pos_integer()) ::
-          :ok | {:error, :exists | :node_down | :node_busy | :timeout}
-  def create(name, opts, replicas) do
+  @spec create(term(), Channel.options(), pos_integer(), term()) ::
+          {:ok, [node()]}
+          | {:error, :exists | :node_down | :node_busy}
+          | {:error, :timeout, [node()]}
+  def create(name, opts, replicas, stamp) do
     nodes = Enum.take([node() | Node.list()], replicas)
 
     if length(nodes) < replicas do
       {:error, :node_down}
     else
-      replica = handle(name, nodes)
+      replica = name |> handle(nodes) |> Map.put(:stamp, stamp)
       # Drawn once, kept in every member's catalogue: a restart keeps it.
       opts = Keyword.put(opts, :incarnation, Ring.new_incarnation())
       create_members(name, opts, replica, nodes, [])
@@ -47,10 +53,11 @@ defmodule Ringbus.Replica do
 
   defp create_members(_name, _opts, replica, [], _done) do
     :ok = :ra.trigger_election(replica.server)
+    nodes = for {_, n} <- replica.members, do: n
 
     case :ra.members(replica.server, @manage_timeout) do
-      {:ok, _members, _leader} -> :ok
-      _ -> {:error, :timeout}
+      {:ok, _members, _leader} -> {:ok, nodes}
+      _ -> {:error, :timeout, nodes}
     end
   end
 
@@ -83,6 +90,111 @@ defmodule Ringbus.Replica do
       nil -> :ok
       error -> error
     end
+  end
+
+  @doc """
+  Makes `node` a member of replicated channel `name` (whose handle this
+  node holds): its ring, Ra server and writer there, then Ra's membership
+  change (`:ra.add_member/3`), then every member's catalogue. The new
+  member catches up from the leader by snapshot and log. Returns the
+  members' nodes.
+  """
+  @spec add_member(Channel.t(), term(), node()) ::
+          {:ok, [node()]}
+          | {:error, :already_member | :node_down | :node_busy | :timeout | term()}
+  def add_member(%Channel{replica: replica} = channel, name, node) do
+    id = {replica.cluster, node}
+
+    cond do
+      id in replica.members ->
+        {:error, :already_member}
+
+      node not in Node.list() ->
+        {:error, :node_down}
+
+      true ->
+        members = replica.members ++ [id]
+        member = %{replica | members: members, server: id}
+
+        with :ok <- Catalogue.create(node, name, opts(channel), member, @manage_timeout),
+             :ok <- change(:add_member, replica.server, id, fn -> undo_add(node, name) end) do
+          put_members(name, members)
+        end
+    end
+  end
+
+  @doc """
+  Takes `node`'s member out of replicated channel `name`: Ra's membership
+  change (`:ra.remove_member/3`), then its writer, server, data and ring on
+  `node`, then the other members' catalogues. Returns the members' nodes.
+  """
+  @spec remove_member(Channel.t(), term(), node()) ::
+          {:ok, [node()]}
+          | {:error, :not_member | :last_member | :node_down | :node_busy | :timeout | term()}
+  def remove_member(%Channel{replica: replica}, name, node) do
+    id = {replica.cluster, node}
+
+    cond do
+      id not in replica.members ->
+        {:error, :not_member}
+
+      replica.members == [id] ->
+        {:error, :last_member}
+
+      node != node() and node not in Node.list() ->
+        {:error, :node_down}
+
+      true ->
+        # Asked of a member that stays, which knows the leader after.
+        [stays | _] = replica.members -- [id]
+
+        with :ok <- change(:remove_member, stays, id, fn -> :ok end) do
+          _ = Catalogue.delete(node, name, @manage_timeout)
+          put_members(name, replica.members -- [id])
+        end
+    end
+  end
+
+  # One membership change through the leader. A timeout leaves it unknown:
+  # it may commit later, so nothing is undone then.
+  defp change(fun, server, id, undo) do
+    case apply(:ra, fun, [server, id, @manage_timeout]) do
+      {:ok, _index, _leader} ->
+        :ok
+
+      {:timeout, _leader} ->
+        {:error, :timeout}
+
+      {:error, reason} ->
+        undo.()
+        {:error, reason}
+    end
+  end
+
+  defp undo_add(node, name) do
+    _ = Catalogue.delete(node, name, @manage_timeout)
+    :ok
+  end
+
+  # Every member records the membership, so that its restarts keep it.
+  defp put_members(name, members) do
+    results =
+      for {_, node} <- members, do: Catalogue.put_members(node, name, members, @manage_timeout)
+
+    case Enum.find(results, &(&1 != :ok)) do
+      nil -> {:ok, for({_, node} <- members, do: node)}
+      error -> error
+    end
+  end
+
+  # What a member's catalogue keeps, read back from the handle.
+  defp opts(channel) do
+    [
+      capacity: channel.capacity,
+      overflow: channel.overflow,
+      max_bytes: channel.max_bytes,
+      incarnation: channel.incarnation
+    ]
   end
 
   @doc """
@@ -161,7 +273,9 @@ defmodule Ringbus.Replica do
   @doc """
   The ring's figures and the member's: `replicas`, `members` (nodes),
   `role`, `term`, `commit_index`, `applied_index`, `leader` (a node, or
-  nil). Ra's figures are read from its tables, as of its last tick.
+  nil). Ra's figures are read from its tables, as of its last tick;
+  `replication` is each member's `Ringbus.Replica.Member` figures, as the
+  reporters last told this node (`Ringbus.Replica.Reporter`).
   """
   @spec info(Channel.t()) :: map()
   def info(%Channel{replica: replica} = channel) do
@@ -189,7 +303,8 @@ defmodule Ringbus.Replica do
       term: term,
       commit_index: commit,
       applied_index: applied,
-      leader: leader
+      leader: leader,
+      replication: Reporter.members(replica)
     })
   end
 

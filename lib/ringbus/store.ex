@@ -87,9 +87,22 @@ defmodule Ringbus.Store do
   @spec delete(Channel.name()) :: :ok | {:error, :no_channel}
   def delete(name), do: GenServer.call(__MODULE__, {:delete, name}, :infinity)
 
+  @doc """
+  Replaces the `:replica` of replicated channel `name`'s handle (its
+  members changed); cached handles are refreshed on their next use.
+  """
+  @spec put_replica(Channel.name(), map()) :: :ok | {:error, :no_channel}
+  def put_replica(name, replica),
+    do: GenServer.call(__MODULE__, {:put_replica, name, replica}, :infinity)
+
   @doc "Lists the names of all channels."
   @spec names() :: [Channel.name()]
   def names, do: :ets.select(@channels, [{{:"$1", :_}, [], [:"$1"]}])
+
+  @doc "The replicated channels this store holds, as `{name, channel}`."
+  @spec replicated() :: [{Channel.name(), Channel.t()}]
+  def replicated,
+    do: :ets.select(@channels, [{{:_, %{replica: :"$1"}}, [{:"/=", :"$1", nil}], [:"$_"]}])
 
   @impl true
   def init(:ok) do
@@ -114,6 +127,18 @@ defmodule Ringbus.Store do
     else
       :ets.insert(@channels, {name, new_channel(opts)})
       {:reply, :ok, state}
+    end
+  end
+
+  def handle_call({:put_replica, name, replica}, _from, state) do
+    case :ets.lookup(@channels, name) do
+      [{_, %{replica: old} = channel}] when old != nil ->
+        :ets.insert(@channels, {name, %{channel | replica: replica}})
+        bump_version()
+        {:reply, :ok, state}
+
+      _ ->
+        {:reply, {:error, :no_channel}, state}
     end
   end
 

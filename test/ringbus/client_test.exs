@@ -322,6 +322,115 @@ defmodule Ringbus.ClientTest do
     end
   end
 
+  describe "push_async/4 with :linger (coalescing)" do
+    test "pushes queued at once go as batches, and each gets its own ack and seq",
+         %{port: port} do
+      c = connect!(port, linger: 0)
+      :ok = Client.create!(c, "co.a", capacity: 100_000)
+      :ok = Client.create!(c, "co.b", capacity: 100_000)
+      n = 5_000
+      frames_before = server_frames_in()
+
+      # Suspended, the connection finds every push in its mailbox at once.
+      :ok = :sys.suspend(c.pid)
+
+      sent =
+        for i <- 1..n do
+          channel = if rem(i, 3) == 0, do: "co.b", else: "co.a"
+          {:ok, corr} = Client.push_async(c, channel, <<i::64>>)
+          {corr, channel, <<i::64>>}
+        end
+
+      :ok = :sys.resume(c.pid)
+      {acks, _} = await_acks(c, n)
+      assert Client.pending(c) == 0
+
+      # One entry per push (a channel's in the order sent), each naming where
+      # its payload is.
+      assert Enum.sort(Enum.map(acks, &elem(&1, 0))) == Enum.map(sent, &elem(&1, 0))
+      seqs = Map.new(acks, fn {corr, {:ok, seq}} -> {corr, seq} end)
+
+      for {corr, channel, payload} <- sent do
+        seq = Map.fetch!(seqs, corr)
+        assert {:ok, [{^seq, ^payload}], 0} = Ringbus.read(channel, seq, 1)
+      end
+
+      # Each channel holds its payloads in the order they were pushed.
+      for channel <- ["co.a", "co.b"] do
+        {:ok, stored, 0} = Ringbus.read(channel, 0, n)
+        mine = for {_, ^channel, payload} <- sent, do: payload
+        assert Enum.map(stored, &elem(&1, 1)) == mine
+      end
+
+      # Far fewer frames than pushes reached the server.
+      assert server_frames_in() - frames_before < div(n, 10)
+    end
+
+    test "a request sent after coalesced pushes is carried out after them", %{port: port} do
+      c = connect!(port, linger: 60_000)
+      for i <- 1..10, do: {:ok, _} = Client.push_async(c, "co.order", "#{i}")
+      # The sync push sends what has gathered first, though the linger is long.
+      assert {:ok, 10} = Client.push(c, "co.order", "11")
+      {acks, _} = await_acks(c, 10)
+      assert Enum.map(acks, fn {_, {:ok, seq}} -> seq end) == Enum.to_list(0..9)
+    end
+
+    test "with a linger, pushes wait for it, then go together", %{port: port} do
+      c = connect!(port, linger: 200)
+      for i <- 1..5, do: {:ok, _} = Client.push_async(c, "co.linger", "#{i}")
+      Process.sleep(50)
+      assert Ringbus.len("co.linger") in [0, {:error, :no_channel}]
+      {acks, _} = await_acks(c, 5)
+      assert Enum.map(acks, fn {_, {:ok, seq}} -> seq end) == Enum.to_list(0..4)
+    end
+
+    test "a refused batch refuses each of its pushes, and stores none", %{port: port} do
+      c = connect!(port, linger: 0)
+      :ok = Client.create!(c, "co.full", capacity: 4, overflow: :reject)
+      :ok = :sys.suspend(c.pid)
+      for i <- 1..6, do: {:ok, _} = Client.push_async(c, "co.full", "#{i}")
+      :ok = :sys.resume(c.pid)
+      {acks, _} = await_acks(c, 6)
+      assert Enum.map(acks, &elem(&1, 1)) == List.duplicate({:error, :full}, 6)
+      assert Ringbus.len("co.full") == 0
+    end
+
+    test ":batch_bytes bounds a batch", %{port: port} do
+      c = connect!(port, linger: 60_000, batch_bytes: 100)
+      # 25 payloads of 20 bytes: a batch fills and goes without the linger.
+      for _ <- 1..25, do: {:ok, _} = Client.push_async(c, "co.cap", :binary.copy("x", 20))
+      {acks, _} = await_acks(c, 20)
+      assert Enum.all?(acks, &match?({_, {:ok, _}}, &1))
+      assert Client.pending(c) in 1..5
+    end
+
+    test "pushes still gathered when the connection is lost are answered :closed" do
+      {port, _server} =
+        fake_server(fn socket ->
+          {:ok, _} = :gen_tcp.recv(socket, 0)
+          :gen_tcp.close(socket)
+        end)
+
+      c = Client.connect!(port: port, linger: 60_000)
+      corrs = for i <- 1..3, do: elem(Client.push_async(c, "co.gone", "#{i}"), 1)
+      {:error, :closed} = Client.ping(c)
+      assert_receive {:ringbus_acks, ^c, acks}
+      assert Enum.sort(acks) == Enum.sort(for corr <- corrs, do: {corr, {:error, :closed}})
+    end
+
+    test "a payload above the server's max frame size is not sent", %{port: port} do
+      c = connect!(port, linger: 0)
+      big = :binary.copy("x", Client.max_frame_size(c))
+      assert {:error, :frame_too_large} = Client.push_async(c, "co.big", big)
+      assert Client.pending(c) == 0
+    end
+
+    test "bad options raise", %{port: port} do
+      assert_raise ArgumentError, ~r/linger/, fn -> connect!(port, linger: -1) end
+      assert_raise ArgumentError, ~r/batch_bytes/, fn -> connect!(port, batch_bytes: 0) end
+    end
+  end
+
   describe "subscriptions" do
     test "deliveries under credit, ack, unsubscribe", %{port: port} do
       c = connect!(port)
@@ -509,6 +618,13 @@ defmodule Ringbus.ClientTest do
   end
 
   # A listener that says HELLO_OK to one client, then runs `fun` on the socket.
+  # Frames the binary connections of this node's servers have read.
+  defp server_frames_in do
+    for %{protocol: :binary, frames_in: n} <- Ringbus.Server.clients(),
+        reduce: 0,
+        do: (acc -> acc + n)
+  end
+
   defp fake_server(fun, idle_timeout \\ :infinity) do
     {:ok, listen} = :gen_tcp.listen(0, [:binary, active: false, ip: {127, 0, 0, 1}])
     {:ok, port} = :inet.port(listen)

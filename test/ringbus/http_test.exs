@@ -56,6 +56,49 @@ defmodule Ringbus.HTTPTest do
     assert {"", 0} = Promtool.check(body)
   end
 
+  test "a replicated channel's member: in /metrics (promtool accepts it) and on /status, .json, .txt",
+       %{url: url} do
+    :ok = Ringbus.create("durable-shown", replicas: 1, capacity: 10)
+    {:ok, _} = Ringbus.push_many("durable-shown", ~w(a b))
+    me = Atom.to_string(node())
+
+    # Its figures come with this node's next report, Ra's after its next tick.
+    assert eventually(
+             fn ->
+               {_, _, body} = get(url <> "/metrics")
+               body =~ ~r/^ringbus_replica_applied_index\{channel="durable-shown"\} [1-9]/m
+             end,
+             1000
+           )
+
+    {200, _, body} = get(url <> "/metrics")
+    assert {"", 0} = Promtool.check(body)
+    assert body =~ ~s(ringbus_replica_role{channel="durable-shown",role="leader"} 1\n)
+    assert body =~ ~s(ringbus_replica_lag_entries{channel="durable-shown"} 0\n)
+    assert body =~ ~s(ringbus_replica_lag_seconds{channel="durable-shown"} 0.0\n)
+
+    for family <- ~w(term commit_index elections_total snapshot_bytes log_bytes),
+        do: assert(body =~ ~r/^ringbus_replica_#{family}\{channel="durable-shown"\} \d+\n/m)
+
+    {200, _, html} = get(url <> "/status")
+    assert html =~ ~s(<table id="replicas">)
+
+    assert html =~
+             ~s(<td class="name">durable-shown</td><td class="name">#{me}</td><td class="name">leader</td>)
+
+    {200, _, json} = get(url <> "/status.json")
+    assert json =~ ~r/"replicas":\[\{[^}]*"role":"leader"/
+    assert json =~ ~s("channel":"durable-shown")
+
+    {200, _, text} = get(url <> "/status.txt")
+
+    assert text =~
+             ~r/^CHANNEL\s+NODE\s+ROLE\s+TERM\s+COMMIT\s+APPLIED\s+APPLIED_SEQ\s+LAG\s+LAG_S/m
+
+    assert text =~
+             ~r/^durable-shown\s+#{Regex.escape(me)}\s+leader\s+\d+\s+\d+\s+\d+\s+1\s+0\s+0.0\s/m
+  end
+
   test "/status, /status.json and /status.txt show the same channel figures", %{url: url} do
     :ok = Ringbus.create("shown<&>", capacity: 100, overflow: :reject)
     {:ok, sub} = Ringbus.subscribe("shown<&>", max_credit: 1)

@@ -421,7 +421,7 @@ defmodule Ringbus.MetricsTest do
 
     prefixes =
       ~w(ringbus_channel ringbus_subscription ringbus_server ringbus_resp_group ringbus_vm) ++
-        ~w(ringbus_cluster_link ringbus_cluster)
+        ~w(ringbus_cluster_link ringbus_cluster ringbus_replica)
 
     for family <- Ringbus.Metrics.Prometheus.family_names() do
       suffixes =

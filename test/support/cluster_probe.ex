@@ -307,6 +307,32 @@ defmodule Ringbus.Test.ClusterProbe do
   end
 
   @doc """
+  Declares `channels` as a release's boot does (`Ringbus.Release.create_channels/1`),
+  as soon as another node connects to this one (or after `timeout` ms), so
+  that the links come up while it declares them. Returns its result.
+  """
+  def declare_on_nodeup(channels, timeout \\ 10_000) do
+    :ok = :net_kernel.monitor_nodes(true)
+
+    if Node.list() == [] do
+      receive do
+        {:nodeup, _} -> :ok
+      after
+        timeout -> :ok
+      end
+    end
+
+    :net_kernel.monitor_nodes(false)
+    Ringbus.Release.create_channels(channels)
+  end
+
+  @doc "Pushes one message to each of `names`; returns `{name, result}` for each."
+  def push_each(names), do: for(name <- names, do: {name, Ringbus.push(name, "x")})
+
+  @doc "Where this node resolves each of `names`: `{name, Ringbus.Cluster.home(name)}`."
+  def homes(names), do: for(name <- names, do: {name, Ringbus.Cluster.home(name)})
+
+  @doc """
   Reads `name` from seq 0 on, `max` at a time, from the seq after the last
   message each time, until it has `total` messages; retries node_busy and
   timeout. Returns the tags (`push_n/3`'s first 4 bytes) in the order read,
@@ -356,13 +382,18 @@ defmodule Ringbus.Test.ClusterProbe do
   @doc "Creates each of `names` here as fast as it can; returns the results in order."
   def create_all(names, opts), do: for(name <- names, do: {name, Ringbus.create(name, opts)})
 
-  @doc "Starts a `Ringbus.Server` on port 0 that outlives the call; returns its port."
-  def start_server(opts \\ []) do
+  @doc """
+  Starts a `Ringbus.Server` on port 0 that outlives the call; returns the
+  port of its `listener` (`:binary`, or `:resp` with `resp_port: 0`; also
+  given as the `:protocol` option).
+  """
+  def start_server(opts \\ [], listener \\ :binary) do
     parent = self()
+    {protocol, opts} = Keyword.pop(opts, :protocol, listener)
 
     spawn(fn ->
       {:ok, server} = Ringbus.Server.start_link([port: 0] ++ opts)
-      send(parent, {:port, Ringbus.Server.port(server)})
+      send(parent, {:port, Ringbus.Server.port(server, protocol)})
       Process.sleep(:infinity)
     end)
 
@@ -372,6 +403,20 @@ defmodule Ringbus.Test.ClusterProbe do
       5_000 -> :timeout
     end
   end
+
+  @doc "For `Ringbus.at_home/2`: where it ran, for which channel; raises `reason` when given."
+  def where(name, incarnation), do: {name, incarnation, node()}
+  def where(_name, _incarnation, reason), do: raise(ArgumentError, reason)
+
+  @doc "`Ringbus.at_home/2`, with what it raises as `{:raised, message}`."
+  def at_home_rescued(name, mfa) do
+    Ringbus.at_home(name, mfa)
+  rescue
+    e -> {:raised, Exception.message(e)}
+  end
+
+  @doc "Starts a server with a RESP listener on this node, both on port 0; returns the RESP port."
+  def start_resp_server, do: start_server([resp_port: 0], :resp)
 
   @doc "Starts a process that records this node's nodeup and nodedown events with their os_time (µs)."
   def node_watcher do

@@ -27,4 +27,18 @@ defmodule Ringbus.Test.Internals do
 
   @doc "The handle of a channel, or `{:error, :no_channel}`."
   def channel(name), do: Ringbus.Store.fetch(name)
+
+  @doc """
+  The index of the newest snapshot of replicated channel `name`'s Raft
+  member on this node, from Ra's metrics table (refreshed on Ra's tick,
+  every second); 0 when there is none.
+  """
+  def snapshot_index(name) do
+    {:ok, %{replica: %{server: {local, _node}}}} = Ringbus.Store.fetch(name)
+
+    case :ets.lookup(:ra_metrics, local) do
+      [{_, _term, index, _applied, _commit, _written, _latency}] when is_integer(index) -> index
+      _ -> 0
+    end
+  end
 end

@@ -15,6 +15,13 @@ defmodule Ringbus.Client.Connection do
   # GenServer timeout of 0 fires only then) or when `@flush_bytes` have piled
   # up. Never one write per request.
   #
+  # Coalescing. With the client's `:linger`, single async pushes come as
+  # payloads, gathered per channel and sent as one PUSH_BATCH (one PUSH when
+  # alone) once `:batch_bytes` have gathered, when the mailbox is empty
+  # (linger 0) or when the linger timer fires; every other frame first sends
+  # what has gathered, so the connection writes frames in the order callers
+  # sent them.
+  #
   # The loop takes messages in arrival order and never receives selectively:
   # TCP writes go to the port and their `:inet_reply` is an ordinary message.
 
@@ -25,6 +32,10 @@ defmodule Ringbus.Client.Connection do
   alias Ringbus.Wire.{Decoder, Frame}
 
   @flush_bytes 256 * 1024
+
+  # A PUSH_BATCH's bytes besides its name and payloads (each payload also
+  # takes a u32 length).
+  @batch_overhead 16
 
   @spec start(map()) :: GenServer.on_start()
   def start(args),
@@ -48,7 +59,13 @@ defmodule Ringbus.Client.Connection do
       out_bytes: 0,
       # No-ack pushes count as pending until they are written.
       out_no_ack: 0,
-      ping_interval: ping_interval(limits.idle_timeout)
+      ping_interval: ping_interval(limits.idle_timeout),
+      linger: client.linger,
+      # Payloads gathered per channel: name => {count, bytes, payloads, corrs},
+      # newest first.
+      gathered: %{},
+      gathered_cap: min(Map.get(args, :batch_bytes, 65_536), limits.max_frame_size),
+      linger_timer: nil
     }
 
     {:ok, state}
@@ -68,7 +85,7 @@ defmodule Ringbus.Client.Connection do
   end
 
   def handle_call(:close, _from, state) do
-    state = flush(state)
+    state = state |> send_gathered() |> flush()
     Socket.close(state.kind, state.socket)
     finish(state, false)
     {:stop, :normal, :ok, state}
@@ -85,10 +102,19 @@ defmodule Ringbus.Client.Connection do
     state |> out(data, bytes) |> noreply()
   end
 
+  def handle_info({:ringbus_coalesce, channel, payload, corr}, state),
+    do: state |> gather(channel, payload, corr) |> noreply()
+
   def handle_info({:ringbus_write, data, bytes}, state),
     do: state |> out(data, bytes) |> noreply()
 
+  def handle_info(:timeout, %{linger: 0} = state),
+    do: state |> send_gathered() |> flush() |> noreply()
+
   def handle_info(:timeout, state), do: state |> flush() |> noreply()
+
+  def handle_info(:linger, state),
+    do: %{state | linger_timer: nil} |> send_gathered() |> flush() |> noreply()
 
   def handle_info({tag, socket, data}, %{socket: socket} = state) when tag in [:tcp, :ssl] do
     case Decoder.feed(state.decoder, data) do
@@ -159,15 +185,73 @@ defmodule Ringbus.Client.Connection do
   defp effect({:reply, from, result}, _owner), do: GenServer.reply(from, result)
   defp effect({:owner, message}, owner), do: send(owner, message)
 
+  ## Coalescing
+
+  defp gather(state, channel, payload, corr) do
+    size = byte_size(payload) + 4
+    room = state.gathered_cap - @batch_overhead - byte_size(channel)
+
+    case state.gathered do
+      %{^channel => {count, bytes, payloads, corrs}} when bytes + size <= room ->
+        entry = {count + 1, bytes + size, [payload | payloads], [corr | corrs]}
+        state = %{state | gathered: %{state.gathered | channel => entry}}
+        if bytes + size == room, do: send_channel(state, channel), else: state
+
+      %{^channel => _} ->
+        state |> send_channel(channel) |> gather(channel, payload, corr)
+
+      _ ->
+        gathered = Map.put(state.gathered, channel, {1, size, [payload], [corr]})
+        state = arm_linger(%{state | gathered: gathered})
+        if size >= room, do: send_channel(state, channel), else: state
+    end
+  end
+
+  defp arm_linger(%{linger: linger, linger_timer: nil} = state) when linger > 0,
+    do: %{state | linger_timer: Process.send_after(self(), :linger, linger)}
+
+  defp arm_linger(state), do: state
+
+  defp send_gathered(%{gathered: gathered} = state) when map_size(gathered) == 0, do: state
+
+  defp send_gathered(state),
+    do: Enum.reduce(Map.keys(state.gathered), state, &send_channel(&2, &1))
+
+  defp send_channel(state, channel) do
+    {entry, gathered} = Map.pop(state.gathered, channel)
+    state = %{state | gathered: gathered}
+
+    case entry do
+      {1, _bytes, [payload], [corr]} ->
+        data = Frame.encode_push(corr, :ack, channel, payload)
+        state = %{state | session: Session.async(state.session, corr, 1)}
+        write(state, data, IO.iodata_length(data))
+
+      {count, _bytes, payloads, corrs} ->
+        batch = Counters.next_corr(state.counters)
+        frame = {:push_batch, batch, :ack, channel, count, :lists.reverse(payloads)}
+        data = Frame.encode(frame)
+        session = Session.coalesced(state.session, batch, :lists.reverse(corrs), count)
+        write(%{state | session: session}, data, IO.iodata_length(data))
+    end
+  end
+
   ## Output
 
-  defp out(state, data, bytes) do
+  # Whatever has gathered goes first, so frames leave in the order they came.
+  defp out(state, data, bytes), do: state |> send_gathered() |> write(data, bytes)
+
+  defp write(state, data, bytes) do
     state = %{state | out: [state.out | data], out_bytes: state.out_bytes + bytes}
     if state.out_bytes >= @flush_bytes, do: flush(state), else: state
   end
 
   # Every callback returns through here: a return without the timeout while
   # output waits would leave it unwritten until some other message came.
+  defp noreply(%{out_bytes: 0, linger: 0, gathered: gathered} = state)
+       when map_size(gathered) > 0,
+       do: {:noreply, state, 0}
+
   defp noreply(%{out_bytes: 0} = state), do: {:noreply, state}
   defp noreply(state), do: {:noreply, state, 0}
 
@@ -194,9 +278,13 @@ defmodule Ringbus.Client.Connection do
 
   defp finish(state, notify_owner?) do
     Counters.close(state.counters)
-    session = take_pushes(state.session)
+    session = Enum.reduce(state.gathered, state.session, &gathered_in_flight/2)
+    session = take_pushes(session)
     Enum.each(Session.down(session, notify_owner?), &effect(&1, state.owner))
   end
+
+  defp gathered_in_flight({_channel, {_, _, _, corrs}}, session),
+    do: corrs |> :lists.reverse() |> Enum.reduce(session, &Session.async(&2, &1, 1))
 
   # Async pushes sent before the client was marked closed and not yet
   # handled: they count as in flight, so the owner hears of each. Once,
@@ -205,6 +293,9 @@ defmodule Ringbus.Client.Connection do
     receive do
       {:ringbus_push, _data, _bytes, corr, count, :ack} ->
         take_pushes(Session.async(session, corr, count))
+
+      {:ringbus_coalesce, _channel, _payload, corr} ->
+        take_pushes(Session.async(session, corr, 1))
     after
       0 -> session
     end

@@ -20,7 +20,10 @@ defmodule Ringbus.Client.Session do
   # shortens the first ones, O(1) a push. When the connection is lost, each
   # push still in flight gets an error entry, so the owner hears of every
   # push it sent. Batches (whose ack releases more than one message) are
-  # also remembered with their message count.
+  # also remembered with their message count; a batch the connection
+  # coalesced from single pushes also with their ids, so that its one ack
+  # entry goes to the owner as one entry a push: `{:ok, first + i}` for the
+  # i-th, or the batch's error for each.
 
   alias Ringbus.Client.InFlight
   alias Ringbus.Wire.{ErrorCode, Frame}
@@ -32,6 +35,8 @@ defmodule Ringbus.Client.Session do
     pending: %{},
     # Acked async pushes of other than one message: corr => message count.
     batches: %{},
+    # Batches coalesced from single pushes: corr => the pushes' ids in order.
+    coalesced: %{},
     # Acked async pushes in flight, in send order (`Ringbus.Client.InFlight`).
     in_flight: InFlight.new(),
     # Live subscriptions: sub_id => true.
@@ -60,6 +65,13 @@ defmodule Ringbus.Client.Session do
 
   def async(session, corr, count),
     do: %{async(session, corr, 1) | batches: Map.put(session.batches, corr, count)}
+
+  @doc "A batch of `count` single pushes, ids `corrs` in order, went out as one with id `corr`."
+  @spec coalesced(t(), Frame.corr(), [Frame.corr()], pos_integer()) :: t()
+  def coalesced(session, corr, corrs, count) do
+    session = async(session, corr, count)
+    %{session | coalesced: Map.put(session.coalesced, corr, corrs)}
+  end
 
   @doc "Routes the frames of one read: the effects in order, and the async messages acked."
   @spec handle([Frame.t()], t()) :: {[effect()], non_neg_integer(), t()}
@@ -96,7 +108,10 @@ defmodule Ringbus.Client.Session do
   end
 
   defp unanswered(session) do
-    case for corr <- InFlight.to_list(session.in_flight), do: {corr, {:error, :closed}} do
+    corrs =
+      Enum.flat_map(InFlight.to_list(session.in_flight), &Map.get(session.coalesced, &1, [&1]))
+
+    case for corr <- corrs, do: {corr, {:error, :closed}} do
       [] -> []
       acks -> [{:owner, {:ringbus_acks, session.client, acks}}]
     end
@@ -109,7 +124,8 @@ defmodule Ringbus.Client.Session do
   ## Frames from the server
 
   defp frame({:push_acks, count, acks}, session, effects) do
-    if map_size(session.pending) == 0 and map_size(session.batches) == 0 do
+    if map_size(session.pending) == 0 and map_size(session.batches) == 0 and
+         map_size(session.coalesced) == 0 do
       # Only single async pushes in flight: every entry is the owner's.
       session = %{session | in_flight: InFlight.drop(session.in_flight, count)}
       {[{:owner, {:ringbus_acks, session.client, acks}} | effects], count, session}
@@ -209,7 +225,16 @@ defmodule Ringbus.Client.Session do
 
           {count, batches} ->
             session = %{session | batches: batches}
-            route_acks(rest, session, effects, [ack | owners], released + count)
+
+            case Map.pop(session.coalesced, corr) do
+              {nil, _} ->
+                route_acks(rest, session, effects, [ack | owners], released + count)
+
+              {corrs, coalesced} ->
+                owners = spread(corrs, result, owners)
+                session = %{session | coalesced: coalesced}
+                route_acks(rest, session, effects, owners, released + count)
+            end
         end
     end
   end
@@ -220,4 +245,11 @@ defmodule Ringbus.Client.Session do
     message = {:ringbus_acks, session.client, :lists.reverse(owners)}
     {[{:owner, message} | effects], released, session}
   end
+
+  # The entries, newest first, of the pushes one coalesced batch carried.
+  defp spread([corr | rest], {:ok, seq}, owners),
+    do: spread(rest, {:ok, seq + 1}, [{corr, {:ok, seq}} | owners])
+
+  defp spread([corr | rest], error, owners), do: spread(rest, error, [{corr, error} | owners])
+  defp spread([], _result, owners), do: owners
 end

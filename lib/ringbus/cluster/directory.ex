@@ -40,6 +40,47 @@ defmodule Ringbus.Cluster.Directory do
     ArgumentError -> :error
   end
 
+  @doc """
+  The node that homes `name` if it is another one, and the options it was
+  announced with (a replicated channel's have `:members`), by a read of
+  the table.
+  """
+  @spec remote_entry(term()) :: {:ok, node(), keyword()} | :error
+  def remote_entry(name) do
+    case :ets.lookup(@table, name) do
+      [{_, home, opts, _stamp, _incarnation}] -> {:ok, home, opts}
+      [] -> :error
+    end
+  rescue
+    ArgumentError -> :error
+  end
+
+  @doc """
+  Claims `name` cluster-wide for a replicated channel: `{:ok, stamp}` once
+  every node up granted it, after which this node holds the claim until
+  `claimed/4`.
+  """
+  @spec claim(term()) :: {:ok, term()} | {:error, :exists | :node_busy}
+  def claim(name), do: GenServer.call(__MODULE__, {:claim, name}, :infinity)
+
+  @doc """
+  Settles a claim of `claim/1`: with `:ok` the replicated channel is
+  announced (its `opts` with `:members`), else the claim is released and
+  `result` returned.
+  """
+  @spec claimed(term(), keyword(), term(), term()) :: term()
+  def claimed(name, opts, stamp, result),
+    do: GenServer.call(__MODULE__, {:claimed, name, opts, stamp, result}, :infinity)
+
+  @doc "Tells every node the options of replicated channel `name` (of `stamp`): its new members."
+  @spec announce(term(), keyword(), term()) :: :ok
+  def announce(name, opts, stamp),
+    do: GenServer.call(__MODULE__, {:announce, name, opts, stamp}, :infinity)
+
+  @doc "Tells every node that replicated channel `name` (of `stamp`) is deleted."
+  @spec deleted(term(), term()) :: :ok
+  def deleted(name, stamp), do: GenServer.call(__MODULE__, {:deleted, name, stamp}, :infinity)
+
   @doc "Creates channel `name` here; see the moduledoc for how."
   @spec create(term(), keyword()) :: :ok | {:error, :exists | :node_busy}
   def create(name, opts), do: GenServer.call(__MODULE__, {:create, name, opts}, :infinity)
@@ -51,6 +92,14 @@ defmodule Ringbus.Cluster.Directory do
   @doc "Drops the entries of `node`, which is not connected; see `Ringbus.Cluster.forget_node/1`."
   @spec forget(node()) :: {:ok, non_neg_integer()} | {:error, :node_up}
   def forget(node), do: GenServer.call(__MODULE__, {:forget, node})
+
+  @doc "The channels of other nodes this node knows of, `{name, home}`, by a read of the table."
+  @spec entries() :: [{term(), node()}]
+  def entries do
+    :ets.select(@table, [{{:"$1", :"$2", :_, :_, :_}, [], [{{:"$1", :"$2"}}]}])
+  rescue
+    ArgumentError -> []
+  end
 
   @doc "The channels of other nodes, by home."
   @spec remote_channels() :: %{node() => non_neg_integer()}
@@ -100,6 +149,20 @@ defmodule Ringbus.Cluster.Directory do
   def handle_call({:create, name, opts}, from, state),
     do: {:noreply, create(state, name, opts, {:call, from})}
 
+  def handle_call({:claim, name}, from, state) do
+    stamp = {System.os_time(:microsecond), node()}
+    {:noreply, run(state, {:claim, name, {:call, from}, make_ref(), stamp})}
+  end
+
+  def handle_call({:claimed, name, opts, stamp, result}, from, state),
+    do: {:noreply, run(state, {:claimed, name, opts, stamp, {:call, from}, result})}
+
+  def handle_call({:announce, name, opts, stamp}, from, state),
+    do: {:noreply, run(state, {:announce, name, opts, stamp, {:call, from}})}
+
+  def handle_call({:deleted, name, stamp}, from, state),
+    do: {:noreply, run(state, {:deleted, name, stamp, {:call, from}})}
+
   def handle_call({:forget, node}, from, state),
     do: {:noreply, run(state, {:forget, node, node in Node.list(), {:call, from}})}
 
@@ -131,10 +194,30 @@ defmodule Ringbus.Cluster.Directory do
     run(state, {:create, name, opts, reply_to, make_ref(), stamp})
   end
 
+  # The replicated channels of this node's store, as its syncs list them.
+  defp replicated do
+    for name <- Store.names(),
+        {:ok, %{replica: %{members: members} = replica} = channel} <- [Store.fetch(name)] do
+      opts = [
+        capacity: channel.capacity,
+        overflow: channel.overflow,
+        max_bytes: channel.max_bytes
+      ]
+
+      {name, [members: for({_, n} <- members, do: n)] ++ opts,
+       Map.get(replica, :stamp) || {0, node()}}
+    end
+  end
+
   ## Effects
 
   defp run(state, event) do
-    world = %{links: Links.states(), stored?: &match?({:ok, _}, Store.fetch(&1))}
+    world = %{
+      links: Links.states(),
+      stored?: &match?({:ok, _}, Store.fetch(&1)),
+      replicated: &replicated/0
+    }
+
     {core, effects} = Core.handle(state.core, event, world)
     Enum.reduce(effects, %{state | core: core}, &execute/2)
   end

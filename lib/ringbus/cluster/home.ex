@@ -9,9 +9,15 @@ defmodule Ringbus.Cluster.Home do
   # here: the subscription sends it the batches, which it forwards in its
   # next batch to the node of the real subscriber. So a subscription ends
   # when its link does, as a local one ends with its subscriber.
+  #
+  # On a replicated channel of which this node is a member, reads run on
+  # its ring as above; writes and deletes wait on Ra, which a link must
+  # not, so they are `{:async, fun}`: the link runs `fun` in a process of
+  # its own and forwards its result as the answer.
 
-  alias Ringbus.Store
+  alias Ringbus.{Replica, Store}
   alias Ringbus.Channel.{Producers, Ring, Subscription}
+  alias Ringbus.Cluster.Directory
 
   # What a message costs in an answer beyond its payload, as the link counts it.
   @message_bytes 16
@@ -33,31 +39,103 @@ defmodule Ringbus.Cluster.Home do
           | :info
           | :incarnation
           | {:subscribe, keyword()}
+          | {:subscriptions, timeout(), pos_integer()}
           | {:create, keyword()}
           | :delete
+          | {:apply, module(), atom(), list()}
 
   @doc """
   Runs `op` on channel `name` for `link`, whose answers may carry at most
   `room` bytes (`answer_bytes/1`): `{:reply, answer}`, or
-  `{:directory, request}` when the directory must answer it.
+  `{:directory, request}` when the directory must answer it, or
+  `{:async, fun}` when the answer waits on other processes: the link runs
+  `fun` in a process of its own, whose result is the answer.
 
   A read answers at most `room` div 4 bytes of messages, so that several fit
   in the link at once, but always its first message if that fits in `room`;
   a first message (or a pulled one) larger than `room` is answered
   `{:error, :too_large}` and stays in the ring.
   """
-  @spec run(term(), op(), pid(), pos_integer()) :: {:reply, term()} | {:directory, term()}
+  @spec run(term(), op(), pid(), pos_integer()) ::
+          {:reply, term()} | {:directory, term()} | {:async, (() -> term())}
   def run(name, {:create, opts}, _link, _room), do: {:directory, {:create, name, opts}}
-  def run(name, :delete, _link, _room), do: {:directory, {:delete, name}}
+
+  def run(name, :delete, _link, _room) do
+    case Store.fetch(name) do
+      {:ok, %{replica: replica} = channel} when replica != nil ->
+        {:async, fn -> delete_replicated(channel, name) end}
+
+      _ ->
+        {:directory, {:delete, name}}
+    end
+  end
+
+  # A survey waits up to `timeout` for the subscriptions' answers.
+  def run(name, {:subscriptions, timeout, limit}, _link, _room),
+    do: {:async, fn -> survey(name, timeout, limit) end}
+
+  # A front end's own state beside the channel (`Ringbus.at_home/2`): the
+  # function is data, so this layer names no front end. What it raises is
+  # answered as text, and the link goes on.
+  def run(name, {:apply, module, function, args}, _link, _room) do
+    case Store.fetch(name) do
+      {:ok, channel} -> {:reply, applied(module, function, [name, channel.incarnation | args])}
+      error -> {:reply, error}
+    end
+  end
 
   def run(name, op, link, room) do
     case Store.fetch(name) do
-      {:ok, channel} -> {:reply, run_on(channel, op, {link, room})}
-      error -> {:reply, error}
+      {:ok, %{replica: replica} = channel} when replica != nil ->
+        run_replicated(channel, op, {link, room})
+
+      {:ok, channel} ->
+        {:reply, run_on(channel, op, {link, room})}
+
+      error ->
+        {:reply, error}
     end
   rescue
     # The channel was deleted while the request ran.
     ArgumentError -> {:reply, {:error, :no_channel}}
+  end
+
+  defp applied(module, function, args) do
+    {:ok, apply(module, function, args)}
+  catch
+    kind, reason -> {:error, {:raised, Exception.format_banner(kind, reason, __STACKTRACE__)}}
+  end
+
+  defp run_replicated(channel, {:push, payload}, _link),
+    do: {:async, fn -> Replica.push(channel, [payload], byte_size(payload), []) end}
+
+  defp run_replicated(channel, {push, payloads, _count, bytes}, _link)
+       when push in [:push_many, :push_run],
+       do: {:async, fn -> Replica.push(channel, payloads, bytes, []) end}
+
+  defp run_replicated(channel, {:push_tagged, tag, payloads, _count, bytes}, _link),
+    do: {:async, fn -> Replica.push(channel, payloads, bytes, producer: tag) end}
+
+  defp run_replicated(channel, {:push_batches, batches}, _link),
+    do: {:async, fn -> Replica.push_batches(channel, batches) end}
+
+  defp run_replicated(channel, :pull, {_link, room}) do
+    case Ring.read(channel, 0, 1) do
+      {[{_, payload}], _, _, _} when byte_size(payload) + @message_bytes > room ->
+        {:reply, {:error, :too_large}}
+
+      _ ->
+        {:async, fn -> Replica.pull(channel) end}
+    end
+  end
+
+  defp run_replicated(channel, :info, _link), do: {:reply, {:ok, Replica.info(channel)}}
+  defp run_replicated(channel, op, link), do: {:reply, run_on(channel, op, link)}
+
+  # Every member drops it, then every node forgets its entry.
+  defp delete_replicated(%{replica: replica} = channel, name) do
+    with :ok <- Replica.delete(channel, name),
+         do: Directory.deleted(name, Map.get(replica, :stamp))
   end
 
   defp run_on(channel, {:push, payload}, _link), do: Ring.push(channel, payload)
@@ -125,6 +203,16 @@ defmodule Ringbus.Cluster.Home do
     :ok
   end
 
+  defp survey(name, timeout, limit) do
+    case Store.fetch(name) do
+      {:ok, channel} -> {:ok, Subscription.survey(channel, timeout, limit)}
+      error -> error
+    end
+  rescue
+    # Deleted meanwhile.
+    ArgumentError -> {:error, :no_channel}
+  end
+
   # Reads up to `max` messages from `from` while they fit in `budget` bytes,
   # the first one in `room`: a few at a time, so a large `max` of large
   # messages is not all taken from the ring to be cut. Stops at a gap (what
@@ -184,6 +272,11 @@ defmodule Ringbus.Cluster.Home do
 
   def answer_bytes({:ok, _seq, payload}) when is_binary(payload),
     do: byte_size(payload) + @message_bytes
+
+  # A survey's figures: a monitoring answer, measured whole.
+  def answer_bytes({:ok, [%{} | _]} = answer), do: :erlang.external_size(answer)
+  # A front end's answer (`{:apply, ...}`): measured, as nothing bounds it before.
+  def answer_bytes({:ok, answer}) when not is_integer(answer), do: :erlang.external_size(answer)
 
   def answer_bytes(_answer), do: 0
 

@@ -164,18 +164,9 @@ defmodule Ringbus.Cluster.Link do
   def handle_info({:ringbus_link_ack, sub, count}, state),
     do: noreply(%{state | acks: Map.update(state.acks, sub, count, &(&1 + count))})
 
-  def handle_info({:ringbus_unsubscribe, ref, sub}, state) do
-    case Map.pop(state.routes, sub) do
-      {nil, _} ->
-        send(ref, {ref, {:error, :no_subscription}})
-        noreply(state)
-
-      {{_subscriber, monitor}, routes} ->
-        Process.demonitor(monitor, [:flush])
-        send(ref, {ref, :ok})
-        state = %{state | routes: routes, watched: Map.delete(state.watched, monitor)}
-        noreply(force(state, {:unsubscribe, sub}))
-    end
+  # Its caller gave up first (`node_busy`): dropped, not carried out.
+  def handle_info({:ringbus_unsubscribe, ref, sub, flag}, state) do
+    if Links.claim(flag), do: noreply(unsubscribe(state, ref, sub)), else: noreply(state)
   end
 
   # A batch of a subscription homed here, for its subscriber at the peer:
@@ -239,7 +230,22 @@ defmodule Ringbus.Cluster.Link do
 
   ## Receiving
 
+  defp unsubscribe(state, ref, sub) do
+    case Map.pop(state.routes, sub) do
+      {nil, _} ->
+        send(ref, {ref, {:error, :no_subscription}})
+        state
+
+      {{_subscriber, monitor}, routes} ->
+        Process.demonitor(monitor, [:flush])
+        send(ref, {ref, :ok})
+        state = %{state | routes: routes, watched: Map.delete(state.watched, monitor)}
+        force(state, {:unsubscribe, sub})
+    end
+  end
+
   defp connect(state, peer) do
+    Links.set_peer(state.counters, peer)
     Directory.link_up(state.node)
     set_state(%{state | peer: peer})
   end
@@ -257,6 +263,13 @@ defmodule Ringbus.Cluster.Link do
 
       {:directory, request} ->
         Directory.remote(self(), ref, request)
+        state
+
+      # Answered as the directory's answers are, when it is ready: a
+      # subscriptions survey, a replicated channel's write.
+      {:async, fun} ->
+        link = self()
+        spawn(fn -> send(link, {:ringbus_reply, ref, fun.()}) end)
         state
     end
   end
@@ -388,6 +401,9 @@ defmodule Ringbus.Cluster.Link do
       sum + bytes + @message_bytes * count
     end)
   end
+
+  defp op_bytes({:apply, _module, _function, args}),
+    do: :erlang.external_size(args) + @item_bytes
 
   defp op_bytes(_op), do: @item_bytes
 

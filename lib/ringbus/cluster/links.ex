@@ -51,7 +51,9 @@ defmodule Ringbus.Cluster.Links do
   @batches 3
   @drops 4
   @suspensions 5
-  @size 5
+  # The creation of the peer node's incarnation the link talks to.
+  @creation 6
+  @size 6
 
   # Call outcome indices, in `calls`.
   @calls_ok 1
@@ -153,6 +155,10 @@ defmodule Ringbus.Cluster.Links do
   def set_state(counters, :busy), do: :atomics.put(counters, @state, @busy)
   def set_state(counters, :down), do: :atomics.put(counters, @state, @down)
 
+  @doc "Records the incarnation of the peer node, as the creation in its link's pid."
+  @spec set_peer(:atomics.atomics_ref(), pid()) :: :ok
+  def set_peer(counters, peer), do: :atomics.put(counters, @creation, creation(peer))
+
   @doc "Sets the bytes a link holds."
   @spec set_queued(:atomics.atomics_ref(), non_neg_integer()) :: :ok
   def set_queued(counters, bytes), do: :atomics.put(counters, @queued, bytes)
@@ -253,24 +259,44 @@ defmodule Ringbus.Cluster.Links do
 
   @doc """
   Returns credit to subscription `sub` at `node`. Credit is never refused
-  while the link lives: a busy link adds it up until it can send it.
+  while the link lives: a busy link adds it up until it can send it. A
+  subscription of a node that is down, or of an incarnation of it before
+  a restart, has ended with it: `{:error, :no_subscription}`.
   """
   @spec ack(node(), {pid(), reference()}, pos_integer()) :: :ok | {:error, :no_subscription}
-  def ack(node, sub, count) do
-    case lookup(node) do
-      {:down, _, _, _} ->
-        {:error, :no_subscription}
+  def ack(node, {sub_pid, _} = sub, count) do
+    case :ets.lookup(@table, node) do
+      [{_, pid, counters, _, _}] when is_pid(pid) ->
+        if :atomics.get(counters, @state) != @down and
+             :atomics.get(counters, @creation) == creation(sub_pid) do
+          send(pid, {:ringbus_link_ack, sub, count})
+          :ok
+        else
+          {:error, :no_subscription}
+        end
 
-      {_up_or_busy, pid, _, _} ->
-        send(pid, {:ringbus_link_ack, sub, count})
-        :ok
+      _ ->
+        {:error, :no_subscription}
     end
+  rescue
+    ArgumentError -> {:error, :no_subscription}
+  end
+
+  # A pid's external form ends with its node's creation, which changes
+  # when the node restarts under the same name.
+  defp creation(pid) do
+    binary = :erlang.term_to_binary(pid)
+    skip = byte_size(binary) - 4
+    <<_::binary-size(skip), creation::32>> = binary
+    creation
   end
 
   @doc """
-  Ends subscription `sub` at `node`: once this returns, the link forwards no
-  more of its batches. The subscription itself stops when the link's message
-  reaches its node.
+  Ends subscription `sub` at `node`: once this returns `:ok`, the link
+  forwards no more of its batches. The subscription itself stops when the
+  link's message reaches its node. `{:error, :node_busy}` when the link did
+  not take the request within `call_timeout`: it then drops it, and the
+  subscription goes on. Settled with a flag, as a call's request is.
   """
   @spec unsubscribe(node(), {pid(), reference()}) ::
           :ok | {:error, :no_subscription | :node_busy}
@@ -280,10 +306,23 @@ defmodule Ringbus.Cluster.Links do
         {:error, :no_subscription}
 
       {_up_or_busy, pid, {call_timeout, _reply_timeout}, _} ->
-        case await(pid, &{:ringbus_unsubscribe, &1, sub}, call_timeout) do
-          {:error, :node_down} -> {:error, :no_subscription}
+        flag = :atomics.new(1, signed: false)
+        ref = :erlang.monitor(:process, pid, [{:alias, :demonitor}])
+        send(pid, {:ringbus_unsubscribe, ref, sub, flag})
+
+        # A link that stops ends the subscriptions it routes.
+        case answer(ref, flag, call_timeout, fn -> unsubscribe_late(ref, flag) end) do
+          {:error, reason} when reason in [:node_down, :timeout] -> {:error, :no_subscription}
           reply -> reply
         end
+    end
+  end
+
+  # Not taken by the link in time: given up, unless the link took it just now.
+  defp unsubscribe_late(ref, flag) do
+    case :atomics.compare_exchange(flag, 1, @r_queued, @r_gave_up) do
+      :ok -> give_up(ref, {:error, :node_busy})
+      @r_sent -> answered(ref, flag)
     end
   end
 
@@ -301,30 +340,6 @@ defmodule Ringbus.Cluster.Links do
   rescue
     # No table: the cluster layer is not running.
     ArgumentError -> {:down, nil, nil, nil}
-  end
-
-  defp await(pid, request, timeout) do
-    ref = :erlang.monitor(:process, pid, [{:alias, :demonitor}])
-    send(pid, request.(ref))
-
-    receive do
-      {^ref, reply} ->
-        Process.demonitor(ref, [:flush])
-        reply
-
-      {:DOWN, ^ref, _, _, _} ->
-        {:error, :node_down}
-    after
-      timeout ->
-        Process.demonitor(ref, [:flush])
-
-        # The answer may have come in just before the alias was deactivated.
-        receive do
-          {^ref, reply} -> reply
-        after
-          0 -> {:error, :node_busy}
-        end
-    end
   end
 
   defp await_call(pid, name, op, leave, reply) do

@@ -6,6 +6,12 @@ defmodule Ringbus.Cluster.Router do
   # through the link to that node (`Ringbus.Cluster.Links.call/4`), which
   # answers, or says `{:error, :node_down}` / `{:error, :node_busy}` (not
   # carried out) or `{:error, :timeout}` (unknown), within a bounded wait.
+  #
+  # A replicated channel has members instead of one home: a non-member
+  # sends each request to the first member (in the order the channel was
+  # created with, its creator first) whose link is up. A member runs reads
+  # on its ring and hands writes to its writer, which sends them to the Ra
+  # leader; so writes wait the replica layer's default, not the link's.
 
   alias Ringbus.Store
   alias Ringbus.Cluster.{Directory, Links}
@@ -14,10 +20,32 @@ defmodule Ringbus.Cluster.Router do
   # `timeout` (ms) bounds the call instead of the link's timeouts when given.
   @spec request(term(), term(), pos_integer() | nil) :: term()
   def request(name, op, timeout \\ nil) do
-    case Directory.remote_home(name) do
-      {:ok, home} when home != node() -> Links.call(home, name, op, timeout)
-      _ -> {:error, :no_channel}
+    case Directory.remote_entry(name) do
+      {:ok, home, opts} when home != node() ->
+        case Keyword.fetch(opts, :members) do
+          {:ok, members} -> Links.call(member(members), name, op, timeout || write_timeout(op))
+          :error -> Links.call(home, name, op, timeout)
+        end
+
+      _ ->
+        {:error, :no_channel}
     end
+  end
+
+  # A replicated write commits on a majority's disks before it is answered.
+  @write_timeout 5_000
+  @writes [:push, :push_many, :push_run, :push_tagged, :push_batches]
+
+  defp write_timeout(:pull), do: @write_timeout
+  defp write_timeout(op) when elem(op, 0) in @writes, do: @write_timeout
+  defp write_timeout(_op), do: nil
+
+  # The first member whose link is up, else the first one (whose link then
+  # answers node_busy or node_down). Never this node: a member has the ring.
+  defp member(members) do
+    up = Links.nodes([:up])
+    others = members -- [node()]
+    Enum.find(others, List.first(others, node()), &(&1 in up))
   end
 
   @doc "Creates channel `name` at `home` (this node when `nil`)."
@@ -32,13 +60,45 @@ defmodule Ringbus.Cluster.Router do
   @spec delete(term()) :: :ok | {:error, :no_channel | Ringbus.node_error()}
   def delete(name) do
     with {:error, :no_channel} <- Store.fetch(name),
-         {:ok, home} when home != node() <- Directory.remote_home(name) do
+         {:ok, home, opts} when home != node() <- Directory.remote_entry(name) do
+      home = if members = opts[:members], do: member(members), else: home
       Links.call(home, name, :delete, create_timeout(home))
     else
       {:ok, _channel_or_self} -> Directory.delete(name)
       :error -> {:error, :no_channel}
     end
   end
+
+  @doc """
+  Claims `name` for a replicated channel cluster-wide; see
+  `Ringbus.Cluster.Directory.claim/1`.
+  """
+  @spec claim(term()) :: {:ok, term()} | {:error, :exists | :node_busy}
+  def claim(name), do: Directory.claim(name)
+
+  @doc "Settles a claim: announces the replicated channel or releases its name."
+  @spec claimed(term(), keyword(), term(), term()) :: term()
+  def claimed(name, opts, stamp, result), do: Directory.claimed(name, opts, stamp, result)
+
+  @doc "Tells every node the new members of replicated channel `name` (in `opts`)."
+  @spec announce(term(), keyword(), term()) :: :ok
+  def announce(name, opts, stamp), do: Directory.announce(name, opts, stamp)
+
+  @doc """
+  A member of replicated channel `name` that this node is not, as the
+  directory has it, or `:error`.
+  """
+  @spec replica_member(term()) :: {:ok, node()} | :error
+  def replica_member(name) do
+    case Directory.remote_entry(name) do
+      {:ok, _home, opts} -> if m = opts[:members], do: {:ok, member(m)}, else: :error
+      :error -> :error
+    end
+  end
+
+  @doc "Tells every node that replicated channel `name` is deleted."
+  @spec deleted(term(), term()) :: :ok
+  def deleted(name, stamp), do: Directory.deleted(name, stamp)
 
   @doc "Returns credit to a subscription homed on another node."
   @spec ack({pid(), reference()}, pos_integer()) :: :ok | {:error, :no_subscription}
@@ -56,8 +116,8 @@ defmodule Ringbus.Cluster.Router do
         {:ok, node()}
 
       {:error, :no_channel} ->
-        case Directory.remote_home(name) do
-          {:ok, home} -> {:ok, home}
+        case Directory.remote_entry(name) do
+          {:ok, home, _opts} -> {:ok, home}
           :error -> {:error, :no_channel}
         end
     end

@@ -37,6 +37,7 @@ defmodule Ringbus.HTTP.StatusPage do
       header(status),
       "<h2>Channels</h2>\n",
       channels(status),
+      replicas(Map.get(status, :replicas, [])),
       "<h2>Subscriptions</h2>\n",
       subscriptions(status.subscriptions),
       "<h2>Consumer groups</h2>\n",
@@ -155,6 +156,27 @@ defmodule Ringbus.HTTP.StatusPage do
       if(rest != [],
         do: "<p class=\"none\">The oldest #{@clients_shown}; all in /connections.json.</p>\n",
         else: []
+      )
+    ]
+  end
+
+  # Only a node with replicated channels has this section.
+  defp replicas([]), do: []
+
+  defp replicas(members) do
+    rows =
+      for m <- members do
+        [m.channel, m.node, m.role, m.term, m.commit_index, m.applied_index, m.applied_seq] ++
+          [m.lag_entries, m.lag_seconds, m.elections, bytes(m.snapshot_bytes), bytes(m.log_bytes)]
+      end
+
+    [
+      "<h2>Replicas</h2>\n",
+      table(
+        "replicas",
+        ~w(channel node role term commit applied applied_seq lag lag_s elections snapshot log),
+        rows,
+        3
       )
     ]
   end

@@ -16,6 +16,7 @@ defmodule Ringbus.HTTP.StatusText do
       "run queue #{vm.run_queue}, #{vm.gc_runs} GCs\n\n",
       channels(s.channels),
       "\n",
+      replicas(Map.get(s, :replicas, [])),
       subscriptions(s.subscriptions),
       "\n",
       groups(s.groups),
@@ -36,6 +37,28 @@ defmodule Ringbus.HTTP.StatusText do
           [c.rejected, last(c.push_rate), last(c.pull_rate), c.subscriptions, c.max_lag, c.lost]
       end
     )
+  end
+
+  # Only a node with replicated channels has this table.
+  defp replicas([]), do: []
+
+  defp replicas(members) do
+    [
+      table(
+        ~w(CHANNEL NODE ROLE TERM COMMIT APPLIED APPLIED_SEQ LAG LAG_S ELECTIONS SNAPSHOT LOG),
+        for m <- members do
+          [m.channel, m.node, m.role, m.term, m.commit_index, m.applied_index, m.applied_seq] ++
+            [
+              m.lag_entries,
+              m.lag_seconds,
+              m.elections,
+              bytes(m.snapshot_bytes),
+              bytes(m.log_bytes)
+            ]
+        end
+      ),
+      "\n"
+    ]
   end
 
   defp subscriptions([]), do: "No subscriptions.\n"

@@ -32,6 +32,28 @@ defmodule Ringbus.Metrics.Prometheus do
     {"ringbus_channel_subscriptions", :gauge, "Subscriptions to the channel.", ~w(channel)},
     {"ringbus_channel_subscriptions_unanswered", :gauge,
      "Subscriptions that did not give their figures within this scrape's deadline.", ~w(channel)},
+    # Replicated channels: this node's member, from Ringbus.info/1's :replication.
+    {"ringbus_replica_role", :gauge,
+     "1 for the role this node's member of the channel is in: leader, follower, candidate, " <>
+       "down (no Raft server running) or unknown.", ~w(channel role)},
+    {"ringbus_replica_term", :gauge, "The Raft term this node's member is in.", ~w(channel)},
+    {"ringbus_replica_commit_index", :gauge, "The highest log index this member knows committed.",
+     ~w(channel)},
+    {"ringbus_replica_applied_index", :gauge,
+     "The highest log index this member applied to its ring.", ~w(channel)},
+    {"ringbus_replica_lag_entries", :gauge,
+     "Log entries the leader committed that this member has not applied.", ~w(channel)},
+    {"ringbus_replica_lag_seconds", :gauge,
+     "Seconds since this member last held every entry the leader had committed " <>
+       "(0 when it does; about 2 s resolution).", ~w(channel)},
+    {"ringbus_replica_elections_total", :counter,
+     "Elections this member saw (terms it went through) since this node started or the channel was created.",
+     ~w(channel)},
+    {"ringbus_replica_snapshot_bytes", :gauge, "Bytes of this member's Raft snapshots on disk.",
+     ~w(channel)},
+    {"ringbus_replica_log_bytes", :gauge,
+     "Bytes in this member's Raft directory on disk (segments, snapshots), " <>
+       "not counting the node's shared WAL.", ~w(channel)},
     # Subscriptions: Ringbus.subscriptions/2.
     {"ringbus_subscription_lag_messages", :gauge,
      "Messages pushed to the channel that the subscription has not sent yet.",
@@ -115,7 +137,7 @@ defmodule Ringbus.Metrics.Prometheus do
      ~w(node outcome)}
   ]
 
-  @sections [:channels, :subscriptions, :delivery, :servers, :groups, :vm, :cluster]
+  @sections [:channels, :replicas, :subscriptions, :delivery, :servers, :groups, :vm, :cluster]
 
   @channel_fields [
     {"ringbus_channel_len", :len},
@@ -128,6 +150,16 @@ defmodule Ringbus.Metrics.Prometheus do
     {"ringbus_channel_overwritten_total", :overwritten},
     {"ringbus_channel_rejected_total", :rejected},
     {"ringbus_channel_skipped", :skipped}
+  ]
+
+  @replica_fields [
+    {"ringbus_replica_term", :term},
+    {"ringbus_replica_commit_index", :commit_index},
+    {"ringbus_replica_applied_index", :applied_index},
+    {"ringbus_replica_lag_entries", :lag_entries},
+    {"ringbus_replica_elections_total", :elections},
+    {"ringbus_replica_snapshot_bytes", :snapshot_bytes},
+    {"ringbus_replica_log_bytes", :log_bytes}
   ]
 
   @server_fields [
@@ -198,6 +230,22 @@ defmodule Ringbus.Metrics.Prometheus do
         | for({family, field} <- @channel_fields, do: {family, labels, Map.get(info, field)})
       ]
     end)
+  end
+
+  defp samples(:replicas, snapshot) do
+    for %{label: label, info: info} <- snapshot.channels,
+        %{node: node} = member <- Map.get(info, :replication) || [],
+        node == snapshot.node,
+        labels = [channel: label],
+        sample <-
+          [
+            {"ringbus_replica_role", labels ++ [role: member.role], 1}
+            | for(
+                {family, field} <- @replica_fields,
+                do: {family, labels, Map.get(member, field)}
+              )
+          ] ++ [{"ringbus_replica_lag_seconds", labels, member.lag_ms && member.lag_ms / 1000}],
+        do: sample
   end
 
   defp samples(:subscriptions, snapshot) do

@@ -24,6 +24,7 @@ defmodule Ringbus.Metrics.Status do
         schedulers: snapshot.vm.schedulers
       },
       channels: Enum.map(snapshot.channels, &channel(&1, history)),
+      replicas: replicas(snapshot.channels),
       subscriptions: subscriptions(snapshot.channels),
       servers: Enum.map(snapshot.servers, &server(&1, history)),
       groups: Map.get(snapshot, :groups, []),
@@ -55,6 +56,22 @@ defmodule Ringbus.Metrics.Status do
       pull_rate: History.rates(series, 1),
       lag: History.values(series, 2)
     }
+  end
+
+  # Every member of each replicated channel, as this node's reports know it.
+  defp replicas(channels) do
+    for %{label: label, info: info} <- channels, m <- Map.get(info, :replication) || [] do
+      m
+      |> Map.take(~w(term commit_index applied_index applied_seq lag_entries elections)a)
+      |> Map.merge(%{
+        channel: label,
+        node: Atom.to_string(m.node),
+        role: Atom.to_string(m.role),
+        lag_seconds: m.lag_ms && m.lag_ms / 1000,
+        snapshot_bytes: m.snapshot_bytes,
+        log_bytes: m.log_bytes
+      })
+    end
   end
 
   defp subscriptions(channels) do

@@ -30,6 +30,14 @@ defmodule Ringbus.Replica.Catalogue do
   def create(node, name, opts, replica, timeout),
     do: call(node, {:create, name, opts, replica}, timeout)
 
+  @doc """
+  Records the new membership `members` (Ra server ids) of `name` on `node`:
+  in its catalogue, so a restart keeps it, and in its ring's handle.
+  """
+  @spec put_members(node(), term(), [{atom(), node()}], timeout()) :: :ok | {:error, term()}
+  def put_members(node, name, members, timeout),
+    do: call(node, {:members, name, members}, timeout)
+
   @doc "Removes this node's member of `name`: writer, server and its data, ring."
   @spec delete(node(), term(), timeout()) :: :ok | {:error, term()}
   def delete(node, name, timeout), do: call(node, {:delete, name}, timeout)
@@ -68,6 +76,20 @@ defmodule Ringbus.Replica.Catalogue do
       else
         error -> {:reply, error, state}
       end
+    end
+  end
+
+  def handle_call({:members, name, members}, _from, state) do
+    case state.channels do
+      %{^name => entry} ->
+        replica = %{entry.replica | members: members}
+        channels = Map.put(state.channels, name, %{entry | replica: replica})
+        write(state.file, channels)
+        _ = Store.put_replica(name, replica)
+        {:reply, :ok, %{state | channels: channels}}
+
+      _ ->
+        {:reply, {:error, :no_channel}, state}
     end
   end
 

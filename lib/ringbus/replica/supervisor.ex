@@ -7,8 +7,10 @@ defmodule Ringbus.Replica.Supervisor do
   # │                                   writer and servers, in the data dir
   # ├── Ringbus.Replica.Writers         DynamicSupervisor: a Writer per
   # │                                   replicated channel of this node
-  # └── Ringbus.Replica.Catalogue       the replicated channels of this node,
-  #                                     in the data dir; restores them at start
+  # ├── Ringbus.Replica.Catalogue       the replicated channels of this node,
+  # │                                   in the data dir; restores them at start
+  # └── Ringbus.Replica.Reporter        each member's figures, this node's and
+  #                                     the other members' reports, in ETS
   #
   # The Ra system is ours rather than Ra's (`:ra_system.start/1` puts it
   # under Ra's own supervisor): it stops with Ringbus, and when it restarts
@@ -20,7 +22,7 @@ defmodule Ringbus.Replica.Supervisor do
 
   use Supervisor
 
-  alias Ringbus.Replica.{Catalogue, Config, RaSystem}
+  alias Ringbus.Replica.{Catalogue, Config, RaSystem, Reporter}
 
   @spec start_link(keyword()) :: Supervisor.on_start()
   def start_link(_opts),
@@ -36,7 +38,8 @@ defmodule Ringbus.Replica.Supervisor do
     children = [
       %{id: RaSystem.child_id(), start: {RaSystem, :start_link, [dir]}, type: :supervisor},
       {DynamicSupervisor, name: Ringbus.Replica.Writers, strategy: :one_for_one},
-      {Catalogue, dir}
+      {Catalogue, dir},
+      Reporter
     ]
 
     Supervisor.init(children, strategy: :rest_for_one)

@@ -9,28 +9,55 @@ defmodule Ringbus.Resp.Args do
 
   # A read with no COUNT: everything, as in Redis; the ring bounds it.
   @all 4_611_686_018_427_387_904
+  @no_options %{nomkstream: false, trim: nil, approx: false, limit: nil}
 
   @doc "An ASCII name in upper case, as Redis matches command names."
   @spec upcase(binary()) :: binary()
-  def upcase(name), do: for(<<c <- name>>, into: "", do: <<if(c in ?a..?z, do: c - 32, else: c)>>)
+  def upcase(name) do
+    # Clients mostly send upper case already: then the name is its own answer.
+    if lower?(name),
+      do: for(<<c <- name>>, into: "", do: <<if(c in ?a..?z, do: c - 32, else: c)>>),
+      else: name
+  end
+
+  defp lower?(<<c, _::binary>>) when c in ?a..?z, do: true
+  defp lower?(<<_, rest::binary>>), do: lower?(rest)
+  defp lower?(<<>>), do: false
 
   @doc false
-  # XADD key [NOMKSTREAM] [MAXLEN|MINID [=|~] threshold [LIMIT n]] *|id field value ...
+  # XADD key [NOMKSTREAM] [PRODUCER id n] [MAXLEN|MINID [=|~] threshold [LIMIT n]]
+  #   *|id field value ...
   def parse_xadd([]), do: {:error, Errors.wrong_arity("xadd")}
 
   def parse_xadd([key | rest]) do
     with :ok <- key_ok(key),
          {:ok, opts, [id | pairs]} <-
-           options(rest, %{nomkstream: false, trim: nil, approx: false, limit: nil}, true),
+           options(rest, Map.put(@no_options, :producer, nil), true),
          :ok <- trim_compatible(opts),
          {:ok, id} <- add_id(id),
+         :ok <- producer_id(opts.producer, id),
          :ok <- pairs_ok(pairs) do
-      {:ok, %{key: key, nomkstream: opts.nomkstream, trim: trim_of(opts), id: id, pairs: pairs}}
+      {:ok,
+       %{
+         key: key,
+         nomkstream: opts.nomkstream,
+         producer: opts.producer,
+         trim: trim_of(opts),
+         id: id,
+         pairs: pairs
+       }}
     else
       {:ok, _opts, []} -> {:error, Errors.wrong_arity("xadd")}
       error -> error
     end
   end
+
+  # A resend of a tagged XADD must find the tag whatever the stream's next ID is by then.
+  defp producer_id(nil, _id), do: :ok
+  defp producer_id(_tag, :auto), do: :ok
+
+  defp producer_id(_tag, _id),
+    do: {:error, Encoder.error("ERR XADD with PRODUCER takes the ID *")}
 
   defp pairs_ok(pairs) do
     if pairs != [] and rem(length(pairs), 2) == 0,
@@ -40,7 +67,7 @@ defmodule Ringbus.Resp.Args do
 
   @doc "XTRIM's options: `{:ok, trim}` (see `Ringbus.Resp.Trim`) or `{:error, reply}`."
   def parse_xtrim(rest) do
-    case options(rest, %{nomkstream: false, trim: nil, approx: false, limit: nil}, false) do
+    case options(rest, @no_options, false) do
       {:ok, %{trim: nil}, _} ->
         {:error, Errors.syntax_error()}
 
@@ -59,6 +86,8 @@ defmodule Ringbus.Resp.Args do
   def key_ok(key), do: if(Keys.name?(key), do: :ok, else: {:error, Errors.bad_name()})
 
   # Redis's streamParseAddOrTrimArgsOrReply: options until one is not an option.
+  defp options(["*" | _] = args, acc, true), do: {:ok, acc, args}
+
   defp options([opt | rest] = args, acc, xadd?) do
     case {upcase(opt), rest} do
       {"*", _} when xadd? ->
@@ -118,6 +147,13 @@ defmodule Ringbus.Resp.Args do
 
       {"NOMKSTREAM", _} when xadd? ->
         options(rest, %{acc | nomkstream: true}, xadd?)
+
+      # Ringbus's own: a producer id and its counter, as `Ringbus.push/3`'s `:producer`.
+      {"PRODUCER", [id, n | rest]} when xadd? ->
+        case integer(n) do
+          {:ok, n} -> options(rest, %{acc | producer: {id, n}}, xadd?)
+          :error -> {:error, Encoder.error("ERR the PRODUCER counter must be an integer")}
+        end
 
       _ when xadd? ->
         {:ok, acc, args}
@@ -185,10 +221,13 @@ defmodule Ringbus.Resp.Args do
 
   @doc false
   def integer(text) do
-    case Integer.parse(text) do
-      {n, ""} when n >= -9_223_372_036_854_775_808 and n <= 9_223_372_036_854_775_807 -> {:ok, n}
+    # What Integer.parse/1 takes whole (a sign, then digits), without its walk.
+    case :erlang.binary_to_integer(text) do
+      n when n >= -9_223_372_036_854_775_808 and n <= 9_223_372_036_854_775_807 -> {:ok, n}
       _ -> :error
     end
+  rescue
+    ArgumentError -> :error
   end
 
   @doc "Stream IDs, all valid, or `:error`."

@@ -9,30 +9,33 @@ defmodule Ringbus.Resp.ClaimCommands do
   # or TIME) and count (one more, or RETRYCOUNT; JUSTID leaves it). FORCE
   # claims entries the stream holds that are in no PEL; an ID the stream no
   # longer holds leaves the PEL. LASTID moves the group's position forward.
+  #
+  # Each command's work runs at the stream's home, on its group table
+  # (`Ringbus.Resp.GroupHome`): the functions named `*_at`.
 
-  alias Ringbus.Resp.{Args, Encoder, Entry, Errors, Groups, StreamCommands}
+  alias Ringbus.Resp.{Args, Encoder, Entry, Errors, GroupHome, Groups, StreamCommands}
 
   @all 4_611_686_018_427_387_904
 
   ## XPENDING, XAUTOCLAIM
 
-  def xpending([key, group | rest], s) do
-    t = s.context.groups
-    info = Errors.check!(Ringbus.info(key), key)
+  def xpending([key, group | rest], s),
+    do: {GroupHome.run(key, __MODULE__, :xpending_at, [group, rest], no_group(key, group)), s}
 
+  @doc false
+  def xpending_at(t, key, tag, group, rest) do
     cond do
-      not match?({:ok, _}, info) or Groups.fetch(t, key, group) == :error ->
-        {Encoder.error(["NOGROUP No such key '", key, "' or consumer group '", group, "'"]), s}
+      not match?({:ok, _}, Errors.check!(Ringbus.info(key), key)) or
+          Groups.fetch(t, key, group) == :error ->
+        no_group(key, group)
 
       rest == [] ->
-        {pending_summary(key, group, t, tag(info)), s}
+        pending_summary(key, group, t, tag)
 
       true ->
-        {pending_range(key, group, rest, t, tag(info)), s}
+        pending_range(key, group, rest, t, tag)
     end
   end
-
-  defp tag({:ok, info}), do: Entry.tag(info.incarnation)
 
   defp pending_summary(key, group, t, tag) do
     case Groups.pending_bounds(t, key, group) do
@@ -101,20 +104,26 @@ defmodule Ringbus.Resp.ClaimCommands do
 
   # XAUTOCLAIM key group consumer min-idle-time start [COUNT count] [JUSTID]
   def xautoclaim([key, group, consumer, min_idle, start | opts], s) do
-    t = s.context.groups
-
     with {:ok, min_idle} <- idle_arg(min_idle),
          {:ok, start} <- Entry.parse(strip(start)) |> id_or_bound(start),
-         {:ok, count, justid} <- autoclaim_options(opts, 100, false),
-         {:ok, info} <- stream_of(key, group),
+         {:ok, count, justid} <- autoclaim_options(opts, 100, false) do
+      args = [group, consumer, min_idle, start, count, justid]
+      {GroupHome.run(key, __MODULE__, :xautoclaim_at, args, no_group(key, group)), s}
+    else
+      {:error, reply} -> {reply, s}
+    end
+  end
+
+  @doc false
+  def xautoclaim_at(t, key, tag, group, consumer, min_idle, start, count, justid) do
+    with {:ok, _info} <- stream_of(key, group),
          {:ok, _group} <- Groups.fetch(t, key, group) |> group_or_error(key, group) do
-      tag = Entry.tag(info.incarnation)
       # The cursor of an XAUTOCLAIM before is of the stream's incarnation.
       from = Entry.seq_from(StreamCommands.pin!(start, tag, key))
       Groups.add_consumer(t, key, group, consumer, now())
-      {autoclaim(key, group, consumer, min_idle, {from, tag}, count, justid, t), s}
+      autoclaim(key, group, consumer, min_idle, {from, tag}, count, justid, t)
     else
-      {:error, reply} -> {reply, s}
+      {:error, reply} -> reply
     end
   end
 
@@ -205,16 +214,24 @@ defmodule Ringbus.Resp.ClaimCommands do
   # XCLAIM key group consumer min-idle-time id [id ...] [IDLE ms]
   #   [TIME ms-unix-time] [RETRYCOUNT count] [FORCE] [JUSTID] [LASTID id]
   def xclaim([key, group, consumer, min_idle | rest], s) do
-    t = s.context.groups
     {ids, opts} = ids(rest, [])
 
-    with {:ok, info} <- stream(key, group),
+    # Parsed here, answered at the home after the group checks, as Redis orders them.
+    parsed =
+      with {:ok, min_idle} <- long(min_idle, "Invalid min-idle-time argument for XCLAIM"),
+           {:ok, opts} <-
+             options(opts, %{time: nil, retry: nil, force: false, justid: false, last: nil}),
+           do: {:ok, max(min_idle, 0), opts}
+
+    args = [group, consumer, ids, parsed]
+    {GroupHome.run(key, __MODULE__, :xclaim_at, args, no_group(key, group)), s}
+  end
+
+  @doc false
+  def xclaim_at(t, key, tag, group, consumer, ids, parsed) do
+    with {:ok, _info} <- stream(key, group),
          {:ok, g} <- group(t, key, group),
-         {:ok, min_idle} <- long(min_idle, "Invalid min-idle-time argument for XCLAIM"),
-         min_idle = max(min_idle, 0),
-         tag = Entry.tag(info.incarnation),
-         {:ok, opts} <-
-           options(opts, %{time: nil, retry: nil, force: false, justid: false, last: nil}) do
+         {:ok, min_idle, opts} <- parsed do
       # IDs of another incarnation name no entry of this one.
       ids = Enum.map(ids, &Entry.local(&1, tag))
       # LASTID is a position, as XGROUP SETID's: of this incarnation or none.
@@ -224,14 +241,11 @@ defmodule Ringbus.Resp.ClaimCommands do
       time = delivery_time(opts.time, now)
       if opts.last, do: move_last(t, key, group, g, opts.last)
 
-      claims =
-        for id <- ids,
-            reply = claim(key, group, consumer, id, min_idle, time, now, opts, t),
-            do: reply
-
-      {claims, s}
+      for id <- ids,
+          reply = claim(key, group, consumer, id, min_idle, time, now, opts, t),
+          do: reply
     else
-      {:error, reply} -> {reply, s}
+      {:error, reply} -> reply
     end
   end
 

@@ -136,14 +136,13 @@ defmodule Ringbus.Resp.Entry do
 
   def encode(pairs), do: encode_pairs(pairs)
 
-  defp encode_pairs(pairs) do
-    {count, data} =
-      Enum.reduce(pairs, {0, []}, fn bytes, {n, acc} ->
-        {n + 1, [acc, <<byte_size(bytes)::32>> | bytes]}
-      end)
+  defp encode_pairs(pairs), do: encode_pairs(pairs, 0, <<>>)
 
-    IO.iodata_to_binary([@magic, <<div(count, 2)::32>> | data])
-  end
+  # Appending to a binary grows it in place: one copy at the end.
+  defp encode_pairs([bytes | rest], n, acc),
+    do: encode_pairs(rest, n + 1, <<acc::binary, byte_size(bytes)::32, bytes::binary>>)
+
+  defp encode_pairs([], n, acc), do: <<@magic, div(n, 2)::32, acc::binary>>
 
   @doc "The field/value pairs a payload holds, as a flat list."
   @spec decode(binary()) :: [binary()]

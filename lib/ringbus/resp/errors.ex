@@ -45,8 +45,14 @@ defmodule Ringbus.Resp.Errors do
         "' from its node or replicas; the command may or may not have been carried out"
       ])
 
+  # XADD PRODUCER: the tag may have been stored and forgotten, so it is neither stored nor answered.
   def reply(:stale_tag, key),
-    do: Encoder.error(["ERR the producer tag is older than stream '", key, "' remembers"])
+    do:
+      Encoder.error([
+        "ERR the PRODUCER tag is older than the last 64 stream '",
+        key,
+        "' remembers of its producer; it may have been stored, and is not stored again"
+      ])
 
   def reply(:new_incarnation, key),
     do: Encoder.error(["ERR stream '", key, "' was created again since that incarnation"])
@@ -58,6 +64,10 @@ defmodule Ringbus.Resp.Errors do
   @doc "Ends the running command with the reply to `reason` (see `Ringbus.Resp.Session`)."
   @spec fail!(term(), binary()) :: no_return()
   def fail!(reason, key), do: throw({__MODULE__, reply(reason, key)})
+
+  @doc "Ends the running command with `reply`, an error reply made already."
+  @spec answer!(term()) :: no_return()
+  def answer!(reply), do: throw({__MODULE__, reply})
 
   @doc """
   `result` of a read of stream `key` (`info`, `len`, `read`), for a caller

@@ -5,12 +5,30 @@ defmodule Ringbus.Resp.GroupCommands do
   # `Ringbus.Resp.Groups` (XPENDING and XAUTOCLAIM are beside XCLAIM, in
   # `Ringbus.Resp.ClaimCommands`). Same shape as `Ringbus.Resp.StreamCommands`.
   #
+  # Each command checks its arguments and rights here, and does its work on
+  # the groups at the stream's home: the functions named `*_at` take the
+  # home's table, the stream and its IDs' tag, and run there
+  # (`Ringbus.Resp.GroupHome`). IDs they answer carry the tag; IDs they are
+  # given are pinned to it there, so one of another incarnation is refused.
+  # XREADGROUP BLOCK waits here, on a subscription to the stream (wherever
+  # it lives, as XREAD BLOCK does), and claims what wakes it at the home.
+  #
   # A group reads new entries from the seq after its `last`. When the ring
   # has moved past that seq, the entries in between are gone: the group's
   # `lost` counts them (XINFO GROUPS shows it) and it goes on from the oldest
   # entry held.
 
-  alias Ringbus.Resp.{Args, BlockingRead, Encoder, Entry, Errors, Groups, Keys, StreamCommands}
+  alias Ringbus.Resp.{
+    Args,
+    BlockingRead,
+    Encoder,
+    Entry,
+    Errors,
+    GroupHome,
+    Groups,
+    Keys,
+    StreamCommands
+  }
 
   @all 4_611_686_018_427_387_904
   # The access XGROUP and XREADGROUP need on their keys, as the command
@@ -33,18 +51,16 @@ defmodule Ringbus.Resp.GroupCommands do
         keyed(s, key, fn -> create(key, group, id, opts, s) end)
 
       {"SETID", [key, group, id | opts]} ->
-        keyed(s, key, fn -> setid(key, group, id, opts, s) end)
+        keyed(s, key, fn -> at(key, :setid_at, [group, id, opts]) end)
 
       {"DESTROY", [key, group]} ->
-        keyed(s, key, fn ->
-          existing(key, fn -> if(Groups.destroy(s.context.groups, key, group), do: 1, else: 0) end)
-        end)
+        keyed(s, key, fn -> at(key, :destroy_at, [group]) end)
 
       {"CREATECONSUMER", [key, group, consumer]} ->
-        keyed(s, key, fn -> create_consumer(key, group, consumer, s) end)
+        keyed(s, key, fn -> at(key, :create_consumer_at, [group, consumer]) end)
 
       {"DELCONSUMER", [key, group, consumer]} ->
-        keyed(s, key, fn -> delete_consumer(key, group, consumer, s) end)
+        keyed(s, key, fn -> at(key, :delete_consumer_at, [group, consumer]) end)
 
       {upper, _}
       when upper in ["CREATE", "SETID", "DESTROY", "CREATECONSUMER", "DELCONSUMER", "HELP"] ->
@@ -56,6 +72,15 @@ defmodule Ringbus.Resp.GroupCommands do
   end
 
   defp keyed(s, key, fun), do: Keys.keyed(s, @xgroup_access, key, fun)
+
+  # An XGROUP subcommand's work at the home; no stream: the key is required.
+  defp at(key, function, args), do: at(key, function, args, key_required())
+
+  defp at(key, function, args, none), do: GroupHome.run(key, __MODULE__, function, args, none)
+
+  @doc false
+  def destroy_at(t, key, _tag, group),
+    do: existing(key, fn -> if(Groups.destroy(t, key, group), do: 1, else: 0) end)
 
   defp existing(key, fun) do
     if match?({:ok, _}, Errors.check!(Ringbus.info(key), key)), do: fun.(), else: key_required()
@@ -69,11 +94,20 @@ defmodule Ringbus.Resp.GroupCommands do
 
   defp create(key, group, id, opts, s) do
     with {:ok, mkstream, entries_read} <- create_options(opts, false, nil),
-         :ok <- ensure_stream(key, mkstream, s),
-         {:ok, last} <- group_position(key, id) do
+         :ok <- ensure_stream(key, mkstream, s) do
+      at(key, :create_at, [group, id, entries_read])
+    else
+      {:error, reply} -> reply
+    end
+  end
+
+  @doc false
+  def create_at(t, key, tag, group, id, entries_read) do
+    with :ok <- existing(key, fn -> :ok end) |> ok_or_error(),
+         {:ok, last} <- group_position(key, tag, id) do
       read = entries_read || max(last + 1, 0)
 
-      case Groups.create(s.context.groups, key, group, last, read) do
+      case Groups.create(t, key, group, last, read) do
         :ok ->
           {:simple, "OK"}
 
@@ -142,25 +176,26 @@ defmodule Ringbus.Resp.GroupCommands do
   end
 
   # The seq of the last entry a group has had: `$` is the stream's last.
-  defp group_position(key, "$") do
+  defp group_position(key, _tag, "$") do
     case Errors.check!(Ringbus.info(key), key) do
       {:ok, info} -> {:ok, info.next_seq - 1}
       _ -> {:ok, -1}
     end
   end
 
-  defp group_position(key, id) do
+  defp group_position(key, tag, id) do
     case Entry.parse(id) do
-      {:ok, id} -> {:ok, Entry.seq_through(StreamCommands.pin!(id, StreamCommands.tag(key), key))}
+      {:ok, id} -> {:ok, Entry.seq_through(StreamCommands.pin!(id, tag, key))}
       :error -> {:error, Args.invalid_id()}
     end
   end
 
-  defp setid(key, group, id, opts, s) do
+  @doc false
+  def setid_at(t, key, tag, group, id, opts) do
     with :ok <- existing(key, fn -> :ok end) |> ok_or_error(),
          {:ok, read} <- setid_options(opts),
-         {:ok, last} <- group_position(key, id) do
-      if Groups.set_last(s.context.groups, key, group, last, read),
+         {:ok, last} <- group_position(key, tag, id) do
+      if Groups.set_last(t, key, group, last, read),
         do: {:simple, "OK"},
         else: no_group(key, group)
     else
@@ -181,10 +216,11 @@ defmodule Ringbus.Resp.GroupCommands do
 
   defp setid_options(_opts), do: {:error, Errors.syntax_error()}
 
-  defp create_consumer(key, group, consumer, s) do
+  @doc false
+  def create_consumer_at(t, key, _tag, group, consumer) do
     existing(key, fn ->
-      with {:ok, _} <- Groups.fetch(s.context.groups, key, group),
-           result <- Groups.add_consumer(s.context.groups, key, group, consumer, now()) do
+      with {:ok, _} <- Groups.fetch(t, key, group),
+           result <- Groups.add_consumer(t, key, group, consumer, now()) do
         case result do
           :created -> 1
           :exists -> 0
@@ -196,10 +232,11 @@ defmodule Ringbus.Resp.GroupCommands do
     end)
   end
 
-  defp delete_consumer(key, group, consumer, s) do
+  @doc false
+  def delete_consumer_at(t, key, _tag, group, consumer) do
     existing(key, fn ->
-      case Groups.fetch(s.context.groups, key, group) do
-        {:ok, _} -> Groups.delete_consumer(s.context.groups, key, group, consumer)
+      case Groups.fetch(t, key, group) do
+        {:ok, _} -> Groups.delete_consumer(t, key, group, consumer)
         :error -> no_group(key, group)
       end
     end)
@@ -253,12 +290,7 @@ defmodule Ringbus.Resp.GroupCommands do
          {:ok, {group, consumer}} <- group_given(opts),
          :ok <- Args.streams_allowed(opts.streams, @read_access, s),
          {:ok, reads} <- group_reads(opts.streams, group) do
-      t = s.context.groups
-
-      case Enum.find(reads, fn {key, _} ->
-             not match?({:ok, _}, Errors.check!(Ringbus.info(key), key)) or
-               Groups.fetch(t, key, group) == :error
-           end) do
+      case Enum.find(reads, fn {key, _} -> not group?(key, group) end) do
         {key, _} ->
           {Encoder.error([
              "NOGROUP No such key '",
@@ -269,7 +301,6 @@ defmodule Ringbus.Resp.GroupCommands do
            ]), s}
 
         nil ->
-          consumer_seen(reads, group, consumer, t)
           read_group(reads, group, consumer, opts, s)
       end
     else
@@ -297,9 +328,9 @@ defmodule Ringbus.Resp.GroupCommands do
 
         id ->
           case Entry.parse(id) do
+            # Pinned to the stream's incarnation at its home (`read_at/9`).
             {:ok, id} ->
-              id = StreamCommands.pin!(id, StreamCommands.tag(key), key)
-              {:cont, {:ok, [{key, {:history, Entry.seq_after(id)}} | acc]}}
+              {:cont, {:ok, [{key, {:history, id}} | acc]}}
 
             :error ->
               {:halt, {:error, Args.invalid_id()}}
@@ -312,24 +343,19 @@ defmodule Ringbus.Resp.GroupCommands do
     end
   end
 
-  defp consumer_seen(reads, group, consumer, t) do
-    for {key, _} <- reads do
-      Groups.add_consumer(t, key, group, consumer, now())
-      Groups.seen(t, key, group, consumer, now())
-    end
-  end
+  defp group?(key, group), do: GroupHome.run(key, __MODULE__, :group_at, [group], false)
+
+  @doc false
+  def group_at(t, key, _tag, group), do: Groups.fetch(t, key, group) != :error
 
   defp read_group(reads, group, consumer, opts, s) do
     max = if opts.count > 0, do: opts.count, else: @all
 
     found =
-      Enum.map(reads, fn
-        {key, :new} ->
-          {key, claim(key, group, consumer, max, opts.noack, s.context.groups)}
-
-        {key, {:history, from}} ->
-          {key, history(key, group, consumer, from, max, s.context.groups)}
-      end)
+      for {key, read} <- reads do
+        {key,
+         GroupHome.read(key, __MODULE__, :read_at, [group, consumer, read, max, opts.noack], [])}
+      end
 
     cond do
       Enum.any?(found, fn {_key, entries} -> entries != [] end) ->
@@ -346,16 +372,45 @@ defmodule Ringbus.Resp.GroupCommands do
     end
   end
 
-  # Takes up to `max` new entries for the group, moving its position past
-  # them (and past any it lost) with a compare-and-swap.
-  defp claim(key, group, consumer, max, noack, t, tries \\ @claim_tries)
+  @doc false
+  # One stream's part of an XREADGROUP, at its home: the consumer is seen,
+  # and reads new entries or its own pending ones.
+  def read_at(t, key, tag, group, consumer, read, max, noack, bytes) do
+    now = now()
 
-  defp claim(_key, _group, _consumer, _max, _noack, _t, 0), do: []
+    # Destroyed since XREADGROUP looked: no consumer row is left behind.
+    if Groups.fetch(t, key, group) == :error do
+      []
+    else
+      Groups.add_consumer(t, key, group, consumer, now)
+      Groups.seen(t, key, group, consumer, now)
 
-  defp claim(key, group, consumer, max, noack, t, tries) do
+      case read do
+        :new ->
+          claim(key, tag, group, consumer, {max, bytes}, noack, t)
+
+        {:history, id} ->
+          from = Entry.seq_after(StreamCommands.pin!(id, tag, key))
+          history(key, tag, group, consumer, from, max, bytes, t)
+      end
+    end
+  end
+
+  @doc false
+  def claim_at(t, key, tag, group, consumer, max, noack, bytes),
+    do: claim(key, tag, group, consumer, {max, bytes}, noack, t)
+
+  # Takes up to `max` new entries for the group (at least one, then as many
+  # as fit in `bytes`), moving its position past them (and past any it
+  # lost) with a compare-and-swap.
+  defp claim(key, tag, group, consumer, bound, noack, t, tries \\ @claim_tries)
+
+  defp claim(_key, _tag, _group, _consumer, _bound, _noack, _t, 0), do: []
+
+  defp claim(key, tag, group, consumer, {max, bytes} = bound, noack, t, tries) do
     with {:ok, %{last: last}} <- Groups.fetch(t, key, group),
-         tag when tag != nil <- StreamCommands.tag(key),
          {:ok, messages, lost} <- Errors.check!(Ringbus.read(key, last + 1, max), key) do
+      messages = GroupHome.cut(messages, bytes)
       {count, new_last} = span(messages, last + lost)
 
       cond do
@@ -370,7 +425,7 @@ defmodule Ringbus.Resp.GroupCommands do
           StreamCommands.entries(messages, tag)
 
         true ->
-          claim(key, group, consumer, max, noack, t, tries - 1)
+          claim(key, tag, group, consumer, bound, noack, t, tries - 1)
       end
     else
       _ -> []
@@ -382,30 +437,42 @@ defmodule Ringbus.Resp.GroupCommands do
 
   # A consumer's own pending entries after `from`: [id, nil] for one the
   # ring no longer holds, as Redis answers for a deleted entry. Each entry
-  # returned is delivered again: its count goes up and its idle time restarts.
-  defp history(key, group, consumer, from, max, t) do
+  # returned is delivered again: its count goes up and its idle time
+  # restarts. Those past `bytes` of payloads (after the first) wait for the
+  # next read, from the last ID returned.
+  defp history(key, tag, group, consumer, from, max, bytes, t) do
     now = now()
-    tag = StreamCommands.tag(key)
+    rows = Groups.pending(t, key, group, from, @all, min(max, 10_000), consumer)
 
-    for {seq, _owner, _time, _deliveries} <-
-          Groups.pending(t, key, group, from, @all, min(max, 10_000), consumer) do
+    rows
+    |> Enum.reduce_while({[], bytes}, fn {seq, _owner, _time, _deliveries}, {acc, left} ->
       case Errors.check!(Ringbus.read(key, seq, 1), key) do
-        {:ok, [{^seq, payload}], _} ->
+        {:ok, [{^seq, payload}], _} when acc == [] or byte_size(payload) <= left ->
           Groups.redeliver(t, key, group, seq, consumer, now)
-          [Entry.id(seq, tag), Entry.decode(payload)]
+          {:cont, {[[Entry.id(seq, tag), Entry.decode(payload)] | acc], less(left, payload)}}
 
-        # No stream (tag nil): its pending entries are of the one deleted.
+        {:ok, [{^seq, _payload}], _} ->
+          {:halt, {acc, left}}
+
         _ ->
-          [Entry.id(seq, tag || 0), nil]
+          {:cont, {[[Entry.id(seq, tag), nil] | acc], left}}
       end
-    end
+    end)
+    |> elem(0)
+    |> :lists.reverse()
   end
+
+  defp less(:infinity, _payload), do: :infinity
+  defp less(left, payload), do: left - byte_size(payload)
 
   defp wait(reads, group, consumer, opts, s) do
     starts =
       for {key, :new} <- reads do
-        {:ok, %{last: last}} = Groups.fetch(s.context.groups, key, group)
-        {key, last + 1}
+        case GroupHome.run(key, __MODULE__, :last_at, [group], :error) do
+          {:ok, last} -> {key, last + 1}
+          # Destroyed meanwhile: wait from the start; a claim finds no group.
+          :error -> {key, 0}
+        end
       end
 
     block = %{
@@ -421,12 +488,22 @@ defmodule Ringbus.Resp.GroupCommands do
   end
 
   @doc false
+  def last_at(t, key, _tag, group) do
+    case Groups.fetch(t, key, group) do
+      {:ok, %{last: last}} -> {:ok, last}
+      :error -> :error
+    end
+  end
+
+  @doc false
   # New entries on a stream the XREADGROUP waits on: claim them for the
-  # group. Another consumer may have had them first; then wait on.
+  # group, at the stream's home. Another consumer may have had them first;
+  # then wait on.
   def woken(block, sub, messages, _lost, s) do
     {key, _tag} = Map.fetch!(block.subs, sub)
+    args = [block.group, block.consumer, block.count, block.noack]
 
-    case claim(key, block.group, block.consumer, block.count, block.noack, s.context.groups) do
+    case GroupHome.read(key, __MODULE__, :claim_at, args, []) do
       [] ->
         n = Enum.count(messages)
         if n > 0, do: Ringbus.ack(sub, n)
@@ -440,25 +517,27 @@ defmodule Ringbus.Resp.GroupCommands do
   ## XACK
 
   def xack([key, group | ids], s) do
-    case parse_seqs(ids, StreamCommands.tag(key)) do
-      {:ok, seqs} -> {Groups.ack(s.context.groups, key, group, seqs), s}
+    case parse_ids(ids) do
+      {:ok, ids} -> {GroupHome.run(key, __MODULE__, :ack_at, [group, ids], 0), s}
       :error -> {Args.invalid_id(), s}
     end
   end
 
-  defp parse_seqs(ids, tag) do
+  defp parse_ids(ids) do
     Enum.reduce_while(ids, {:ok, []}, fn text, {:ok, acc} ->
       case Entry.parse(text) do
-        {:ok, id} ->
-          case Entry.seq(Entry.local(id, tag)) do
-            {:ok, seq} -> {:cont, {:ok, [seq | acc]}}
-            :none -> {:cont, {:ok, acc}}
-          end
-
-        :error ->
-          {:halt, :error}
+        {:ok, id} -> {:cont, {:ok, [id | acc]}}
+        :error -> {:halt, :error}
       end
     end)
+  end
+
+  @doc false
+  # An ID of another incarnation names no entry of this one: it acks nothing.
+  def ack_at(t, key, tag, group, ids) do
+    seqs = for id <- ids, {:ok, seq} <- [Entry.seq(Entry.local(id, tag))], do: seq
+
+    Groups.ack(t, key, group, seqs)
   end
 
   defp now, do: System.system_time(:millisecond)

@@ -1,15 +1,21 @@
 defmodule Ringbus.Resp.Groups do
   @moduledoc false
   # Consumer groups: where each group of a stream stands, its consumers and
-  # its pending entries list (PEL). All of it lives in one public ETS
-  # `:ordered_set` made by `new/0` in the `Ringbus.Server` supervisor, which
-  # owns it and does nothing else; connections read and change it directly,
-  # so no process stands on a read path. Every change is one atomic ETS
-  # operation: a group's position moves by compare-and-swap, so consumers of
-  # one group on different connections never get the same entry as new.
+  # its pending entries list (PEL). All of it lives in one public, named ETS
+  # `:ordered_set` per node, made by `new/0` in `Ringbus.Resp.GroupTable`,
+  # which owns it and does nothing else. A stream's rows are kept on the
+  # node that homes the stream, and only read and changed there, through
+  # `Ringbus.Resp.GroupHome`: by the connections of that node directly, so
+  # no process stands on a read path, and for other nodes' connections by
+  # the link that brings their requests. So a group is one group in the
+  # cluster. Every change is one atomic ETS operation: a group's position
+  # moves by compare-and-swap, so consumers of one group never get the same
+  # entry as new.
   #
   # Rows, keyed so that each stream's and each group's rows are one range:
   #
+  #   {{:stream, stream}, incarnation}    which creation of the stream the
+  #                                       rows below belong to (`fresh/3`)
   #   {{:group, stream, group}, last, entries_read, lost, pending, dropped}
   #   {{:consumer, stream, group, consumer}, seen_ms}
   #   {{:pending, stream, group, seq}, consumer, delivered_ms, deliveries}
@@ -22,6 +28,7 @@ defmodule Ringbus.Resp.Groups do
   # Bounds: @max_groups groups a stream, @max_consumers consumers a group,
   # @max_pending pending entries a group.
 
+  @table :ringbus_resp_groups
   @max_groups 64
   @max_consumers 1_024
   @max_pending 10_000
@@ -43,9 +50,36 @@ defmodule Ringbus.Resp.Groups do
   @doc "The bounds, for the documentation and the errors that name them."
   def limits, do: %{groups: @max_groups, consumers: @max_consumers, pending: @max_pending}
 
-  @doc "A new, empty table, owned by the calling process."
+  @doc "The node's table, named, owned by the calling process."
   @spec new() :: table()
-  def new, do: :ets.new(:ringbus_resp_groups, [:ordered_set, :public, write_concurrency: true])
+  def new, do: :ets.new(@table, [:named_table, :ordered_set, :public, write_concurrency: true])
+
+  @doc "The node's table."
+  @spec table() :: table()
+  def table, do: @table
+
+  @doc """
+  Makes the rows of `stream` those of its creation `incarnation`: rows of
+  an earlier creation (a stream deleted and created again, by any API) are
+  dropped, as Redis drops a key's groups with the key.
+  """
+  @spec fresh(table(), binary(), pos_integer()) :: :ok
+  def fresh(t, stream, incarnation) do
+    case :ets.lookup(t, {:stream, stream}) do
+      [{_, ^incarnation}] ->
+        :ok
+
+      [] ->
+        :ets.insert_new(t, {{:stream, stream}, incarnation})
+        :ok
+
+      [{_, old}] ->
+        # One caller wins the swap and drops the old creation's rows.
+        spec = [{{{:stream, stream}, old}, [], [{{{{:stream, stream}}, incarnation}}]}]
+        if :ets.select_replace(t, spec) == 1, do: drop_groups(t, stream)
+        :ok
+    end
+  end
 
   ## Groups
 
@@ -90,6 +124,8 @@ defmodule Ringbus.Resp.Groups do
   """
   @spec summary(table()) :: [map()]
   def summary(t) do
+    live = current_streams(t)
+
     seen =
       :ets.select(t, [{{{:consumer, :"$1", :"$2", :_}, :"$3"}, [], [{{:"$1", :"$2", :"$3"}}]}])
       |> Enum.reduce(%{}, fn {stream, group, at}, acc ->
@@ -97,7 +133,8 @@ defmodule Ringbus.Resp.Groups do
       end)
 
     for {{:group, stream, group}, last, read, lost, pending, dropped} <-
-          :ets.match_object(t, {{:group, :_, :_}, :_, :_, :_, :_, :_}) do
+          :ets.match_object(t, {{:group, :_, :_}, :_, :_, :_, :_, :_}),
+        MapSet.member?(live, stream) do
       {consumers, oldest} = Map.get(seen, {stream, group}, {0, nil})
 
       %{
@@ -112,6 +149,17 @@ defmodule Ringbus.Resp.Groups do
         oldest_seen: oldest
       }
     end
+  end
+
+  # The streams whose rows are those of the channel this node holds now.
+  defp current_streams(t) do
+    here = MapSet.new(Ringbus.channels())
+
+    for {{:stream, stream}, incarnation} <- :ets.match_object(t, {{:stream, :_}, :_}),
+        MapSet.member?(here, stream),
+        match?({:ok, %{incarnation: ^incarnation}}, Ringbus.info(stream)),
+        into: MapSet.new(),
+        do: stream
   end
 
   @spec group_count(table(), binary()) :: non_neg_integer()
@@ -134,6 +182,11 @@ defmodule Ringbus.Resp.Groups do
   @doc "Deletes every group of a stream."
   @spec drop_stream(table(), binary()) :: :ok
   def drop_stream(t, stream) do
+    :ets.delete(t, {:stream, stream})
+    drop_groups(t, stream)
+  end
+
+  defp drop_groups(t, stream) do
     :ets.select_delete(t, [{{{:group, stream, :_}, :_, :_, :_, :_, :_}, [], [true]}])
     :ets.select_delete(t, [{{{:consumer, stream, :_, :_}, :_}, [], [true]}])
     :ets.select_delete(t, [{{{:pending, stream, :_, :_}, :_, :_, :_}, [], [true]}])
@@ -277,7 +330,8 @@ defmodule Ringbus.Resp.Groups do
        [{:>=, :"$1", from}, {:"=<", :"$1", to}], [{{:"$1", who_out(consumer), :"$3", :"$4"}}]}
     ]
 
-    case :ets.select(t, spec, count) do
+    # ETS refuses a huge limit (XPENDING's count, XINFO's COUNT 0); a PEL holds no more than this.
+    case :ets.select(t, spec, min(count, @max_pending + 1)) do
       {rows, _continuation} -> rows
       :"$end_of_table" -> []
     end

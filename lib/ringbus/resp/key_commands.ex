@@ -19,19 +19,19 @@ defmodule Ringbus.Resp.KeyCommands do
   def dbsize([], s), do: {count_streams(), s}
   def exists(keys, s), do: {Enum.count(keys, &stream?/1), s}
   def type([key], s), do: {{:simple, if(stream?(key), do: "stream", else: "none")}, s}
-  def del(keys, s), do: {Enum.count(keys, &delete(&1, s)), s}
+  def del(keys, s), do: {Enum.count(keys, &delete/1), s}
 
   defp stream?(key),
     do: is_binary(key) and match?({:ok, _}, Errors.check!(Ringbus.info(key), key))
 
-  defp delete(key, s) do
+  defp delete(key) do
     case Ringbus.delete(key) do
       :ok ->
-        Groups.drop_stream(s.context.groups, key)
+        Groups.drop_stream(Groups.table(), key)
         true
 
       {:error, :no_channel} ->
-        Groups.drop_stream(s.context.groups, key)
+        Groups.drop_stream(Groups.table(), key)
         false
 
       {:error, reason} ->
@@ -143,7 +143,7 @@ defmodule Ringbus.Resp.KeyCommands do
 
       true ->
         Enum.each(names, fn name ->
-          Groups.drop_stream(s.context.groups, name)
+          Groups.drop_stream(Groups.table(), name)
           Ringbus.delete(name)
         end)
 

@@ -22,7 +22,7 @@ defmodule Ringbus.Resp.Protocol do
 
   @behaviour Ringbus.Server.Protocol
 
-  alias Ringbus.Resp.{Parser, Session}
+  alias Ringbus.Resp.{Groups, Parser, Session, StreamCommands}
   alias Ringbus.Server.{Config, Protocol, Stats}
 
   @anonymous_args 16
@@ -32,9 +32,10 @@ defmodule Ringbus.Resp.Protocol do
   defstruct [:session, timer: nil]
 
   @doc """
-  The RESP listener of a server, when `:resp_port` is set: its consumer
-  groups' table and its counters are made here, in the calling supervisor,
-  which owns them for as long as the server runs.
+  The RESP listener of a server, when `:resp_port` is set: its counters
+  are made here, in the calling supervisor, which owns them for as long as
+  the server runs. Its figures show the consumer groups of the streams
+  this node homes (`Ringbus.Resp.Groups`, one table per node).
   """
   @impl true
   def listener(%Config{resp_port: nil}), do: nil
@@ -43,7 +44,7 @@ defmodule Ringbus.Resp.Protocol do
     context = Session.context()
 
     %Protocol{
-      figures: fn -> %{groups: Ringbus.Resp.Groups.summary(context.groups)} end,
+      figures: fn -> %{groups: Groups.summary(Groups.table())} end,
       name: :resp,
       port: config.resp_port,
       module: __MODULE__,
@@ -90,8 +91,8 @@ defmodule Ringbus.Resp.Protocol do
     tally |> Stats.acked(xadds) |> Stats.replied(n)
   end
 
-  defp count([[name | _] | rest], n, xadds) when byte_size(name) == 4,
-    do: count(rest, n + 1, if(String.upcase(name) == "XADD", do: xadds + 1, else: xadds))
+  defp count([[name | _] | rest], n, xadds),
+    do: count(rest, n + 1, if(StreamCommands.xadd?(name), do: xadds + 1, else: xadds))
 
   defp count([_ | rest], n, xadds), do: count(rest, n + 1, xadds)
   defp count([], n, xadds), do: {n, xadds}

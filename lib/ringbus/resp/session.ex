@@ -28,11 +28,14 @@ defmodule Ringbus.Resp.Session do
   # between the queued ones. A queued command that would block answers at
   # once, as in Redis.
   #
-  # XADDs. Consecutive XADDs with `*` to one stream with the same options
-  # within a read are stored with one push of all their payloads, and
-  # answered in order, as the binary server stores a run of pushes.
+  # XADDs. The XADDs with `*` of a read are stored with one push per
+  # stream (`Ringbus.Resp.StreamCommands.store/2`) and answered in order, as
+  # the binary server stores a run of pushes. A batch gathers until a
+  # command that is not such an XADD, or one to a stream of the batch with
+  # other options, and is stored before that command runs: a command of the
+  # read sees every XADD before it, as one by one.
 
-  alias Ringbus.Resp.{Args, Commands, Counters, Encoder, Errors, Groups, Keys}
+  alias Ringbus.Resp.{Args, Commands, Counters, Encoder, Errors, Keys}
   alias Ringbus.Resp.{StreamCommands, Transaction}
   alias Ringbus.Server.{Auth, Config}
 
@@ -46,7 +49,7 @@ defmodule Ringbus.Resp.Session do
   # After MULTI: what runs at once instead of being queued, as in Redis.
   @not_queued ["EXEC", "DISCARD", "MULTI", "WATCH", "QUIT"]
 
-  @type context :: %{groups: Groups.table(), stats: :counters.counters_ref()}
+  @type context :: %{stats: :counters.counters_ref()}
   @type status :: :ok | {:block, reference(), timeout()} | {:close, atom()}
 
   defstruct [
@@ -65,9 +68,12 @@ defmodule Ringbus.Resp.Session do
 
   @type t :: %__MODULE__{config: Config.t()}
 
-  @doc "What every connection of one RESP listener shares: its groups and counters."
+  @doc """
+  What every connection of one RESP listener shares: its counters. (Its
+  consumer groups are the node's, `Ringbus.Resp.Groups`.)
+  """
   @spec context() :: context()
-  def context, do: %{groups: Groups.new(), stats: Counters.new()}
+  def context, do: %{stats: Counters.new()}
 
   @doc "A session for a new connection, counted as connected until `gone/1`."
   @spec new(Config.t(), context()) :: t()
@@ -119,12 +125,17 @@ defmodule Ringbus.Resp.Session do
 
   defp run([[name | args] = command | rest], s, batch, out, n) do
     case batchable(name, args, s) do
-      {:ok, key, entry} when batch != nil and elem(batch, 0) == key ->
-        run(rest, s, StreamCommands.add(batch, entry), out, n + 1)
+      {:ok, key, opts, payload} ->
+        case StreamCommands.add(batch || StreamCommands.batch(), key, opts, payload) do
+          {:ok, batch} ->
+            run(rest, s, batch, out, n + 1)
 
-      {:ok, key, entry} ->
-        out = flush(s, batch, out)
-        run(rest, s, StreamCommands.batch(key, entry), out, n + 1)
+          # The stream's XADDs so far had other options: they go in first.
+          :conflict ->
+            out = flush(s, batch, out)
+            {:ok, batch} = StreamCommands.add(StreamCommands.batch(), key, opts, payload)
+            run(rest, s, batch, out, n + 1)
+        end
 
       :no ->
         out = flush(s, batch, out)

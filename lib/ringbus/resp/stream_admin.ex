@@ -7,8 +7,11 @@ defmodule Ringbus.Resp.StreamAdmin do
   # always `<next seq>-<tag>`: XSETID checks its arguments as Redis 7.0 does and
   # accepts the stream's own last ID (what clients that copy a stream's
   # state send), and refuses to move it.
+  #
+  # XINFO reads a stream's groups at its home (`Ringbus.Resp.GroupHome`):
+  # the functions named `*_at` run there.
 
-  alias Ringbus.Resp.{Args, Encoder, Entry, Errors, Groups, Keys, StreamCommands}
+  alias Ringbus.Resp.{Args, Encoder, Entry, Errors, GroupHome, Groups, Keys, StreamCommands}
 
   @all 4_611_686_018_427_387_904
 
@@ -104,16 +107,18 @@ defmodule Ringbus.Resp.StreamAdmin do
   def xinfo([sub | args], s) do
     case {Args.upcase(sub), args} do
       {"STREAM", [key]} ->
-        guarded(s, key, fn -> stream_info(key, s) end)
+        guarded(s, key, fn -> stream_info(key) end)
 
       {"STREAM", [key, full | opts]} ->
-        guarded(s, key, fn -> full(key, [full | opts], sub, s) end)
+        guarded(s, key, fn -> full(key, [full | opts], sub) end)
 
       {"GROUPS", [key]} ->
-        guarded(s, key, fn -> groups_info(key, s) end)
+        guarded(s, key, fn -> GroupHome.run(key, __MODULE__, :groups_at, [], no_key()) end)
 
       {"CONSUMERS", [key, group]} ->
-        guarded(s, key, fn -> consumers_info(key, group, s) end)
+        guarded(s, key, fn ->
+          GroupHome.run(key, __MODULE__, :consumers_at, [group], no_key())
+        end)
 
       {"HELP", []} ->
         {xinfo_help(), s}
@@ -128,7 +133,9 @@ defmodule Ringbus.Resp.StreamAdmin do
 
   defp guarded(s, key, fun), do: Keys.keyed(s, :read, key, fun)
 
-  defp stream_info(key, s) do
+  defp no_key, do: Encoder.error("ERR no such key")
+
+  defp stream_info(key) do
     case Errors.check!(Ringbus.info(key), key) do
       {:ok, info} ->
         tag = Entry.tag(info.incarnation)
@@ -154,7 +161,7 @@ defmodule Ringbus.Resp.StreamAdmin do
            {"max-deleted-entry-id", deleted},
            {"entries-added", next_seq},
            {"recorded-first-entry-id", if(len > 0, do: Entry.id(first_seq, tag), else: "0-0")},
-           {"groups", Groups.group_count(s.context.groups, key)},
+           {"groups", GroupHome.run(key, __MODULE__, :group_count_at, [], 0)},
            {"first-entry", if(len > 0, do: edge.(first_seq), else: nil)},
            {"last-entry", if(len > 0, do: edge.(next_seq - 1), else: nil)},
            {"capacity", Map.fetch!(info, :capacity)},
@@ -170,16 +177,18 @@ defmodule Ringbus.Resp.StreamAdmin do
     end
   end
 
-  defp groups_info(key, s) do
+  @doc false
+  def group_count_at(t, key, _tag), do: Groups.group_count(t, key)
+
+  @doc false
+  def groups_at(t, key, tag) do
     case Errors.check!(Ringbus.info(key), key) do
       {:ok, info} ->
-        tag = Entry.tag(info.incarnation)
-
-        for {name, g} <- Groups.groups(s.context.groups, key) do
+        for {name, g} <- Groups.groups(t, key) do
           {:map,
            [
              {"name", name},
-             {"consumers", Enum.count(Groups.consumers(s.context.groups, key, name))},
+             {"consumers", Enum.count(Groups.consumers(t, key, name))},
              {"pending", g.pending},
              {"last-delivered-id", if(g.last >= 0, do: Entry.id(g.last, tag), else: "0-0")},
              {"entries-read", g.entries_read},
@@ -194,12 +203,13 @@ defmodule Ringbus.Resp.StreamAdmin do
     end
   end
 
-  defp consumers_info(key, group, s) do
+  @doc false
+  def consumers_at(t, key, _tag, group) do
     with {:ok, _info} <- Errors.check!(Ringbus.info(key), key),
-         {:ok, _group} <- Groups.fetch(s.context.groups, key, group) do
+         {:ok, _group} <- Groups.fetch(t, key, group) do
       now = System.system_time(:millisecond)
 
-      for {name, seen, pending} <- Groups.consumers(s.context.groups, key, group),
+      for {name, seen, pending} <- Groups.consumers(t, key, group),
           do: {:map, [{"name", name}, {"pending", pending}, {"idle", max(now - seen, 0)}]}
     else
       {:error, :no_channel} ->
@@ -227,11 +237,19 @@ defmodule Ringbus.Resp.StreamAdmin do
   ## XINFO STREAM key FULL [COUNT n]
 
   # XINFO STREAM FULL: the stream, its first COUNT entries (10; 0 for all) and its groups.
-  defp full(key, opts, sub, s) do
-    with {:ok, count} <- full_count(opts, sub),
-         {:ok, info} <- stream(key) do
-      full_reply(key, info, count, s)
-    else
+  defp full(key, opts, sub) do
+    case full_count(opts, sub) do
+      {:ok, count} -> GroupHome.read(key, __MODULE__, :full_at, [count], no_key())
+      {:error, reply} -> reply
+    end
+  end
+
+  @doc false
+  # The whole reply at the home, the entries with it: one answer to carry
+  # back, whose entries stop at `bytes` of payloads (the first one aside).
+  def full_at(t, key, tag, count, bytes) do
+    case stream(key) do
+      {:ok, info} -> full_reply(t, key, tag, info, count, bytes)
       {:error, reply} -> reply
     end
   end
@@ -258,15 +276,14 @@ defmodule Ringbus.Resp.StreamAdmin do
     end
   end
 
-  defp full_reply(key, info, count, s) do
-    t = s.context.groups
+  defp full_reply(t, key, tag, info, count, bytes) do
     len = info.len
-    tag = Entry.tag(info.incarnation)
 
     entries =
       case Ringbus.read(key, info.first_seq, min(count, len)) do
         {:ok, messages, _lost} ->
-          for({seq, p} <- messages, do: [Entry.id(seq, tag), Entry.decode(p)])
+          for {seq, p} <- GroupHome.cut(messages, bytes),
+              do: [Entry.id(seq, tag), Entry.decode(p)]
 
         _ ->
           []

@@ -21,53 +21,181 @@ defmodule Ringbus.Resp.StreamCommands do
   ## XADD
 
   @doc """
-  Whether a command is an XADD that can be stored with its neighbours:
-  `{:ok, key, entry}` for one with `*` that the session may run, or `:no`.
+  Whether a command is an XADD that can be stored with the other XADDs of
+  its read: `{:ok, key, opts, payload}` for one with `*` that the session
+  may run, or `:no`.
   """
-  @spec batchable(binary(), [binary()], map()) :: {:ok, term(), map()} | :no
+  @spec batchable(binary(), [binary()], map()) :: {:ok, binary(), term(), binary()} | :no
   def batchable(name, args, s) do
     with true <- xadd?(name),
          true <- Keys.authenticated?(s),
-         {:ok, %{id: :auto} = add} <- Args.parse_xadd(args),
+         {:ok, %{id: :auto, producer: nil} = add} <- Args.parse_xadd(args),
          # `~` with its LIMIT trims per XADD, as Redis does.
          true <- add.trim == nil or not add.trim.approx,
          true <- Keys.allowed?(s, :write, add.key) do
-      payload = Entry.encode(add.pairs)
-      {:ok, {add.key, add.nomkstream, add.trim}, payload}
+      {:ok, add.key, {add.nomkstream, add.trim}, Entry.encode(add.pairs)}
     else
       _ -> :no
     end
   end
 
-  defp xadd?("XADD"), do: true
-  defp xadd?(<<x, _, _, _>> = name) when x in [?x, ?X], do: Args.upcase(name) == "XADD"
-  defp xadd?(_name), do: false
+  @doc "Whether a command name is XADD, in any case."
+  @spec xadd?(binary()) :: boolean()
+  def xadd?(<<x, a, d, e>>)
+      when x in [?x, ?X] and a in [?a, ?A] and d in [?d, ?D] and e in [?d, ?D],
+      do: true
 
-  @doc "A batch of XADDs with one key, starting with `payload`."
-  def batch(key, payload), do: {key, [payload], 1}
+  def xadd?(_name), do: false
 
-  @doc "Adds an XADD's payload to a batch."
-  def add({key, payloads, n}, payload), do: {key, [payload | payloads], n + 1}
+  # A batch: the XADDs of a read by stream, `%{key => {opts, payloads
+  # (reversed), count, bytes}}`, the streams in the order they came and the
+  # stream of each XADD (both reversed), to answer them in order.
 
-  @doc "Stores a batch with one push; returns a reply for each XADD, in order."
-  @spec store(term(), map()) :: [Encoder.reply()]
-  def store({{key, nomkstream, trim}, payloads, n}, s) do
-    payloads = :lists.reverse(payloads)
+  @doc "A batch of no XADD."
+  @spec batch() :: tuple()
+  def batch, do: {%{}, [], []}
 
-    case push(key, run(payloads, n), nomkstream, s) do
-      {:ok, first, tag} ->
-        trim(key, trim)
-        ids(first, n, tag, [])
+  @doc """
+  Adds an XADD to its stream's group: `{:ok, batch}`, or `:conflict` when
+  the stream's group has other options (the batch must be stored first).
+  """
+  @spec add(tuple(), binary(), term(), binary()) :: {:ok, tuple()} | :conflict
+  def add({groups, order, slots}, key, opts, payload) do
+    case groups do
+      %{^key => {^opts, payloads, n, bytes}} ->
+        group = {opts, [payload | payloads], n + 1, bytes + byte_size(payload)}
+        {:ok, {%{groups | key => group}, order, [key | slots]}}
 
-      {:error, reason} when n > 1 and reason in [:full, :too_large] ->
-        # A rejecting stream, or an entry over max_bytes: each XADD goes in
-        # on its own or not at all.
-        Enum.map(payloads, fn p -> p |> List.wrap() |> store_one(key, nomkstream, trim, s) end)
+      %{^key => _other_options} ->
+        :conflict
 
-      {:error, reason} ->
-        List.duplicate(push_error(key, reason), n)
+      _ ->
+        group = {opts, [payload], 1, byte_size(payload)}
+        {:ok, {Map.put(groups, key, group), [key | order], [key | slots]}}
     end
   end
+
+  @doc "Stores a batch with one push per stream; returns a reply for each XADD, in order."
+  @spec store(tuple(), map()) :: [Encoder.reply()]
+  def store({groups, [key], _slots}, s), do: store_group(key, Map.fetch!(groups, key), s)
+
+  def store({groups, order, slots}, s) do
+    replies = Map.new(:lists.reverse(order), &{&1, store_group(&1, Map.fetch!(groups, &1), s)})
+    in_order(:lists.reverse(slots), replies, [])
+  end
+
+  defp in_order([key | rest], replies, acc) do
+    [reply | more] = Map.fetch!(replies, key)
+    in_order(rest, %{replies | key => more}, [reply | acc])
+  end
+
+  defp in_order([], _replies, acc), do: :lists.reverse(acc)
+
+  # The XADDs of one stream as one push where that stores and trims exactly
+  # what they would one by one; else one by one.
+  defp store_group(key, {{nomkstream, trim}, payloads, n, bytes}, s) do
+    payloads = :lists.reverse(payloads)
+
+    cond do
+      n == 1 -> [store_one(payloads, key, nomkstream, trim, s)]
+      trim == nil -> store_run(key, payloads, n, bytes, nomkstream, s)
+      true -> store_trimmed(key, payloads, n, bytes, nomkstream, trim, s)
+    end
+  end
+
+  defp store_run(key, payloads, n, bytes, nomkstream, s) do
+    case push(key, &Ringbus.push_run(&1, payloads, n, bytes), nomkstream, s) do
+      {:ok, first, tag} ->
+        ids(first, n, tag, [])
+
+      {:error, reason} when reason in [:full, :too_large] ->
+        # A rejecting stream, or entries over max_bytes: each XADD goes in
+        # on its own or not at all, in one call.
+        batches = Enum.map(payloads, &{[&1], 1, byte_size(&1)})
+
+        with {:ok, inc} <- Ringbus.incarnation(key),
+             {:ok, results} <- Ringbus.push_batches(key, batches) do
+          Enum.map(results, &stored(key, Entry.tag(inc), &1))
+        else
+          {:error, reason} -> one_by_one(key, payloads, n, nomkstream, nil, reason, s)
+        end
+
+      {:error, reason} ->
+        one_by_one(key, payloads, n, nomkstream, nil, reason, s)
+    end
+  end
+
+  # A whole batch refused and certainly not stored: by the bound of the link
+  # to the stream's node, or while that node is busy, where one XADD may go
+  # through; then the XADDs one by one. Any other error answers them all:
+  # after a timeout a batch may have been stored, and must not be again.
+  defp one_by_one(key, payloads, _n, nomkstream, trim, reason, s)
+       when reason in [:full, :too_large, :node_busy],
+       do: each(key, payloads, nomkstream, trim, s)
+
+  defp one_by_one(key, _payloads, n, _nomkstream, _trim, reason, _s),
+    do: List.duplicate(push_error(key, reason), n)
+
+  defp stored(_key, tag, {:ok, seq}), do: Entry.id(seq, tag)
+  defp stored(key, _tag, {:error, reason}), do: push_error(key, reason)
+
+  # One by one, each XADD trims after its push; together, the pulls of those
+  # trims that fall on entries held before the batch go first, so the stream
+  # never holds more than one by one it would. Exact only when none of them
+  # would have lapped the ring: a drop-oldest stream with room for the
+  # batch on top of what it holds.
+  defp store_trimmed(key, payloads, n, bytes, nomkstream, trim, s) do
+    with {:ok, info} <- info(key, nomkstream, s),
+         true <- room?(info, n, bytes) do
+      trim = local_trim(trim, Entry.tag(info.incarnation))
+      next = info.next_seq
+      pre = min(Trim.count(trim, info.first_seq, next + n), next - info.first_seq)
+      pulled = pull(key, pre, 0)
+
+      case push(key, &Ringbus.push_run(&1, payloads, n, bytes), nomkstream, s) do
+        {:ok, ^next, tag} ->
+          pull(key, Trim.count(trim, info.first_seq + pulled, next + n), 0)
+          ids(next, n, tag, [])
+
+        {:ok, first, tag} ->
+          # Others pushed meanwhile (or made the stream again): trim what
+          # the stream holds now.
+          trim(key, trim)
+          ids(first, n, tag, [])
+
+        {:error, reason} ->
+          one_by_one(key, payloads, n, nomkstream, trim, reason, s)
+      end
+    else
+      {:error, reason} -> List.duplicate(push_error(key, reason), n)
+      false -> each(key, payloads, nomkstream, trim, s)
+    end
+  end
+
+  defp each(key, payloads, nomkstream, trim, s),
+    do: Enum.map(payloads, &store_one([&1], key, nomkstream, trim, s))
+
+  # Errors are replies here, never thrown: a batch is stored outside any
+  # one command.
+  defp info(key, nomkstream, s) do
+    case Ringbus.info(key) do
+      {:error, :no_channel} when nomkstream ->
+        {:error, :nomkstream}
+
+      {:error, :no_channel} ->
+        with :ok <- Keys.create(key, s), do: Ringbus.info(key)
+
+      result ->
+        result
+    end
+  end
+
+  defp room?(%{overflow: :drop_oldest} = info, n, bytes) do
+    info.len + n <= info.capacity and
+      (info.max_bytes == nil or info.bytes + bytes <= info.max_bytes)
+  end
+
+  defp room?(_info, _n, _bytes), do: false
 
   defp store_one(payloads, key, nomkstream, trim, s) do
     case push(key, &Ringbus.push_many(&1, payloads), nomkstream, s) do
@@ -82,14 +210,6 @@ defmodule Ringbus.Resp.StreamCommands do
 
   defp ids(_first, 0, _tag, acc), do: :lists.reverse(acc)
   defp ids(first, n, tag, acc), do: ids(first + 1, n - 1, tag, [Entry.id(first, tag) | acc])
-
-  # The XADDs of a batch as one push; a refusal of several counts nothing.
-  defp run([payload], 1), do: &Ringbus.push(&1, payload)
-
-  defp run(payloads, n) do
-    bytes = Enum.reduce(payloads, 0, &(byte_size(&1) + &2))
-    &Ringbus.push_run(&1, payloads, n, bytes)
-  end
 
   # The incarnation is looked up before the push: should the stream be made
   # again in between, the IDs name the incarnation gone, and a consumer that
@@ -143,12 +263,30 @@ defmodule Ringbus.Resp.StreamCommands do
     with {:ok, add} <- Args.parse_xadd(args) do
       payload = Entry.encode(add.pairs)
 
-      case add.id do
-        :auto -> {hd(store({{add.key, add.nomkstream, add.trim}, [payload], 1}, s)), s}
-        id -> {explicit(add, id, payload, s), s}
+      case add do
+        %{producer: nil, id: :auto} ->
+          {store_one([payload], add.key, add.nomkstream, add.trim, s), s}
+
+        %{producer: nil, id: id} ->
+          {explicit(add, id, payload, s), s}
+
+        %{producer: tag} ->
+          {tagged(add, tag, payload, s), s}
       end
     else
       {:error, reply} -> {reply, s}
+    end
+  end
+
+  # Stored once however often it is sent: a resend answers the first send's ID.
+  defp tagged(add, tag, payload, s) do
+    case push(add.key, &Ringbus.push(&1, payload, producer: tag), add.nomkstream, s) do
+      {:ok, seq, tag} ->
+        trim(add.key, add.trim)
+        Entry.id(seq, tag)
+
+      {:error, reason} ->
+        push_error(add.key, reason)
     end
   end
 
@@ -206,18 +344,17 @@ defmodule Ringbus.Resp.StreamCommands do
 
   # Pulls the oldest entries Redis would trim (`Ringbus.Resp.Trim`); returns
   # how many went. Concurrent pulls may leave the stream a little shorter.
+  # After an XADD, whose entry is stored, a stream that cannot be read is
+  # left untrimmed: the XADD is answered its ID, not an error.
   defp trim(_key, nil), do: 0
+  defp trim(key, trim), do: trim_held(key, trim, Ringbus.info(key))
 
-  defp trim(key, trim) do
-    case Errors.check!(Ringbus.info(key), key) do
-      {:ok, info} ->
-        trim = local_trim(trim, Entry.tag(info.incarnation))
-        pull(key, Trim.count(trim, info.first_seq, info.next_seq), 0)
-
-      _ ->
-        0
-    end
+  defp trim_held(key, trim, {:ok, info}) do
+    trim = local_trim(trim, Entry.tag(info.incarnation))
+    pull(key, Trim.count(trim, info.first_seq, info.next_seq), 0)
   end
+
+  defp trim_held(_key, _trim, _error), do: 0
 
   defp local_trim(%{strategy: {:minid, id}} = trim, tag),
     do: %{trim | strategy: {:minid, Entry.local(id, tag)}}
@@ -235,7 +372,7 @@ defmodule Ringbus.Resp.StreamCommands do
 
   def xtrim([key | rest], s) do
     case Args.parse_xtrim(rest) do
-      {:ok, trim} -> {trim(key, trim), s}
+      {:ok, trim} -> {trim_held(key, trim, Errors.check!(Ringbus.info(key), key)), s}
       {:error, reply} -> {reply, s}
     end
   end

@@ -229,13 +229,15 @@ defmodule Ringbus.Server.Session do
 
   defp request(session, {:ping, corr}), do: reply(session, {:pong, corr})
 
-  defp request(session, {:create, corr, name, capacity, overflow, max_bytes}) do
+  defp request(session, {:create, corr, name, capacity, overflow, max_bytes, replicas}) do
     guarded(session, corr, :manage, name, fn ->
-      if capacity == 0 do
-        {:error, :bad_argument, "capacity must be positive"}
-      else
-        opts = [capacity: capacity, overflow: overflow, max_bytes: max_bytes]
-        with :ok <- Ringbus.create(name, opts), do: {:ok, corr}
+      opts = [capacity: capacity, overflow: overflow, max_bytes: max_bytes, replicas: replicas]
+
+      case capacity > 0 and Ringbus.create(name, opts) do
+        false -> {:error, :bad_argument, "capacity must be positive"}
+        :ok -> {:ok, corr}
+        {:error, :node_down} when replicas != nil -> {:error, :node_down, needs(replicas)}
+        error -> error
       end
     end)
   end
@@ -380,6 +382,8 @@ defmodule Ringbus.Server.Session do
         end
     end
   end
+
+  defp needs(n), do: "replicas #{n} needs #{n} nodes, #{length(Node.list()) + 1} connected"
 
   # Checks the grant, runs the operation and answers with what it returns:
   # a frame, or an error with or without a message of its own.

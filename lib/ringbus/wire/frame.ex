@@ -16,7 +16,8 @@ defmodule Ringbus.Wire.Frame do
   ## Requests (client to server)
 
       {:hello, corr, version, flags, token}            # token: binary | nil
-      {:create, corr, name, capacity, overflow, max_bytes}  # max_bytes: pos | nil
+      {:create, corr, name, capacity, overflow, max_bytes, replicas}
+                                                       # max_bytes: pos | nil; replicas: 1..255 | nil
       {:delete, corr, name}
       {:push, corr, ack_mode, name, payload}           # ack_mode: :ack | :no_ack
       {:push_batch, corr, ack_mode, name, count, payloads}
@@ -232,7 +233,7 @@ defmodule Ringbus.Wire.Frame do
 
   @type request ::
           {:hello, corr(), 0..0xFFFF, 0..0xFFFF, binary() | nil}
-          | {:create, corr(), name(), u32(), overflow(), pos_integer() | nil}
+          | {:create, corr(), name(), u32(), overflow(), pos_integer() | nil, 1..255 | nil}
           | {:delete, corr(), name()}
           | {:push, corr(), ack_mode(), name(), binary()}
           | {:push_batch, corr(), ack_mode(), name(), u32(), [binary()]}
@@ -427,11 +428,18 @@ defmodule Ringbus.Wire.Frame do
     {@hello, [<<corr::32, @magic, version::16, flags::16, byte_size(token)::16>>, token]}
   end
 
-  defp body({:create, corr, name, capacity, overflow, max_bytes})
+  defp body({:create, corr, name, capacity, overflow, max_bytes, replicas})
        when is_u32(corr) and is_name(name) and is_u32(capacity) and is_overflow(overflow) and
-              (is_nil(max_bytes) or (is_u64(max_bytes) and max_bytes > 0)) do
+              (is_nil(max_bytes) or (is_u64(max_bytes) and max_bytes > 0)) and
+              (is_nil(replicas) or (is_integer(replicas) and replicas in 1..255)) do
     max_bytes = max_bytes || 0
-    {@create, [<<corr::32>>, name(name), <<capacity::32, overflow(overflow), max_bytes::64>>]}
+
+    {@create,
+     [
+       <<corr::32>>,
+       name(name),
+       <<capacity::32, overflow(overflow), max_bytes::64, replicas || 0>>
+     ]}
   end
 
   defp body({:delete, corr, name}) when is_u32(corr) and is_name(name),
@@ -765,13 +773,15 @@ defmodule Ringbus.Wire.Frame do
   defp decode_op(@create, <<corr::32, rest::binary>>) do
     with {:ok, name, rest} <- name(rest, :create) do
       case rest do
-        <<capacity::32, overflow, max_bytes::64>> ->
+        <<capacity::32, overflow, max_bytes::64, replicas>> ->
           with {:ok, overflow} <- overflow(overflow, :create) do
-            {:ok, {:create, corr, name, capacity, overflow, nil_if_zero(max_bytes)}}
+            {:ok,
+             {:create, corr, name, capacity, overflow, nil_if_zero(max_bytes),
+              nil_if_zero(replicas)}}
           end
 
         _ ->
-          size_error(rest, 13, :create)
+          size_error(rest, 14, :create)
       end
     end
   end

@@ -157,6 +157,64 @@ defmodule Ringbus.Cluster.AcrossNodesTest do
     send_stop(b, pid)
   end
 
+  test "an unsubscribe answered node_busy was not carried out: the subscription goes on", ctx do
+    %{a: a, b: b} = ctx
+    :ok = call(a, Ringbus, :create, ["unsub-busy", [capacity: 10]])
+    {:ok, pid, _sub} = call(b, Probe, :subscriber, ["unsub-busy", [], true])
+
+    # b's link to a takes nothing for longer than call_timeout (2 s here).
+    [{_, link, _, _, _}] = call(b, :ets, :lookup, [:ringbus_cluster_links, a.node])
+    :ok = call(b, :sys, :suspend, [link])
+    assert call(b, Probe, :unsubscribe, [pid]) == {:error, :node_busy}
+    :ok = call(b, :sys, :resume, [link])
+
+    # The link dropped the request it took too late: batches still come.
+    {:ok, 0} = call(a, Ringbus, :push, ["unsub-busy", "after"])
+
+    assert eventually(fn ->
+             match?(%{batches: [{[{0, "after"}], 0}]}, call(b, Probe, :received, [pid]))
+           end)
+
+    assert call(b, Probe, :unsubscribe, [pid]) == :ok
+    send_stop(b, pid)
+  end
+
+  test "subscriptions/2 surveys a channel of another node at its home", ctx do
+    %{a: a, b: b, c: c} = ctx
+    :ok = call(a, Ringbus, :create, ["surveyed", [capacity: 10]])
+    {:ok, on_b, _} = call(b, Probe, :subscriber, ["surveyed", [from: :earliest], false])
+    {:ok, on_c, _} = call(c, Probe, :subscriber, ["surveyed", [max_credit: 7], false])
+    {:ok, 0} = call(a, Ringbus, :push, ["surveyed", "x"])
+    assert await_received(b, on_b, 1) and await_received(c, on_c, 1)
+
+    # Each has sent "x" and holds the rest of its credit.
+    for n <- [a, b, c] do
+      assert {:ok, figures} = call(n, Ringbus, :subscriptions, ["surveyed", [timeout: 1_000]])
+      assert figures |> Enum.map(&{&1.cursor, &1.credit}) |> Enum.sort() == [{1, 6}, {1, 999}]
+      assert Enum.all?(figures, &(node(&1.subscription) == a.node))
+    end
+
+    assert call(b, Ringbus, :subscriptions, ["never-created"]) == {:error, :no_channel}
+    send_stop(b, on_b)
+    send_stop(c, on_c)
+  end
+
+  test "Cluster.channels/0 lists every node's channels with their home, on every node", ctx do
+    %{a: a, b: b, c: c} = ctx
+    :ok = call(a, Ringbus, :create, ["listed-a", [capacity: 4]])
+    :ok = call(a, Ringbus, :create, ["listed-c", [capacity: 4, node: c.node]])
+    expected = %{"listed-a" => a.node, "listed-c" => c.node}
+
+    for n <- [a, b, c] do
+      listed = call(n, Ringbus.Cluster, :channels, [])
+      assert Map.take(listed, Map.keys(expected)) == expected
+    end
+
+    # Ringbus.channels/0 is this node's own.
+    assert "listed-a" in call(a, Ringbus, :channels, [])
+    refute "listed-a" in call(b, Ringbus, :channels, [])
+  end
+
   test "remote subscribers learn of a delete; a subscriber's exit ends its subscription", ctx do
     %{a: a, b: b, c: c} = ctx
     :ok = call(c, Ringbus, :create, ["closing", [capacity: 8]])

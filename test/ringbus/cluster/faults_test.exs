@@ -198,7 +198,12 @@ defmodule Ringbus.Cluster.FaultsTest do
     Nodes.signal(c, :kill)
 
     assert eventually(fn -> call(a, Probe, :received, [subscriber]).closed == :node_down end)
+    # Credit to a subscription of a dead node goes nowhere: not :ok.
+    assert call(a, Probe, :ack, [subscriber, 1]) == {:error, :no_subscription}
     assert call(a, Ringbus, :push, ["on-c", "x"]) == {:error, :node_down}
+    assert call(a, Ringbus, :subscriptions, ["on-c"]) == {:error, :node_down}
+    # Still listed, with its home: the name is taken.
+    assert call(b, Ringbus.Cluster, :channels, [])["on-c"] == c.node
     # Over the wire too: SUB_CLOSED node_down, and ERROR node_down.
     assert_receive {:ringbus_closed, ^tcp_sub, :node_down}, 5_000
     assert Ringbus.Client.push(client, "on-c", "x") == {:error, :node_down}
@@ -216,6 +221,9 @@ defmodule Ringbus.Cluster.FaultsTest do
     assert :ok = Nodes.await_links([a, b, c])
 
     assert eventually(fn -> call(a, Ringbus, :len, ["on-c"]) == 0 end)
+    # The subscription ended with c's first incarnation, though c is back.
+    assert call(a, Probe, :ack, [subscriber, 1]) == {:error, :no_subscription}
+    assert call(a, Probe, :unsubscribe, [subscriber]) == {:error, :no_subscription}
     assert {:ok, %{pushed: 0, capacity: 100}} = call(b, Ringbus, :info, ["on-c"])
     assert call(a, Ringbus, :push, ["on-c", "again"]) == {:ok, 0}
     for n <- [a, b, c], do: assert(call(n, Ringbus.Cluster, :home, ["on-c"]) == {:ok, c.node})

@@ -12,7 +12,11 @@ defmodule Ringbus.HTTP.StatusPageBrowserTest do
   setup do
     server = start_supervised!({Ringbus.Server, port: 0})
     http = start_supervised!({Ringbus.HTTP, port: 0, interval: 50})
-    on_exit(fn -> Enum.each(["browser-events", "browser-jobs", @long], &Ringbus.delete/1) end)
+
+    on_exit(fn ->
+      Enum.each(["browser-events", "browser-jobs", @long, @long <> "-raft"], &Ringbus.delete/1)
+    end)
+
     %{server: server, url: "http://127.0.0.1:#{Ringbus.HTTP.port(http)}/status"}
   end
 
@@ -88,6 +92,10 @@ defmodule Ringbus.HTTP.StatusPageBrowserTest do
         Ringbus.subscribe(@long, from: 0, max_credit: 1, name: "settlement-reconciler-#{i}")
     end
 
+    # A replicated channel adds the table of its members.
+    :ok = Ringbus.create(@long <> "-raft", replicas: 1, capacity: 1_000_000)
+    {:ok, _} = Ringbus.push_many(@long <> "-raft", List.duplicate("p", 1000))
+
     resp = start_supervised!({Ringbus.Server, port: 0, resp_port: 0}, id: :resp)
     c = Ringbus.Test.RespClient.connect!(Ringbus.Server.port(resp, :resp))
     {_, c} = Ringbus.Test.RespClient.call(c, ["XGROUP", "CREATE", @long, "reconciler-group", "0"])
@@ -119,6 +127,7 @@ defmodule Ringbus.HTTP.StatusPageBrowserTest do
       dom = Browser.dom("file://" <> path, @size)
       assert dom =~ "reconciler-group"
       assert dom =~ "settlement-reconciler-3"
+      assert dom =~ ~s(<table id="replicas">)
 
       [document, body] =
         Regex.run(~r/<p id="measured">(\d+) (\d+)<\/p>/, dom, capture: :all_but_first)

@@ -166,6 +166,45 @@ defmodule Ringbus.Resp.ClientsTest do
     assert RedisTools.python!(@groups, ["#{port}"]) == "ok\n"
   end
 
+  @producer """
+  import sys, redis
+  r = redis.Redis(port=int(sys.argv[1]))
+  first = r.execute_command("XADD", "rc-tagged", "PRODUCER", "billing", "7", "*", "n", "1")
+  # The ID carries the stream's tag (docs/RESP.md, "IDs"), as its entry's in XRANGE.
+  tag = first.split(b"-")[1]
+  assert first.startswith(b"1-") and tag != b"0", first
+  assert [e[0] for e in r.xrange("rc-tagged")] == [first]
+  # The same XADD sent again, as a client does after -TIMEOUT: stored once, same ID.
+  again = r.execute_command("XADD", "rc-tagged", "PRODUCER", "billing", "7", "*", "n", "1")
+  assert again == first, again
+  assert r.xlen("rc-tagged") == 1
+  assert r.execute_command("XADD", "rc-tagged", "PRODUCER", "billing", "8", "MAXLEN", "10", "*", "n", "2") == b"2-" + tag
+  assert r.execute_command("XADD", "rc-tagged", "PRODUCER", "billing", "8", "MAXLEN", "10", "*", "n", "2") == b"2-" + tag
+  assert r.xlen("rc-tagged") == 2
+  # Another producer's counter is its own.
+  assert r.execute_command("XADD", "rc-tagged", "PRODUCER", "audit", "7", "*", "n", "3") == b"3-" + tag
+  assert r.xlen("rc-tagged") == 3
+  r.execute_command("XADD", "rc-tagged", "PRODUCER", "billing", "200", "*", "n", "4")
+  try:
+      r.execute_command("XADD", "rc-tagged", "PRODUCER", "billing", "7", "*", "n", "1")
+      raise AssertionError("a stale tag was stored")
+  except redis.ResponseError as e:
+      assert "PRODUCER" in str(e) and "rc-tagged" in str(e), str(e)
+  try:
+      r.execute_command("XADD", "rc-tagged", "PRODUCER", "billing", "300", "5-0", "n", "1")
+      raise AssertionError("PRODUCER with an explicit ID was taken")
+  except redis.ResponseError as e:
+      assert str(e) == "XADD with PRODUCER takes the ID *", str(e)
+  assert r.xlen("rc-tagged") == 4
+  print("ok")
+  """
+
+  test "redis-py: XADD PRODUCER sent twice stores one entry and answers the same ID", %{
+    port: port
+  } do
+    assert RedisTools.python!(@producer, ["#{port}"]) == "ok\n"
+  end
+
   @client """
   import sys, redis
   port = int(sys.argv[1])

@@ -83,11 +83,16 @@ defmodule Ringbus.Resp.ParserTest do
     assert {:error, "Protocol error: invalid bulk length", []} =
              Parser.feed(p, "*1\r\n$99999999999999999999\r\n")
 
-    # The command's budget: four bulks of 1,000 bytes pass 4,096 with their cost.
+    # The command's budget: four bulks of 1,000 bytes pass 4,096 with their cost,
+    # whether they come in one read or bulk by bulk.
+    bulks = List.duplicate("$1000\r\n" <> :binary.copy("a", 1000) <> "\r\n", 4)
+
+    assert {:error, "Protocol error: invalid bulk length", []} = feed_all(p, ["*4\r\n" | bulks])
+
     assert {:error, "Protocol error: invalid bulk length", []} =
-             feed_all(p, [
-               "*4\r\n" | List.duplicate("$1000\r\n" <> :binary.copy("a", 1000) <> "\r\n", 4)
-             ])
+             Parser.feed(p, IO.iodata_to_binary(["*4\r\n" | bulks]))
+
+    assert {:ok, [[_, _, _]], _} = Parser.feed(p, IO.iodata_to_binary(["*3\r\n" | tl(bulks)]))
 
     assert {:error, "Protocol error: expected '$', got ':'", []} = Parser.feed(p, "*1\r\n:1\r\n")
 

@@ -222,15 +222,36 @@ defmodule Ringbus.Resp.StreamsTest do
     assert {:error, :no_channel} = Ringbus.info("st-none")
   end
 
+  test "XPENDING with a huge count and XINFO STREAM FULL COUNT 0 answer a group's whole PEL",
+       %{port: port} do
+    c = RespClient.connect!(port)
+    {[id1], c} = RespClient.call(c, ~w(XADD st-pel * n 1))
+    {[id2], c} = RespClient.call(c, ~w(XADD st-pel * n 2))
+    {[{:simple, "OK"}], c} = RespClient.call(c, ~w(XGROUP CREATE st-pel g 0))
+    {[[_]], c} = RespClient.call(c, ~w(XREADGROUP GROUP g alice STREAMS st-pel >))
+
+    {[[[^id1, "alice", _, 1], [^id2, "alice", _, 1]]], c} =
+      RespClient.call(c, ~w(XPENDING st-pel g - + 1000000000000))
+
+    {[fields], _} = RespClient.call(c, ~w(XINFO STREAM st-pel FULL COUNT 0))
+    full = fields |> Enum.chunk_every(2) |> Map.new(fn [k, v] -> {k, v} end)
+    [group] = full["groups"]
+    group = group |> Enum.chunk_every(2) |> Map.new(fn [k, v] -> {k, v} end)
+    assert [[^id1, "alice", _, 1], [^id2, "alice", _, 1]] = group["pending"]
+  end
+
   test "a group's pending list is bounded and counts what it drops" do
-    t = Groups.new()
-    :ok = Groups.create(t, "s", "g", -1, 0)
+    # The node's table, under a name no channel has.
+    t = Groups.table()
+    s = {:bounded_pel_test, make_ref()}
+    on_exit(fn -> Groups.drop_stream(t, s) end)
+    :ok = Groups.create(t, s, "g", -1, 0)
     %{pending: max} = Groups.limits()
-    Groups.add_pending(t, "s", "g", "c", Enum.to_list(0..(max + 4)), 0)
-    assert {:ok, %{pending: ^max, dropped: 5}} = Groups.fetch(t, "s", "g")
-    assert Groups.pending_bounds(t, "s", "g") == {5, max + 4}
-    assert Groups.ack(t, "s", "g", [0, 5, 6]) == 2
-    assert {:ok, %{pending: pending}} = Groups.fetch(t, "s", "g")
+    Groups.add_pending(t, s, "g", "c", Enum.to_list(0..(max + 4)), 0)
+    assert {:ok, %{pending: ^max, dropped: 5}} = Groups.fetch(t, s, "g")
+    assert Groups.pending_bounds(t, s, "g") == {5, max + 4}
+    assert Groups.ack(t, s, "g", [0, 5, 6]) == 2
+    assert {:ok, %{pending: pending}} = Groups.fetch(t, s, "g")
     assert pending == max - 2
   end
 

@@ -73,7 +73,7 @@ defmodule Ringbus.Server.AuthTLSTest do
     defp allowed?("app", _access, name), do: String.starts_with?(name, "app.")
     defp allowed?("reader", access, _name), do: access == :read
 
-    defp request(c, :create, name), do: call(c, {:create, 1, name, 10, :reject, nil})
+    defp request(c, :create, name), do: call(c, {:create, 1, name, 10, :reject, nil, nil})
     defp request(c, :delete, name), do: call(c, {:delete, 1, name})
     defp request(c, :push, name), do: call(c, {:push, 1, :ack, name, "x"})
     defp request(c, :push_batch, name), do: call(c, {:push_batch, 1, :ack, name, 1, ["x"]})
@@ -132,7 +132,7 @@ defmodule Ringbus.Server.AuthTLSTest do
     test "subscriptions over max_subscriptions are refused" do
       server = start_supervised!({Ringbus.Server, port: 0, max_subscriptions: 1})
       {c, _} = RawClient.hello!(Ringbus.Server.port(server))
-      {{:ok, 1}, c} = RawClient.call(c, {:create, 1, "subs", 10, :drop_oldest, nil})
+      {{:ok, 1}, c} = RawClient.call(c, {:create, 1, "subs", 10, :drop_oldest, nil, nil})
       {{:subscribed, 2, _, _}, c} = RawClient.call(c, {:subscribe, 2, "subs", :latest, 10, 10})
 
       assert {{:error, 3, :too_many_subscriptions, _}, _} =

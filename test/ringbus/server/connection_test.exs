@@ -21,11 +21,13 @@ defmodule Ringbus.Server.ConnectionTest do
   end
 
   test "create, delete, len, info and ping", %{client: c} do
-    assert {{:ok, 1}, c} = RawClient.call(c, {:create, 1, "c1", 10, :reject, nil})
-    assert {{:error, 2, :exists, _}, c} = RawClient.call(c, {:create, 2, "c1", 10, :reject, nil})
+    assert {{:ok, 1}, c} = RawClient.call(c, {:create, 1, "c1", 10, :reject, nil, nil})
+
+    assert {{:error, 2, :exists, _}, c} =
+             RawClient.call(c, {:create, 2, "c1", 10, :reject, nil, nil})
 
     assert {{:error, 3, :bad_argument, _}, c} =
-             RawClient.call(c, {:create, 3, "c2", 0, :reject, nil})
+             RawClient.call(c, {:create, 3, "c2", 0, :reject, nil, nil})
 
     assert {{:len_ok, 4, 0}, c} = RawClient.call(c, {:len, 4, "c1"})
     assert {{:info_ok, 5, info}, c} = RawClient.call(c, {:info, 5, "c1"})
@@ -127,14 +129,14 @@ defmodule Ringbus.Server.ConnectionTest do
   test "a push to a rejecting full channel is reported in PUSH_ACKS, and counted once", %{
     client: c
   } do
-    {{:ok, 1}, c} = RawClient.call(c, {:create, 1, "rj", 2, :reject, nil})
+    {{:ok, 1}, c} = RawClient.call(c, {:create, 1, "rj", 2, :reject, nil, nil})
     RawClient.send_frames(c, for(i <- 2..4, do: {:push, i, :ack, "rj", "m"}))
     {[{:push_acks, 3, acks}], c} = RawClient.recv(c, 1)
     assert acks == [{2, {:ok, 0}}, {3, {:ok, 1}}, {4, {:error, :full}}]
     assert {{:info_ok, 5, %{rejected: 1, pushed: 2}}, c} = RawClient.call(c, {:info, 5, "rj"})
 
     # Ten pushes and a batch of two, no-ack ones among them, into room for three.
-    {{:ok, 6}, c} = RawClient.call(c, {:create, 6, "rj2", 3, :reject, nil})
+    {{:ok, 6}, c} = RawClient.call(c, {:create, 6, "rj2", 3, :reject, nil, nil})
 
     frames =
       for(i <- 7..16, do: {:push, i, if(rem(i, 2) == 0, do: :no_ack, else: :ack), "rj2", "m"}) ++
@@ -173,7 +175,7 @@ defmodule Ringbus.Server.ConnectionTest do
   end
 
   test "deleting a channel closes its subscriptions", %{client: c} do
-    {{:ok, 1}, c} = RawClient.call(c, {:create, 1, "gone", 10, :drop_oldest, nil})
+    {{:ok, 1}, c} = RawClient.call(c, {:create, 1, "gone", 10, :drop_oldest, nil, nil})
     {{:subscribed, 2, sub, _}, c} = RawClient.call(c, {:subscribe, 2, "gone", :latest, 10, 10})
     RawClient.send_frames(c, [{:delete, 3, "gone"}])
     {frames, _} = RawClient.recv(c, 2)
@@ -182,7 +184,7 @@ defmodule Ringbus.Server.ConnectionTest do
   end
 
   test "a subscriber that lapses learns what it lost", %{client: c} do
-    {{:ok, 1}, c} = RawClient.call(c, {:create, 1, "lap", 4, :drop_oldest, nil})
+    {{:ok, 1}, c} = RawClient.call(c, {:create, 1, "lap", 4, :drop_oldest, nil, nil})
     {{:subscribed, 2, sub, _}, c} = RawClient.call(c, {:subscribe, 2, "lap", :earliest, 1, 10})
     RawClient.send_frames(c, [{:push_batch, 3, :no_ack, "lap", 10, Enum.map(0..9, &"#{&1}")}])
     # The first delivery may catch seq 0 before the batch laps the ring.
@@ -225,7 +227,7 @@ defmodule Ringbus.Server.ConnectionTest do
   end
 
   test "SUB_CLOSED says why: channel deleted, or its anchor gone", %{client: c} do
-    {{:ok, 1}, c} = RawClient.call(c, {:create, 1, "why", 10, :drop_oldest, nil})
+    {{:ok, 1}, c} = RawClient.call(c, {:create, 1, "why", 10, :drop_oldest, nil, nil})
     {{:subscribed, 2, sub, _}, c} = RawClient.call(c, {:subscribe, 2, "why", :latest, 10, 10})
     Process.exit(Ringbus.Test.Internals.channel!("why").anchor, :kill)
     {[{:sub_closed, ^sub, :internal}], c} = RawClient.recv(c, 1)
@@ -275,7 +277,7 @@ defmodule Ringbus.Server.ConnectionTest do
 
   test "a skipped seq: pipelined pushes are acked with the seqs that hold them, and none is lost",
        %{client: c} do
-    {{:ok, 1}, c} = RawClient.call(c, {:create, 1, "stall", 100, :drop_oldest, nil})
+    {{:ok, 1}, c} = RawClient.call(c, {:create, 1, "stall", 100, :drop_oldest, nil, nil})
     ch = Ringbus.Test.Internals.channel!("stall")
 
     # A producer reserves seq 0 and stalls; a reader gives up on it.

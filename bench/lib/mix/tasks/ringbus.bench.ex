@@ -1,5 +1,5 @@
 defmodule Mix.Tasks.Ringbus.Bench do
-  @shortdoc "Runs a Ringbus benchmark: buffer, len, backlog, ingest, frames, resp or cluster"
+  @shortdoc "Runs a Ringbus benchmark: buffer, len, backlog, ingest, frames, resp, latency, cluster or replication"
 
   @moduledoc """
   Runs one of Ringbus's benchmarks. Each one reproduces a field report and
@@ -12,7 +12,9 @@ defmodule Mix.Tasks.Ringbus.Bench do
       mix ringbus.bench ingest [options]    # TCP ingest, CPU per message, vs Redis XADD
       mix ringbus.bench frames [options]    # large frames over TCP and TLS
       mix ringbus.bench resp [options]      # redis-benchmark: Redis vs the RESP listener
+      mix ringbus.bench latency [options]   # open-loop latency at fixed rates vs Redis
       mix ringbus.bench cluster [options]   # a silent node: naive sends vs links
+      mix ringbus.bench replication [options] # replicas: 3 vs JetStream R3, Osiris, Redis AOF
 
   Run `mix help ringbus.bench` and see each bench module
   (`Ringbus.Bench.Buffer`, ...) for its options.
@@ -31,7 +33,9 @@ defmodule Mix.Tasks.Ringbus.Bench do
     "ingest" => Ringbus.Bench.Ingest,
     "frames" => Ringbus.Bench.Frames,
     "resp" => Ringbus.Bench.Resp,
-    "cluster" => Ringbus.Bench.Cluster
+    "latency" => Ringbus.Bench.Latency,
+    "cluster" => Ringbus.Bench.Cluster,
+    "replication" => Ringbus.Bench.Replication
   }
 
   @impl Mix.Task

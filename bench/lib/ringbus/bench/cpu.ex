@@ -32,10 +32,13 @@ defmodule Ringbus.Bench.CPU do
   @typedoc "CPU time used between two samples, in microseconds."
   @type used :: %{user_us: non_neg_integer(), sys_us: non_neg_integer()}
 
-  @doc "The calling VM's CPU time so far, or `nil` without `/proc`."
-  @spec sample() :: sample() | nil
-  def sample do
-    case File.read("/proc/self/stat") do
+  @doc """
+  The CPU time so far of the calling VM (`:self`) or of the OS process
+  `os_pid`, or `nil` without `/proc` (or once that process is gone).
+  """
+  @spec sample(:self | non_neg_integer()) :: sample() | nil
+  def sample(os_pid \\ :self) do
+    case File.read("/proc/#{os_pid}/stat") do
       {:ok, line} -> parse(line)
       {:error, _} -> nil
     end

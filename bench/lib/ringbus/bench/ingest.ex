@@ -29,7 +29,7 @@ defmodule Ringbus.Bench.Ingest do
 
   ## The modes
 
-  Each mode (`--modes`) is a row. Three use `Ringbus.Client`, whose own cost
+  Each mode (`--modes`) is a row. Four use `Ringbus.Client`, whose own cost
   per message is part of what they measure:
 
     * `request_reply` - `Ringbus.Client.push/3`: one push, wait for its ack,
@@ -40,6 +40,9 @@ defmodule Ringbus.Bench.Ingest do
       back in one `PUSH_ACKS` frame. The producer takes acks only when the
       client says `:backpressure`, and keeps its mailbox off the heap, as
       `Ringbus.Client` advises.
+    * `coalesced` - as `pipelined`, with the client's `linger: 0`: it
+      gathers the single pushes queued at once into `PUSH_BATCH` frames, and
+      still gives one ack entry per push.
     * `batched` - **batched**: `push_async/4` of lists of `--batch`
       payloads, one `PUSH_BATCH` frame and one ack entry per batch.
     * `batched_1kb` - as `batched`, with 1,024-byte payloads.
@@ -91,6 +94,18 @@ defmodule Ringbus.Bench.Ingest do
   ack per batch, one connection). Without Redis the bench says what is
   missing and skips the row and the ratios.
 
+  ## Per-core mode
+
+  With `--pin`, the server runs in a BEAM of its own pinned to core 0 with
+  one scheduler (`taskset -c 0`, `+S 1 +SDcpu 1 +SDio 1`;
+  `Ringbus.Bench.Pin`, `Ringbus.Bench.ServerProcess`), and the generator's
+  BEAM is pinned to core 1 with the same flags; with `--vs-redis`,
+  `redis-server` runs on core 0 and `redis-benchmark` on core 1. The server's
+  channels are then created, read and deleted through that BEAM's command
+  lines, and its CPU is read from `/proc/PID/stat`. Without `--pin` (the
+  shared mode, the default) the server runs in the bench VM as described
+  above.
+
   ## CPU per message
 
   Every row gives the server's CPU time per message, user and system, beside
@@ -107,12 +122,13 @@ defmodule Ringbus.Bench.Ingest do
 
   A table with one row per mode, then the ratios to Redis and the targets.
   `--out` writes the rows as CSV with the columns
-  `mode,how,payload_bytes,messages,connections,pipeline,msgs_per_frame,acks,ack_frames,seconds,msgs_per_s,mb_per_s,server_cpu_us_per_msg,server_sys_pct,generator_cpu_us_per_msg,overwritten,vs_redis_xadd`:
+  `mode,how,payload_bytes,messages,connections,pipeline,msgs_per_frame,acks,ack_frames,seconds,msgs_per_s,mb_per_s,server_cpu_us_per_msg,server_sys_pct,generator_cpu_us_per_msg,overwritten,vs_redis_xadd,cpu_mode`:
   `connections` and `pipeline` (the most messages in flight on a connection)
   give each row's shape, `msgs_per_frame` is 1 for a `PUSH` or an XADD,
   `acks` the ack entries (or Redis replies) received, `ack_frames` the
   `PUSH_ACKS` frames they came in (empty where not seen), and
-  `vs_redis_xadd` a 1 KB row's rate over Redis's.
+  `vs_redis_xadd` a 1 KB row's rate over Redis's, and `cpu_mode` says
+  whether the row ran `pinned` or `shared` (the table's `cpu` column).
 
   ## Command line options
 
@@ -143,15 +159,24 @@ defmodule Ringbus.Bench.Ingest do
     * `--timeout` - the most seconds one mode may take before the generator
       gives up. Defaults to `300`.
     * `-q`, `--quiet` - no progress lines.
+    * `--pin` - the per-core mode (see above).
 
   Progress goes to stderr, a line per 10% of each client mode's messages.
   """
 
-  alias Ringbus.Bench.{Args, CPU, CSV, Table}
+  alias Ringbus.Bench.{Args, CPU, CSV, Pin, ServerProcess, Table}
   alias Ringbus.Bench.Ingest.Redis
   alias Ringbus.Wire.Frame
 
-  @modes ["request_reply", "pipelined", "batched", "batched_1kb", "encoded", "encoded_1kb"]
+  @modes [
+    "request_reply",
+    "pipelined",
+    "coalesced",
+    "batched",
+    "batched_1kb",
+    "encoded",
+    "encoded_1kb"
+  ]
 
   @switches [
     messages: :integer,
@@ -168,7 +193,8 @@ defmodule Ringbus.Bench.Ingest do
     vs_redis: :boolean,
     out: :string,
     timeout: :integer,
-    quiet: :boolean
+    quiet: :boolean,
+    pin: :boolean
   ]
 
   @aliases [n: :messages, p: :payload, m: :modes, b: :batch, c: :capacity, o: :out, q: :quiet]
@@ -190,7 +216,8 @@ defmodule Ringbus.Bench.Ingest do
     "server_sys_pct",
     "generator_cpu_us_per_msg",
     "overwritten",
-    "vs_redis_xadd"
+    "vs_redis_xadd",
+    "cpu_mode"
   ]
 
   @kb 1024
@@ -222,12 +249,14 @@ defmodule Ringbus.Bench.Ingest do
     opts = Args.parse!(args, @switches, @aliases)
     config = config!(opts)
 
-    {:ok, server} = Ringbus.Server.start_link(port: 0, auto_create: false)
-    port = Ringbus.Server.port(server)
+    server = start_server(config)
+    config = Map.put(config, :server, server)
+    port = server_port(server)
 
     IO.puts(
-      "Ringbus ingest: server on 127.0.0.1:#{port} in this VM (#{System.schedulers_online()} schedulers), " <>
-        "load generator in a separate BEAM; OTP #{System.otp_release()}, " <>
+      "Ringbus ingest, #{Pin.mode(config.server_core)}: server on 127.0.0.1:#{port} " <>
+        where(config) <>
+        "OTP #{System.otp_release()}, " <>
         "#{:erlang.system_info(:logical_processors_available)} cores available"
     )
 
@@ -240,8 +269,12 @@ defmodule Ringbus.Bench.Ingest do
 
     IO.puts("VM memory: #{Ringbus.Server.Memory.describe()}\n")
 
-    rows = Enum.map(config.modes, &run_mode(&1, port, config))
-    Supervisor.stop(server)
+    rows =
+      try do
+        Enum.map(config.modes, &run_mode(&1, port, config))
+      after
+        stop_server(server)
+      end
 
     redis = if config.vs_redis, do: redis(rows, config)
     all = with_ratios(rows ++ List.wrap(redis))
@@ -255,8 +288,65 @@ defmodule Ringbus.Bench.Ingest do
     all
   end
 
+  defp where(%{server_core: nil}) do
+    "in this VM (#{System.schedulers_online()} schedulers), " <>
+      "load generator in a separate BEAM, every process on every core; "
+  end
+
+  defp where(config) do
+    "in a BEAM of its own on core #{config.server_core} (#{Pin.erl_flags()}), " <>
+      "load generator in a BEAM on core #{config.generator_core} (the same flags; " <>
+      "redis-server and redis-benchmark the same way); "
+  end
+
+  # The server under test: in this VM (shared), or in a pinned BEAM of its own.
+  defp start_server(%{server_core: nil}) do
+    {:ok, server} = Ringbus.Server.start_link(port: 0, auto_create: false)
+    {:local, server}
+  end
+
+  defp start_server(config) do
+    Pin.check!()
+    {:process, ServerProcess.start!(:ringbus, core: config.server_core, auto_create: false)}
+  end
+
+  defp stop_server({:local, server}), do: Supervisor.stop(server)
+  defp stop_server({:process, server}), do: ServerProcess.stop(server)
+
+  defp server_port({:local, server}), do: Ringbus.Server.port(server)
+  defp server_port({:process, server}), do: server.ports.binary
+
+  defp server_cpu({:local, _}), do: CPU.sample()
+  defp server_cpu({:process, server}), do: CPU.sample(server.os_pid)
+
+  defp create_channel({:local, _}, channel, capacity),
+    do: :ok = Ringbus.create(channel, capacity: capacity, overflow: :drop_oldest)
+
+  defp create_channel({:process, server}, channel, capacity) do
+    ServerProcess.command!(server, "create #{channel} #{capacity}")
+    :ok
+  end
+
+  # The channel's pushed and overwritten counts, then it is deleted.
+  defp take_channel({:local, _}, channel) do
+    {:ok, info} = Ringbus.info(channel)
+    :ok = Ringbus.delete(channel)
+    %{pushed: info.pushed, overwritten: info.overwritten}
+  end
+
+  defp take_channel({:process, server}, channel) do
+    info = ServerProcess.command!(server, "info #{channel}")
+    ServerProcess.command!(server, "delete #{channel}")
+
+    %{
+      pushed: String.to_integer(info.pushed),
+      overwritten: String.to_integer(info.overwritten)
+    }
+  end
+
   defp config!(opts) do
     messages = Args.positive!(opts, :messages, 2_000_000)
+    pin? = Keyword.get(opts, :pin, false)
     modes = opts |> Keyword.get(:modes, Enum.join(@modes, ",")) |> String.split(",", trim: true)
 
     for mode <- modes, mode not in @modes do
@@ -279,6 +369,8 @@ defmodule Ringbus.Bench.Ingest do
       out: Keyword.get(opts, :out),
       timeout: Args.positive!(opts, :timeout, 300),
       quiet: Keyword.get(opts, :quiet, false),
+      server_core: if(pin?, do: Pin.server_core()),
+      generator_core: if(pin?, do: Pin.generator_core()),
       hz: CPU.ticks_per_second()
     }
 
@@ -300,6 +392,12 @@ defmodule Ringbus.Bench.Ingest do
     %{generator: "pipelined", payload: c.payload, n: c.messages, capacity: c.capacity}
     |> Map.merge(%{connections: 1, pipeline: @max_pending, per_frame: 1})
     |> Map.put(:how, "Client.push_async/4")
+  end
+
+  defp spec("coalesced", c) do
+    %{generator: "pipelined", payload: c.payload, n: c.messages, capacity: c.capacity}
+    |> Map.merge(%{connections: 1, pipeline: @max_pending, per_frame: 1, linger: 0})
+    |> Map.put(:how, "push_async/4, linger: 0")
   end
 
   defp spec("batched", c), do: batched(c.payload, c.capacity, c)
@@ -336,7 +434,7 @@ defmodule Ringbus.Bench.Ingest do
   defp run_mode(mode, port, config) do
     spec = spec(mode, config)
     channel = channel(mode)
-    :ok = Ringbus.create(channel, capacity: spec.capacity, overflow: :drop_oldest)
+    :ok = create_channel(config.server, channel, spec.capacity)
 
     unless config.quiet do
       IO.puts(
@@ -350,13 +448,12 @@ defmodule Ringbus.Bench.Ingest do
       [port: port, mode: spec.generator, messages: spec.n, payload: spec.payload]
       |> Keyword.merge(channel: channel, timeout: config.timeout, max_pending: @max_pending)
       |> Keyword.merge(connections: spec.connections, window: spec.pipeline)
-      |> Keyword.merge(Keyword.take(Map.to_list(spec), [:batch, :chunk]))
+      |> Keyword.merge(Keyword.take(Map.to_list(spec), [:batch, :chunk, :linger]))
       |> Enum.flat_map(fn {key, value} -> ["--#{key |> to_string() |> dash()}", "#{value}"] end)
 
     args = if config.quiet, do: args ++ ["--quiet"], else: args
     {result, server_cpu} = generate(args, config)
-    {:ok, info} = Ringbus.info(channel)
-    :ok = Ringbus.delete(channel)
+    info = take_channel(config.server, channel)
 
     expected_acks = div(spec.n + spec.per_frame - 1, spec.per_frame)
 
@@ -384,7 +481,9 @@ defmodule Ringbus.Bench.Ingest do
           mb_per_s: spec.n * spec.payload / seconds / 1.0e6,
           overwritten: info.overwritten,
           server_cpu: server_cpu,
-          generator_cpu: result.cpu
+          generator_cpu: result.cpu,
+          generator_cores: result.cores,
+          cpu_mode: Pin.mode(config.server_core)
         })
     end
   end
@@ -399,16 +498,18 @@ defmodule Ringbus.Bench.Ingest do
     # The elixir CLI reads options up to the first plain argument: "generate".
     code = "Ringbus.Bench.Ingest.Generator.main(tl(System.argv()))"
 
+    erl =
+      if config.generator_core, do: "#{@generator_erl} #{Pin.erl_flags()}", else: @generator_erl
+
+    args = ["--erl", erl, "-pa", ebin, "-e", code, "generate" | args]
+    {exe, args} = Pin.command(config.generator_core, elixir, args)
+
     port =
-      Port.open({:spawn_executable, elixir}, [
-        :binary,
-        :exit_status,
-        {:line, 64 * @kb},
-        args: ["--erl", @generator_erl, "-pa", ebin, "-e", code, "generate" | args]
-      ])
+      Port.open({:spawn_executable, exe}, [:binary, :exit_status, {:line, 64 * @kb}, args: args])
 
     deadline = System.monotonic_time(:millisecond) + (config.timeout + 60) * 1000
-    state = collect(port, %{lines: [], cpu0: nil, result: nil, cpu1: nil}, deadline)
+    state = %{lines: [], cpu0: nil, result: nil, cpu1: nil, server: config.server}
+    state = collect(port, state, deadline)
 
     case state.result do
       nil ->
@@ -426,10 +527,11 @@ defmodule Ringbus.Bench.Ingest do
 
     receive do
       {^port, {:data, {:eol, "READY"}}} ->
-        collect(port, %{state | cpu0: CPU.sample()}, deadline)
+        collect(port, %{state | cpu0: server_cpu(state.server)}, deadline)
 
       {^port, {:data, {:eol, "RESULT " <> fields}}} ->
-        collect(port, %{state | cpu1: CPU.sample(), result: parse_result(fields)}, deadline)
+        state = %{state | cpu1: server_cpu(state.server), result: parse_result(fields)}
+        collect(port, state, deadline)
 
       {^port, {:data, {_eol, line}}} ->
         collect(port, %{state | lines: [line | state.lines]}, deadline)
@@ -480,7 +582,9 @@ defmodule Ringbus.Bench.Ingest do
           value_size: @kb,
           maxlen: @redis_maxlen,
           hz: config.hz,
-          quiet: config.quiet
+          quiet: config.quiet,
+          server_core: config.server_core,
+          generator_core: config.generator_core
         }
 
         r = Redis.xadd(opts)
@@ -501,7 +605,8 @@ defmodule Ringbus.Bench.Ingest do
           mb_per_s: r.rate * @kb / 1.0e6,
           overwritten: nil,
           server_cpu: r.server_cpu,
-          generator_cpu: r.generator_cpu
+          generator_cpu: r.generator_cpu,
+          cpu_mode: Pin.mode(config.server_core)
         }
 
       missing ->
@@ -533,6 +638,7 @@ defmodule Ringbus.Bench.Ingest do
   ## Output
 
   @columns [
+    {"cpu", 7, :left},
     {"mode", 16, :left},
     {"how", 34, :left},
     {"conns", 6, :right},
@@ -558,6 +664,7 @@ defmodule Ringbus.Bench.Ingest do
     for row <- rows do
       IO.puts(
         Table.line(@columns, [
+          row.cpu_mode,
           row.mode,
           row.how,
           row.connections,
@@ -625,6 +732,11 @@ defmodule Ringbus.Bench.Ingest do
       verdict(row.msgs_per_s >= @encoded_target)
   end
 
+  defp target(%{mode: "coalesced"} = row, _config) do
+    "coalesced, push_async/4 with linger: 0: #{round(row.msgs_per_s)} msgs/s " <>
+      "(target >= #{@pipelined_target}): " <> verdict(row.msgs_per_s >= @pipelined_target)
+  end
+
   defp target(%{mode: "pipelined"} = row, _config) do
     "pipelined, Ringbus.Client.push_async/4: #{round(row.msgs_per_s)} msgs/s " <>
       "(target >= #{@pipelined_target}): " <> verdict(row.msgs_per_s >= @pipelined_target)
@@ -658,7 +770,8 @@ defmodule Ringbus.Bench.Ingest do
       sys_pct(row.server_cpu),
       per_msg(row.generator_cpu, row),
       row.overwritten,
-      row.vs_redis
+      row.vs_redis,
+      row.cpu_mode
     ]
   end
 

@@ -3,6 +3,11 @@ defmodule Ringbus.Bench.RedisServer do
   A `redis-server` of its own, for the benches that compare with Redis and
   the tests that compare replies: started on a free port of 127.0.0.1 with
   no persistence, stopped with `stop/1`.
+
+  `start!/1` takes more `redis-server` arguments, which override those
+  defaults (`["--appendonly", "yes", "--appendfsync", "always"]`), and
+  `:dir`, the working directory where such a server writes its files
+  (default: the system's temp dir).
   """
 
   @type t :: %{port: :inet.port_number(), os_port: port(), os_pid: non_neg_integer()}
@@ -11,21 +16,26 @@ defmodule Ringbus.Bench.RedisServer do
   @spec available?() :: boolean()
   def available?, do: System.find_executable("redis-server") != nil
 
-  @doc "Starts `redis-server` and waits until it listens; raises if it does not."
-  @spec start!() :: t()
-  def start! do
+  @doc """
+  Starts `redis-server` and waits until it listens; raises if it does not.
+  `args` are added to its command line (after the defaults, so they win),
+  `dir` is its working dir (for an append-only file), and with `core: N` it
+  runs pinned to core N (`Ringbus.Bench.Pin`).
+  """
+  @spec start!(args: [String.t()], dir: Path.t(), core: non_neg_integer() | nil) :: t()
+  def start!(opts \\ []) do
+    opts = Keyword.validate!(opts, args: [], dir: System.tmp_dir!(), core: nil)
     server = System.find_executable("redis-server") || raise "redis-server is not on the PATH"
     port = free_port()
 
+    args =
+      ["--port", "#{port}", "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"] ++
+        ["--loglevel", "warning", "--dir", opts[:dir]] ++ opts[:args]
+
+    {exe, args} = Ringbus.Bench.Pin.command(opts[:core], server, args)
+
     os_port =
-      Port.open({:spawn_executable, server}, [
-        :binary,
-        :exit_status,
-        :stderr_to_stdout,
-        args:
-          ["--port", "#{port}", "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"] ++
-            ["--loglevel", "warning", "--dir", System.tmp_dir!()]
-      ])
+      Port.open({:spawn_executable, exe}, [:binary, :exit_status, :stderr_to_stdout, args: args])
 
     {:os_pid, os_pid} = Port.info(os_port, :os_pid)
     redis = %{port: port, os_port: os_port, os_pid: os_pid}

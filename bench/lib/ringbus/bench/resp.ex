@@ -31,11 +31,23 @@ defmodule Ringbus.Bench.Resp do
   nothing, so its rows are the floor under any RESP server on the VM's TCP
   stack: what a read, a process wakeup and a write cost on this machine.
 
+  ## Per-core mode
+
+  With `--pin`, each server runs in an OS process of its own pinned to core
+  0, and `redis-benchmark` runs pinned to core 1 (`taskset -c`, see
+  `Ringbus.Bench.Pin`): `redis-server`, the Ringbus server in a BEAM of its
+  own with one scheduler (`+S 1 +SDcpu 1 +SDio 1`,
+  `Ringbus.Bench.ServerProcess`), and `bare` in a BEAM like it. Each is
+  stopped by its OS pid at the end. Without `--pin` (the shared mode) Ringbus
+  and `bare` run in the bench VM, and every process may use every core.
+
   ## Output
 
   A table and, with `--out`, CSV with the columns
-  `server,command,payload_bytes,pipeline,clients,requests_per_s,p50_ms,p99_ms,command_line`,
-  from `redis-benchmark --csv`. The command line is the exact one run, with
+  `mode,server,command,payload_bytes,pipeline,clients,requests_per_s,p50_ms,p99_ms,max_ms,command_line`,
+  from `redis-benchmark --csv`; `mode` is `pinned` or `shared`. Below the
+  table, the tails of every `-P 1` workload side by side: p50, p99 and max
+  of Redis, Ringbus and (for `PING`) `bare`. The command line is the exact one run, with
   the payload written as the shell expression that makes it. A run that
   ends within redis-benchmark's clock tick (1 ms), which it reports as `inf`
   requests/s, is not timed: its rate is left empty, shown as `not timed`,
@@ -48,15 +60,16 @@ defmodule Ringbus.Bench.Resp do
 
     * `--requests N` - requests per workload and server (`-n`). Default `200000`.
     * `--clients N` - connections (`-c`). Default `50`.
+    * `--pin` - the per-core mode (see above).
     * `--out FILE` - write the CSV to FILE.
   """
 
-  alias Ringbus.Bench.{Args, CSV, RedisServer}
+  alias Ringbus.Bench.{Args, CSV, Pin, RedisServer, ServerProcess, Table}
   alias Ringbus.Bench.Resp.Bare
 
-  @switches [requests: :integer, clients: :integer, out: :string]
+  @switches [requests: :integer, clients: :integer, out: :string, pin: :boolean]
   @maxlen 200_000
-  @header ~w(server command payload_bytes pipeline clients requests_per_s p50_ms p99_ms command_line)
+  @header ~w(mode server command payload_bytes pipeline clients requests_per_s p50_ms p99_ms max_ms command_line)
 
   @doc "Runs the bench with command line `args`; returns the rows."
   @spec run([String.t()]) :: [map()]
@@ -69,30 +82,64 @@ defmodule Ringbus.Bench.Resp do
       System.find_executable("redis-benchmark") || Mix.raise("redis-benchmark is not on the PATH")
 
     unless RedisServer.available?(), do: Mix.raise("redis-server is not on the PATH")
+    pin? = Keyword.get(opts, :pin, false)
+    if pin?, do: Pin.check!()
 
-    redis = RedisServer.start!()
-    {:ok, server} = Ringbus.Server.start_link(port: 0, resp_port: 0)
-    {bare, bare_port} = Bare.start()
-    ports = [redis: redis.port, ringbus: Ringbus.Server.port(server, :resp), bare: bare_port]
+    {server_core, generator_core} =
+      if pin?, do: {Pin.server_core(), Pin.generator_core()}, else: {nil, nil}
+
+    redis = RedisServer.start!(core: server_core)
 
     try do
-      rows =
-        for {command, payload} <- workloads(),
-            pipeline <- [1, 16],
-            {name, port} <- ports,
-            name != :bare or command == "PING" do
-          if command == "XADD", do: delete_stream(port)
-          measure(bench, name, port, command, payload, pipeline, requests, clients)
-        end
+      with_servers(server_core, fn ringbus_port, bare_port ->
+        ports = [redis: redis.port, ringbus: ringbus_port, bare: bare_port]
+        run = %{bench: bench, requests: requests, clients: clients, core: generator_core}
 
-      print(rows)
-      if opts[:out], do: CSV.write!(opts[:out], @header, Enum.map(rows, &csv_row/1))
-      rows
+        rows =
+          for {command, payload} <- workloads(),
+              pipeline <- [1, 16],
+              {name, port} <- ports,
+              name != :bare or command == "PING" do
+            if command == "XADD", do: delete_stream(port)
+            measure(run, name, port, command, payload, pipeline)
+          end
+
+        print(rows)
+        if opts[:out], do: CSV.write!(opts[:out], @header, Enum.map(rows, &csv_row/1))
+        rows
+      end)
+    after
+      RedisServer.stop(redis)
+    end
+  end
+
+  # Ringbus and bare in this VM (shared), or each in a pinned BEAM of its own.
+  defp with_servers(nil, fun) do
+    {:ok, server} = Ringbus.Server.start_link(port: 0, resp_port: 0)
+    {bare, bare_port} = Bare.start()
+
+    try do
+      fun.(Ringbus.Server.port(server, :resp), bare_port)
     after
       Ringbus.delete("s")
       Supervisor.stop(server)
       Bare.stop(bare)
-      RedisServer.stop(redis)
+    end
+  end
+
+  defp with_servers(core, fun) do
+    ringbus = ServerProcess.start!(:ringbus, core: core)
+
+    try do
+      bare = ServerProcess.start!(:bare, core: core)
+
+      try do
+        fun.(ringbus.ports.resp, bare.ports.resp)
+      after
+        ServerProcess.stop(bare)
+      end
+    after
+      ServerProcess.stop(ringbus)
     end
   end
 
@@ -104,20 +151,24 @@ defmodule Ringbus.Bench.Resp do
   defp command_args("XRANGE", nil), do: ~w(XRANGE s - + COUNT 10)
   defp command_args("PING", nil), do: ~w(PING)
 
-  defp measure(bench, name, port, command, payload, pipeline, requests, clients) do
+  defp measure(run, name, port, command, payload, pipeline) do
+    %{requests: requests, clients: clients} = run
+
     args =
       ["-h", "127.0.0.1", "-p", "#{port}", "-c", "#{clients}", "-n", "#{requests}"] ++
         ["-P", "#{pipeline}", "--csv"] ++ command_args(command, payload)
 
-    line = command_line(args, payload)
+    {exe, args} = Pin.command(run.core, run.bench, args)
+    line = command_line(exe, args, payload)
     IO.puts(:stderr, "==> #{name}: #{line}")
 
-    case System.cmd(bench, args, stderr_to_stdout: true) do
+    case System.cmd(exe, args, stderr_to_stdout: true) do
       {out, 0} ->
-        {rps, p50, p99} = parse(out)
+        {rps, p50, p99, max} = parse(out)
         if rps == nil, do: IO.puts(:stderr, "    not timed: it ended within 1 ms")
 
         %{
+          mode: Pin.mode(run.core),
           server: name,
           command: command,
           payload_bytes: payload,
@@ -126,6 +177,7 @@ defmodule Ringbus.Bench.Resp do
           requests_per_s: rps,
           p50_ms: p50,
           p99_ms: p99,
+          max_ms: max,
           command_line: line
         }
 
@@ -135,10 +187,13 @@ defmodule Ringbus.Bench.Resp do
   end
 
   # The command line as a shell would run it, the payload as the expression that makes it.
-  defp command_line(args, payload) do
+  defp command_line(exe, args, payload) do
     value = if payload, do: :binary.copy("v", payload)
 
-    Enum.map_join(["redis-benchmark" | args], " ", fn
+    Enum.map_join([Path.basename(exe) | args], " ", fn
+      "/" <> _ = path ->
+        Path.basename(path)
+
       ^value when value != nil ->
         ~s["$(head -c #{payload} /dev/zero | tr '\\0' v)"]
 
@@ -165,8 +220,8 @@ defmodule Ringbus.Bench.Resp do
 
       line ->
         fields = line |> String.split("\",\"") |> Enum.map(&String.trim(&1, "\""))
-        [_test, rps, _avg, _min, p50, _p95, p99 | _] = fields
-        {to_rate(rps), to_float(p50), to_float(p99)}
+        [_test, rps, _avg, _min, p50, _p95, p99, max | _] = fields
+        {to_rate(rps), to_float(p50), to_float(p99), to_float(max)}
     end
   end
 
@@ -189,31 +244,41 @@ defmodule Ringbus.Bench.Resp do
 
   ## Output
 
+  @columns [
+    {"mode", 8, :left},
+    {"server", 9, :left},
+    {"command", 8, :left},
+    {"payload", 8, :right},
+    {"-P", 4, :right},
+    {"-c", 4, :right},
+    {"requests/s", 12, :right},
+    {"p50 ms", 9, :right},
+    {"p99 ms", 9, :right},
+    {"max ms", 9, :right}
+  ]
+
   defp print(rows) do
     IO.puts("")
-
-    IO.puts(
-      String.pad_trailing("server", 9) <>
-        String.pad_trailing("command", 8) <>
-        String.pad_leading("payload", 8) <>
-        String.pad_leading("-P", 4) <>
-        String.pad_leading("-c", 4) <>
-        String.pad_leading("requests/s", 12) <>
-        String.pad_leading("p50 ms", 9) <> String.pad_leading("p99 ms", 9)
-    )
+    IO.puts(Table.header(@columns))
 
     for row <- rows do
       IO.puts(
-        String.pad_trailing(to_string(row.server), 9) <>
-          String.pad_trailing(row.command, 8) <>
-          String.pad_leading(to_string(row.payload_bytes || "-"), 8) <>
-          String.pad_leading(to_string(row.pipeline), 4) <>
-          String.pad_leading(to_string(row.clients), 4) <>
-          String.pad_leading(rate(row.requests_per_s), 12) <>
-          String.pad_leading(fmt(row.p50_ms), 9) <> String.pad_leading(fmt(row.p99_ms), 9)
+        Table.line(@columns, [
+          row.mode,
+          row.server,
+          row.command,
+          row.payload_bytes,
+          row.pipeline,
+          row.clients,
+          rate(row.requests_per_s),
+          fmt(row.p50_ms),
+          fmt(row.p99_ms),
+          fmt(row.max_ms)
+        ])
       )
     end
 
+    print_tails(rows)
     IO.puts("")
 
     for payload <- [16, 1024] do
@@ -241,6 +306,26 @@ defmodule Ringbus.Bench.Resp do
     end
   end
 
+  # At -P 1 each request waits for its reply, so the tails are each server's own.
+  defp print_tails(rows) do
+    IO.puts("\n-P 1 tails, p50 / p99 / max ms:")
+
+    for {command, payload} <- workloads() do
+      tails =
+        for server <- [:redis, :ringbus, :bare],
+            row = Enum.find(rows, &tail_row?(&1, server, command, payload)),
+            do: "#{server} #{fmt(row.p50_ms)} / #{fmt(row.p99_ms)} / #{fmt(row.max_ms)}"
+
+      name = if payload, do: "#{command} #{payload} B", else: command
+      IO.puts("  " <> String.pad_trailing(name, 12) <> Enum.join(tails, ", "))
+    end
+  end
+
+  defp tail_row?(row, server, command, payload),
+    do:
+      row.server == server and row.command == command and row.payload_bytes == payload and
+        row.pipeline == 1
+
   defp ping(rows, server, pipeline),
     do:
       Enum.find(rows, &(&1.server == server and &1.command == "PING" and &1.pipeline == pipeline))
@@ -266,6 +351,7 @@ defmodule Ringbus.Bench.Resp do
 
   defp csv_row(row) do
     [
+      row.mode,
       row.server,
       row.command,
       row.payload_bytes,
@@ -274,6 +360,7 @@ defmodule Ringbus.Bench.Resp do
       row.requests_per_s && round(row.requests_per_s),
       row.p50_ms,
       row.p99_ms,
+      row.max_ms,
       row.command_line
     ]
   end

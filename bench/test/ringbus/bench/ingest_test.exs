@@ -7,7 +7,7 @@ defmodule Ringbus.Bench.IngestTest do
 
   @header "mode,how,payload_bytes,messages,connections,pipeline,msgs_per_frame,acks,ack_frames," <>
             "seconds,msgs_per_s,mb_per_s,server_cpu_us_per_msg,server_sys_pct," <>
-            "generator_cpu_us_per_msg,overwritten,vs_redis_xadd"
+            "generator_cpu_us_per_msg,overwritten,vs_redis_xadd,cpu_mode"
 
   @tag :tmp_dir
   test "every mode stores and acks every message, with its shape and CPU in the CSV",
@@ -23,6 +23,10 @@ defmodule Ringbus.Bench.IngestTest do
 
     assert Enum.map(rows, & &1.mode) ==
              ~w(request_reply pipelined batched batched_1kb encoded encoded_1kb)
+
+    # Unpinned, the generator's BEAM may run on the cores this one may.
+    [_, mask] = Regex.run(~r/^Cpus_allowed:\s*([0-9a-f]+)$/m, File.read!("/proc/self/status"))
+    assert Enum.all?(rows, &(&1.generator_cores == String.to_integer(mask, 16)))
 
     assert output =~ "msgs/s"
     assert output =~ "srv µs/msg"
@@ -50,6 +54,7 @@ defmodule Ringbus.Bench.IngestTest do
       assert row.overwritten == overwritten
       assert String.to_integer(row.msgs_per_s) > 0
       assert row.vs_redis_xadd == ""
+      assert row.cpu_mode == "shared"
 
       # CPU per message, for the server and the generator, from Linux's /proc.
       assert {_, ""} = Float.parse(row.server_cpu_us_per_msg)
@@ -103,6 +108,45 @@ defmodule Ringbus.Bench.IngestTest do
     assert {_, ""} = Float.parse(csv["encoded_1kb"].vs_redis_xadd)
     assert {_, ""} = Float.parse(csv["batched_1kb"].vs_redis_xadd)
     assert {_, ""} = Float.parse(csv["redis_xadd_1kb"].server_cpu_us_per_msg)
+  end
+
+  @tag :tmp_dir
+  test "--pin runs the server in a BEAM on core 0 and the generators on core 1",
+       %{tmp_dir: dir} do
+    Debian.executable!("redis-server", "redis-server")
+    Debian.executable!("redis-benchmark", "redis-tools")
+    out = Path.join(dir, "pinned.csv")
+
+    args =
+      ~w(--messages 2000 --modes encoded,batched_1kb,encoded_1kb --connections 2 --pipeline 4) ++
+        ~w(--window 500 --chunk-bytes 4096 --capacity 1500 --pin --vs-redis --quiet --out) ++
+        [out]
+
+    {output, _progress} = BenchIO.run_quietly(fn -> Ingest.run(args) end)
+    rows = Process.get(:results)
+
+    assert Enum.map(rows, & &1.mode) == ~w(encoded batched_1kb encoded_1kb redis_xadd_1kb)
+    assert Enum.all?(rows, &(&1.cpu_mode == "pinned"))
+    # The generator's BEAM may run on core 1 alone (the mask 0b10).
+    ringbus_rows = Enum.reject(rows, &(&1.mode == "redis_xadd_1kb"))
+    assert Enum.map(ringbus_rows, & &1.generator_cores) == [2, 2, 2]
+    assert output =~ "Ringbus ingest, pinned: server on 127.0.0.1:"
+    assert output =~ ~r/Redis: taskset -c 1 redis-benchmark -h 127.0.0.1 -p \d+ -c 2 -P 4 -n 2000/
+    assert output =~ ~r/^pinned +encoded /m
+
+    [header | lines] = out |> File.read!() |> String.split("\n", trim: true)
+    assert header == @header
+    csv = Map.new(lines, fn line -> {hd(String.split(line, ",")), csv_fields(line)} end)
+
+    for {mode, row} <- csv do
+      assert row.cpu_mode == "pinned", mode
+      assert {_, ""} = Float.parse(row.server_cpu_us_per_msg)
+      assert {_, ""} = Float.parse(row.generator_cpu_us_per_msg)
+    end
+
+    # The server BEAM's channel counted every push and overwrote the overflow.
+    assert csv["encoded"].overwritten == "500"
+    assert csv["encoded_1kb"].acks == "2000"
   end
 
   test "without redis on the PATH, --vs-redis says what is missing and skips the row" do

@@ -23,11 +23,49 @@ defmodule Ringbus.Bench.RespTest do
     assert output =~ "XADD 1024 B: -P 16 Ringbus/Redis"
     assert output =~ "PING -P 16: bare gen_tcp floor/Redis"
     assert progress =~ "==> ringbus: redis-benchmark"
+    assert_tails(output)
+    assert_csv(out, "shared", "redis-benchmark -h 127.0.0.1 -p ")
+  end
 
+  @tag :tmp_dir
+  test "--pin runs every server pinned to core 0 and redis-benchmark to core 1",
+       %{tmp_dir: dir} do
+    out = Path.join(dir, "resp.csv")
+
+    {output, progress} =
+      BenchIO.run_quietly(fn ->
+        Ringbus.Bench.Resp.run(~w(--pin --requests 10000 --clients 5 --out) ++ [out])
+      end)
+
+    rows = Process.get(:results)
+    assert Enum.count(rows) == 18
+    assert Enum.all?(rows, &(&1.mode == "pinned"))
+    assert output =~ ~r/^pinned  redis /m
+    assert progress =~ "==> bare: taskset -c 1 redis-benchmark"
+    assert_tails(output)
+    assert_csv(out, "pinned", "taskset -c 1 redis-benchmark -h 127.0.0.1 -p ")
+  end
+
+  # p50 / p99 / max of every -P 1 workload, every server that ran it side by side.
+  defp assert_tails(output) do
+    assert output =~ "-P 1 tails, p50 / p99 / max ms:"
+    number = "[0-9.]+ / [0-9.]+ / [0-9.]+"
+
+    for name <- ["XADD 16 B", "XADD 1024 B", "XRANGE"],
+        do: assert(output =~ ~r/#{name} +redis #{number}, ringbus #{number}$/m)
+
+    assert output =~ ~r/PING +redis #{number}, ringbus #{number}, bare #{number}$/m
+  end
+
+  defp assert_csv(out, mode, command_start) do
     [header | lines] = out |> File.read!() |> String.split("\n", trim: true)
 
     assert header ==
-             "server,command,payload_bytes,pipeline,clients,requests_per_s,p50_ms,p99_ms,command_line"
+             "mode,server,command,payload_bytes,pipeline,clients,requests_per_s," <>
+               "p50_ms,p99_ms,max_ms,command_line"
+
+    assert Enum.all?(lines, &String.starts_with?(&1, mode <> ","))
+    lines = Enum.map(lines, &String.replace_prefix(&1, mode <> ",", ""))
 
     for server <- ["redis", "ringbus"],
         {command, size} <- [{"XADD", "16"}, {"XADD", "1024"}, {"XRANGE", ""}, {"PING", ""}],
@@ -36,9 +74,13 @@ defmodule Ringbus.Bench.RespTest do
         Enum.find(lines, &String.starts_with?(&1, "#{server},#{command},#{size},#{pipeline},5,"))
 
       assert line, "no row for #{server} #{command} #{size} -P #{pipeline}"
-      [_, _, _, _, _, rps | _] = String.split(line, ",")
+      [_, _, _, _, _, rps, p50, p99, max | _] = String.split(line, ",")
       assert String.to_integer(rps) > 0
-      assert line =~ "redis-benchmark -h 127.0.0.1 -p "
+      assert {p50, ""} = Float.parse(p50)
+      assert {p99, ""} = Float.parse(p99)
+      assert {max, ""} = Float.parse(max)
+      assert p50 <= p99 and p99 <= max
+      assert line =~ command_start
     end
 
     # The bare floor answers PING only.
@@ -70,10 +112,12 @@ defmodule Ringbus.Bench.RespTest do
     "PING","inf","0.052","0.048","0.055","0.055","0.055","0.055"
     """
 
-    assert Ringbus.Bench.Resp.parse(out) == {nil, 0.055, 0.055}
+    assert Ringbus.Bench.Resp.parse(out) == {nil, 0.055, 0.055, 0.055}
 
-    timed = String.replace(out, "inf", "5333.33")
-    assert Ringbus.Bench.Resp.parse(timed) == {5333.33, 0.055, 0.055}
+    timed =
+      out |> String.replace("inf", "5333.33") |> String.replace(~s("0.055"\n), ~s("1.250"\n))
+
+    assert Ringbus.Bench.Resp.parse(timed) == {5333.33, 0.055, 0.055, 1.25}
   end
 
   test "unknown options are refused" do

@@ -46,6 +46,28 @@ defmodule Ringbus.Cluster.Directory.Core do
   #     smaller stamp wins everywhere, and the loser's home deletes its copy,
   #     as `:global` resolves a name registered twice.
   #
+  # The winner may be down, and unable to tell the loser: so a node that
+  # keeps another home for a name a node says it homes tells that node the
+  # home it keeps (`:homes`), and a new link also carries what the sender
+  # knows of the nodes it has no link to, so that a node that restarted
+  # while a home was down learns its channels (they answer `node_down`, not
+  # `no_channel`). Such second-hand entries are taken only for homes the
+  # receiver has no link to (a linked home's own word wins), not over an
+  # entry of the same home, and not for a node forgotten here (below)
+  # until it syncs again.
+  #
+  # Replicated channels. A replicated channel has members rather than one
+  # home: its creator claims the name as above (`{:claim, ...}`), holds
+  # the claim (`{:held, stamp, id}`, which refuses every other claim) while
+  # the replica layer makes the members, then announces it as its own
+  # with `members:` in its options (`{:claimed, ...}`), or releases the
+  # claim. Every member's store holds its ring, so every member lists it
+  # in its syncs (`world.replicated`) under the creator's stamp: equal
+  # stamps never conflict, an entry points at the member that spoke last,
+  # and callers pick among `members:` anyway. Such an entry missing from a
+  # sync is never recreated (its log, not the directory, brings it back);
+  # its delete is announced by whichever member ran it (`{:deleted, ...}`).
+  #
   # A node that is down keeps its entries, so its channels answer
   # `{:error, :node_down}` rather than `{:error, :no_channel}`, until an
   # operator forgets it (`{:forget, node, connected?, reply_to}`): its
@@ -63,6 +85,8 @@ defmodule Ringbus.Cluster.Directory.Core do
   #   {:sync, incarnation, [{name, opts, stamp}]}   every channel of the sender
   #   {:recreate, [{name, opts, stamp}]}   channels the receiver homed before
   #                                  it restarted
+  #   {:homes, [{name, home, opts, stamp, incarnation}]}   channels of other
+  #                                  nodes, as the sender knows them
 
   @typedoc "Where an answer goes; the process knows its shape, the core does not."
   @type reply_to :: term()
@@ -78,7 +102,12 @@ defmodule Ringbus.Cluster.Directory.Core do
   and whether the local store holds a name (the one fact the core does not
   keep itself, read only when needed).
   """
-  @type world :: %{links: [{node(), link_state()}], stored?: (term() -> boolean())}
+  @type world :: %{
+          required(:links) => [{node(), link_state()}],
+          required(:stored?) => (term() -> boolean()),
+          # The replicated channels of the local store: [{name, opts, stamp}].
+          optional(:replicated) => (() -> [{term(), keyword(), stamp()}])
+        }
 
   @type event ::
           {:create, name :: term(), opts :: keyword(), reply_to(), id :: reference(), stamp()}
@@ -89,6 +118,10 @@ defmodule Ringbus.Cluster.Directory.Core do
           | {:timeout, id :: reference()}
           | {:forget, node(), connected? :: boolean(), reply_to()}
           | {:created, name :: term(), opts :: keyword(), purpose(), result :: term()}
+          | {:claim, name :: term(), reply_to(), id :: reference(), stamp()}
+          | {:claimed, name :: term(), opts :: keyword(), stamp(), reply_to(), result :: term()}
+          | {:deleted, name :: term(), stamp(), reply_to()}
+          | {:announce, name :: term(), opts :: keyword(), stamp(), reply_to()}
 
   @type effect ::
           {:send, node(), message :: term()}
@@ -104,9 +137,15 @@ defmodule Ringbus.Cluster.Directory.Core do
           incarnation: term(),
           create_timeout: pos_integer(),
           own: %{term() => {keyword(), stamp()}},
-          claims: %{term() => {:own, stamp(), reference()} | {:granted, stamp(), node()}},
+          claims: %{
+            term() =>
+              {:own, stamp(), reference()}
+              | {:held, stamp(), reference()}
+              | {:granted, stamp(), node()}
+          },
           pending: %{reference() => map()},
           remote: %{term() => {node(), keyword(), stamp(), term()}},
+          forgotten: MapSet.t(node()),
           world: world() | nil,
           effects: [effect()]
         }
@@ -122,6 +161,8 @@ defmodule Ringbus.Cluster.Directory.Core do
       # id => the create in progress
       pending: %{},
       remote: %{},
+      # Nodes forgotten since they last synced: what others relay of them is ignored.
+      forgotten: MapSet.new(),
       # Only while an event is handled:
       world: nil,
       effects: []
@@ -142,6 +183,65 @@ defmodule Ringbus.Cluster.Directory.Core do
   end
 
   ## Events
+
+  # A replicated channel's name: claimed as a create's, then held for the
+  # caller, who makes the members and comes back with `:claimed`.
+  defp event(state, {:claim, name, reply_to, id, stamp}),
+    do: event(state, {:create, name, :hold, reply_to, id, stamp})
+
+  defp event(state, {:claimed, name, opts, stamp, reply_to, result}) do
+    case state.claims do
+      %{^name => {:held, ^stamp, id}} ->
+        state = %{state | claims: Map.delete(state.claims, name)}
+
+        create = %{
+          id: id,
+          name: name,
+          opts: opts,
+          stamp: stamp,
+          reply_to: reply_to,
+          timer?: false
+        }
+
+        if result == :ok do
+          event(state, {:created, name, opts, {:commit, create}, :ok})
+        else
+          state
+          |> send_all({:release, name, stamp})
+          |> emit({:reply, reply_to, result})
+        end
+
+      _lost ->
+        emit(state, {:reply, reply_to, {:error, :exists}})
+    end
+  end
+
+  defp event(state, {:deleted, name, stamp, reply_to}) do
+    {_, own} = Map.pop(state.own, name)
+
+    %{state | own: own}
+    |> send_all({:del, name, stamp})
+    |> emit({:reply, reply_to, :ok})
+  end
+
+  # A replicated channel's members changed: every node learns the new ones.
+  defp event(state, {:announce, name, opts, stamp, reply_to}) do
+    own =
+      if is_map_key(state.own, name), do: Map.put(state.own, name, {opts, stamp}), else: state.own
+
+    state =
+      case state.remote do
+        %{^name => {home, _, ^stamp, incarnation}} ->
+          put_entry(%{state | own: own}, name, home, opts, stamp, incarnation)
+
+        _ ->
+          %{state | own: own}
+      end
+
+    state
+    |> send_all({:add, name, opts, stamp, state.incarnation, nil})
+    |> emit({:reply, reply_to, :ok})
+  end
 
   defp event(state, {:create, name, opts, reply_to, id, stamp}) do
     if taken?(state, name) or Map.has_key?(state.claims, name) do
@@ -196,7 +296,20 @@ defmodule Ringbus.Cluster.Directory.Core do
 
   defp event(state, {:link_up, node}) do
     own = for {name, {opts, stamp}} <- state.own, do: {name, opts, stamp}
-    emit(state, {:send, node, {:sync, state.incarnation, own}})
+    replicated = for {name, _, _} = r <- replicated(state), not is_map_key(state.own, name), do: r
+    state = emit(state, {:send, node, {:sync, state.incarnation, own ++ replicated}})
+
+    # What we know of nodes we have no link to: a node that restarted
+    # meanwhile learns their channels, which answer node_down, not no_channel.
+    case for(
+           {name, {home, _, _, _} = entry} <- state.remote,
+           home != node,
+           not linked?(state, home),
+           do: homed(name, entry)
+         ) do
+      [] -> state
+      homes -> emit(state, {:send, node, {:homes, homes}})
+    end
   end
 
   defp event(state, {:link_down, node}) do
@@ -217,7 +330,12 @@ defmodule Ringbus.Cluster.Directory.Core do
       state = Enum.reduce(names, state, &emit(&2, {:drop_entry, &1}))
       claims = Map.reject(state.claims, &match?({_, {:granted, _, ^node}}, &1))
 
-      %{state | remote: Map.drop(state.remote, names), claims: claims}
+      %{
+        state
+        | remote: Map.drop(state.remote, names),
+          claims: claims,
+          forgotten: MapSet.put(state.forgotten, node)
+      }
       |> emit({:reply, reply_to, {:ok, length(names)}})
     end
   end
@@ -257,6 +375,11 @@ defmodule Ringbus.Cluster.Directory.Core do
 
   # Every voter granted the claim (`create` is no longer pending): create
   # the channel, then announce it (when the store's answer comes back).
+  defp commit(%{} = state, %{opts: :hold} = create) do
+    claims = Map.put(state.claims, create.name, {:held, create.stamp, create.id})
+    done(%{state | claims: claims}, create, {:ok, create.stamp})
+  end
+
   defp commit(state, create) do
     state = %{state | claims: Map.delete(state.claims, create.name)}
     emit(state, {:create_channel, create.name, create.opts, {:commit, create}})
@@ -314,6 +437,8 @@ defmodule Ringbus.Cluster.Directory.Core do
     end
   end
 
+  defp replicated(state), do: Map.get(state.world, :replicated, fn -> [] end).()
+
   defp taken?(state, name) do
     Map.has_key?(state.own, name) or Map.has_key?(state.remote, name) or
       state.world.stored?.(name)
@@ -348,7 +473,7 @@ defmodule Ringbus.Cluster.Directory.Core do
   end
 
   defp message(state, node, {:add, name, opts, stamp, incarnation, id}) do
-    state = add(state, node, name, opts, stamp, incarnation)
+    state = state |> add(node, name, opts, stamp, incarnation) |> older(node, [name])
     if id, do: emit(state, {:send, node, {:added, id}}), else: state
   end
 
@@ -361,24 +486,32 @@ defmodule Ringbus.Cluster.Directory.Core do
 
   defp message(state, node, {:del, name, stamp}) do
     case state.remote do
-      %{^name => {^node, _opts, ^stamp, _incarnation}} -> drop_entry(state, name)
-      _ -> state
+      %{^name => {^node, _opts, ^stamp, _incarnation}} ->
+        drop_entry(state, name)
+
+      %{^name => {_home, opts, ^stamp, _incarnation}} ->
+        if node in Keyword.get(opts, :members, []), do: drop_entry(state, name), else: state
+
+      _ ->
+        state
     end
   end
 
   defp message(state, node, {:sync, incarnation, entries}) do
     names = MapSet.new(entries, &elem(&1, 0))
+    state = %{state | forgotten: MapSet.delete(state.forgotten, node)}
 
     {state, lost} =
       for {name, {^node, opts, stamp, had}} <- state.remote,
           not MapSet.member?(names, name),
           reduce: {state, []} do
         {state, lost} ->
-          if had == incarnation do
+          cond do
             # Deleted while we were apart.
-            {drop_entry(state, name), lost}
-          else
-            {state, [{name, opts, stamp} | lost]}
+            had == incarnation -> {drop_entry(state, name), lost}
+            # Its members' logs bring it back, not a recreate.
+            Keyword.has_key?(opts, :members) -> {state, lost}
+            true -> {state, [{name, opts, stamp} | lost]}
           end
       end
 
@@ -387,15 +520,42 @@ defmodule Ringbus.Cluster.Directory.Core do
         add(state, node, name, opts, stamp, incarnation)
       end)
 
+    state = older(state, node, Enum.map(entries, &elem(&1, 0)))
     if lost != [], do: emit(state, {:send, node, {:recreate, lost}}), else: state
   end
 
+  # Channels of nodes the sender has no link to, as we know them. One whose
+  # home the receiver is linked to is left to that home's own word, and one
+  # it knows another entry of the same home for, to that entry.
+  defp message(state, _node, {:homes, entries}) do
+    Enum.reduce(entries, state, fn {name, home, opts, stamp, incarnation}, state ->
+      cond do
+        linked?(state, home) or home in state.forgotten -> state
+        match?(%{^name => {^home, _, _, _}}, state.remote) -> state
+        true -> add(state, home, name, opts, stamp, incarnation)
+      end
+    end)
+  end
+
   # Channels this node homed before it restarted: back, empty.
+  # A claim of ours on such a name (its create declared again at boot, say)
+  # is younger than the channel and loses to it, `{:error, :exists}` once
+  # the channel is back; a claim granted to another node stays, and loses
+  # when the channel's announce reaches that node.
   defp message(state, _node, {:recreate, entries}) do
     Enum.reduce(entries, state, fn {name, opts, stamp}, state ->
-      if taken?(state, name) or Map.has_key?(state.claims, name),
-        do: state,
-        else: emit(state, {:create_channel, name, opts, {:recreate, stamp}})
+      case {taken?(state, name), state.claims[name]} do
+        {true, _} ->
+          state
+
+        {false, {:own, _, id}} ->
+          state
+          |> emit({:create_channel, name, opts, {:recreate, stamp}})
+          |> abort(id, {:error, :exists})
+
+        {false, _} ->
+          emit(state, {:create_channel, name, opts, {:recreate, stamp}})
+      end
     end)
   end
 
@@ -409,6 +569,10 @@ defmodule Ringbus.Cluster.Directory.Core do
       true ->
         case state.claims[name] do
           {_, better, _} when better < stamp ->
+            {:exists, state}
+
+          # Granted everywhere already: its members are being made.
+          {:held, _, _} ->
             {:exists, state}
 
           {:own, _, id} ->
@@ -430,6 +594,12 @@ defmodule Ringbus.Cluster.Directory.Core do
     state = drop_claim(state, name)
 
     case state do
+      # The same replicated channel, announced by a member: its members now.
+      %{own: %{^name => {_opts, ^stamp}}} ->
+        if Keyword.has_key?(opts, :members),
+          do: %{state | own: Map.put(state.own, name, {opts, stamp})},
+          else: state
+
       %{own: %{^name => {_opts, own_stamp}}} ->
         if stamp < own_stamp do
           state
@@ -449,12 +619,33 @@ defmodule Ringbus.Cluster.Directory.Core do
     end
   end
 
+  # Of `names`, which `node` says it homes, those we keep for another home
+  # under a smaller stamp: `node` must hear of that home, or it keeps its
+  # copy while we point elsewhere (the other home may be down, and tell it
+  # nothing).
+  defp older(state, node, names) do
+    homes =
+      for name <- names,
+          {home, _, _, _} = entry <- [state.remote[name]],
+          home != node,
+          do: homed(name, entry)
+
+    if homes == [], do: state, else: emit(state, {:send, node, {:homes, homes}})
+  end
+
+  defp homed(name, {home, opts, stamp, incarnation}), do: {name, home, opts, stamp, incarnation}
+
+  defp linked?(state, node),
+    do: Enum.any?(state.world.links, fn {n, link} -> n == node and link != :down end)
+
   # A channel was created under a claim: the grant is spent, and a claim of
   # ours on the same name has lost.
   defp drop_claim(state, name) do
     case state.claims[name] do
       {:own, _, id} -> abort(state, id, {:error, :exists})
       {:granted, _, _} -> %{state | claims: Map.delete(state.claims, name)}
+      # Its members are being made; `:claimed` settles it.
+      {:held, _, _} -> state
       nil -> state
     end
   end

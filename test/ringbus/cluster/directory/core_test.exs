@@ -81,6 +81,89 @@ defmodule Ringbus.Cluster.Directory.CoreTest do
       assert [{:create_channel, "x", @opts, {:commit, _}}] = effects
     end
 
+    test "a replicated channel's claim is held while its members are made, then announced" do
+      world = world([{:b, :up}])
+      stamp = {10, :a}
+      {core, _} = Core.handle(Core.new(:i1, 1_000), {:claim, "r", :caller, :id, stamp}, world)
+      {core, effects} = Core.handle(core, {:peer, :b, {:vote, :id, :ok}}, world)
+      assert effects == [{:cancel_timer, :id}, {:reply, :caller, {:ok, stamp}}]
+      assert core.claims == %{"r" => {:held, stamp, :id}}
+
+      # Held: every other claim or create of the name is refused meanwhile.
+      {core, effects} = Core.handle(core, {:peer, :b, {:claim, "r", {1, :b}, :bid}}, world)
+      assert effects == [{:send, :b, {:vote, :bid, :exists}}]
+      {core, effects} = Core.handle(core, {:create, "r", @opts, :other, :id2, {11, :a}}, world)
+      assert effects == [{:reply, :other, {:error, :exists}}]
+
+      opts = [members: [:a, :c]] ++ @opts
+      {core, effects} = Core.handle(core, {:claimed, "r", opts, stamp, :caller, :ok}, world)
+      assert [{:send, :b, {:add, "r", ^opts, ^stamp, :i1, :id}}, {:start_timer, :id, _}] = effects
+      assert core.own == %{"r" => {opts, stamp}} and core.claims == %{}
+
+      # Its delete, run by any member, is announced, and the name is free.
+      {core, effects} = Core.handle(core, {:deleted, "r", stamp, :caller}, world)
+      assert effects == [{:send, :b, {:del, "r", stamp}}, {:reply, :caller, :ok}]
+      assert core.own == %{}
+    end
+
+    test "a replicated channel's failed members release its claim" do
+      world = world([{:b, :up}])
+      {core, _} = Core.handle(Core.new(:i1, 1_000), {:claim, "r", :caller, :id, {10, :a}}, world)
+      {core, _} = Core.handle(core, {:peer, :b, {:vote, :id, :ok}}, world)
+      error = {:error, :node_down}
+
+      {core, effects} = Core.handle(core, {:claimed, "r", @opts, {10, :a}, :caller, error}, world)
+
+      assert effects == [{:send, :b, {:release, "r", {10, :a}}}, {:reply, :caller, error}]
+      assert core.claims == %{} and core.own == %{}
+    end
+
+    test "replicated channels: every member's sync lists them, a delete from any member drops them" do
+      opts = [members: [:b, :c]] ++ @opts
+      stamp = {10, :b}
+      world = world([{:b, :up}, {:c, :up}])
+
+      {core, _} =
+        Core.handle(Core.new(:i1, 1_000), {:peer, :b, {:sync, :ib, [{"r", opts, stamp}]}}, world)
+
+      {core, _} = Core.handle(core, {:peer, :c, {:sync, :ic, [{"r", opts, stamp}]}}, world)
+      assert %{"r" => {:c, ^opts, ^stamp, :ic}} = core.remote
+
+      # Missing from one member's sync after its restart: kept, never recreated.
+      {core, effects} = Core.handle(core, {:peer, :c, {:sync, :ic2, []}}, world)
+      assert effects == [] and Map.has_key?(core.remote, "r")
+
+      {core, effects} = Core.handle(core, {:peer, :b, {:del, "r", stamp}}, world)
+      assert effects == [{:drop_entry, "r"}] and core.remote == %{}
+
+      # This node's own replicated channels go out in its syncs.
+      replicated = fn -> [{"mine", opts, stamp}] end
+
+      {_core, effects} =
+        Core.handle(core, {:link_up, :b}, Map.put(world, :replicated, replicated))
+
+      assert effects == [{:send, :b, {:sync, :i1, [{"mine", opts, stamp}]}}]
+    end
+
+    test "a replicated channel's new members are announced, and kept by its creator" do
+      world = world([{:b, :up}])
+      old = [members: [:a]] ++ @opts
+      new = [members: [:a, :b]] ++ @opts
+      stamp = {10, :a}
+      {core, _} = Core.handle(Core.new(:i1, 1_000), {:claim, "r", :caller, :id, stamp}, world)
+      {core, _} = Core.handle(core, {:peer, :b, {:vote, :id, :ok}}, world)
+      {core, _} = Core.handle(core, {:claimed, "r", old, stamp, :caller, :ok}, world)
+
+      {core, effects} = Core.handle(core, {:announce, "r", new, stamp, :op}, world)
+      assert effects == [{:send, :b, {:add, "r", new, stamp, :i1, nil}}, {:reply, :op, :ok}]
+      assert core.own == %{"r" => {new, stamp}}
+
+      # Announced by another member: the creator's own entry follows.
+      newer = [members: [:a, :c]] ++ @opts
+      {core, []} = Core.handle(core, {:peer, :b, {:add, "r", newer, stamp, :ib, nil}}, world)
+      assert core.own == %{"r" => {newer, stamp}}
+    end
+
     test "the store's refusal is the create's answer" do
       {core, [{:create_channel, _, _, purpose}]} =
         Core.handle(
@@ -347,6 +430,118 @@ defmodule Ringbus.Cluster.Directory.CoreTest do
       assert stores(sim) == %{a: ["x"], b: []}
       assert sim.cores.a.own == %{"x" => {@opts, {10, :a}}}
       assert sim.cores.b.remote == %{"x" => {:a, @opts, {10, :a}, {:a, 2}}}
+    end
+
+    test "a node that restarted and declares its old channel again at boot gets it back" do
+      sim =
+        cluster([:a, :b, :c])
+        |> step(:a, {:create, "x", @opts, :c1, :id, {10, :a}})
+        |> deliver()
+
+      # a restarts; its links come up, and its boot creates "x" again before
+      # any answer is in: the others ask it to recreate "x" while its own
+      # claim on the name waits for their votes.
+      sim =
+        sim
+        |> partition([:a], [:b, :c])
+        |> put_in([:cores, :a], Core.new({:a, 2}, 1_000))
+        |> put_in([:stores, :a], MapSet.new())
+        |> heal([:a], [:b, :c])
+        |> step(:a, {:create, "x", @opts, :boot, :id2, {30, :a}})
+        |> deliver()
+
+      assert sim.replies.boot == {:error, :exists}
+      assert stores(sim) == %{a: ["x"], b: [], c: []}
+      assert homes(sim, "x") == %{a: :a, b: :a, c: :a}
+      assert sim.cores.a.own == %{"x" => {@opts, {10, :a}}}
+      assert claims(sim) == %{a: %{}, b: %{}, c: %{}}
+    end
+
+    test "a name created apart from its home while the home is down: the older create wins" do
+      # c homes "x"; c goes down; a restarts cut off from b, and creates
+      # "x" again (as a release declaring it at boot does).
+      sim =
+        cluster([:a, :b, :c])
+        |> step(:c, {:create, "x", @opts, :c1, :id1, {10, :c}})
+        |> deliver()
+        |> partition([:c], [:a, :b])
+        |> partition([:a], [:b])
+        |> put_in([:cores, :a], Core.new({:a, 2}, 1_000))
+        |> put_in([:tables, :a], %{})
+        |> step(:a, {:create, "x", @opts, :c2, :id2, {20, :a}})
+        |> deliver()
+
+      assert sim.replies.c2 == :ok
+
+      # a meets b, which keeps c's older "x": a must give its copy up,
+      # though c, down, cannot tell it.
+      sim = sim |> heal([:a], [:b]) |> deliver()
+      assert stores(sim) == %{a: [], b: [], c: ["x"]}
+      assert homes(sim, "x") == %{a: :c, b: :c, c: :c}
+
+      # A later create of "x" at a is refused: the name is c's.
+      sim = sim |> step(:a, {:create, "x", @opts, :c3, :id3, {30, :a}}) |> deliver()
+      assert sim.replies.c3 == {:error, :exists}
+
+      sim = sim |> heal([:c], [:a, :b]) |> deliver()
+      assert stores(sim) == %{a: [], b: [], c: ["x"]}
+      assert homes(sim, "x") == %{a: :c, b: :c, c: :c}
+    end
+
+    test "a node that restarted while a home was down learns that home's channels" do
+      sim =
+        cluster([:a, :b, :c])
+        |> step(:c, {:create, "x", @opts, :c1, :id1, {10, :c}})
+        |> deliver()
+        |> partition([:c], [:a, :b])
+
+      # a restarts while c is down: from b it learns of "x" (node_down, not
+      # no_channel), and may not create it.
+      sim =
+        sim
+        |> partition([:a], [:b])
+        |> put_in([:cores, :a], Core.new({:a, 2}, 1_000))
+        |> put_in([:stores, :a], MapSet.new())
+        |> put_in([:tables, :a], %{})
+        |> heal([:a], [:b])
+        |> deliver()
+
+      assert homes(sim, "x") == %{a: :c, b: :c, c: :c}
+      sim = sim |> step(:a, {:create, "x", @opts, :c2, :id2, {20, :a}}) |> deliver()
+      assert sim.replies.c2 == {:error, :exists}
+      assert stores(sim) == %{a: [], b: [], c: ["x"]}
+
+      # c restarts too, and gets "x" back from both, once.
+      sim =
+        sim
+        |> put_in([:cores, :c], Core.new({:c, 2}, 1_000))
+        |> put_in([:stores, :c], MapSet.new())
+        |> heal([:c], [:a, :b])
+        |> deliver()
+
+      assert stores(sim) == %{a: [], b: [], c: ["x"]}
+      assert homes(sim, "x") == %{a: :c, b: :c, c: :c}
+    end
+
+    test "what a node relays of other homes yields to a linked home's word and to a forget" do
+      linked = world([{:b, :up}, {:c, :up}])
+      relay = {:peer, :b, {:homes, [{"x", :c, @opts, {10, :c}, :ic}]}}
+
+      # c is linked here: its own sync decides, not b's word.
+      assert {core, []} = Core.handle(Core.new(:i1, 1_000), relay, linked)
+      assert core.remote == %{}
+
+      # c is not linked: taken.
+      unlinked = world([{:b, :up}, {:c, :down}])
+
+      assert {core, [{:put_entry, {"x", :c, @opts, {10, :c}, :ic}}]} =
+               Core.handle(Core.new(:i1, 1_000), relay, unlinked)
+
+      # Forgotten here: ignored until c itself syncs again.
+      {core, _} = Core.handle(core, {:forget, :c, false, :op}, unlinked)
+      assert {^core, []} = Core.handle(core, relay, unlinked)
+      {core, _} = Core.handle(core, {:peer, :c, {:sync, :ic, []}}, linked)
+      assert {_core, [{:put_entry, _}]} = Core.handle(core, relay, unlinked)
     end
 
     test "a node that was only apart keeps its channels as they were" do

@@ -16,12 +16,15 @@ defmodule Ringbus.Wire.Examples do
      "HELLO: corr 1, magic \"RBUS\", version 3, flags 0, token \"s3cret\" (6 bytes)"},
     {"hello_no_token", {:hello, 1, 3, 0, nil},
      "HELLO without a token: corr 1, magic \"RBUS\", version 3, flags 0, token of 0 bytes"},
-    {"create", {:create, 2, "events", 1000, :reject, 1_048_576},
+    {"create", {:create, 2, "events", 1000, :reject, 1_048_576, nil},
      "CREATE: corr 2, name \"events\", capacity 1000, overflow 1 (reject), " <>
-       "max_bytes 1048576 (1 MiB)"},
-    {"create_unbounded", {:create, 2, "events", 100_000, :drop_oldest, nil},
+       "max_bytes 1048576 (1 MiB), replicas 0 (a memory channel)"},
+    {"create_unbounded", {:create, 2, "events", 100_000, :drop_oldest, nil, nil},
      "CREATE: corr 2, name \"events\", capacity 100000, overflow 0 (drop_oldest), " <>
-       "max_bytes 0 (none)"},
+       "max_bytes 0 (none), replicas 0 (a memory channel)"},
+    {"create_replicated", {:create, 2, "orders", 100_000, :reject, nil, 3},
+     "CREATE: corr 2, name \"orders\", capacity 100000, overflow 1 (reject), " <>
+       "max_bytes 0 (none), replicas 3 (replicated and durable, on three nodes)"},
     {"delete", {:delete, 3, "events"}, "DELETE: corr 3, name \"events\""},
     {"push", {:push, 4, :ack, "events", "hello"},
      "PUSH: corr 4, flags 0 (acked), name \"events\", payload \"hello\" (5 bytes)"},

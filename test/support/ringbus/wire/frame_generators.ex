@@ -11,7 +11,10 @@ defmodule Ringbus.Wire.FrameGenerators do
   def request do
     :proper_types.oneof([
       hello(),
-      let({u32(), name(), u32(), overflow(), max_bytes()}, &Tuple.insert_at(&1, 0, :create)),
+      let(
+        {u32(), name(), u32(), overflow(), max_bytes(), replicas()},
+        &Tuple.insert_at(&1, 0, :create)
+      ),
       let({u32(), name()}, fn {corr, name} -> {:delete, corr, name} end),
       let({u32(), ack_mode(), name(), payload()}, &Tuple.insert_at(&1, 0, :push)),
       let({u32(), ack_mode(), name(), :proper_types.list(payload())}, fn {corr, mode, name, ps} ->
@@ -136,6 +139,10 @@ defmodule Ringbus.Wire.FrameGenerators do
   end
 
   # nil is sent as 0.
+  defp replicas,
+    do:
+      :proper_types.oneof([nil, :proper_types.integer(1, 255), :proper_types.elements([1, 255])])
+
   defp max_bytes do
     :proper_types.oneof([
       nil,

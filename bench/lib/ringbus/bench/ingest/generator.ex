@@ -5,17 +5,19 @@ defmodule Ringbus.Bench.Ingest.Generator do
   # waits for the last ack and prints two lines on stdout:
   #
   #     READY
-  #     RESULT messages=2000000 elapsed_us=812345 acks=2000000 ack_frames=1234 errors=0 cpu_user_us=1500000 cpu_sys_us=300000
+  #     RESULT messages=2000000 elapsed_us=812345 acks=2000000 ack_frames=1234 errors=0 cpu_user_us=1500000 cpu_sys_us=300000 cores=3
   #
   # READY comes once connected (and, in `encoded` mode, with every frame
   # encoded), just before the clock starts, so that the bench can read its
   # own CPU time over the same span. The clock stops at the last ack. `acks`
   # counts ack entries (one per PUSH, one per PUSH_BATCH), `ack_frames` the
   # PUSH_ACKS frames they came in ("-" where the client does not show them);
-  # the CPU figures are this VM's over the timed span ("-" without /proc).
+  # the CPU figures are this VM's over the timed span ("-" without /proc),
+  # and `cores` the mask of the cores it may run on (3 is cores 0 and 1).
   #
   # Modes: `request_reply`, `pipelined` and `batched` go through
-  # `Ringbus.Client`; `encoded` writes pre-encoded frames from raw sockets
+  # `Ringbus.Client` (`pipelined` with `--linger` is the client coalescing
+  # single pushes); `encoded` writes pre-encoded frames from raw sockets
   # (`Ringbus.Bench.Ingest.Encoded`). Progress goes to stderr, a line per 10%
   # of the messages. Every loop is bounded by the message count and by
   # `--timeout` seconds.
@@ -36,6 +38,7 @@ defmodule Ringbus.Bench.Ingest.Generator do
     connections: :integer,
     window: :integer,
     chunk: :integer,
+    linger: :integer,
     quiet: :boolean
   ]
 
@@ -53,7 +56,8 @@ defmodule Ringbus.Bench.Ingest.Generator do
         IO.puts(
           "RESULT messages=#{result.messages} elapsed_us=#{result.elapsed_us} " <>
             "acks=#{result.acks} ack_frames=#{result.ack_frames || "-"} " <>
-            "errors=#{result.errors} cpu_user_us=#{cpu.user_us} cpu_sys_us=#{cpu.sys_us}"
+            "errors=#{result.errors} cpu_user_us=#{cpu.user_us} cpu_sys_us=#{cpu.sys_us} " <>
+            "cores=#{cores()}"
         )
 
         System.halt(0)
@@ -61,6 +65,17 @@ defmodule Ringbus.Bench.Ingest.Generator do
       {:error, reason} ->
         IO.puts("ERROR #{inspect(reason)}")
         System.halt(1)
+    end
+  end
+
+  # The cores this VM may run on, as a bit mask (1 is core 0), from /proc; "-" without it.
+  defp cores do
+    with {:ok, status} <- File.read("/proc/self/status"),
+         [_, hex] <- Regex.run(~r/^Cpus_allowed:\s*([0-9a-f,]+)$/m, status),
+         {mask, ""} <- Integer.parse(String.replace(hex, ",", ""), 16) do
+      mask
+    else
+      _ -> "-"
     end
   end
 
@@ -105,7 +120,8 @@ defmodule Ringbus.Bench.Ingest.Generator do
         client_opts = [
           port: Keyword.fetch!(opts, :port),
           max_pending: Keyword.get(opts, :max_pending, 100_000),
-          timeout: timeout_ms
+          timeout: timeout_ms,
+          linger: Keyword.get(opts, :linger)
         ]
 
         # The acks of up to `max_pending` pushes wait in this mailbox until

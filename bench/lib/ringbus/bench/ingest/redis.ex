@@ -22,20 +22,24 @@ defmodule Ringbus.Bench.Ingest.Redis do
   @doc "The redis-benchmark command line, with the value shown by its size."
   @spec command(map(), :inet.port_number() | String.t()) :: String.t()
   def command(opts, port) do
-    "redis-benchmark -h 127.0.0.1 -p #{port} -c #{opts.connections} -P #{opts.pipeline} " <>
+    pin = if core = Map.get(opts, :generator_core), do: "taskset -c #{core} ", else: ""
+
+    pin <>
+      "redis-benchmark -h 127.0.0.1 -p #{port} -c #{opts.connections} -P #{opts.pipeline} " <>
       "-n #{opts.n} XADD s MAXLEN #{opts.maxlen} * f <#{opts.value_size} bytes>"
   end
 
   @doc """
   Runs the baseline. `opts`: `n`, `connections`, `pipeline`, `value_size`,
-  `maxlen`, `hz` (clock ticks a second, see `Ringbus.Bench.CPU`) and `quiet`
-  (no progress line). Raises
+  `maxlen`, `hz` (clock ticks a second, see `Ringbus.Bench.CPU`), `quiet`
+  (no progress line), and optionally `server_core` and `generator_core`, the
+  cores to pin `redis-server` and `redis-benchmark` to. Raises
   `Mix.Error` when Redis did not store what it acknowledged.
   """
   @spec xadd(map()) :: map()
   def xadd(opts) do
     bench = System.find_executable("redis-benchmark")
-    redis = RedisServer.start!()
+    redis = RedisServer.start!(core: Map.get(opts, :server_core))
     port = redis.port
 
     try do
@@ -79,7 +83,9 @@ defmodule Ringbus.Bench.Ingest.Redis do
         ["-P", "#{opts.pipeline}", "-n", "#{opts.n}"] ++
         ["XADD", "s", "MAXLEN", "#{opts.maxlen}", "*", "f", :binary.copy("v", opts.value_size)]
 
-    case System.cmd(sh, ["-c", script, "sh", bench | args]) do
+    {exe, args} = Ringbus.Bench.Pin.command(Map.get(opts, :generator_core), bench, args)
+
+    case System.cmd(sh, ["-c", script, "sh", exe | args]) do
       {out, 0} ->
         cpu =
           case Regex.run(~r/^PROCSTAT (.*)$/m, out) do

@@ -1,0 +1,40 @@
+defmodule Ringbus.Replica.Disk do
+  @moduledoc false
+  # The bytes a member's Ra server keeps in its own directory (segments,
+  # snapshots, its config), walked with a bound on the entries looked at so
+  # that a directory gone wrong never holds up the reporter. The WAL is
+  # shared by every server of the node and is not counted.
+
+  @max_entries 10_000
+
+  @doc """
+  `{log_bytes, snapshot_bytes}` of the server directory `dir`: every
+  regular file under it, and those under its `snapshots/`. Files past the
+  first #{@max_entries} entries are not counted; a missing dir is `{0, 0}`.
+  """
+  @spec usage(Path.t()) :: {non_neg_integer(), non_neg_integer()}
+  def usage(dir) do
+    {all, _left} = walk([dir], 0, @max_entries)
+    {snapshots, _left} = walk([Path.join(dir, "snapshots")], 0, @max_entries)
+    {all, snapshots}
+  end
+
+  defp walk(_paths, bytes, 0), do: {bytes, 0}
+  defp walk([], bytes, left), do: {bytes, left}
+
+  defp walk([path | rest], bytes, left) do
+    case File.lstat(path) do
+      {:ok, %File.Stat{type: :regular, size: size}} ->
+        walk(rest, bytes + size, left - 1)
+
+      {:ok, %File.Stat{type: :directory}} ->
+        case File.ls(path) do
+          {:ok, names} -> walk(Enum.map(names, &Path.join(path, &1)) ++ rest, bytes, left - 1)
+          {:error, _} -> walk(rest, bytes, left - 1)
+        end
+
+      _other ->
+        walk(rest, bytes, left - 1)
+    end
+  end
+end

@@ -1,0 +1,205 @@
+defmodule Ringbus.Replica.Reporter do
+  @moduledoc false
+  # What each member of this node's replicated channels is doing, for
+  # `Ringbus.info/1`, `Ringbus.cluster_info/0`, `/status` and `/metrics`,
+  # read from an ETS table in the caller: no read asks a process, here or
+  # on another node, so a silent node never holds a reader up.
+  #
+  # Every second this process reads each local member's figures (Ra's
+  # `ra_state` and `ra_metrics` tables, its ring, its server's directory on
+  # disk; `Ringbus.Replica.Member.figures/5`), writes them to the table and
+  # sends them, one message per node, to the reporters of the other
+  # members' nodes with `[:noconnect, :nosuspend]`: a node that is not
+  # connected or whose buffer is full misses that report. Reports received
+  # are kept with their arrival time; a reader shows one older than
+  # `@stale_ms` as `:unknown` and a member whose node is not connected as
+  # `:down` (`Member.view/4`). The table holds one row per member of the
+  # channels this node is a member of, swept each second.
+
+  use GenServer
+
+  alias Ringbus.Store
+  alias Ringbus.Channel.Ring
+  alias Ringbus.Replica.{Config, Disk, Member}
+
+  @table :ringbus_replica_reports
+  @interval_ms 1_000
+  # Three missed reports: the member (or its node) is silent.
+  @stale_ms 3_000
+
+  @spec start_link(keyword()) :: GenServer.on_start()
+  def start_link(_opts), do: GenServer.start_link(__MODULE__, :ok, name: __MODULE__)
+
+  @doc """
+  Each member of a replicated channel (its handle's `:replica` map), in
+  the order of its members, as this node knows it (`Member.t()`).
+  """
+  @spec members(map()) :: [Member.t()]
+  def members(%{cluster: cluster, members: members}) do
+    connected = MapSet.new([node() | Node.list()])
+    now = now()
+
+    for {_server, n} <- members do
+      report =
+        case lookup({cluster, n}) do
+          [{_, figures, at}] -> {figures, max(now - at, 0)}
+          [] -> nil
+        end
+
+      Member.view(n, report, MapSet.member?(connected, n), @stale_ms)
+    end
+  end
+
+  @doc """
+  This node's replicated channels, by name, each with `members/1`:
+  `[%{channel: name, members: [Member.t()]}]`.
+  """
+  @spec channels() :: [%{channel: term(), members: [Member.t()]}]
+  def channels do
+    for {name, %{replica: replica}} <- Enum.sort(Store.replicated()),
+        do: %{channel: name, members: members(replica)}
+  end
+
+  defp lookup(key) do
+    :ets.lookup(@table, key)
+  rescue
+    # The reporter is restarting: nothing known yet.
+    ArgumentError -> []
+  end
+
+  @impl true
+  def init(:ok) do
+    :ets.new(@table, [:named_table, :protected, read_concurrency: true])
+    {:ok, _} = :timer.send_interval(@interval_ms, :tick)
+    send(self(), :tick)
+    {:ok, %{seen: %{}}}
+  end
+
+  @impl true
+  def handle_info(:tick, state), do: {:noreply, report(state)}
+
+  # Another node's figures, for the channels this node is a member of too.
+  def handle_info({:ringbus_replica_report, from, reports}, state) do
+    now = now()
+
+    for {cluster, figures} <- reports,
+        :ets.member(@table, {cluster, node()}),
+        do: :ets.insert(@table, {{cluster, from}, figures, now})
+
+    {:noreply, state}
+  end
+
+  def handle_info(_other, state), do: {:noreply, state}
+
+  defp report(state) do
+    now = now()
+    replicas = for {_name, %{replica: r} = ch} <- Store.replicated(), do: {r, ch}
+    dir = server_root()
+
+    reports =
+      for {replica, channel} <- replicas do
+        seen = Map.get(state.seen, replica.cluster, %{})
+        extra = extra(replica, channel, dir)
+
+        {figures, kept} =
+          Member.figures(ra(replica), leader_commit(replica, now), seen, extra, now)
+
+        :ets.insert(@table, {{replica.cluster, node()}, figures, now})
+        {replica, figures, kept}
+      end
+
+    # One message per node, with every channel it shares with this one.
+    shared =
+      for {r, figures, _} <- reports,
+          {_, n} <- r.members,
+          n != node(),
+          do: {n, {r.cluster, figures}}
+
+    outbox = Enum.group_by(shared, &elem(&1, 0), &elem(&1, 1))
+
+    for {n, list} <- outbox do
+      message = {:ringbus_replica_report, node(), list}
+      :erlang.send({__MODULE__, n}, message, [:noconnect, :nosuspend])
+    end
+
+    sweep(replicas)
+    %{state | seen: Map.new(reports, fn {r, _, kept} -> {r.cluster, kept} end)}
+  end
+
+  # Rows of channels this node left, or of members no longer listed.
+  defp sweep(replicas) do
+    keep = MapSet.new(for {r, _} <- replicas, {_, n} <- r.members, do: {r.cluster, n})
+
+    for key <- :ets.select(@table, [{{:"$1", :_, :_}, [], [:"$1"]}]),
+        not MapSet.member?(keep, key),
+        do: :ets.delete(@table, key)
+  end
+
+  # Ra's figures of this node's server, as of Ra's last tick (1 s).
+  defp ra(%{server: {local, _}}) do
+    with [{_, role}] <- :ets.lookup(:ra_state, local),
+         [{_, term, snapshot, applied, commit, _written, _latency}] <-
+           :ets.lookup(:ra_metrics, local) do
+      %{
+        role: role,
+        term: term,
+        snapshot_index: snapshot,
+        applied_index: applied,
+        commit_index: commit
+      }
+    else
+      _ -> nil
+    end
+  rescue
+    ArgumentError -> nil
+  end
+
+  # The leader's commit index: this member's own when it leads, else the
+  # leader's last report if it is fresh.
+  defp leader_commit(replica, now) do
+    case :ra_leaderboard.lookup_leader(replica.cluster) do
+      {_, n} when n == node() ->
+        with %{role: :leader, commit_index: commit} <- ra(replica), do: commit, else: (_ -> nil)
+
+      {_, n} ->
+        case :ets.lookup(@table, {replica.cluster, n}) do
+          [{_, %{role: :leader, commit_index: commit}, at}] when now - at <= @stale_ms -> commit
+          _ -> nil
+        end
+
+      _ ->
+        nil
+    end
+  end
+
+  defp extra(%{server: {local, _}}, channel, root) do
+    {log, snapshot} =
+      case root && uid(local) do
+        uid when is_binary(uid) -> Disk.usage(Path.join(root, uid))
+        _ -> {nil, nil}
+      end
+
+    %{applied_seq: Ring.next_seq(channel) - 1, log_bytes: log, snapshot_bytes: snapshot}
+  end
+
+  defp uid(local) do
+    case :ra_directory.uid_of(Config.system(), local) do
+      uid when is_binary(uid) -> uid
+      _ -> nil
+    end
+  catch
+    _, _ -> nil
+  end
+
+  # Where the running Ra system keeps its servers' directories.
+  defp server_root do
+    case :ra_system.fetch(Config.system()) do
+      %{data_dir: dir} -> to_string(dir)
+      _ -> nil
+    end
+  catch
+    _, _ -> nil
+  end
+
+  defp now, do: System.monotonic_time(:millisecond)
+end

@@ -1,0 +1,129 @@
+defmodule Ringbus.Replica.ReporterTest do
+  # Each member of a replicated channel as every node sees it, on real
+  # nodes (`:peer`): `Ringbus.info/1`'s `:replication`,
+  # `Ringbus.cluster_info/0`, `/metrics` (checked by promtool) and the
+  # status views; a silent member turns unknown and a killed one down,
+  # without a read waiting on either.
+  use ExUnit.Case, async: true
+
+  alias Ringbus.Bench.Cluster.Nodes
+  alias Ringbus.HTTP.{StatusPage, StatusText}
+  alias Ringbus.Metrics.Status
+  alias Ringbus.Test.Promtool
+
+  @moduletag timeout: 180_000
+
+  defp eventually(check, timeout \\ 20_000),
+    do: :ok = Nodes.wait_until(System.monotonic_time(:millisecond) + timeout, check)
+
+  defp replication(n) do
+    {:ok, info} = Nodes.call(n, Ringbus, :info, ["obs"])
+    Map.new(info.replication, &{&1.node, &1})
+  end
+
+  test "every node shows each member's role, term, indexes, lag and disk, and exports its own" do
+    nodes = Nodes.start(3, "replica_obs")
+    on_exit(fn -> Nodes.stop(nodes) end)
+    :ok = Nodes.join(nodes)
+    [a | _] = nodes
+    names = Enum.map(nodes, & &1.node)
+
+    :ok = Nodes.call(a, Ringbus, :create, ["obs", [replicas: 3, capacity: 1000]], 30_000)
+    assert {:ok, _} = Nodes.call(a, Ringbus, :push_many, ["obs", ["a", "b", "c"]])
+
+    # Once the reports have gone round (and Ra's figures have ticked),
+    # every node sees one leader and two followers in one term, each caught
+    # up with every push applied.
+    for n <- nodes do
+      eventually(fn ->
+        members = replication(n)
+        values = Map.values(members)
+
+        Enum.sort(Map.keys(members)) == Enum.sort(names) and
+          Enum.frequencies(Enum.map(values, & &1.role)) == %{leader: 1, follower: 2} and
+          match?([t] when t >= 1, Enum.uniq(Enum.map(values, & &1.term))) and
+          Enum.all?(values, fn m ->
+            match?(%{lag_entries: 0, lag_ms: 0, applied_seq: 2}, m) and
+              m.applied_index == m.commit_index and m.applied_index > 0
+          end)
+      end)
+    end
+
+    members = replication(a)
+    [term] = members |> Map.values() |> Enum.map(& &1.term) |> Enum.uniq()
+
+    for m <- Map.values(members) do
+      assert is_integer(m.elections) and m.log_bytes > 0 and m.snapshot_bytes >= 0
+    end
+
+    # cluster_info/0 lists the channel with the same members.
+    %{replicas: [%{channel: "obs", members: listed}]} = Nodes.call(a, Ringbus, :cluster_info, [])
+    assert Enum.sort(Enum.map(listed, & &1.node)) == Enum.sort(names)
+
+    # /metrics: this node's member only, labelled by channel, and promtool accepts it.
+    for n <- nodes do
+      text = IO.iodata_to_binary(Nodes.call(n, Ringbus.Metrics, :prometheus, []))
+      assert {"", 0} = Promtool.check(text)
+      role = members[n.node].role
+
+      assert text =~ ~s(ringbus_replica_role{channel="obs",role="#{role}"} 1\n)
+      assert text =~ ~s(ringbus_replica_term{channel="obs"} #{term}\n)
+      assert [_] = Regex.scan(~r/^ringbus_replica_term\{/m, text)
+
+      for family <-
+            ~w(commit_index applied_index lag_entries lag_seconds elections_total snapshot_bytes log_bytes),
+          do: assert(text =~ ~r/^ringbus_replica_#{family}\{channel="obs"\} \d/m)
+    end
+
+    # The status views: a row per member.
+    status = Status.build(Nodes.call(a, Ringbus.Metrics, :snapshot, []), %{}, 1000)
+    assert length(status.replicas) == 3
+    html = IO.iodata_to_binary(StatusPage.render(status))
+    assert html =~ ~s(<table id="replicas">)
+
+    for n <- names,
+        do:
+          assert(
+            html =~
+              ~r{<td class="name">obs</td><td class="name">#{n}</td><td class="name">(leader|follower)</td>}
+          )
+
+    json = IO.iodata_to_binary(Ringbus.HTTP.JSON.encode(status))
+
+    assert [_, _, _] =
+             Regex.scan(~r/\{[^{}]*"channel":"obs"[^{}]*"role":"(leader|follower)"/, json)
+
+    text = IO.iodata_to_binary(StatusText.render(status))
+    assert text =~ ~r/^CHANNEL +NODE +ROLE +TERM +COMMIT +APPLIED/m
+
+    for n <- names,
+        do: assert(text =~ ~r/^obs +#{Regex.escape(to_string(n))} +(leader|follower) +#{term} /m)
+
+    # A follower goes silent (SIGSTOP): the others show it unknown, and
+    # reading info never waits on it.
+    leader = Enum.find(nodes, &(members[&1.node].role == :leader))
+    [f, g] = nodes -- [leader]
+    Nodes.signal(f, :stop)
+    eventually(fn -> replication(leader)[f.node].role == :unknown end)
+    assert %{term: nil, lag_entries: nil} = replication(g)[f.node]
+    Nodes.signal(f, :cont)
+    eventually(fn -> replication(leader)[f.node].role == :follower end)
+
+    # The leader's node is killed: the others show it down and elect a new
+    # leader, an election each saw.
+    Nodes.signal(leader, :kill)
+
+    for n <- [f, g] do
+      eventually(fn ->
+        m = replication(n)
+
+        m[leader.node].role == :down and
+          Enum.sort([m[f.node].role, m[g.node].role]) == [:follower, :leader] and
+          m[n.node].elections >= 1 and m[n.node].term > term
+      end)
+    end
+
+    text = IO.iodata_to_binary(Nodes.call(f, Ringbus.Metrics, :prometheus, []))
+    assert text =~ ~r/^ringbus_replica_elections_total\{channel="obs"\} [1-9]/m
+  end
+end
