@@ -397,7 +397,7 @@ defmodule Ringbus.Bench.Ingest do
   defp spec("coalesced", c) do
     %{generator: "pipelined", payload: c.payload, n: c.messages, capacity: c.capacity}
     |> Map.merge(%{connections: 1, pipeline: @max_pending, per_frame: 1, linger: 0})
-    |> Map.put(:how, "push_async/4, linger: 0")
+    |> Map.put(:how, "push_async/4 with linger: 0")
   end
 
   defp spec("batched", c), do: batched(c.payload, c.capacity, c)

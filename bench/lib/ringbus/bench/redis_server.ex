@@ -56,23 +56,7 @@ defmodule Ringbus.Bench.RedisServer do
   stopped by its OS pid.
   """
   @spec stop(t()) :: :ok
-  def stop(%{os_pid: pid}) do
-    System.cmd("kill", ["#{pid}"], stderr_to_stdout: true)
-    await_exit(pid, 200)
-  end
-
-  defp await_exit(pid, 0), do: IO.puts(:stderr, "redis-server (pid #{pid}) did not stop in 10 s")
-
-  defp await_exit(pid, tries) do
-    case System.cmd("kill", ["-0", "#{pid}"], stderr_to_stdout: true) do
-      {_, 0} ->
-        receive after: (50 -> :ok)
-        await_exit(pid, tries - 1)
-
-      _gone ->
-        :ok
-    end
-  end
+  def stop(%{os_pid: pid}), do: Ringbus.Bench.OsProcess.stop(pid)
 
   @doc "A port no one listens on now."
   @spec free_port() :: :inet.port_number()

@@ -22,7 +22,7 @@ defmodule Ringbus.Bench.IngestTest do
     rows = Process.get(:results)
 
     assert Enum.map(rows, & &1.mode) ==
-             ~w(request_reply pipelined batched batched_1kb encoded encoded_1kb)
+             ~w(request_reply pipelined coalesced batched batched_1kb encoded encoded_1kb)
 
     # Unpinned, the generator's BEAM may run on the cores this one may.
     [_, mask] = Regex.run(~r/^Cpus_allowed:\s*([0-9a-f]+)$/m, File.read!("/proc/self/status"))
@@ -41,6 +41,7 @@ defmodule Ringbus.Bench.IngestTest do
     expected = %{
       "request_reply" => {"16", "200", "1", "1", "1", "200", "0"},
       "pipelined" => {"16", "3000", "1", "100000", "1", "3000", "500"},
+      "coalesced" => {"16", "3000", "1", "100000", "1", "3000", "500"},
       "batched" => {"16", "3000", "1", "100000", "100", "30", "500"},
       "batched_1kb" => {"1024", "3000", "1", "100000", "100", "30", "0"},
       "encoded" => {"16", "3000", "1", "1000", "1", "3000", "500"},
@@ -63,6 +64,7 @@ defmodule Ringbus.Bench.IngestTest do
 
     # The batched rows say so; the client shows its PUSH_ACKS frames.
     assert csv["batched"].how =~ "batched: PUSH_BATCH of 100"
+    assert csv["coalesced"].how =~ "linger: 0"
     assert String.to_integer(csv["pipelined"].ack_frames) in 1..3000
     # Lock-step like redis-benchmark: each connection waits for its 8 acks.
     assert String.to_integer(csv["encoded_1kb"].ack_frames) >= div(3000, 8)

@@ -6,6 +6,10 @@ defmodule Ringbus.Cluster.Directory.Core do
   # effects the process carries out, in order. Nothing here sends, stores,
   # reads ETS or starts a timer.
   #
+  # Kept whole: one state machine whose events (claims, syncs, relays,
+  # replicated members, forgets) all apply the same stamp and claim rules to
+  # the same state; the tests drive it event by event as one.
+  #
   # Each node is the authority on the channels it homes (`own`: name =>
   # {opts, stamp}, mirrored by its `Ringbus.Store`); `remote` holds what the
   # other nodes said they home, name => {home, opts, stamp, incarnation},

@@ -123,28 +123,9 @@ defmodule Ringbus.Bench.Replication.NatsServers do
   @doc "Stops every server (by OS pid, waiting for each, 10 s at most) and removes the dir."
   @spec stop(t()) :: :ok
   def stop(%{dir: dir, servers: servers}) do
-    for %{os_pid: pid} <- servers do
-      System.cmd("kill", ["#{pid}"], stderr_to_stdout: true)
-      await_exit(pid, 200)
-    end
+    for %{os_pid: pid} <- servers, do: Ringbus.Bench.OsProcess.stop(pid)
 
     File.rm_rf!(dir)
     :ok
-  end
-
-  defp await_exit(pid, 0) do
-    System.cmd("kill", ["-KILL", "#{pid}"], stderr_to_stdout: true)
-    :ok
-  end
-
-  defp await_exit(pid, tries) do
-    case System.cmd("kill", ["-0", "#{pid}"], stderr_to_stdout: true) do
-      {_, 0} ->
-        receive after: (50 -> :ok)
-        await_exit(pid, tries - 1)
-
-      _gone ->
-        :ok
-    end
   end
 end
