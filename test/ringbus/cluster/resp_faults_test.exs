@@ -52,8 +52,10 @@ defmodule Ringbus.Cluster.RespFaultsTest do
 
     client = start_client(port)
     {:ok, id} = run(client, "id")
-    assert {:ok, "b'1-0'"} = run(client, "xadd s")
-    assert {:ok, "[[b's', [(b'1-0'" <> _} = run(client, "xread s")
+    # IDs end in the stream's tag, from its incarnation (docs/RESP.md, "IDs").
+    tag = tag(a)
+    assert {:ok, "b'1-#{tag}'"} == run(client, "xadd s")
+    assert first_read?(run(client, "xread s"), tag)
 
     # a is silent for longer than net_ticktime: first node_busy or timeout,
     # then, once a is declared down, node_down; never a wait on a.
@@ -66,7 +68,7 @@ defmodule Ringbus.Cluster.RespFaultsTest do
 
     # After SIGCONT the links heal, and commands succeed again.
     assert eventually(fn -> match?({:ok, _}, run(client, "xadd s")) end)
-    assert {:ok, "[[b's', [(b'1-0'" <> _} = run(client, "xread s")
+    assert first_read?(run(client, "xread s"), tag)
     assert run(client, "id") == {:ok, id}
 
     # Killed: node_down at once.
@@ -80,11 +82,21 @@ defmodule Ringbus.Cluster.RespFaultsTest do
     a = Nodes.restart(a)
     on_exit(fn -> Nodes.stop([a]) end)
     assert :ok = Nodes.await_links([a, b])
-    assert eventually(fn -> run(client, "xadd s") == {:ok, "b'1-0'"} end)
-    assert {:ok, "[[b's', [(b'1-0'" <> _} = run(client, "xread s")
+    # Made again: another incarnation, another tag.
+    assert eventually(fn -> match?({:ok, "b'1-" <> _}, run(client, "xadd s")) end)
+    assert tag(a) != tag
+    assert first_read?(run(client, "xread s"), tag(a))
     assert run(client, "id") == {:ok, id}
     stop_client(client)
   end
+
+  defp tag(a) do
+    {:ok, inc} = call(a, Ringbus, :incarnation, ["s"])
+    Integer.to_string(Ringbus.Resp.Entry.tag(inc))
+  end
+
+  defp first_read?({:ok, read}, tag), do: String.starts_with?(read, "[[b's', [(b'1-#{tag}'")
+  defp first_read?(_answer, _tag), do: false
 
   # Runs XADD, XREAD and XREAD BLOCK in turn for `ms`; returns
   # `{command, answer, ms}` for each.
