@@ -26,6 +26,12 @@ defmodule Ringbus.Replica.Writer do
 
   # A flush at this many queued requests even if more keep coming.
   @max_queue 512
+  # Commands sent and not yet applied, past which requests wait to go as one
+  # command with those that come meanwhile (a group commit that grows with
+  # the load and adds no wait when there is none). A command older than
+  # @stalled_ms counts no more: it went to a leader that may have died.
+  @max_in_flight 1
+  @stalled_ms 100
   @tick_ms 250
   # How long to wait before trying again when no leader is known.
   @retry_ms 50
@@ -54,7 +60,7 @@ defmodule Ringbus.Replica.Writer do
        queue: [],
        queued: 0,
        next: 0,
-       # corr => {command, [{alias, deadline}], sent?}
+       # corr => {command, [{alias, deadline}], sent at (ms) or false}
        pending: %{},
        retry?: false
      }}
@@ -66,8 +72,9 @@ defmodule Ringbus.Replica.Writer do
     if state.queued >= @max_queue, do: {:noreply, flush(state)}, else: {:noreply, state, 0}
   end
 
-  # The mailbox is empty: what has queued goes now.
-  def handle_info(:timeout, state), do: {:noreply, flush(state)}
+  # The mailbox is empty: what has queued goes now, unless enough commands
+  # are on their way; then it goes when one of them is applied.
+  def handle_info(:timeout, state), do: {:noreply, flush_unless_busy(state)}
 
   def handle_info({:ra_event, from, {:applied, replies}}, state) do
     pending =
@@ -84,7 +91,7 @@ defmodule Ringbus.Replica.Writer do
         end
       end)
 
-    {:noreply, %{state | pending: pending, leader: from}}
+    {:noreply, flush_unless_busy(%{state | pending: pending, leader: from})}
   end
 
   def handle_info({:ra_event, from, {:rejected, {:not_leader, hint, corr}}}, state) do
@@ -112,10 +119,29 @@ defmodule Ringbus.Replica.Writer do
         state.pending
       )
 
-    {:noreply, %{state | pending: pending}}
+    # A command sent to a leader that died is never applied: what waits
+    # behind it goes at the tick at the latest.
+    {:noreply, flush(%{state | pending: pending})}
   end
 
   def handle_info(_other, state), do: {:noreply, state}
+
+  defp flush_unless_busy(%{queue: []} = state), do: state
+
+  defp flush_unless_busy(state) do
+    since = now() - @stalled_ms
+
+    in_flight =
+      :maps.fold(
+        fn _corr, {_command, _tos, sent}, n ->
+          if is_integer(sent) and sent > since, do: n + 1, else: n
+        end,
+        0,
+        state.pending
+      )
+
+    if in_flight >= @max_in_flight, do: state, else: flush(state)
+  end
 
   defp flush(%{queue: []} = state), do: state
 
@@ -140,7 +166,7 @@ defmodule Ringbus.Replica.Writer do
 
         case :erlang.send(leader, message, [:noconnect, :nosuspend]) do
           :ok ->
-            pending = Map.put(state.pending, corr, {command, tos, true})
+            pending = Map.put(state.pending, corr, {command, tos, now()})
             %{state | pending: pending, leader: leader}
 
           _not_sent ->
