@@ -154,6 +154,12 @@ defmodule Ringbus.Chaos.Checker do
           {_, :ok, :pull, {ch, messages}, _} ->
             {pending, attempts, seen(ch, messages, observed), deliveries}
 
+          # A delivery of no message only counts what the subscription lost.
+          {process, :ok, :deliver, {_ch, sub, [], lost}, _} ->
+            batch = {:lost, lost}
+            deliveries = Map.update(deliveries, {process, sub}, [batch], &[batch | &1])
+            {pending, attempts, observed, deliveries}
+
           {process, :ok, :deliver, {ch, sub, messages, lost}, _} ->
             [{first, _} | _] = messages
             {last, _} = List.last(messages)
@@ -177,9 +183,18 @@ defmodule Ringbus.Chaos.Checker do
             time: time
           }
 
-    deliveries = Map.new(deliveries, fn {sub, batches} -> {sub, Enum.reverse(batches)} end)
+    deliveries = Map.new(deliveries, fn {sub, batches} -> {sub, lost_forward(batches, [])} end)
     {Enum.reverse(attempts) ++ never_completed, observed, deliveries}
   end
+
+  # Newest first in, oldest first out: a lost-only delivery's count joins the
+  # next batch's, which must then start that much further on.
+  defp lost_forward([{:lost, n} | rest], acc), do: lost_forward(rest, add_lost(acc, n))
+  defp lost_forward([batch | rest], acc), do: lost_forward(rest, [batch | acc])
+  defp lost_forward([], acc), do: acc
+
+  defp add_lost([{first, last, lost} | rest], n), do: [{first, last, lost + n} | rest]
+  defp add_lost([], _n), do: []
 
   defp seen(ch, messages, observed),
     do: Enum.reduce(messages, observed, fn {seq, key}, acc -> [{ch, seq, key} | acc] end)

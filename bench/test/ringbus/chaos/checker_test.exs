@@ -146,6 +146,21 @@ defmodule Ringbus.Chaos.CheckerTest do
     assert report.unexpected == 4
   end
 
+  test "a delivery of only a lost count: the next batch starts that much further on" do
+    deliver = fn first, last, lost ->
+      {2, :ok, :deliver, {@ch, 0, for(s <- first..last, do: {s, {9, s}}), lost}, first}
+    end
+
+    lost_only = fn lost -> {2, :ok, :deliver, {@ch, 0, [], lost}, 0} end
+
+    history = [deliver.(0, 1, 0), lost_only.(3), deliver.(5, 6, 0)]
+    assert Checker.check(history, %{}).subscriber_gaps == 0
+
+    # Counted lost, yet one seq more was skipped.
+    history = [deliver.(0, 1, 0), lost_only.(2), deliver.(5, 6, 0)]
+    assert Checker.check(history, %{}).subscriber_gaps == 1
+  end
+
   test "unchecked: acked pushes to a channel with no final read" do
     report = Checker.check(push(1, {1, 0}, 0, :ok), %{})
     assert report.unchecked == 1
