@@ -57,6 +57,14 @@ defmodule Ringbus.Test.RespClient do
     c
   end
 
+  @doc "The text of `INFO section`, read on a connection of its own."
+  def info!(port, section) do
+    c = connect!(port)
+    {[info], _} = call(c, ["INFO", section])
+    close(c)
+    info
+  end
+
   @doc "Reads `count` replies; returns them and the client."
   def recv(client, count, timeout \\ @timeout), do: recv(client, count, timeout, [])
 

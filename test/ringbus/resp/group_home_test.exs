@@ -101,13 +101,13 @@ defmodule Ringbus.Resp.GroupHomeTest do
       ~w(XREADGROUP GROUP g cb COUNT 1 BLOCK 10000 STREAMS gh-block >)
     ])
 
-    assert eventually(fn -> info(ctx.port_b) =~ "blocked_clients:1" end)
+    assert eventually(fn -> RespClient.info!(ctx.port_b, "clients") =~ "blocked_clients:1" end)
 
     RespClient.send_commands(ca, [
       ~w(XREADGROUP GROUP g ca COUNT 1 BLOCK 10000 STREAMS gh-block >)
     ])
 
-    assert eventually(fn -> info(ctx.port_a) =~ "blocked_clients:1" end)
+    assert eventually(fn -> RespClient.info!(ctx.port_a, "clients") =~ "blocked_clients:1" end)
 
     w = RespClient.connect!(ctx.port_a)
     {[id2], w} = RespClient.call(w, ~w(XADD gh-block * n 1))
@@ -238,12 +238,5 @@ defmodule Ringbus.Resp.GroupHomeTest do
     # The link that ran it goes on.
     assert {:ok, {"gh-apply", ^inc, ^home}} =
              Nodes.call(ctx.b, Ringbus, :at_home, ["gh-apply", {Probe, :where, []}])
-  end
-
-  defp info(port) do
-    c = RespClient.connect!(port)
-    {[info], _} = RespClient.call(c, ~w(INFO clients))
-    RespClient.close(c)
-    info
   end
 end

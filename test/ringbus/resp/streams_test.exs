@@ -154,12 +154,12 @@ defmodule Ringbus.Resp.StreamsTest do
   test "commands behind a blocking XREAD wait with it, and come out in order", %{port: port} do
     reader = RespClient.connect!(port)
     RespClient.send_commands(reader, [~w(XREAD BLOCK 0 STREAMS st-wait $), ~w(ECHO after)])
-    assert eventually(fn -> info(port) =~ "blocked_clients:1" end)
+    assert eventually(fn -> RespClient.info!(port, "clients") =~ "blocked_clients:1" end)
 
     writer = RespClient.connect!(port)
     {["1-" <> _], _} = RespClient.call(writer, ~w(XADD st-wait * k v))
     {[[["st-wait", [["1-" <> _, ["k", "v"]]]]], "after"], _} = RespClient.recv(reader, 2)
-    assert info(port) =~ "blocked_clients:0"
+    assert RespClient.info!(port, "clients") =~ "blocked_clients:0"
   end
 
   test "reads that come while XREAD BLOCK waits run in order, even when one waits again",
@@ -169,7 +169,7 @@ defmodule Ringbus.Resp.StreamsTest do
     assert eventually(fn -> Ringbus.Server.connections(server, :resp) -- before != [] end)
     [conn] = Ringbus.Server.connections(server, :resp) -- before
     RespClient.send_commands(reader, [~w(XREAD BLOCK 0 STREAMS st-held-a $)])
-    assert eventually(fn -> info(port) =~ "blocked_clients:1" end)
+    assert eventually(fn -> RespClient.info!(port, "clients") =~ "blocked_clients:1" end)
 
     # Two reads while it waits, held as they came: a second wait, then ECHO.
     RespClient.send_commands(reader, [~w(XREAD BLOCK 0 STREAMS st-held-b $)])
@@ -191,10 +191,10 @@ defmodule Ringbus.Resp.StreamsTest do
     [conn] = Ringbus.Server.connections(server, :resp) -- before
     ref = Process.monitor(conn)
     RespClient.send_commands(reader, [~w(XREAD BLOCK 0 STREAMS st-gone $)])
-    assert eventually(fn -> info(port) =~ "blocked_clients:1" end)
+    assert eventually(fn -> RespClient.info!(port, "clients") =~ "blocked_clients:1" end)
     RespClient.close(reader)
     assert_receive {:DOWN, ^ref, :process, _, _}, 5_000
-    assert info(port) =~ "blocked_clients:0"
+    assert RespClient.info!(port, "clients") =~ "blocked_clients:0"
   end
 
   test "XREAD BLOCK times out with a null reply", %{port: port} do
@@ -253,13 +253,6 @@ defmodule Ringbus.Resp.StreamsTest do
     assert Groups.ack(t, s, "g", [0, 5, 6]) == 2
     assert {:ok, %{pending: pending}} = Groups.fetch(t, s, "g")
     assert pending == max - 2
-  end
-
-  defp info(port) do
-    c = RespClient.connect!(port)
-    {[info], _} = RespClient.call(c, ~w(INFO clients))
-    RespClient.close(c)
-    info
   end
 
   describe "IDs carry the stream's incarnation" do
