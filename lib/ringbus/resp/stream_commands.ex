@@ -197,8 +197,12 @@ defmodule Ringbus.Resp.StreamCommands do
 
   defp room?(_info, _n, _bytes), do: false
 
-  defp store_one(payloads, key, nomkstream, trim, s) do
-    case push(key, &Ringbus.push_many(&1, payloads), nomkstream, s) do
+  defp store_one(payloads, key, nomkstream, trim, s),
+    do: store_one_with(&Ringbus.push_many(&1, payloads), key, nomkstream, trim, s)
+
+  # One push (`push`), then its trim: its ID, or the error as a reply.
+  defp store_one_with(push, key, nomkstream, trim, s) do
+    case push(key, push, nomkstream, s) do
       {:ok, seq, tag} ->
         trim(key, trim)
         Entry.id(seq, tag)
@@ -280,14 +284,8 @@ defmodule Ringbus.Resp.StreamCommands do
 
   # Stored once however often it is sent: a resend answers the first send's ID.
   defp tagged(add, tag, payload, s) do
-    case push(add.key, &Ringbus.push(&1, payload, producer: tag), add.nomkstream, s) do
-      {:ok, seq, tag} ->
-        trim(add.key, add.trim)
-        Entry.id(seq, tag)
-
-      {:error, reason} ->
-        push_error(add.key, reason)
-    end
+    push = &Ringbus.push(&1, payload, producer: tag)
+    store_one_with(push, add.key, add.nomkstream, add.trim, s)
   end
 
   # A ring numbers its entries itself: an explicit ID must be the next one.
