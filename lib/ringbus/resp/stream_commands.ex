@@ -219,22 +219,17 @@ defmodule Ringbus.Resp.StreamCommands do
   # again in between, the IDs name the incarnation gone, and a consumer that
   # resumes from them is told so, rather than the other way round.
   defp push(key, push, nomkstream, s) do
-    with {:ok, inc} <- Ringbus.incarnation(key),
-         {:ok, seq} <- push.(key) do
-      {:ok, seq, Entry.tag(inc)}
-    else
-      {:error, :no_channel} when nomkstream ->
-        {:error, :nomkstream}
-
-      {:error, :no_channel} ->
-        with :ok <- Keys.create(key, s),
-             {:ok, inc} <- Ringbus.incarnation(key),
-             {:ok, seq} <- push.(key),
-             do: {:ok, seq, Entry.tag(inc)}
-
-      error ->
-        error
+    case tagged_push(key, push) do
+      {:error, :no_channel} when nomkstream -> {:error, :nomkstream}
+      {:error, :no_channel} -> with :ok <- Keys.create(key, s), do: tagged_push(key, push)
+      result -> result
     end
+  end
+
+  defp tagged_push(key, push) do
+    with {:ok, inc} <- Ringbus.incarnation(key),
+         {:ok, seq} <- push.(key),
+         do: {:ok, seq, Entry.tag(inc)}
   end
 
   @doc "The tag of stream `key`'s IDs (`Ringbus.Resp.Entry.tag/1`), or nil when it does not exist."
