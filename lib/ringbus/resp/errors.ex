@@ -111,6 +111,10 @@ defmodule Ringbus.Resp.Errors do
   @doc "Redis's reply to an argument that is not a valid integer."
   def not_integer, do: Encoder.error("ERR value is not an integer or out of range")
 
+  @doc "Redis's reply to a group that stream `key` has not (XGROUP, XREADGROUP, XINFO)."
+  def no_group(key, group),
+    do: Encoder.error(["NOGROUP No such consumer group '", group, "' for key name '", key, "'"])
+
   @doc "The reply to a key that names no stream, when the server creates none."
   def no_create(key),
     do:

@@ -197,7 +197,7 @@ defmodule Ringbus.Resp.GroupCommands do
          {:ok, last} <- group_position(key, tag, id) do
       if Groups.set_last(t, key, group, last, read),
         do: {:simple, "OK"},
-        else: no_group(key, group)
+        else: Errors.no_group(key, group)
     else
       {:error, reply} -> reply
     end
@@ -227,7 +227,7 @@ defmodule Ringbus.Resp.GroupCommands do
           :too_many -> too_many_consumers(group)
         end
       else
-        :error -> no_group(key, group)
+        :error -> Errors.no_group(key, group)
       end
     end)
   end
@@ -237,7 +237,7 @@ defmodule Ringbus.Resp.GroupCommands do
     existing(key, fn ->
       case Groups.fetch(t, key, group) do
         {:ok, _} -> Groups.delete_consumer(t, key, group, consumer)
-        :error -> no_group(key, group)
+        :error -> Errors.no_group(key, group)
       end
     end)
   end
@@ -249,9 +249,6 @@ defmodule Ringbus.Resp.GroupCommands do
         group,
         "' has #{Groups.limits().consumers} consumers, the most a Ringbus group keeps"
       ])
-
-  defp no_group(key, group),
-    do: Encoder.error(["NOGROUP No such consumer group '", group, "' for key name '", key, "'"])
 
   defp help do
     Enum.map(

@@ -216,7 +216,7 @@ defmodule Ringbus.Resp.StreamAdmin do
         Encoder.error("ERR no such key")
 
       :error ->
-        Encoder.error(["NOGROUP No such consumer group '", group, "' for key name '", key, "'"])
+        Errors.no_group(key, group)
     end
   end
 
