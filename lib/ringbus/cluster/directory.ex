@@ -196,8 +196,7 @@ defmodule Ringbus.Cluster.Directory do
 
   # The replicated channels of this node's store, as its syncs list them.
   defp replicated do
-    for name <- Store.names(),
-        {:ok, %{replica: %{members: members} = replica} = channel} <- [Store.fetch(name)] do
+    for {name, %{replica: %{members: members} = replica} = channel} <- Store.replicated() do
       opts = [
         capacity: channel.capacity,
         overflow: channel.overflow,

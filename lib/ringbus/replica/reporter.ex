@@ -101,8 +101,8 @@ defmodule Ringbus.Replica.Reporter do
         seen = Map.get(state.seen, replica.cluster, %{})
         extra = extra(replica, channel, dir)
 
-        {figures, kept} =
-          Member.figures(ra(replica), leader_commit(replica, now), seen, extra, now)
+        ra = ra(replica)
+        {figures, kept} = Member.figures(ra, leader_commit(replica, ra, now), seen, extra, now)
 
         :ets.insert(@table, {{replica.cluster, node()}, figures, now})
         {replica, figures, kept}
@@ -154,12 +154,12 @@ defmodule Ringbus.Replica.Reporter do
     ArgumentError -> nil
   end
 
-  # The leader's commit index: this member's own when it leads, else the
-  # leader's last report if it is fresh.
-  defp leader_commit(replica, now) do
+  # The leader's commit index: this member's own (`ra`, read once per tick)
+  # when it leads, else the leader's last report if it is fresh.
+  defp leader_commit(replica, ra, now) do
     case :ra_leaderboard.lookup_leader(replica.cluster) do
       {_, n} when n == node() ->
-        with %{role: :leader, commit_index: commit} <- ra(replica), do: commit, else: (_ -> nil)
+        with %{role: :leader, commit_index: commit} <- ra, do: commit, else: (_ -> nil)
 
       {_, n} ->
         case :ets.lookup(@table, {replica.cluster, n}) do

@@ -1,7 +1,7 @@
 defmodule Ringbus.Replica.ReachTest do
   # A replicated channel from a node that is not one of its members: every
   # operation goes through the cluster links to a member, and its name is
-  # taken on every node.
+  # taken on every node, also after a restart of every node.
   use ExUnit.Case, async: true
 
   alias Ringbus.Bench.Cluster.Nodes
@@ -91,5 +91,28 @@ defmodule Ringbus.Replica.ReachTest do
     end
 
     assert :ok = Nodes.call(x, Ringbus, :create, ["r", [capacity: 5]])
+  end
+
+  test "after every node is killed and started again, the members' syncs name the channel to all" do
+    nodes = Nodes.start(3, "replica_resync")
+    on_exit(fn -> Nodes.stop(nodes) end)
+    :ok = Nodes.join(nodes)
+    [a | _] = nodes
+
+    :ok = Nodes.call(a, Ringbus, :create, ["s", [replicas: 2, capacity: 8]], 30_000)
+    assert {:ok, 0} = Nodes.call(a, Ringbus, :push, ["s", "a"])
+    {:ok, %{members: members}} = Nodes.call(a, Ringbus, :info, ["s"])
+
+    # No directory keeps the name: only the members' catalogues do.
+    for n <- nodes, do: Nodes.signal(n, :kill)
+    nodes = Enum.map(nodes, &Nodes.restart/1)
+    on_exit(fn -> Nodes.stop(nodes) end)
+    :ok = Nodes.join(nodes)
+
+    for n <- nodes do
+      eventually(fn -> Nodes.call(n, Ringbus, :read, ["s", 0, 10]) == {:ok, [{0, "a"}], 0} end)
+      assert {:error, :exists} = Nodes.call(n, Ringbus, :create, ["s", [capacity: 5]])
+      assert {:ok, %{members: ^members}} = Nodes.call(n, Ringbus, :info, ["s"])
+    end
   end
 end
