@@ -355,11 +355,16 @@ defmodule Ringbus.ClientTest do
         assert {:ok, [{^seq, ^payload}], 0} = Ringbus.read(channel, seq, 1)
       end
 
-      # Each channel holds its payloads in the order they were pushed.
+      # Each channel holds its payloads in the order they were pushed, and
+      # its acks came in that order too.
+      channel_of = Map.new(sent, fn {corr, channel, _} -> {corr, channel} end)
+
       for channel <- ["co.a", "co.b"] do
         {:ok, stored, 0} = Ringbus.read(channel, 0, n)
         mine = for {_, ^channel, payload} <- sent, do: payload
         assert Enum.map(stored, &elem(&1, 1)) == mine
+        acked = for {corr, _} <- acks, channel_of[corr] == channel, do: corr
+        assert acked == for({corr, ^channel, _} <- sent, do: corr)
       end
 
       # Far fewer frames than pushes reached the server.
