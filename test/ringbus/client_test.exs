@@ -400,6 +400,17 @@ defmodule Ringbus.ClientTest do
       assert Ringbus.len("co.full") == 0
     end
 
+    test "a batch above the channel's max_bytes refuses each of its pushes", %{port: port} do
+      c = connect!(port, linger: 0)
+      :ok = Client.create!(c, "co.small", capacity: 100, max_bytes: 10)
+      :ok = :sys.suspend(c.pid)
+      for p <- ~w(aaaa bbbb cccc), do: {:ok, _} = Client.push_async(c, "co.small", p)
+      :ok = :sys.resume(c.pid)
+      {acks, _} = await_acks(c, 3)
+      assert Enum.map(acks, &elem(&1, 1)) == List.duplicate({:error, :too_large}, 3)
+      assert Ringbus.len("co.small") == 0
+    end
+
     test ":batch_bytes bounds a batch", %{port: port} do
       c = connect!(port, linger: 60_000, batch_bytes: 100)
       # 25 payloads of 20 bytes: a batch fills and goes without the linger.
