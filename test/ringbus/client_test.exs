@@ -355,11 +355,16 @@ defmodule Ringbus.ClientTest do
         assert {:ok, [{^seq, ^payload}], 0} = Ringbus.read(channel, seq, 1)
       end
 
-      # Each channel holds its payloads in the order they were pushed.
+      # Each channel holds its payloads in the order they were pushed, and
+      # its acks came in that order too.
+      channel_of = Map.new(sent, fn {corr, channel, _} -> {corr, channel} end)
+
       for channel <- ["co.a", "co.b"] do
         {:ok, stored, 0} = Ringbus.read(channel, 0, n)
         mine = for {_, ^channel, payload} <- sent, do: payload
         assert Enum.map(stored, &elem(&1, 1)) == mine
+        acked = for {corr, _} <- acks, channel_of[corr] == channel, do: corr
+        assert acked == for({corr, ^channel, _} <- sent, do: corr)
       end
 
       # Far fewer frames than pushes reached the server.
@@ -393,6 +398,17 @@ defmodule Ringbus.ClientTest do
       {acks, _} = await_acks(c, 6)
       assert Enum.map(acks, &elem(&1, 1)) == List.duplicate({:error, :full}, 6)
       assert Ringbus.len("co.full") == 0
+    end
+
+    test "a batch above the channel's max_bytes refuses each of its pushes", %{port: port} do
+      c = connect!(port, linger: 0)
+      :ok = Client.create!(c, "co.small", capacity: 100, max_bytes: 10)
+      :ok = :sys.suspend(c.pid)
+      for p <- ~w(aaaa bbbb cccc), do: {:ok, _} = Client.push_async(c, "co.small", p)
+      :ok = :sys.resume(c.pid)
+      {acks, _} = await_acks(c, 3)
+      assert Enum.map(acks, &elem(&1, 1)) == List.duplicate({:error, :too_large}, 3)
+      assert Ringbus.len("co.small") == 0
     end
 
     test ":batch_bytes bounds a batch", %{port: port} do

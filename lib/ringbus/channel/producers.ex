@@ -58,10 +58,6 @@ defmodule Ringbus.Channel.Producers do
   @spec new() :: :ets.tid()
   def new, do: :ets.new(:ringbus_producers, [:ordered_set, :public, write_concurrency: true])
 
-  @doc "The most tags remembered per producer: `64`."
-  @spec window() :: pos_integer()
-  def window, do: @window
-
   @doc "The most producers remembered per channel: `1024`."
   @spec max_producers() :: pos_integer()
   def max_producers, do: @max_producers

@@ -32,6 +32,13 @@ defmodule Ringbus.Server.ProtocolTest do
       assert message =~ "version 3"
     end
 
+    test "HELLO's flags: bits the server does not know are ignored" do
+      client = RawClient.connect!(start_server())
+      RawClient.send_frames(client, [{:hello, 5, 3, 0xFFFF, nil}])
+      assert {[{:hello_ok, 5, 3, _limits}], client} = RawClient.recv(client, 1)
+      assert {{:pong, 6}, _} = RawClient.call(client, {:ping, 6})
+    end
+
     test "which error wins: decoding, then not HELLO, then version, then token" do
       port = start_server(tokens: %{"t" => :all})
       hello = bytes([{:hello, 0, 3, 0, "t"}])
