@@ -24,11 +24,14 @@ defmodule Ringbus.Bench.Table do
     Enum.zip_with(columns, values, fn {_title, width, side}, value ->
       text = if value == nil, do: "-", else: to_string(value)
 
+      # a value wider than its column still keeps a space from its neighbour
       case side do
-        :left -> String.pad_trailing(text, width)
-        :right -> String.pad_leading(text, width)
+        :left -> String.pad_trailing(text, width) <> gap(text, width)
+        :right -> gap(text, width) <> String.pad_leading(text, width)
       end
     end)
     |> Enum.join()
   end
+
+  defp gap(text, width), do: if(String.length(text) > width, do: " ", else: "")
 end
