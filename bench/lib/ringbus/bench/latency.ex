@@ -151,15 +151,7 @@ defmodule Ringbus.Bench.Latency do
   end
 
   defp config!(opts) do
-    systems =
-      opts |> Keyword.get(:systems, Enum.join(@systems, ",")) |> String.split(",", trim: true)
-
-    for system <- systems,
-        system not in @systems,
-        do:
-          Mix.raise(
-            "unknown system #{inspect(system)}; expected some of: #{Enum.join(@systems, ",")}"
-          )
+    systems = Args.names!(opts, :systems, @systems, "system")
 
     rates =
       for part <- opts |> Keyword.get(:rates, "25,50,75") |> String.split(",", trim: true) do
