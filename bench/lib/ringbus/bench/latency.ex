@@ -320,27 +320,24 @@ defmodule Ringbus.Bench.Latency do
 
   defp print(rows) do
     IO.puts("")
-    IO.puts(Table.header(@columns))
 
-    for row <- rows do
-      IO.puts(
-        Table.line(@columns, [
-          row.mode,
-          row.system,
-          row.pct,
-          row.rate,
-          round(row.achieved),
-          if(row.behind, do: "BEHIND", else: ""),
-          row.requests,
-          row.errors,
-          fmt(row.p50_ms),
-          fmt(row.p99_ms),
-          fmt(row.p999_ms),
-          fmt(row.max_ms),
-          fmt(row.max_lag_ms)
-        ])
-      )
-    end
+    Table.print(@columns, rows, fn row ->
+      [
+        row.mode,
+        row.system,
+        row.pct,
+        row.rate,
+        round(row.achieved),
+        if(row.behind, do: "BEHIND", else: ""),
+        row.requests,
+        row.errors,
+        fmt(row.p50_ms),
+        fmt(row.p99_ms),
+        fmt(row.p999_ms),
+        fmt(row.max_ms),
+        fmt(row.max_lag_ms)
+      ]
+    end)
 
     if Enum.any?(rows, & &1.behind) do
       IO.puts(

@@ -18,6 +18,13 @@ defmodule Ringbus.Bench.Table do
   @spec header([column()]) :: String.t()
   def header(columns), do: line(columns, Enum.map(columns, &elem(&1, 0)))
 
+  @doc "Prints the header, then a line for each of `rows`, whose values `values` gives."
+  @spec print([column()], Enumerable.t(), (term() -> [term()])) :: :ok
+  def print(columns, rows, values) do
+    IO.puts(header(columns))
+    Enum.each(rows, &IO.puts(line(columns, values.(&1))))
+  end
+
   @doc "One line of values, one a column, padded to the column widths."
   @spec line([column()], [term()]) :: String.t()
   def line(columns, values) when length(columns) == length(values) do
