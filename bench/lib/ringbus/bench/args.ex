@@ -45,4 +45,23 @@ defmodule Ringbus.Bench.Args do
         Mix.raise("expected --#{flag} to be a positive integer, got: #{inspect(other)}")
     end
   end
+
+  @doc """
+  The option `key` as a comma-separated list of names from `allowed` (all of
+  them when absent), in the order given; raises `Mix.Error` naming the first
+  unknown one as a `noun`.
+  """
+  @spec names!(keyword(), atom(), [String.t()], String.t()) :: [String.t()]
+  def names!(opts, key, allowed, noun) do
+    given = opts |> Keyword.get(key, Enum.join(allowed, ",")) |> String.split(",", trim: true)
+
+    for name <- given,
+        name not in allowed,
+        do:
+          Mix.raise(
+            "unknown #{noun} #{inspect(name)}; expected some of: #{Enum.join(allowed, ",")}"
+          )
+
+    given
+  end
 end

@@ -164,15 +164,7 @@ defmodule Ringbus.Bench.Cluster do
   end
 
   defp config!(opts) do
-    variants =
-      opts |> Keyword.get(:variants, Enum.join(@variants, ",")) |> String.split(",", trim: true)
-
-    for v <- variants,
-        v not in @variants,
-        do:
-          Mix.raise(
-            "unknown variant #{inspect(v)}; expected some of: #{Enum.join(@variants, ",")}"
-          )
+    variants = Args.names!(opts, :variants, @variants, "variant")
 
     %{
       variants: Enum.map(variants, &String.to_atom/1),

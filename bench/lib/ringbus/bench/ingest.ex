@@ -347,11 +347,7 @@ defmodule Ringbus.Bench.Ingest do
   defp config!(opts) do
     messages = Args.positive!(opts, :messages, 2_000_000)
     pin? = Keyword.get(opts, :pin, false)
-    modes = opts |> Keyword.get(:modes, Enum.join(@modes, ",")) |> String.split(",", trim: true)
-
-    for mode <- modes, mode not in @modes do
-      Mix.raise("unknown mode #{inspect(mode)}; expected some of: #{Enum.join(@modes, ",")}")
-    end
+    modes = Args.names!(opts, :modes, @modes, "mode")
 
     config = %{
       messages: messages,

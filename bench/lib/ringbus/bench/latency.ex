@@ -151,15 +151,7 @@ defmodule Ringbus.Bench.Latency do
   end
 
   defp config!(opts) do
-    systems =
-      opts |> Keyword.get(:systems, Enum.join(@systems, ",")) |> String.split(",", trim: true)
-
-    for system <- systems,
-        system not in @systems,
-        do:
-          Mix.raise(
-            "unknown system #{inspect(system)}; expected some of: #{Enum.join(@systems, ",")}"
-          )
+    systems = Args.names!(opts, :systems, @systems, "system")
 
     rates =
       for part <- opts |> Keyword.get(:rates, "25,50,75") |> String.split(",", trim: true) do
@@ -328,27 +320,24 @@ defmodule Ringbus.Bench.Latency do
 
   defp print(rows) do
     IO.puts("")
-    IO.puts(Table.header(@columns))
 
-    for row <- rows do
-      IO.puts(
-        Table.line(@columns, [
-          row.mode,
-          row.system,
-          row.pct,
-          row.rate,
-          round(row.achieved),
-          if(row.behind, do: "BEHIND", else: ""),
-          row.requests,
-          row.errors,
-          fmt(row.p50_ms),
-          fmt(row.p99_ms),
-          fmt(row.p999_ms),
-          fmt(row.max_ms),
-          fmt(row.max_lag_ms)
-        ])
-      )
-    end
+    Table.print(@columns, rows, fn row ->
+      [
+        row.mode,
+        row.system,
+        row.pct,
+        row.rate,
+        round(row.achieved),
+        if(row.behind, do: "BEHIND", else: ""),
+        row.requests,
+        row.errors,
+        fmt(row.p50_ms),
+        fmt(row.p99_ms),
+        fmt(row.p999_ms),
+        fmt(row.max_ms),
+        fmt(row.max_lag_ms)
+      ]
+    end)
 
     if Enum.any?(rows, & &1.behind) do
       IO.puts(

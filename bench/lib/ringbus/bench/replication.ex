@@ -136,13 +136,7 @@ defmodule Ringbus.Bench.Replication do
   end
 
   defp config!(opts) do
-    systems =
-      opts |> Keyword.get(:systems, Enum.join(@systems, ",")) |> String.split(",", trim: true)
-
-    for s <- systems,
-        s not in @systems,
-        do:
-          Mix.raise("unknown system #{inspect(s)}; expected some of: #{Enum.join(@systems, ",")}")
+    systems = Args.names!(opts, :systems, @systems, "system")
 
     %{
       systems: Enum.filter(@systems, &(&1 in systems)),

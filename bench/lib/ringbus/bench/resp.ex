@@ -259,24 +259,21 @@ defmodule Ringbus.Bench.Resp do
 
   defp print(rows) do
     IO.puts("")
-    IO.puts(Table.header(@columns))
 
-    for row <- rows do
-      IO.puts(
-        Table.line(@columns, [
-          row.mode,
-          row.server,
-          row.command,
-          row.payload_bytes,
-          row.pipeline,
-          row.clients,
-          rate(row.requests_per_s),
-          fmt(row.p50_ms),
-          fmt(row.p99_ms),
-          fmt(row.max_ms)
-        ])
-      )
-    end
+    Table.print(@columns, rows, fn row ->
+      [
+        row.mode,
+        row.server,
+        row.command,
+        row.payload_bytes,
+        row.pipeline,
+        row.clients,
+        rate(row.requests_per_s),
+        fmt(row.p50_ms),
+        fmt(row.p99_ms),
+        fmt(row.max_ms)
+      ]
+    end)
 
     print_tails(rows)
     IO.puts("")

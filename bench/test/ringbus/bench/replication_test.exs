@@ -37,7 +37,9 @@ defmodule Ringbus.Bench.ReplicationTest do
     by = Map.new(lines, fn line -> {hd(String.split(line, ",")), String.split(line, ",")} end)
     assert Map.keys(by) |> Enum.sort() == Enum.sort(@systems)
 
-    for {system, [_, replicas, _durable, "16", _producers, rate, _mb | latencies]} <- by do
+    # a match in the body, not the generator, so that a malformed row fails instead of being skipped
+    for {system, fields} <- by do
+      [_, replicas, _durable, "16", _producers, rate, _mb | latencies] = fields
       assert String.to_integer(rate) > 0, "#{system} has no rate"
       assert replicas in ["1", "3"]
       [p50, p99, max, failover] = latencies
