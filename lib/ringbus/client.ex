@@ -685,6 +685,9 @@ defmodule Ringbus.Client do
   # with the others of its channel into one PUSH_BATCH (see Coalescing).
   defp coalesce(%__MODULE__{counters: counters} = client, channel, payload) do
     cond do
+      Counters.closed?(counters) ->
+        {:error, :closed}
+
       byte_size(payload) + byte_size(channel) + @push_overhead > client.max_frame_size ->
         {:error, :frame_too_large}
 
