@@ -393,7 +393,7 @@ defmodule Ringbus.Client do
 
       {:error, reason} ->
         Ringbus.Socket.close(kind, socket)
-        GenServer.stop(pid)
+        Connection.stop(pid)
         {:error, reason}
     end
   end
@@ -648,31 +648,20 @@ defmodule Ringbus.Client do
 
   # `encode` takes the push's corr and returns its bytes and their count.
   defp async(%__MODULE__{counters: counters} = client, mode, count, encode) do
-    cond do
-      Counters.closed?(counters) ->
+    case Counters.reserve(counters, count, client.max_pending) do
+      :closed ->
         {:error, :closed}
 
-      not Counters.reserve(counters, count, client.max_pending) ->
+      :full ->
         {:error, :backpressure}
 
-      true ->
+      :ok ->
         corr = Counters.next_corr(counters)
 
         case encode_reserved(client, encode, corr, count) do
           {:ok, data, bytes} ->
-            message = {:ringbus_push, data, bytes, corr, count, mode}
-
-            cond do
-              not Counters.send_open(counters, client.pid, message) ->
-                Counters.release(counters, count)
-                {:error, :closed}
-
-              mode == :ack ->
-                {:ok, corr}
-
-              true ->
-                :ok
-            end
+            send(client.pid, {:ringbus_push, data, bytes, corr, count, mode})
+            if mode == :ack, do: {:ok, corr}, else: :ok
 
           error ->
             Counters.release(counters, count)
@@ -684,25 +673,21 @@ defmodule Ringbus.Client do
   # The payload goes to the connection as it is; the connection gathers it
   # with the others of its channel into one PUSH_BATCH (see Coalescing).
   defp coalesce(%__MODULE__{counters: counters} = client, channel, payload) do
-    cond do
-      Counters.closed?(counters) ->
-        {:error, :closed}
-
-      byte_size(payload) + byte_size(channel) + @push_overhead > client.max_frame_size ->
-        {:error, :frame_too_large}
-
-      not Counters.reserve(counters, 1, client.max_pending) ->
-        {:error, :backpressure}
-
-      true ->
-        corr = Counters.next_corr(counters)
-
-        if Counters.send_open(counters, client.pid, {:ringbus_coalesce, channel, payload, corr}) do
+    if byte_size(payload) + byte_size(channel) + @push_overhead > client.max_frame_size do
+      if Counters.closed?(counters), do: {:error, :closed}, else: {:error, :frame_too_large}
+    else
+      case Counters.reserve(counters, 1, client.max_pending) do
+        :ok ->
+          corr = Counters.next_corr(counters)
+          send(client.pid, {:ringbus_coalesce, channel, payload, corr})
           {:ok, corr}
-        else
-          Counters.release(counters, 1)
+
+        :full ->
+          {:error, :backpressure}
+
+        :closed ->
           {:error, :closed}
-        end
+      end
     end
   end
 

@@ -434,6 +434,14 @@ defmodule Ringbus.ClientTest do
       assert Enum.sort(acks) == Enum.sort(for corr <- corrs, do: {corr, {:error, :closed}})
     end
 
+    test "a push alone goes as a PUSH and is acked with its seq", %{port: port} do
+      c = connect!(port, linger: 0)
+      :ok = Client.create!(c, "co.alone", capacity: 10)
+      {:ok, corr} = Client.push_async(c, "co.alone", "only")
+      assert {[{^corr, {:ok, 0}}], _} = await_acks(c, 1)
+      assert {:ok, [{0, "only"}], 0} = Client.read(c, "co.alone", 0, 10)
+    end
+
     test "a payload above the server's max frame size is not sent", %{port: port} do
       c = connect!(port, linger: 0)
       big = :binary.copy("x", Client.max_frame_size(c))

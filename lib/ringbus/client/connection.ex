@@ -11,9 +11,9 @@ defmodule Ringbus.Client.Connection do
   # again.
   #
   # Writes. Callers encode their frames and send the iodata here. It is
-  # collected and written with one socket write when the mailbox is empty (the
-  # GenServer timeout of 0 fires only then) or when `@flush_bytes` have piled
-  # up. Never one write per request.
+  # collected and written with one socket write when the mailbox is empty (a
+  # receive with `after 0` in the loop) or when `@flush_bytes` have piled up.
+  # Never one write per request.
   #
   # Coalescing. With the client's `:linger`, single async pushes come as
   # payloads, gathered per channel and sent as one PUSH_BATCH (one PUSH when
@@ -25,29 +25,46 @@ defmodule Ringbus.Client.Connection do
   # The loop takes messages in arrival order and never receives selectively:
   # TCP writes go to the port and their `:inet_reply` is an ordinary message.
 
-  use GenServer
-
   alias Ringbus.Client.{Counters, Session}
   alias Ringbus.Socket
   alias Ringbus.Wire.{Decoder, Frame}
 
   @flush_bytes 256 * 1024
 
+  # How long a closing connection waits for pushes whose room was reserved.
+  @close_wait 1_000
+
   # A PUSH_BATCH's bytes besides its name and payloads (each payload also
   # takes a u32 length).
   @batch_overhead 16
 
-  @spec start(map()) :: GenServer.on_start()
-  def start(args),
-    do: GenServer.start(__MODULE__, args, spawn_opt: [message_queue_data: :off_heap])
+  @doc """
+  Starts the process, unlinked. Requests reach it through `GenServer.call/3`
+  (`{:request, corr, data, bytes, action}` and `:close`); it answers them as
+  a gen_server would, and `:sys` works on it.
+  """
+  @spec start(map()) :: {:ok, pid()}
+  def start(args) do
+    parent = self()
+
+    {:ok, :proc_lib.spawn_opt(__MODULE__, :init, [parent, args], message_queue_data: :off_heap)}
+  end
+
+  @doc "Stops a process that never got its socket."
+  @spec stop(pid()) :: :ok
+  def stop(pid) do
+    Process.exit(pid, :kill)
+    :ok
+  end
 
   ## Init
 
-  @impl true
-  def init(args) do
+  @doc false
+  def init(parent, args) do
     %{client: client, kind: kind, socket: socket, owner: owner, limits: limits} = args
 
     state = %{
+      parent: parent,
       session: Session.new(%{client | pid: self()}),
       counters: client.counters,
       kind: kind,
@@ -61,14 +78,14 @@ defmodule Ringbus.Client.Connection do
       out_no_ack: 0,
       ping_interval: ping_interval(limits.idle_timeout),
       linger: client.linger,
-      # Payloads gathered per channel: name => {count, bytes, payloads, corrs},
-      # newest first.
+      # Payloads gathered per channel: name => {count, bytes, entries, corrs},
+      # the entries encoded for the batch in order, the ids newest first.
       gathered: %{},
       gathered_cap: min(Map.get(args, :batch_bytes, 65_536), limits.max_frame_size),
       linger_timer: nil
     }
 
-    {:ok, state}
+    loop(state)
   end
 
   # The server closes a connection from which no frame came within its idle
@@ -76,50 +93,69 @@ defmodule Ringbus.Client.Connection do
   defp ping_interval(:infinity), do: nil
   defp ping_interval(idle) when is_integer(idle), do: max(div(idle, 3), 1)
 
-  ## Requests
+  ## The loop
 
-  @impl true
-  def handle_call({:request, corr, data, bytes, action}, from, state) do
-    state = %{state | session: Session.await(state.session, corr, from, action)}
-    state |> out(data, bytes) |> noreply()
+  # A plain receive loop rather than a gen_server: a coalesced push is one
+  # message a payload, and the gen_server's dispatch around each one cost
+  # more than gathering it. Messages are taken in arrival order, never
+  # selectively. While output waits, a receive with `after 0` writes it once
+  # the mailbox is empty.
+  defp loop(state) do
+    if idle?(state) do
+      receive do
+        message -> message |> handle(state) |> loop()
+      end
+    else
+      receive do
+        message -> message |> handle(state) |> loop()
+      after
+        0 -> settle(state)
+      end
+    end
   end
 
-  def handle_call(:close, _from, state) do
-    state = state |> send_gathered() |> flush()
-    Socket.close(state.kind, state.socket)
-    finish(state, false)
-    {:stop, :normal, :ok, state}
+  # The mailbox is empty. Gathered pushes wait one turn of the run queue
+  # (a yield) for the callers to add to them before they go out.
+  defp settle(%{linger: 0, gathered: gathered} = state) when map_size(gathered) > 0 do
+    :erlang.yield()
+
+    receive do
+      message -> message |> handle(state) |> loop()
+    after
+      0 -> state |> drained() |> loop()
+    end
   end
 
-  @impl true
-  def handle_info({:ringbus_push, data, bytes, corr, count, mode}, state) do
+  defp settle(state), do: state |> drained() |> loop()
+
+  defp idle?(%{out_bytes: 0, linger: 0, gathered: gathered}), do: map_size(gathered) == 0
+  defp idle?(%{out_bytes: bytes}), do: bytes == 0
+
+  # The mailbox is empty: what has gathered (linger 0) and the output go out.
+  defp drained(%{linger: 0} = state), do: state |> send_gathered() |> flush()
+  defp drained(state), do: flush(state)
+
+  ## Messages
+
+  defp handle({:ringbus_coalesce, channel, payload, corr}, state),
+    do: gather(state, channel, payload, corr)
+
+  defp handle({:ringbus_push, data, bytes, corr, count, mode}, state) do
     state =
       case mode do
         :no_ack -> %{state | out_no_ack: state.out_no_ack + count}
         :ack -> %{state | session: Session.async(state.session, corr, count)}
       end
 
-    state |> out(data, bytes) |> noreply()
+    out(state, data, bytes)
   end
 
-  def handle_info({:ringbus_coalesce, channel, payload, corr}, state),
-    do: state |> gather(channel, payload, corr) |> noreply()
+  defp handle({:ringbus_write, data, bytes}, state), do: out(state, data, bytes)
 
-  def handle_info({:ringbus_write, data, bytes}, state),
-    do: state |> out(data, bytes) |> noreply()
-
-  def handle_info(:timeout, %{linger: 0} = state),
-    do: state |> send_gathered() |> flush() |> noreply()
-
-  def handle_info(:timeout, state), do: state |> flush() |> noreply()
-
-  def handle_info(:linger, state),
-    do: %{state | linger_timer: nil} |> send_gathered() |> flush() |> noreply()
-
-  def handle_info({tag, socket, data}, %{socket: socket} = state) when tag in [:tcp, :ssl] do
+  defp handle({tag, socket, data}, %{socket: socket} = state) when tag in [:tcp, :ssl] do
     case Decoder.feed(state.decoder, data) do
       {:ok, frames, decoder} ->
-        state |> Map.put(:decoder, decoder) |> then(&route(frames, &1)) |> noreply()
+        route(frames, %{state | decoder: decoder})
 
       {:error, reason, frames} ->
         state = route(frames, state)
@@ -128,48 +164,89 @@ defmodule Ringbus.Client.Connection do
     end
   end
 
-  def handle_info({:ringbus_activate, socket}, %{socket: socket} = state) do
-    if state.ping_interval, do: Process.send_after(self(), :ping, state.ping_interval)
+  defp handle({:"$gen_call", from, {:request, corr, data, bytes, action}}, state) do
+    state = %{state | session: Session.await(state.session, corr, from, action)}
+    out(state, data, bytes)
+  end
 
-    case Socket.activate(state.kind, socket) do
-      :ok -> noreply(state)
-      {:error, reason} -> down(state, reason)
-    end
+  defp handle({:"$gen_call", from, :close}, state) do
+    state = state |> send_gathered() |> flush()
+    Socket.close(state.kind, state.socket)
+    finish(state, false)
+    GenServer.reply(from, :ok)
+    exit(:normal)
+  end
+
+  defp handle(:linger, state),
+    do: %{state | linger_timer: nil} |> send_gathered() |> flush()
+
+  defp handle({:ringbus_activate, socket}, %{socket: socket} = state) do
+    if state.ping_interval, do: Process.send_after(self(), :ping, state.ping_interval)
+    activate(state)
   end
 
   # The reads asked for have come: ask for more.
-  def handle_info({passive, socket}, %{socket: socket} = state)
-      when passive in [:tcp_passive, :ssl_passive] do
-    case Socket.activate(state.kind, socket) do
-      :ok -> noreply(state)
+  defp handle({passive, socket}, %{socket: socket} = state)
+       when passive in [:tcp_passive, :ssl_passive],
+       do: activate(state)
+
+  defp handle(:ping, state) do
+    Process.send_after(self(), :ping, state.ping_interval)
+    data = Frame.encode({:ping, Counters.next_corr(state.counters)})
+    out(state, data, IO.iodata_length(data))
+  end
+
+  defp handle({:inet_reply, _socket, :ok}, state), do: state
+  defp handle({:inet_reply, _socket, {:error, reason}}, state), do: down(state, reason)
+
+  defp handle({closed, socket}, %{socket: socket} = state)
+       when closed in [:tcp_closed, :ssl_closed],
+       do: down(state, Session.closing(state.session))
+
+  defp handle({error, socket, reason}, %{socket: socket} = state)
+       when error in [:tcp_error, :ssl_error],
+       do: down(state, reason)
+
+  defp handle({:DOWN, ref, :process, _, _}, %{owner_ref: ref} = state) do
+    Socket.close(state.kind, state.socket)
+    finish(state, false)
+    exit(:normal)
+  end
+
+  defp handle({:system, from, request}, state),
+    do: :sys.handle_system_msg(request, from, state.parent, __MODULE__, [], state)
+
+  defp handle(_unexpected, state), do: state
+
+  defp activate(state) do
+    case Socket.activate(state.kind, state.socket) do
+      :ok -> state
       {:error, reason} -> down(state, reason)
     end
   end
 
-  def handle_info(:ping, state) do
-    Process.send_after(self(), :ping, state.ping_interval)
-    data = Frame.encode({:ping, Counters.next_corr(state.counters)})
-    state |> out(data, IO.iodata_length(data)) |> noreply()
-  end
+  ## :sys
 
-  def handle_info({:inet_reply, _socket, :ok}, state), do: noreply(state)
-  def handle_info({:inet_reply, _socket, {:error, reason}}, state), do: down(state, reason)
+  @doc false
+  def system_continue(_parent, _debug, state), do: loop(state)
 
-  def handle_info({closed, socket}, %{socket: socket} = state)
-      when closed in [:tcp_closed, :ssl_closed],
-      do: down(state, Session.closing(state.session))
-
-  def handle_info({error, socket, reason}, %{socket: socket} = state)
-      when error in [:tcp_error, :ssl_error],
-      do: down(state, reason)
-
-  def handle_info({:DOWN, ref, :process, _, _}, %{owner_ref: ref} = state) do
+  @doc false
+  def system_terminate(reason, _parent, _debug, state) do
     Socket.close(state.kind, state.socket)
-    finish(state, false)
-    {:stop, :normal, state}
+    down(state, reason)
   end
 
-  def handle_info(_unexpected, state), do: noreply(state)
+  @doc false
+  def system_get_state(state), do: {:ok, state}
+
+  @doc false
+  def system_replace_state(fun, state) do
+    state = fun.(state)
+    {:ok, state, state}
+  end
+
+  @doc false
+  def system_code_change(state, _module, _old, _extra), do: {:ok, state}
 
   ## Frames from the server
 
@@ -187,25 +264,63 @@ defmodule Ringbus.Client.Connection do
 
   ## Coalescing
 
+  # The channel's batch is taken out of the map and extended with this
+  # payload and every coalesced push of the same channel that follows it in
+  # the mailbox, in local variables; the first other message puts the batch
+  # back and is handled as usual. A receive whose last clause takes any
+  # message is never selective.
   defp gather(state, channel, payload, corr) do
-    size = byte_size(payload) + 4
     room = state.gathered_cap - @batch_overhead - byte_size(channel)
 
-    case state.gathered do
-      %{^channel => {count, bytes, payloads, corrs}} when bytes + size <= room ->
-        entry = {count + 1, bytes + size, [payload | payloads], [corr | corrs]}
-        state = %{state | gathered: %{state.gathered | channel => entry}}
-        if bytes + size == room, do: send_channel(state, channel), else: state
+    case Map.pop(state.gathered, channel) do
+      {nil, _} ->
+        add(state, channel, room, payload, corr, {0, 0, <<>>, []})
 
-      %{^channel => _} ->
-        state |> send_channel(channel) |> gather(channel, payload, corr)
-
-      _ ->
-        gathered = Map.put(state.gathered, channel, {1, size, [payload], [corr]})
-        state = arm_linger(%{state | gathered: gathered})
-        if size >= room, do: send_channel(state, channel), else: state
+      {batch, gathered} ->
+        add(%{state | gathered: gathered}, channel, room, payload, corr, batch)
     end
   end
+
+  defp add(state, channel, room, payload, corr, {count, bytes, entries, corrs} = batch) do
+    size = byte_size(payload) + 4
+
+    cond do
+      count > 0 and bytes + size > room ->
+        state |> send_batch(channel, batch) |> add(channel, room, payload, corr, {0, 0, <<>>, []})
+
+      bytes + size >= room ->
+        state
+        |> send_batch(channel, {count + 1, bytes + size, entry(entries, payload), [corr | corrs]})
+        |> take(channel, room, {0, 0, <<>>, []})
+
+      true ->
+        take(
+          state,
+          channel,
+          room,
+          {count + 1, bytes + size, entry(entries, payload), [corr | corrs]}
+        )
+    end
+  end
+
+  defp take(state, channel, room, batch) do
+    receive do
+      {:ringbus_coalesce, ^channel, payload, corr} ->
+        add(state, channel, room, payload, corr, batch)
+
+      message ->
+        state |> keep(channel, batch) |> then(&handle(message, &1))
+    after
+      0 -> keep(state, channel, batch)
+    end
+  end
+
+  defp entry(entries, payload), do: Frame.batch_entry(entries, payload)
+
+  defp keep(state, _channel, {0, _, _, _}), do: state
+
+  defp keep(state, channel, batch),
+    do: arm_linger(%{state | gathered: Map.put(state.gathered, channel, batch)})
 
   defp arm_linger(%{linger: linger, linger_timer: nil} = state) when linger > 0,
     do: %{state | linger_timer: Process.send_after(self(), :linger, linger)}
@@ -218,21 +333,22 @@ defmodule Ringbus.Client.Connection do
     do: Enum.reduce(Map.keys(state.gathered), state, &send_channel(&2, &1))
 
   defp send_channel(state, channel) do
-    {entry, gathered} = Map.pop(state.gathered, channel)
-    state = %{state | gathered: gathered}
+    {batch, gathered} = Map.pop(state.gathered, channel)
+    send_batch(%{state | gathered: gathered}, channel, batch)
+  end
 
-    case entry do
-      {1, _bytes, [payload], [corr]} ->
-        data = Frame.encode_push(corr, :ack, channel, payload)
+  defp send_batch(state, channel, batch) do
+    case batch do
+      {1, _bytes, <<_size::32, payload::binary>>, [corr]} ->
+        {data, bytes} = Frame.encode_push(corr, :ack, channel, payload)
         state = %{state | session: Session.async(state.session, corr, 1)}
-        write(state, data, IO.iodata_length(data))
+        write(state, data, bytes)
 
-      {count, _bytes, payloads, corrs} ->
+      {count, _bytes, entries, corrs} ->
         batch = Counters.next_corr(state.counters)
-        frame = {:push_batch, batch, :ack, channel, count, :lists.reverse(payloads)}
-        data = Frame.encode(frame)
+        {data, bytes} = Frame.encode_push_batch(batch, :ack, channel, count, entries)
         session = Session.coalesced(state.session, batch, :lists.reverse(corrs), count)
-        write(%{state | session: session}, data, IO.iodata_length(data))
+        write(%{state | session: session}, data, bytes)
     end
   end
 
@@ -246,22 +362,13 @@ defmodule Ringbus.Client.Connection do
     if state.out_bytes >= @flush_bytes, do: flush(state), else: state
   end
 
-  # Every callback returns through here: a return without the timeout while
-  # output waits would leave it unwritten until some other message came.
-  defp noreply(%{out_bytes: 0, linger: 0, gathered: gathered} = state)
-       when map_size(gathered) > 0,
-       do: {:noreply, state, 0}
-
-  defp noreply(%{out_bytes: 0} = state), do: {:noreply, state}
-  defp noreply(state), do: {:noreply, state, 0}
-
   defp flush(%{out_bytes: 0} = state), do: state
 
   defp flush(state) do
     # A failed write shows up as the socket's closed message, which ends
-    # the connection.
-    if Socket.send(state.kind, state.socket, state.out) == :ok,
-      do: Counters.release(state.counters, state.out_no_ack)
+    # the connection. No-ack pushes are never answered, written or not.
+    _ = Socket.send(state.kind, state.socket, state.out)
+    Counters.release(state.counters, state.out_no_ack)
 
     %{state | out: [], out_bytes: 0, out_no_ack: 0}
   end
@@ -273,31 +380,45 @@ defmodule Ringbus.Client.Connection do
   defp down(state, reason) do
     finish(state, true)
     send(state.owner, {:ringbus_down, state.session.client, reason})
-    {:stop, {:shutdown, reason}, state}
+    exit({:shutdown, reason})
   end
 
   defp finish(state, notify_owner?) do
     Counters.close(state.counters)
     session = Enum.reduce(state.gathered, state.session, &gathered_in_flight/2)
-    session = take_pushes(session)
+    held = Session.messages_in_flight(session) + state.out_no_ack
+    deadline = System.monotonic_time(:millisecond) + @close_wait
+    session = take_pushes(session, state.counters, held, deadline)
     Enum.each(Session.down(session, notify_owner?), &effect(&1, state.owner))
   end
 
   defp gathered_in_flight({_channel, {_, _, _, corrs}}, session),
     do: corrs |> :lists.reverse() |> Enum.reduce(session, &Session.async(&2, &1, 1))
 
-  # Async pushes sent before the client was marked closed and not yet
-  # handled: they count as in flight, so the owner hears of each. Once,
-  # at the end, so the selective receive is no hot path.
-  defp take_pushes(session) do
+  # Async pushes reserved before the client was marked closed: they count as
+  # in flight, so the owner hears of each, and the connection waits for
+  # those still being sent (`Ringbus.Client.Counters`), for `@close_wait`
+  # at most, in case their caller was killed in between. Once, at the end,
+  # so the selective receive is no hot path.
+  defp take_pushes(session, counters, held, deadline) do
     receive do
       {:ringbus_push, _data, _bytes, corr, count, :ack} ->
-        take_pushes(Session.async(session, corr, count))
+        take_pushes(Session.async(session, corr, count), counters, held + count, deadline)
+
+      {:ringbus_push, _data, _bytes, _corr, count, :no_ack} ->
+        Counters.release(counters, count)
+        take_pushes(session, counters, held, deadline)
 
       {:ringbus_coalesce, _channel, _payload, corr} ->
-        take_pushes(Session.async(session, corr, 1))
+        take_pushes(Session.async(session, corr, 1), counters, held + 1, deadline)
     after
-      0 -> session
+      0 ->
+        if Counters.pending(counters) <= held or System.monotonic_time(:millisecond) > deadline do
+          session
+        else
+          :erlang.yield()
+          take_pushes(session, counters, held, deadline)
+        end
     end
   end
 end

@@ -1,32 +1,38 @@
 defmodule Ringbus.Client.Counters do
   @moduledoc false
   # The `:atomics` array a client shares between its callers and its
-  # connection process: the next correlation id, the async messages in
+  # connection process: the next correlation id, and the async messages in
   # flight (the `:max_pending` bound, checked by callers before they send
-  # anything), a closed flag, and the async pushes being sent this instant.
+  # anything) with the closed flag as a high bit of the same number.
   # Callers take ids and room here without a message to the process.
   #
-  # The last two make sure no async push is sent into a connection that has
-  # gone: a caller counts itself as sending, then checks the flag, then
-  # sends; the connection sets the flag, then waits until nobody is sending,
-  # then takes what is in its mailbox. Atomics are sequentially consistent,
-  # so either the caller sees the flag, or the connection sees the caller
-  # and waits for its message, which a local send has queued before it
-  # returns.
+  # Every async push reserves its room before it is sent, and the reservation
+  # lasts until the connection releases it (acked, or written in no-ack
+  # mode) or the caller gives it back (never sent). That makes sure no async
+  # push is sent into a connection that has gone: a caller's reservation
+  # also reads the flag, and a caller that saw it clear sends; the
+  # connection sets the flag, then takes pushes from its mailbox until the
+  # reservations number no more than the messages it holds. Atomics are
+  # sequentially consistent, so a reservation made before the flag was set
+  # is seen by the connection, which waits for its message (a local send
+  # has queued it before it returns) or its release.
+
+  import Bitwise
 
   @next_corr 1
   @pending 2
-  @closed 3
-  @sending 4
 
   @max_corr 0xFFFF_FFFF
+  # Above any reservation: `:max_pending` is at most 250,000 and a batch at
+  # most 2^32 messages.
+  @closed 1 <<< 40
 
   @type t :: :atomics.atomics_ref()
 
   @doc "Counters whose next correlation id is 2: HELLO went out with 1."
   @spec new() :: t()
   def new do
-    counters = :atomics.new(4, signed: true)
+    counters = :atomics.new(2, signed: true)
     :atomics.put(counters, @next_corr, 1)
     counters
   end
@@ -36,18 +42,26 @@ defmodule Ringbus.Client.Counters do
   def next_corr(counters), do: rem(:atomics.add_get(counters, @next_corr, 1) - 1, @max_corr) + 1
 
   @doc """
-  Takes room for `count` messages in flight; false past `max`, unless
-  nothing else is in flight (so a batch larger than the bound goes alone).
+  Takes room for `count` messages in flight: `:full` past `max`, unless
+  nothing else is in flight (so a batch larger than the bound goes alone),
+  and `:closed` once the client is closed; either way nothing is kept.
+  With `:ok`, the caller sends its message or gives the room back.
   """
-  @spec reserve(t(), pos_integer(), pos_integer()) :: boolean()
+  @spec reserve(t(), pos_integer(), pos_integer()) :: :ok | :full | :closed
   def reserve(counters, count, max) do
     pending = :atomics.add_get(counters, @pending, count)
 
-    if pending > max and pending != count do
-      :atomics.sub(counters, @pending, count)
-      false
-    else
-      true
+    cond do
+      pending <= max or pending == count ->
+        :ok
+
+      pending >= @closed ->
+        :atomics.sub(counters, @pending, count)
+        :closed
+
+      true ->
+        :atomics.sub(counters, @pending, count)
+        :full
     end
   end
 
@@ -56,42 +70,21 @@ defmodule Ringbus.Client.Counters do
   def release(_counters, 0), do: :ok
   def release(counters, count), do: :atomics.sub(counters, @pending, count)
 
-  @doc "The messages in flight."
-  @spec pending(t()) :: integer()
-  def pending(counters), do: :atomics.get(counters, @pending)
+  @doc "The messages in flight, reserved and not released."
+  @spec pending(t()) :: non_neg_integer()
+  def pending(counters), do: :atomics.get(counters, @pending) &&& @closed - 1
 
-  @doc "Marks the client closed: callers stop sending. Returns once no caller is sending."
+  @doc """
+  Marks the client closed: no reservation succeeds from now on. The
+  connection then takes the pushes of the reservations made before, until
+  `pending/1` is no more than the messages it holds.
+  """
   @spec close(t()) :: :ok
   def close(counters) do
-    :atomics.put(counters, @closed, 1)
-    await_senders(counters)
-  end
-
-  # Callers within `send_open/2` run a flag check and a local send.
-  defp await_senders(counters) do
-    if :atomics.get(counters, @sending) > 0 do
-      :erlang.yield()
-      await_senders(counters)
-    else
-      :ok
-    end
-  end
-
-  @doc "Sends `message` to `pid` unless the client is closed; false if it is."
-  @spec send_open(t(), pid(), term()) :: boolean()
-  def send_open(counters, pid, message) do
-    :atomics.add(counters, @sending, 1)
-
-    if closed?(counters) do
-      :atomics.sub(counters, @sending, 1)
-      false
-    else
-      send(pid, message)
-      :atomics.sub(counters, @sending, 1)
-      true
-    end
+    if not closed?(counters), do: :atomics.add(counters, @pending, @closed)
+    :ok
   end
 
   @spec closed?(t()) :: boolean()
-  def closed?(counters), do: :atomics.get(counters, @closed) == 1
+  def closed?(counters), do: :atomics.get(counters, @pending) >= @closed
 end

@@ -40,6 +40,17 @@ defmodule Ringbus.Client.InFlight do
   defp drop_run({first, last}, n), do: {first + n, last}
   defp drop_run(nil, _n), do: nil
 
+  @doc "How many pushes are in flight."
+  @spec count(t()) :: non_neg_integer()
+  def count({runs, current}) do
+    runs
+    |> :queue.to_list()
+    |> Enum.reduce(run_size(current), &(run_size(&1) + &2))
+  end
+
+  defp run_size({first, last}), do: last - first + 1
+  defp run_size(nil), do: 0
+
   @doc "The correlation ids in flight, oldest first."
   @spec to_list(t()) :: [corr()]
   def to_list({runs, current}) do

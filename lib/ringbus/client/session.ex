@@ -68,9 +68,26 @@ defmodule Ringbus.Client.Session do
 
   @doc "A batch of `count` single pushes, ids `corrs` in order, went out as one with id `corr`."
   @spec coalesced(t(), Frame.corr(), [Frame.corr()], pos_integer()) :: t()
-  def coalesced(session, corr, corrs, count) do
+  def coalesced(session, corr, [first | _] = corrs, count) do
     session = async(session, corr, count)
-    %{session | coalesced: Map.put(session.coalesced, corr, corrs)}
+    # One producer's pushes take consecutive ids: kept as {first, last}, the
+    # batch's ids cost the connection's heap nothing while they wait.
+    ids = if consecutive?(corrs, first), do: {first, first + count - 1}, else: corrs
+    %{session | coalesced: Map.put(session.coalesced, corr, ids)}
+  end
+
+  defp consecutive?([corr | rest], corr), do: consecutive?(rest, corr + 1)
+  defp consecutive?([], _next), do: true
+  defp consecutive?(_corrs, _next), do: false
+
+  defp ids({first, last}), do: Enum.to_list(first..last)
+  defp ids(corrs), do: corrs
+
+  @doc "The messages of the acked async pushes in flight."
+  @spec messages_in_flight(t()) :: non_neg_integer()
+  def messages_in_flight(session) do
+    batched = session.batches |> Map.values() |> Enum.sum()
+    InFlight.count(session.in_flight) - map_size(session.batches) + batched
   end
 
   @doc "Routes the frames of one read: the effects in order, and the async messages acked."
@@ -109,7 +126,10 @@ defmodule Ringbus.Client.Session do
 
   defp unanswered(session) do
     corrs =
-      Enum.flat_map(InFlight.to_list(session.in_flight), &Map.get(session.coalesced, &1, [&1]))
+      Enum.flat_map(
+        InFlight.to_list(session.in_flight),
+        &ids(Map.get(session.coalesced, &1, [&1]))
+      )
 
     case for corr <- corrs, do: {corr, {:error, :closed}} do
       [] -> []
@@ -247,6 +267,14 @@ defmodule Ringbus.Client.Session do
   end
 
   # The entries, newest first, of the pushes one coalesced batch carried.
+  defp spread({first, last}, {:ok, seq}, owners) when first <= last,
+    do: spread({first + 1, last}, {:ok, seq + 1}, [{first, {:ok, seq}} | owners])
+
+  defp spread({first, last}, error, owners) when first <= last,
+    do: spread({first + 1, last}, error, [{first, error} | owners])
+
+  defp spread({_first, _last}, _result, owners), do: owners
+
   defp spread([corr | rest], {:ok, seq}, owners),
     do: spread(rest, {:ok, seq + 1}, [{corr, {:ok, seq}} | owners])
 

@@ -415,6 +415,36 @@ defmodule Ringbus.Wire.Frame do
   # A field out of range: raises as encode/1 does.
   def encode_push(corr, mode, name, payload), do: encode({:push, corr, mode, name, payload})
 
+  @doc """
+  Appends one payload to the entries of a `PUSH_BATCH` being built, for
+  `encode_push_batch/5`: a client that gathers many small pushes into one
+  batch appends each as it comes, into one binary that grows in place.
+
+      iex> entries = "" |> Ringbus.Wire.Frame.batch_entry("a") |> Ringbus.Wire.Frame.batch_entry("bc")
+      iex> {data, size} = Ringbus.Wire.Frame.encode_push_batch(9, :ack, "events", 2, entries)
+      iex> IO.iodata_to_binary(data) == IO.iodata_to_binary(Ringbus.Wire.Frame.encode({:push_batch, 9, :ack, "events", 2, ["a", "bc"]}))
+      true
+      iex> size == IO.iodata_length(data)
+      true
+  """
+  @spec batch_entry(binary(), binary()) :: binary()
+  def batch_entry(entries, payload) when is_binary(payload),
+    do: <<entries::binary, byte_size(payload)::32, payload::binary>>
+
+  @doc """
+  Encodes a `PUSH_BATCH` of `count` payloads whose entries `batch_entry/2`
+  built, as `encode/1` does, with its size in bytes.
+  """
+  @spec encode_push_batch(corr(), ack_mode(), name(), u32(), binary()) ::
+          {iodata(), pos_integer()}
+  def encode_push_batch(corr, mode, name, count, entries)
+      when is_u32(corr) and is_ack_mode(mode) and is_name(name) and is_u32(count) and
+             is_binary(entries) do
+    head = <<corr::32, push_flags(mode), byte_size(name)::16, name::binary, count::32>>
+    size = byte_size(head) + byte_size(entries)
+    {frame_iodata(@push_batch, [head, entries], size), size + 5}
+  end
+
   defp frame_iodata(opcode, body, size) when size + 1 <= 0xFFFF_FFFF,
     do: [<<size + 1::32, opcode>> | body]
 
