@@ -511,6 +511,32 @@ defmodule Ringbus.ClientTest do
       refute_received {:ringbus_down, _, _}
     end
 
+    test "every push a caller was given an id for is answered once when the connection is lost" do
+      # The server reads a little, never acks, and closes, while two callers
+      # push, coalesced and then plain, until they are told :closed.
+      for linger <- [0, nil] do
+        {port, _server} =
+          fake_server(fn socket ->
+            {:ok, _} = :gen_tcp.recv(socket, 0)
+            :gen_tcp.close(socket)
+          end)
+
+        c = Client.connect!(port: port, linger: linger)
+        test = self()
+
+        for _ <- 1..2 do
+          spawn_link(fn -> send(test, {:pushed, push_until_closed(c, [], 20_000)}) end)
+        end
+
+        corrs = Enum.flat_map(1..2, fn _ -> assert_receive({:pushed, corrs}, 10_000) && corrs end)
+        assert_receive {:ringbus_down, ^c, _reason}, 10_000
+        acks = collect_acks(c, [])
+        assert corrs != []
+        assert Enum.sort(Enum.map(acks, &elem(&1, 0))) == Enum.sort(corrs)
+        assert Enum.all?(acks, &match?({_, {:error, :closed}}, &1))
+      end
+    end
+
     test "a server that stops ends each subscription with :shutting_down", %{port: port} do
       c = connect!(port)
       :ok = Client.create!(c, "stopping", capacity: 10)
@@ -647,6 +673,24 @@ defmodule Ringbus.ClientTest do
     for %{protocol: :binary, frames_in: n} <- Ringbus.Server.clients(),
         reduce: 0,
         do: (acc -> acc + n)
+  end
+
+  defp push_until_closed(_c, corrs, 0), do: corrs
+
+  defp push_until_closed(c, corrs, n) do
+    case Client.push_async(c, "lost", "m") do
+      {:ok, corr} -> push_until_closed(c, [corr | corrs], n - 1)
+      {:error, :backpressure} -> push_until_closed(c, corrs, n - 1)
+      {:error, :closed} -> corrs
+    end
+  end
+
+  defp collect_acks(c, acc) do
+    receive do
+      {:ringbus_acks, ^c, acks} -> collect_acks(c, acc ++ acks)
+    after
+      0 -> acc
+    end
   end
 
   defp fake_server(fun, idle_timeout \\ :infinity) do

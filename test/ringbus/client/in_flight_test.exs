@@ -39,6 +39,7 @@ defmodule Ringbus.Client.InFlightTest do
         end)
 
       assert InFlight.to_list(in_flight) == model
+      assert InFlight.count(in_flight) == length(model)
     end
   end
 end
