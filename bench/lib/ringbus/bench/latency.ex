@@ -90,13 +90,13 @@ defmodule Ringbus.Bench.Latency do
     pin: :boolean
   ]
 
-  @systems ["redis", "ringbus_resp", "ringbus_push"]
+  @systems ["floor", "redis", "ringbus_resp", "ringbus_push"]
   @payload 16
   @maxlen 200_000
   @channel "latency"
 
   @header ~w(mode system pct_of_peak target_rate achieved_rate behind requests errors connections seconds) ++
-            ~w(p50_ms p99_ms p999_ms max_ms max_send_lag_ms)
+            ~w(p50_ms p99_ms p999_ms max_ms max_send_lag_ms send_lag_p999_ms generator_busy_pct)
 
   @doc "Runs the bench with command line `args`; returns the rows."
   @spec run([String.t()]) :: [map()]
@@ -115,11 +115,15 @@ defmodule Ringbus.Bench.Latency do
     try do
       ringbus = ServerProcess.start!(:ringbus, core: config.server_core)
 
+      bare =
+        if "floor" in config.systems, do: ServerProcess.start!(:bare, core: config.server_core)
+
       try do
         ServerProcess.command!(ringbus, "create #{@channel} #{@maxlen}")
         peak = config.peak || measure_peak(bench, redis.port, config)
 
         ports = %{
+          "floor" => {:ping, bare && bare.ports.resp},
           "redis" => {:resp, redis.port},
           "ringbus_resp" => {:resp, ringbus.ports.resp},
           "ringbus_push" => {:push, ringbus.ports.binary}
@@ -143,6 +147,7 @@ defmodule Ringbus.Bench.Latency do
         if config.out, do: CSV.write!(config.out, @header, Enum.map(rows, &csv_row/1))
         rows
       after
+        if bare, do: ServerProcess.stop(bare)
         ServerProcess.stop(ringbus)
       end
     after
@@ -247,7 +252,7 @@ defmodule Ringbus.Bench.Latency do
     total = max(round(rate * config.seconds), 1)
     schedule = Schedule.new(rate, total, config.connections)
     if protocol == :resp, do: delete_stream(port)
-    key = if protocol == :resp, do: "s", else: @channel
+    key = if protocol == :push, do: @channel, else: "s"
 
     target = %{
       protocol: protocol,
@@ -263,6 +268,7 @@ defmodule Ringbus.Bench.Latency do
       {:ok, r} when r.answered == total ->
         achieved = Schedule.achieved(schedule, r.last_send)
         h = r.histogram
+        lag_p999 = Histogram.percentile(r.send_lags, 0.999)
 
         %{
           mode: Pin.mode(config.server_core),
@@ -270,7 +276,7 @@ defmodule Ringbus.Bench.Latency do
           pct: pct,
           rate: rate,
           achieved: achieved,
-          behind: Schedule.behind?(schedule, achieved),
+          behind: Schedule.behind?(schedule, achieved, lag_p999),
           requests: total,
           errors: r.errors,
           connections: min(config.connections, total),
@@ -279,7 +285,9 @@ defmodule Ringbus.Bench.Latency do
           p99_ms: ms(Histogram.percentile(h, 0.99)),
           p999_ms: ms(Histogram.percentile(h, 0.999)),
           max_ms: ms(Histogram.max(h)),
-          max_lag_ms: ms(r.max_lag)
+          max_lag_ms: ms(r.max_lag),
+          lag_p999_ms: ms(lag_p999),
+          busy_pct: 100 * r.busy / max(r.duration, 1)
         }
 
       {:ok, r} ->
@@ -315,7 +323,9 @@ defmodule Ringbus.Bench.Latency do
     {"p99 ms", 9, :right},
     {"p99.9 ms", 9, :right},
     {"max ms", 9, :right},
-    {"send lag ms", 12, :right}
+    {"lag p99.9", 10, :right},
+    {"lag max", 9, :right},
+    {"gen busy", 9, :right}
   ]
 
   defp print(rows) do
@@ -335,14 +345,28 @@ defmodule Ringbus.Bench.Latency do
         fmt(row.p99_ms),
         fmt(row.p999_ms),
         fmt(row.max_ms),
-        fmt(row.max_lag_ms)
+        fmt(row.lag_p999_ms),
+        fmt(row.max_lag_ms),
+        "#{round(row.busy_pct)}%"
       ]
     end)
 
+    IO.puts(
+      "\nlag: how long after its intended time a request was written (ms); gen busy: " <>
+        "the share of the run the generator spent reading and writing, not waiting."
+    )
+
+    if Enum.any?(rows, &(&1.system == "floor")) do
+      IO.puts(
+        "floor: the same generator sending PING to a bare responder that answers at once " <>
+          "(its own BEAM, on the servers' core): the latencies no row can go below."
+      )
+    end
+
     if Enum.any?(rows, & &1.behind) do
       IO.puts(
-        "\nBEHIND: the generator achieved more than 2% below its target rate; " <>
-          "that row's latencies include its own delay."
+        "BEHIND: the generator achieved more than 2% below its target rate, or wrote " <>
+          "its requests more than 1 ms late (p99.9 send lag); that row's latencies include its own delay."
       )
     end
 
@@ -368,7 +392,9 @@ defmodule Ringbus.Bench.Latency do
       fmt(row.p99_ms),
       fmt(row.p999_ms),
       fmt(row.max_ms),
-      fmt(row.max_lag_ms)
+      fmt(row.max_lag_ms),
+      fmt(row.lag_p999_ms),
+      :erlang.float_to_binary(row.busy_pct / 1, decimals: 1)
     ]
   end
 end
