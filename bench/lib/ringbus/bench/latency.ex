@@ -21,6 +21,10 @@ defmodule Ringbus.Bench.Latency do
   in the bench VM) sends `rate x --seconds` requests over `--connections`
   connections:
 
+    * `floor` - RESP `PING` to the bare responder (`Ringbus.Bench.Resp.Bare`,
+      in a BEAM of its own beside the servers), which answers at once and
+      stores nothing: the generator's own floor at that rate, which no row
+      can go below;
     * `redis` - RESP `XADD s MAXLEN 200000 * f <16 bytes>` to Redis;
     * `ringbus_resp` - the same to Ringbus's RESP port;
     * `ringbus_push` - a binary `PUSH` of 16 bytes, acked, to a channel of
@@ -40,14 +44,29 @@ defmodule Ringbus.Bench.Latency do
   as wrk2 explains). Latencies go into a log-linear histogram of 1/64
   precision (`Ringbus.Bench.Latency.Histogram`); the max is exact.
 
-  The generator must not be the bottleneck. Each row gives the rate it
-  achieved (requests over the time to its last actual write) against the
-  target, and the most any write left after its intended time; a row more
-  than 2% short of its target is marked `BEHIND`: its latencies include the
-  generator's own delay and say little about the server. The generator's
-  connections poll their mailboxes through the last millisecond before each
-  request (the BEAM's timers count milliseconds), so it takes CPU from the
-  cores the servers use.
+  ## The generator
+
+  One process owns every connection and keeps the schedule itself. Its
+  loop reads every reply that has arrived (sockets in `active: true` mode,
+  so a message carries all a read found; replies counted by binary
+  matching, `Ringbus.Bench.Latency.Replies`), timing each as it is read,
+  then writes every request due by now, all those of one connection in one
+  write. While the next request is due within 2 ms it spins on the
+  monotonic clock (the BEAM's timers count whole milliseconds), so it
+  takes a core when the rate is high: with `--pin`, core 1, away from the
+  servers.
+
+  The generator must not be the bottleneck, and it checks itself. Each row
+  gives the rate it achieved (requests over the time to its last actual
+  write) against the target; the send lag of its requests (how long after
+  its intended time each was written), p99.9 and max; and its busy share
+  (the part of the run its loop spent reading and writing rather than
+  waiting). Reads and writes share one loop, so a generator late on reading
+  is late on writing too. A row is marked `BEHIND` when it achieved more
+  than 2% below its target or its p99.9 send lag exceeds 1 ms
+  (`Ringbus.Bench.Latency.Schedule.behind?/3`): its latencies include the
+  generator's own delay and say little about the server. The `floor` row
+  at the same rate shows what the generator and the loopback cost alone.
 
   ## Per-core mode
 
@@ -62,14 +81,14 @@ defmodule Ringbus.Bench.Latency do
   ## Output
 
   A table and, with `--out`, CSV with the columns
-  `mode,system,pct_of_peak,target_rate,achieved_rate,behind,requests,errors,connections,seconds,p50_ms,p99_ms,p999_ms,max_ms,max_send_lag_ms`.
+  `mode,system,pct_of_peak,target_rate,achieved_rate,behind,requests,errors,connections,seconds,p50_ms,p99_ms,p999_ms,max_ms,max_send_lag_ms,send_lag_p999_ms,generator_busy_pct`.
 
   ## Command line options
 
     * `--peak N` - Redis's peak XADD requests/s, instead of measuring it.
     * `--peak-requests N` - requests of the peak measurement. Default `200000`.
     * `--rates P,P,...` - the rates, percents of the peak. Default `25,50,75`.
-    * `--systems S,S,...` - some of `redis,ringbus_resp,ringbus_push` (the default).
+    * `--systems S,S,...` - some of `floor,redis,ringbus_resp,ringbus_push` (the default).
     * `--seconds S` - how long each system runs at each rate. Default `10`.
     * `--connections N` - the generator's connections. Default `50`.
     * `--pin` - the per-core mode (see above).
