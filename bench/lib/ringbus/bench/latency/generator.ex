@@ -141,6 +141,8 @@ defmodule Ringbus.Bench.Latency.Generator do
         wait(state, div(gap, @ms) - 1)
 
       true ->
+        # The sockets' reads run as port tasks on this scheduler: let them in at each turn.
+        :erlang.yield()
         loop(state)
     end
   end
