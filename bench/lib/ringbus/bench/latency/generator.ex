@@ -188,8 +188,7 @@ defmodule Ringbus.Bench.Latency.Generator do
     for i <- from..min(from + n - 1, last)//1 do
       c = rem(i, n)
       socket = elem(state.sockets, c)
-      # An inet port: the status comes back as {:inet_reply, socket, status}.
-      true = :erlang.port_command(socket, requests(state, i, last, n, []))
+      write(socket, requests(state, i, last, n, []))
     end
 
     sent = now(state)
@@ -197,6 +196,13 @@ defmodule Ringbus.Bench.Latency.Generator do
     lag = sent - Schedule.at(state.schedule, from)
 
     {%{state | next: due, last_send: sent, max_lag: max(state.max_lag, lag)}, sent}
+  end
+
+  # An inet port: the status comes back as {:inet_reply, socket, status}; a closed one is gone.
+  defp write(socket, data) do
+    :erlang.port_command(socket, data)
+  rescue
+    ArgumentError -> throw({:generator, :closed})
   end
 
   defp requests(_state, i, last, _n, acc) when i > last, do: Enum.reverse(acc)
