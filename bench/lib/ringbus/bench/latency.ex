@@ -21,6 +21,10 @@ defmodule Ringbus.Bench.Latency do
   in the bench VM) sends `rate x --seconds` requests over `--connections`
   connections:
 
+    * `floor` - RESP `PING` to the bare responder (`Ringbus.Bench.Resp.Bare`,
+      in a BEAM of its own beside the servers), which answers at once and
+      stores nothing: the generator's own floor at that rate, which no row
+      can go below;
     * `redis` - RESP `XADD s MAXLEN 200000 * f <16 bytes>` to Redis;
     * `ringbus_resp` - the same to Ringbus's RESP port;
     * `ringbus_push` - a binary `PUSH` of 16 bytes, acked, to a channel of
@@ -40,14 +44,29 @@ defmodule Ringbus.Bench.Latency do
   as wrk2 explains). Latencies go into a log-linear histogram of 1/64
   precision (`Ringbus.Bench.Latency.Histogram`); the max is exact.
 
-  The generator must not be the bottleneck. Each row gives the rate it
-  achieved (requests over the time to its last actual write) against the
-  target, and the most any write left after its intended time; a row more
-  than 2% short of its target is marked `BEHIND`: its latencies include the
-  generator's own delay and say little about the server. The generator's
-  connections poll their mailboxes through the last millisecond before each
-  request (the BEAM's timers count milliseconds), so it takes CPU from the
-  cores the servers use.
+  ## The generator
+
+  One process owns every connection and keeps the schedule itself. Its
+  loop reads every reply that has arrived (sockets in `active: true` mode,
+  so a message carries all a read found; replies counted by binary
+  matching, `Ringbus.Bench.Latency.Replies`), timing each as it is read,
+  then writes every request due by now, all those of one connection in one
+  write. While the next request is due within 2 ms it spins on the
+  monotonic clock (the BEAM's timers count whole milliseconds), so it
+  takes a core when the rate is high: with `--pin`, core 1, away from the
+  servers.
+
+  The generator must not be the bottleneck, and it checks itself. Each row
+  gives the rate it achieved (requests over the time to its last actual
+  write) against the target; the send lag of its requests (how long after
+  its intended time each was written), p99.9 and max; and its busy share
+  (the part of the run its loop spent reading and writing rather than
+  waiting). Reads and writes share one loop, so a generator late on reading
+  is late on writing too. A row is marked `BEHIND` when it achieved more
+  than 2% below its target or its p99.9 send lag exceeds 1 ms
+  (`Ringbus.Bench.Latency.Schedule.behind?/3`): its latencies include the
+  generator's own delay and say little about the server. The `floor` row
+  at the same rate shows what the generator and the loopback cost alone.
 
   ## Per-core mode
 
@@ -62,14 +81,14 @@ defmodule Ringbus.Bench.Latency do
   ## Output
 
   A table and, with `--out`, CSV with the columns
-  `mode,system,pct_of_peak,target_rate,achieved_rate,behind,requests,errors,connections,seconds,p50_ms,p99_ms,p999_ms,max_ms,max_send_lag_ms`.
+  `mode,system,pct_of_peak,target_rate,achieved_rate,behind,requests,errors,connections,seconds,p50_ms,p99_ms,p999_ms,max_ms,max_send_lag_ms,send_lag_p999_ms,generator_busy_pct`.
 
   ## Command line options
 
     * `--peak N` - Redis's peak XADD requests/s, instead of measuring it.
     * `--peak-requests N` - requests of the peak measurement. Default `200000`.
     * `--rates P,P,...` - the rates, percents of the peak. Default `25,50,75`.
-    * `--systems S,S,...` - some of `redis,ringbus_resp,ringbus_push` (the default).
+    * `--systems S,S,...` - some of `floor,redis,ringbus_resp,ringbus_push` (the default).
     * `--seconds S` - how long each system runs at each rate. Default `10`.
     * `--connections N` - the generator's connections. Default `50`.
     * `--pin` - the per-core mode (see above).
@@ -90,13 +109,13 @@ defmodule Ringbus.Bench.Latency do
     pin: :boolean
   ]
 
-  @systems ["redis", "ringbus_resp", "ringbus_push"]
+  @systems ["floor", "redis", "ringbus_resp", "ringbus_push"]
   @payload 16
   @maxlen 200_000
   @channel "latency"
 
   @header ~w(mode system pct_of_peak target_rate achieved_rate behind requests errors connections seconds) ++
-            ~w(p50_ms p99_ms p999_ms max_ms max_send_lag_ms)
+            ~w(p50_ms p99_ms p999_ms max_ms max_send_lag_ms send_lag_p999_ms generator_busy_pct)
 
   @doc "Runs the bench with command line `args`; returns the rows."
   @spec run([String.t()]) :: [map()]
@@ -115,11 +134,15 @@ defmodule Ringbus.Bench.Latency do
     try do
       ringbus = ServerProcess.start!(:ringbus, core: config.server_core)
 
+      bare =
+        if "floor" in config.systems, do: ServerProcess.start!(:bare, core: config.server_core)
+
       try do
         ServerProcess.command!(ringbus, "create #{@channel} #{@maxlen}")
         peak = config.peak || measure_peak(bench, redis.port, config)
 
         ports = %{
+          "floor" => {:ping, bare && bare.ports.resp},
           "redis" => {:resp, redis.port},
           "ringbus_resp" => {:resp, ringbus.ports.resp},
           "ringbus_push" => {:push, ringbus.ports.binary}
@@ -143,6 +166,7 @@ defmodule Ringbus.Bench.Latency do
         if config.out, do: CSV.write!(config.out, @header, Enum.map(rows, &csv_row/1))
         rows
       after
+        if bare, do: ServerProcess.stop(bare)
         ServerProcess.stop(ringbus)
       end
     after
@@ -247,7 +271,7 @@ defmodule Ringbus.Bench.Latency do
     total = max(round(rate * config.seconds), 1)
     schedule = Schedule.new(rate, total, config.connections)
     if protocol == :resp, do: delete_stream(port)
-    key = if protocol == :resp, do: "s", else: @channel
+    key = if protocol == :push, do: @channel, else: "s"
 
     target = %{
       protocol: protocol,
@@ -263,6 +287,7 @@ defmodule Ringbus.Bench.Latency do
       {:ok, r} when r.answered == total ->
         achieved = Schedule.achieved(schedule, r.last_send)
         h = r.histogram
+        lag_p999 = Histogram.percentile(r.send_lags, 0.999)
 
         %{
           mode: Pin.mode(config.server_core),
@@ -270,7 +295,7 @@ defmodule Ringbus.Bench.Latency do
           pct: pct,
           rate: rate,
           achieved: achieved,
-          behind: Schedule.behind?(schedule, achieved),
+          behind: Schedule.behind?(schedule, achieved, lag_p999),
           requests: total,
           errors: r.errors,
           connections: min(config.connections, total),
@@ -279,7 +304,9 @@ defmodule Ringbus.Bench.Latency do
           p99_ms: ms(Histogram.percentile(h, 0.99)),
           p999_ms: ms(Histogram.percentile(h, 0.999)),
           max_ms: ms(Histogram.max(h)),
-          max_lag_ms: ms(r.max_lag)
+          max_lag_ms: ms(r.max_lag),
+          lag_p999_ms: ms(lag_p999),
+          busy_pct: 100 * r.busy / max(r.duration, 1)
         }
 
       {:ok, r} ->
@@ -315,7 +342,9 @@ defmodule Ringbus.Bench.Latency do
     {"p99 ms", 9, :right},
     {"p99.9 ms", 9, :right},
     {"max ms", 9, :right},
-    {"send lag ms", 12, :right}
+    {"lag p99.9", 10, :right},
+    {"lag max", 9, :right},
+    {"gen busy", 9, :right}
   ]
 
   defp print(rows) do
@@ -335,14 +364,28 @@ defmodule Ringbus.Bench.Latency do
         fmt(row.p99_ms),
         fmt(row.p999_ms),
         fmt(row.max_ms),
-        fmt(row.max_lag_ms)
+        fmt(row.lag_p999_ms),
+        fmt(row.max_lag_ms),
+        "#{round(row.busy_pct)}%"
       ]
     end)
 
+    IO.puts(
+      "\nlag: how long after its intended time a request was written (ms); gen busy: " <>
+        "the share of the run the generator spent reading and writing, not waiting."
+    )
+
+    if Enum.any?(rows, &(&1.system == "floor")) do
+      IO.puts(
+        "floor: the same generator sending PING to a bare responder that answers at once " <>
+          "(its own BEAM, on the servers' core): the latencies no row can go below."
+      )
+    end
+
     if Enum.any?(rows, & &1.behind) do
       IO.puts(
-        "\nBEHIND: the generator achieved more than 2% below its target rate; " <>
-          "that row's latencies include its own delay."
+        "BEHIND: the generator achieved more than 2% below its target rate, or wrote " <>
+          "its requests more than 1 ms late (p99.9 send lag); that row's latencies include its own delay."
       )
     end
 
@@ -368,7 +411,9 @@ defmodule Ringbus.Bench.Latency do
       fmt(row.p99_ms),
       fmt(row.p999_ms),
       fmt(row.max_ms),
-      fmt(row.max_lag_ms)
+      fmt(row.max_lag_ms),
+      fmt(row.lag_p999_ms),
+      :erlang.float_to_binary(row.busy_pct / 1, decimals: 1)
     ]
   end
 end

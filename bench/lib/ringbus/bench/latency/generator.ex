@@ -1,335 +1,329 @@
 defmodule Ringbus.Bench.Latency.Generator do
   @moduledoc false
-  # The open-loop load generator of `Ringbus.Bench.Latency`: one process per
-  # connection, each writing its requests when `Schedule` says they are due,
-  # whether or not the earlier ones were answered, and timing each reply
-  # from its request's intended time into one shared `Histogram`.
+  # The open-loop load generator of `Ringbus.Bench.Latency`: ONE process
+  # owns every connection and keeps the schedule itself. Its loop reads
+  # whatever replies have arrived (the sockets are `active: true`, so a
+  # message holds all a read found), counts them by binary matching
+  # (`Replies`) and times each from its request's intended time, then
+  # writes every request now due, all those of a connection in one write,
+  # whether or not earlier ones were answered. While the next request is
+  # due within 2 ms it spins on `:erlang.monotonic_time/0` (the BEAM's
+  # timers count whole milliseconds), so requests leave within microseconds
+  # of their time; further off, it sleeps in `receive`.
+  #
+  # One loop does reads and writes, so a generator slow to read is late to
+  # write: the send lag it records for every request (actual write after
+  # intended time) is its own delay, whichever side caused it. It also
+  # counts its busy time (loops that read or wrote), against the run's.
+  #
+  # Writes go straight to the port (`:erlang.port_command/2`, as
+  # `gen_tcp:send/2` does) and the `inet_reply` that each write's status
+  # comes in is read with the replies: `gen_tcp:send/2` would wait for it
+  # with a selective receive that scans every reply queued before it.
   #
   # A connection's replies come in the order of its requests (RESP, and a
-  # Ringbus connection's PUSH acks), so the k-th reply answers the k-th
-  # request and no send time is kept. The BEAM's timers count whole
-  # milliseconds: a connection sleeps until a millisecond before its next
-  # request, then polls its mailbox until the request is due, so requests
-  # leave within microseconds of their time at the price of the generator's
-  # CPU. Every loop is bounded by the requests of its connection and by
-  # `@stall_ms` without a reply once all are sent.
+  # Ringbus connection's PUSH acks), so its k-th reply answers its k-th
+  # request and no send time is kept. The run is bounded by the schedule
+  # and by `@stall_ms` without a reply once every request is sent.
 
-  alias Ringbus.Bench.Latency.{Histogram, Schedule}
+  alias Ringbus.Bench.Latency.{Histogram, Replies, Schedule}
   alias Ringbus.Wire.{Decoder, Frame}
 
   @stall_ms 30_000
   @ms 1_000_000
+  # Spin (rather than sleep) when the next request is due within this.
+  @spin_ns 2_000_000
 
-  @typedoc "What to send: RESP `XADD` to a stream, or binary `PUSH` to a channel."
+  @typedoc """
+  What to send: RESP `XADD` to a stream, binary `PUSH` to a channel, or
+  RESP `PING` (the generator's floor, against a bare responder).
+  """
   @type target :: %{
-          required(:protocol) => :resp | :push,
+          required(:protocol) => :resp | :push | :ping,
           required(:port) => :inet.port_number(),
-          required(:key) => String.t(),
-          required(:payload) => binary(),
+          optional(:key) => String.t(),
+          optional(:payload) => binary(),
           optional(:maxlen) => pos_integer()
         }
 
   @doc """
-  Sends `schedule`'s requests to `target`; returns the histogram of their
-  latencies (ns) and the figures of the run, or the first connection's error.
+  Sends `schedule`'s requests to `target` from a process of its own;
+  returns the histograms of their latencies and send lags (ns) and the
+  figures of the run, or the first error.
   """
   @spec run(target(), Schedule.t()) :: {:ok, map()} | {:error, term()}
   def run(target, %Schedule{} = schedule) do
-    parent = self()
-    go = make_ref()
-    histogram = Histogram.new()
-    request = request(target)
+    {pid, ref} = spawn_monitor(fn -> exit({:shutdown, {:result, generate(target, schedule)}}) end)
+
+    receive do
+      {:DOWN, ^ref, :process, ^pid, {:shutdown, {:result, result}}} -> result
+      {:DOWN, ^ref, :process, ^pid, reason} -> {:error, reason}
+    end
+  end
+
+  defp generate(target, schedule) do
     conns = min(schedule.connections, schedule.total)
 
-    workers =
-      for c <- 0..(conns - 1) do
-        spawn_monitor(fn ->
-          result =
-            case connect(target) do
-              {:ok, socket, decoder} ->
-                send(parent, {:connected, self()})
+    case connect_all(target, conns, []) do
+      {:ok, sockets} ->
+        try do
+          for socket <- sockets, do: :ok = :inet.setopts(socket, active: true)
+          rest = if target.protocol == :push, do: push_decoder(), else: <<>>
 
-                receive do
-                  {^go, start} ->
-                    state = %{
-                      socket: socket,
-                      decoder: decoder,
-                      protocol: target.protocol,
-                      request: request,
-                      schedule: schedule,
-                      c: c,
-                      n: Schedule.count(schedule, c),
-                      start: start,
-                      sent: 0,
-                      answered: 0,
-                      errors: 0,
-                      buffer: <<>>,
-                      last_send: 0,
-                      max_lag: 0,
-                      histogram: histogram
-                    }
+          state = %{
+            schedule: schedule,
+            n: conns,
+            total: schedule.total,
+            protocol: target.protocol,
+            request: request(target),
+            # The first request is due a millisecond from now.
+            start: System.monotonic_time(:nanosecond) + @ms,
+            next: 0,
+            answered: 0,
+            errors: 0,
+            sockets: List.to_tuple(sockets),
+            index: sockets |> Enum.with_index() |> Map.new(),
+            answered_on: :atomics.new(conns, signed: false),
+            rests: List.to_tuple(List.duplicate(rest, conns)),
+            histogram: Histogram.new(),
+            send_lags: Histogram.new(),
+            max_lag: 0,
+            last_send: 0,
+            busy: 0
+          }
 
-                    loop(state)
-                end
+          loop(state)
+        catch
+          {:generator, reason} -> {:error, reason}
+        after
+          Enum.each(sockets, &:gen_tcp.close/1)
+        end
 
-              {:error, reason} ->
-                {:error, reason}
-            end
-
-          exit({:shutdown, {:result, result}})
-        end)
-      end
-
-    with :ok <- await_connected(workers) do
-      # The first request is due a millisecond from now, once every process can read `go`.
-      start = System.monotonic_time(:nanosecond) + @ms
-      for {pid, _ref} <- workers, do: send(pid, {go, start})
-      collect(workers, %{sent: 0, answered: 0, errors: 0, last_send: 0, max_lag: 0}, histogram)
+      {:error, reason} ->
+        {:error, reason}
     end
   end
 
-  defp await_connected(workers), do: await_connected(workers, workers)
+  defp now(state), do: System.monotonic_time(:nanosecond) - state.start
 
-  defp await_connected([], _all), do: :ok
+  ## The loop
 
-  defp await_connected(waiting, all) do
-    receive do
-      {:connected, pid} ->
-        await_connected(List.keydelete(waiting, pid, 0), all)
-
-      {:DOWN, _ref, :process, _pid, {:shutdown, {:result, {:error, reason}}}} ->
-        kill(all, {:error, reason})
-
-      {:DOWN, _ref, :process, _pid, reason} ->
-        kill(all, {:error, reason})
-    after
-      10_000 -> kill(all, {:error, :connect_timeout})
-    end
-  end
-
-  defp kill(workers, result) do
-    for {pid, ref} <- workers do
-      Process.demonitor(ref, [:flush])
-      Process.exit(pid, :kill)
-    end
-
-    result
-  end
-
-  defp collect([], totals, histogram), do: {:ok, Map.put(totals, :histogram, histogram)}
-
-  defp collect(workers, totals, histogram) do
-    receive do
-      {:DOWN, ref, :process, _pid, {:shutdown, {:result, {:ok, r}}}} ->
-        totals = %{
-          sent: totals.sent + r.sent,
-          answered: totals.answered + r.answered,
-          errors: totals.errors + r.errors,
-          last_send: max(totals.last_send, r.last_send),
-          max_lag: max(totals.max_lag, r.max_lag)
-        }
-
-        collect(List.keydelete(workers, ref, 1), totals, histogram)
-
-      {:DOWN, ref, :process, _pid, {:shutdown, {:result, {:error, reason}}}} ->
-        kill(List.keydelete(workers, ref, 1), {:error, reason})
-
-      {:DOWN, ref, :process, _pid, reason} ->
-        kill(List.keydelete(workers, ref, 1), {:error, reason})
-    end
-  end
-
-  ## A connection
-
-  defp loop(%{answered: n, n: n} = state) do
-    :gen_tcp.close(state.socket)
-    {:ok, Map.take(state, [:sent, :answered, :errors, :last_send, :max_lag])}
+  defp loop(%{answered: total, total: total} = state) do
+    {:ok,
+     %{
+       answered: state.answered,
+       errors: state.errors,
+       last_send: state.last_send,
+       max_lag: state.max_lag,
+       histogram: state.histogram,
+       send_lags: state.send_lags,
+       busy: state.busy,
+       duration: now(state)
+     }}
   end
 
   defp loop(state) do
-    now = System.monotonic_time(:nanosecond) - state.start
-    due = Schedule.due(state.schedule, state.c, now)
-    state = if due > state.sent, do: send_due(state, due, now), else: state
-    socket = state.socket
+    t0 = now(state)
+    {state, read} = drain(state, false)
+    t1 = if read, do: now(state), else: t0
+    due = Schedule.due_total(state.schedule, t1)
+    {state, t2} = if due > state.next, do: send_due(state, due), else: {state, t1}
+    state = %{state | busy: state.busy + (t2 - t0)}
 
-    timeout =
-      if state.sent < state.n,
-        do: max(div(Schedule.intended(state.schedule, state.c, state.sent) - now, @ms) - 1, 0),
-        else: @stall_ms
+    cond do
+      state.answered == state.total ->
+        loop(state)
 
+      state.next == state.total ->
+        wait(state, @stall_ms)
+
+      (gap = Schedule.at(state.schedule, state.next) - t2) > @spin_ns ->
+        wait(state, div(gap, @ms) - 1)
+
+      true ->
+        # The sockets' reads run as port tasks on this scheduler: let them in at each turn.
+        :erlang.yield()
+        loop(state)
+    end
+  end
+
+  # Sleeps until a message comes or `timeout` ms pass; then loops.
+  defp wait(state, timeout) do
     receive do
-      {:tcp, ^socket, data} ->
-        received = System.monotonic_time(:nanosecond) - state.start
-        loop(replies(state, data, received))
-
-      {closed, ^socket, _} when closed in [:tcp_error] ->
-        exit({:shutdown, {:result, {:error, :closed}}})
-
-      {:tcp_closed, ^socket} ->
-        exit({:shutdown, {:result, {:error, :closed}}})
+      message -> loop(handle(state, message))
     after
       timeout ->
-        if state.sent == state.n,
-          do: exit({:shutdown, {:result, {:error, {:no_reply_for_ms, @stall_ms}}}}),
+        if state.next == state.total,
+          do: throw({:generator, {:no_reply_for_ms, @stall_ms, answered: state.answered}}),
           else: loop(state)
     end
   end
 
-  # Every request due and not sent, in one write; the lag is the oldest's.
-  defp send_due(state, due, now) do
-    count = due - state.sent
-    lag = now - Schedule.intended(state.schedule, state.c, state.sent)
-
-    case :gen_tcp.send(state.socket, requests(state, count)) do
-      :ok ->
-        %{state | sent: due, last_send: now, max_lag: max(state.max_lag, lag)}
-
-      {:error, reason} ->
-        exit({:shutdown, {:result, {:error, reason}}})
+  # Handles every message queued (replies and write statuses, bounded by the
+  # requests in flight); whether it read any replies.
+  defp drain(state, read) do
+    receive do
+      message -> drain(handle(state, message), read or elem(message, 0) == :tcp)
+    after
+      0 -> {state, read}
     end
   end
 
-  defp requests(%{protocol: :resp, request: request}, count), do: List.duplicate(request, count)
+  defp handle(state, {:tcp, socket, data}), do: replies(state, socket, data, now(state))
+  defp handle(state, {:inet_reply, _socket, :ok}), do: state
+  defp handle(_state, {:inet_reply, _socket, error}), do: throw({:generator, error})
+  defp handle(_state, {:tcp_closed, _socket}), do: throw({:generator, :closed})
+  defp handle(_state, {:tcp_error, _socket, reason}), do: throw({:generator, reason})
+  defp handle(_state, other), do: throw({:generator, {:unexpected_message, other}})
 
-  # PUSH frames carry their own correlation ids: the connection's sent count, from 1.
-  defp requests(%{protocol: :push, request: {key, payload}, sent: sent}, count) do
-    for k <- (sent + 1)..(sent + count), do: Frame.encode({:push, corr(k), :ack, key, payload})
+  ## Writing
+
+  # Every request due and not sent, a write per connection; each request's
+  # send lag is counted from the time after the last write, at the most.
+  defp send_due(state, due) do
+    n = state.n
+    from = state.next
+    last = due - 1
+
+    for i <- from..min(from + n - 1, last)//1 do
+      c = rem(i, n)
+      socket = elem(state.sockets, c)
+      write(socket, requests(state, i, last, n, []))
+    end
+
+    sent = now(state)
+    record_lags(state.send_lags, state.schedule, from, last, sent)
+    lag = sent - Schedule.at(state.schedule, from)
+
+    {%{state | next: due, last_send: sent, max_lag: max(state.max_lag, lag)}, sent}
   end
 
+  # An inet port: the status comes back as {:inet_reply, socket, status}; a closed one is gone.
+  defp write(socket, data) do
+    :erlang.port_command(socket, data)
+  rescue
+    ArgumentError -> throw({:generator, :closed})
+  end
+
+  defp requests(_state, i, last, _n, acc) when i > last, do: Enum.reverse(acc)
+
+  defp requests(state, i, last, n, acc),
+    do: requests(state, i + n, last, n, [request(state, i, n) | acc])
+
+  defp request(%{protocol: :push, request: {key, payload}}, i, n),
+    do: Frame.encode({:push, corr(div(i, n) + 1), :ack, key, payload})
+
+  defp request(%{request: request}, _i, _n), do: request
+
+  # PUSH frames carry their own correlation ids: the connection's count of requests, from 1.
   defp corr(k), do: rem(k - 1, 0xFFFF_FFFF) + 1
 
-  defp replies(%{protocol: :resp} = state, data, received) do
-    {answered, errors, rest} = resp_replies(state.buffer <> data, 0, 0)
-    record(%{state | buffer: rest}, answered, errors, received)
+  defp record_lags(_h, _schedule, i, last, _sent) when i > last, do: :ok
+
+  defp record_lags(h, schedule, i, last, sent) do
+    Histogram.record(h, sent - Schedule.at(schedule, i))
+    record_lags(h, schedule, i + 1, last, sent)
   end
 
-  defp replies(%{protocol: :push} = state, data, received) do
-    case Decoder.feed(state.decoder, data) do
-      {:ok, frames, decoder} ->
-        {answered, errors} = Enum.reduce(frames, {0, 0}, &acks/2)
-        record(%{state | decoder: decoder}, answered, errors, received)
+  ## Reading
 
-      {:error, reason} ->
-        exit({:shutdown, {:result, {:error, reason}}})
-    end
+  defp replies(state, socket, data, received) do
+    c = Map.fetch!(state.index, socket)
+    rest = elem(state.rests, c)
+
+    {answered, errors, rest} =
+      case state.protocol do
+        :push -> Replies.push(rest, data)
+        _resp -> Replies.resp(rest <> data, 0, 0)
+      end
+      |> case do
+        {:ok, answered, errors, rest} -> {answered, errors, rest}
+        {:error, reason} -> throw({:generator, reason})
+      end
+
+    first = :atomics.get(state.answered_on, c + 1)
+
+    if first + answered > sent_on(state, c),
+      do: throw({:generator, :more_replies_than_requests})
+
+    record_latencies(state, c, first, first + answered, received)
+    :atomics.put(state.answered_on, c + 1, first + answered)
+
+    %{
+      state
+      | rests: put_elem(state.rests, c, rest),
+        answered: state.answered + answered,
+        errors: state.errors + errors
+    }
   end
 
-  defp acks({:push_acks, _count, acks}, acc) do
-    Enum.reduce(acks, acc, fn
-      {_corr, {:ok, _seq}}, {answered, errors} -> {answered + 1, errors}
-      {_corr, {:error, _}}, {answered, errors} -> {answered + 1, errors + 1}
-    end)
-  end
+  # The requests connection `c` was sent: those of 0..next-1 with index c mod n.
+  defp sent_on(%{next: next, n: n}, c), do: max(div(next - c + n - 1, n), 0)
 
-  defp acks(other, _acc), do: exit({:shutdown, {:result, {:error, {:unexpected_frame, other}}}})
+  defp record_latencies(_state, _c, last, last, _received), do: :ok
 
-  # The replies answer the oldest requests in flight, in order.
-  defp record(state, 0, _errors, _received), do: state
-
-  defp record(state, answered, errors, received) do
-    first = state.answered
-
-    if first + answered > state.sent,
-      do: exit({:shutdown, {:result, {:error, :more_replies_than_requests}}})
-
-    record_each(state, first, first + answered, received)
-    %{state | answered: first + answered, errors: state.errors + errors}
-  end
-
-  defp record_each(_state, last, last, _received), do: :ok
-
-  defp record_each(state, k, last, received) do
-    Histogram.record(state.histogram, Schedule.latency(state.schedule, state.c, k, received))
-    record_each(state, k + 1, last, received)
-  end
-
-  @doc false
-  # Whole RESP replies at the head of `data`: {replies, error replies, the rest}.
-  def resp_replies(data, answered, errors) do
-    case data do
-      <<"$", _::binary>> ->
-        with {:ok, size, body} <- line(data),
-             {size, ""} <- Integer.parse(size),
-             true <- size < 0 or byte_size(body) >= size + 2 do
-          rest =
-            if size < 0, do: body, else: binary_part(body, size + 2, byte_size(body) - size - 2)
-
-          resp_replies(rest, answered + 1, errors)
-        else
-          _ -> {answered, errors, data}
-        end
-
-      <<"-", _::binary>> ->
-        case line(data) do
-          {:ok, _, rest} -> resp_replies(rest, answered + 1, errors + 1)
-          :more -> {answered, errors, data}
-        end
-
-      <<type, _::binary>> when type in [?+, ?:] ->
-        case line(data) do
-          {:ok, _, rest} -> resp_replies(rest, answered + 1, errors)
-          :more -> {answered, errors, data}
-        end
-
-      <<>> ->
-        {answered, errors, data}
-
-      _ ->
-        exit({:shutdown, {:result, {:error, {:unexpected_reply, binary_part(data, 0, 1)}}}})
-    end
-  end
-
-  # The first line's text after its type byte, and the bytes after its CRLF.
-  defp line(<<_type, rest::binary>>) do
-    case :binary.split(rest, "\r\n") do
-      [text, after_line] -> {:ok, text, after_line}
-      [_] -> :more
-    end
+  defp record_latencies(state, c, k, last, received) do
+    Histogram.record(state.histogram, Schedule.latency(state.schedule, c, k, received))
+    record_latencies(state, c, k + 1, last, received)
   end
 
   ## Connecting
 
-  defp request(%{protocol: :resp} = target) do
-    args = ["XADD", target.key, "MAXLEN", "#{target.maxlen}", "*", "f", target.payload]
+  defp request(%{protocol: :resp} = target),
+    do: command(["XADD", target.key, "MAXLEN", "#{target.maxlen}", "*", "f", target.payload])
 
+  defp request(%{protocol: :ping}), do: command(["PING"])
+  defp request(%{protocol: :push} = target), do: {target.key, target.payload}
+
+  defp command(args) do
     IO.iodata_to_binary([
       "*#{length(args)}\r\n" | Enum.map(args, &["$#{byte_size(&1)}\r\n", &1, "\r\n"])
     ])
   end
 
-  defp request(%{protocol: :push} = target), do: {target.key, target.payload}
+  defp connect_all(_target, 0, sockets), do: {:ok, Enum.reverse(sockets)}
+
+  defp connect_all(target, left, sockets) do
+    case connect(target) do
+      {:ok, socket} ->
+        connect_all(target, left - 1, [socket | sockets])
+
+      {:error, reason} ->
+        Enum.each(sockets, &:gen_tcp.close/1)
+        {:error, reason}
+    end
+  end
 
   defp connect(target) do
-    opts = [:binary, active: true, nodelay: true]
+    # inet_backend: :inet, as writes go to the port itself.
+    opts = [:binary, active: false, nodelay: true]
 
     with {:ok, socket} <- :gen_tcp.connect(~c"127.0.0.1", target.port, opts, 5_000) do
+      true = is_port(socket)
+
       case target.protocol do
-        :resp -> {:ok, socket, nil}
         :push -> hello(socket)
+        _resp -> {:ok, socket}
       end
     end
   end
 
+  defp push_decoder, do: Decoder.new(Frame.max_error_frame_size(), accept: :responses)
+
   defp hello(socket) do
-    decoder = Decoder.new(Frame.max_error_frame_size(), accept: :responses)
     :ok = :gen_tcp.send(socket, Frame.encode({:hello, 1, Frame.version(), 0, nil}))
-    await_hello(socket, decoder)
+    await_hello(socket, push_decoder())
   end
 
+  # HELLO_OK alone: the decoder's rest is dropped, as nothing follows it before a PUSH.
   defp await_hello(socket, decoder) do
-    receive do
-      {:tcp, ^socket, data} ->
-        case Decoder.feed(decoder, data) do
-          {:ok, [], decoder} -> await_hello(socket, decoder)
-          {:ok, [{:hello_ok, 1, _version, _limits}], decoder} -> {:ok, socket, decoder}
-          {:ok, frames, _} -> {:error, {:no_hello_ok, frames}}
-          {:error, reason} -> {:error, reason}
-        end
-
-      {:tcp_closed, ^socket} ->
-        {:error, :closed}
-    after
-      5_000 -> {:error, :no_hello_ok}
+    with {:ok, data} <- :gen_tcp.recv(socket, 0, 5_000) do
+      case Decoder.feed(decoder, data) do
+        {:ok, [], decoder} -> await_hello(socket, decoder)
+        {:ok, [{:hello_ok, 1, _version, _limits}], _decoder} -> {:ok, socket}
+        {:ok, frames, _} -> {:error, {:no_hello_ok, frames}}
+        {:error, reason} -> {:error, reason}
+      end
     end
   end
 end

@@ -109,9 +109,12 @@ defmodule Ringbus.Bench.Latency.Histogram do
     ((mantissa + 1) <<< shift) - 1
   end
 
-  # Called for values of 128 and more.
-  defp bit_length(value), do: bit_length(value >>> @mantissa_bits, @mantissa_bits)
-
-  defp bit_length(0, bits), do: bits
-  defp bit_length(value, bits), do: bit_length(value >>> 1, bits + 1)
+  # The bits of a positive value: halving the range at each step (the generator records every reply).
+  defp bit_length(value) when value >= 1 <<< 32, do: 32 + bit_length(value >>> 32)
+  defp bit_length(value) when value >= 1 <<< 16, do: 16 + bit_length(value >>> 16)
+  defp bit_length(value) when value >= 1 <<< 8, do: 8 + bit_length(value >>> 8)
+  defp bit_length(value) when value >= 1 <<< 4, do: 4 + bit_length(value >>> 4)
+  defp bit_length(value) when value >= 1 <<< 2, do: 2 + bit_length(value >>> 2)
+  defp bit_length(value) when value >= 2, do: 2
+  defp bit_length(_value), do: 1
 end

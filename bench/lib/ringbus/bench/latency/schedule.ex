@@ -31,6 +31,8 @@ defmodule Ringbus.Bench.Latency.Schedule do
         }
 
   @second 1_000_000_000
+  # The send lag (p99.9) above which a run is behind: its latencies would be the generator's.
+  @max_send_lag 1_000_000
 
   @doc "`total` requests at `rate` a second over `connections` connections."
   @spec new(pos_integer(), pos_integer(), pos_integer()) :: t()
@@ -54,6 +56,30 @@ defmodule Ringbus.Bench.Latency.Schedule do
   @spec intended(t(), non_neg_integer(), non_neg_integer()) :: non_neg_integer()
   def intended(%__MODULE__{rate: rate, connections: n}, c, k),
     do: div((c + k * n) * @second, rate)
+
+  @doc """
+  When request `i` (over all connections) is due (ns since the start).
+
+      iex> s = Ringbus.Bench.Latency.Schedule.new(4_000, 10, 3)
+      iex> Ringbus.Bench.Latency.Schedule.at(s, 7)
+      1_750_000
+  """
+  @spec at(t(), non_neg_integer()) :: non_neg_integer()
+  def at(%__MODULE__{rate: rate}, i), do: div(i * @second, rate)
+
+  @doc """
+  How many requests, over all connections, are due by `elapsed` ns: those
+  with an intended time at or before it, at most `total`.
+
+      iex> s = Ringbus.Bench.Latency.Schedule.new(4_000, 10, 3)
+      iex> for t <- [-1, 0, 249_999, 250_000, 60_000_000_000], do: Ringbus.Bench.Latency.Schedule.due_total(s, t)
+      [0, 1, 1, 2, 10]
+  """
+  @spec due_total(t(), integer()) :: non_neg_integer()
+  def due_total(_schedule, elapsed) when elapsed < 0, do: 0
+
+  def due_total(%__MODULE__{rate: rate, total: total}, elapsed),
+    do: min(div(elapsed * rate, @second) + 1, total)
 
   @doc "The latency of that request, answered at `received` (ns since the start)."
   @spec latency(t(), non_neg_integer(), non_neg_integer(), integer()) :: integer()
@@ -94,14 +120,22 @@ defmodule Ringbus.Bench.Latency.Schedule do
   def achieved(%__MODULE__{total: total}, last_send), do: (total - 1) * @second / last_send
 
   @doc """
-  Whether a run fell behind: it achieved more than 2% below its target.
+  Whether a run fell behind, so that its latencies say more about the
+  generator than about the server: it achieved more than 2% below its
+  target, or the 99.9th percentile of its requests' send lag (actual write
+  after intended time, `send_lag` ns) exceeds 1 ms. The generator reads
+  and writes in one loop, so a generator late on reading replies is late
+  on its writes too, and this catches both.
 
       iex> s = Ringbus.Bench.Latency.Schedule.new(1_000, 11, 2)
-      iex> Ringbus.Bench.Latency.Schedule.behind?(s, 985.0)
+      iex> Ringbus.Bench.Latency.Schedule.behind?(s, 985.0, 20_000)
       false
-      iex> Ringbus.Bench.Latency.Schedule.behind?(s, 975.0)
+      iex> Ringbus.Bench.Latency.Schedule.behind?(s, 975.0, 20_000)
+      true
+      iex> Ringbus.Bench.Latency.Schedule.behind?(s, 1_000.0, 1_000_001)
       true
   """
-  @spec behind?(t(), float()) :: boolean()
-  def behind?(%__MODULE__{rate: rate}, achieved), do: achieved < rate * 0.98
+  @spec behind?(t(), float(), non_neg_integer()) :: boolean()
+  def behind?(%__MODULE__{rate: rate}, achieved, send_lag),
+    do: achieved < rate * 0.98 or send_lag > @max_send_lag
 end

@@ -21,6 +21,15 @@ defmodule Ringbus.Bench.Latency.HistogramTest do
     end
   end
 
+  test "a bucket keeps a value's seven leading bits, for values of every bit length" do
+    import Bitwise
+
+    for bits <- 8..62, v <- [1 <<< (bits - 1), (1 <<< bits) - 1, (1 <<< (bits - 1)) + 12_345] do
+      shift = length(Integer.digits(v, 2)) - 7
+      assert Histogram.bucket(v) == 128 + (shift - 1) * 64 + ((v >>> shift) - 64), "#{v}"
+    end
+  end
+
   test "every bucket's upper edge is the last value that maps to it" do
     for value <- Enum.concat([0..300, 1_000..1_100, [2 ** 40, 2 ** 40 + 12_345]]) do
       b = Histogram.bucket(value)

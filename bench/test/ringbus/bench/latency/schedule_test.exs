@@ -43,8 +43,25 @@ defmodule Ringbus.Bench.Latency.ScheduleTest do
     s = Schedule.new(10_000, 1_001, 4)
     # On time: the last request (index 1000) is due at 100 ms.
     assert Schedule.achieved(s, 100_000_000) == 10_000.0
-    refute Schedule.behind?(s, Schedule.achieved(s, 100_000_000))
-    refute Schedule.behind?(s, Schedule.achieved(s, 102_000_000))
-    assert Schedule.behind?(s, Schedule.achieved(s, 103_000_000))
+    refute Schedule.behind?(s, Schedule.achieved(s, 100_000_000), 0)
+    refute Schedule.behind?(s, Schedule.achieved(s, 102_000_000), 0)
+    assert Schedule.behind?(s, Schedule.achieved(s, 103_000_000), 0)
+  end
+
+  test "a run that wrote its requests more than 1 ms late (p99.9) fell behind, at any rate" do
+    s = Schedule.new(10_000, 1_001, 4)
+    refute Schedule.behind?(s, 10_000.0, 1_000_000)
+    assert Schedule.behind?(s, 10_000.0, 1_000_001)
+    assert Schedule.behind?(s, 9_000.0, 0)
+  end
+
+  test "due_total/2 and at/2 agree with the per-connection schedule" do
+    s = Schedule.new(3_000, 20, 3)
+
+    for t <- [0, 333_332, 333_334, 1_000_000, 5_000_000, 6_333_333, 7_000_000] do
+      assert Schedule.due_total(s, t) == Enum.sum(for c <- 0..2, do: Schedule.due(s, c, t))
+    end
+
+    for i <- 0..19, do: assert(Schedule.at(s, i) == Schedule.intended(s, rem(i, 3), div(i, 3)))
   end
 end
