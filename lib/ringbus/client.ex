@@ -379,7 +379,8 @@ defmodule Ringbus.Client do
       socket: socket,
       owner: opts[:owner],
       limits: limits,
-      batch_bytes: opts[:batch_bytes]
+      batch_bytes: opts[:batch_bytes],
+      buffer_size: opts[:buffer_size]
     }
 
     # The process puts its own pid in the struct, as the caller does here.

@@ -1,7 +1,7 @@
 defmodule Ringbus.Socket do
   @moduledoc false
   # The socket calls the server's connections and the client share, for plain
-  # TCP (`:gen_tcp`) and TLS (`:ssl`), on a socket that delivers a few reads at a time as messages.
+  # TCP (`:gen_tcp`) and TLS (`:ssl`), on a socket that delivers reads as messages, a number at a time.
   #
   # Writes on TCP go straight to the port with `:erlang.port_command/2`; the
   # port's `{:inet_reply, socket, status}` comes back as an ordinary message
@@ -27,21 +27,46 @@ defmodule Ringbus.Socket do
   def controlling_process(:tcp, socket, pid), do: :gen_tcp.controlling_process(socket, pid)
   def controlling_process(:tls, socket, pid), do: :ssl.controlling_process(socket, pid)
 
-  # Reads delivered as messages before the socket goes passive again and
-  # must be re-armed: each re-arm is a synchronous call into the port, which
-  # waits while the port is busy writing, so arming once per read costs a
-  # reader that takes many small reads more than the reads themselves. It
-  # also bounds what can queue: this many reads of `:buffer_size` bytes.
-  @reads 4
+  # Reads delivered as messages before the socket goes passive and must be
+  # armed again. Each arming costs a synchronous call into the port and a
+  # turn of the poller before the next read comes, so a reader of many small
+  # reads that arms every few reads spends more on arming than on the reads.
+  # What can queue is bounded by the reads of one arming: many while reads
+  # are small, few once they fill the buffer (see `reads/2`).
+  @min_reads 4
+  @max_reads 64
+  # The bytes one arming may queue, in buffers, judged by the reads so far.
+  @budget_buffers 4
 
   @doc """
-  Asks for the next reads as messages, `{:tcp | :ssl, socket, bytes}`, up to
-  a few; then comes `{:tcp_passive | :ssl_passive, socket}`, and the owner
+  How many reads to ask for at the next arming, given the largest read since
+  the last one and the socket's user buffer (the most one read carries):
+  enough to fill #{@budget_buffers} buffers at that size, from #{@min_reads}
+  to #{@max_reads}. So at most #{@max_reads} reads queue, and once reads fill
+  the buffer, #{@min_reads}.
+
+      iex> Ringbus.Socket.reads(200, 256 * 1024)
+      64
+      iex> Ringbus.Socket.reads(256 * 1024, 256 * 1024)
+      4
+      iex> Ringbus.Socket.reads(0, 1024)
+      4
+  """
+  @spec reads(non_neg_integer(), pos_integer()) :: pos_integer()
+  def reads(0, _buffer), do: @min_reads
+
+  def reads(largest, buffer),
+    do: (@budget_buffers * buffer) |> div(largest) |> max(@min_reads) |> min(@max_reads)
+
+  @doc """
+  Asks for the next `reads` reads as messages, `{:tcp | :ssl, socket,
+  bytes}`; then comes `{:tcp_passive | :ssl_passive, socket}`, and the owner
   calls this again.
   """
-  @spec activate(kind(), socket()) :: :ok | {:error, term()}
-  def activate(:tcp, socket), do: :inet.setopts(socket, active: @reads)
-  def activate(:tls, socket), do: :ssl.setopts(socket, active: @reads)
+  @spec activate(kind(), socket(), pos_integer()) :: :ok | {:error, term()}
+  def activate(kind, socket, reads \\ @min_reads)
+  def activate(:tcp, socket, reads), do: :inet.setopts(socket, active: reads)
+  def activate(:tls, socket, reads), do: :ssl.setopts(socket, active: reads)
 
   @doc """
   Writes `data` without waiting for the socket: on TCP the outcome arrives

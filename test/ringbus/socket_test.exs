@@ -4,6 +4,50 @@ defmodule Ringbus.SocketTest do
   alias Ringbus.Socket
   alias Ringbus.Wire.FrameGenerators
 
+  doctest Ringbus.Socket
+
+  describe "a server connection's arming" do
+    setup do
+      server = start_supervised!({Ringbus.Server, port: 0, resp_port: 0, buffer_size: 16_384})
+      {:ok, port: Ringbus.Server.port(server, :resp), server: server}
+    end
+
+    test "asks for many reads while they are small, few once they fill the buffer", %{
+      port: port,
+      server: server
+    } do
+      {:ok, client} = :gen_tcp.connect(~c"127.0.0.1", port, [:binary, active: false])
+      # Each PING its own read: it is answered before the next is sent.
+      for _ <- 1..6 do
+        :ok = :gen_tcp.send(client, "PING\r\n")
+        {:ok, "+PONG\r\n"} = :gen_tcp.recv(client, 0, 5_000)
+      end
+
+      [conn] = Ringbus.Server.connections(server, :resp)
+      socket = :sys.get_state(conn).socket
+      {:ok, [active: left]} = :inet.getopts(socket, [:active])
+      # Armed with 4, then again with the most for small reads after the 4th.
+      assert left == 64 - 2
+
+      # Reads that fill the buffer: the next arming asks for 4.
+      big = :binary.copy("x", 8 * 1024)
+      echo = ["*2\r\n$4\r\nECHO\r\n$8192\r\n", big, "\r\n"]
+      :ok = :gen_tcp.send(client, List.duplicate(echo, 100))
+      # Each reply is "$8192\r\n" <> big <> "\r\n".
+      drain(client, 100 * (8 * 1024 + 9))
+      {:ok, [active: left]} = :inet.getopts(socket, [:active])
+      assert left <= 4
+      :gen_tcp.close(client)
+    end
+  end
+
+  defp drain(_client, left) when left <= 0, do: :ok
+
+  defp drain(client, left) do
+    {:ok, data} = :gen_tcp.recv(client, 0, 10_000)
+    drain(client, left - byte_size(data))
+  end
+
   describe "slice/2" do
     test "keeps the bytes and their order, in pieces of at most the limit" do
       iodata =

@@ -5,8 +5,8 @@ defmodule Ringbus.Client.Connection do
   # `Ringbus.Client.Session` says about each frame the server sends back.
   # See `lib/ringbus/client/README.md` for the process model.
   #
-  # Reads. The socket delivers a few reads at a time as messages (see
-  # `Ringbus.Socket.activate/2`); every frame of a read is
+  # Reads. The socket delivers reads as messages, a number at a time (see
+  # `Ringbus.Socket.reads/2`); every frame of a read is
   # decoded with `Ringbus.Wire.Decoder` and routed before the socket is armed
   # again.
   #
@@ -82,6 +82,9 @@ defmodule Ringbus.Client.Connection do
       # the entries encoded for the batch in order, the ids newest first.
       gathered: %{},
       gathered_cap: min(Map.get(args, :batch_bytes, 65_536), limits.max_frame_size),
+      buffer_size: Map.get(args, :buffer_size, 1024 * 1024),
+      # The largest read since the socket was last armed.
+      largest_read: 0,
       linger_timer: nil
     }
 
@@ -153,6 +156,8 @@ defmodule Ringbus.Client.Connection do
   defp handle({:ringbus_write, data, bytes}, state), do: out(state, data, bytes)
 
   defp handle({tag, socket, data}, %{socket: socket} = state) when tag in [:tcp, :ssl] do
+    state = %{state | largest_read: max(state.largest_read, byte_size(data))}
+
     case Decoder.feed(state.decoder, data) do
       {:ok, frames, decoder} ->
         route(frames, %{state | decoder: decoder})
@@ -219,8 +224,10 @@ defmodule Ringbus.Client.Connection do
   defp handle(_unexpected, state), do: state
 
   defp activate(state) do
-    case Socket.activate(state.kind, state.socket) do
-      :ok -> state
+    reads = Socket.reads(state.largest_read, state.buffer_size)
+
+    case Socket.activate(state.kind, state.socket, reads) do
+      :ok -> %{state | largest_read: 0}
       {:error, reason} -> down(state, reason)
     end
   end

@@ -9,9 +9,10 @@ defmodule Ringbus.Server.Connection do
   # and gen_server's loop takes every message in arrival order. Its state's
   # `session` is the protocol's session.
   #
-  # Reads. The socket delivers a few reads as messages at a time (see
-  # `Ringbus.Socket.activate/2`), each carrying whatever the kernel has, up
-  # to the large user buffer. The protocol decodes every item of a read and
+  # Reads. The socket delivers reads as messages, a number at a time: many
+  # while reads are small, few once they fill the buffer (see
+  # `Ringbus.Socket.reads/2`), each carrying whatever the kernel has, up to
+  # the large user buffer. The protocol decodes every item of a read and
   # answers them all; the socket is armed again when it says it has gone
   # passive. While the protocol waits (a blocked XREAD), reads are held, not
   # decoded, and the socket stays armed so that a hang-up is noticed; it is
@@ -27,7 +28,7 @@ defmodule Ringbus.Server.Connection do
   # waiting for its reply (see `Ringbus.Socket`), and the calls a session
   # makes (create, delete, subscribe, unsubscribe) wait on a fresh reference,
   # which the runtime matches without scanning older messages. What can queue
-  # here is bounded: the few reads the socket delivers before it must be
+  # here is bounded: the reads the socket delivers before it must be
   # armed again and, per subscription, the credit the client gave. The queue
   # is off the heap, so queued deliveries take no part in the process's
   # garbage collections. A write that waits past `:send_timeout` on a client
@@ -93,7 +94,9 @@ defmodule Ringbus.Server.Connection do
       out: [],
       out_bytes: 0,
       stats: nil,
-      busy?: false
+      busy?: false,
+      # The largest read since the socket was last armed (`Ringbus.Socket.reads/2`).
+      largest_read: 0
     }
 
     {:ok, state, config.handshake_timeout}
@@ -114,6 +117,8 @@ defmodule Ringbus.Server.Connection do
   end
 
   def handle_info({tag, socket, data}, %{socket: socket} = state) when tag in [:tcp, :ssl] do
+    state = %{state | largest_read: max(state.largest_read, byte_size(data))}
+
     if state.waiting?,
       do: noreply(%{state | held: [data | state.held]}),
       else: state |> busy(data) |> read(data) |> continue()
@@ -186,7 +191,7 @@ defmodule Ringbus.Server.Connection do
 
   defp shutdown?(reason), do: reason == :shutdown or match?({:shutdown, _}, reason)
 
-  # What reached the mailbox before the shutdown: the few reads the socket
+  # What reached the mailbox before the shutdown: the reads the socket
   # delivers before it must be armed again, and deliveries within the credit
   # given. A waiting command's reads stay unanswered.
   # {:ok, state}, or the stop of a session that closed the connection itself.
@@ -296,8 +301,10 @@ defmodule Ringbus.Server.Connection do
   defp continue(stop), do: stop
 
   defp rearm(state) do
-    case Ringbus.Socket.activate(state.kind, state.socket) do
-      :ok -> noreply(%{state | passive?: false})
+    reads = Ringbus.Socket.reads(state.largest_read, state.config.buffer_size)
+
+    case Ringbus.Socket.activate(state.kind, state.socket, reads) do
+      :ok -> noreply(%{state | passive?: false, largest_read: 0})
       {:error, :closed} -> close(state, :peer_closed)
       {:error, _} -> close(state, :socket_error)
     end
