@@ -260,7 +260,8 @@ defmodule Ringbus.Client do
       not read before the connection closes. Default `30_000`.
     * `:linger` - coalesce `push_async/4` calls of single payloads (see
       Coalescing): `0` sends what has gathered as soon as the connection has
-      nothing else to do, `n` waits up to `n` milliseconds for more. Default
+      nothing else to do, once it has let the callers run a turn (a yield)
+      to add more; `n` waits up to `n` milliseconds for more. Default
       `nil`: every push is its own `PUSH` frame.
     * `:batch_bytes` - with `:linger`, a channel's gathered payloads go out
       once they add up to this many bytes. Default `65_536`.

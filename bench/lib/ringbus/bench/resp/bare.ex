@@ -3,7 +3,7 @@ defmodule Ringbus.Bench.Resp.Bare do
   # The floor under any RESP server written on `gen_tcp`: a listener that
   # answers `PING` with `+PONG` and `CONFIG GET` (which redis-benchmark
   # sends first) with an empty array, and nothing else. A process per
-  # connection, the socket in `active: 4` mode as Ringbus's connections
+  # connection, the socket in `active: 64` mode as Ringbus's connections
   # have it, every command of a read parsed by binary matching and answered
   # with one write per read. It stores nothing and keeps no state beyond
   # the unparsed rest of a read, so what it costs per request is what the
@@ -12,7 +12,9 @@ defmodule Ringbus.Bench.Resp.Bare do
   # Any other command, or bytes that are not an array of bulk strings, get
   # an error and a close.
 
-  @active 4
+  # As many reads per arming as a Ringbus connection asks for while its
+  # reads are small (`Ringbus.Socket.reads/2`).
+  @active 64
 
   @doc "Listens on a free port of 127.0.0.1; returns the listener and its port."
   @spec start() :: {pid(), :inet.port_number()}
