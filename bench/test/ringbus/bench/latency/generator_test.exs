@@ -26,13 +26,10 @@ defmodule Ringbus.Bench.Latency.GeneratorTest do
   test "requests go out whether or not earlier ones were answered, each timed from its intended time" do
     # A server that answers nothing until all 20 requests of its one connection came:
     # the first is due at 0 and the last at 19 ms, so the first waited 19 ms at least.
-    {:ok, listen} = :gen_tcp.listen(0, [:binary, active: false, ip: {127, 0, 0, 1}])
-    {:ok, port} = :inet.port(listen)
     n = 20
 
-    server =
-      Task.async(fn ->
-        {:ok, socket} = :gen_tcp.accept(listen)
+    {port, server} =
+      one_connection(fn socket ->
         {:ok, _} = :gen_tcp.recv(socket, n * byte_size(@ping), 10_000)
         :ok = :gen_tcp.send(socket, :binary.copy("+PONG\r\n", n))
         {:error, :closed} = :gen_tcp.recv(socket, 0, 10_000)
@@ -45,12 +42,8 @@ defmodule Ringbus.Bench.Latency.GeneratorTest do
   end
 
   test "error replies are counted apart" do
-    {:ok, listen} = :gen_tcp.listen(0, [:binary, active: false, ip: {127, 0, 0, 1}])
-    {:ok, port} = :inet.port(listen)
-
-    server =
-      Task.async(fn ->
-        {:ok, socket} = :gen_tcp.accept(listen)
+    {port, server} =
+      one_connection(fn socket ->
         {:ok, _} = :gen_tcp.recv(socket, 3 * byte_size(@ping), 10_000)
         :ok = :gen_tcp.send(socket, "+PONG\r\n-ERR no\r\n$1\r\nx\r\n")
         {:error, :closed} = :gen_tcp.recv(socket, 0, 10_000)
@@ -62,12 +55,8 @@ defmodule Ringbus.Bench.Latency.GeneratorTest do
   end
 
   test "a server that closes the connection stops the run with an error" do
-    {:ok, listen} = :gen_tcp.listen(0, [:binary, active: false, ip: {127, 0, 0, 1}])
-    {:ok, port} = :inet.port(listen)
-
-    server =
-      Task.async(fn ->
-        {:ok, socket} = :gen_tcp.accept(listen)
+    {port, server} =
+      one_connection(fn socket ->
         {:ok, _} = :gen_tcp.recv(socket, byte_size(@ping), 10_000)
         :gen_tcp.close(socket)
       end)
@@ -79,12 +68,8 @@ defmodule Ringbus.Bench.Latency.GeneratorTest do
   end
 
   test "more replies than requests is an error" do
-    {:ok, listen} = :gen_tcp.listen(0, [:binary, active: false, ip: {127, 0, 0, 1}])
-    {:ok, port} = :inet.port(listen)
-
-    server =
-      Task.async(fn ->
-        {:ok, socket} = :gen_tcp.accept(listen)
+    {port, server} =
+      one_connection(fn socket ->
         {:ok, _} = :gen_tcp.recv(socket, byte_size(@ping), 10_000)
         :ok = :gen_tcp.send(socket, "+PONG\r\n+PONG\r\n")
         :gen_tcp.recv(socket, 0, 10_000)
@@ -94,5 +79,19 @@ defmodule Ringbus.Bench.Latency.GeneratorTest do
              Generator.run(%{protocol: :ping, port: port}, Schedule.new(10, 2, 1))
 
     Task.await(server)
+  end
+
+  # A server for one connection, run by `fun` with the accepted socket.
+  defp one_connection(fun) do
+    {:ok, listen} = :gen_tcp.listen(0, [:binary, active: false, ip: {127, 0, 0, 1}])
+    {:ok, port} = :inet.port(listen)
+
+    server =
+      Task.async(fn ->
+        {:ok, socket} = :gen_tcp.accept(listen)
+        fun.(socket)
+      end)
+
+    {port, server}
   end
 end
