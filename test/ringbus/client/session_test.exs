@@ -47,4 +47,24 @@ defmodule Ringbus.Client.SessionTest do
     {_, _, session} = Session.handle([{:push_acks, 1, [{5, {:error, :full}}]}], session)
     assert owner_acks(Session.down(session, true)) == []
   end
+
+  test "a coalesced batch's pushes, their ids consecutive or not, get one entry each in send order" do
+    # A batch of one goes as a PUSH of its own id, never through here.
+    for ids <- [[7, 8, 9, 10], [7, 8, 3, 4, 20], [0xFFFF_FFFF, 1, 2]] do
+      batch = 100
+      session = Session.coalesced(Session.new(@client), batch, ids, length(ids))
+      {effects, released, _} = Session.handle([{:push_acks, 1, [{batch, {:ok, 50}}]}], session)
+      assert released == length(ids)
+
+      assert owner_acks(effects) == [
+               Enum.with_index(ids, fn corr, i -> {corr, {:ok, 50 + i}} end)
+             ]
+
+      session = Session.coalesced(Session.new(@client), batch, ids, length(ids))
+
+      assert owner_acks(Session.down(session, true)) == [
+               for(c <- ids, do: {c, {:error, :closed}})
+             ]
+    end
+  end
 end
