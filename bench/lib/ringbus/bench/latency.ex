@@ -234,7 +234,7 @@ defmodule Ringbus.Bench.Latency do
   end
 
   defp measure_peak(bench, port, config) do
-    delete_stream(port)
+    RedisServer.del!(port, "s")
 
     args =
       [
@@ -270,7 +270,7 @@ defmodule Ringbus.Bench.Latency do
   defp measure(system, {protocol, port}, pct, rate, config) do
     total = max(round(rate * config.seconds), 1)
     schedule = Schedule.new(rate, total, config.connections)
-    if protocol == :resp, do: delete_stream(port)
+    if protocol == :resp, do: RedisServer.del!(port, "s")
     key = if protocol == :push, do: @channel, else: "s"
 
     target = %{
@@ -319,13 +319,6 @@ defmodule Ringbus.Bench.Latency do
 
   defp ms(nil), do: nil
   defp ms(ns), do: ns / 1.0e6
-
-  defp delete_stream(port) do
-    case System.cmd("redis-cli", ["-p", "#{port}", "DEL", "s"], stderr_to_stdout: true) do
-      {_, 0} -> :ok
-      {out, status} -> Mix.raise("redis-cli DEL s exited #{status}: #{out}")
-    end
-  end
 
   ## Output
 

@@ -58,6 +58,18 @@ defmodule Ringbus.Bench.RedisServer do
   @spec stop(t()) :: :ok
   def stop(%{os_pid: pid}), do: Ringbus.Bench.OsProcess.stop(pid)
 
+  @doc """
+  Deletes `key` with `redis-cli` on the RESP server at `port` (Redis, or
+  Ringbus's RESP port); raises `Mix.Error` if redis-cli fails.
+  """
+  @spec del!(:inet.port_number(), String.t()) :: :ok
+  def del!(port, key) do
+    case System.cmd("redis-cli", ["-p", "#{port}", "DEL", key], stderr_to_stdout: true) do
+      {_, 0} -> :ok
+      {out, status} -> Mix.raise("redis-cli DEL #{key} exited #{status}: #{out}")
+    end
+  end
+
   @doc "A port no one listens on now."
   @spec free_port() :: :inet.port_number()
   def free_port do

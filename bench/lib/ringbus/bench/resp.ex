@@ -100,7 +100,7 @@ defmodule Ringbus.Bench.Resp do
               pipeline <- [1, 16],
               {name, port} <- ports,
               name != :bare or command == "PING" do
-            if command == "XADD", do: delete_stream(port)
+            if command == "XADD", do: RedisServer.del!(port, "s")
             measure(run, name, port, command, payload, pipeline)
           end
 
@@ -232,13 +232,6 @@ defmodule Ringbus.Bench.Resp do
     case Float.parse(text) do
       {value, _} -> value
       :error -> Mix.raise("cannot read #{inspect(text)} as a number")
-    end
-  end
-
-  defp delete_stream(port) do
-    case System.cmd("redis-cli", ["-p", "#{port}", "DEL", "s"], stderr_to_stdout: true) do
-      {_, 0} -> :ok
-      {out, status} -> Mix.raise("redis-cli DEL s exited #{status}: #{out}")
     end
   end
 
