@@ -655,31 +655,28 @@ defmodule Ringbus.Bench.Ingest do
 
   defp print(rows, config) do
     IO.puts("")
-    IO.puts(Table.header(@columns))
 
-    for row <- rows do
-      IO.puts(
-        Table.line(@columns, [
-          row.cpu_mode,
-          row.mode,
-          row.how,
-          row.connections,
-          row.pipeline,
-          row.per_frame,
-          row.payload_bytes,
-          row.messages,
-          fmt(row.seconds, 2),
-          round(row.msgs_per_s),
-          fmt(per_msg(row.server_cpu, row), 2),
-          fmt(sys_pct(row.server_cpu), 0),
-          fmt(per_msg(row.generator_cpu, row), 2),
-          fmt(row.mb_per_s, 1),
-          row.acks,
-          row.ack_frames,
-          row.overwritten
-        ])
-      )
-    end
+    Table.print(@columns, rows, fn row ->
+      [
+        row.cpu_mode,
+        row.mode,
+        row.how,
+        row.connections,
+        row.pipeline,
+        row.per_frame,
+        row.payload_bytes,
+        row.messages,
+        fmt(row.seconds, 2),
+        round(row.msgs_per_s),
+        fmt(per_msg(row.server_cpu, row), 2),
+        fmt(sys_pct(row.server_cpu), 0),
+        fmt(per_msg(row.generator_cpu, row), 2),
+        fmt(row.mb_per_s, 1),
+        row.acks,
+        row.ack_frames,
+        row.overwritten
+      ]
+    end)
 
     if redis = Enum.find(rows, &(&1.mode == "redis_xadd_1kb")),
       do: IO.puts("\nRedis: " <> redis.command)

@@ -499,26 +499,22 @@ defmodule Ringbus.Bench.Replication do
   ]
 
   defp print(rows) do
-    IO.puts(Table.header(@columns))
-
-    for r <- rows do
-      IO.puts(
-        Table.line(@columns, [
-          r.system,
-          r.replicas,
-          r.durable,
-          r.payload,
-          r[:producers],
-          round(r.msgs_per_s),
-          fmt(r.mb_per_s),
-          r[:p50_us],
-          r[:p99_us],
-          r[:max_us],
-          fmt(r[:failover_ms]),
-          r.errors
-        ])
-      )
-    end
+    Table.print(@columns, rows, fn r ->
+      [
+        r.system,
+        r.replicas,
+        r.durable,
+        r.payload,
+        r[:producers],
+        round(r.msgs_per_s),
+        fmt(r.mb_per_s),
+        r[:p50_us],
+        r[:p99_us],
+        r[:max_us],
+        fmt(r[:failover_ms]),
+        r.errors
+      ]
+    end)
 
     IO.puts("\nRatios (the bench prints them; it does not judge):")
 
