@@ -7,7 +7,7 @@ defmodule Ringbus.Bench.Replication.NatsClient do
   # on it. `parse/1` is pure: it takes the bytes received and returns one
   # frame and the rest.
 
-  alias Ringbus.Bench.Replication.Samples
+  alias Ringbus.Bench.Replication.{Samples, Window}
 
   @type t :: %{socket: :gen_tcp.socket(), buffer: binary()}
   @type frame ::
@@ -85,33 +85,19 @@ defmodule Ringbus.Bench.Replication.NatsClient do
 
   # `pending` maps the id of each outstanding PUB to its send time.
   defp pump(client, run, pending, sent) do
-    now = Samples.now()
-    open? = now < run.deadline and sent < run.max
+    send = fn ids ->
+      :gen_tcp.send(
+        client.socket,
+        Enum.map(ids, &pub(run.subject, "#{@inbox}.#{&1}", run.payload))
+      )
+    end
 
-    {pending, sent} =
-      if open? and map_size(pending) < run.window do
-        n = min(run.window - map_size(pending), run.max - sent)
-        ids = sent..(sent + n - 1)
-
-        :ok =
-          :gen_tcp.send(
-            client.socket,
-            Enum.map(ids, &pub(run.subject, "#{@inbox}.#{&1}", run.payload))
-          )
-
-        {Enum.reduce(ids, pending, &Map.put(&2, &1, now)), sent + n}
-      else
-        {pending, sent}
-      end
-
-    cond do
-      map_size(pending) == 0 and not open? ->
+    case Window.fill(run, pending, sent, send) do
+      {pending, _sent, false, _timeout} when map_size(pending) == 0 ->
         client
 
-      true ->
-        # A drained window waits on its acks at most 5 s past the end.
-        timeout = if open?, do: 5_000, else: max(div(run.deadline - now, 1_000), 0) + 5_000
-
+      # A drained window waits on its acks at most 5 s past the end.
+      {pending, sent, _open?, timeout} ->
         case receive_acks(client, run, pending, timeout) do
           {:ok, client, pending} ->
             pump(client, run, pending, sent)

@@ -7,7 +7,7 @@ defmodule Ringbus.Bench.Replication.OsirisLoad do
   # by `{:osiris_written, reference, writer_id, corrs}` once a quorum of the
   # members has it (written, not fsynced).
 
-  alias Ringbus.Bench.Replication.Samples
+  alias Ringbus.Bench.Replication.{Samples, Window}
 
   @doc "Starts the osiris application on this node, its logs under `dir`."
   @spec start(Path.t()) :: :ok
@@ -62,30 +62,22 @@ defmodule Ringbus.Bench.Replication.OsirisLoad do
   end
 
   defp pump(run, pending, sent) do
-    now = Samples.now()
-    open? = now < run.deadline and sent < run.max
-
-    {pending, sent} =
-      if open? and map_size(pending) < run.window do
-        n = min(run.window - map_size(pending), run.max - sent)
-        ids = sent..(sent + n - 1)
-        for id <- ids, do: :ok = :osiris.write(run.leader, :undefined, id, run.payload)
-        {Enum.reduce(ids, pending, &Map.put(&2, &1, now)), sent + n}
-      else
-        {pending, sent}
-      end
-
-    if map_size(pending) == 0 and not open? do
+    send = fn ids ->
+      for id <- ids, do: :ok = :osiris.write(run.leader, :undefined, id, run.payload)
       :ok
-    else
-      timeout = if open?, do: 5_000, else: max(div(run.deadline - now, 1_000), 0) + 5_000
+    end
 
-      receive do
-        {:osiris_written, _reference, _writer, corrs} ->
-          pump(run, confirm(corrs, pending, run.samples), sent)
-      after
-        timeout -> for _ <- Map.keys(pending), do: Samples.error(run.samples)
-      end
+    case Window.fill(run, pending, sent, send) do
+      {pending, _sent, false, _timeout} when map_size(pending) == 0 ->
+        :ok
+
+      {pending, sent, _open?, timeout} ->
+        receive do
+          {:osiris_written, _reference, _writer, corrs} ->
+            pump(run, confirm(corrs, pending, run.samples), sent)
+        after
+          timeout -> for _ <- Map.keys(pending), do: Samples.error(run.samples)
+        end
     end
   end
 
