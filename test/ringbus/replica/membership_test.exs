@@ -6,18 +6,15 @@ defmodule Ringbus.Replica.MembershipTest do
   use ExUnit.Case, async: true
 
   alias Ringbus.Bench.Cluster.Nodes
+  alias Ringbus.Test.Peers
+  import Peers, only: [eventually: 1]
   alias Ringbus.Test.ClusterProbe, as: Probe
   alias Ringbus.Test.Internals
 
   @moduletag timeout: 180_000
 
-  defp eventually(check, timeout \\ 15_000),
-    do: :ok = Nodes.wait_until(System.monotonic_time(:millisecond) + timeout, check)
-
   test "a member added to a one-replica channel reads every message; removed, it holds none" do
-    nodes = Nodes.start(3, "replica_members")
-    on_exit(fn -> Nodes.stop(nodes) end)
-    :ok = Nodes.join(nodes)
+    nodes = Peers.start_joined(3, "replica_members")
     [a, b, c] = nodes
 
     :ok = Nodes.call(a, Ringbus, :create, ["m", [replicas: 1, capacity: 16]], 30_000)

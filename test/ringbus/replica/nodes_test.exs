@@ -6,11 +6,10 @@ defmodule Ringbus.Replica.NodesTest do
   use ExUnit.Case, async: true
 
   alias Ringbus.Bench.Cluster.Nodes
+  alias Ringbus.Test.Peers
+  import Peers, only: [eventually: 1]
 
   @moduletag timeout: 180_000
-
-  defp eventually(check, timeout \\ 15_000),
-    do: :ok = Nodes.wait_until(System.monotonic_time(:millisecond) + timeout, check)
 
   test "a node with no replicated channel runs no Raft system and touches no data dir" do
     [n] = Nodes.start(1, "replica_lazy")
@@ -61,9 +60,7 @@ defmodule Ringbus.Replica.NodesTest do
   end
 
   test "three replicas: pushes from any node, reads on each, and a new leader after a kill" do
-    nodes = Nodes.start(3, "replica_three")
-    on_exit(fn -> Nodes.stop(nodes) end)
-    :ok = Nodes.join(nodes)
+    nodes = Peers.start_joined(3, "replica_three")
     [a | _] = nodes
 
     :ok = Nodes.call(a, Ringbus, :create, ["r3", [replicas: 3, capacity: 1000]], 30_000)

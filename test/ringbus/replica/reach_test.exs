@@ -5,17 +5,14 @@ defmodule Ringbus.Replica.ReachTest do
   use ExUnit.Case, async: true
 
   alias Ringbus.Bench.Cluster.Nodes
+  alias Ringbus.Test.Peers
+  import Peers, only: [eventually: 1]
   alias Ringbus.Test.ClusterProbe, as: Probe
 
   @moduletag timeout: 180_000
 
-  defp eventually(check, timeout \\ 15_000),
-    do: :ok = Nodes.wait_until(System.monotonic_time(:millisecond) + timeout, check)
-
   test "a non-member pushes, reads, pulls, subscribes and gets info and the incarnation; the name is taken everywhere" do
-    nodes = Nodes.start(3, "replica_reach")
-    on_exit(fn -> Nodes.stop(nodes) end)
-    :ok = Nodes.join(nodes)
+    nodes = Peers.start_joined(3, "replica_reach")
     [a | _] = nodes
 
     opts = [replicas: 2, capacity: 3, overflow: :reject]
@@ -94,9 +91,7 @@ defmodule Ringbus.Replica.ReachTest do
   end
 
   test "after every node is killed and started again, the members' syncs name the channel to all" do
-    nodes = Nodes.start(3, "replica_resync")
-    on_exit(fn -> Nodes.stop(nodes) end)
-    :ok = Nodes.join(nodes)
+    nodes = Peers.start_joined(3, "replica_resync")
     [a | _] = nodes
 
     :ok = Nodes.call(a, Ringbus, :create, ["s", [replicas: 2, capacity: 8]], 30_000)

@@ -7,14 +7,14 @@ defmodule Ringbus.Replica.ReporterTest do
   use ExUnit.Case, async: true
 
   alias Ringbus.Bench.Cluster.Nodes
+  alias Ringbus.Test.Peers
   alias Ringbus.HTTP.{StatusPage, StatusText}
   alias Ringbus.Metrics.Status
   alias Ringbus.Test.Promtool
 
   @moduletag timeout: 180_000
 
-  defp eventually(check, timeout \\ 20_000),
-    do: :ok = Nodes.wait_until(System.monotonic_time(:millisecond) + timeout, check)
+  defp eventually(check), do: Peers.eventually(check, 20_000)
 
   defp replication(n) do
     {:ok, info} = Nodes.call(n, Ringbus, :info, ["obs"])
@@ -22,9 +22,7 @@ defmodule Ringbus.Replica.ReporterTest do
   end
 
   test "every node shows each member's role, term, indexes, lag and disk, and exports its own" do
-    nodes = Nodes.start(3, "replica_obs")
-    on_exit(fn -> Nodes.stop(nodes) end)
-    :ok = Nodes.join(nodes)
+    nodes = Peers.start_joined(3, "replica_obs")
     [a | _] = nodes
     names = Enum.map(nodes, & &1.node)
 
