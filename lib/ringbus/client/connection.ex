@@ -78,8 +78,8 @@ defmodule Ringbus.Client.Connection do
       out_no_ack: 0,
       ping_interval: ping_interval(limits.idle_timeout),
       linger: client.linger,
-      # Payloads gathered per channel: name => {count, bytes, entries, corrs},
-      # the entries encoded for the batch in order, the ids newest first.
+      # Payloads gathered per channel: name => {count, entries, corrs}, the
+      # entries encoded for the batch in order, the ids newest first.
       gathered: %{},
       gathered_cap: min(Map.get(args, :batch_bytes, 65_536), limits.max_frame_size),
       buffer_size: Map.get(args, :buffer_size, 1024 * 1024),
@@ -281,31 +281,32 @@ defmodule Ringbus.Client.Connection do
 
     case Map.pop(state.gathered, channel) do
       {nil, _} ->
-        add(state, channel, room, payload, corr, {0, 0, <<>>, []})
+        add(state, channel, room, payload, corr, {0, <<>>, []})
 
       {batch, gathered} ->
         add(%{state | gathered: gathered}, channel, room, payload, corr, batch)
     end
   end
 
-  defp add(state, channel, room, payload, corr, {count, bytes, entries, corrs} = batch) do
-    size = byte_size(payload) + 4
+  # The entries' size is the batch's bytes: each payload with its u32 length.
+  defp add(state, channel, room, payload, corr, {count, entries, corrs} = batch) do
+    size = byte_size(entries) + byte_size(payload) + 4
 
     cond do
-      count > 0 and bytes + size > room ->
-        state |> send_batch(channel, batch) |> add(channel, room, payload, corr, {0, 0, <<>>, []})
+      count > 0 and size > room ->
+        state |> send_batch(channel, batch) |> add(channel, room, payload, corr, {0, <<>>, []})
 
-      bytes + size >= room ->
+      size >= room ->
         state
-        |> send_batch(channel, {count + 1, bytes + size, entry(entries, payload), [corr | corrs]})
-        |> take(channel, room, {0, 0, <<>>, []})
+        |> send_batch(channel, {count + 1, Frame.batch_entry(entries, payload), [corr | corrs]})
+        |> take(channel, room, {0, <<>>, []})
 
       true ->
         take(
           state,
           channel,
           room,
-          {count + 1, bytes + size, entry(entries, payload), [corr | corrs]}
+          {count + 1, Frame.batch_entry(entries, payload), [corr | corrs]}
         )
     end
   end
@@ -322,9 +323,7 @@ defmodule Ringbus.Client.Connection do
     end
   end
 
-  defp entry(entries, payload), do: Frame.batch_entry(entries, payload)
-
-  defp keep(state, _channel, {0, _, _, _}), do: state
+  defp keep(state, _channel, {0, _, _}), do: state
 
   defp keep(state, channel, batch),
     do: arm_linger(%{state | gathered: Map.put(state.gathered, channel, batch)})
@@ -346,12 +345,12 @@ defmodule Ringbus.Client.Connection do
 
   defp send_batch(state, channel, batch) do
     case batch do
-      {1, _bytes, <<_size::32, payload::binary>>, [corr]} ->
+      {1, <<_size::32, payload::binary>>, [corr]} ->
         {data, bytes} = Frame.encode_push(corr, :ack, channel, payload)
         state = %{state | session: Session.async(state.session, corr, 1)}
         write(state, data, bytes)
 
-      {count, _bytes, entries, corrs} ->
+      {count, entries, corrs} ->
         batch = Counters.next_corr(state.counters)
         {data, bytes} = Frame.encode_push_batch(batch, :ack, channel, count, entries)
         session = Session.coalesced(state.session, batch, :lists.reverse(corrs), count)
@@ -399,7 +398,7 @@ defmodule Ringbus.Client.Connection do
     Enum.each(Session.down(session, notify_owner?), &effect(&1, state.owner))
   end
 
-  defp gathered_in_flight({_channel, {_, _, _, corrs}}, session),
+  defp gathered_in_flight({_channel, {_, _, corrs}}, session),
     do: corrs |> :lists.reverse() |> Enum.reduce(session, &Session.async(&2, &1, 1))
 
   # Async pushes reserved before the client was marked closed: they count as

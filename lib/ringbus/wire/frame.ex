@@ -440,7 +440,7 @@ defmodule Ringbus.Wire.Frame do
   def encode_push_batch(corr, mode, name, count, entries)
       when is_u32(corr) and is_ack_mode(mode) and is_name(name) and is_u32(count) and
              is_binary(entries) do
-    head = <<corr::32, push_flags(mode), byte_size(name)::16, name::binary, count::32>>
+    head = push_batch_head(corr, mode, name, count)
     size = byte_size(head) + byte_size(entries)
     {frame_iodata(@push_batch, [head, entries], size), size + 5}
   end
@@ -483,8 +483,8 @@ defmodule Ringbus.Wire.Frame do
   defp body({:push_batch, corr, mode, name, count, payloads})
        when is_u32(corr) and is_ack_mode(mode) and is_name(name) and is_u32(count) and
               is_list(payloads) do
-    head = [<<corr::32, push_flags(mode)>>, name(name), <<count::32>>]
-    {entries, size} = encode_payloads(payloads, count, head, 5 + 2 + byte_size(name) + 4)
+    head = push_batch_head(corr, mode, name, count)
+    {entries, size} = encode_payloads(payloads, count, head, byte_size(head))
     {@push_batch, entries, size}
   end
 
@@ -669,6 +669,9 @@ defmodule Ringbus.Wire.Frame do
   end
 
   defp name(name), do: [<<byte_size(name)::16>> | name]
+
+  defp push_batch_head(corr, mode, name, count),
+    do: <<corr::32, push_flags(mode), byte_size(name)::16, name::binary, count::32>>
 
   defp push_flags(:ack), do: 0
   defp push_flags(:no_ack), do: @no_ack_flag
