@@ -93,10 +93,6 @@ defmodule Ringbus.Resp.Session do
   @spec authenticated?(t()) :: boolean()
   def authenticated?(session), do: Keys.authenticated?(session)
 
-  @doc "Whether a command waits."
-  @spec blocked?(t()) :: boolean()
-  def blocked?(%__MODULE__{blocked: blocked}), do: blocked != nil
-
   @doc "The reply that closes a connection on a protocol error, a timeout or a shutdown."
   @spec fatal(t(), binary() | :timeout | :shutting_down) :: iodata()
   def fatal(session, :timeout),
