@@ -50,6 +50,11 @@ defmodule Ringbus.Channel.Producers do
   alias Ringbus.Channel.Ring
 
   @window 64
+
+  @doc "How many of a producer's latest tags a channel remembers."
+  @spec window() :: pos_integer()
+  def window, do: @window
+
   @max_producers 1024
 
   @type tag :: {term(), integer()}

@@ -40,7 +40,8 @@ defmodule Ringbus.Replica.Machine do
   alias Ringbus.Channel.Ring
   alias Ringbus.Store
 
-  @window 64
+  # A replicated channel remembers as many tags as a memory channel does.
+  @window Ringbus.Channel.Producers.window()
   @max_producers 1024
 
   defstruct [
