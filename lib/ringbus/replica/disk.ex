@@ -9,14 +9,22 @@ defmodule Ringbus.Replica.Disk do
 
   @doc """
   `{log_bytes, snapshot_bytes}` of the server directory `dir`: every
-  regular file under it, and those under its `snapshots/`. Files past the
-  first #{@max_entries} entries are not counted; a missing dir is `{0, 0}`.
+  regular file under it, and those under its `snapshots/`, each walked
+  once. Files past the first #{@max_entries} entries are not counted; a
+  missing dir is `{0, 0}`.
   """
   @spec usage(Path.t()) :: {non_neg_integer(), non_neg_integer()}
   def usage(dir) do
-    {all, _left} = walk([dir], 0, @max_entries)
-    {snapshots, _left} = walk([Path.join(dir, "snapshots")], 0, @max_entries)
-    {all, snapshots}
+    {snapshots, left} = walk([Path.join(dir, "snapshots")], 0, @max_entries - 1)
+
+    others =
+      case File.ls(dir) do
+        {:ok, names} -> for name <- names, name != "snapshots", do: Path.join(dir, name)
+        {:error, _} -> []
+      end
+
+    {rest, _left} = walk(others, 0, left)
+    {rest + snapshots, snapshots}
   end
 
   defp walk(_paths, bytes, 0), do: {bytes, 0}
