@@ -537,6 +537,15 @@ defmodule Ringbus.ClientTest do
       end
     end
 
+    test "a closing connection waits for a reserved push at most a second", %{port: port} do
+      c = connect!(port)
+      # A caller that took room and never sent (killed in between).
+      :ok = Ringbus.Client.Counters.reserve(c.counters, 1, 100)
+      {elapsed, :ok} = :timer.tc(fn -> Client.close(c) end)
+      assert elapsed in 900_000..3_000_000
+      assert {:error, :closed} = Client.push_async(c, "gone", "x")
+    end
+
     test "a server that stops ends each subscription with :shutting_down", %{port: port} do
       c = connect!(port)
       :ok = Client.create!(c, "stopping", capacity: 10)
