@@ -58,7 +58,7 @@ defmodule Ringbus.Resp.BadInputTest do
   end
 
   test "binary garbage", ctx do
-    garbage = :crypto.strong_rand_bytes(4096) |> :binary.replace(["\n", "*"], "x", [:global])
+    garbage = :crypto.strong_rand_bytes(4096) |> :binary.replace(["\n", "*", "$"], "x", [:global])
     assert_refused(ctx, "*1\r\n" <> garbage <> "\n", "expected '$'")
     assert_refused(ctx, "GET \"" <> garbage <> "\n", "unbalanced quotes")
   end
