@@ -16,6 +16,7 @@ defmodule Layers do
   @layer_of [
     {"lib/mix/", :mix},
     {"lib/ringbus.ex", :api},
+    {"lib/ringbus/op.ex", :op},
     {"lib/ringbus/application.ex", :application},
     {"lib/ringbus/store.ex", :store},
     {"lib/ringbus/channel", :channel},
@@ -46,6 +47,7 @@ defmodule Layers do
     :api,
     :channel,
     :store,
+    :op,
     :cluster,
     :leaf
   ]
@@ -60,13 +62,17 @@ defmodule Layers do
     channel: [:leaf],
     # The store owns every channel's tables: it makes its ring and anchor.
     store: [:channel, :leaf],
+    # Every channel operation, as data, and the one place that runs one
+    # (Ringbus.Op): on the channel layer, or through a replicated channel's log.
+    op: [:channel, :replica, :leaf],
     # Calls down into the channel layer and the store, never lib/ringbus.ex;
-    # a replicated channel's writes from other nodes go to its replica layer.
-    cluster: [:channel, :store, :replica, :leaf],
+    # another node's operations on a channel of this one run through the op
+    # layer; replicated channels' deletes and leaders are the replica layer's.
+    cluster: [:op, :channel, :store, :replica, :leaf],
     # Replicated channels: a Ra machine applying into the channel layer's rings.
     replica: [:channel, :store, :leaf],
     # lib/ringbus.ex: creates, deletes and names the store lacks go to the cluster.
-    api: [:channel, :store, :cluster, :replica, :leaf],
+    api: [:op, :channel, :store, :cluster, :replica, :leaf],
     # The client uses the wire only, never the server.
     client: [:wire, :leaf],
     # The server uses the wire and the channel API.

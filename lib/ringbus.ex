@@ -218,10 +218,14 @@ defmodule Ringbus do
   else of Ringbus lives in a caller.
   """
 
-  alias Ringbus.{Channel, Options, Store}
-  alias Ringbus.Channel.{Producers, Ring, Subscription}
-  alias Ringbus.Cluster.Router
+  alias Ringbus.{Channel, Op, Options, Store}
+  alias Ringbus.Channel.{Ring, Subscription}
+  alias Ringbus.Cluster.{Home, Router}
   alias Ringbus.Replica
+
+  # A membership change through a member: its catalogue calls and Ra's
+  # change, each bounded by the replica layer's management timeout.
+  @membership_timeout 45_000
 
   # What a remote `subscriptions/2` waits beyond its survey's timeout.
   @survey_reply_ms 100
@@ -439,43 +443,14 @@ defmodule Ringbus do
              | :timeout}
   def remove_replica(name, node) when is_atom(node), do: membership(name, :remove_member, node)
 
-  # Runs on a member: the replica layer makes the change, then the cluster
-  # tells every node the new members.
+  # Runs on a member, this node or one the cluster's link reaches (waiting
+  # at most @membership_timeout, never on a node that is down): the replica
+  # layer makes the change, then the cluster tells every node the new members.
   defp membership(name, change, node) do
     case Store.fetch(name) do
-      {:ok, %{replica: nil}} ->
-        {:error, :not_replicated}
-
-      {:ok, %{replica: replica} = channel} ->
-        with {:ok, nodes} <- apply(Replica, change, [channel, name, node]) do
-          opts = [capacity: channel.capacity, overflow: channel.overflow]
-          opts = [members: nodes] ++ opts ++ [max_bytes: channel.max_bytes]
-          Router.announce(name, opts, Map.get(replica, :stamp))
-        end
-
-      {:error, :no_channel} ->
-        on_member(name, change, node)
-    end
-  end
-
-  # A management call, as a create's to the members' catalogues: it waits
-  # on the member, within the bound of a membership change.
-  defp on_member(name, change, node) do
-    fun = if change == :add_member, do: :add_replica, else: :remove_replica
-
-    case Router.replica_member(name) do
-      {:ok, member} ->
-        try do
-          :erpc.call(member, __MODULE__, fun, [name, node], 60_000)
-        catch
-          :error, {:erpc, :timeout} -> {:error, :timeout}
-          :error, {:erpc, _} -> {:error, :node_down}
-        end
-
-      :error ->
-        if match?({:ok, _}, Router.home(name)),
-          do: {:error, :not_replicated},
-          else: {:error, :no_channel}
+      {:ok, %{replica: nil}} -> {:error, :not_replicated}
+      {:ok, channel} -> Home.membership(channel, name, change, node)
+      {:error, :no_channel} -> Router.request(name, {change, node}, @membership_timeout)
     end
   end
 
@@ -510,13 +485,29 @@ defmodule Ringbus do
       outcome is unknown. Defaults to `5000` on a replicated channel, the
       cluster's `:call_timeout` and `:reply_timeout` on another node's
       channel; a push to a memory channel of this node does not wait.
+    * `:create` - channel options (`create/2`'s): when no node has the
+      channel, it is created on this node with them, then pushed to. A
+      channel that another caller created meanwhile is pushed to as it is.
+      Defaults to `nil`: a push to no channel is `{:error, :no_channel}`.
 
   Bad options raise `ArgumentError`.
 
       Ringbus.push("orders", "o-17", producer: {"billing", 17})
+
+      iex> Ringbus.push("doc-push-create", "first", create: [capacity: 10])
+      {:ok, 0}
+      iex> Ringbus.push("doc-push-create", "second", create: [capacity: 10])
+      {:ok, 1}
+      iex> Ringbus.delete("doc-push-create")
+      :ok
   """
-  @spec push(name(), binary() | [binary()], producer: {term(), integer()}, timeout: pos_integer()) ::
-          {:ok, seq()} | {:error, :no_channel | :full | :too_large | :stale_tag | node_error()}
+  @spec push(name(), binary() | [binary()],
+          producer: {term(), integer()},
+          timeout: pos_integer(),
+          create: keyword()
+        ) ::
+          {:ok, seq()}
+          | {:error, :no_channel | :full | :too_large | :stale_tag | :exists | node_error()}
   def push(name, payload_or_payloads, []) when is_binary(payload_or_payloads),
     do: push(name, payload_or_payloads)
 
@@ -526,24 +517,18 @@ defmodule Ringbus do
 
   def push(name, payloads, opts) when is_list(payloads) do
     {count, bytes} = Ring.measure!(payloads)
+    opts = Options.validate!(opts, [producer: nil, timeout: nil, create: nil], "push")
+    Options.check!(:producer, opts[:producer], &tag?/1, "a tuple {producer_id, integer}")
 
-    case Store.fetch(name) do
-      {:ok, %{replica: r} = channel} when r != nil ->
-        Replica.push(channel, payloads, bytes, opts)
+    Options.check!(
+      :timeout,
+      opts[:timeout],
+      &(&1 == nil or Options.positive?(&1)),
+      "a positive integer"
+    )
 
-      _memory_or_remote ->
-        opts = Options.validate!(opts, [producer: nil, timeout: nil], "push")
-        Options.check!(:producer, opts[:producer], &tag?/1, "a tuple {producer_id, integer}")
-
-        Options.check!(
-          :timeout,
-          opts[:timeout],
-          &(&1 == nil or Options.positive?(&1)),
-          "a positive integer"
-        )
-
-        on_channel(name, {:push_tagged, opts[:producer], payloads, count, bytes}, opts[:timeout])
-    end
+    Options.check!(:create, opts[:create], &(&1 == nil or is_list(&1)), "a keyword list")
+    run(name, {:push_tagged, opts[:producer], payloads, count, bytes}, opts)
   end
 
   defp tag?(tag), do: tag == nil or match?({_id, n} when is_integer(n), tag)
@@ -625,7 +610,7 @@ defmodule Ringbus do
           | {:error, :no_channel | :too_large | node_error()}
   def read(name, from_seq, max)
       when is_integer(from_seq) and from_seq >= 0 and is_integer(max) and max >= 0,
-      do: on_channel(name, {:read, from_seq, max})
+      do: on_channel(name, {:read, from_seq, max, nil})
 
   @doc """
   Like `read/3`, with options:
@@ -647,9 +632,7 @@ defmodule Ringbus do
     incarnation = opts[:incarnation]
     Options.check!(:incarnation, incarnation, &incarnation?/1, "nil or a positive integer")
 
-    if incarnation == nil,
-      do: read(name, from_seq, max),
-      else: on_channel(name, {:read, from_seq, max, incarnation})
+    on_channel(name, {:read, from_seq, max, incarnation})
   end
 
   defp incarnation?(i), do: i == nil or Options.positive?(i)
@@ -821,15 +804,9 @@ defmodule Ringbus do
       "a positive integer"
     )
 
-    case Store.fetch(name) do
-      {:ok, channel} ->
-        {:ok, Subscription.survey(channel, opts[:timeout], opts[:limit])}
-
-      # The survey runs at the channel's home; the call waits for it plus a reply's time.
-      {:error, :no_channel} ->
-        op = {:subscriptions, opts[:timeout], opts[:limit]}
-        Router.request(name, op, opts[:timeout] + @survey_reply_ms)
-    end
+    # Remotely, the survey runs at the channel's home; the call waits for it plus a reply's time.
+    op = {:subscriptions, opts[:timeout], opts[:limit]}
+    on_channel(name, op, opts[:timeout] + @survey_reply_ms)
   end
 
   @doc """
@@ -869,67 +846,39 @@ defmodule Ringbus do
   def cluster_info,
     do: Map.put(Ringbus.Cluster.info(), :replicas, Replica.Reporter.channels())
 
-  # The one path of every operation on a named channel: run here on a
-  # channel of this node, else at its home through the cluster (which
-  # answers `:no_channel` for a name no node has). A channel deleted while
-  # the operation ran raises `ArgumentError` from its tables.
+  @doc false
+  # For the front ends: runs operation `op` (`Ringbus.Op.t()`) on channel
+  # `name`, on this node or at its home, with the three outcomes of "In a
+  # cluster". Options: `:timeout` (ms) bounds the wait instead of the
+  # cluster's timeouts; `:create`, channel options: when no node has the
+  # channel, it is created with them here first (`:exists` from a create
+  # that raced another is fine: the operation runs on that one).
+  @spec run(name(), Ringbus.Op.t(), keyword()) :: term()
+  def run(name, op, opts \\ []) do
+    case {on_channel(name, op, opts[:timeout]), opts[:create]} do
+      {{:error, :no_channel}, create} when is_list(create) ->
+        case create(name, create) do
+          reply when reply in [:ok, {:error, :exists}] -> on_channel(name, op, opts[:timeout])
+          error -> error
+        end
+
+      {answer, _create} ->
+        answer
+    end
+  end
+
+  # The one path of every operation on a named channel: `Ringbus.Op` runs it
+  # here on a channel of this node, else at its home through the cluster
+  # (which answers `:no_channel` for a name no node has). A channel deleted
+  # while the operation ran raises `ArgumentError` from its tables.
   defp on_channel(name, op, timeout \\ nil) do
     case Store.fetch(name) do
-      {:ok, channel} -> run(channel, op)
+      {:ok, channel} -> Op.run!(channel, op, timeout)
       {:error, :no_channel} -> Router.request(name, op, timeout)
     end
   rescue
     ArgumentError -> {:error, :no_channel}
   end
-
-  # A replicated channel's writes go through its Raft log; its reads, as
-  # any channel's, are the ring's.
-  defp run(%{replica: r} = channel, {:push, payload}) when r != nil,
-    do: Replica.push(channel, [payload], byte_size(payload), [])
-
-  defp run(%{replica: r} = channel, {push, payloads, _count, bytes})
-       when r != nil and push in [:push_many, :push_run],
-       do: Replica.push(channel, payloads, bytes, [])
-
-  defp run(%{replica: r} = channel, {:push_batches, batches}) when r != nil,
-    do: Replica.push_batches(channel, batches)
-
-  defp run(%{replica: r} = channel, :pull) when r != nil, do: Replica.pull(channel)
-  defp run(%{replica: r} = channel, :info) when r != nil, do: {:ok, Replica.info(channel)}
-
-  defp run(channel, {:push, payload}), do: Ring.push(channel, payload)
-
-  defp run(channel, {:push_many, payloads, count, bytes}),
-    do: Ring.push_measured(channel, payloads, count, bytes)
-
-  defp run(channel, {:push_run, payloads, count, bytes}),
-    do: Ring.push_run(channel, payloads, count, bytes)
-
-  defp run(%{replica: r} = channel, {:push_tagged, tag, payloads, _count, bytes}) when r != nil,
-    do: Replica.push(channel, payloads, bytes, producer: tag)
-
-  defp run(channel, {:push_tagged, tag, payloads, count, bytes}),
-    do: Producers.push_tagged(channel, tag, payloads, count, bytes)
-
-  defp run(channel, {:push_batches, batches}), do: {:ok, Ring.push_batches(channel, batches)}
-  defp run(channel, :pull), do: Ring.pull(channel)
-
-  defp run(channel, {:read, from_seq, max}) do
-    {messages, _count, lost, _next} = Ring.read(channel, from_seq, max)
-    {:ok, messages, lost}
-  end
-
-  defp run(channel, {:read, from_seq, max, incarnation}) do
-    with :ok <- Ring.check_incarnation(channel, incarnation),
-         do: run(channel, {:read, from_seq, max})
-  end
-
-  defp run(channel, :len), do: Ring.len(channel)
-  defp run(channel, :info), do: {:ok, Ring.info(channel)}
-  defp run(channel, :incarnation), do: {:ok, channel.incarnation}
-
-  defp run(channel, {:subscribe, opts, subscriber}),
-    do: Subscription.start(channel, subscriber, opts)
 
   # `create/2`'s `:replicas` option, which is not a channel option.
   defp pop_replicas!(opts) when is_list(opts) do

@@ -222,6 +222,14 @@ defmodule Ringbus.Replica do
   def pull(channel), do: call(channel, :pull, @default_timeout)
 
   @doc """
+  Removes the oldest messages `trim` names (`Ringbus.Channel.Trim`), as
+  one command through Ra however many it removes; answers how many.
+  """
+  @spec trim(Channel.t(), Ringbus.Channel.Trim.t()) ::
+          {:ok, non_neg_integer()} | {:error, :timeout | :no_channel}
+  def trim(channel, trim), do: call(channel, {:trim, trim}, @default_timeout)
+
+  @doc """
   Many batches (the server's), each through Ra on its own, in one
   command; one answer per batch.
   """
@@ -288,11 +296,7 @@ defmodule Ringbus.Replica do
         _ -> {0, 0, 0}
       end
 
-    leader =
-      case :ra_leaderboard.lookup_leader(replica.cluster) do
-        {_, node} -> node
-        _ -> nil
-      end
+    leader = leader(channel)
 
     channel
     |> Ring.info()
@@ -306,6 +310,15 @@ defmodule Ringbus.Replica do
       leader: leader,
       replication: Reporter.members(replica)
     })
+  end
+
+  @doc "The node of the channel's leader as this member's Ra knows it, or nil."
+  @spec leader(Channel.t()) :: node() | nil
+  def leader(%Channel{replica: replica}) do
+    case :ra_leaderboard.lookup_leader(replica.cluster) do
+      {_, node} -> node
+      _ -> nil
+    end
   end
 
   defp lookup(table, key, pos, default) do

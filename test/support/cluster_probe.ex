@@ -350,7 +350,7 @@ defmodule Ringbus.Test.ClusterProbe do
       {:ok, [_ | _] = messages, 0} ->
         {last, _} = List.last(messages)
         tags = Enum.reduce(messages, tags, fn {_, <<i::32, _::binary>>}, acc -> [i | acc] end)
-        answer = {length(messages), Ringbus.Cluster.Home.messages_bytes(messages)}
+        answer = {length(messages), Ringbus.Op.messages_bytes(messages)}
         read_all(name, total, max, last + 1, tags, max(largest, answer), errors)
 
       {:error, reason} when reason in [:node_busy, :timeout] ->

@@ -98,7 +98,7 @@ defmodule Ringbus.Channel.Ring do
   # a push reported stored is readable, pulled, or counted overwritten.
 
   alias Ringbus.Channel
-  alias Ringbus.Channel.Anchor
+  alias Ringbus.Channel.{Anchor, Trim}
 
   @head 1
   @tail 2
@@ -333,6 +333,27 @@ defmodule Ringbus.Channel.Ring do
 
   defp too_large?(%Channel{max_bytes: nil}, _bytes), do: false
   defp too_large?(%Channel{max_bytes: max}, bytes), do: bytes > max
+
+  @doc """
+  Removes the oldest messages that `trim` names (`Ringbus.Channel.Trim`),
+  each as a pull, so they count as `pulled`; answers how many went.
+  Pulls by others meanwhile can make it fewer.
+  """
+  @spec trim(Channel.t(), Trim.t()) :: {:ok, non_neg_integer()}
+  def trim(ch, trim), do: {:ok, take_oldest(ch, Trim.count(trim, first_seq(ch), next_seq(ch)))}
+
+  @doc "Pulls up to `count` of the oldest messages; answers how many it got."
+  @spec take_oldest(Channel.t(), non_neg_integer()) :: non_neg_integer()
+  def take_oldest(ch, count), do: take(ch, count, 0)
+
+  defp take(_ch, left, taken) when left <= 0, do: taken
+
+  defp take(ch, left, taken) do
+    case pull(ch) do
+      {:ok, _seq, _payload} -> take(ch, left - 1, taken + 1)
+      _empty -> taken
+    end
+  end
 
   @doc false
   # The first half of a push: reserves `count` seqs (and, under reject,

@@ -17,6 +17,7 @@ defmodule Ringbus.Cluster.Directory do
   alias Ringbus.Cluster.Directory.Core
 
   @table :ringbus_cluster_directory
+  @leaders :ringbus_cluster_leaders
 
   @doc false
   def child_spec(config),
@@ -53,6 +54,27 @@ defmodule Ringbus.Cluster.Directory do
     end
   rescue
     ArgumentError -> :error
+  end
+
+  @doc """
+  The leader of replicated channel `name` as one of its members last said
+  (`put_leader/2`), or nil.
+  """
+  @spec leader(term()) :: node() | nil
+  def leader(name) do
+    :ets.lookup_element(@leaders, name, 2)
+  rescue
+    ArgumentError -> nil
+  end
+
+  @doc "Remembers `leader` as the leader of replicated channel `name` (of another node)."
+  @spec put_leader(term(), node()) :: :ok
+  def put_leader(name, leader) do
+    :ets.insert(@leaders, {name, leader})
+    :ok
+  rescue
+    # The cluster layer is restarting.
+    ArgumentError -> :ok
   end
 
   @doc """
@@ -140,6 +162,8 @@ defmodule Ringbus.Cluster.Directory do
   @impl true
   def init(config) do
     :ets.new(@table, [:named_table, :protected, :set, read_concurrency: true])
+    # Leaders of replicated channels as their members last said (the router's).
+    :ets.new(@leaders, [:named_table, :public, :set, read_concurrency: true])
     incarnation = {System.os_time(:microsecond), :erlang.unique_integer()}
     # core: the directory's state; timers: create id => timer reference.
     {:ok, %{core: Core.new(incarnation, config.create_timeout), timers: %{}}}
@@ -254,6 +278,7 @@ defmodule Ringbus.Cluster.Directory do
 
   defp execute({:drop_entry, name}, state) do
     :ets.delete(@table, name)
+    :ets.delete(@leaders, name)
     state
   end
 

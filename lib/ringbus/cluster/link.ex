@@ -58,6 +58,7 @@ defmodule Ringbus.Cluster.Link do
 
   use GenServer
 
+  alias Ringbus.Op
   alias Ringbus.Cluster.{Directory, Home, Links, Outbox}
 
   # What a request, an answer or a batch of messages costs beyond its
@@ -173,7 +174,7 @@ defmodule Ringbus.Cluster.Link do
   # within the subscription's credit, so it always goes in.
   def handle_info({:ringbus, sub, messages, lost}, state) do
     item = {:deliver, sub, messages, lost}
-    outbox = Outbox.force_push(state.outbox, item, Home.messages_bytes(messages) + @item_bytes)
+    outbox = Outbox.force_push(state.outbox, item, Op.messages_bytes(messages) + @item_bytes)
 
     state = %{state | outbox: outbox}
     noreply(if Outbox.full?(outbox), do: full(state), else: state)
@@ -375,7 +376,7 @@ defmodule Ringbus.Cluster.Link do
   end
 
   defp answer(state, ref, answer) do
-    case Outbox.push(state.outbox, {:reply, ref, answer}, Home.answer_bytes(answer) + @item_bytes) do
+    case Outbox.push(state.outbox, {:reply, ref, answer}, Op.answer_bytes(answer) + @item_bytes) do
       {:ok, outbox} ->
         %{state | outbox: outbox}
 

@@ -7,13 +7,15 @@ defmodule Ringbus.Cluster.Router do
   # answers, or says `{:error, :node_down}` / `{:error, :node_busy}` (not
   # carried out) or `{:error, :timeout}` (unknown), within a bounded wait.
   #
-  # A replicated channel has members instead of one home: a non-member
-  # sends each request to the first member (in the order the channel was
-  # created with, its creator first) whose link is up. A member runs reads
-  # on its ring and hands writes to its writer, which sends them to the Ra
-  # leader; so writes wait the replica layer's default, not the link's.
+  # A replicated channel has members instead of one home. A non-member
+  # sends a write to its leader as a member last said (`Home` answers a
+  # replicated write with the leader it then knows), else, as it sends a
+  # read, to the first member (in the order the channel was created with,
+  # its creator first) whose link is up. A member runs reads on its ring and
+  # hands writes to its writer, which sends them to the Ra leader; so writes
+  # wait the replica layer's default, not the link's.
 
-  alias Ringbus.Store
+  alias Ringbus.{Op, Store}
   alias Ringbus.Cluster.{Directory, Links}
 
   @doc "Runs `op` on channel `name` at its home, or `{:error, :no_channel}` when none has it."
@@ -23,7 +25,7 @@ defmodule Ringbus.Cluster.Router do
     case Directory.remote_entry(name) do
       {:ok, home, opts} when home != node() ->
         case Keyword.fetch(opts, :members) do
-          {:ok, members} -> Links.call(member(members), name, op, timeout || write_timeout(op))
+          {:ok, members} -> replicated(name, members, op, timeout)
           :error -> Links.call(home, name, op, timeout)
         end
 
@@ -34,11 +36,31 @@ defmodule Ringbus.Cluster.Router do
 
   # A replicated write commits on a majority's disks before it is answered.
   @write_timeout 5_000
-  @writes [:push, :push_many, :push_run, :push_tagged, :push_batches]
 
-  defp write_timeout(:pull), do: @write_timeout
-  defp write_timeout(op) when elem(op, 0) in @writes, do: @write_timeout
-  defp write_timeout(_op), do: nil
+  defp replicated(name, members, op, timeout) do
+    if Op.write?(op) do
+      case Links.call(writer(name, members), name, op, timeout || @write_timeout) do
+        {:led, leader, answer} ->
+          if leader, do: Directory.put_leader(name, leader)
+          answer
+
+        answer ->
+          answer
+      end
+    else
+      Links.call(member(members), name, op, timeout)
+    end
+  end
+
+  # The leader as last known, while its link is up; else any member.
+  defp writer(name, members) do
+    leader = Directory.leader(name)
+
+    if leader != nil and leader != node() and leader in members and
+         leader in Links.nodes([:up]),
+       do: leader,
+       else: member(members)
+  end
 
   # The first member whose link is up, else the first one (whose link then
   # answers node_busy or node_down). Never this node: a member has the ring.
@@ -79,22 +101,6 @@ defmodule Ringbus.Cluster.Router do
   @doc "Settles a claim: announces the replicated channel or releases its name."
   @spec claimed(term(), keyword(), term(), term()) :: term()
   def claimed(name, opts, stamp, result), do: Directory.claimed(name, opts, stamp, result)
-
-  @doc "Tells every node the new members of replicated channel `name` (in `opts`)."
-  @spec announce(term(), keyword(), term()) :: :ok
-  def announce(name, opts, stamp), do: Directory.announce(name, opts, stamp)
-
-  @doc """
-  A member of replicated channel `name` that this node is not, as the
-  directory has it, or `:error`.
-  """
-  @spec replica_member(term()) :: {:ok, node()} | :error
-  def replica_member(name) do
-    case Directory.remote_entry(name) do
-      {:ok, _home, opts} -> if m = opts[:members], do: {:ok, member(m)}, else: :error
-      :error -> :error
-    end
-  end
 
   @doc "Tells every node that replicated channel `name` is deleted."
   @spec deleted(term(), term()) :: :ok

@@ -6,7 +6,8 @@ defmodule Ringbus.Replica.Commands do
   #
   # A run of pushes is one `{:push_batches, [{tag, payloads}]}` (each batch
   # decided on its own, so one refusal refuses no other); a run of pulls is
-  # one `{:pull, n}`, whose messages go to the pullers in order. Order is
+  # one `{:pull, n}`, whose messages go to the pullers in order; a trim is
+  # one `{:trim, trim}`, however many messages it removes. Order is
   # kept: a caller waits for each answer, so its requests are never in one
   # queue together, and requests of different callers are not ordered.
 
@@ -16,7 +17,9 @@ defmodule Ringbus.Replica.Commands do
   @max_bytes 4 * 1024 * 1024
 
   @typedoc "A queued request: who to answer, and what."
-  @type request :: {reply_to :: term(), {:push, term(), [binary()], non_neg_integer()} | :pull}
+  @type request ::
+          {reply_to :: term(),
+           {:push, term(), [binary()], non_neg_integer()} | :pull | {:trim, map()}}
 
   @typedoc "A machine command, and who to answer, in order."
   @type command :: {term(), [term()]}
@@ -36,6 +39,8 @@ defmodule Ringbus.Replica.Commands do
     {to, rest} = pulls(requests, [], 0)
     group(rest, [{{:pull, length(to)}, to} | acc])
   end
+
+  defp group([{to, {:trim, trim}} | rest], acc), do: group(rest, [{{:trim, trim}, [to]} | acc])
 
   defp pushes([{to, {:push, tag, payloads, bytes}} | rest], batches, tos, n, size)
        when n < @max_requests and (n == 0 or size + bytes <= @max_bytes),
@@ -60,6 +65,8 @@ defmodule Ringbus.Replica.Commands do
 
   def answers({:pull, _}, tos, {:ok, messages}) when is_list(messages),
     do: pulled(tos, messages, [])
+
+  def answers({:trim, _}, [to], {:ok, count}), do: [{to, {:ok, count}}]
 
   def answers(_command, tos, {:error, _} = error), do: for(to <- tos, do: {to, error})
 

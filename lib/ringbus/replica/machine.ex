@@ -17,6 +17,8 @@ defmodule Ringbus.Replica.Machine do
   #                              many batches, each decided alone; replies a list
   #   {:pull, max}               takes up to max of the oldest; replies
   #                              {:ok, [{seq, payload}]} (on the node that applies it)
+  #   {:trim, trim}              takes the oldest that `Ringbus.Channel.Trim`
+  #                              names, as pulls; replies {:ok, count}
   #
   # A tag is nil or {producer_id, n}. A producer's tags increase; a batch
   # whose tag was stored already gets the reply it got then (within the last
@@ -37,7 +39,7 @@ defmodule Ringbus.Replica.Machine do
 
   @behaviour :ra_machine
 
-  alias Ringbus.Channel.Ring
+  alias Ringbus.Channel.{Ring, Trim}
   alias Ringbus.Store
 
   # A replicated channel remembers as many tags as a memory channel does.
@@ -138,6 +140,13 @@ defmodule Ringbus.Replica.Machine do
     first = state.tail
     state = %{state | tail: first + count} |> forget_sizes(count)
     {state, {:pulled, first, count}, [{:pull, first, count}]}
+  end
+
+  def decide({:trim, %{strategy: _} = trim}, index, state) do
+    {state, {:pulled, first, count}, ops} =
+      decide({:pull, Trim.count(trim, state.tail, state.head)}, index, state)
+
+    {state, {:trimmed, first, count}, ops}
   end
 
   def decide(_unknown, _index, state), do: {state, {:error, :badarg}, []}
@@ -366,5 +375,6 @@ defmodule Ringbus.Replica.Machine do
   end
 
   defp pulled_reply({:pulled, _first, _count}, messages), do: {:ok, messages}
+  defp pulled_reply({:trimmed, _first, count}, _messages), do: {:ok, count}
   defp pulled_reply(reply, _messages), do: reply
 end

@@ -6,11 +6,12 @@ defmodule Ringbus.Resp.StreamCommands do
   # `{reply, session}` or, for a read that waits, `{:block, block, session}`.
   #
   # Removing entries. A ring gives up its entries from the oldest end only,
-  # by pulling them: XTRIM, the trimming options of XADD and XDEL pull, and
-  # the stream's `pulled` figure counts them. XDEL deletes the IDs given when
+  # by pulling them: XTRIM, the trimming options of XADD and XDEL are one
+  # trim where the stream lives (`Ringbus.Channel.Trim`), and the stream's
+  # `pulled` figure counts what they remove. XDEL deletes the IDs given when
   # they are the stream's oldest entries, and refuses to punch a hole.
 
-  alias Ringbus.Resp.{Args, BlockingRead, Encoder, Entry, Errors, Keys, Trim}
+  alias Ringbus.Resp.{Args, BlockingRead, Encoder, Entry, Errors, Keys}
 
   # A read with no COUNT: everything, as in Redis; the ring bounds it.
   @all 4_611_686_018_427_387_904
@@ -91,47 +92,51 @@ defmodule Ringbus.Resp.StreamCommands do
 
   defp in_order([], _replies, acc), do: :lists.reverse(acc)
 
-  # The XADDs of one stream as one push where that stores and trims exactly
-  # what they would one by one; else one by one.
+  # The XADDs of one stream as one operation where the stream lives: one
+  # push of them all, then their trim (`Ringbus.Op`'s `:push_trim`); one by
+  # one when the stream refuses them together.
   defp store_group(key, {{nomkstream, trim}, payloads, n, bytes}, s) do
     payloads = :lists.reverse(payloads)
 
-    cond do
-      n == 1 -> [store_one(payloads, key, nomkstream, trim, s)]
-      trim == nil -> store_run(key, payloads, n, bytes, nomkstream, s)
-      true -> store_trimmed(key, payloads, n, bytes, nomkstream, trim, s)
-    end
+    if n == 1,
+      do: [store_one(payloads, key, nomkstream, trim, s)],
+      else: store_run(key, payloads, n, bytes, nomkstream, trim, s)
   end
 
-  defp store_run(key, payloads, n, bytes, nomkstream, s) do
-    case push(key, &Ringbus.push_run(&1, payloads, n, bytes), nomkstream, s) do
+  defp store_run(key, payloads, n, bytes, nomkstream, trim, s) do
+    case push(key, {:push_run, payloads, n, bytes}, nomkstream, trim, s) do
       {:ok, first, tag} ->
         ids(first, n, tag, [])
 
-      {:error, reason} when reason in [:full, :too_large] ->
+      {:error, reason} when reason in [:full, :too_large] and trim == nil ->
         # A rejecting stream, or entries over max_bytes: each XADD goes in
-        # on its own or not at all, in one call.
+        # on its own or not at all, in one operation.
         batches = Enum.map(payloads, &{[&1], 1, byte_size(&1)})
 
-        with {:ok, inc} <- Ringbus.incarnation(key),
-             {:ok, results} <- Ringbus.push_batches(key, batches) do
-          Enum.map(results, &stored(key, Entry.tag(inc), &1))
-        else
-          {:error, reason} -> one_by_one(key, payloads, n, nomkstream, nil, reason, s)
+        case Ringbus.run(key, {:stamped, {:push_batches, batches}}) do
+          {:ok, inc, {:ok, results}} ->
+            Enum.map(results, &stored(key, Entry.tag(inc), &1))
+
+          {:ok, _inc, {:error, reason}} ->
+            one_by_one(key, payloads, n, nomkstream, nil, reason, s)
+
+          {:error, reason} ->
+            one_by_one(key, payloads, n, nomkstream, nil, reason, s)
         end
 
       {:error, reason} ->
-        one_by_one(key, payloads, n, nomkstream, nil, reason, s)
+        one_by_one(key, payloads, n, nomkstream, trim, reason, s)
     end
   end
 
   # A whole batch refused and certainly not stored: by the bound of the link
   # to the stream's node, or while that node is busy, where one XADD may go
-  # through; then the XADDs one by one. Any other error answers them all:
+  # through, or as one that would lap the ring before its trim; then the
+  # XADDs one by one. Any other error answers them all:
   # after a timeout a batch may have been stored, and must not be again.
   defp one_by_one(key, payloads, _n, nomkstream, trim, reason, s)
-       when reason in [:full, :too_large, :node_busy],
-       do: each(key, payloads, nomkstream, trim, s)
+       when reason in [:full, :too_large, :node_busy, :laps],
+       do: Enum.map(payloads, &store_one([&1], key, nomkstream, trim, s))
 
   defp one_by_one(key, _payloads, n, _nomkstream, _trim, reason, _s),
     do: List.duplicate(push_error(key, reason), n)
@@ -139,97 +144,35 @@ defmodule Ringbus.Resp.StreamCommands do
   defp stored(_key, tag, {:ok, seq}), do: Entry.id(seq, tag)
   defp stored(key, _tag, {:error, reason}), do: push_error(key, reason)
 
-  # One by one, each XADD trims after its push; together, the pulls of those
-  # trims that fall on entries held before the batch go first, so the stream
-  # never holds more than one by one it would. Exact only when none of them
-  # would have lapped the ring: a drop-oldest stream with room for the
-  # batch on top of what it holds.
-  defp store_trimmed(key, payloads, n, bytes, nomkstream, trim, s) do
-    with {:ok, info} <- info(key, nomkstream, s),
-         true <- room?(info, n, bytes) do
-      trim = local_trim(trim, Entry.tag(info.incarnation))
-      next = info.next_seq
-      pre = min(Trim.count(trim, info.first_seq, next + n), next - info.first_seq)
-      pulled = pull(key, pre, 0)
+  defp store_one([payload], key, nomkstream, trim, s),
+    do: store_one_with({:push_many, [payload], 1, byte_size(payload)}, key, nomkstream, trim, s)
 
-      case push(key, &Ringbus.push_run(&1, payloads, n, bytes), nomkstream, s) do
-        {:ok, ^next, tag} ->
-          pull(key, Trim.count(trim, info.first_seq + pulled, next + n), 0)
-          ids(next, n, tag, [])
-
-        {:ok, first, tag} ->
-          # Others pushed meanwhile (or made the stream again): trim what
-          # the stream holds now.
-          trim(key, trim)
-          ids(first, n, tag, [])
-
-        {:error, reason} ->
-          one_by_one(key, payloads, n, nomkstream, trim, reason, s)
-      end
-    else
-      {:error, reason} -> List.duplicate(push_error(key, reason), n)
-      false -> each(key, payloads, nomkstream, trim, s)
-    end
-  end
-
-  defp each(key, payloads, nomkstream, trim, s),
-    do: Enum.map(payloads, &store_one([&1], key, nomkstream, trim, s))
-
-  # Errors are replies here, never thrown: a batch is stored outside any
-  # one command.
-  defp info(key, nomkstream, s) do
-    case Ringbus.info(key) do
-      {:error, :no_channel} when nomkstream ->
-        {:error, :nomkstream}
-
-      {:error, :no_channel} ->
-        with :ok <- Keys.create(key, s), do: Ringbus.info(key)
-
-      result ->
-        result
-    end
-  end
-
-  defp room?(%{overflow: :drop_oldest} = info, n, bytes) do
-    info.len + n <= info.capacity and
-      (info.max_bytes == nil or info.bytes + bytes <= info.max_bytes)
-  end
-
-  defp room?(_info, _n, _bytes), do: false
-
-  defp store_one(payloads, key, nomkstream, trim, s),
-    do: store_one_with(&Ringbus.push_many(&1, payloads), key, nomkstream, trim, s)
-
-  # One push (`push`), then its trim: its ID, or the error as a reply.
-  defp store_one_with(push, key, nomkstream, trim, s) do
-    case push(key, push, nomkstream, s) do
-      {:ok, seq, tag} ->
-        trim(key, trim)
-        Entry.id(seq, tag)
-
-      {:error, reason} ->
-        push_error(key, reason)
+  # One push and its trim: its ID, or the error as a reply.
+  defp store_one_with(op, key, nomkstream, trim, s) do
+    case push(key, op, nomkstream, trim, s) do
+      {:ok, seq, tag} -> Entry.id(seq, tag)
+      {:error, reason} -> push_error(key, reason)
     end
   end
 
   defp ids(_first, 0, _tag, acc), do: :lists.reverse(acc)
   defp ids(first, n, tag, acc), do: ids(first + 1, n - 1, tag, [Entry.id(first, tag) | acc])
 
-  # The incarnation is looked up before the push: should the stream be made
-  # again in between, the IDs name the incarnation gone, and a consumer that
-  # resumes from them is told so, rather than the other way round.
-  defp push(key, push, nomkstream, s) do
-    case tagged_push(key, push) do
-      {:error, :no_channel} when nomkstream -> {:error, :nomkstream}
-      {:error, :no_channel} -> with :ok <- Keys.create(key, s), do: tagged_push(key, push)
-      result -> result
-    end
-  end
+  # One request to where the stream lives: the push, its trim, and the
+  # incarnation its IDs are tagged with, which the home reads with the push;
+  # a stream no node has is made first, unless NOMKSTREAM. Errors are
+  # answers here, never thrown: a batch is stored outside any one command.
+  defp push(key, op, nomkstream, trim, s) do
+    op = if trim, do: {:push_trim, op, seq_trim(key, trim)}, else: op
+    create = if nomkstream, do: nil, else: Keys.stream_options(s.config) || nil
 
-  defp tagged_push(key, push) do
-    with {:ok, inc} <- Ringbus.incarnation(key),
-         {:ok, seq} <- push.(key),
-         do: {:ok, seq, Entry.tag(inc)}
+    case Ringbus.run(key, {:stamped, op}, create: create) do
+      {:ok, inc, {:ok, seq}} -> {:ok, seq, Entry.tag(inc)}
+      {:ok, _inc, {:error, _} = error} -> error
+      {:error, :no_channel} when nomkstream -> {:error, :nomkstream}
+      {:error, :no_channel} when create == nil -> {:error, :no_create}
+      {:error, _} = error -> error
+    end
   end
 
   @doc "The tag of stream `key`'s IDs (`Ringbus.Resp.Entry.tag/1`), or nil when it does not exist."
@@ -279,8 +222,8 @@ defmodule Ringbus.Resp.StreamCommands do
 
   # Stored once however often it is sent: a resend answers the first send's ID.
   defp tagged(add, tag, payload, s) do
-    push = &Ringbus.push(&1, payload, producer: tag)
-    store_one_with(push, add.key, add.nomkstream, add.trim, s)
+    op = {:push_tagged, tag, [payload], 1, byte_size(payload)}
+    store_one_with(op, add.key, add.nomkstream, add.trim, s)
   end
 
   # A ring numbers its entries itself: an explicit ID must be the next one.
@@ -335,37 +278,20 @@ defmodule Ringbus.Resp.StreamCommands do
 
   ## Trimming
 
-  # Pulls the oldest entries Redis would trim (`Ringbus.Resp.Trim`); returns
-  # how many went. Concurrent pulls may leave the stream a little shorter.
-  # After an XADD, whose entry is stored, a stream that cannot be read is
-  # left untrimmed: the XADD is answered its ID, not an error.
-  defp trim(_key, nil), do: 0
-  defp trim(key, trim), do: trim_held(key, trim, Ringbus.info(key))
-
-  defp trim_held(key, trim, {:ok, info}) do
-    trim = local_trim(trim, Entry.tag(info.incarnation))
-    pull(key, Trim.count(trim, info.first_seq, info.next_seq), 0)
+  # A trim as the channel runs it: MINID's ID as the seq it names, which
+  # takes the stream's tag (one more request, whose error leaves the ID as
+  # it is: the trim then meets the error); MAXLEN as it is.
+  defp seq_trim(key, %{strategy: {:minid, id}} = trim) do
+    tag = with {:ok, inc} <- Ringbus.incarnation(key), do: Entry.tag(inc)
+    id = if is_integer(tag), do: Entry.local(id, tag), else: id
+    %{trim | strategy: {:min_seq, Entry.seq_from(id)}}
   end
 
-  defp trim_held(_key, _trim, _error), do: 0
-
-  defp local_trim(%{strategy: {:minid, id}} = trim, tag),
-    do: %{trim | strategy: {:minid, Entry.local(id, tag)}}
-
-  defp local_trim(trim, _tag), do: trim
-
-  defp pull(_key, n, done) when n <= 0, do: done
-
-  defp pull(key, n, done) do
-    case Ringbus.pull(key) do
-      {:ok, _seq, _payload} -> pull(key, n - 1, done + 1)
-      _ -> done
-    end
-  end
+  defp seq_trim(_key, trim), do: trim
 
   def xtrim([key | rest], s) do
     case Args.parse_xtrim(rest) do
-      {:ok, trim} -> {trim_held(key, trim, Errors.check!(Ringbus.info(key), key)), s}
+      {:ok, trim} -> {trimmed(key, Ringbus.run(key, {:trim, seq_trim(key, trim)})), s}
       {:error, reply} -> {reply, s}
     end
   end
@@ -408,12 +334,20 @@ defmodule Ringbus.Resp.StreamCommands do
         0
 
       Enum.max(held) == info.first_seq + count - 1 ->
-        pull(key, count, 0)
+        trim = %{strategy: {:min_seq, info.first_seq + count}, approx: false, limit: nil}
+        trimmed(key, Ringbus.run(key, {:trim, trim}))
 
       true ->
         Encoder.error(
           "ERR a Ringbus stream deletes entries from its oldest end only: XDEL its oldest entries, or XTRIM"
         )
+    end
+  end
+
+  defp trimmed(key, answer) do
+    case Errors.check!(answer, key) do
+      {:ok, count} -> count
+      {:error, :no_channel} -> 0
     end
   end
 

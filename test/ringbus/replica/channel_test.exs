@@ -43,6 +43,40 @@ defmodule Ringbus.Replica.ChannelTest do
     assert %{replica: %{members: [_]}} = Internals.channel!(name)
   end
 
+  # A trim is one operation where the channel lives: on a replicated
+  # channel one command through Ra, however many messages it removes.
+  test "XTRIM and XADD MAXLEN over RESP are one Raft entry each, however many entries they remove" do
+    name = unique()
+    :ok = Ringbus.create(name, replicas: 1, capacity: 1_000)
+    {:ok, 0} = Ringbus.push_many(name, for(i <- 1..300, do: "m#{i}"))
+    port = Ringbus.Test.ClusterProbe.start_resp_server()
+    client = Ringbus.Test.RespClient.connect!(port)
+    server = Internals.channel!(name).replica.server
+
+    before = last_index(server)
+    {[250], client} = Ringbus.Test.RespClient.call(client, ["XTRIM", name, "MAXLEN", "50"])
+    assert last_index(server) - before == 1
+    assert {:ok, %{len: 50, pulled: 250, first_seq: 250}} = Ringbus.info(name)
+
+    # The push and its trim: two entries, not one per entry trimmed.
+    before = last_index(server)
+
+    {[id], client} =
+      Ringbus.Test.RespClient.call(client, ["XADD", name, "MAXLEN", "=", "10", "*", "f", "v"])
+
+    assert is_binary(id)
+    assert last_index(server) - before == 2
+    assert {:ok, %{len: 10, pulled: 291, next_seq: 301}} = Ringbus.info(name)
+    Ringbus.Test.RespClient.close(client)
+  end
+
+  # The index of the last entry this member applied (a lone member applies
+  # each before it answers).
+  defp last_index(server) do
+    {:ok, {{index, _term}, :ok}, _leader} = :ra.local_query(server, fn _ -> :ok end)
+    index
+  end
+
   test "a reject channel refuses what does not fit, as a local one does" do
     name = unique()
     :ok = Ringbus.create(name, replicas: 1, capacity: 2, overflow: :reject, max_bytes: 4)

@@ -155,8 +155,7 @@ defmodule Ringbus.Resp.XaddBatchTest do
 
     commands = for i <- 1..8, do: ["XADD", Enum.at(["xb-a", "xb-b"], rem(i, 2)), "*", "f", "#{i}"]
 
-    for f <- [:push, :push_many, :push_run, :push_batches],
-        do: :erlang.trace_pattern({Ringbus, f, :_}, true, [])
+    :erlang.trace_pattern({Ringbus, :run, :_}, true, [])
 
     # The calls come to this process from a tracer of their own.
     test = self()
@@ -246,11 +245,11 @@ defmodule Ringbus.Resp.XaddBatchTest do
 
   defp pushes do
     receive do
-      {:trace, _pid, :call, {Ringbus, f, [key, _payloads, n, _bytes]}} ->
+      {:trace, _pid, :call, {Ringbus, :run, [key, {:stamped, {f, _payloads, n, _bytes}} | _]}} ->
         [{f, key, n} | pushes()]
 
-      {:trace, _pid, :call, {Ringbus, f, [key | _]}} ->
-        [{f, key} | pushes()]
+      {:trace, _pid, :call, {Ringbus, :run, [key, op | _]}} ->
+        [{op, key} | pushes()]
     after
       0 -> []
     end

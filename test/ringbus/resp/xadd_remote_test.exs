@@ -54,6 +54,36 @@ defmodule Ringbus.Resp.XaddRemoteTest do
     assert result == run(ctx, commands, :one_by_one)
   end
 
+  # One operation where the stream lives: the push, the trim and the
+  # incarnation the ID is tagged with come back in one answer.
+  test "an XADD to a stream on another node is one link round trip, MAXLEN = 0 over held entries too",
+       ctx do
+    Nodes.call(ctx.b, Ringbus, :delete, ["xr-one"])
+    :ok = Nodes.call(ctx.b, Ringbus, :create, ["xr-one", [capacity: 50]])
+    assert eventually(fn -> Nodes.call(ctx.a, Ringbus, :len, ["xr-one"]) == 0 end)
+    client = RespClient.connect!(ctx.port)
+
+    for command <- [
+          ~w(XADD xr-one * f 1),
+          ~w(XADD xr-one * f 2),
+          ~w(XADD xr-one MAXLEN = 0 * f 3)
+        ] do
+      before = calls(ctx.a, ctx.b.node)
+      {[id], _} = RespClient.call(client, command)
+      assert is_binary(id)
+      assert calls(ctx.a, ctx.b.node) - before == 1, "#{inspect(command)}: one round trip"
+    end
+
+    RespClient.close(client)
+    {:ok, info} = Nodes.call(ctx.b, Ringbus, :info, ["xr-one"])
+    assert %{len: 0, pulled: 3, next_seq: 3} = info
+  end
+
+  defp calls(a, b) do
+    %{links: %{^b => link}} = Nodes.call(a, Ringbus.Cluster, :info, [])
+    link.calls_ok + link.calls_refused + link.calls_timeout
+  end
+
   defp run(%{a: a, b: b, port: port}, commands, how) do
     for {name, opts} <- @made do
       Nodes.call(b, Ringbus, :delete, [name])

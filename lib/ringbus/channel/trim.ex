@@ -1,7 +1,11 @@
-defmodule Ringbus.Resp.Trim do
+defmodule Ringbus.Channel.Trim do
   @moduledoc false
-  # How many of a stream's oldest entries an XTRIM, or the MAXLEN/MINID of
-  # an XADD, removes: Redis 7.0's `streamTrim`, as arithmetic on seqs. Pure.
+  # How many of a channel's oldest messages a trim removes: Redis 7.0's
+  # `streamTrim` (XTRIM, and the MAXLEN/MINID of an XADD), as arithmetic on
+  # seqs. Pure. It runs where the channel lives (`Ringbus.Op`, and a
+  # replicated channel's machine), so a trim is one operation however many
+  # messages it removes. A front end turns its own bounds into seqs first:
+  # RESP's MINID is the seq of the ID it names (`{:min_seq, seq}`).
   #
   # Redis keeps a stream in nodes of at most 100 entries
   # (`stream-node-max-entries`) and trims by walking them from the oldest:
@@ -14,13 +18,11 @@ defmodule Ringbus.Resp.Trim do
   # 100k + 99, those still held. Redis also starts a node after 4,096 bytes
   # (`stream-node-max-bytes`), so with large entries its `~` removes fewer.
 
-  alias Ringbus.Resp.Entry
-
   @node 100
 
   @typedoc "A trim as the commands parse it."
   @type t :: %{
-          strategy: {:maxlen, non_neg_integer()} | {:minid, Entry.id()},
+          strategy: {:maxlen, non_neg_integer()} | {:min_seq, non_neg_integer()},
           approx: boolean(),
           limit: non_neg_integer() | nil
         }
@@ -30,6 +32,11 @@ defmodule Ringbus.Resp.Trim do
 
   @doc """
   How many entries to remove from a stream holding the seqs `first..next - 1`.
+
+      iex> Ringbus.Channel.Trim.count(%{strategy: {:maxlen, 2}, approx: false, limit: nil}, 0, 6)
+      4
+      iex> Ringbus.Channel.Trim.count(%{strategy: {:maxlen, 2}, approx: true, limit: nil}, 0, 6)
+      0
   """
   @spec count(t(), Ringbus.seq(), Ringbus.seq()) :: non_neg_integer()
   def count(%{strategy: strategy, approx: approx} = trim, first, next) do
@@ -69,10 +76,10 @@ defmodule Ringbus.Resp.Trim do
   defp whole_node?({:maxlen, max}, first, next, _node_end, entries),
     do: next - first - entries >= max
 
-  defp whole_node?({:minid, id}, _first, _next, node_end, _entries),
-    do: node_end <= Entry.seq_from(id)
+  defp whole_node?({:min_seq, seq}, _first, _next, node_end, _entries),
+    do: node_end <= seq
 
   # Entries of the oldest node removed one by one: it does not go whole.
   defp within({:maxlen, max}, first, next), do: next - first - max
-  defp within({:minid, id}, first, _next), do: max(Entry.seq_from(id) - first, 0)
+  defp within({:min_seq, seq}, first, _next), do: max(seq - first, 0)
 end

@@ -1,0 +1,355 @@
+defmodule Ringbus.Op do
+  @moduledoc false
+  # Every operation on a channel, as data, and the one place that runs it.
+  #
+  # `Ringbus` (a caller on the channel's node), `Ringbus.Cluster.Home` (a
+  # request another node's link brought) and the router (which picks where
+  # a request goes and how long it may wait) all take an operation of
+  # `t()` and hand it to `run/3` on the channel's handle, memory or
+  # replicated. So an operation is one clause here, plus its mapping in each
+  # front end that offers it; docs/ARCHITECTURE.md ("One path") draws it.
+  #
+  # `run/3` decides and does what needs no waiting; what waits on other
+  # processes (a replicated channel's writes, through Ra; a survey of
+  # subscriptions) comes back as `{:wait, fun}`, an effect for the caller
+  # to carry out: a local caller runs `fun` itself, a link in a process of
+  # its own, so that a link never waits. Nothing here names a node, a link
+  # or a front end.
+  #
+  # `room` bounds the bytes an answer may carry: `:infinity` for a caller on
+  # the channel's node, the link's room for an answer that crosses it. A
+  # read answers at most `room` div 4 bytes of messages, so that several
+  # fit in the link at once, but always its first message if that fits in
+  # `room`; a first message (or a pulled one) larger than `room` is answered
+  # `{:error, :too_large}` and stays in the ring.
+
+  alias Ringbus.{Channel, Replica}
+  alias Ringbus.Channel.{Producers, Ring, Subscription, Trim}
+
+  # What a message costs in an answer beyond its payload, as a link counts it.
+  @message_bytes 16
+  # Messages a cut read takes from the ring at a time.
+  @read_step 64
+
+  @typedoc "A producer tag (`Ringbus.push/3`), or nil."
+  @type tag :: {term(), integer()} | nil
+
+  @typedoc """
+  An operation on one channel:
+
+    * `{:push, payload}` - one message
+    * `{:push_many, payloads, count, bytes}` - a batch, whole or not at all
+    * `{:push_run, payloads, count, bytes}` - a batch whose refusal counts
+      nothing (the caller then pushes it as `:push_batches`)
+    * `{:push_tagged, tag, payloads, count, bytes}` - a batch under a
+      producer tag, stored once however often it is sent
+    * `{:push_batches, [{payloads, count, bytes}]}` - batches, each alone
+    * `{:push_trim, push, trim}` - a push of the above, then `trim`: what
+      RESP's XADD with MAXLEN is, as one operation
+    * `:pull`, `{:read, from, max, incarnation | nil}`, `:len`, `:info`,
+      `:incarnation`
+    * `{:trim, trim}` - removes the oldest messages `Ringbus.Channel.Trim`
+      names: one operation (one Raft entry) however many it removes
+    * `{:subscribe, opts, subscriber}`, `{:subscriptions, timeout, limit}`
+    * `{:stamped, op}` - `op`, answered with the channel's incarnation:
+      `{:ok, incarnation, answer}`, so that a front end learns both in one
+      request
+  """
+  @type t ::
+          {:push, binary()}
+          | {:push_many, [binary()], non_neg_integer(), non_neg_integer()}
+          | {:push_run, [binary()], pos_integer(), non_neg_integer()}
+          | {:push_tagged, tag(), [binary()], non_neg_integer(), non_neg_integer()}
+          | {:push_batches, [{[binary()], non_neg_integer(), non_neg_integer()}]}
+          | {:push_trim, t(), Trim.t()}
+          | :pull
+          | {:read, non_neg_integer(), non_neg_integer(), pos_integer() | nil}
+          | :len
+          | :info
+          | :incarnation
+          | {:trim, Trim.t()}
+          | {:subscribe, keyword(), pid()}
+          | {:subscriptions, timeout(), pos_integer()}
+          | {:stamped, t()}
+
+  @typedoc "What `run/3` decides: the answer now, or a function whose result is the answer."
+  @type outcome :: {:reply, term()} | {:wait, (() -> term())}
+
+  @doc """
+  Runs `op` on `channel`; see the module's header for `room`. `timeout`
+  (ms) bounds a replicated write's wait for its commit, when given.
+  """
+  @spec run(Channel.t(), t(), pos_integer() | :infinity, pos_integer() | nil) :: outcome()
+  def run(channel, op, room, timeout \\ nil)
+
+  # A survey waits up to `timeout` for the subscriptions' answers.
+  def run(channel, {:subscriptions, timeout, limit}, _room, _timeout),
+    do: {:wait, fn -> {:ok, Subscription.survey(channel, timeout, limit)} end}
+
+  def run(%Channel{replica: nil} = channel, op, room, _timeout),
+    do: {:reply, memory(channel, op, room)}
+
+  def run(channel, op, room, timeout), do: replicated(channel, op, room, timeout)
+
+  @doc "Runs `op` on `channel` to its answer, waiting in the caller if it must."
+  @spec run!(Channel.t(), t(), pos_integer() | nil) :: term()
+  def run!(channel, op, timeout \\ nil) do
+    case run(channel, op, :infinity, timeout) do
+      {:reply, answer} -> answer
+      {:wait, fun} -> fun.()
+    end
+  end
+
+  @doc """
+  Whether `op` writes: a replicated channel's writes go to its leader and
+  commit on a majority of disks, so a caller waits for them longer.
+  """
+  @spec write?(t()) :: boolean()
+  def write?(:pull), do: true
+  def write?({:stamped, op}), do: write?(op)
+  def write?(op) when is_tuple(op), do: elem(op, 0) in [:trim | pushes()]
+  def write?(_op), do: false
+
+  defp pushes, do: [:push, :push_many, :push_run, :push_tagged, :push_batches, :push_trim]
+
+  ## A replicated channel: writes through its Raft log, reads on this member's ring
+
+  defp replicated(channel, {:stamped, op}, room, timeout),
+    do: stamp(channel, replicated(channel, op, room, timeout))
+
+  defp replicated(channel, {:push, payload}, _room, timeout),
+    do: {:wait, fn -> Replica.push(channel, [payload], byte_size(payload), within(timeout)) end}
+
+  defp replicated(channel, {push, payloads, _count, bytes}, _room, timeout)
+       when push in [:push_many, :push_run],
+       do: {:wait, fn -> Replica.push(channel, payloads, bytes, within(timeout)) end}
+
+  defp replicated(channel, {:push_tagged, tag, payloads, _count, bytes}, _room, timeout) do
+    opts = [producer: tag] ++ within(timeout)
+    {:wait, fn -> Replica.push(channel, payloads, bytes, opts) end}
+  end
+
+  defp replicated(channel, {:push_batches, batches}, _room, _timeout),
+    do: {:wait, fn -> Replica.push_batches(channel, batches) end}
+
+  defp replicated(channel, {:push_trim, push, trim}, room, timeout) do
+    {:wait, push} = replicated(channel, push, room, timeout)
+    {:wait, fn -> then_trim(push.(), fn -> Replica.trim(channel, trim) end) end}
+  end
+
+  defp replicated(channel, {:trim, trim}, _room, _timeout),
+    do: {:wait, fn -> Replica.trim(channel, trim) end}
+
+  defp replicated(channel, :pull, room, _timeout) do
+    if too_large_head?(channel, room),
+      do: {:reply, {:error, :too_large}},
+      else: {:wait, fn -> Replica.pull(channel) end}
+  end
+
+  defp replicated(channel, :info, _room, _timeout), do: {:reply, {:ok, Replica.info(channel)}}
+  defp replicated(channel, op, room, _timeout), do: {:reply, memory(channel, op, room)}
+
+  defp within(nil), do: []
+  defp within(timeout), do: [timeout: timeout]
+
+  ## A memory channel, or a replicated one's reads
+
+  defp memory(channel, {:stamped, op}, room),
+    do: stamped(channel, memory(channel, op, room))
+
+  defp memory(channel, {:push, payload}, _room), do: Ring.push(channel, payload)
+
+  defp memory(channel, {:push_many, payloads, count, bytes}, _room),
+    do: Ring.push_measured(channel, payloads, count, bytes)
+
+  defp memory(channel, {:push_run, payloads, count, bytes}, _room),
+    do: Ring.push_run(channel, payloads, count, bytes)
+
+  # A producer tag is checked here, where the channel lives, so a resend
+  # after :timeout finds the tag its first send stored.
+  defp memory(channel, {:push_tagged, tag, payloads, count, bytes}, _room),
+    do: Producers.push_tagged(channel, tag, payloads, count, bytes)
+
+  defp memory(channel, {:push_batches, batches}, _room),
+    do: {:ok, Ring.push_batches(channel, batches)}
+
+  # A push then its trim, as pushes and trims one by one would leave the
+  # channel. Under drop-oldest, the messages held before the push that the
+  # trim will take go first, so that the push overwrites none of them; a
+  # batch that would lap the ring all the same is refused `:laps`, with
+  # nothing done, for the caller to push one by one.
+  defp memory(%Channel{overflow: :drop_oldest} = channel, {:push_trim, push, trim}, room) do
+    {first, next, n} = {Ring.first_seq(channel), Ring.next_seq(channel), count(push)}
+    pre = min(Trim.count(trim, first, next + n), next - first)
+
+    if n > 1 and laps?(channel, next - first - pre + n, push) do
+      {:error, :laps}
+    else
+      _ = Ring.take_oldest(channel, pre)
+      then_trim(memory(channel, push, room), fn -> Ring.trim(channel, trim) end)
+    end
+  end
+
+  defp memory(channel, {:push_trim, push, trim}, room),
+    do: then_trim(memory(channel, push, room), fn -> Ring.trim(channel, trim) end)
+
+  defp memory(channel, {:trim, trim}, _room), do: Ring.trim(channel, trim)
+
+  # The oldest message is looked at first, so one too large for the room
+  # stays in the ring. (One that another puller's take puts at the head
+  # between the look and the pull still goes, whole.)
+  defp memory(channel, :pull, room) do
+    if too_large_head?(channel, room), do: {:error, :too_large}, else: Ring.pull(channel)
+  end
+
+  defp memory(channel, {:read, from, max, incarnation}, room) do
+    with :ok <- Ring.check_incarnation(channel, incarnation), do: read(channel, from, max, room)
+  end
+
+  defp memory(channel, :len, _room), do: Ring.len(channel)
+  defp memory(channel, :info, _room), do: {:ok, Ring.info(channel)}
+  defp memory(channel, :incarnation, _room), do: {:ok, channel.incarnation}
+
+  defp memory(channel, {:subscribe, opts, subscriber}, _room),
+    do: Subscription.start(channel, subscriber, opts)
+
+  defp laps?(%Channel{capacity: capacity}, len, _push) when len > capacity, do: true
+  defp laps?(%Channel{max_bytes: nil}, _len, _push), do: false
+
+  defp laps?(%Channel{max_bytes: max} = channel, _len, push),
+    do: Ring.info(channel).bytes + bytes(push) > max
+
+  defp bytes({:push, payload}), do: byte_size(payload)
+  defp bytes({:push_tagged, _tag, _payloads, _count, bytes}), do: bytes
+  defp bytes({:push_batches, batches}), do: Enum.reduce(batches, 0, &(elem(&1, 2) + &2))
+  defp bytes({_push, _payloads, _count, bytes}), do: bytes
+
+  defp count({:push, _payload}), do: 1
+  defp count({:push_tagged, _tag, _payloads, count, _bytes}), do: count
+  defp count({:push_batches, batches}), do: Enum.reduce(batches, 0, &(elem(&1, 1) + &2))
+  defp count({_push, _payloads, count, _bytes}), do: count
+
+  # A trim after a push that was refused does not run: nothing was added.
+  defp then_trim({:ok, _} = pushed, trim) do
+    _ = trim.()
+    pushed
+  end
+
+  defp then_trim(refused, _trim), do: refused
+
+  defp stamp(channel, {:reply, answer}), do: {:reply, stamped(channel, answer)}
+  defp stamp(channel, {:wait, fun}), do: {:wait, fn -> stamped(channel, fun.()) end}
+
+  defp stamped(channel, answer), do: {:ok, channel.incarnation, answer}
+
+  ## Reads within a room
+
+  defp too_large_head?(_channel, :infinity), do: false
+
+  defp too_large_head?(channel, room) do
+    case Ring.read(channel, 0, 1) do
+      {[{_, payload}], _, _, _} -> byte_size(payload) + @message_bytes > room
+      _ -> false
+    end
+  end
+
+  defp read(channel, from, max, :infinity) do
+    {messages, _count, lost, _next} = Ring.read(channel, from, max)
+    {:ok, messages, lost}
+  end
+
+  defp read(channel, from, max, room) do
+    case cut_read(channel, from, max, div(room, 4), room) do
+      {[], 0, lost} when max > 0 -> too_large_or_empty(channel, from, lost, room)
+      {messages, _bytes, lost} -> {:ok, messages, lost}
+    end
+  end
+
+  # Reads up to `max` messages from `from` while they fit in `budget` bytes,
+  # the first one in `room`: a few at a time, so a large `max` of large
+  # messages is not all taken from the ring to be cut. Stops at a gap (what
+  # a step finds lost), which the next read from the seq after reports.
+  defp cut_read(channel, from, max, budget, room) do
+    {messages, _n, lost, next} = Ring.read(channel, from, min(max, @read_step))
+    {acc, taken, bytes, cut?} = fit(messages, [], 0, 0, budget, room)
+    stop? = cut? or taken == 0 or taken < @read_step
+    {acc, bytes} = cut_more(channel, next, max - taken, acc, bytes, budget, stop?)
+    {:lists.reverse(acc), bytes, lost}
+  end
+
+  defp cut_more(_channel, _from, left, acc, bytes, _budget, stop?) when stop? or left <= 0,
+    do: {acc, bytes}
+
+  defp cut_more(channel, from, left, acc, bytes, budget, false) do
+    case Ring.read(channel, from, min(left, @read_step)) do
+      {[_ | _] = messages, n, 0, next} ->
+        {acc, taken, bytes, cut?} = fit(messages, acc, 0, bytes, budget, budget)
+        cut_more(channel, next, left - taken, acc, bytes, budget, cut? or n < @read_step)
+
+      _ ->
+        {acc, bytes}
+    end
+  end
+
+  # Takes messages while they fit in `budget`, the very first in `room`;
+  # returns them newest first, how many, their bytes, and whether one did
+  # not fit.
+  defp fit([{_, payload} = message | rest], acc, taken, bytes, budget, room) do
+    cost = byte_size(payload) + @message_bytes
+
+    if (acc == [] and cost <= room) or (acc != [] and bytes + cost <= budget),
+      do: fit(rest, [message | acc], taken + 1, bytes + cost, budget, room),
+      else: {acc, taken, bytes, true}
+  end
+
+  defp fit([], acc, taken, bytes, _budget, _room), do: {acc, taken, bytes, false}
+
+  # Nothing fitted: either nothing is there, or the first message is too large.
+  defp too_large_or_empty(channel, from, lost, room) do
+    if too_large_at?(channel, from, room), do: {:error, :too_large}, else: {:ok, [], lost}
+  end
+
+  defp too_large_at?(channel, from, room) do
+    case Ring.read(channel, from, 1) do
+      {[{_, payload}], _, _, _} -> byte_size(payload) + @message_bytes > room
+      _ -> false
+    end
+  end
+
+  ## What answers cost
+
+  @doc """
+  The bytes an answer carries, to bound what a link holds: payloads and
+  what each message costs beyond its payload.
+  """
+  @spec answer_bytes(term()) :: non_neg_integer()
+  def answer_bytes({:ok, messages, _lost}) when is_list(messages), do: messages_bytes(messages)
+
+  def answer_bytes({:ok, _seq, payload}) when is_binary(payload),
+    do: byte_size(payload) + @message_bytes
+
+  def answer_bytes({:ok, _incarnation, answer}), do: answer_bytes(answer)
+  def answer_bytes({:led, _leader, answer}), do: answer_bytes(answer)
+
+  # Figures, a survey's, results per batch, a front end's answer: measured
+  # whole, as nothing bounds them before.
+  def answer_bytes({:ok, answer}) when not is_integer(answer), do: :erlang.external_size(answer)
+
+  def answer_bytes(_answer), do: 0
+
+  @doc "The bytes messages `[{seq, payload}]` cost in a link: payloads and overhead."
+  @spec messages_bytes([{non_neg_integer(), binary()}]) :: non_neg_integer()
+  def messages_bytes(messages) do
+    {n, bytes} = measure(messages)
+    bytes + @message_bytes * n
+  end
+
+  @doc "How many messages `[{seq, payload}]` holds, and their payload bytes, in one pass."
+  @spec measure([{non_neg_integer(), binary()}]) :: {non_neg_integer(), non_neg_integer()}
+  def measure(messages), do: measure(messages, 0, 0)
+
+  defp measure([{_, payload} | rest], n, bytes),
+    do: measure(rest, n + 1, bytes + byte_size(payload))
+
+  defp measure([], n, bytes), do: {n, bytes}
+end
