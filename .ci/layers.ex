@@ -1,5 +1,5 @@
 # The rules of docs/ARCHITECTURE.md ("Layers"), checked on the code.
-# `elixir .ci/layers.exs` runs them on the tree (.ci/run does);
+# `elixir .ci/layers.exs` runs them on the test build (.ci/run does);
 # test/ci/layers_test.exs runs each on planted input. Exits 1 with the list
 # of what is broken.
 #
@@ -7,7 +7,10 @@
 #      dependency between two files of lib/, as `mix xref graph` lists them
 #      (calls, structs, macros, aliases), stays in its layer or goes along an
 #      arrow of @allowed; the arrows never make a cycle.
-#   2. Long files. No file of lib/ is over @max_lines lines unless
+#   2. lib/ stands alone. No file of lib/ depends on a file of bench/ or
+#      test/ (xref in MIX_ENV=test, which compiles bench/lib and
+#      test/support, lists those edges too).
+#   3. Long files. No file of lib/ is over @max_lines lines unless
 #      @long_files names it, with a cap and the reason; it stays under its cap.
 #
 # Known exceptions are listed below with the work that removes them. An
@@ -145,6 +148,7 @@ defmodule Layers do
       table_problems(@allowed) ++
         layer_problems(Enum.map(lines, &elem(&1, 0))) ++
         edge_problems(edges) ++
+        outside_problems(edges) ++
         length_problems(lines)
 
     {problems, stale_entries(edges, lines)}
@@ -204,6 +208,18 @@ defmodule Layers do
     end
   end
 
+  ## lib/ stands alone
+
+  @doc "Dependencies of a file of lib/ on bench/ or test/."
+  def outside_problems(edges) do
+    for {from, to, label} <- edges,
+        lib?(from),
+        String.starts_with?(to, ["bench/", "test/"]) do
+      "#{from} -> #{to}, #{label}: lib/ never depends on bench/ or test/, which no " <>
+        "release compiles"
+    end
+  end
+
   ## Long files
 
   @doc "Files of lib/ ({file, lines}) over @max_lines not in @long_files, or over their cap."
@@ -229,9 +245,11 @@ defmodule Layers do
   ## Dependencies
 
   # Every dependency between two files of the project, from `mix xref
-  # graph`'s plain format.
+  # graph`'s plain format in the test environment (which compiles bench/lib
+  # and test/support beside lib/).
   defp xref_edges do
-    {out, status} = System.cmd("mix", ["xref", "graph", "--format", "plain"])
+    {out, status} =
+      System.cmd("mix", ["xref", "graph", "--format", "plain"], env: [{"MIX_ENV", "test"}])
 
     if status != 0, do: fail("mix xref graph exited #{status}:\n#{out}")
     edges = xref_edges(out)

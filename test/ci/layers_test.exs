@@ -20,6 +20,24 @@ defmodule Ringbus.CI.LayersTest do
       assert [problem] = Layers.layer_problems(["lib/ringbus/planted.ex"])
       assert problem =~ "in no layer"
     end
+
+    test "lib/ depending on bench/ or test/ fails, as mix xref lists it" do
+      out = """
+      lib/ringbus/metrics.ex
+      |-- bench/lib/ringbus/bench/stats.ex
+      `-- lib/ringbus/server.ex (export)
+      bench/lib/ringbus/bench/stats.ex
+      `-- lib/ringbus.ex
+      lib/ringbus/http.ex
+      `-- test/support/cluster_probe.ex (compile)
+      """
+
+      edges = Layers.xref_edges(out)
+      assert {"lib/ringbus/metrics.ex", "lib/ringbus/server.ex", "export"} in edges
+      assert [bench, test] = Layers.outside_problems(edges)
+      assert bench =~ "lib/ringbus/metrics.ex -> bench/lib/ringbus/bench/stats.ex, runtime"
+      assert test =~ "lib/ringbus/http.ex -> test/support/cluster_probe.ex, compile"
+    end
   end
 
   describe "long files" do
