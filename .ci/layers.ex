@@ -1,7 +1,7 @@
-# The rules of docs/ARCHITECTURE.md ("Layers"), checked on the code.
-# `elixir .ci/layers.exs` runs them on the test build (.ci/run does);
-# test/ci/layers_test.exs runs each on planted input. Exits 1 with the list
-# of what is broken.
+# The rules of docs/ARCHITECTURE.md ("Layers", "Rules every change keeps"),
+# checked on the code. `elixir .ci/layers.exs` runs them on the test build
+# (.ci/run does); test/ci/layers_test.exs runs each on planted input. Exits 1
+# with the list of what is broken.
 #
 #   1. Arrows. Every file of lib/ belongs to a layer (@layer_of), and every
 #      dependency between two files of lib/, as `mix xref graph` lists them
@@ -10,8 +10,23 @@
 #   2. lib/ stands alone. No file of lib/ depends on a file of bench/ or
 #      test/ (xref in MIX_ENV=test, which compiles bench/lib and
 #      test/support, lists those edges too).
-#   3. Long files. No file of lib/ is over @max_lines lines unless
+#   3. Forbidden calls (@forbidden). The wire codec is pure: a file of wire/
+#      calls no socket, no OS, nothing of processes (no send, spawn, link,
+#      monitor, timer, GenServer, process dictionary, and no `receive`) and no
+#      shared state (ETS, :persistent_term, :atomics, :counters). The channel
+#      layer (lib/ringbus/channel.ex and channel/) is processes and ETS: its
+#      subscriptions send batches and its pushes wake them, but it calls no
+#      socket (nor Ringbus.Socket) and no OS.
+#   4. Long files. No file of lib/ is over @max_lines lines unless
 #      @long_files names it, with a cap and the reason; it stays under its cap.
+#
+# Rule 3 reads what each module of lib/ calls from its BEAM: the
+# debug info (Elixir's expanded code, kept by Mix in every environment)
+# gives each remote call (send/2 and Process.send/3 are :erlang.send/2,3
+# there) and each `receive` (no call) with its function and line; the
+# imports chunk (every remote call the BEAM makes) is a net under it: a
+# forbidden call it lists that the debug info did not show is reported
+# without a line.
 #
 # Known exceptions are listed below with the work that removes them. An
 # entry of @exceptions or @long_files that allows nothing any more is
@@ -92,6 +107,66 @@ defmodule Layers do
   # as it is, and no other like it.
   @exceptions []
 
+  # The functions of :erlang on processes. send/2 and Process.send/3 compile
+  # to :erlang.send/2,3, Process.send_after/3 to :erlang.send_after/3.
+  @erlang_process ~w(send send_nosuspend send_after start_timer cancel_timer read_timer
+                     spawn spawn_link spawn_monitor spawn_opt link unlink monitor demonitor
+                     self register unregister whereis registered process_info process_flag
+                     is_process_alive processes group_leader hibernate yield
+                     put get erase get_keys)a
+
+  # What a layer's files may not call, by kind. A pattern is a module (any of
+  # its functions), {module, function} (any arity), {module, function,
+  # arity}, or :receive.
+  @calls %{
+    socket: [
+      :gen_tcp,
+      :gen_udp,
+      :gen_sctp,
+      :ssl,
+      :socket,
+      :inet,
+      :prim_inet,
+      Ringbus.Socket
+    ],
+    os: [
+      :os,
+      Port,
+      File,
+      :file,
+      :prim_file,
+      {System, :cmd},
+      {System, :shell},
+      {:erlang, :open_port},
+      {:erlang, :port_command},
+      {:erlang, :port_control},
+      {:erlang, :port_call},
+      {:erlang, :port_close},
+      {:erlang, :port_connect}
+    ],
+    process:
+      [:receive, {:erlang, :exit, 2} | Enum.map(@erlang_process, &{:erlang, &1})] ++
+        [Process, Task, Agent, GenServer, Supervisor, DynamicSupervisor, Registry, Node] ++
+        [:gen_server, :gen_statem, :gen_event, :gen, :proc_lib, :supervisor, :sys] ++
+        [:global, :pg, :rpc, :erpc, :timer],
+    state: [:ets, :persistent_term, :atomics, :counters]
+  }
+
+  @kinds %{
+    socket: "a socket (nor Ringbus.Socket)",
+    os: "the OS (commands, ports, files)",
+    process: "anything of processes (send, spawn, monitor, timers, receive...)",
+    state: "shared state (ETS, :persistent_term, :atomics, :counters)"
+  }
+
+  # Layer => the kinds of @calls its files may not make.
+  @forbidden %{
+    # A pure codec: takes and returns data.
+    wire: [:socket, :os, :process, :state],
+    # Processes and ETS: subscriptions send their batches, pushes wake them.
+    channel: [:socket, :os]
+  }
+
   @max_lines 600
 
   # Files of lib/ over @max_lines, each with the most lines it may have and
@@ -120,8 +195,17 @@ defmodule Layers do
          "guards, so a layout is written and read in one place"}
   }
 
+  @build "_build/test/lib/ringbus/ebin"
+
   @typedoc "A dependency as `mix xref graph` lists it: from, to, kind."
   @type edge :: {Path.t(), Path.t(), String.t()}
+
+  @typedoc """
+  A call a file's compiled code makes: the file, the function making it
+  ("name/arity") and the line (both nil when only the imports chunk shows
+  it), and what it calls: {module, function, arity} or :receive.
+  """
+  @type call :: {Path.t(), String.t() | nil, pos_integer() | nil, mfa() | :receive}
 
   def main do
     {problems, notes} = check(collect())
@@ -136,19 +220,26 @@ defmodule Layers do
     end
   end
 
-  @doc "What the rules read, from the tree in the current directory."
+  @doc "What the rules read, from the test build of the tree in the current directory."
   def collect do
+    # xref compiles first, so the BEAMs read below are the sources'.
+    edges = xref_edges()
+    beams = Path.wildcard(Path.join(@build, "*.beam"))
+    if beams == [], do: fail("no BEAM in #{@build}: compile with MIX_ENV=test")
+    calls = for beam <- beams, call <- beam_calls(beam), lib?(elem(call, 0)), do: call
+    if calls == [], do: fail("no BEAM in #{@build} was compiled from lib/")
     lines = for file <- Path.wildcard("lib/**/*.ex"), do: {file, line_count(File.read!(file))}
-    %{edges: xref_edges(), lines: lines}
+    %{edges: edges, calls: calls, lines: lines}
   end
 
   @doc "Every rule over `data` (see collect/0): {problems, notes}; no problem is a pass."
-  def check(%{edges: edges, lines: lines}) do
+  def check(%{edges: edges, calls: calls, lines: lines}) do
     problems =
       table_problems(@allowed) ++
         layer_problems(Enum.map(lines, &elem(&1, 0))) ++
         edge_problems(edges) ++
         outside_problems(edges) ++
+        call_problems(calls) ++
         length_problems(lines)
 
     {problems, stale_entries(edges, lines)}
@@ -220,6 +311,19 @@ defmodule Layers do
     end
   end
 
+  ## Forbidden calls
+
+  @doc "Calls of the wire and channel layers' files that @forbidden names."
+  def call_problems(calls) do
+    for {file, _fun, _line, what} = call <- calls,
+        layer = lib?(file) && layer(file),
+        kind <- Map.get(@forbidden, layer, []),
+        Enum.any?(Map.fetch!(@calls, kind), &matches?(&1, what)) do
+      "#{where(call)} #{describe(what)}: the #{layer} layer may not call #{@kinds[kind]}"
+    end
+    |> Enum.uniq()
+  end
+
   ## Long files
 
   @doc "Files of lib/ ({file, lines}) over @max_lines not in @long_files, or over their cap."
@@ -241,6 +345,77 @@ defmodule Layers do
   end
 
   def line_count(text), do: text |> :binary.matches("\n") |> length()
+
+  ## What the code calls
+
+  @doc """
+  The calls of one BEAM (a path or the binary), as call/0 tuples, its file
+  relative to `root`.
+  """
+  def beam_calls(beam, root \\ File.cwd!()) do
+    beam = if match?(<<"FOR1", _::binary>>, beam), do: beam, else: to_charlist(beam)
+
+    {:ok, {module, [imports: imports, compile_info: info]}} =
+      :beam_lib.chunks(beam, [:imports, :compile_info])
+
+    file = info |> Keyword.fetch!(:source) |> to_string() |> Path.relative_to(root)
+
+    calls =
+      case :beam_lib.chunks(beam, [:debug_info]) do
+        {:ok, {^module, [debug_info: {:debug_info_v1, backend, data}]}} when data != :none ->
+          {:ok, %{definitions: definitions}} = backend.debug_info(:elixir_v1, module, data, [])
+
+          calls =
+            for {{name, arity}, _kind, _meta, clauses} <- definitions,
+                {meta, args, guards, body} <- clauses,
+                {line, what} <- walk([args, guards, body], meta[:line]),
+                do: {file, "#{name}/#{arity}", line, what}
+
+          Enum.sort_by(calls, &elem(&1, 2))
+
+        _ ->
+          fail("#{inspect(module)} (#{file}) has no Elixir debug info; compile with debug_info")
+      end
+
+    seen = MapSet.new(calls, &elem(&1, 3))
+    calls ++ for(mfa <- imports, not MapSet.member?(seen, mfa), do: {file, nil, nil, mfa})
+  end
+
+  # Every remote call, remote capture and receive in expanded code, with its line.
+  defp walk(ast, line) do
+    {_, found} =
+      Macro.prewalk(ast, {line, []}, fn
+        {:&, meta, [{:/, _, [{{:., _, [m, f]}, _, []}, a]}]}, {line, acc}
+        when is_atom(m) and is_atom(f) and is_integer(a) ->
+          {:captured, {line, [{meta[:line] || line, {m, f, a}} | acc]}}
+
+        {{:., _, [m, f]}, meta, args} = node, {line, acc}
+        when is_atom(m) and is_atom(f) and is_list(args) ->
+          {node, {line, [{meta[:line] || line, {m, f, length(args)}} | acc]}}
+
+        {:receive, meta, [_]} = node, {line, acc} ->
+          {node, {line, [{meta[:line] || line, :receive} | acc]}}
+
+        {_, meta, _} = node, {line, acc} when is_list(meta) ->
+          {node, {Keyword.get(meta, :line, line), acc}}
+
+        node, acc ->
+          {node, acc}
+      end)
+
+    found |> elem(1) |> Enum.reverse()
+  end
+
+  defp matches?(:receive, what), do: what == :receive
+  defp matches?({m, f}, what), do: match?({^m, ^f, _}, what)
+  defp matches?({m, f, a}, what), do: what == {m, f, a}
+  defp matches?(m, what) when is_atom(m), do: match?({^m, _, _}, what)
+
+  defp where({file, nil, nil, _}), do: "#{file} (its BEAM's imports)"
+  defp where({file, fun, line, _}), do: "#{file}:#{line} (#{fun})"
+
+  defp describe(:receive), do: "receives"
+  defp describe({m, f, a}), do: "calls #{inspect(m)}.#{f}/#{a}"
 
   ## Dependencies
 

@@ -2,7 +2,79 @@ Code.require_file("../../.ci/layers.ex", __DIR__)
 
 defmodule Ringbus.CI.LayersTest do
   # Each rule of .ci/layers.ex on planted input, then the script on the tree.
-  use ExUnit.Case, async: true
+  # Not async: mix test loads test files without debug info, which the rules
+  # read, and async tests run while it loads; the planted modules turn it on.
+  use ExUnit.Case, async: false
+
+  # The calls of a module compiled from `body` as if it were the file `file`
+  # of the project (its BEAM records that source), as the script reads them.
+  defp calls(file, body) do
+    name = "Ringbus.CI.LayersTest.Planted#{System.unique_integer([:positive])}"
+    source = "defmodule #{name} do\n#{body}\nend\n"
+    previous = Code.compiler_options(debug_info: true)
+
+    try do
+      [{_, beam}] = Code.compile_string(source, Path.expand(file))
+      Layers.beam_calls(beam)
+    after
+      Code.compiler_options(previous)
+    end
+  end
+
+  defp problems(file, body) do
+    calls = calls(file, body)
+    Layers.call_problems(calls)
+  end
+
+  describe "forbidden calls" do
+    test "the wire may not send, by send/2 or Process.send/3" do
+      assert [problem] = problems("lib/ringbus/wire/planted.ex", "def f(p), do: send(p, :x)")
+      assert problem =~ "lib/ringbus/wire/planted.ex:2 (f/1) calls :erlang.send/2"
+      assert problem =~ "the wire layer may not call anything of processes"
+
+      assert [_] = problems("lib/ringbus/wire/planted.ex", "def f(p), do: Process.send(p, 1, [])")
+    end
+
+    test "the wire may not receive, spawn or keep shared state" do
+      assert [problem] =
+               problems("lib/ringbus/wire/planted.ex", "def f, do: receive(do: (x -> x))")
+
+      assert problem =~ "(f/0) receives"
+
+      assert [_] = problems("lib/ringbus/wire/planted.ex", "def f, do: spawn(fn -> :ok end)")
+      assert [_] = problems("lib/ringbus/wire/planted.ex", "def f(t), do: :ets.lookup(t, 1)")
+    end
+
+    test "the wire may not call a socket, called or captured" do
+      assert [problem] =
+               problems("lib/ringbus/wire/frame.ex", ~s{def f(s), do: :gen_tcp.send(s, "x")})
+
+      assert problem =~ "calls :gen_tcp.send/2: the wire layer may not call a socket"
+
+      assert [_] = problems("lib/ringbus/wire/frame.ex", "def f, do: &:ssl.send/2")
+    end
+
+    test "the channel layer may not call Ringbus.Socket, a socket or the OS" do
+      body = "def f(s), do: Ringbus.Socket.controlling_process(:tcp, s, self())"
+
+      for file <- ["lib/ringbus/channel/ring.ex", "lib/ringbus/channel.ex"] do
+        assert [problem] = problems(file, body)
+        assert problem =~ "calls Ringbus.Socket.controlling_process/3"
+        assert problem =~ "the channel layer may not call a socket"
+      end
+
+      assert [_] = problems("lib/ringbus/channel/ring.ex", ~s{def f, do: System.cmd("ls", [])})
+      assert [_] = problems("lib/ringbus/channel/ring.ex", ~s{def f, do: :os.cmd('ls')})
+    end
+
+    test "the channel layer sends and receives: subscriptions and wakes are processes" do
+      body = "def f(p), do: (send(p, :wake); receive(do: (x -> x)))"
+      assert problems("lib/ringbus/channel/subscription.ex", body) == []
+      # Above the wire, sockets are what the server is for.
+      assert problems("lib/ringbus/server/planted.ex", ~s{def f(s), do: :gen_tcp.send(s, "x")}) ==
+               []
+    end
+  end
 
   describe "dependencies" do
     test "an arrow against @allowed fails; one along it passes" do
