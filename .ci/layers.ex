@@ -17,20 +17,29 @@
 #      layer (lib/ringbus/channel.ex and channel/) is processes and ETS: its
 #      subscriptions send batches and its pushes wake them, but it calls no
 #      socket (nor Ringbus.Socket) and no OS.
-#   4. Long files. No file of lib/ is over @max_lines lines unless
+#   4. Dynamic dispatch. A function of lib/ that calls apply/2,3 (or builds a
+#      fun from atoms) or makes an atom at run time (String.to_atom and
+#      friends, Module.concat, "#{}" in an atom) is listed in @dynamic with
+#      what it dispatches to: xref cannot follow a module that is data, so
+#      each is a dependency the arrows cannot check.
+#   5. Long files. No file of lib/ is over @max_lines lines unless
 #      @long_files names it, with a cap and the reason; it stays under its cap.
 #
-# Rule 3 reads what each module of lib/ calls from its BEAM: the
+# Rules 3 and 4 read what each module of lib/ calls from its BEAM: the
 # debug info (Elixir's expanded code, kept by Mix in every environment)
 # gives each remote call (send/2 and Process.send/3 are :erlang.send/2,3
-# there) and each `receive` (no call) with its function and line; the
-# imports chunk (every remote call the BEAM makes) is a net under it: a
-# forbidden call it lists that the debug info did not show is reported
-# without a line.
+# there) and each `receive` with its function and line, including what the
+# Erlang compiler folds away (`apply(m, :f, [x])` becomes a plain call
+# `m:f(X)`); the imports chunk (every remote call the BEAM makes) is a net
+# under it: a forbidden call it lists that the debug info did not show is
+# reported without a line. A call on a module held in a variable (how a
+# behaviour is called: `protocol.decode(...)`) is not flagged; the module is
+# an alias written somewhere in lib/, which xref lists as a dependency where
+# it is written.
 #
 # Known exceptions are listed below with the work that removes them. An
-# entry of @exceptions or @long_files that allows nothing any more is
-# printed as a note to remove it, not a failure.
+# entry of @exceptions, @dynamic or @long_files that allows nothing any more
+# is printed as a note to remove it, not a failure.
 
 defmodule Layers do
   # Which layer each file of lib/ is in: the first prefix that matches.
@@ -167,6 +176,59 @@ defmodule Layers do
     channel: [:socket, :os]
   }
 
+  # The calls that dispatch on data (rule 4): apply, a fun made of atoms,
+  # and every way of making an atom (a module name) at run time.
+  # String.to_atom/1 and an atom with "#{}" compile to :erlang.binary_to_atom/2.
+  @dispatch [
+    {:erlang, :apply},
+    {Kernel, :apply},
+    {:erlang, :make_fun, 3},
+    {Function, :capture, 3},
+    {:erlang, :binary_to_atom},
+    {:erlang, :binary_to_existing_atom},
+    {:erlang, :list_to_atom},
+    {:erlang, :list_to_existing_atom},
+    {String, :to_atom},
+    {String, :to_existing_atom},
+    {List, :to_atom},
+    {List, :to_existing_atom},
+    {Module, :concat},
+    {Module, :safe_concat}
+  ]
+
+  # The functions of lib/ that dispatch on data (rule 4) today, each with
+  # what it dispatches to. An entry allows any call of @dispatch in that
+  # function, and nothing in any other.
+  @dynamic %{
+    {"lib/ringbus.ex", "membership/3"} =>
+      "Ringbus.Replica.add_member/3 or remove_member/3: the module is a literal, " <>
+        "the function the change asked for",
+    {"lib/ringbus.ex", "at_home/2"} =>
+      "the front end's {module, function, args} (RESP's consumer groups) at a channel's " <>
+        "home: api -> resp, which xref cannot see; removed by the operation path",
+    {"lib/ringbus/cluster/home.ex", "applied/3"} =>
+      "the front end's {module, function, args} that Ringbus.at_home/2 sent from another " <>
+        "node: cluster -> resp, which xref cannot see; removed by the operation path",
+    {"lib/ringbus/resp/session.ex", "dispatch/3"} =>
+      "RESP's command table names each command's {module, function}, all in lib/ringbus/resp/",
+    {"lib/ringbus/resp/group_home.ex", "at_home/6"} =>
+      "the consumer-group function of lib/ringbus/resp/ that a command asked to run at the " <>
+        "stream's home",
+    {"lib/ringbus/replica.ex", "change/4"} =>
+      ":ra.add_member/3 or :ra.remove_member/3, the membership change asked for",
+    {"lib/ringbus/replica.ex", "handle/2"} =>
+      "Ra's server and writer names (registered names, not modules), one per replicated " <>
+        "channel, from a hash of its name",
+    {"lib/ringbus/release/config.ex", "value/2"} =>
+      "node names and the cookie from the environment (atoms, not modules); the log level " <>
+        "an existing atom of a fixed list",
+    {"lib/ringbus/release/files.ex", "grants/2"} =>
+      "a token's access, one of read, write or manage, as an existing atom (an option key)",
+    {"lib/ringbus/release.ex", "remote_endpoint/1"} =>
+      "`bin/ringbus eval`'s node name, the target node's name and the cookie (atoms, not " <>
+        "modules)"
+  }
+
   @max_lines 600
 
   # Files of lib/ over @max_lines, each with the most lines it may have and
@@ -240,17 +302,24 @@ defmodule Layers do
         edge_problems(edges) ++
         outside_problems(edges) ++
         call_problems(calls) ++
+        dispatch_problems(calls) ++
         length_problems(lines)
 
-    {problems, stale_entries(edges, lines)}
+    {problems, stale_entries(edges, calls, lines)}
   end
 
   # Entries of the tables that allow nothing any more: notes, not failures,
   # so that the change removing what they allow need not edit this file.
-  defp stale_entries(edges, lines) do
+  defp stale_entries(edges, calls, lines) do
     exceptions =
       for {from, to} <- @exceptions, not Enum.any?(edges, &match?({^from, ^to, _}, &1)) do
         "#{from} -> #{to} no longer exists; remove its exception"
+      end
+
+    dynamic =
+      for {file, fun} <- Map.keys(@dynamic),
+          not Enum.any?(calls, &(dispatch?(&1) and match?({^file, ^fun, _, _}, &1))) do
+        "#{file} #{fun} no longer dispatches on data; remove it from @dynamic"
       end
 
     long =
@@ -259,7 +328,7 @@ defmodule Layers do
         "#{file} is no longer over #{@max_lines} lines; remove it from @long_files"
       end
 
-    exceptions ++ long
+    exceptions ++ dynamic ++ long
   end
 
   ## The arrows
@@ -323,6 +392,21 @@ defmodule Layers do
     end
     |> Enum.uniq()
   end
+
+  ## Dynamic dispatch
+
+  @doc "Calls of @dispatch in lib/ outside the functions @dynamic lists."
+  def dispatch_problems(calls) do
+    for {file, fun, _line, what} = call <- calls,
+        lib?(file),
+        dispatch?(call),
+        not Map.has_key?(@dynamic, {file, fun}) do
+      "#{where(call)} #{describe(what)}: a dispatch on data xref cannot follow; list it in " <>
+        "@dynamic with what it dispatches to, or call the module by name"
+    end
+  end
+
+  defp dispatch?({_file, _fun, _line, what}), do: Enum.any?(@dispatch, &matches?(&1, what))
 
   ## Long files
 

@@ -23,7 +23,7 @@ defmodule Ringbus.CI.LayersTest do
 
   defp problems(file, body) do
     calls = calls(file, body)
-    Layers.call_problems(calls)
+    Layers.call_problems(calls) ++ Layers.dispatch_problems(calls)
   end
 
   describe "forbidden calls" do
@@ -73,6 +73,44 @@ defmodule Ringbus.CI.LayersTest do
       # Above the wire, sockets are what the server is for.
       assert problems("lib/ringbus/server/planted.ex", ~s{def f(s), do: :gen_tcp.send(s, "x")}) ==
                []
+    end
+  end
+
+  describe "dynamic dispatch" do
+    test "apply and runtime module names into the cluster and RESP fail" do
+      body = """
+      def f(x), do: apply(Module.concat(Ringbus.Resp, x), :run, [])
+      def g(x), do: String.to_atom("Elixir.Ringbus.Cluster." <> x).call()
+      def h(m), do: :"Elixir.Ringbus.Cluster.\#{m}"
+      """
+
+      assert [apply, concat, to_atom, interpolated] =
+               problems("lib/ringbus/server/planted.ex", body)
+
+      assert apply =~ "lib/ringbus/server/planted.ex:2 (f/1) calls :erlang.apply/3"
+      assert concat =~ "(f/1) calls Module.concat/2"
+      assert to_atom =~ "(g/1) calls :erlang.binary_to_atom/2"
+      assert interpolated =~ "(h/1) calls :erlang.binary_to_atom/2"
+      assert apply =~ "list it in @dynamic"
+    end
+
+    test "apply with a literal argument list is caught, though the compiler makes it a call" do
+      body = "def f(x), do: apply(:\"Elixir.Ringbus.Cluster.Router\", :call, [x])"
+      assert [problem] = problems("lib/ringbus/resp/planted.ex", body)
+      assert problem =~ "calls :erlang.apply/3"
+    end
+
+    test "an entry of @dynamic allows its function of its file, and no other" do
+      dispatch = "def dispatch({m, f}, args, s), do: apply(m, f, [args, s])"
+      assert problems("lib/ringbus/resp/session.ex", dispatch) == []
+
+      other = "def run({m, f}, args, s), do: apply(m, f, [args, s])"
+      assert [_] = problems("lib/ringbus/resp/session.ex", other)
+      assert [_] = problems("lib/ringbus/resp/groups.ex", dispatch)
+    end
+
+    test "a call on a module held in a variable, as a behaviour is called, is not dispatch" do
+      assert problems("lib/ringbus/server/planted.ex", "def f(p, x), do: p.decode(x)") == []
     end
   end
 
