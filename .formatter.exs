@@ -3,6 +3,6 @@
     "{mix,.formatter}.exs",
     "{config,lib,test}/**/*.{ex,exs}",
     "bench/{lib,test}/**/*.{ex,exs}",
-    ".ci/*.exs"
+    ".ci/*.{ex,exs}"
   ]
 ]
