@@ -60,7 +60,7 @@ defmodule Ringbus.Server.PushRun do
       true ->
         payloads = :lists.reverse(payloads)
 
-        case auto_create(session.config, name, &Ringbus.push_run(&1, payloads, count, bytes)) do
+        case auto_create(session.config, name, {:push_run, payloads, count, bytes}) do
           {:ok, first} -> ack_run(parts, first, acks)
           {:error, :no_channel} = error -> ack_error(parts, error, acks)
           {:error, _full_or_too_large} -> one_by_one(session.config, name, parts, payloads, acks)
@@ -78,22 +78,16 @@ defmodule Ringbus.Server.PushRun do
         {:error, :too_large}
 
       true ->
-        auto_create(session.config, name, &Ringbus.push(&1, payloads, producer: tag))
+        Ringbus.push(name, payloads, producer: tag, create: create(session.config))
     end
   end
 
   # A missing channel is created when the server creates them on their first
-  # push, and the push tried again.
-  defp auto_create(config, name, push) do
-    case push.(name) do
-      {:error, :no_channel} when config.auto_create != false ->
-        Ringbus.create(name, config.auto_create)
-        push.(name)
+  # push (`Ringbus.run/3`'s `:create`).
+  defp auto_create(config, name, push), do: Ringbus.run(name, push, create: create(config))
 
-      result ->
-        result
-    end
-  end
+  defp create(%{auto_create: false}), do: nil
+  defp create(%{auto_create: opts}), do: opts
 
   defp ack_run([corr | rest], seq, acks) when is_integer(corr),
     do: ack_run(rest, seq + 1, [{corr, {:ok, seq}} | acks])
@@ -111,7 +105,7 @@ defmodule Ringbus.Server.PushRun do
   defp one_by_one(config, name, parts, payloads, acks) do
     batches = batches(parts, payloads, [])
 
-    case auto_create(config, name, &Ringbus.push_batches(&1, batches)) do
+    case auto_create(config, name, {:push_batches, batches}) do
       {:ok, results} -> ack_results(parts, results, acks)
       error -> ack_error(parts, error, acks)
     end

@@ -316,21 +316,27 @@ defmodule Ringbus.Server.Session do
   defp request(_session, frame),
     do: close(:unknown_opcode, "not a request: #{elem(frame, 0)}", 0)
 
+  # READ_OK names the incarnation its seqs are of: the one stated, or the
+  # channel's, which the read answers with its messages (one request).
   defp read(session, corr, name, from, max, incarnation) do
     guarded(session, corr, :read, name, fn ->
-      at_incarnation(name, incarnation, fn inc ->
-        with {:ok, messages, lost} <-
-               Ringbus.read(name, from, min(max, @read_max), incarnation: inc) do
+      case Ringbus.run(name, {:stamped, {:read, from, min(max, @read_max), incarnation}}) do
+        {:ok, inc, {:ok, messages, lost}} ->
           {count, messages, _rest} = fit(messages, session.config.max_payload_size)
           {:read_ok, corr, inc, lost, count, messages}
-        end
-      end)
+
+        {:ok, _inc, error} ->
+          error
+
+        error ->
+          error
+      end
     end)
   end
 
-  # READ_OK and SUBSCRIBED name the incarnation their seqs are of: without
-  # one stated, the channel's is looked up and stated, and looked up again
-  # when the channel was created anew in between.
+  # SUBSCRIBED names the incarnation its seqs are of: without one stated,
+  # the channel's is looked up and stated, and looked up again when the
+  # channel was created anew in between.
   defp at_incarnation(name, incarnation, fun, tries \\ 3)
 
   defp at_incarnation(name, nil, fun, tries) do
