@@ -561,24 +561,6 @@ defmodule Ringbus do
     on_channel(name, {:push_many, payloads, count, bytes})
   end
 
-  @doc false
-  # For the server, which takes many pushes to a channel in one read and
-  # has counted them as it checked them: all of them as one batch, whole or
-  # not at all, and a refusal counted nowhere (the caller then pushes them
-  # with `push_batches/2`).
-  @spec push_run(name(), [binary()], pos_integer(), non_neg_integer()) ::
-          {:ok, seq()} | {:error, :no_channel | :full | :too_large | node_error()}
-  def push_run(name, payloads, count, bytes),
-    do: on_channel(name, {:push_run, payloads, count, bytes})
-
-  @doc false
-  # For the server: batches `{payloads, count, bytes}` it has counted, each
-  # whole or not at all, each refusal counted; one result per batch.
-  @spec push_batches(name(), [{[binary()], non_neg_integer(), non_neg_integer()}]) ::
-          {:ok, [{:ok, seq()} | {:error, :full | :too_large}]}
-          | {:error, :no_channel | node_error()}
-  def push_batches(name, batches), do: on_channel(name, {:push_batches, batches})
-
   @doc "Like `push_many/2`, but returns the first seq or raises `Ringbus.Error`."
   @spec push_many!(name(), [binary()]) :: seq()
   def push_many!(name, payloads), do: push_many(name, payloads) |> bang(name)
