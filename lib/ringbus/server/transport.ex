@@ -37,9 +37,10 @@ defmodule Ringbus.Server.Transport do
     end
   end
 
-  @spec accept({kind(), term()}) :: {:ok, socket()} | {:error, term()}
-  def accept({:tcp, listen}), do: :gen_tcp.accept(listen)
-  def accept({:tls, listen}), do: :ssl.transport_accept(listen)
+  @doc "Accepts a connection, waiting `timeout` ms at most (then `{:error, :timeout}`)."
+  @spec accept({kind(), term()}, timeout()) :: {:ok, socket()} | {:error, term()}
+  def accept({:tcp, listen}, timeout), do: :gen_tcp.accept(listen, timeout)
+  def accept({:tls, listen}, timeout), do: :ssl.transport_accept(listen, timeout)
 
   @doc "Completes the TLS handshake; a no-op for TCP."
   @spec handshake(kind(), socket(), timeout()) :: {:ok, socket()} | {:error, term()}
