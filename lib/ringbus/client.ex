@@ -286,9 +286,8 @@ defmodule Ringbus.Client do
   # never blocks writing acks while this client blocks writing pushes.
   @max_pending_limit 250_000
 
-  # A PUSH frame's bytes besides its name and payload, counted against the
-  # server's max frame size (which excludes the 4-byte length).
-  @push_overhead 12
+  # Guards compare with it: channel names and producer ids.
+  @max_name Frame.max_name_size()
 
   ## Connecting
 
@@ -460,7 +459,7 @@ defmodule Ringbus.Client do
     Options.check!(
       :capacity,
       capacity,
-      &(is_integer(&1) and &1 in 1..0xFFFF_FFFF),
+      &(is_integer(&1) and &1 in 1..Frame.max_capacity()),
       "a positive integer below 2^32"
     )
 
@@ -481,8 +480,8 @@ defmodule Ringbus.Client do
     Options.check!(
       :replicas,
       opts[:replicas],
-      &(&1 == nil or (is_integer(&1) and &1 in 1..255)),
-      "an integer in 1..255, or nil"
+      &(&1 == nil or (is_integer(&1) and &1 in 1..Frame.max_replicas())),
+      "an integer in 1..#{Frame.max_replicas()}, or nil"
     )
 
     call(
@@ -554,13 +553,13 @@ defmodule Ringbus.Client do
         push_many(client, channel, payloads)
 
       {{id, n} = tag, payload}
-      when is_binary(id) and byte_size(id) in 1..255 and
+      when is_binary(id) and byte_size(id) in 1..@max_name and
              is_integer(n) and n >= 0 and n < 0x1_0000_0000_0000_0000 ->
         tagged_push(client, channel!(channel), tag, payload)
 
       {tag, _} ->
         raise ArgumentError,
-              "expected :producer to be a tuple {binary of 1 to 255 bytes, u64}, got: " <>
+              "expected :producer to be a tuple {binary of 1 to #{@max_name} bytes, u64}, got: " <>
                 inspect(tag)
     end
   end
@@ -675,7 +674,7 @@ defmodule Ringbus.Client do
   # The payload goes to the connection as it is; the connection gathers it
   # with the others of its channel into one PUSH_BATCH (see Coalescing).
   defp coalesce(%__MODULE__{counters: counters} = client, channel, payload) do
-    if byte_size(payload) + byte_size(channel) + @push_overhead > client.max_frame_size do
+    if byte_size(payload) + byte_size(channel) + Frame.push_overhead() > client.max_frame_size do
       if Counters.closed?(counters), do: {:error, :closed}, else: {:error, :frame_too_large}
     else
       case Counters.reserve(counters, 1, client.max_pending) do
@@ -697,7 +696,7 @@ defmodule Ringbus.Client do
   defp encode_reserved(client, encode, corr, count) do
     {data, bytes} = encode.(corr)
 
-    if bytes - 4 > client.max_frame_size,
+    if bytes - Frame.length_prefix_size() > client.max_frame_size,
       do: {:error, :frame_too_large},
       else: {:ok, data, bytes}
   rescue
@@ -915,16 +914,17 @@ defmodule Ringbus.Client do
     data = Frame.encode(frame)
     bytes = IO.iodata_length(data)
 
-    if bytes - 4 > client.max_frame_size,
+    if bytes - Frame.length_prefix_size() > client.max_frame_size,
       do: {:error, :frame_too_large},
       else: {:ok, data, bytes}
   end
 
-  defp channel!(channel) when is_binary(channel) and byte_size(channel) in 1..255, do: channel
+  defp channel!(channel) when is_binary(channel) and byte_size(channel) in 1..@max_name,
+    do: channel
 
   defp channel!(channel) do
     raise ArgumentError,
-          "expected a channel name of 1 to 255 bytes, got: #{inspect(channel)}"
+          "expected a channel name of 1 to #{@max_name} bytes, got: #{inspect(channel)}"
   end
 
   defp bang(:ok), do: :ok

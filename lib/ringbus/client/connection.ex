@@ -34,9 +34,10 @@ defmodule Ringbus.Client.Connection do
   # How long a closing connection waits for pushes whose room was reserved.
   @close_wait 1_000
 
-  # A PUSH_BATCH's bytes besides its name and payloads (each payload also
-  # takes a u32 length).
-  @batch_overhead 16
+  # A PUSH_BATCH's bytes besides its name and entries, length prefix
+  # included, and each entry's besides its payload.
+  @batch_overhead Frame.length_prefix_size() + Frame.push_overhead()
+  @entry_overhead Frame.push_batch_entry_overhead()
 
   @doc """
   Starts the process, unlinked. Requests reach it through `GenServer.call/3`
@@ -288,9 +289,9 @@ defmodule Ringbus.Client.Connection do
     end
   end
 
-  # The entries' size is the batch's bytes: each payload with its u32 length.
+  # The entries' size is the batch's bytes: each payload with its length.
   defp add(state, channel, room, payload, corr, {count, entries, corrs} = batch) do
-    size = byte_size(entries) + byte_size(payload) + 4
+    size = byte_size(entries) + byte_size(payload) + @entry_overhead
 
     cond do
       count > 0 and size > room ->
@@ -345,7 +346,8 @@ defmodule Ringbus.Client.Connection do
 
   defp send_batch(state, channel, batch) do
     case batch do
-      {1, <<_size::32, payload::binary>>, [corr]} ->
+      {1, entries, [corr]} ->
+        payload = Frame.batch_entry_payload(entries)
         {data, bytes} = Frame.encode_push(corr, :ack, channel, payload)
         state = %{state | session: Session.async(state.session, corr, 1)}
         write(state, data, bytes)
