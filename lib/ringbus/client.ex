@@ -327,7 +327,7 @@ defmodule Ringbus.Client do
       "an integer in 0..65535"
     )
 
-    Options.check!(:transport, opts[:transport], &(&1 in [:tcp, :tls]), ":tcp or :tls")
+    Options.check!(:transport, opts[:transport], &(&1 in Socket.transports()), ":tcp or :tls")
     Options.check!(:tls, opts[:tls], &is_list/1, "a keyword list of ssl options")
     Options.check!(:token, opts[:token], &(is_nil(&1) or is_binary(&1)), "a binary or nil")
     Options.check!(:timeout, opts[:timeout], &timeout?/1, "a positive integer or :infinity")
@@ -351,11 +351,9 @@ defmodule Ringbus.Client do
       "an integer in 1..#{@max_pending_limit}"
     )
 
-    kind = opts[:transport]
-
-    with {:ok, socket} <- Socket.connect(kind, host, opts[:port], opts),
-         {:ok, limits} <- Handshake.hello(kind, socket, opts[:token], opts[:timeout]) do
-      start(kind, socket, limits, opts)
+    with {:ok, transport, socket} <- Socket.connect(host, opts[:port], opts),
+         {:ok, limits} <- Handshake.hello(transport, socket, opts[:token], opts[:timeout]) do
+      start(transport, socket, limits, opts)
     end
   end
 
@@ -363,7 +361,7 @@ defmodule Ringbus.Client do
   @spec connect!(options()) :: t()
   def connect!(opts \\ []), do: connect(opts) |> bang()
 
-  defp start(kind, socket, limits, opts) do
+  defp start(transport, socket, limits, opts) do
     client = %__MODULE__{
       pid: nil,
       counters: Counters.new(),
@@ -375,7 +373,7 @@ defmodule Ringbus.Client do
 
     args = %{
       client: client,
-      kind: kind,
+      transport: transport,
       socket: socket,
       owner: opts[:owner],
       limits: limits,
@@ -387,13 +385,13 @@ defmodule Ringbus.Client do
     {:ok, pid} = Connection.start(args)
     client = %{client | pid: pid}
 
-    case Ringbus.Socket.controlling_process(kind, socket, pid) do
+    case transport.controlling_process(socket, pid) do
       :ok ->
         send(pid, {:ringbus_activate, socket})
         {:ok, client}
 
       {:error, reason} ->
-        Ringbus.Socket.close(kind, socket)
+        transport.close(socket)
         Connection.stop(pid)
         {:error, reason}
     end

@@ -20,7 +20,7 @@ defmodule Ringbus.Server.Acceptor do
 
   require Logger
 
-  alias Ringbus.Server.{Connection, ConnectionSupervisor, Listener, Protocol, Stats, Transport}
+  alias Ringbus.Server.{Connection, ConnectionSupervisor, Listener, Protocol, Stats}
 
   @transient [:econnaborted, :econnreset, :einval, :eproto, :esslaccept]
 
@@ -51,10 +51,10 @@ defmodule Ringbus.Server.Acceptor do
     })
   end
 
-  defp loop(%{listen: {kind, _} = listen, counters: counters} = state) do
-    case Transport.accept(listen, @sys_wait) do
+  defp loop(%{listen: {transport, listen}, counters: counters} = state) do
+    case transport.accept(listen, @sys_wait) do
       {:ok, socket} ->
-        start_connection(kind, socket, state.connections, state.config, counters)
+        start_connection(transport, socket, state.connections, state.config, counters)
         mailbox(state)
 
       {:error, :timeout} ->
@@ -114,26 +114,19 @@ defmodule Ringbus.Server.Acceptor do
   @doc false
   def system_code_change(state, _module, _old, _extra), do: {:ok, state}
 
-  defp start_connection(kind, socket, {sup, protocol, listener}, config, counters) do
+  defp start_connection(transport, socket, {sup, protocol, listener}, config, counters) do
     case ConnectionSupervisor.start_connection(sup, protocol, config) do
       {:ok, pid} ->
         Stats.count(counters, :accepted)
 
-        case Ringbus.Socket.controlling_process(kind, socket, pid) do
-          :ok -> Connection.hand_over(pid, kind, socket)
-          {:error, _} -> Ringbus.Socket.close(kind, socket)
+        case transport.controlling_process(socket, pid) do
+          :ok -> Connection.hand_over(pid, transport, socket)
+          {:error, _} -> transport.close(socket)
         end
 
       {:error, :max_children} ->
         Stats.refused(counters, listener)
-        refuse(kind, socket, protocol)
+        transport.refuse(socket, protocol.busy)
     end
   end
-
-  defp refuse(:tcp, socket, protocol) do
-    :gen_tcp.send(socket, protocol.busy)
-    :gen_tcp.close(socket)
-  end
-
-  defp refuse(:tls, socket, _protocol), do: :ssl.close(socket)
 end

@@ -10,7 +10,7 @@ defmodule Ringbus.Server.AcceptorTest do
     port = Ringbus.Server.port(server)
     [acceptor] = Internals.acceptors(server)
 
-    assert %{listen: {:tcp, _}, counters: _} = :sys.get_state(acceptor, 2_000)
+    assert %{listen: {Ringbus.Socket.TCP, _}, counters: _} = :sys.get_state(acceptor, 2_000)
 
     :ok = :sys.suspend(acceptor, 2_000)
     # The kernel completes the TCP handshake; nobody takes the connection.
