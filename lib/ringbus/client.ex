@@ -286,9 +286,8 @@ defmodule Ringbus.Client do
   # never blocks writing acks while this client blocks writing pushes.
   @max_pending_limit 250_000
 
-  # A PUSH frame's bytes besides its name and payload, counted against the
-  # server's max frame size (which excludes the 4-byte length).
-  @push_overhead 12
+  # Guards compare with it: channel names and producer ids.
+  @max_name Frame.max_name_size()
 
   ## Connecting
 
@@ -328,7 +327,7 @@ defmodule Ringbus.Client do
       "an integer in 0..65535"
     )
 
-    Options.check!(:transport, opts[:transport], &(&1 in [:tcp, :tls]), ":tcp or :tls")
+    Options.check!(:transport, opts[:transport], &(&1 in Socket.transports()), ":tcp or :tls")
     Options.check!(:tls, opts[:tls], &is_list/1, "a keyword list of ssl options")
     Options.check!(:token, opts[:token], &(is_nil(&1) or is_binary(&1)), "a binary or nil")
     Options.check!(:timeout, opts[:timeout], &timeout?/1, "a positive integer or :infinity")
@@ -352,11 +351,9 @@ defmodule Ringbus.Client do
       "an integer in 1..#{@max_pending_limit}"
     )
 
-    kind = opts[:transport]
-
-    with {:ok, socket} <- Socket.connect(kind, host, opts[:port], opts),
-         {:ok, limits} <- Handshake.hello(kind, socket, opts[:token], opts[:timeout]) do
-      start(kind, socket, limits, opts)
+    with {:ok, transport, socket} <- Socket.connect(host, opts[:port], opts),
+         {:ok, limits} <- Handshake.hello(transport, socket, opts[:token], opts[:timeout]) do
+      start(transport, socket, limits, opts)
     end
   end
 
@@ -364,7 +361,7 @@ defmodule Ringbus.Client do
   @spec connect!(options()) :: t()
   def connect!(opts \\ []), do: connect(opts) |> bang()
 
-  defp start(kind, socket, limits, opts) do
+  defp start(transport, socket, limits, opts) do
     client = %__MODULE__{
       pid: nil,
       counters: Counters.new(),
@@ -376,7 +373,7 @@ defmodule Ringbus.Client do
 
     args = %{
       client: client,
-      kind: kind,
+      transport: transport,
       socket: socket,
       owner: opts[:owner],
       limits: limits,
@@ -388,13 +385,13 @@ defmodule Ringbus.Client do
     {:ok, pid} = Connection.start(args)
     client = %{client | pid: pid}
 
-    case Ringbus.Socket.controlling_process(kind, socket, pid) do
+    case transport.controlling_process(socket, pid) do
       :ok ->
         send(pid, {:ringbus_activate, socket})
         {:ok, client}
 
       {:error, reason} ->
-        Ringbus.Socket.close(kind, socket)
+        transport.close(socket)
         Connection.stop(pid)
         {:error, reason}
     end
@@ -460,7 +457,7 @@ defmodule Ringbus.Client do
     Options.check!(
       :capacity,
       capacity,
-      &(is_integer(&1) and &1 in 1..0xFFFF_FFFF),
+      &(is_integer(&1) and &1 in 1..Frame.max_capacity()),
       "a positive integer below 2^32"
     )
 
@@ -481,8 +478,8 @@ defmodule Ringbus.Client do
     Options.check!(
       :replicas,
       opts[:replicas],
-      &(&1 == nil or (is_integer(&1) and &1 in 1..255)),
-      "an integer in 1..255, or nil"
+      &(&1 == nil or (is_integer(&1) and &1 in 1..Frame.max_replicas())),
+      "an integer in 1..#{Frame.max_replicas()}, or nil"
     )
 
     call(
@@ -554,13 +551,13 @@ defmodule Ringbus.Client do
         push_many(client, channel, payloads)
 
       {{id, n} = tag, payload}
-      when is_binary(id) and byte_size(id) in 1..255 and
+      when is_binary(id) and byte_size(id) in 1..@max_name and
              is_integer(n) and n >= 0 and n < 0x1_0000_0000_0000_0000 ->
         tagged_push(client, channel!(channel), tag, payload)
 
       {tag, _} ->
         raise ArgumentError,
-              "expected :producer to be a tuple {binary of 1 to 255 bytes, u64}, got: " <>
+              "expected :producer to be a tuple {binary of 1 to #{@max_name} bytes, u64}, got: " <>
                 inspect(tag)
     end
   end
@@ -675,7 +672,7 @@ defmodule Ringbus.Client do
   # The payload goes to the connection as it is; the connection gathers it
   # with the others of its channel into one PUSH_BATCH (see Coalescing).
   defp coalesce(%__MODULE__{counters: counters} = client, channel, payload) do
-    if byte_size(payload) + byte_size(channel) + @push_overhead > client.max_frame_size do
+    if byte_size(payload) + byte_size(channel) + Frame.push_overhead() > client.max_frame_size do
       if Counters.closed?(counters), do: {:error, :closed}, else: {:error, :frame_too_large}
     else
       case Counters.reserve(counters, 1, client.max_pending) do
@@ -697,7 +694,7 @@ defmodule Ringbus.Client do
   defp encode_reserved(client, encode, corr, count) do
     {data, bytes} = encode.(corr)
 
-    if bytes - 4 > client.max_frame_size,
+    if bytes - Frame.length_prefix_size() > client.max_frame_size,
       do: {:error, :frame_too_large},
       else: {:ok, data, bytes}
   rescue
@@ -915,16 +912,17 @@ defmodule Ringbus.Client do
     data = Frame.encode(frame)
     bytes = IO.iodata_length(data)
 
-    if bytes - 4 > client.max_frame_size,
+    if bytes - Frame.length_prefix_size() > client.max_frame_size,
       do: {:error, :frame_too_large},
       else: {:ok, data, bytes}
   end
 
-  defp channel!(channel) when is_binary(channel) and byte_size(channel) in 1..255, do: channel
+  defp channel!(channel) when is_binary(channel) and byte_size(channel) in 1..@max_name,
+    do: channel
 
   defp channel!(channel) do
     raise ArgumentError,
-          "expected a channel name of 1 to 255 bytes, got: #{inspect(channel)}"
+          "expected a channel name of 1 to #{@max_name} bytes, got: #{inspect(channel)}"
   end
 
   defp bang(:ok), do: :ok

@@ -1,31 +1,93 @@
 defmodule Ringbus.Socket do
   @moduledoc false
-  # The socket calls the server's connections and the client share, for plain
-  # TCP (`:gen_tcp`) and TLS (`:ssl`), on a socket that delivers reads as messages, a number at a time.
+  # A transport: the socket calls the server's connections and the client
+  # make, as a behaviour (ranch's `ranch_transport`) with two modules,
+  # `Ringbus.Socket.TCP` (`:gen_tcp`) and `Ringbus.Socket.TLS` (`:ssl`).
+  # The module is chosen once, when a server listens (TLS if it has `:tls`
+  # options) or a client connects (its `:transport` option), and goes with
+  # the socket from then on: every call is `transport.call(socket, ...)`, one
+  # module call with no dispatch on a kind, and the owner of an active
+  # socket matches its messages on the tags `messages/0` names.
   #
-  # Writes on TCP go straight to the port with `:erlang.port_command/2`; the
-  # port's `{:inet_reply, socket, status}` comes back as an ordinary message
-  # that the owner handles in its loop. `:gen_tcp.send/2` would instead wait
-  # for that reply with a receive that scans the whole mailbox, which on OTP 25
-  # turns a backlog of N messages into O(N²) work. When the port is busy (its
-  # queue above the high watermark) `port_command/2` suspends the writer: the
-  # back-pressure a writer wants. `:ssl.send/2` is a call whose receive matches
-  # a fresh reference, which the runtime answers without scanning older
-  # messages.
+  # A socket delivers reads as messages, a number at a time: the owner asks
+  # with `setopts(socket, active: reads(largest, buffer))`, and gets
+  # `{data, socket, bytes}` messages, then `{passive, socket}`.
   #
-  # TLS writes above 1 MiB go to `:ssl.send/2` in slices of 1 MiB. Given a
-  # whole multi-MB frame, ssl encrypts all of it before the first byte leaves,
-  # so the receiver idles meanwhile and the ciphertext is fresh memory; in
-  # slices, encryption overlaps the transfer and reuses memory.
+  # Writes never wait for the socket (see `Ringbus.Socket.TCP` and
+  # `Ringbus.Socket.TLS` for how each does it).
 
-  @tls_slice 1024 * 1024
-
-  @type kind :: :tcp | :tls
+  @type t :: module()
   @type socket :: :gen_tcp.socket() | :ssl.sslsocket()
+  @type listen_socket :: :gen_tcp.socket() | :ssl.sslsocket()
+  @type address :: {:inet.ip_address(), :inet.port_number()}
 
-  @spec controlling_process(kind(), socket(), pid()) :: :ok | {:error, term()}
-  def controlling_process(:tcp, socket, pid), do: :gen_tcp.controlling_process(socket, pid)
-  def controlling_process(:tls, socket, pid), do: :ssl.controlling_process(socket, pid)
+  @doc "What logs, metrics and `Ringbus.Server.clients/0` call the transport: `:tcp` or `:tls`."
+  @callback name() :: :tcp | :tls
+
+  @doc """
+  The tags of an active socket's messages: `{data, socket, bytes}`,
+  `{passive, socket}`, `{closed, socket}` and `{error, socket, reason}`.
+  """
+  @callback messages() :: {data :: atom(), passive :: atom(), closed :: atom(), error :: atom()}
+
+  @doc "Listens on `port` with `options` (the transport's own among them)."
+  @callback listen(port :: :inet.port_number(), options :: keyword()) ::
+              {:ok, listen_socket()} | {:error, term()}
+
+  @doc "Accepts a connection, waiting `timeout` ms at most (then `{:error, :timeout}`)."
+  @callback accept(listen_socket(), timeout()) :: {:ok, socket()} | {:error, term()}
+
+  @doc """
+  Completes an accepted connection's handshake within `timeout` (TLS's; for
+  TCP there is none): only then may the server read or write it.
+  """
+  @callback handshake(socket(), timeout()) :: {:ok, socket()} | {:error, term()}
+
+  @doc "Connects to `host`:`port` with `options`, within `timeout`, handshake included."
+  @callback connect(
+              host :: :inet.hostname() | :inet.ip_address(),
+              port :: :inet.port_number(),
+              options :: keyword(),
+              timeout()
+            ) :: {:ok, socket()} | {:error, term()}
+
+  @callback controlling_process(socket(), pid()) :: :ok | {:error, term()}
+
+  @callback setopts(socket(), options :: keyword()) :: :ok | {:error, term()}
+
+  @doc """
+  Writes `data` without waiting for the peer; on TCP the outcome arrives
+  later as `{:inet_reply, socket, :ok | {:error, reason}}`, which the owner
+  handles in its loop.
+  """
+  @callback send(socket(), data :: iodata()) :: :ok | {:error, term()}
+
+  @doc "Reads from a passive socket."
+  @callback recv(socket(), length :: non_neg_integer(), timeout()) ::
+              {:ok, binary()} | {:error, term()}
+
+  @doc """
+  Shuts the socket down, from any process: shut down for reading, its owner
+  gets the closed message and ends as when the peer closes.
+  """
+  @callback shutdown(socket(), how :: :read | :write | :read_write) :: :ok | {:error, term()}
+
+  @doc "Closes a socket or a listening socket."
+  @callback close(socket() | listen_socket()) :: :ok
+
+  @callback peername(socket()) :: {:ok, address()} | {:error, term()}
+
+  @callback sockname(socket() | listen_socket()) :: {:ok, address()} | {:error, term()}
+
+  @doc "Bytes written and not yet taken by the kernel, as far as the transport knows (0 if not)."
+  @callback queued(socket()) :: non_neg_integer()
+
+  @doc """
+  Closes an accepted connection the server refuses before its handshake,
+  sending `reply` first where the transport can (TCP; a TLS connection
+  before its handshake carries nothing).
+  """
+  @callback refuse(socket(), reply :: iodata()) :: :ok
 
   # Reads delivered as messages before the socket goes passive and must be
   # armed again. Each arming costs a synchronous call into the port and a
@@ -43,7 +105,8 @@ defmodule Ringbus.Socket do
   the last one and the socket's user buffer (the most one read carries):
   enough to fill #{@budget_buffers} buffers at that size, from #{@min_reads}
   to #{@max_reads}. So at most #{@max_reads} reads queue, and once reads fill
-  the buffer, #{@min_reads}.
+  the buffer, #{@min_reads}. A first arming, with no read yet, asks for
+  #{@min_reads}.
 
       iex> Ringbus.Socket.reads(200, 256 * 1024)
       64
@@ -57,85 +120,4 @@ defmodule Ringbus.Socket do
 
   def reads(largest, buffer),
     do: (@budget_buffers * buffer) |> div(largest) |> max(@min_reads) |> min(@max_reads)
-
-  @doc """
-  Asks for the next `reads` reads as messages, `{:tcp | :ssl, socket,
-  bytes}`; then comes `{:tcp_passive | :ssl_passive, socket}`, and the owner
-  calls this again.
-  """
-  @spec activate(kind(), socket(), pos_integer()) :: :ok | {:error, term()}
-  def activate(kind, socket, reads \\ @min_reads)
-  def activate(:tcp, socket, reads), do: :inet.setopts(socket, active: reads)
-  def activate(:tls, socket, reads), do: :ssl.setopts(socket, active: reads)
-
-  @doc """
-  Writes `data` without waiting for the socket: on TCP the outcome arrives
-  later as `{:inet_reply, socket, :ok | {:error, reason}}`.
-  """
-  @spec send(kind(), socket(), iodata()) :: :ok | {:error, term()}
-  def send(:tcp, socket, data) do
-    :erlang.port_command(socket, data)
-    :ok
-  rescue
-    ArgumentError -> {:error, :closed}
-  end
-
-  def send(:tls, socket, data) do
-    if :erlang.iolist_size(data) > @tls_slice,
-      do: send_slices(socket, slice(data, @tls_slice)),
-      else: :ssl.send(socket, data)
-  end
-
-  defp send_slices(_socket, []), do: :ok
-
-  defp send_slices(socket, [piece | rest]) do
-    with :ok <- :ssl.send(socket, piece), do: send_slices(socket, rest)
-  end
-
-  @doc """
-  Splits `data` into pieces of at most `limit` bytes, in order, without
-  copying: a binary that straddles a boundary is split into sub-binaries.
-  """
-  @spec slice(iodata(), pos_integer()) :: [iodata()]
-  def slice(data, limit) when is_integer(limit) and limit > 0,
-    do: slice([data], limit, limit, [], [])
-
-  # `piece` is the slice being filled, reversed, with `room` bytes left in it.
-  defp slice([], _limit, _room, piece, pieces), do: Enum.reverse(finish(piece, pieces))
-
-  defp slice([empty | rest], limit, room, piece, pieces) when empty in [[], ""],
-    do: slice(rest, limit, room, piece, pieces)
-
-  defp slice(data, limit, 0, piece, pieces),
-    do: slice(data, limit, limit, [], finish(piece, pieces))
-
-  defp slice([[head | tail] | rest], limit, room, piece, pieces),
-    do: slice([head, tail | rest], limit, room, piece, pieces)
-
-  defp slice([byte | rest], limit, room, piece, pieces) when is_integer(byte),
-    do: slice([<<byte>> | rest], limit, room, piece, pieces)
-
-  defp slice([bin | rest], limit, room, piece, pieces) when byte_size(bin) <= room,
-    do: slice(rest, limit, room - byte_size(bin), [bin | piece], pieces)
-
-  defp slice([bin | rest], limit, room, piece, pieces) do
-    <<head::binary-size(room), tail::binary>> = bin
-    slice([tail | rest], limit, limit, [], finish([head | piece], pieces))
-  end
-
-  defp finish([], pieces), do: pieces
-  defp finish(piece, pieces), do: [Enum.reverse(piece) | pieces]
-
-  @spec close(kind(), socket()) :: :ok
-  def close(:tcp, socket), do: :gen_tcp.close(socket)
-
-  def close(:tls, socket), do: :ssl.close(socket)
-
-  @doc """
-  Shuts the socket down both ways, from any process: its owner then gets
-  the socket's closed message and ends as when the peer closes.
-  """
-  @spec shutdown(:tcp | :tls, term()) :: :ok | {:error, term()}
-  def shutdown(:tcp, socket), do: :gen_tcp.shutdown(socket, :read_write)
-  def shutdown(:tls, socket), do: :ssl.shutdown(socket, :read_write)
 end

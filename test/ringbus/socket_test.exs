@@ -1,10 +1,59 @@
 defmodule Ringbus.SocketTest do
   use ExUnit.Case, async: true
 
-  alias Ringbus.Socket
-  alias Ringbus.Wire.FrameGenerators
+  alias Ringbus.Socket.{TCP, TLS}
 
   doctest Ringbus.Socket
+
+  describe "every transport" do
+    for transport <- [TCP, TLS] do
+      @transport transport
+      test "#{inspect(transport)}: its socket's messages carry the tags messages/0 names" do
+        {server, client} = pair(@transport)
+        {data, passive, closed, _error} = @transport.messages()
+
+        {:ok, {_, client_port}} = @transport.sockname(client)
+        assert {:ok, {{127, 0, 0, 1}, ^client_port}} = @transport.peername(server)
+
+        :ok = @transport.setopts(server, active: 1)
+        :ok = @transport.send(client, "hello")
+        assert_receive {^data, ^server, "hello"}, 5_000
+        assert_receive {^passive, ^server}, 5_000
+        assert @transport.queued(server) >= 0
+
+        :ok = @transport.setopts(server, active: true)
+        :ok = @transport.close(client)
+        assert_receive {^closed, ^server}, 5_000
+        :ok = @transport.close(server)
+      end
+    end
+  end
+
+  # A connected pair over `transport`, both ends owned by the caller.
+  defp pair(transport) do
+    {server_opts, client_opts} =
+      if transport == TLS, do: Ringbus.Test.TLS.configs(), else: {[], []}
+
+    base = [:binary, active: false, ip: {127, 0, 0, 1}]
+    {:ok, listen} = transport.listen(0, base ++ server_opts)
+    {:ok, {_, port}} = transport.sockname(listen)
+    test = self()
+
+    acceptor =
+      Task.async(fn ->
+        {:ok, socket} = transport.accept(listen, 5_000)
+        {:ok, socket} = transport.handshake(socket, 5_000)
+        :ok = transport.controlling_process(socket, test)
+        socket
+      end)
+
+    {:ok, client} =
+      transport.connect(~c"localhost", port, [:binary, active: false] ++ client_opts, 5_000)
+
+    server = Task.await(acceptor)
+    :ok = transport.close(listen)
+    {server, client}
+  end
 
   describe "a server connection's arming" do
     setup do
@@ -33,7 +82,7 @@ defmodule Ringbus.SocketTest do
       # Which armings see only full reads depends on how the bytes arrive,
       # so every arming is traced and some must ask for 4, none for more
       # than 64.
-      :erlang.trace_pattern({Ringbus.Socket, :activate, 3}, true, [:local])
+      :erlang.trace_pattern({Ringbus.Socket.TCP, :setopts, 2}, true, [])
       1 = :erlang.trace(conn, true, [:call])
       big = :binary.copy("x", 8 * 1024)
       echo = ["*2\r\n$4\r\nECHO\r\n$8192\r\n", big, "\r\n"]
@@ -42,7 +91,7 @@ defmodule Ringbus.SocketTest do
       # Each reply is "$8192\r\n" <> big <> "\r\n".
       drain(client, 300 * (8 * 1024 + 9))
       :erlang.trace(conn, false, [:call])
-      :erlang.trace_pattern({Ringbus.Socket, :activate, 3}, false, [:local])
+      :erlang.trace_pattern({Ringbus.Socket.TCP, :setopts, 2}, false, [])
       armings = armings([])
       assert 4 in armings
       assert Enum.all?(armings, &(&1 in 4..64))
@@ -52,7 +101,7 @@ defmodule Ringbus.SocketTest do
 
   defp armings(acc) do
     receive do
-      {:trace, _pid, :call, {Ringbus.Socket, :activate, [_kind, _socket, reads]}} ->
+      {:trace, _pid, :call, {Ringbus.Socket.TCP, :setopts, [_socket, [active: reads]]}} ->
         armings([reads | acc])
     after
       0 -> Enum.reverse(acc)
@@ -64,45 +113,5 @@ defmodule Ringbus.SocketTest do
   defp drain(client, left) do
     {:ok, data} = :gen_tcp.recv(client, 0, 10_000)
     drain(client, left - byte_size(data))
-  end
-
-  describe "slice/2" do
-    test "keeps the bytes and their order, in pieces of at most the limit" do
-      iodata =
-        :proper_types.list(
-          :proper_types.frequency([
-            {4, :proper_types.binary()},
-            {1, :proper_types.integer(0, 255)},
-            {1, :proper_types.list(:proper_types.binary())}
-          ])
-        )
-
-      property =
-        FrameGenerators.forall({iodata, :proper_types.integer(1, 40)}, fn {data, limit} ->
-          pieces = Socket.slice(data, limit)
-          sizes = Enum.map(pieces, &IO.iodata_length/1)
-
-          IO.iodata_to_binary(pieces) == IO.iodata_to_binary(data) and
-            Enum.all?(sizes, &(&1 in 1..limit)) and
-            Enum.all?(Enum.drop(sizes, -1), &(&1 == limit))
-        end)
-
-      assert FrameGenerators.check(property, 500) == true
-    end
-
-    test "splits a large binary into sub-binaries of the limit" do
-      data = ["head", :binary.copy(<<7>>, 10), ?!]
-
-      assert Socket.slice(data, 4) == [
-               ["head"],
-               [<<7, 7, 7, 7>>],
-               [<<7, 7, 7, 7>>],
-               [<<7, 7>>, "!"]
-             ]
-    end
-
-    test "gives nothing for empty iodata" do
-      assert Socket.slice([[], "", []], 8) == []
-    end
   end
 end

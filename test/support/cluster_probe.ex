@@ -1,7 +1,7 @@
 defmodule Ringbus.Test.ClusterProbe do
   @moduledoc """
   Functions the cluster tests run inside peer nodes (through
-  `Ringbus.Bench.Cluster.Nodes.call/5`), where a test's own closures cannot
+  `Ringbus.Test.Nodes.call/5`), where a test's own closures cannot
   go: timed loads, long-lived subscribers, a server.
   """
 

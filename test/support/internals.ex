@@ -1,8 +1,10 @@
 defmodule Ringbus.Test.Internals do
   @moduledoc """
   The internal contracts that tests reach into, in one place: a subscription
-  handle is `{pid, ref}`, and a channel name resolves to its
-  `Ringbus.Channel` handle through `Ringbus.Store.fetch/1`.
+  handle is `{pid, ref}`, a channel name resolves to its `Ringbus.Channel`
+  handle through `Ringbus.Store.fetch/1`, a server's acceptors are the
+  children of its `{:acceptors, protocol}` supervisor, and this node's
+  cluster member is its pid in the `:pg` members group.
   """
 
   @doc "The process behind a subscription handle."
@@ -23,6 +25,24 @@ defmodule Ringbus.Test.Internals do
     :ok = Ringbus.create(name, opts)
     ExUnit.Callbacks.on_exit(fn -> Ringbus.delete(name) end)
     channel!(name)
+  end
+
+  @doc "The acceptor processes of `server`'s listener for `protocol`."
+  def acceptors(server, protocol \\ :binary) do
+    {_, sup, _, _} = List.keyfind(Supervisor.which_children(server), {:acceptors, protocol}, 0)
+    for {_, pid, _, _} <- Supervisor.which_children(sup), do: pid
+  end
+
+  @doc "The process that stands for this node in the cluster's members group."
+  def cluster_member do
+    alias Ringbus.Cluster.Links
+
+    [pid] =
+      for pid <- :pg.get_members(Links.scope(), Links.members_group()),
+          node(pid) == node(),
+          do: pid
+
+    pid
   end
 
   @doc "The handle of a channel, or `{:error, :no_channel}`."

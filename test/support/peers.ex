@@ -1,7 +1,7 @@
 defmodule Ringbus.Test.Peers do
   @moduledoc "Peer nodes for a test: started, joined, and stopped when the test ends."
 
-  alias Ringbus.Bench.Cluster.Nodes
+  alias Ringbus.Test.Nodes
 
   @doc "Starts `count` nodes named after `prefix`, joins them, and stops them at the test's end."
   @spec start_joined(pos_integer(), String.t(), keyword()) :: [Nodes.t()]

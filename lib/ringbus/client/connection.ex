@@ -26,7 +26,6 @@ defmodule Ringbus.Client.Connection do
   # TCP writes go to the port and their `:inet_reply` is an ordinary message.
 
   alias Ringbus.Client.{Counters, Session}
-  alias Ringbus.Socket
   alias Ringbus.Wire.{Decoder, Frame}
 
   @flush_bytes 256 * 1024
@@ -34,9 +33,10 @@ defmodule Ringbus.Client.Connection do
   # How long a closing connection waits for pushes whose room was reserved.
   @close_wait 1_000
 
-  # A PUSH_BATCH's bytes besides its name and payloads (each payload also
-  # takes a u32 length).
-  @batch_overhead 16
+  # A PUSH_BATCH's bytes besides its name and entries, length prefix
+  # included, and each entry's besides its payload.
+  @batch_overhead Frame.length_prefix_size() + Frame.push_overhead()
+  @entry_overhead Frame.push_batch_entry_overhead()
 
   @doc """
   Starts the process, unlinked. Requests reach it through `GenServer.call/3`
@@ -61,13 +61,15 @@ defmodule Ringbus.Client.Connection do
 
   @doc false
   def init(parent, args) do
-    %{client: client, kind: kind, socket: socket, owner: owner, limits: limits} = args
+    %{client: client, transport: transport, socket: socket, owner: owner, limits: limits} = args
 
     state = %{
       parent: parent,
       session: Session.new(%{client | pid: self()}),
       counters: client.counters,
-      kind: kind,
+      # The socket's transport (`Ringbus.Socket`) and the tags of its messages.
+      transport: transport,
+      messages: transport.messages(),
       socket: socket,
       decoder: Decoder.new(limits.max_frame_size, accept: :responses),
       owner: owner,
@@ -155,7 +157,7 @@ defmodule Ringbus.Client.Connection do
 
   defp handle({:ringbus_write, data, bytes}, state), do: out(state, data, bytes)
 
-  defp handle({tag, socket, data}, %{socket: socket} = state) when tag in [:tcp, :ssl] do
+  defp handle({tag, socket, data}, %{socket: socket, messages: {tag, _, _, _}} = state) do
     state = %{state | largest_read: max(state.largest_read, byte_size(data))}
 
     case Decoder.feed(state.decoder, data) do
@@ -164,7 +166,7 @@ defmodule Ringbus.Client.Connection do
 
       {:error, reason, frames} ->
         state = route(frames, state)
-        Socket.close(state.kind, state.socket)
+        state.transport.close(state.socket)
         down(state, {:bad_frame, reason})
     end
   end
@@ -176,7 +178,7 @@ defmodule Ringbus.Client.Connection do
 
   defp handle({:"$gen_call", from, :close}, state) do
     state = state |> send_gathered() |> flush()
-    Socket.close(state.kind, state.socket)
+    state.transport.close(state.socket)
     finish(state, false)
     GenServer.reply(from, :ok)
     exit(:normal)
@@ -191,9 +193,8 @@ defmodule Ringbus.Client.Connection do
   end
 
   # The reads asked for have come: ask for more.
-  defp handle({passive, socket}, %{socket: socket} = state)
-       when passive in [:tcp_passive, :ssl_passive],
-       do: activate(state)
+  defp handle({passive, socket}, %{socket: socket, messages: {_, passive, _, _}} = state),
+    do: activate(state)
 
   defp handle(:ping, state) do
     Process.send_after(self(), :ping, state.ping_interval)
@@ -204,16 +205,14 @@ defmodule Ringbus.Client.Connection do
   defp handle({:inet_reply, _socket, :ok}, state), do: state
   defp handle({:inet_reply, _socket, {:error, reason}}, state), do: down(state, reason)
 
-  defp handle({closed, socket}, %{socket: socket} = state)
-       when closed in [:tcp_closed, :ssl_closed],
-       do: down(state, Session.closing(state.session))
+  defp handle({closed, socket}, %{socket: socket, messages: {_, _, closed, _}} = state),
+    do: down(state, Session.closing(state.session))
 
-  defp handle({error, socket, reason}, %{socket: socket} = state)
-       when error in [:tcp_error, :ssl_error],
-       do: down(state, reason)
+  defp handle({error, socket, reason}, %{socket: socket, messages: {_, _, _, error}} = state),
+    do: down(state, reason)
 
   defp handle({:DOWN, ref, :process, _, _}, %{owner_ref: ref} = state) do
-    Socket.close(state.kind, state.socket)
+    state.transport.close(state.socket)
     finish(state, false)
     exit(:normal)
   end
@@ -224,9 +223,9 @@ defmodule Ringbus.Client.Connection do
   defp handle(_unexpected, state), do: state
 
   defp activate(state) do
-    reads = Socket.reads(state.largest_read, state.buffer_size)
+    reads = Ringbus.Socket.reads(state.largest_read, state.buffer_size)
 
-    case Socket.activate(state.kind, state.socket, reads) do
+    case state.transport.setopts(state.socket, active: reads) do
       :ok -> %{state | largest_read: 0}
       {:error, reason} -> down(state, reason)
     end
@@ -239,7 +238,7 @@ defmodule Ringbus.Client.Connection do
 
   @doc false
   def system_terminate(reason, _parent, _debug, state) do
-    Socket.close(state.kind, state.socket)
+    state.transport.close(state.socket)
     down(state, reason)
   end
 
@@ -288,9 +287,9 @@ defmodule Ringbus.Client.Connection do
     end
   end
 
-  # The entries' size is the batch's bytes: each payload with its u32 length.
+  # The entries' size is the batch's bytes: each payload with its length.
   defp add(state, channel, room, payload, corr, {count, entries, corrs} = batch) do
-    size = byte_size(entries) + byte_size(payload) + 4
+    size = byte_size(entries) + byte_size(payload) + @entry_overhead
 
     cond do
       count > 0 and size > room ->
@@ -345,7 +344,8 @@ defmodule Ringbus.Client.Connection do
 
   defp send_batch(state, channel, batch) do
     case batch do
-      {1, <<_size::32, payload::binary>>, [corr]} ->
+      {1, entries, [corr]} ->
+        payload = Frame.batch_entry_payload(entries)
         {data, bytes} = Frame.encode_push(corr, :ack, channel, payload)
         state = %{state | session: Session.async(state.session, corr, 1)}
         write(state, data, bytes)
@@ -373,7 +373,7 @@ defmodule Ringbus.Client.Connection do
   defp flush(state) do
     # A failed write shows up as the socket's closed message, which ends
     # the connection. No-ack pushes are never answered, written or not.
-    _ = Socket.send(state.kind, state.socket, state.out)
+    _ = state.transport.send(state.socket, state.out)
     Counters.release(state.counters, state.out_no_ack)
 
     %{state | out: [], out_bytes: 0, out_no_ack: 0}

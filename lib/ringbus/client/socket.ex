@@ -1,18 +1,29 @@
 defmodule Ringbus.Client.Socket do
   @moduledoc false
-  # The few socket calls the client makes, for plain TCP (`:gen_tcp`) and TLS
-  # (`:ssl`). Connecting and the HELLO exchange run in the caller of
-  # `Ringbus.Client.connect/1` with the socket passive; the connection process
-  # then owns the socket and takes its reads as messages, a few at a time. Reads, writes
-  # and closing are `Ringbus.Socket`'s, shared with the server (see there why
-  # writes never wait for the port).
+  # How a client connects: the transport its `:transport` option names
+  # (`Ringbus.Socket.TCP` or `Ringbus.Socket.TLS`, chosen here and nowhere
+  # else) and the socket options it connects with. Connecting and the HELLO
+  # exchange run in the caller of `Ringbus.Client.connect/1` with the socket
+  # passive; the connection process then owns the socket and takes its reads
+  # as messages, a few at a time, through the same transport.
 
-  @type kind :: Ringbus.Socket.kind()
-  @type socket :: Ringbus.Socket.socket()
+  alias Ringbus.Socket.{TCP, TLS}
 
-  @spec connect(kind(), :inet.hostname() | :inet.ip_address(), :inet.port_number(), keyword()) ::
-          {:ok, socket()} | {:error, term()}
-  def connect(kind, host, port, opts) do
+  # Each value of `:transport`: its module, and the option that holds the
+  # socket options only it takes.
+  @transports [tcp: {TCP, nil}, tls: {TLS, :tls}]
+
+  @doc "The values of the client's `:transport` option."
+  @spec transports() :: [atom()]
+  def transports, do: Keyword.keys(@transports)
+
+  @doc """
+  Connects as `opts` say (`:transport`, `:tls`, `:buffer_size`,
+  `:send_timeout`, `:timeout`): the transport and its socket.
+  """
+  @spec connect(:inet.hostname() | :inet.ip_address(), :inet.port_number(), keyword()) ::
+          {:ok, Ringbus.Socket.t(), Ringbus.Socket.socket()} | {:error, term()}
+  def connect(host, port, opts) do
     buffer = Keyword.fetch!(opts, :buffer_size)
 
     sock_opts = [
@@ -29,15 +40,11 @@ defmodule Ringbus.Client.Socket do
       send_timeout_close: true
     ]
 
-    timeout = Keyword.fetch!(opts, :timeout)
+    {transport, own} = Keyword.fetch!(@transports, Keyword.fetch!(opts, :transport))
+    own = if own, do: Keyword.fetch!(opts, own), else: []
 
-    case kind do
-      :tcp -> :gen_tcp.connect(host, port, sock_opts, timeout)
-      :tls -> :ssl.connect(host, port, sock_opts ++ Keyword.fetch!(opts, :tls), timeout)
-    end
+    with {:ok, socket} <-
+           transport.connect(host, port, sock_opts ++ own, Keyword.fetch!(opts, :timeout)),
+         do: {:ok, transport, socket}
   end
-
-  @spec recv(kind(), socket(), timeout()) :: {:ok, binary()} | {:error, term()}
-  def recv(:tcp, socket, timeout), do: :gen_tcp.recv(socket, 0, timeout)
-  def recv(:tls, socket, timeout), do: :ssl.recv(socket, 0, timeout)
 end

@@ -29,7 +29,7 @@ defmodule Ringbus.Cluster.Members do
 
   require Logger
 
-  alias Ringbus.Cluster.{Link, Links}
+  alias Ringbus.Cluster.{Link, Links, Member}
 
   @link_supervisor Ringbus.Cluster.LinkSupervisor
   @restart_after 100
@@ -56,12 +56,8 @@ defmodule Ringbus.Cluster.Members do
     Links.new_table()
     :ok = :net_kernel.monitor_nodes(true, %{node_type: :visible, nodedown_reason: true})
     {ref, groups} = :pg.monitor_scope(Links.scope())
-    # A process of its own joins the group: OTP 25's `:pg` crashes on the
-    # exit of a process that both monitors the scope and is a member
-    # (erlang/otp#7625), which logged an error at every stop.
-    parent = self()
-    spawn_link(fn -> member(parent) end)
-    receive do: ({:member, ^parent} -> :ok)
+    # A process of its own joins the group (see `Member` why).
+    Member.start_link()
 
     state = %{
       config: config,
@@ -81,12 +77,6 @@ defmodule Ringbus.Cluster.Members do
 
     state = Enum.reduce(groups, state, fn {group, pids}, state -> joined(state, group, pids) end)
     {:ok, tick(reconnect(state))}
-  end
-
-  defp member(parent) do
-    :ok = :pg.join(Links.scope(), Links.members_group(), self())
-    send(parent, {:member, parent})
-    Process.sleep(:infinity)
   end
 
   @impl true

@@ -7,6 +7,7 @@ defmodule Ringbus.Resp.Keys do
   alias Ringbus.Channel
   alias Ringbus.Resp.{Encoder, Errors}
   alias Ringbus.Server.Auth
+  alias Ringbus.Wire.Frame
 
   @doc "Whether the session has authenticated, or needs not."
   @spec authenticated?(%{grants: term()}) :: boolean()
@@ -41,7 +42,6 @@ defmodule Ringbus.Resp.Keys do
 
   # A stream is bounded by bytes. Its capacity only backs that bound for
   # entries under 16 bytes: every XADD of field/value pairs stores at least 17.
-  @max_capacity 0xFFFF_FFFF
   @min_entry_bytes 16
 
   @doc """
@@ -55,7 +55,8 @@ defmodule Ringbus.Resp.Keys do
   def stream_options(%{auto_create: false}), do: false
 
   def stream_options(%{auto_create: opts, resp_stream_max_bytes: max_bytes} = config) do
-    capacity = max_bytes |> div(@min_entry_bytes) |> max(1) |> min(@max_capacity)
+    # At most what the binary protocol's INFO_OK carries.
+    capacity = max_bytes |> div(@min_entry_bytes) |> max(1) |> min(Frame.max_capacity())
     opts = Keyword.merge(opts, capacity: capacity, max_bytes: max_bytes)
 
     case config do

@@ -20,8 +20,8 @@ defmodule Ringbus.Server.Clients do
   @spec close(pid()) :: :ok | {:error, :no_client}
   def close(pid) do
     case for({^pid, info} <- Directory.connections(), do: info) do
-      [%{closer: {kind, socket}} | _] ->
-        _ = Ringbus.Socket.shutdown(kind, socket)
+      [%{transport: transport, socket: socket} | _] ->
+        _ = transport.shutdown(socket, :read_write)
         :ok
 
       [] ->

@@ -96,7 +96,7 @@ defmodule Ringbus.Server.Config do
     end
 
     Options.check!(:max_frame_size, config.max_frame_size, &(&1 >= 1024), "at least 1024")
-    %{config | max_payload_size: config.max_frame_size - 64}
+    %{config | max_payload_size: Frame.max_payload_size(config.max_frame_size)}
   end
 
   defp host!(host), do: Options.ip!(:host, host)

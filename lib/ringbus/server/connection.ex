@@ -25,7 +25,7 @@ defmodule Ringbus.Server.Connection do
   # message.
   #
   # Backlog safety. No selective receive: TCP writes go to the port without
-  # waiting for its reply (see `Ringbus.Socket`), and the calls a session
+  # waiting for its reply (see `Ringbus.Socket.TCP`), and the calls a session
   # makes (create, delete, subscribe, unsubscribe) wait on a fresh reference,
   # which the runtime matches without scanning older messages. What can queue
   # here is bounded: the reads the socket delivers before it must be
@@ -64,9 +64,9 @@ defmodule Ringbus.Server.Connection do
   end
 
   @doc "Hands an accepted socket to the connection process that now owns it."
-  @spec hand_over(pid(), Transport.kind(), Transport.socket()) :: :ok
-  def hand_over(pid, kind, socket) do
-    send(pid, {:ringbus_socket, kind, socket})
+  @spec hand_over(pid(), Ringbus.Socket.t(), Ringbus.Socket.socket()) :: :ok
+  def hand_over(pid, transport, socket) do
+    send(pid, {:ringbus_socket, transport, socket})
     :ok
   end
 
@@ -81,7 +81,9 @@ defmodule Ringbus.Server.Connection do
       config: config,
       protocol: name,
       module: module,
-      kind: nil,
+      # The socket's transport (`Ringbus.Socket`) and the tags of its messages.
+      transport: nil,
+      messages: nil,
       socket: nil,
       codec: codec,
       session: session,
@@ -105,18 +107,22 @@ defmodule Ringbus.Server.Connection do
   ## Messages
 
   @impl true
-  def handle_info({:ringbus_socket, kind, socket}, state) do
-    with {:ok, socket} <- Transport.handshake(kind, socket, remaining(state.deadline)),
-         :ok <- Ringbus.Socket.activate(kind, socket) do
-      stats = Stats.opened(state.config.counters, state.protocol, kind, socket)
-      state = opened(%{state | kind: kind, socket: socket, stats: stats})
+  def handle_info({:ringbus_socket, transport, socket}, state) do
+    with {:ok, socket} <- transport.handshake(socket, remaining(state.deadline)),
+         :ok <- transport.setopts(socket, active: first_reads(state)) do
+      stats = Stats.opened(state.config.counters, state.protocol, transport, socket)
+      messages = transport.messages()
+
+      state =
+        opened(%{state | transport: transport, messages: messages, socket: socket, stats: stats})
+
       noreply(if state.module.open?(state.session), do: touch(state), else: state)
     else
       _ -> {:stop, :normal, state}
     end
   end
 
-  def handle_info({tag, socket, data}, %{socket: socket} = state) when tag in [:tcp, :ssl] do
+  def handle_info({tag, socket, data}, %{socket: socket, messages: {tag, _, _, _}} = state) do
     state = %{state | largest_read: max(state.largest_read, byte_size(data))}
 
     if state.waiting?,
@@ -126,8 +132,7 @@ defmodule Ringbus.Server.Connection do
 
   # The reads asked for have come: ask for more, unless reads are held
   # behind a waiting command.
-  def handle_info({passive, socket}, %{socket: socket} = state)
-      when passive in [:tcp_passive, :ssl_passive] do
+  def handle_info({passive, socket}, %{socket: socket, messages: {_, passive, _, _}} = state) do
     if state.held == [], do: rearm(state), else: noreply(%{state | passive?: true})
   end
 
@@ -150,10 +155,10 @@ defmodule Ringbus.Server.Connection do
   def handle_info({:inet_reply, _socket, {:error, _reason}}, state),
     do: close(state, :socket_error)
 
-  def handle_info({closed, _socket}, state) when closed in [:tcp_closed, :ssl_closed],
+  def handle_info({closed, _socket}, %{messages: {_, _, closed, _}} = state),
     do: close(state, :peer_closed)
 
-  def handle_info({error, _socket, _reason}, state) when error in [:tcp_error, :ssl_error],
+  def handle_info({error, _socket, _reason}, %{messages: {_, _, _, error}} = state),
     do: close(state, :socket_error)
 
   # Subscription batches, closed subscriptions, the protocol's timers.
@@ -175,7 +180,7 @@ defmodule Ringbus.Server.Connection do
         state = state |> write(out) |> flush()
         # The client may still be sending: a plain close would reset the
         # connection and could lose the last answers.
-        Transport.close_gracefully(state.kind, state.socket, remaining(deadline))
+        Transport.close_gracefully(state.transport, state.socket, remaining(deadline))
         %{state | stats: Stats.closing(state.stats, :shutting_down)}
       else
         false -> state
@@ -197,9 +202,9 @@ defmodule Ringbus.Server.Connection do
   # {:ok, state}, or the stop of a session that closed the connection itself.
   defp answer_queued(%{waiting?: true} = state), do: {:ok, state}
 
-  defp answer_queued(%{socket: socket} = state) do
+  defp answer_queued(%{socket: socket, messages: {tag, _, _, _}} = state) do
     receive do
-      {tag, ^socket, data} when tag in [:tcp, :ssl] ->
+      {^tag, ^socket, data} ->
         case decode(state, data, System.monotonic_time()) do
           {:ok, items, state} -> with {:ok, state} <- run(state, items), do: answer_queued(state)
           {:error, _reason, items, state} -> run(state, items)
@@ -300,10 +305,12 @@ defmodule Ringbus.Server.Connection do
   defp continue({:ok, state}), do: noreply(state)
   defp continue(stop), do: stop
 
+  defp first_reads(state), do: Ringbus.Socket.reads(0, state.config.buffer_size)
+
   defp rearm(state) do
     reads = Ringbus.Socket.reads(state.largest_read, state.config.buffer_size)
 
-    case Ringbus.Socket.activate(state.kind, state.socket, reads) do
+    case state.transport.setopts(state.socket, active: reads) do
       :ok -> noreply(%{state | passive?: false, largest_read: 0})
       {:error, :closed} -> close(state, :peer_closed)
       {:error, _} -> close(state, :socket_error)
@@ -351,7 +358,7 @@ defmodule Ringbus.Server.Connection do
     # A failed write shows up as the socket's closed message; a TLS write
     # that timed out also says why here.
     stats =
-      case Ringbus.Socket.send(state.kind, state.socket, state.out) do
+      case state.transport.send(state.socket, state.out) do
         {:error, :timeout} -> Stats.closing(state.stats, :send_timeout)
         _ -> Stats.flushed(state.stats, state.out_bytes)
       end
@@ -376,7 +383,7 @@ defmodule Ringbus.Server.Connection do
   defp close(%{socket: nil} = state, _reason), do: {:stop, :normal, state}
 
   defp close(state, reason) do
-    Ringbus.Socket.close(state.kind, state.socket)
+    state.transport.close(state.socket)
     {:stop, :normal, %{state | stats: Stats.closing(state.stats, reason)}}
   end
 

@@ -19,7 +19,7 @@ defmodule Ringbus.Server.Listener do
   @refusals_every 1_000
 
   @type info :: %{
-          socket: {Transport.kind(), term()},
+          socket: Transport.listener(),
           port: :inet.port_number(),
           counters: :counters.counters_ref()
         }

@@ -15,10 +15,7 @@ defmodule Ringbus.Server.PushRun do
   # `session` is a `Ringbus.Server.Session`: its `:config` and `:grants`.
 
   alias Ringbus.Server.Auth
-
-  # A PUSH_ACKS frame: its opcode and count, then 14 bytes an entry.
-  @acks_overhead 1 + 4
-  @ack_entry 14
+  alias Ringbus.Wire.Frame
 
   @doc "Adds a PUSH or PUSH_BATCH part to the run of channel `name`."
   def add({corr, mode, 1, payload} = part, max, name, parts, payloads, count, bytes)
@@ -152,8 +149,7 @@ defmodule Ringbus.Server.PushRun do
   def push_acks(_config, []), do: []
 
   def push_acks(config, acks) do
-    per_frame = div(config.max_frame_size - @acks_overhead, @ack_entry)
-    split_acks(acks, per_frame, 0, [], [])
+    split_acks(acks, Frame.max_push_acks(config.max_frame_size), 0, [], [])
   end
 
   # Walks the reversed acks once, cutting a frame every `per_frame` entries;

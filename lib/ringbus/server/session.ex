@@ -43,8 +43,8 @@ defmodule Ringbus.Server.Session do
 
   @read_max 1_000
 
-  # A message in READ_OK or DELIVER: seq and payload length, then the payload.
-  @message_overhead 12
+  # A guard compares with it.
+  @message_overhead Frame.message_overhead()
 
   defstruct [
     :config,

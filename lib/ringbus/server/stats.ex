@@ -224,10 +224,11 @@ defmodule Ringbus.Server.Stats do
   A connection of `protocol` (`:binary`, `:resp`) has its socket: counts it
   as handshaking, lists it in the directory and logs the line that says so.
   """
-  @spec opened(counters(), atom(), :tcp | :tls, term()) :: tally()
-  def opened(counters, protocol, kind, socket) do
+  @spec opened(counters(), atom(), Ringbus.Socket.t(), Ringbus.Socket.socket()) :: tally()
+  def opened(counters, protocol, transport, socket) do
     add(counters, :handshaking, 1)
-    peer = peer(kind, socket)
+    kind = transport.name()
+    peer = peer(transport, socket)
     Logger.info("Ringbus #{protocol} connection from #{peer} opened (#{kind})")
     own = :counters.new(map_size(@own), [])
     now = System.monotonic_time(:millisecond)
@@ -237,15 +238,15 @@ defmodule Ringbus.Server.Stats do
       Ringbus.Server.Directory.register_connection(%{
         id: :erlang.unique_integer([:positive, :monotonic]),
         protocol: protocol,
-        port: local_port(kind, socket),
+        port: local_port(transport, socket),
         peer: peer,
         kind: kind,
         since: now,
         counters: own,
-        # The port's queue is output the kernel has not taken yet (TCP only).
-        socket: if(kind == :tcp, do: socket),
-        # What Ringbus.Server.close_client/1 shuts down.
-        closer: {kind, socket},
+        # For the output the kernel has not taken yet, and for
+        # Ringbus.Server.close_client/1 to shut the socket down.
+        transport: transport,
+        socket: socket,
         name: nil
       })
 
@@ -267,10 +268,8 @@ defmodule Ringbus.Server.Stats do
     }
   end
 
-  defp local_port(kind, socket) do
-    result = if kind == :tls, do: :ssl.sockname(socket), else: :inet.sockname(socket)
-
-    case result do
+  defp local_port(transport, socket) do
+    case transport.sockname(socket) do
       {:ok, {_ip, port}} -> port
       {:error, _} -> nil
     end
@@ -287,11 +286,7 @@ defmodule Ringbus.Server.Stats do
     now = System.monotonic_time(:millisecond)
     get = &:counters.get(own, Map.fetch!(@own, &1))
 
-    queued =
-      case info.socket && :erlang.port_info(info.socket, :queue_size) do
-        {:queue_size, n} -> n
-        _ -> 0
-      end
+    queued = info.transport.queued(info.socket)
 
     %{
       id: info.id,
@@ -312,10 +307,8 @@ defmodule Ringbus.Server.Stats do
     }
   end
 
-  defp peer(kind, socket) do
-    result = if kind == :tls, do: :ssl.peername(socket), else: :inet.peername(socket)
-
-    case result do
+  defp peer(transport, socket) do
+    case transport.peername(socket) do
       {:ok, {ip, port}} -> "#{:inet.ntoa(ip)}:#{port}"
       {:error, _} -> "an unknown peer"
     end

@@ -1,18 +1,20 @@
 defmodule Ringbus.Server.Transport do
   @moduledoc false
-  # The socket calls only the server makes, for plain TCP (`:gen_tcp`) and
-  # TLS (`:ssl`): listening, accepting and the handshake. Reads, writes and
-  # closing are `Ringbus.Socket`'s, shared with the client (see there why
-  # writes never wait for the port).
+  # The socket calls only the server makes, on its transport
+  # (`Ringbus.Socket`): choosing it (TLS when the server has `:tls`
+  # options, else TCP), listening, and closing a connection gracefully.
+  # Accepting, the handshake and everything else are the transport's own
+  # calls.
+
+  alias Ringbus.Socket.{TCP, TLS}
 
   # How long a closing connection waits for more input before it closes.
   @quiet_ms 500
 
-  @type kind :: Ringbus.Socket.kind()
-  @type socket :: Ringbus.Socket.socket()
+  @type listener :: {Ringbus.Socket.t(), Ringbus.Socket.listen_socket()}
 
   @spec listen(Ringbus.Server.Config.t(), :inet.port_number()) ::
-          {:ok, {kind(), term()}} | {:error, term()}
+          {:ok, listener()} | {:error, term()}
   def listen(config, port) do
     opts = [
       :binary,
@@ -31,24 +33,16 @@ defmodule Ringbus.Server.Transport do
       send_timeout_close: true
     ]
 
-    case config.tls do
-      nil -> with {:ok, l} <- :gen_tcp.listen(port, opts), do: {:ok, {:tcp, l}}
-      tls -> with {:ok, l} <- :ssl.listen(port, opts ++ tls), do: {:ok, {:tls, l}}
-    end
+    {transport, own} = if config.tls, do: {TLS, config.tls}, else: {TCP, []}
+    with {:ok, listen} <- transport.listen(port, opts ++ own), do: {:ok, {transport, listen}}
   end
 
-  @spec accept({kind(), term()}) :: {:ok, socket()} | {:error, term()}
-  def accept({:tcp, listen}), do: :gen_tcp.accept(listen)
-  def accept({:tls, listen}), do: :ssl.transport_accept(listen)
-
-  @doc "Completes the TLS handshake; a no-op for TCP."
-  @spec handshake(kind(), socket(), timeout()) :: {:ok, socket()} | {:error, term()}
-  def handshake(:tcp, socket, _timeout), do: {:ok, socket}
-  def handshake(:tls, socket, timeout), do: :ssl.handshake(socket, timeout)
-
-  @spec port({kind(), term()}) :: :inet.port_number()
-  def port({:tcp, listen}), do: listen |> :inet.port() |> elem(1)
-  def port({:tls, listen}), do: listen |> :ssl.sockname() |> elem(1) |> elem(1)
+  @doc "The port a listener is bound to."
+  @spec port(listener()) :: :inet.port_number()
+  def port({transport, listen}) do
+    {:ok, {_ip, port}} = transport.sockname(listen)
+    port
+  end
 
   @doc """
   Closes a connection so that the peer reads everything written first:
@@ -59,34 +53,27 @@ defmodule Ringbus.Server.Transport do
   kernel has not sent yet: a client pipelining pushes would lose its last
   acks and the ERROR frame. (Web servers call this a lingering close.)
   """
-  @spec close_gracefully(kind(), socket(), non_neg_integer()) :: :ok
-  def close_gracefully(kind, socket, timeout) do
+  @spec close_gracefully(Ringbus.Socket.t(), Ringbus.Socket.socket(), non_neg_integer()) :: :ok
+  def close_gracefully(transport, socket, timeout) do
     deadline = System.monotonic_time(:millisecond) + timeout
 
-    with :ok <- shutdown_write(kind, socket),
-         :ok <- passive(kind, socket) do
-      drain(kind, socket, deadline)
+    with :ok <- transport.shutdown(socket, :write),
+         :ok <- transport.setopts(socket, active: false) do
+      drain(transport, socket, deadline)
     end
 
-    Ringbus.Socket.close(kind, socket)
+    transport.close(socket)
   end
 
-  defp shutdown_write(:tcp, socket), do: :gen_tcp.shutdown(socket, :write)
-  defp shutdown_write(:tls, socket), do: :ssl.shutdown(socket, :write)
-
-  defp passive(:tcp, socket), do: :inet.setopts(socket, active: false)
-  defp passive(:tls, socket), do: :ssl.setopts(socket, active: false)
-
-  defp drain(kind, socket, deadline) do
+  defp drain(transport, socket, deadline) do
     wait = min(max(deadline - System.monotonic_time(:millisecond), 0), @quiet_ms)
-    result = if kind == :tls, do: :ssl.recv(socket, 0, wait), else: :gen_tcp.recv(socket, 0, wait)
 
-    case result do
-      {:ok, _data} when wait > 0 -> drain(kind, socket, deadline)
+    case transport.recv(socket, 0, wait) do
+      {:ok, _data} when wait > 0 -> drain(transport, socket, deadline)
       _closed_quiet_or_late -> :ok
     end
   end
 
-  @spec close_listener({kind(), term()}) :: :ok
-  def close_listener({kind, listen}), do: Ringbus.Socket.close(kind, listen)
+  @spec close_listener(listener()) :: :ok
+  def close_listener({transport, listen}), do: transport.close(listen)
 end

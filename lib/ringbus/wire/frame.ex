@@ -115,6 +115,24 @@ defmodule Ringbus.Wire.Frame do
   @max_hello_frame 1 + 4 + 4 + 2 + 2 + 2 + 0xFFFF
   @max_error_frame 1 + 4 + 2 + 2 + 0xFFFF
 
+  # Sizes the senders plan with (each documented at its function below).
+  @length_prefix 4
+  # PUSH: opcode, corr, flags, name length, then payload length; PUSH_BATCH
+  # the same with its count in the place of the payload length.
+  @push_overhead 1 + 4 + 1 + 2 + 4
+  # A PUSH_BATCH entry's payload length.
+  @batch_entry_overhead 4
+  # A message in READ_OK or DELIVER: seq, payload length.
+  @message_overhead 8 + 4
+  # PUSH_ACKS: opcode and count, then per push its corr, status and seq.
+  @push_acks_overhead 1 + 4
+  @push_ack_size 4 + 2 + 8
+  # What a server keeps of max_frame_size for the largest header a stored
+  # message is sent with (PULL_OK, READ_OK, DELIVER).
+  @payload_headroom 64
+  @max_capacity 0xFFFF_FFFF
+  @max_replicas 255
+
   # Requests
   @hello 0x01
   @create 0x02
@@ -344,6 +362,55 @@ defmodule Ringbus.Wire.Frame do
   @spec max_error_frame_size() :: pos_integer()
   def max_error_frame_size, do: @max_error_frame
 
+  @doc """
+  The bytes of a frame's length prefix, 4. `max_frame_size` bounds the
+  length, so a frame of `n` bytes in all fits when `n - 4` is within it.
+  """
+  @spec length_prefix_size() :: pos_integer()
+  def length_prefix_size, do: @length_prefix
+
+  @doc """
+  The bytes of a `PUSH` besides its name and payload, 12, and of a
+  `PUSH_BATCH` besides its name and entries (the same 12); neither counts
+  the length prefix.
+  """
+  @spec push_overhead() :: pos_integer()
+  def push_overhead, do: @push_overhead
+
+  @doc "The bytes a `PUSH_BATCH` entry takes besides its payload: its u32 length, 4."
+  @spec push_batch_entry_overhead() :: pos_integer()
+  def push_batch_entry_overhead, do: @batch_entry_overhead
+
+  @doc "The bytes a message takes in `READ_OK` or `DELIVER` besides its payload: 12."
+  @spec message_overhead() :: pos_integer()
+  def message_overhead, do: @message_overhead
+
+  @doc """
+  The most acks one `PUSH_ACKS` within `max_frame_size` carries: 14 bytes
+  each, after the frame's opcode and count.
+
+      iex> Ringbus.Wire.Frame.max_push_acks(1024)
+      72
+  """
+  @spec max_push_acks(pos_integer()) :: non_neg_integer()
+  def max_push_acks(max_frame_size), do: div(max_frame_size - @push_acks_overhead, @push_ack_size)
+
+  @doc """
+  The largest payload a server with `max_frame_size` stores:
+  `max_frame_size - 64`, so that every stored message fits in a `PULL_OK`,
+  a `READ_OK` or a `DELIVER` with its header.
+  """
+  @spec max_payload_size(pos_integer()) :: integer()
+  def max_payload_size(max_frame_size), do: max_frame_size - @payload_headroom
+
+  @doc "The largest capacity `CREATE` and `INFO_OK` carry, a u32: 2^32 - 1."
+  @spec max_capacity() :: pos_integer()
+  def max_capacity, do: @max_capacity
+
+  @doc "The most replicas `CREATE` asks for, a u8: 255."
+  @spec max_replicas() :: pos_integer()
+  def max_replicas, do: @max_replicas
+
   @doc "Every frame type with its opcode, requests first."
   @spec opcodes() :: [{type(), byte()}]
   def opcodes, do: @opcodes
@@ -395,7 +462,7 @@ defmodule Ringbus.Wire.Frame do
   def encode_push(corr, mode, name, payload)
       when is_u32(corr) and is_ack_mode(mode) and is_name(name) and is_binary(payload) do
     size = byte_size(payload)
-    length = 12 + byte_size(name) + size
+    length = @push_overhead + byte_size(name) + size
     flags = push_flags(mode)
 
     # Built in one expression: appending to a binary held in a variable
@@ -405,10 +472,10 @@ defmodule Ringbus.Wire.Frame do
         <<length::32, @push, corr::32, flags, byte_size(name)::16, name::binary, size::32,
           payload::binary>>
 
-      {frame, length + 4}
+      {frame, length + @length_prefix}
     else
       header = <<length::32, @push, corr::32, flags, byte_size(name)::16, name::binary, size::32>>
-      {[header, payload], length + 4}
+      {[header, payload], length + @length_prefix}
     end
   end
 
@@ -432,6 +499,15 @@ defmodule Ringbus.Wire.Frame do
     do: <<entries::binary, byte_size(payload)::32, payload::binary>>
 
   @doc """
+  The payload of entries that `batch_entry/2` built from one payload.
+
+      iex> "" |> Ringbus.Wire.Frame.batch_entry("abc") |> Ringbus.Wire.Frame.batch_entry_payload()
+      "abc"
+  """
+  @spec batch_entry_payload(binary()) :: binary()
+  def batch_entry_payload(<<size::32, payload::binary-size(size)>>), do: payload
+
+  @doc """
   Encodes a `PUSH_BATCH` of `count` payloads whose entries `batch_entry/2`
   built, as `encode/1` does, with its size in bytes.
   """
@@ -442,7 +518,7 @@ defmodule Ringbus.Wire.Frame do
              is_binary(entries) do
     head = push_batch_head(corr, mode, name, count)
     size = byte_size(head) + byte_size(entries)
-    {frame_iodata(@push_batch, [head, entries], size), size + 5}
+    {frame_iodata(@push_batch, [head, entries], size), size + 1 + @length_prefix}
   end
 
   defp frame_iodata(opcode, body, size) when size + 1 <= 0xFFFF_FFFF,
@@ -461,7 +537,7 @@ defmodule Ringbus.Wire.Frame do
   defp body({:create, corr, name, capacity, overflow, max_bytes, replicas})
        when is_u32(corr) and is_name(name) and is_u32(capacity) and is_overflow(overflow) and
               (is_nil(max_bytes) or (is_u64(max_bytes) and max_bytes > 0)) and
-              (is_nil(replicas) or (is_integer(replicas) and replicas in 1..255)) do
+              (is_nil(replicas) or (is_integer(replicas) and replicas in 1..@max_replicas)) do
     max_bytes = max_bytes || 0
 
     {@create,
@@ -584,8 +660,9 @@ defmodule Ringbus.Wire.Frame do
   defp body({:push_acks, count, acks}) when is_u32(count) and is_list(acks) do
     entries = encode_acks(acks, <<>>)
 
-    if byte_size(entries) != count * 14 do
-      raise ArgumentError, "expected #{count} acks, got #{div(byte_size(entries), 14)}"
+    if byte_size(entries) != count * @push_ack_size do
+      raise ArgumentError,
+            "expected #{count} acks, got #{div(byte_size(entries), @push_ack_size)}"
     end
 
     {@push_acks, [<<count::32>>, entries], 4 + byte_size(entries)}
@@ -690,7 +767,8 @@ defmodule Ringbus.Wire.Frame do
 
   defp encode_payloads([payload | rest], count, acc, size, seen) when is_binary(payload) do
     entry = [<<byte_size(payload)::32>>, payload]
-    encode_payloads(rest, count, [acc | entry], size + 4 + byte_size(payload), seen + 1)
+    size = size + @batch_entry_overhead + byte_size(payload)
+    encode_payloads(rest, count, [acc | entry], size, seen + 1)
   end
 
   defp encode_payloads([], count, acc, size, count), do: {acc, size}
@@ -701,7 +779,8 @@ defmodule Ringbus.Wire.Frame do
   defp encode_messages([{seq, payload} | rest], count, acc, size, seen)
        when is_u64(seq) and is_binary(payload) do
     entry = [<<seq::64, byte_size(payload)::32>>, payload]
-    encode_messages(rest, count, [acc | entry], size + 12 + byte_size(payload), seen + 1)
+    size = size + @message_overhead + byte_size(payload)
+    encode_messages(rest, count, [acc | entry], size, seen + 1)
   end
 
   defp encode_messages([], count, acc, size, count), do: {acc, size}

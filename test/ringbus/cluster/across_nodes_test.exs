@@ -3,7 +3,7 @@ defmodule Ringbus.Cluster.AcrossNodesTest do
   # Generous timeouts: these tests check behaviour, the fault tests timing.
   use ExUnit.Case, async: true
 
-  alias Ringbus.Bench.Cluster.Nodes
+  alias Ringbus.Test.Nodes
   alias Ringbus.Test.ClusterProbe, as: Probe
 
   @moduletag timeout: 60_000

@@ -9,7 +9,7 @@ defmodule Ringbus.Cluster.FaultsTest do
   # Not async: the timing assertions want the machine as quiet as it gets.
   use ExUnit.Case, async: false
 
-  alias Ringbus.Bench.Cluster.Nodes
+  alias Ringbus.Test.Nodes
   alias Ringbus.Test.ClusterProbe, as: Probe
 
   @moduletag timeout: 90_000

@@ -5,7 +5,7 @@ defmodule Ringbus.Cluster.LinkBoundTest do
   # these tests check what is carried, not how fast.
   use ExUnit.Case, async: true
 
-  alias Ringbus.Bench.Cluster.Nodes
+  alias Ringbus.Test.Nodes
   alias Ringbus.Test.ClusterProbe, as: Probe
 
   @moduletag timeout: 120_000

@@ -4,7 +4,7 @@ defmodule Ringbus.Cluster.MembersTest do
   # that is gone for good.
   use ExUnit.Case, async: true
 
-  alias Ringbus.Bench.Cluster.Nodes
+  alias Ringbus.Test.Nodes
   alias Ringbus.Test.ClusterProbe, as: Probe
 
   @moduletag timeout: 90_000

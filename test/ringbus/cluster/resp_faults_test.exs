@@ -6,7 +6,7 @@ defmodule Ringbus.Cluster.RespFaultsTest do
   # node, and the connection stays the same one throughout (CLIENT ID).
   use ExUnit.Case, async: false
 
-  alias Ringbus.Bench.Cluster.Nodes
+  alias Ringbus.Test.Nodes
   alias Ringbus.Test.ClusterProbe, as: Probe
   alias Ringbus.Test.RedisTools
 

@@ -7,7 +7,7 @@ defmodule Ringbus.Cluster.RestartsTest do
   # channel must be stored.
   use ExUnit.Case, async: false
 
-  alias Ringbus.Bench.Cluster.Nodes
+  alias Ringbus.Test.Nodes
   alias Ringbus.Test.ClusterProbe
 
   @moduletag timeout: 180_000

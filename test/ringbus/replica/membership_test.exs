@@ -5,7 +5,7 @@ defmodule Ringbus.Replica.MembershipTest do
   # pushes throughout.
   use ExUnit.Case, async: true
 
-  alias Ringbus.Bench.Cluster.Nodes
+  alias Ringbus.Test.Nodes
   alias Ringbus.Test.Peers
   import Peers, only: [eventually: 1]
   alias Ringbus.Test.ClusterProbe, as: Probe

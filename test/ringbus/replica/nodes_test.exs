@@ -5,7 +5,7 @@ defmodule Ringbus.Replica.NodesTest do
   # leader's node is killed.
   use ExUnit.Case, async: true
 
-  alias Ringbus.Bench.Cluster.Nodes
+  alias Ringbus.Test.Nodes
   alias Ringbus.Test.Peers
   import Peers, only: [eventually: 1]
 

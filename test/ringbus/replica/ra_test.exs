@@ -4,7 +4,7 @@ defmodule Ringbus.Replica.RaTest do
   # commands on one member in this VM and on three members on three nodes.
   use ExUnit.Case, async: true
 
-  alias Ringbus.Bench.Cluster.Nodes
+  alias Ringbus.Test.Nodes
 
   # The channels these tests create, gone after each (the status page test
   # counts what the page shows).

@@ -4,7 +4,7 @@ defmodule Ringbus.Replica.ReachTest do
   # taken on every node, also after a restart of every node.
   use ExUnit.Case, async: true
 
-  alias Ringbus.Bench.Cluster.Nodes
+  alias Ringbus.Test.Nodes
   alias Ringbus.Test.Peers
   import Peers, only: [eventually: 1]
   alias Ringbus.Test.ClusterProbe, as: Probe

@@ -6,7 +6,7 @@ defmodule Ringbus.Replica.ReporterTest do
   # without a read waiting on either.
   use ExUnit.Case, async: true
 
-  alias Ringbus.Bench.Cluster.Nodes
+  alias Ringbus.Test.Nodes
   alias Ringbus.Test.Peers
   alias Ringbus.HTTP.{StatusPage, StatusText}
   alias Ringbus.Metrics.Status

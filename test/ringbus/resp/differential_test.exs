@@ -21,7 +21,7 @@ defmodule Ringbus.Resp.DifferentialTest do
   #   * WATCH is refused: EXEC is not isolated from other clients.
   use ExUnit.Case, async: false
 
-  alias Ringbus.Bench.RedisServer
+  alias Ringbus.Test.RedisServer
   alias Ringbus.Resp.Entry
   alias Ringbus.Test.RespClient
 

@@ -7,7 +7,7 @@ defmodule Ringbus.Resp.GroupHomeTest do
 
   import Ringbus.Test.Eventually
 
-  alias Ringbus.Bench.Cluster.Nodes
+  alias Ringbus.Test.Nodes
   alias Ringbus.Test.ClusterProbe, as: Probe
   alias Ringbus.Test.{RedisTools, RespClient}
 

@@ -209,7 +209,7 @@ defmodule Ringbus.Resp.XaddBatchTest do
 
     test = self()
     tracer = spawn_link(fn -> forward(test) end)
-    :erlang.trace_pattern({Ringbus.Socket, :send, 3}, true, [])
+    :erlang.trace_pattern({Ringbus.Socket.TCP, :send, 2}, true, [])
     :erlang.trace(connection, true, [:call, tracer: tracer])
 
     # Two streams, interleaved, then commands that are not XADDs.
@@ -220,10 +220,10 @@ defmodule Ringbus.Resp.XaddBatchTest do
     assert List.last(replies) == {:simple, "PONG"}
 
     :erlang.trace(connection, false, [:call])
-    :erlang.trace_pattern({Ringbus.Socket, :send, 3}, false, [])
+    :erlang.trace_pattern({Ringbus.Socket.TCP, :send, 2}, false, [])
     send(tracer, {:done, test})
     assert_receive :forwarded
-    assert [{Ringbus.Socket, :send, [:tcp, _socket, _out]}] = sends()
+    assert [{Ringbus.Socket.TCP, :send, [_socket, _out]}] = sends()
   end
 
   defp children(server), do: Supervisor.which_children(server)

@@ -5,7 +5,7 @@ defmodule Ringbus.Resp.XaddRemoteTest do
   # Real nodes (`:peer`): the RESP server runs on `a`, the streams live on `b`.
   use ExUnit.Case, async: true
 
-  alias Ringbus.Bench.Cluster.Nodes
+  alias Ringbus.Test.Nodes
   alias Ringbus.Test.ClusterProbe, as: Probe
   alias Ringbus.Test.{RespClient, RespTags}
 

@@ -23,8 +23,8 @@ defmodule Ringbus.Server.TransportTest do
           :yours -> :ok
         end
 
-        :ok = Ringbus.Socket.send(:tcp, server, last)
-        Transport.close_gracefully(:tcp, server, 10_000)
+        :ok = Ringbus.Socket.TCP.send(server, last)
+        Transport.close_gracefully(Ringbus.Socket.TCP, server, 10_000)
       end)
 
     :ok = :gen_tcp.controlling_process(server, closer.pid)

@@ -183,6 +183,67 @@ defmodule Ringbus.Wire.FrameTest do
     end
   end
 
+  describe "the sizes senders plan with" do
+    defp size(frame), do: IO.iodata_length(Frame.encode(frame))
+
+    test "PUSH and PUSH_BATCH: header, name, entries" do
+      prefix = Frame.length_prefix_size()
+      overhead = Frame.push_overhead()
+      entry = Frame.push_batch_entry_overhead()
+
+      assert size({:push, 1, :ack, "ch", "abc"}) == prefix + overhead + 2 + 3
+
+      assert size({:push_batch, 1, :ack, "ch", 2, ["abc", ""]}) ==
+               prefix + overhead + 2 + 2 * entry + 3
+
+      # What a frame's length prefix says: all but the prefix itself.
+      <<length::32, _::binary>> = IO.iodata_to_binary(Frame.encode({:push, 1, :ack, "ch", "abc"}))
+      assert length == overhead + 2 + 3
+    end
+
+    test "READ_OK and DELIVER: a message's bytes besides its payload" do
+      one = [{1, "abc"}]
+      two = [{1, "abc"}, {2, ""}]
+      extra = Frame.message_overhead()
+
+      assert size({:deliver, 1, 0, 2, two}) - size({:deliver, 1, 0, 1, one}) == extra
+      assert size({:read_ok, 1, 2, 0, 2, two}) - size({:read_ok, 1, 2, 0, 1, one}) == extra
+    end
+
+    test "PUSH_ACKS: max_push_acks/1 acks fit max_frame_size, one more does not" do
+      max = 4096
+      n = Frame.max_push_acks(max)
+      acks = for corr <- 1..(n + 1), do: {corr, {:ok, corr}}
+
+      body = fn count ->
+        size({:push_acks, count, Enum.take(acks, count)}) - Frame.length_prefix_size()
+      end
+
+      assert body.(n) <= max
+      assert body.(n + 1) > max
+    end
+
+    test "a payload of max_payload_size fits in PULL_OK, READ_OK and DELIVER" do
+      max = 4096
+      payload = :binary.copy("m", Frame.max_payload_size(max))
+
+      frames = [
+        {:pull_ok, 1, 2, payload},
+        {:read_ok, 1, 2, 3, 1, [{4, payload}]},
+        {:deliver, 1, 2, 1, [{4, payload}]}
+      ]
+
+      for frame <- frames, do: assert(size(frame) - Frame.length_prefix_size() <= max)
+    end
+
+    test "CREATE carries capacities up to max_capacity/0 and replicas up to max_replicas/0" do
+      create = &{:create, 1, "ch", &1, :reject, nil, &2}
+      assert size(create.(Frame.max_capacity(), Frame.max_replicas())) > 0
+      assert_raise ArgumentError, fn -> Frame.encode(create.(Frame.max_capacity() + 1, nil)) end
+      assert_raise ArgumentError, fn -> Frame.encode(create.(1, Frame.max_replicas() + 1)) end
+    end
+  end
+
   test "payloads are sub-binaries of the bytes decoded: the codec copies nothing" do
     payload = :binary.copy("m", 100)
     read = FrameGenerators.bytes(for i <- 1..100, do: {:push, i, :ack, "events", payload})

@@ -498,8 +498,8 @@ defmodule Ringbus.Bench.Frames do
     end
   end
 
-  # Over TLS in 1 MiB slices, as `Ringbus.Client` writes (see `Ringbus.Socket`).
-  defp write(%{mod: :ssl, socket: socket}, frame), do: Ringbus.Socket.send(:tls, socket, frame)
+  # Over TLS in 1 MiB slices, as `Ringbus.Client` writes (see `Ringbus.Socket.TLS`).
+  defp write(%{mod: :ssl, socket: socket}, frame), do: Ringbus.Socket.TLS.send(socket, frame)
   defp write(%{mod: :gen_tcp, socket: socket}, frame), do: :gen_tcp.send(socket, frame)
 
   defp await_ack(client, corr, deadline) do

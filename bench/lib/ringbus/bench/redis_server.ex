@@ -1,8 +1,8 @@
 defmodule Ringbus.Bench.RedisServer do
   @moduledoc """
-  A `redis-server` of its own, for the benches that compare with Redis and
-  the tests that compare replies: started on a free port of 127.0.0.1 with
-  no persistence, stopped with `stop/1`.
+  A `redis-server` of its own, for the benches that compare with Redis:
+  started on a free port of 127.0.0.1 with no persistence, stopped with
+  `stop/1`. (The tests have their own, `Ringbus.Test.RedisServer`.)
 
   `start!/1` takes more `redis-server` arguments, which override those
   defaults (`["--appendonly", "yes", "--appendfsync", "always"]`), and

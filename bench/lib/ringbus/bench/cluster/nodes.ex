@@ -1,7 +1,8 @@
 defmodule Ringbus.Bench.Cluster.Nodes do
   @moduledoc """
   Real Ringbus nodes on this machine, started with OTP's `:peer`, for the
-  cluster bench and the cluster tests.
+  cluster bench, the replication bench and the chaos run. (The tests have
+  their own, `Ringbus.Test.Nodes`.)
 
   Each node is a separate BEAM (`connection: :standard_io`, so a stopped node
   cannot wedge the caller's distribution), named uniquely for this run (other

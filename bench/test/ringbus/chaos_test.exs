@@ -1,6 +1,8 @@
-defmodule Ringbus.Cluster.ChaosTest do
+defmodule Ringbus.ChaosTest do
   # Jepsen-style: real nodes under a seeded nemesis, a recorded history and
-  # the checker (Ringbus.Chaos). The long form is `mix ringbus.chaos`.
+  # the checker (Ringbus.Chaos). The long form is `mix ringbus.chaos`. A
+  # test of the chaos run itself, so it lives with the benches and drives
+  # their nodes.
   # Not async: it starts four nodes and wants the machine to itself.
   use ExUnit.Case, async: false
 
