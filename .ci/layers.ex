@@ -47,6 +47,8 @@ defmodule Layers do
     {"lib/mix/", :mix},
     {"lib/ringbus.ex", :api},
     {"lib/ringbus/op.ex", :op},
+    {"lib/ringbus/group.ex", :group},
+    {"lib/ringbus/group/", :group},
     {"lib/ringbus/application.ex", :application},
     {"lib/ringbus/store.ex", :store},
     {"lib/ringbus/channel.ex", :channel},
@@ -79,6 +81,7 @@ defmodule Layers do
     :channel,
     :store,
     :op,
+    :group,
     :cluster,
     :leaf
   ]
@@ -94,8 +97,12 @@ defmodule Layers do
     # The store owns every channel's tables: it makes its ring and anchor.
     store: [:channel, :leaf],
     # Every channel operation, as data, and the one place that runs one
-    # (Ringbus.Op): on the channel layer, or through a replicated channel's log.
-    op: [:channel, :replica, :leaf],
+    # (Ringbus.Op): on the channel layer, the channel's consumer groups, or
+    # through a replicated channel's log.
+    op: [:channel, :group, :replica, :leaf],
+    # Consumer groups (Ringbus.Group): a table beside the channels, run by
+    # the op layer on a channel's handle; they read its ring.
+    group: [:channel, :leaf],
     # Another node's operations on a channel of this one run through the op
     # layer; replicated channels' deletes, memberships and leaders are the
     # replica layer's.

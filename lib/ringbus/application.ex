@@ -14,6 +14,8 @@ defmodule Ringbus.Application do
   # ├── Ringbus.Server.Directory    the servers listening on this node (a Registry)
   # ├── Ringbus.Resp.GroupTable     owns the RESP consumer groups of the streams
   # │                               this node homes (Ringbus.Release.node_children/0)
+  # ├── Ringbus.Group.TableOwner    owns the consumer groups of the channels
+  # │                               this node homes (Ringbus.Release.node_children/0)
   # └── in a release: the channels, servers and HTTP endpoint its runtime
   #     configuration declares (`Ringbus.Release`)
   #
