@@ -115,8 +115,9 @@ defmodule Layers do
     client: [:wire, :leaf],
     # The server uses the wire and the channel API.
     server: [:wire, :api, :channel, :leaf],
-    # Front end: on top of the server and the channel API.
-    resp: [:server, :wire, :api, :channel, :leaf],
+    # Front end: on top of the server and the channel API; the node's groups
+    # for its listener's figures (their requests go through the API).
+    resp: [:server, :wire, :api, :channel, :group, :leaf],
     # Operations, on top of everything, in this order.
     metrics: [:server, :wire, :api, :channel, :store, :cluster, :leaf],
     http: [:metrics, :server, :api, :channel, :cluster, :leaf],
@@ -221,9 +222,6 @@ defmodule Layers do
         "node: cluster -> resp, which xref cannot see; removed by the operation path",
     {"lib/ringbus/resp/session.ex", "dispatch/3"} =>
       "RESP's command table names each command's {module, function}, all in lib/ringbus/resp/",
-    {"lib/ringbus/resp/group_home.ex", "at_home/6"} =>
-      "the consumer-group function of lib/ringbus/resp/ that a command asked to run at the " <>
-        "stream's home",
     {"lib/ringbus/replica.ex", "change/4"} =>
       ":ra.add_member/3 or :ra.remove_member/3, the membership change asked for",
     {"lib/ringbus/replica.ex", "handle/2"} =>
