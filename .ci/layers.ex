@@ -214,12 +214,6 @@ defmodule Layers do
   # what it dispatches to. An entry allows any call of @dispatch in that
   # function, and nothing in any other.
   @dynamic %{
-    {"lib/ringbus.ex", "at_home/2"} =>
-      "the front end's {module, function, args} (RESP's consumer groups) at a channel's " <>
-        "home: api -> resp, which xref cannot see; removed by the operation path",
-    {"lib/ringbus/cluster/home.ex", "applied/3"} =>
-      "the front end's {module, function, args} that Ringbus.at_home/2 sent from another " <>
-        "node: cluster -> resp, which xref cannot see; removed by the operation path",
     {"lib/ringbus/resp/session.ex", "dispatch/3"} =>
       "RESP's command table names each command's {module, function}, all in lib/ringbus/resp/",
     {"lib/ringbus/replica.ex", "change/4"} =>

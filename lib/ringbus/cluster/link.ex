@@ -403,8 +403,9 @@ defmodule Ringbus.Cluster.Link do
     end)
   end
 
-  defp op_bytes({:apply, _module, _function, args}),
-    do: :erlang.external_size(args) + @item_bytes
+  # A group request carries seqs and names, as many as its command gave.
+  defp op_bytes({:group, request}), do: :erlang.external_size(request) + @item_bytes
+  defp op_bytes({:stamped, {:group, _} = op}), do: op_bytes(op)
 
   defp op_bytes(_op), do: @item_bytes
 

@@ -219,27 +219,6 @@ defmodule Ringbus.Resp.GroupHomeTest do
     {[1], _} = RespClient.call(cb, ~w(XACK gh-tags g #{new}))
   end
 
-  test "Ringbus.at_home/2 runs a function where the channel lives and raises what it raised",
-       ctx do
-    :ok = Nodes.call(ctx.a, Ringbus, :create, ["gh-apply", [capacity: 4]])
-    {:ok, %{incarnation: inc}} = Nodes.call(ctx.a, Ringbus, :info, ["gh-apply"])
-    home = ctx.a.node
-
-    assert {:ok, {"gh-apply", ^inc, ^home}} =
-             Nodes.call(ctx.b, Ringbus, :at_home, ["gh-apply", {Probe, :where, []}])
-
-    assert {:error, :no_channel} =
-             Nodes.call(ctx.b, Ringbus, :at_home, ["gh-nowhere", {Probe, :where, []}])
-
-    assert {:raised, message} =
-             Nodes.call(ctx.b, Probe, :at_home_rescued, ["gh-apply", {Probe, :where, ["boom"]}])
-
-    assert message =~ ~s(at the home of "gh-apply") and message =~ "boom"
-    # The link that ran it goes on.
-    assert {:ok, {"gh-apply", ^inc, ^home}} =
-             Nodes.call(ctx.b, Ringbus, :at_home, ["gh-apply", {Probe, :where, []}])
-  end
-
   test "a stream's group through Ringbus.run/3, the operation path any front end takes, beside RESP",
        ctx do
     ca = RespClient.connect!(ctx.port_a)
