@@ -64,7 +64,8 @@ defmodule Layers do
     {"lib/ringbus/options.ex", :leaf},
     {"lib/ringbus/socket", :leaf},
     {"lib/ringbus/error.ex", :leaf},
-    {"lib/ringbus/histogram.ex", :leaf}
+    {"lib/ringbus/histogram.ex", :leaf},
+    {"lib/ringbus/sentinel.ex", :leaf}
   ]
 
   # What the release and the mix tasks, which run a node, may use.
