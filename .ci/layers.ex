@@ -415,6 +415,9 @@ defmodule Layers do
 
   ## Long files
 
+  @doc "The named long files: file => {cap, reason}."
+  def long_files, do: @long_files
+
   @doc "Files of lib/ ({file, lines}) over @max_lines not in @long_files, or over their cap."
   def length_problems(lines) do
     for {file, count} <- lines, lib?(file), count > @max_lines do
