@@ -66,7 +66,8 @@ defmodule Layers do
     {"lib/ringbus/options.ex", :leaf},
     {"lib/ringbus/socket", :leaf},
     {"lib/ringbus/error.ex", :leaf},
-    {"lib/ringbus/histogram.ex", :leaf}
+    {"lib/ringbus/histogram.ex", :leaf},
+    {"lib/ringbus/sentinel.ex", :leaf}
   ]
 
   # What the release and the mix tasks, which run a node, may use.
@@ -412,6 +413,9 @@ defmodule Layers do
   defp dispatch?({_file, _fun, _line, what}), do: Enum.any?(@dispatch, &matches?(&1, what))
 
   ## Long files
+
+  @doc "The named long files: file => {cap, reason}."
+  def long_files, do: @long_files
 
   @doc "Files of lib/ ({file, lines}) over @max_lines not in @long_files, or over their cap."
   def length_problems(lines) do

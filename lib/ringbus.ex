@@ -172,9 +172,10 @@ defmodule Ringbus do
   Every node of the cluster reaches a replicated channel, and its name is
   taken on every node: a create of the same name anywhere answers
   `{:error, :exists}`. On a node that is not a member, every function
-  here goes through the cluster link to a member whose link is up (the
-  first in `:members`' order): reads run on that member's ring, writes go
-  from that member to the leader, and `delete/1` deletes every member's.
+  here goes through the cluster link to a member: a write to the leader
+  as the members last named it, else (and every read) to the first in
+  `:members`' order whose link is up, from where it goes to the leader;
+  `delete/1` deletes every member's.
   The three outcomes of "In a cluster" hold, with `push/3`'s `:timeout`
   (default 5000 ms) bounding a write.
 
@@ -412,7 +413,9 @@ defmodule Ringbus do
   Errors: `:no_channel`; `:not_replicated` (a memory channel);
   `:already_member`; `:node_down` (`node` is not connected); `:timeout`,
   the change may or may not have been made (see `info/1`'s `:members`).
-  From a node that is not a member, the call runs on a member.
+  From a node that is not a member, the call runs on a member through
+  the cluster's link: it waits at most 45 s, and answers `:node_down`
+  or `:node_busy` at once when the member cannot be reached.
 
       :ok = Ringbus.add_replica("orders", :"b@host")
   """
