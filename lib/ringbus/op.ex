@@ -331,6 +331,37 @@ defmodule Ringbus.Op do
   ## What answers cost
 
   @doc """
+  The bytes a request for `op` carries, to bound what a link holds:
+  payloads and what each message costs beyond its payload; for a group
+  request, its seqs and names. Not counted: a fixed cost per item, which
+  the link adds.
+
+      iex> Ringbus.Op.request_bytes({:push_tagged, {"p", 1}, ["ab", "c"], 2, 3})
+      35
+      iex> Ringbus.Op.request_bytes({:stamped, {:push_trim, {:push, "abc"}, %{}}})
+      19
+  """
+  @spec request_bytes(t()) :: non_neg_integer()
+  def request_bytes({:push, payload}), do: byte_size(payload) + @message_bytes
+
+  def request_bytes({push, _payloads, count, bytes}) when push in [:push_many, :push_run],
+    do: bytes + @message_bytes * count
+
+  def request_bytes({:push_tagged, _tag, _payloads, count, bytes}),
+    do: bytes + @message_bytes * count
+
+  def request_bytes({:push_batches, batches}),
+    do:
+      Enum.reduce(batches, 0, fn {_, count, bytes}, sum ->
+        sum + bytes + @message_bytes * count
+      end)
+
+  def request_bytes({:push_trim, push, _trim}), do: request_bytes(push)
+  def request_bytes({:stamped, op}), do: request_bytes(op)
+  def request_bytes({:group, request}), do: :erlang.external_size(request)
+  def request_bytes(_op), do: 0
+
+  @doc """
   The bytes an answer carries, to bound what a link holds: payloads and
   what each message costs beyond its payload.
   """
