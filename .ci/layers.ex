@@ -46,6 +46,7 @@ defmodule Layers do
   @layer_of [
     {"lib/mix/", :mix},
     {"lib/ringbus.ex", :api},
+    {"lib/ringbus/groups.ex", :api},
     {"lib/ringbus/op.ex", :op},
     {"lib/ringbus/group.ex", :group},
     {"lib/ringbus/group/", :group},
@@ -254,6 +255,11 @@ defmodule Layers do
        "one state machine whose events (claims, syncs, relays, replicated members, forgets) " <>
          "all apply the same stamp and claim rules to the same state; the tests drive it " <>
          "event by event as one"},
+    "lib/ringbus/group/table.ex" =>
+      {760,
+       "one ETS table's row layouts (groups, consumers, the PEL and its due index) and " <>
+         "every atomic change to them; the match specs of each row kind must agree, so " <>
+         "they are written in one place"},
     "lib/ringbus/wire/frame.ex" =>
       {1240,
        "each frame's encoder and decoder side by side on one set of opcodes and field " <>

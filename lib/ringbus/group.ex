@@ -14,7 +14,12 @@ defmodule Ringbus.Group do
   # A request never waits on a process: it reads the ring and changes the
   # table, so a link runs another node's at once. A read of entries answers
   # at most `room` div 4 bytes of payloads (the first entry always), as a
-  # channel read does, and the rest at the next.
+  # channel read does, and the rest at the next. The one request that may
+  # wait, a fetch for new entries, returns an effect, `{:wait, fun}`, that
+  # waits in whoever runs it (`Ringbus.Group.Fetch`).
+  #
+  # Time: each request reads the clock once (`now/0`, system ms) and every
+  # decision that depends on it takes that `now` (`Ringbus.Group.Redelivery`).
   #
   # Known limit: a replicated channel's groups are those of the member that
   # runs the request (its ring and this node's table), not kept in its log.
@@ -25,7 +30,7 @@ defmodule Ringbus.Group do
 
   alias Ringbus.Channel
   alias Ringbus.Channel.Ring
-  alias Ringbus.Group.{Claims, Reads, Table, TableOwner}
+  alias Ringbus.Group.{Claims, Fetch, Reads, Request, Table, TableOwner}
 
   @typedoc """
   Part of an incarnation: `{mask, bits}` fits incarnation `i` when
@@ -84,8 +89,30 @@ defmodule Ringbus.Group do
       `force` (make pending the entries no PEL has), `justid`, `last` (a
       `ref`: the group's last delivered seq moves up to it, or nil)
 
+  The Elixir API's requests (`Ringbus.Groups`; `owner` is the process
+  that fetches, watched so that its consumer's entries are due when it
+  exits):
+
+    * `{:create, group, from, entries_read, config}` - as `:create`, with
+      `Ringbus.Group.Table.config()`; `from` may also be `:first`, before
+      the oldest entry the channel holds
+    * `{:fetch, group, consumer, owner, max, wait_ms}` - up to `max`
+      entries, due ones first, then new ones: `{:ok, [{seq, payload,
+      deliveries}], dead}`, `dead` the entries for the dead-letter channel
+      (same shape); with none and `wait_ms` > 0, waits for them
+    * `{:nack, group, [ref], delay_ms}`, `{:in_progress, group, [ref]}` -
+      `{:ok, changed}`
+    * `{:reclaim, group, consumer, owner, [ref]}`, `{:reclaim_idle, group,
+      consumer, owner, min_idle, count}` - pending entries go to
+      `consumer`, delivered once more: `{:ok, [{seq, payload, deliveries}]}`
+    * `{:remove_consumer, group, consumer}` - its entries are due at once:
+      `{:ok, due}`
+    * `{:bury, group, [seq]}` - dead entries pushed to the dead-letter
+      channel leave the group: `{:ok, buried}`
+    * `:figures` - `{:ok, [map]}`, each group's (`Ringbus.Group.Redelivery.figures/6`)
+
   Every request on a group that does not exist answers `{:error,
-  :no_group}`, except `:ack` (`{:ok, 0}`) and `:destroy`.
+  :no_group}`, except `:ack` (`{:ok, 0}`), `:destroy` and `:figures`.
   """
   @type request ::
           {:create, binary(), ref() | :last, non_neg_integer() | nil}
@@ -104,17 +131,32 @@ defmodule Ringbus.Group do
           | {:pending, binary(), ref(), ref(), integer(), binary() | nil, integer()}
           | {:autoclaim, binary(), binary(), non_neg_integer(), ref(), pos_integer(), boolean()}
           | {:claim, binary(), binary(), [ref()], non_neg_integer(), map()}
+          | {:create, binary(), ref() | :last | :first, nil, Table.config()}
+          | {:fetch, binary(), binary(), pid(), pos_integer(), non_neg_integer()}
+          | {:nack, binary(), [ref()], non_neg_integer()}
+          | {:in_progress, binary(), [ref()]}
+          | {:reclaim, binary(), binary(), pid(), [ref()]}
+          | {:reclaim_idle, binary(), binary(), pid(), non_neg_integer(), pos_integer()}
+          | {:remove_consumer, binary(), binary()}
+          | {:bury, binary(), [non_neg_integer()]}
+          | :figures
 
-  @doc "Runs `request` on the groups of `channel`; `room` bounds the entries it answers."
-  @spec run(Channel.t(), request(), pos_integer() | :infinity) :: term()
+  @doc """
+  Runs `request` on the groups of `channel`; `room` bounds the entries it
+  answers. `{:reply, answer}`, or `{:wait, fun}` (a fetch that waits):
+  `fun` waits in the process that runs it, and returns the answer.
+  """
+  @spec run(Channel.t(), request(), pos_integer() | :infinity) ::
+          {:reply, term()} | {:wait, (() -> term())}
   def run(%Channel{incarnation: c, anchor: anchor} = channel, request, room) do
-    t = Table.table()
-    if Table.watch(t, c, anchor), do: TableOwner.watch(c, anchor)
-    request(%{channel: channel, table: t, c: c, bytes: bytes(room)}, request)
-  end
+    at = Request.new(channel, room)
+    if Table.watch(at.table, c, anchor), do: TableOwner.watch(c, anchor)
 
-  defp bytes(:infinity), do: :infinity
-  defp bytes(room), do: div(room, 4)
+    case request(at, request) do
+      {:wait, fun} -> {:wait, fun}
+      answer -> {:reply, answer}
+    end
+  end
 
   defp request(at, {:read, group, consumer, count, noack}),
     do: Reads.read(at, group, consumer, count, noack, true)
@@ -137,9 +179,32 @@ defmodule Ringbus.Group do
   defp request(at, {:claim, group, consumer, refs, min_idle, opts}),
     do: Claims.claim(at, group, consumer, refs, min_idle, opts)
 
-  defp request(at, {:create, group, from, entries_read}) do
-    with {:ok, last} <- position(at, from) do
-      case Table.create(at.table, at.c, group, last, entries_read || max(last + 1, 0)) do
+  defp request(at, {:fetch, group, consumer, owner, max, wait}),
+    do: Fetch.fetch(at, group, consumer, owner, max, wait)
+
+  defp request(at, {:nack, group, refs, delay}), do: Fetch.nack(at, group, refs, delay)
+  defp request(at, {:in_progress, group, refs}), do: Fetch.in_progress(at, group, refs)
+
+  defp request(at, {:reclaim, group, consumer, owner, refs}),
+    do: Fetch.claim(at, group, consumer, owner, refs)
+
+  defp request(at, {:reclaim_idle, group, consumer, owner, min_idle, count}),
+    do: Fetch.autoclaim(at, group, consumer, owner, min_idle, count)
+
+  defp request(at, {:remove_consumer, group, consumer}),
+    do: Fetch.remove_consumer(at, group, consumer)
+
+  defp request(at, {:bury, group, seqs}), do: Fetch.bury(at, group, seqs)
+  defp request(at, :figures), do: {:ok, Fetch.figures(at)}
+
+  defp request(at, {:create, group, from, entries_read}),
+    do: request(at, {:create, group, from, entries_read, Table.config()})
+
+  defp request(at, {:create, group, from, entries_read, config}) do
+    with {:ok, last} <- Request.position(at, from) do
+      read = entries_read || max(last + 1, 0)
+
+      case Table.create(at.table, at.c, group, last, read, config) do
         :ok -> :ok
         {:error, :exists} -> {:error, :exists}
         {:error, :too_many} -> {:error, {:too_many_groups, Table.limits().groups}}
@@ -148,7 +213,7 @@ defmodule Ringbus.Group do
   end
 
   defp request(at, {:set_id, group, from, entries_read}) do
-    with {:ok, last} <- position(at, from) do
+    with {:ok, last} <- Request.position(at, from) do
       if Table.set_last(at.table, at.c, group, last, entries_read),
         do: :ok,
         else: {:error, :no_group}
@@ -158,8 +223,8 @@ defmodule Ringbus.Group do
   defp request(at, {:destroy, group}), do: {:ok, Table.destroy(at.table, at.c, group)}
 
   defp request(at, {:create_consumer, group, consumer}) do
-    with {:ok, _} <- fetch(at, group) do
-      case Table.add_consumer(at.table, at.c, group, consumer, now()) do
+    with {:ok, _} <- Request.fetch(at, group) do
+      case Table.add_consumer(at.table, at.c, group, consumer, at.now) do
         :too_many -> {:error, {:too_many_consumers, Table.limits().consumers}}
         made -> {:ok, made}
       end
@@ -167,19 +232,18 @@ defmodule Ringbus.Group do
   end
 
   defp request(at, {:delete_consumer, group, consumer}) do
-    with {:ok, _} <- fetch(at, group),
+    with {:ok, _} <- Request.fetch(at, group),
          do: {:ok, Table.delete_consumer(at.table, at.c, group, consumer)}
   end
 
-  defp request(at, {:info, group}), do: fetch(at, group)
+  defp request(at, {:info, group}), do: Request.fetch(at, group)
   defp request(at, :count), do: {:ok, Table.group_count(at.table, at.c)}
   defp request(at, {:groups, count}), do: {:ok, groups(at, count)}
 
   defp request(at, {:consumers, group}) do
-    with {:ok, _} <- fetch(at, group) do
-      now = now()
+    with {:ok, _} <- Request.fetch(at, group) do
       consumers = Table.consumers(at.table, at.c, group)
-      {:ok, for({name, seen, pending} <- consumers, do: {name, pending, max(now - seen, 0)})}
+      {:ok, for({name, seen, pending} <- consumers, do: {name, pending, max(at.now - seen, 0)})}
     end
   end
 
@@ -189,7 +253,7 @@ defmodule Ringbus.Group do
     for {name, g} <- Table.groups(t, c) do
       consumers =
         for {consumer, seen, pending} <- Table.consumers(t, c, name) do
-          mine = Table.pending(t, c, name, 0, all(), count, consumer)
+          mine = Table.pending(t, c, name, 0, Request.all(), count, consumer)
           entries = for {seq, _, time, n} <- mine, do: {seq, time, n}
           %{name: consumer, seen: seen, pending: pending, entries: entries}
         end
@@ -202,7 +266,7 @@ defmodule Ringbus.Group do
         lost: g.lost,
         pending: g.pending,
         dropped: g.dropped,
-        entries: Table.pending(t, c, name, 0, all(), count),
+        entries: Table.pending(t, c, name, 0, Request.all(), count),
         consumers: consumers
       }
     end
@@ -214,50 +278,4 @@ defmodule Ringbus.Group do
   """
   @spec summary() :: [map()]
   def summary, do: Table.summary(Table.table())
-
-  ## For the requests
-
-  @doc false
-  def fetch(at, group) do
-    case Table.fetch(at.table, at.c, group) do
-      {:ok, g} -> {:ok, g}
-      :error -> {:error, :no_group}
-    end
-  end
-
-  @doc false
-  # A position: the seq, if the incarnation it is of is the channel's.
-  def position(at, :last), do: {:ok, Ring.next_seq(at.channel) - 1}
-  def position(_at, seq) when is_integer(seq), do: {:ok, seq}
-
-  def position(at, {seq, mark}),
-    do: if(fits?(mark, at.c), do: {:ok, seq}, else: {:error, :new_incarnation})
-
-  @doc false
-  # An entry: its seq, or :none when it is of another incarnation.
-  def entry(_at, seq) when is_integer(seq), do: {:ok, seq}
-  def entry(at, {seq, mark}), do: if(fits?(mark, at.c), do: {:ok, seq}, else: :none)
-
-  defp fits?({mask, bits}, incarnation), do: Bitwise.band(incarnation, mask) == bits
-
-  @doc false
-  # The first of `messages` and those after it that fit in `bytes` of payloads.
-  def cut(messages, :infinity), do: messages
-
-  def cut([{_, payload} = first | rest], bytes),
-    do: cut(rest, bytes - byte_size(payload), [first])
-
-  def cut([], _bytes), do: []
-
-  defp cut([{_, payload} = message | rest], bytes, acc) when byte_size(payload) <= bytes,
-    do: cut(rest, bytes - byte_size(payload), [message | acc])
-
-  defp cut(_rest, _bytes, acc), do: :lists.reverse(acc)
-
-  @doc false
-  # A count of "all": larger than any channel holds.
-  def all, do: 4_611_686_018_427_387_904
-
-  @doc false
-  def now, do: System.system_time(:millisecond)
 end

@@ -56,7 +56,9 @@ defmodule Ringbus.Op do
       request
     * `{:group, request}` - a request on the channel's consumer groups
       (`Ringbus.Group.request()`), run where the channel lives; a replicated
-      channel's run on the member's ring and that node's groups
+      channel's run on the member's ring and that node's groups, for now
+      (`Ringbus.Group`'s known limit). A fetch that waits for entries
+      answers `{:wait, fun}`
   """
   @type t ::
           {:push, binary()}
@@ -89,6 +91,12 @@ defmodule Ringbus.Op do
   # A survey waits up to `timeout` for the subscriptions' answers.
   def run(channel, {:subscriptions, timeout, limit}, _room, _timeout),
     do: {:wait, fn -> {:ok, Subscription.survey(channel, timeout, limit)} end}
+
+  # A group request answers now, or (a fetch that waits for entries) waits.
+  def run(channel, {:group, request}, room, _timeout), do: Group.run(channel, request, room)
+
+  def run(channel, {:stamped, {:group, _} = op}, room, timeout),
+    do: stamp(channel, run(channel, op, room, timeout))
 
   def run(%Channel{replica: nil} = channel, op, room, _timeout),
     do: {:reply, memory(channel, op, room)}
@@ -151,11 +159,6 @@ defmodule Ringbus.Op do
   end
 
   defp replicated(channel, :info, _room, _timeout), do: {:reply, {:ok, Replica.info(channel)}}
-
-  # For now, on this member's ring and this node's groups, as a memory
-  # channel's (`Ringbus.Group`'s known limit).
-  defp replicated(channel, {:group, _} = op, room, _timeout),
-    do: {:reply, memory(channel, op, room)}
 
   defp replicated(channel, op, room, _timeout), do: {:reply, memory(channel, op, room)}
 
@@ -222,8 +225,6 @@ defmodule Ringbus.Op do
 
   defp memory(channel, {:subscribe, opts, subscriber}, _room),
     do: Subscription.start(channel, subscriber, opts)
-
-  defp memory(channel, {:group, request}, room), do: Group.run(channel, request, room)
 
   defp laps?(%Channel{capacity: capacity}, len, _push) when len > capacity, do: true
   defp laps?(%Channel{max_bytes: nil}, _len, _push), do: false

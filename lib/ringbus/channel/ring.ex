@@ -1060,6 +1060,16 @@ defmodule Ringbus.Channel.Ring do
   @spec disarm(Channel.t()) :: true
   def disarm(%Channel{} = ch), do: :ets.delete(ch.waiters, self())
 
+  @doc """
+  Wakes the channel's waiters as a push does, for a change other than a
+  push that they wait for (a consumer group's pending entries come due).
+  """
+  @spec wake_waiters(Channel.t()) :: :ok
+  def wake_waiters(%Channel{atomics: a} = ch) do
+    if :atomics.exchange(a, @waiting, 0) != 0, do: wake_all(ch)
+    :ok
+  end
+
   # Each waiter is removed and then woken, so none is removed unwoken; a
   # waiter that died meanwhile is removed all the same. Inserting and
   # removing one waiter costs the same however many there are.

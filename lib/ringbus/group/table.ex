@@ -19,27 +19,65 @@ defmodule Ringbus.Group.Table do
   # group's rows are one range:
   #
   #   {{:channel, c}, anchor}             its anchor is watched (`watch/2`)
-  #   {{:group, c, group}, last, entries_read, lost, pending, dropped}
-  #   {{:consumer, c, group, consumer}, seen_ms}
-  #   {{:pending, c, group, seq}, consumer, delivered_ms, deliveries}
+  #   {{:group, c, group}, last, entries_read, lost, pending, dropped,
+  #                        acked, redelivered, dead, held, config}
+  #   {{:consumer, c, group, consumer}, seen_ms, owner}
+  #   {{:pending, c, group, seq}, consumer, delivered_ms, deliveries, due_ms}
+  #   {{:due, c, group, due_ms, seq}}     the PEL by due time (an index)
   #
   # `last` is the seq of the last entry delivered (-1: none yet); `lost`
-  # counts the entries that left the ring before the group got to them;
-  # `pending` counts the group's PEL rows; `dropped` counts the PEL rows
-  # dropped, oldest first, to keep the PEL within @max_pending.
+  # counts the entries that left the ring before the group got to them (or
+  # before a pending one was delivered again); `pending` counts the group's
+  # PEL rows (and a fetch's reservation while it takes new entries);
+  # `dropped` counts the PEL rows dropped, oldest first, to keep a front
+  # end's reads (RESP) within `max_pending`; `acked`, `redelivered` and
+  # `dead` count entries acked, delivered again, and given up after
+  # `max_deliver` deliveries; `held` counts fetches that took fewer new
+  # entries than asked because the PEL was at `max_pending`. `config` is
+  # `%{ack_wait, max_deliver, dead_letter, max_pending}` (`config/1`).
+  #
+  # A consumer's `owner` is the process that fetched for it last through
+  # the Elixir API (`Ringbus.Groups`), or nil: `Ringbus.Group.TableOwner`
+  # monitors it, and when it exits the consumer's pending entries are due.
+  #
+  # A pending entry's `due_ms` is when a fetch may deliver it again:
+  # `ack_wait` after its delivery, or when a nack or its owner's exit said.
+  # Each PEL row has one `:due` row beside it, so that a fetch finds the
+  # entries due without reading the PEL; a `:due` row whose PEL row is gone
+  # or has another due time is stale, and the fetch that finds it deletes
+  # it (a change writes the PEL row first, by compare-and-swap, then the
+  # index).
   #
   # Bounds: @max_groups groups a channel, @max_consumers consumers a group,
-  # @max_pending pending entries a group.
+  # a group's `max_pending` pending entries (10,000 by default).
 
   @table :ringbus_groups
   @max_groups 64
   @max_consumers 1_024
   @max_pending 10_000
+  # The largest `max_pending` a group may be given.
+  @pending_cap 1_000_000
 
   @last 2
   @entries_read 3
+  @lost 4
   @pending 5
   @dropped 6
+  @acked 7
+  @redelivered 8
+  @dead 9
+  @held 10
+  @config 11
+
+  @default_config %{
+    ack_wait: 30_000,
+    max_deliver: :infinity,
+    dead_letter: nil,
+    max_pending: 10_000
+  }
+
+  # Match patterns of each kind of row.
+  @group_row {:_, :_, :_, :_, :_, :_, :_, :_, :_, :_}
 
   @type table :: :ets.tid() | atom()
   @typedoc "A channel's incarnation: whose rows."
@@ -49,11 +87,41 @@ defmodule Ringbus.Group.Table do
           entries_read: non_neg_integer(),
           lost: non_neg_integer(),
           pending: non_neg_integer(),
-          dropped: non_neg_integer()
+          dropped: non_neg_integer(),
+          acked: non_neg_integer(),
+          redelivered: non_neg_integer(),
+          dead: non_neg_integer(),
+          held: non_neg_integer(),
+          config: config()
         }
 
+  @typedoc """
+  How a group delivers (see `Ringbus.Groups`): `ack_wait` (ms), `max_deliver`
+  (deliveries, or `:infinity`), `dead_letter` (a channel name, or nil) and
+  `max_pending`.
+  """
+  @type config :: %{
+          ack_wait: pos_integer(),
+          max_deliver: pos_integer() | :infinity,
+          dead_letter: term(),
+          max_pending: pos_integer()
+        }
+
+  @typedoc "A PEL row: seq, consumer, delivery time, deliveries, due time (ms)."
+  @type row :: {non_neg_integer(), binary(), integer(), pos_integer(), integer()}
+
   @doc "The bounds, for the errors that name them."
-  def limits, do: %{groups: @max_groups, consumers: @max_consumers, pending: @max_pending}
+  def limits,
+    do: %{
+      groups: @max_groups,
+      consumers: @max_consumers,
+      pending: @max_pending,
+      pending_cap: @pending_cap
+    }
+
+  @doc "A group's configuration: `opts` over the defaults (those of a group RESP makes)."
+  @spec config(map() | keyword()) :: config()
+  def config(opts \\ %{}), do: Map.merge(@default_config, Map.new(opts))
 
   @doc "The node's table, named, owned by the calling process."
   @spec new() :: table()
@@ -81,20 +149,23 @@ defmodule Ringbus.Group.Table do
   @spec drop(table(), c()) :: :ok
   def drop(t, c) do
     :ets.delete(t, {:channel, c})
-    :ets.select_delete(t, [{{{:group, c, :_}, :_, :_, :_, :_, :_}, [], [true]}])
-    :ets.select_delete(t, [{{{:consumer, c, :_, :_}, :_}, [], [true]}])
-    :ets.select_delete(t, [{{{:pending, c, :_, :_}, :_, :_, :_}, [], [true]}])
+    :ets.select_delete(t, [{group_row({:group, c, :_}), [], [true]}])
+    :ets.select_delete(t, [{{{:consumer, c, :_, :_}, :_, :_}, [], [true]}])
+    :ets.select_delete(t, [{{{:pending, c, :_, :_}, :_, :_, :_, :_}, [], [true]}])
+    :ets.select_delete(t, [{{{:due, c, :_, :_, :_}}, [], [true]}])
     :ok
   end
 
   ## Groups
 
-  @spec create(table(), c(), binary(), integer(), non_neg_integer()) ::
+  @spec create(table(), c(), binary(), integer(), non_neg_integer(), config()) ::
           :ok | {:error, :exists | :too_many}
-  def create(t, c, group, last, entries_read) do
+  def create(t, c, group, last, entries_read, config \\ @default_config) do
+    row = {{:group, c, group}, last, entries_read, 0, 0, 0, 0, 0, 0, 0, config}
+
     cond do
-      count(t, {{:group, c, :_}, :_, :_, :_, :_, :_}) >= @max_groups -> {:error, :too_many}
-      :ets.insert_new(t, {{:group, c, group}, last, entries_read, 0, 0, 0}) -> :ok
+      count(t, group_row({:group, c, :_})) >= @max_groups -> {:error, :too_many}
+      :ets.insert_new(t, row) -> :ok
       true -> {:error, :exists}
     end
   end
@@ -102,18 +173,32 @@ defmodule Ringbus.Group.Table do
   @spec fetch(table(), c(), binary()) :: {:ok, group()} | :error
   def fetch(t, c, group) do
     case :ets.lookup(t, {:group, c, group}) do
-      [{_, last, read, lost, pending, dropped}] ->
-        {:ok, %{last: last, entries_read: read, lost: lost, pending: pending, dropped: dropped}}
-
-      [] ->
-        :error
+      [row] -> {:ok, group(row)}
+      [] -> :error
     end
   end
+
+  defp group({_, last, read, lost, pending, dropped, acked, redelivered, dead, held, config}) do
+    %{
+      last: last,
+      entries_read: read,
+      lost: lost,
+      pending: pending,
+      dropped: dropped,
+      acked: acked,
+      redelivered: redelivered,
+      dead: dead,
+      held: held,
+      config: config
+    }
+  end
+
+  defp group_row(key), do: Tuple.insert_at(@group_row, 0, key)
 
   @doc "The groups of a channel, by name."
   @spec groups(table(), c()) :: [{binary(), group()}]
   def groups(t, c) do
-    :ets.select(t, [{{{:group, c, :"$1"}, :_, :_, :_, :_, :_}, [], [:"$1"]}])
+    :ets.select(t, [{group_row({:group, c, :"$1"}), [], [:"$1"]}])
     |> Enum.flat_map(fn name ->
       case fetch(t, c, name) do
         {:ok, group} -> [{name, group}]
@@ -131,39 +216,35 @@ defmodule Ringbus.Group.Table do
   @spec summary(table()) :: [map()]
   def summary(t) do
     seen =
-      :ets.select(t, [{{{:consumer, :"$1", :"$2", :_}, :"$3"}, [], [{{:"$1", :"$2", :"$3"}}]}])
+      :ets.select(t, [
+        {{{:consumer, :"$1", :"$2", :_}, :"$3", :_}, [], [{{:"$1", :"$2", :"$3"}}]}
+      ])
       |> Enum.reduce(%{}, fn {c, group, at}, acc ->
         Map.update(acc, {c, group}, {1, at}, fn {n, oldest} -> {n + 1, min(oldest, at)} end)
       end)
 
-    for {{:group, c, group}, last, read, lost, pending, dropped} <-
-          :ets.match_object(t, {{:group, :_, :_}, :_, :_, :_, :_, :_}) do
+    for {{:group, c, group}, _, _, _, _, _, _, _, _, _, _} = row <-
+          :ets.match_object(t, group_row({:group, :_, :_})) do
       {consumers, oldest} = Map.get(seen, {c, group}, {0, nil})
 
-      %{
-        incarnation: c,
-        group: group,
-        last: last,
-        entries_read: read,
-        lost: lost,
-        pending: pending,
-        dropped: dropped,
-        consumers: consumers,
-        oldest_seen: oldest
-      }
+      row
+      |> group()
+      |> Map.delete(:config)
+      |> Map.merge(%{incarnation: c, group: group, consumers: consumers, oldest_seen: oldest})
     end
   end
 
   @spec group_count(table(), c()) :: non_neg_integer()
-  def group_count(t, c), do: count(t, {{:group, c, :_}, :_, :_, :_, :_, :_})
+  def group_count(t, c), do: count(t, group_row({:group, c, :_}))
 
   @doc "Deletes a group with its consumers and PEL; false if there was none."
   @spec destroy(table(), c(), binary()) :: boolean()
   def destroy(t, c, group) do
     case :ets.take(t, {:group, c, group}) do
       [_] ->
-        :ets.select_delete(t, [{{{:consumer, c, group, :_}, :_}, [], [true]}])
-        :ets.select_delete(t, [{{{:pending, c, group, :_}, :_, :_, :_}, [], [true]}])
+        :ets.select_delete(t, [{{{:consumer, c, group, :_}, :_, :_}, [], [true]}])
+        :ets.select_delete(t, [{{{:pending, c, group, :_}, :_, :_, :_, :_}, [], [true]}])
+        :ets.select_delete(t, [{{{:due, c, group, :_, :_}}, [], [true]}])
         true
 
       [] ->
@@ -198,8 +279,11 @@ defmodule Ringbus.Group.Table do
     key = {:group, c, group}
 
     spec = [
-      {{key, last, :"$1", :"$2", :"$3", :"$4"}, [],
-       [{{{:const, key}, new_last, {:+, :"$1", delivered}, {:+, :"$2", lost}, :"$3", :"$4"}}]}
+      {{key, last, :"$1", :"$2", :"$3", :"$4", :"$5", :"$6", :"$7", :"$8", :"$9"}, [],
+       [
+         {{{:const, key}, new_last, {:+, :"$1", delivered}, {:+, :"$2", lost}, :"$3", :"$4",
+           :"$5", :"$6", :"$7", :"$8", :"$9"}}
+       ]}
     ]
 
     :ets.select_replace(t, spec) == 1
@@ -216,7 +300,7 @@ defmodule Ringbus.Group.Table do
     cond do
       :ets.member(t, key) -> :exists
       count(t, {{:consumer, c, group, :_}, :_}) >= @max_consumers -> :too_many
-      :ets.insert_new(t, {key, now}) -> :created
+      :ets.insert_new(t, {key, now, nil}) -> :created
       true -> :exists
     end
   end
@@ -232,17 +316,47 @@ defmodule Ringbus.Group.Table do
     counts = pending_by_consumer(t, c, group)
 
     for {name, seen} <-
-          :ets.select(t, [{{{:consumer, c, group, :"$1"}, :"$2"}, [], [{{:"$1", :"$2"}}]}]),
+          :ets.select(t, [{{{:consumer, c, group, :"$1"}, :"$2", :_}, [], [{{:"$1", :"$2"}}]}]),
         do: {name, seen, Map.get(counts, name, 0)}
   end
+
+  @doc """
+  Makes `owner` the consumer's owner (the consumer made if new): true when
+  it was not already, for the caller to have the owner watched.
+  """
+  @spec own(table(), c(), binary(), binary(), pid(), integer()) :: boolean()
+  def own(t, c, group, consumer, owner, now) do
+    key = {:consumer, c, group, consumer}
+    _ = add_consumer(t, c, group, consumer, now)
+
+    case :ets.lookup(t, key) do
+      [{^key, _seen, ^owner}] -> false
+      [{^key, _seen, _other}] -> :ets.update_element(t, key, {3, owner})
+      # Past the bound of consumers: fetches all the same, unwatched.
+      [] -> false
+    end
+  end
+
+  @doc "The consumer is no longer `owner`'s, if it still was: true then."
+  @spec disown(table(), c(), binary(), binary(), pid()) :: boolean()
+  def disown(t, c, group, consumer, owner) do
+    key = {:consumer, c, group, consumer}
+    spec = [{{key, :"$1", owner}, [], [{{{:const, key}, :"$1", nil}}]}]
+    :ets.select_replace(t, spec) == 1
+  end
+
+  @doc "Deletes a consumer, leaving its pending entries; false if there was none."
+  @spec forget_consumer(table(), c(), binary(), binary()) :: boolean()
+  def forget_consumer(t, c, group, consumer),
+    do: :ets.take(t, {:consumer, c, group, consumer}) != []
 
   @doc "Deletes a consumer and its pending entries; returns how many it had."
   @spec delete_consumer(table(), c(), binary(), binary()) :: non_neg_integer()
   def delete_consumer(t, c, group, consumer) do
     :ets.delete(t, {:consumer, c, group, consumer})
 
-    taken = :ets.select_delete(t, [{{{:pending, c, group, :_}, consumer, :_, :_}, [], [true]}])
-
+    rows = :ets.select(t, [{{{:pending, c, group, :_}, consumer, :_, :_, :_}, [], [:"$_"]}])
+    taken = Enum.count(rows, &take_row(t, &1))
     bump(t, c, group, {@pending, -taken})
     taken
   end
@@ -250,24 +364,82 @@ defmodule Ringbus.Group.Table do
   ## Pending entries
 
   @doc """
-  Adds delivered seqs to a group's PEL. When the PEL would pass its bound,
-  its oldest rows are dropped and counted.
+  Adds delivered seqs to a group's PEL, due `ack_wait` from now. When the
+  PEL would pass the group's `max_pending`, its oldest rows are dropped and
+  counted (a front end's reads; a fetch reserves its room first and adds
+  with `add_reserved/6`).
   """
   @spec add_pending(table(), c(), binary(), binary(), [non_neg_integer()], integer()) :: :ok
   def add_pending(_t, _c, _group, _consumer, [], _now), do: :ok
 
   def add_pending(t, c, group, consumer, seqs, now) do
-    {rows, n} =
-      Enum.reduce(seqs, {[], 0}, fn seq, {rows, n} ->
-        {[{{:pending, c, group, seq}, consumer, now, 1} | rows], n + 1}
+    %{ack_wait: wait, max_pending: max} = group_config(t, c, group)
+    n = insert_pending(t, c, group, consumer, seqs, now, now + wait)
+
+    case bump(t, c, group, {@pending, n}) do
+      pending when pending > max -> drop_oldest(t, c, group, pending - max)
+      _ -> :ok
+    end
+  end
+
+  @doc "Adds delivered seqs to a group's PEL, due at `due`, in room `reserve/5` gave."
+  @spec add_reserved(
+          table(),
+          c(),
+          binary(),
+          binary(),
+          [non_neg_integer()],
+          {integer(), integer()}
+        ) ::
+          non_neg_integer()
+  def add_reserved(t, c, group, consumer, seqs, {now, due}),
+    do: insert_pending(t, c, group, consumer, seqs, now, due)
+
+  defp insert_pending(t, c, group, consumer, seqs, now, due) do
+    {rows, index, n} =
+      Enum.reduce(seqs, {[], [], 0}, fn seq, {rows, index, n} ->
+        {[{{:pending, c, group, seq}, consumer, now, 1, due} | rows],
+         [{{:due, c, group, due, seq}} | index], n + 1}
       end)
 
     :ets.insert(t, rows)
+    :ets.insert(t, index)
+    n
+  end
 
-    case bump(t, c, group, {@pending, n}) do
-      pending when pending > @max_pending -> drop_oldest(t, c, group, pending - @max_pending)
-      _ -> :ok
+  defp group_config(t, c, group) do
+    :ets.lookup_element(t, {:group, c, group}, @config)
+  rescue
+    ArgumentError -> @default_config
+  end
+
+  @doc """
+  Reserves room for up to `want` new entries in a group's PEL within `max`:
+  returns how many it may add (the pending count holds them meanwhile).
+  """
+  @spec reserve(table(), c(), binary(), non_neg_integer(), pos_integer()) :: non_neg_integer()
+  def reserve(_t, _c, _group, 0, _max), do: 0
+
+  def reserve(t, c, group, want, max) do
+    case bump(t, c, group, {@pending, want}) do
+      0 ->
+        0
+
+      pending when pending > max ->
+        over = min(want, pending - max)
+        bump(t, c, group, {@pending, -over})
+        want - over
+
+      _ ->
+        want
     end
+  end
+
+  @doc "Gives back `n` reserved places that were not used."
+  @spec release(table(), c(), binary(), non_neg_integer()) :: :ok
+  def release(t, c, group, n) do
+    bump(t, c, group, {@pending, -n})
+    :ok
   end
 
   defp drop_oldest(_t, _c, _group, 0), do: :ok
@@ -275,7 +447,14 @@ defmodule Ringbus.Group.Table do
   defp drop_oldest(t, c, group, excess) do
     case :ets.next(t, {:pending, c, group, -1}) do
       {:pending, ^c, ^group, _seq} = key ->
-        if :ets.take(t, key) != [], do: bump(t, c, group, [{@pending, -1}, {@dropped, 1}])
+        case :ets.take(t, key) do
+          [row] ->
+            unindex(t, row)
+            bump(t, c, group, [{@pending, -1}, {@dropped, 1}])
+
+          [] ->
+            :ok
+        end
 
         drop_oldest(t, c, group, excess - 1)
 
@@ -284,13 +463,25 @@ defmodule Ringbus.Group.Table do
     end
   end
 
-  @doc "Removes seqs from a group's PEL; returns how many were there."
+  @doc "Removes seqs from a group's PEL, counted acked; returns how many were there."
   @spec ack(table(), c(), binary(), [non_neg_integer()]) :: non_neg_integer()
   def ack(t, c, group, seqs) do
-    taken = Enum.count(seqs, fn seq -> :ets.take(t, {:pending, c, group, seq}) != [] end)
-    bump(t, c, group, {@pending, -taken})
+    taken = Enum.count(seqs, fn seq -> take(t, c, group, seq) end)
+    bump(t, c, group, [{@pending, -taken}, {@acked, taken}])
     taken
   end
+
+  defp take(t, c, group, seq) do
+    case :ets.take(t, {:pending, c, group, seq}) do
+      [row] -> unindex(t, row)
+      [] -> false
+    end
+  end
+
+  defp take_row(t, row), do: :ets.select_delete(t, [{row, [], [true]}]) == 1 and unindex(t, row)
+
+  defp unindex(t, {{:pending, c, group, seq}, _consumer, _at, _n, due}),
+    do: :ets.delete(t, {:due, c, group, due, seq})
 
   @doc """
   A group's PEL rows from `from` through `to` (seqs), oldest first, at most
@@ -307,12 +498,16 @@ defmodule Ringbus.Group.Table do
     who = consumer || :"$2"
 
     spec = [
-      {{{:pending, c, group, :"$1"}, who, :"$3", :"$4"}, [{:>=, :"$1", from}, {:"=<", :"$1", to}],
-       [{{:"$1", who_out(consumer), :"$3", :"$4"}}]}
+      {{{:pending, c, group, :"$1"}, who, :"$3", :"$4", :_},
+       [{:>=, :"$1", from}, {:"=<", :"$1", to}], [{{:"$1", who_out(consumer), :"$3", :"$4"}}]}
     ]
 
-    # ETS refuses a huge limit (a count of "all"); a PEL holds no more than this.
-    case :ets.select(t, spec, min(count, @max_pending + 1)) do
+    select(t, spec, count)
+  end
+
+  # ETS refuses a huge limit (a count of "all"); a PEL holds no more than this.
+  defp select(t, spec, count) do
+    case :ets.select(t, spec, min(count, @pending_cap + 1)) do
       {rows, _continuation} -> rows
       :"$end_of_table" -> []
     end
@@ -321,10 +516,112 @@ defmodule Ringbus.Group.Table do
   defp who_out(nil), do: :"$2"
   defp who_out(consumer), do: {:const, consumer}
 
+  @doc "One PEL row, or nil."
+  @spec row(table(), c(), binary(), non_neg_integer()) :: row() | nil
+  def row(t, c, group, seq) do
+    case :ets.lookup(t, {:pending, c, group, seq}) do
+      [{_, consumer, at, n, due}] -> {seq, consumer, at, n, due}
+      [] -> nil
+    end
+  end
+
+  @doc "A consumer's PEL rows, oldest first."
+  @spec rows_of(table(), c(), binary(), binary()) :: [row()]
+  def rows_of(t, c, group, consumer) do
+    spec = [
+      {{{:pending, c, group, :"$1"}, consumer, :"$2", :"$3", :"$4"}, [],
+       [{{:"$1", {:const, consumer}, :"$2", :"$3", :"$4"}}]}
+    ]
+
+    :ets.select(t, spec)
+  end
+
+  @doc "Up to `count` PEL rows delivered at or before `before` (system ms), oldest seq first."
+  @spec delivered_before(table(), c(), binary(), integer(), pos_integer()) :: [row()]
+  def delivered_before(t, c, group, before, count) do
+    spec = [
+      {{{:pending, c, group, :"$1"}, :"$2", :"$3", :"$4", :"$5"}, [{:"=<", :"$3", before}],
+       [{{:"$1", :"$2", :"$3", :"$4", :"$5"}}]}
+    ]
+
+    select(t, spec, count)
+  end
+
+  @doc """
+  Up to `count` entries of the due index with due times at or before
+  `now`, earliest first: `{due_ms, seq}`. Each may be stale (see the header).
+  """
+  @spec due(table(), c(), binary(), integer(), pos_integer()) :: [{integer(), non_neg_integer()}]
+  def due(t, c, group, now, count) do
+    spec = [{{{:due, c, group, :"$1", :"$2"}}, [{:"=<", :"$1", now}], [{{:"$1", :"$2"}}]}]
+    select(t, spec, count)
+  end
+
+  @doc "The earliest due time in a group's index, or nil."
+  @spec next_due(table(), c(), binary()) :: integer() | nil
+  def next_due(t, c, group) do
+    case :ets.next(t, {:due, c, group, -1, -1}) do
+      {:due, ^c, ^group, due, _seq} -> due
+      _ -> nil
+    end
+  end
+
+  @doc "Deletes an index entry found stale."
+  @spec unindex(table(), c(), binary(), integer(), non_neg_integer()) :: true
+  def unindex(t, c, group, due, seq), do: :ets.delete(t, {:due, c, group, due, seq})
+
+  @doc """
+  Replaces PEL row `old` with `new` (same seq) if it is still as read, and
+  moves its index entry: true if this caller changed it.
+  """
+  @spec replace(table(), c(), binary(), row(), row()) :: boolean()
+  def replace(t, c, group, {seq, consumer, at, n, due}, {seq, consumer2, at2, n2, due2}) do
+    key = {:pending, c, group, seq}
+    spec = [{{key, consumer, at, n, due}, [], [{{{:const, key}, consumer2, at2, n2, due2}}]}]
+
+    if :ets.select_replace(t, spec) == 1 do
+      if due2 != due do
+        :ets.insert(t, {{:due, c, group, due2, seq}})
+        :ets.delete(t, {:due, c, group, due, seq})
+      end
+
+      true
+    else
+      false
+    end
+  end
+
+  @doc """
+  Removes PEL row `row` if it is still as read, counting it in `why`
+  (`:lost`, `:dead` or `:acked`): true if this caller removed it.
+  """
+  @spec remove(table(), c(), binary(), row(), :lost | :dead | :acked) :: boolean()
+  def remove(t, c, group, {seq, consumer, at, n, due}, why) do
+    if take_row(t, {{:pending, c, group, seq}, consumer, at, n, due}) do
+      bump(t, c, group, [{@pending, -1}, {counter(why), 1}])
+      true
+    else
+      false
+    end
+  end
+
+  defp counter(:lost), do: @lost
+  defp counter(:dead), do: @dead
+  defp counter(:acked), do: @acked
+
+  @doc "Counts `n` redeliveries, or a fetch held at `max_pending` (`:held`)."
+  @spec count_up(table(), c(), binary(), :redelivered | :held, non_neg_integer()) :: :ok
+  def count_up(_t, _c, _group, _what, 0), do: :ok
+
+  def count_up(t, c, group, what, n) do
+    bump(t, c, group, {if(what == :held, do: @held, else: @redelivered), n})
+    :ok
+  end
+
   @doc "Pending counts by consumer."
   @spec pending_by_consumer(table(), c(), binary()) :: %{binary() => pos_integer()}
   def pending_by_consumer(t, c, group) do
-    :ets.select(t, [{{{:pending, c, group, :_}, :"$1", :_, :_}, [], [:"$1"]}])
+    :ets.select(t, [{{{:pending, c, group, :_}, :"$1", :_, :_, :_}, [], [:"$1"]}])
     |> Enum.frequencies()
   end
 
@@ -341,7 +638,8 @@ defmodule Ringbus.Group.Table do
 
   @doc """
   Gives a PEL row to `consumer` if it is still as read (same owner and
-  delivery time): true if this caller got it.
+  delivery time), delivered at `at` and due `ack_wait` after: true if this
+  caller got it.
   """
   @spec claim(
           table(),
@@ -353,11 +651,17 @@ defmodule Ringbus.Group.Table do
           boolean()
         ) ::
           boolean()
-  def claim(t, c, group, {seq, owner, delivered, deliveries}, consumer, now, count?) do
-    key = {:pending, c, group, seq}
+  def claim(t, c, group, {seq, owner, delivered, deliveries}, consumer, at, count?) do
     deliveries = if count?, do: deliveries + 1, else: deliveries
-    spec = [{{key, owner, delivered, :_}, [], [{{{:const, key}, consumer, now, deliveries}}]}]
-    :ets.select_replace(t, spec) == 1
+
+    case row(t, c, group, seq) do
+      {^seq, ^owner, ^delivered, _n, _due} = row ->
+        due = at + group_config(t, c, group).ack_wait
+        replace(t, c, group, row, {seq, consumer, at, deliveries, due})
+
+      _ ->
+        false
+    end
   end
 
   @doc """
@@ -366,14 +670,26 @@ defmodule Ringbus.Group.Table do
   """
   @spec redeliver(table(), c(), binary(), non_neg_integer(), binary(), integer()) :: boolean()
   def redeliver(t, c, group, seq, consumer, now) do
-    key = {:pending, c, group, seq}
-    spec = [{{key, consumer, :_, :"$1"}, [], [{{{:const, key}, consumer, now, {:+, :"$1", 1}}}]}]
-    :ets.select_replace(t, spec) == 1
+    case row(t, c, group, seq) do
+      {^seq, ^consumer, _at, n, _due} = row ->
+        due = now + group_config(t, c, group).ack_wait
+        replace(t, c, group, row, {seq, consumer, now, n + 1, due})
+
+      _ ->
+        false
+    end
   end
 
-  @doc "Removes one PEL row whose entry has left the channel."
+  @doc "Removes one PEL row whose entry has left the channel, counted lost."
   @spec forget(table(), c(), binary(), non_neg_integer()) :: boolean()
-  def forget(t, c, group, seq), do: ack(t, c, group, [seq]) == 1
+  def forget(t, c, group, seq) do
+    if take(t, c, group, seq) do
+      bump(t, c, group, [{@pending, -1}, {@lost, 1}])
+      true
+    else
+      false
+    end
+  end
 
   defp count(t, pattern), do: :ets.select_count(t, [{pattern, [], [true]}])
 

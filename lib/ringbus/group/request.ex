@@ -1,0 +1,77 @@
+defmodule Ringbus.Group.Request do
+  @moduledoc false
+  # A group request as it runs (`at` in `Ringbus.Group` and its modules):
+  # the channel's handle, the node's table, the channel's incarnation `c`,
+  # the payload bytes its answer may carry, and `now`, the one reading of
+  # the clock every decision of the request takes. And what every request
+  # reads from it: a group, and the seqs a caller names.
+
+  alias Ringbus.Channel.Ring
+  alias Ringbus.Group.Table
+
+  @type t :: %{
+          channel: Ringbus.Channel.t(),
+          table: Table.table(),
+          c: Table.c(),
+          bytes: non_neg_integer() | :infinity,
+          now: integer()
+        }
+
+  @doc "A request on `channel`'s groups whose answer may carry `room` bytes."
+  @spec new(Ringbus.Channel.t(), pos_integer() | :infinity) :: t()
+  def new(channel, room),
+    do: %{
+      channel: channel,
+      table: Table.table(),
+      c: channel.incarnation,
+      bytes: bytes(room),
+      now: now()
+    }
+
+  defp bytes(:infinity), do: :infinity
+  defp bytes(room), do: div(room, 4)
+
+  @doc "The group's row, or `{:error, :no_group}`."
+  def fetch(at, group) do
+    case Table.fetch(at.table, at.c, group) do
+      {:ok, g} -> {:ok, g}
+      :error -> {:error, :no_group}
+    end
+  end
+
+  @doc """
+  A position: the seq, if the incarnation it is of is the channel's;
+  `:last` is the channel's newest seq, `:first` the one before its oldest.
+  """
+  def position(at, :last), do: {:ok, Ring.next_seq(at.channel) - 1}
+  def position(at, :first), do: {:ok, Ring.first_seq(at.channel) - 1}
+  def position(_at, seq) when is_integer(seq), do: {:ok, seq}
+
+  def position(at, {seq, mark}),
+    do: if(fits?(mark, at.c), do: {:ok, seq}, else: {:error, :new_incarnation})
+
+  @doc "An entry: its seq, or :none when it is of another incarnation."
+  def entry(_at, seq) when is_integer(seq), do: {:ok, seq}
+  def entry(at, {seq, mark}), do: if(fits?(mark, at.c), do: {:ok, seq}, else: :none)
+
+  defp fits?({mask, bits}, incarnation), do: Bitwise.band(incarnation, mask) == bits
+
+  @doc "The first of `messages` and those after it that fit in `bytes` of payloads."
+  def cut(messages, :infinity), do: messages
+
+  def cut([{_, payload} = first | rest], bytes),
+    do: cut(rest, bytes - byte_size(payload), [first])
+
+  def cut([], _bytes), do: []
+
+  defp cut([{_, payload} = message | rest], bytes, acc) when byte_size(payload) <= bytes,
+    do: cut(rest, bytes - byte_size(payload), [message | acc])
+
+  defp cut(_rest, _bytes, acc), do: :lists.reverse(acc)
+
+  @doc ~s(A count of "all": larger than any channel holds.)
+  def all, do: 4_611_686_018_427_387_904
+
+  @doc "The time every decision of a request takes: system ms."
+  def now, do: System.system_time(:millisecond)
+end
