@@ -1,0 +1,429 @@
+defmodule Ringbus.Groups do
+  @moduledoc """
+  Consumer groups: a channel's messages shared out among named consumers,
+  each message acked once, and delivered again until it is.
+
+  `Ringbus.pull/1` hands a message out at most once and a subscription
+  never delivers one again; a group keeps every message it delivered
+  pending until a consumer acks it, and delivers it again when its
+  consumer takes too long (`ack_wait`), gives it back (`nack/4`) or goes
+  away (its process exits). Like NATS JetStream's durable consumers,
+  RabbitMQ's quorum queues and Redis's stream groups.
+
+  ## Example
+
+      :ok = Ringbus.create("jobs", capacity: 100_000)
+      :ok = Ringbus.Groups.create("jobs", "workers", from: :earliest, ack_wait: 5_000)
+      {:ok, _} = Ringbus.push_many("jobs", ["resize 1.png", "resize 2.png"])
+
+      # In each worker:
+      {:ok, [{seq, "resize 1.png", 1}]} = Ringbus.Groups.fetch("jobs", "workers", "w1", 1)
+      # ... the work ...
+      {:ok, 1} = Ringbus.Groups.ack("jobs", "workers", [seq])
+
+      # Waits up to 1 s for a message rather than answering [] at once:
+      {:ok, messages} = Ringbus.Groups.fetch("jobs", "workers", "w1", 10, timeout: 1_000)
+
+  A fetch answers `{seq, payload, deliveries}` for each message:
+  `deliveries` is 1 the first time, and counts up each time it is
+  delivered again.
+
+  ## Delivery
+
+  `fetch/5` first delivers again the group's messages that are due, in the
+  order they came due, then new ones in seq order. A delivered message is
+  pending, for the consumer that fetched it, and comes due again:
+
+    * `ack_wait` ms after its delivery, unless acked first (`ack/3`);
+      `in_progress/3` starts that wait again for a consumer still at work;
+    * after `nack/4`'s delay, when its consumer gives it back;
+    * at once when its consumer goes away: the process that fetches for a
+      consumer is that consumer's owner, and when it exits (or its node
+      goes down) the consumer's pending messages are due;
+      `remove_consumer/3` does the same on purpose.
+
+  So nothing acked is delivered again, and every message that is not is
+  delivered again, until `max_deliver` deliveries: then it is dead,
+  pushed to the `dead_letter` channel when there is one, and counted.
+  A message leaves a group only acked, dead, or lost to the ring (the
+  channel overwrote or trimmed it first), each counted by `info/1`:
+
+      acked + dead + lost + pending + lag == messages pushed since the group's start
+
+  A group holds at most `max_pending` pending messages: at the bound a
+  fetch delivers no new ones (it still delivers due ones) and counts
+  `held`; the new messages wait in the channel, where a ring that is full
+  may overwrite them (counted `lost`). So size the channel's `:capacity`
+  for how far behind the group may fall.
+
+  Any number of processes may fetch for one group at once, under one
+  consumer name or many: no message is delivered to two of them at once.
+  No process is asked: a fetch reads the ring and changes the group's
+  table in the caller, and a fetch that waits (`timeout:`) waits in the
+  caller, woken by the next push.
+
+  ## Dead letters
+
+  A message delivered `max_deliver` times and due again is dead. Without
+  a `dead_letter` channel it leaves the group, counted `dead`. With one,
+  the fetch that finds it pushes it there (the caller does, before
+  `fetch/5` returns) and then it leaves the group, counted `dead`; should
+  that push fail (the dead-letter channel is full, or gone), the message
+  stays pending and the next fetch after `ack_wait` tries again, so a
+  dead message may reach the channel twice, never zero times. A dead
+  letter is the binary
+
+      <<"rbdl", 1, seq::64, deliveries::32, group_size::16, group::binary,
+        channel_size::16, channel::binary, payload::binary>>
+
+  (big-endian; `channel` the channel's name, a binary name as it is, any
+  other `inspect/1`ed); `decode_dead_letter/1` reads it.
+
+  ## In a cluster
+
+  Every function works on the channels of every node, as one request
+  through the link to the channel's home, where the group lives, with the
+  three outcomes of `Ringbus`'s "In a cluster". A fetch that waits waits
+  at the home, in the process the link starts for it, and the call waits
+  up to its `timeout:` plus 100 ms. A consumer whose owner is on another
+  node has its messages due when that node disconnects from the home.
+  A fetch answered `{:error, :timeout}` may have delivered messages: they
+  come due after `ack_wait`.
+
+  ## Over RESP
+
+  These are the groups RESP's `XGROUP`, `XREADGROUP`, `XACK`, `XCLAIM`...
+  use (`docs/RESP.md`): a group made over RESP can be fetched here and the
+  other way round. A group made over RESP has the defaults below. RESP's
+  commands keep Redis's semantics: a message read with `XREADGROUP` stays
+  pending until acked or claimed, whatever becomes of the client; a fetch
+  here delivers it again once it has been pending `ack_wait`, as an
+  `XAUTOCLAIM` with that idle time would.
+
+  ## Time
+
+  Each request reads the home node's system clock once, and every
+  decision that depends on time (what is due, what is dead) is taken
+  with that reading.
+
+  ## Known limit
+
+  A replicated channel's groups are kept on the member that runs the
+  request (in that node's table), not in the channel's Raft log: a new
+  leader does not know them.
+  """
+
+  alias Ringbus.Options
+
+  # What a remote fetch that waits waits for its answer beyond its timeout.
+  @reply_ms 100
+
+  @typedoc "A group or consumer name: a non-empty binary."
+  @type name :: binary()
+
+  @typedoc "A delivered message: its seq, payload and how many times it was delivered."
+  @type message :: {Ringbus.seq(), binary(), pos_integer()}
+
+  @typedoc "Why a request failed: the group does not exist, or `t:Ringbus.reason/0`."
+  @type reason :: :no_group | :no_channel | Ringbus.node_error()
+
+  @typedoc """
+  `create/3`'s options:
+
+    * `:from` - where the group starts: `:earliest` (the oldest message the
+      channel holds), `:latest` (the next message pushed) or a seq (the
+      first message it delivers). Defaults to `:latest`.
+    * `:ack_wait` - ms a delivered message waits for its ack before it is
+      due again. Defaults to `30_000`.
+    * `:max_deliver` - deliveries of a message at most, or `:infinity`.
+      Defaults to `:infinity`.
+    * `:dead_letter` - a channel name to push dead messages to (see "Dead
+      letters"), or nil. Defaults to `nil`.
+    * `:max_pending` - pending messages at most (1 to 1,000,000). Defaults
+      to `10_000`.
+  """
+  @type options :: [
+          from: :earliest | :latest | Ringbus.seq(),
+          ack_wait: pos_integer(),
+          max_deliver: pos_integer() | :infinity,
+          dead_letter: Ringbus.name() | nil,
+          max_pending: pos_integer()
+        ]
+
+  @doc """
+  Creates group `group` of `channel`. Bad options raise `ArgumentError`.
+
+  Errors: `:exists`, `{:too_many_groups, 64}`, `:no_channel`, or a
+  cluster error.
+
+      iex> Ringbus.create("doc-groups-create", capacity: 10)
+      iex> Ringbus.Groups.create("doc-groups-create", "g", ack_wait: 1_000)
+      :ok
+      iex> Ringbus.Groups.create("doc-groups-create", "g")
+      {:error, :exists}
+      iex> Ringbus.delete("doc-groups-create")
+      :ok
+  """
+  @spec create(Ringbus.name(), name(), options()) ::
+          :ok | {:error, :exists | {:too_many_groups, pos_integer()} | reason()}
+  def create(channel, group, opts \\ []) do
+    name!(:group, group)
+    defaults = [from: :latest, ack_wait: 30_000, max_deliver: :infinity, dead_letter: nil]
+    opts = Options.validate!(opts, defaults ++ [max_pending: 10_000], "group")
+
+    Options.check!(:from, opts[:from], &from?/1, ":earliest, :latest or a non-negative integer")
+    Options.check!(:ack_wait, opts[:ack_wait], &Options.positive?/1, "a positive integer")
+
+    Options.check!(
+      :max_deliver,
+      opts[:max_deliver],
+      &(&1 == :infinity or Options.positive?(&1)),
+      "a positive integer or :infinity"
+    )
+
+    Options.check!(
+      :max_pending,
+      opts[:max_pending],
+      &(is_integer(&1) and &1 in 1..1_000_000),
+      "an integer from 1 to 1000000"
+    )
+
+    config = Map.new(Keyword.delete(opts, :from))
+    request(channel, {:create, group, position(opts[:from]), nil, config})
+  end
+
+  defp from?(from), do: from in [:earliest, :latest] or (is_integer(from) and from >= 0)
+
+  defp position(:earliest), do: :first
+  defp position(:latest), do: :last
+  defp position(seq), do: seq - 1
+
+  @doc """
+  Up to `max` messages for `consumer` of `group`: first those due again
+  (`{seq, payload, deliveries}` with `deliveries` above 1), then new ones.
+  The calling process becomes the consumer's owner: when it exits, the
+  consumer's pending messages are due at once.
+
+  With `timeout: ms` (default `0`), a fetch that finds nothing waits up to
+  `ms` for a message, and answers as soon as one is pushed or comes due.
+  A fetch from another node answers at most a quarter of the cluster's
+  `:max_buffer_bytes` of payloads (always one message), as `Ringbus.read/3`.
+
+      iex> Ringbus.create("doc-groups-fetch", capacity: 10)
+      iex> :ok = Ringbus.Groups.create("doc-groups-fetch", "g")
+      iex> {:ok, _} = Ringbus.push_many("doc-groups-fetch", ["a", "b"])
+      iex> Ringbus.Groups.fetch("doc-groups-fetch", "g", "c1", 10)
+      {:ok, [{0, "a", 1}, {1, "b", 1}]}
+      iex> Ringbus.Groups.nack("doc-groups-fetch", "g", [1])
+      {:ok, 1}
+      iex> Ringbus.Groups.fetch("doc-groups-fetch", "g", "c2", 10)
+      {:ok, [{1, "b", 2}]}
+      iex> Ringbus.delete("doc-groups-fetch")
+      :ok
+  """
+  @spec fetch(Ringbus.name(), name(), name(), pos_integer(), timeout: non_neg_integer()) ::
+          {:ok, [message()]} | {:error, reason()}
+  def fetch(channel, group, consumer, max, opts \\ []) do
+    names!(group, consumer)
+    positive!(:max, max)
+    opts = Options.validate!(opts, [timeout: 0], "fetch")
+    wait = opts[:timeout]
+    Options.check!(:timeout, wait, &(is_integer(&1) and &1 >= 0), "a non-negative integer")
+
+    run_opts = if wait > 0, do: [timeout: wait + @reply_ms], else: []
+    op = {:group, {:fetch, group, consumer, self(), max, wait}}
+
+    case Ringbus.run(channel, op, run_opts) do
+      {:ok, {messages, _dead_letter, []}} ->
+        {:ok, messages}
+
+      {:ok, {messages, dead_letter, dead}} ->
+        bury(channel, group, dead_letter, dead)
+        {:ok, messages}
+
+      error ->
+        error
+    end
+  end
+
+  # Dead messages go to the dead-letter channel, then leave the group; if
+  # the push fails they stay pending, and a later fetch tries again.
+  defp bury(channel, group, dead_letter, dead) do
+    letters = for {seq, payload, n} <- dead, do: dead_letter(channel, group, seq, n, payload)
+
+    with {:ok, _} <- Ringbus.push_many(dead_letter, letters) do
+      request(channel, {:bury, group, for({seq, _, _} <- dead, do: seq)})
+    end
+  end
+
+  defp dead_letter(channel, group, seq, deliveries, payload) do
+    name = if is_binary(channel), do: channel, else: inspect(channel)
+
+    <<"rbdl", 1, seq::64, deliveries::32, byte_size(group)::16, group::binary,
+      byte_size(name)::16, name::binary, payload::binary>>
+  end
+
+  @doc """
+  Reads a dead letter (see "Dead letters").
+
+      iex> {:ok, %{seq: 7, deliveries: 3, group: "g", payload: "p"}} =
+      ...>   Ringbus.Groups.decode_dead_letter(
+      ...>     <<"rbdl", 1, 7::64, 3::32, 1::16, "g", 2::16, "ch", "p">>
+      ...>   )
+      iex> Ringbus.Groups.decode_dead_letter("other")
+      :error
+  """
+  @spec decode_dead_letter(binary()) ::
+          {:ok,
+           %{
+             seq: Ringbus.seq(),
+             deliveries: pos_integer(),
+             group: binary(),
+             channel: binary(),
+             payload: binary()
+           }}
+          | :error
+  def decode_dead_letter(
+        <<"rbdl", 1, seq::64, deliveries::32, g::16, group::binary-size(g), n::16,
+          channel::binary-size(n), payload::binary>>
+      ),
+      do:
+        {:ok,
+         %{seq: seq, deliveries: deliveries, group: group, channel: channel, payload: payload}}
+
+  def decode_dead_letter(_other), do: :error
+
+  @doc "Acks messages: they leave the group. Returns how many were pending."
+  @spec ack(Ringbus.name(), name(), [Ringbus.seq()]) ::
+          {:ok, non_neg_integer()} | {:error, reason()}
+  def ack(channel, group, seqs) do
+    name!(:group, group)
+    request(channel, {:ack, group, seqs!(seqs)})
+  end
+
+  @doc """
+  Gives pending messages back: each is due again after `delay:` ms
+  (default `0`, at once), for any consumer. Returns how many were pending.
+  """
+  @spec nack(Ringbus.name(), name(), [Ringbus.seq()], delay: non_neg_integer()) ::
+          {:ok, non_neg_integer()} | {:error, reason()}
+  def nack(channel, group, seqs, opts \\ []) do
+    name!(:group, group)
+    opts = Options.validate!(opts, [delay: 0], "nack")
+    delay = opts[:delay]
+    Options.check!(:delay, delay, &(is_integer(&1) and &1 >= 0), "a non-negative integer")
+    request(channel, {:nack, group, seqs!(seqs), delay})
+  end
+
+  @doc """
+  Says pending messages are still being worked on: each waits `ack_wait`
+  from now before it is due. Returns how many were pending.
+  """
+  @spec in_progress(Ringbus.name(), name(), [Ringbus.seq()]) ::
+          {:ok, non_neg_integer()} | {:error, reason()}
+  def in_progress(channel, group, seqs) do
+    name!(:group, group)
+    request(channel, {:in_progress, group, seqs!(seqs)})
+  end
+
+  @doc """
+  Takes pending messages over for `consumer`, whoever has them, due or
+  not: each is delivered once more (`{seq, payload, deliveries}`), and the
+  calling process becomes `consumer`'s owner, as with `fetch/5`. Messages
+  not pending are left out.
+  """
+  @spec claim(Ringbus.name(), name(), name(), [Ringbus.seq()]) ::
+          {:ok, [message()]} | {:error, reason()}
+  def claim(channel, group, consumer, seqs) do
+    names!(group, consumer)
+    request(channel, {:reclaim, group, consumer, self(), seqs!(seqs)})
+  end
+
+  @doc """
+  Takes over for `consumer` up to `count` pending messages delivered
+  `min_idle` ms ago or more, lowest seq first, as `claim/4` does.
+  """
+  @spec autoclaim(Ringbus.name(), name(), name(), non_neg_integer(), pos_integer()) ::
+          {:ok, [message()]} | {:error, reason()}
+  def autoclaim(channel, group, consumer, min_idle, count) do
+    names!(group, consumer)
+    Options.check!(:min_idle, min_idle, &(is_integer(&1) and &1 >= 0), "a non-negative integer")
+    positive!(:count, count)
+    request(channel, {:reclaim_idle, group, consumer, self(), min_idle, count})
+  end
+
+  @doc """
+  Removes a consumer: its pending messages are due at once, for the
+  group's other consumers. Returns how many.
+  """
+  @spec remove_consumer(Ringbus.name(), name(), name()) ::
+          {:ok, non_neg_integer()} | {:error, reason()}
+  def remove_consumer(channel, group, consumer) do
+    names!(group, consumer)
+    request(channel, {:remove_consumer, group, consumer})
+  end
+
+  @doc "Deletes a group, with its pending messages; `{:error, :no_group}` if none."
+  @spec delete(Ringbus.name(), name()) :: :ok | {:error, reason()}
+  def delete(channel, group) do
+    name!(:group, group)
+
+    case request(channel, {:destroy, group}) do
+      {:ok, true} -> :ok
+      {:ok, false} -> {:error, :no_group}
+      error -> error
+    end
+  end
+
+  @doc """
+  The channel's groups, each a map:
+
+    * `:name`
+    * `:delivered` - the seq of the last new message delivered (-1: none)
+    * `:pending` - messages delivered and not acked
+    * `:lag` - messages in the channel after `:delivered`
+    * `:redelivered` - deliveries after the first, in all
+    * `:acked`, `:dead`, `:lost` - messages that left the group, by how
+      (see "Delivery"); `:lost` counts those the ring overwrote or trimmed
+      before the group delivered them (or delivered them again), exactly
+    * `:held` - fetches that took fewer new messages than asked because
+      `max_pending` messages were pending
+    * `:dropped` - pending messages RESP's reads dropped at `max_pending`
+      (Redis's semantics; a fetch holds instead)
+    * `:config` - `ack_wait`, `max_deliver`, `dead_letter`, `max_pending`
+    * `:consumers` - each `%{name, pending, idle_ms}`: `idle_ms` since it
+      last fetched or claimed
+  """
+  @spec info(Ringbus.name()) :: {:ok, [map()]} | {:error, :no_channel | Ringbus.node_error()}
+  def info(channel), do: request(channel, :figures)
+
+  defp request(channel, request), do: Ringbus.run(channel, {:group, request})
+
+  defp names!(group, consumer) do
+    name!(:group, group)
+    name!(:consumer, consumer)
+  end
+
+  defp name!(key, name) do
+    Options.check!(
+      key,
+      name,
+      &(is_binary(&1) and byte_size(&1) in 1..65_535),
+      "a binary of 1 to 65535 bytes"
+    )
+  end
+
+  defp positive!(key, value),
+    do: Options.check!(key, value, &Options.positive?/1, "a positive integer")
+
+  defp seqs!(seqs) do
+    Options.check!(
+      :seqs,
+      seqs,
+      &(is_list(&1) and Enum.all?(&1, fn s -> is_integer(s) and s >= 0 end)),
+      "a list of non-negative integers"
+    )
+
+    seqs
+  end
+end
