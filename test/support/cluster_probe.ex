@@ -407,6 +407,27 @@ defmodule Ringbus.Test.ClusterProbe do
   @doc "Starts a server with a RESP listener on this node, both on port 0; returns the RESP port."
   def start_resp_server, do: start_server([resp_port: 0], :resp)
 
+  @doc """
+  Starts a process that fetches up to `max` messages of consumer group
+  `group` for `consumer` (`Ringbus.Groups.fetch/5`), and so owns that
+  consumer, then lives on until killed. Returns `{pid, answer}`.
+  """
+  def group_fetcher(name, group, consumer, max) do
+    caller = self()
+
+    pid =
+      spawn(fn ->
+        send(caller, {:fetched, self(), Ringbus.Groups.fetch(name, group, consumer, max)})
+        Process.sleep(:infinity)
+      end)
+
+    receive do
+      {:fetched, ^pid, answer} -> {pid, answer}
+    after
+      5_000 -> :timeout
+    end
+  end
+
   @doc "Starts a process that records this node's nodeup and nodedown events with their os_time (µs)."
   def node_watcher do
     parent = self()
