@@ -14,6 +14,31 @@ defmodule Ringbus.ReadmeTest do
     assert {_result, _binding} = Task.await(task, 5_000)
   end
 
+  test "the work queue: a worker killed mid-message, whose message another worker gets" do
+    [_, after_heading] = String.split(File.read!("README.md"), "## Work queue", parts: 2)
+    [_, code, _] = String.split(after_heading, ["```elixir\n", "```\n"], parts: 3)
+
+    Ringbus.delete("jobs")
+    on_exit(fn -> Ringbus.delete("jobs") end)
+
+    # Run in a process of its own: the example receives its workers' messages.
+    task = Task.async(fn -> ExUnit.CaptureIO.capture_io(fn -> Code.eval_string(code) end) end)
+    lines = String.split(Task.await(task, 10_000), "\n", trim: true)
+
+    assert [killed] = for(line <- lines, [_, w] <- [Regex.run(~r/^(w\d) killed/, line)], do: w)
+
+    assert [again] =
+             for(
+               line <- lines,
+               [_, w] <- [Regex.run(~r/^(w\d) did slow \(delivery 2\)$/, line)],
+               do: w
+             )
+
+    assert again != killed
+    assert length(lines) == 4
+    assert {:ok, [%{acked: 3, pending: 0, redelivered: 1}]} = Ringbus.Groups.info("jobs")
+  end
+
   test "the network example prints what README says it prints" do
     [_, section] = String.split(File.read!("README.md"), "## Over the network", parts: 2)
     [_, code] = Regex.run(~r/mix run -e '(.*?)'/s, section)
