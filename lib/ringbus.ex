@@ -72,9 +72,10 @@ defmodule Ringbus do
   answers every resend with the first one's seq (see "Producer tags").
   How long a call waits is bounded by the cluster options `:call_timeout`
   and `:reply_timeout` (`Ringbus.Cluster`), or by `push/3`'s `:timeout`.
-  `channels/0` lists this node's channels. The consumer groups the front
-  ends offer (RESP's stream groups) live at the channel's home too, and a
-  group command from another node has the same three outcomes.
+  `channels/0` lists this node's channels. Consumer groups
+  (`Ringbus.Groups`, and RESP's stream groups, which are the same groups)
+  live at the channel's home too, and a group call from another node has
+  the same three outcomes.
 
   ## Producer tags
 
