@@ -36,7 +36,8 @@ defmodule Ringbus.Metrics do
   channel: `leader`, `follower`, `candidate`, `down`, `unknown`), `reason`,
   `state`, `kind`, `node`, `outcome`
   (a cluster call's: `ok`, `refused` or `timeout`), `stream` and `group` (a
-  RESP consumer group), and `le` (a histogram's bucket).
+  RESP consumer group; `group` also names a channel's consumer group in the
+  `ringbus_group_*` families), and `le` (a histogram's bucket).
 
   ## Histograms
 
@@ -87,13 +88,15 @@ defmodule Ringbus.Metrics do
   name, so fields added later pass through) and its subscriptions' figures
   (`Ringbus.subscriptions/2`), each with the `:label` it is shown by (see
   `subscriber_labels/2`) and `:via`, how its subscriber gets its messages
-  (`:binary`, `:resp` or `:embedded`).
+  (`:binary`, `:resp` or `:embedded`), and its consumer groups' figures
+  (`Ringbus.Groups.info/1`, whichever front end made them).
   """
   @type channel :: %{
           name: Ringbus.name(),
           label: String.t(),
           info: map(),
-          subscriptions: [map()]
+          subscriptions: [map()],
+          groups: [map()]
         }
 
   @typedoc """
@@ -167,11 +170,20 @@ defmodule Ringbus.Metrics do
            timeout = max(deadline - System.monotonic_time(:millisecond), 0),
            {:ok, subs} <- Ringbus.subscriptions(name, timeout: timeout, limit: limit) do
         subs = subscriber_labels(subs, peers)
-        [%{name: name, label: label, info: info, subscriptions: subs}]
+        [%{name: name, label: label, info: info, subscriptions: subs, groups: groups_of(name)}]
       else
         _ -> []
       end
     end)
+  end
+
+  # Its consumer groups' figures (`Ringbus.Groups.info/1`): read from the
+  # node's group table in this process, as a fetch would.
+  defp groups_of(name) do
+    case Ringbus.Groups.info(name) do
+      {:ok, groups} -> groups
+      _gone -> []
+    end
   end
 
   # Labels and pages take UTF-8 without control characters: any other name

@@ -415,12 +415,40 @@ defmodule Ringbus.MetricsTest do
     assert txt =~ ~r/b@host .* 7\s+3\s+1\n/
   end
 
+  test "consumer groups: their figures per channel and group" do
+    name = "metrics-groups-#{System.unique_integer([:positive])}"
+    :ok = Ringbus.create(name, capacity: 10)
+    on_exit(fn -> Ringbus.delete(name) end)
+    :ok = Ringbus.Groups.create(name, "g", from: :earliest)
+    {:ok, _} = Ringbus.push_many(name, ["a", "b", "c"])
+    {:ok, [_, _]} = Ringbus.Groups.fetch(name, "g", "c1", 2)
+    {:ok, 1} = Ringbus.Groups.ack(name, "g", [0])
+    {:ok, 1} = Ringbus.Groups.nack(name, "g", [1])
+    {:ok, [{1, "b", 2}]} = Ringbus.Groups.fetch(name, "g", "c1", 1)
+
+    text = IO.iodata_to_binary(Ringbus.Metrics.prometheus(Ringbus.Metrics.snapshot()))
+    labels = ~s({channel="#{name}",group="g"})
+
+    for {family, value} <- [
+          {"ringbus_group_pending_messages", 1},
+          {"ringbus_group_lag_messages", 1},
+          {"ringbus_group_consumers", 1},
+          {"ringbus_group_acked_total", 1},
+          {"ringbus_group_redelivered_total", 1},
+          {"ringbus_group_dead_total", 0},
+          {"ringbus_group_lost_total", 0},
+          {"ringbus_group_held_total", 0}
+        ],
+        do: assert(text =~ "#{family}#{labels} #{value}\n")
+  end
+
   test "README's Operating Ringbus lists every family, in full or by its suffix" do
     [_, section] = String.split(File.read!("README.md"), "## Operating Ringbus", parts: 2)
     [section | _] = String.split(section, "\n## ", parts: 2)
 
     prefixes =
       ~w(ringbus_channel ringbus_subscription ringbus_server ringbus_resp_group ringbus_vm) ++
+        ~w(ringbus_group) ++
         ~w(ringbus_cluster_link ringbus_cluster ringbus_replica)
 
     for family <- Ringbus.Metrics.Prometheus.family_names() do

@@ -93,6 +93,26 @@ defmodule Ringbus.Metrics.Prometheus do
      "Errors sent to clients, by error code: the binary protocol's ERROR frames and " <>
        "failed push acks, RESP's error replies (ERR, NOGROUP, ...; other for the rest).",
      ~w(protocol port code)},
+    # Consumer groups, per channel and group (Ringbus.Groups.info/1), any front end's.
+    {"ringbus_group_pending_messages", :gauge, "Messages delivered and not acked.",
+     ~w(channel group)},
+    {"ringbus_group_lag_messages", :gauge,
+     "Messages in the channel after the last one the group delivered.", ~w(channel group)},
+    {"ringbus_group_consumers", :gauge, "Consumers of the group.", ~w(channel group)},
+    {"ringbus_group_acked_total", :counter, "Messages acked: they left the group.",
+     ~w(channel group)},
+    {"ringbus_group_redelivered_total", :counter,
+     "Deliveries after a message's first (ack_wait passed, nacked, its consumer gone, claimed).",
+     ~w(channel group)},
+    {"ringbus_group_dead_total", :counter,
+     "Messages given up after max_deliver deliveries (pushed to the dead-letter channel, if any).",
+     ~w(channel group)},
+    {"ringbus_group_lost_total", :counter,
+     "Messages the ring overwrote or trimmed before the group delivered them (again).",
+     ~w(channel group)},
+    {"ringbus_group_held_total", :counter,
+     "Fetches that took fewer new messages than asked: max_pending were pending.",
+     ~w(channel group)},
     # RESP consumer groups, per RESP listener (port), stream and group.
     {"ringbus_resp_group_pending_entries", :gauge,
      "Entries delivered to the group's consumers and not acked (its PEL).",
@@ -137,7 +157,27 @@ defmodule Ringbus.Metrics.Prometheus do
      ~w(node outcome)}
   ]
 
-  @sections [:channels, :replicas, :subscriptions, :delivery, :servers, :groups, :vm, :cluster]
+  @sections [
+    :channels,
+    :replicas,
+    :subscriptions,
+    :consumer_groups,
+    :delivery,
+    :servers,
+    :groups,
+    :vm,
+    :cluster
+  ]
+
+  @group_fields [
+    {"ringbus_group_pending_messages", :pending},
+    {"ringbus_group_lag_messages", :lag},
+    {"ringbus_group_acked_total", :acked},
+    {"ringbus_group_redelivered_total", :redelivered},
+    {"ringbus_group_dead_total", :dead},
+    {"ringbus_group_lost_total", :lost},
+    {"ringbus_group_held_total", :held}
+  ]
 
   @channel_fields [
     {"ringbus_channel_len", :len},
@@ -287,6 +327,17 @@ defmodule Ringbus.Metrics.Prometheus do
     end)
   end
 
+  defp samples(:consumer_groups, snapshot) do
+    for %{label: channel} = c <- snapshot.channels,
+        g <- Map.get(c, :groups, []),
+        labels = [channel: channel, group: group_label(g.name)],
+        sample <- [
+          {"ringbus_group_consumers", labels, length(g.consumers)}
+          | for({family, key} <- @group_fields, do: {family, labels, g[key]})
+        ],
+        do: sample
+  end
+
   defp samples(:groups, snapshot) do
     for g <- Map.get(snapshot, :groups, []),
         labels = [port: g.port, stream: g.stream, group: g.group],
@@ -390,4 +441,11 @@ defmodule Ringbus.Metrics.Prometheus do
 
   defp escape(value) when is_atom(value), do: value |> Atom.to_string() |> escape()
   defp escape(value), do: value |> to_string() |> escape()
+
+  # Labels take UTF-8 without control characters: any other name reads as Elixir prints it.
+  defp group_label(name) do
+    if String.valid?(name) and not String.match?(name, ~r/[\x00-\x1f\x7f]/),
+      do: name,
+      else: inspect(name)
+  end
 end
