@@ -50,6 +50,10 @@ defmodule Ringbus.Groups do
 
       acked + dead + lost + pending + lag == messages pushed since the group's start
 
+  (RESP's commands can break it on purpose: `XGROUP SETID` moves a
+  group, `XGROUP DELCONSUMER` drops pending messages, and `XREADGROUP`
+  drops the oldest pending ones past `max_pending`, counted `dropped`.)
+
   A group holds at most `max_pending` pending messages: at the bound a
   fetch delivers no new ones (it still delivers due ones) and counts
   `held`; the new messages wait in the channel, where a ring that is full
@@ -354,7 +358,8 @@ defmodule Ringbus.Groups do
 
   @doc """
   Removes a consumer: its pending messages are due at once, for the
-  group's other consumers. Returns how many.
+  group's other consumers (each still names it until then). Returns how
+  many.
   """
   @spec remove_consumer(Ringbus.name(), name(), name()) ::
           {:ok, non_neg_integer()} | {:error, reason()}
