@@ -138,16 +138,17 @@ defmodule Ringbus do
 
     * `:node`, `:role` (`:leader`, `:follower`, `:candidate`, `:down`: its
       node is not connected or runs no Raft server for the channel, or
-      `:unknown`: no report for 3 s), `:age_ms` (since this node got the
-      figures); a member whose node is not connected or silent has no
-      other figures (nil);
+      `:unknown`: its last report is older than two report periods, 2 s,
+      or there is none), `:age_ms` (since its node measured the figures,
+      as this node received them; kept for an `:unknown` member); a member
+      whose node is not connected or silent has no other figures (nil);
     * `:term`, `:commit_index`, `:applied_index`, `:snapshot_index` (Ra's,
       as of its last tick: with the report interval, up to about 2 s
       old), and `:applied_seq` (the newest seq its ring held at the
       report; -1 for none);
     * `:lag_entries`: entries the leader committed that the member has not
       applied (the leader's commit index as its node last heard it, within
-      3 s; nil when it has not); `:lag_ms`: how long since a report last
+      2 s; nil when it has not); `:lag_ms`: how long since a report last
       found it caught up, 0 when it is (about 2 s resolution: Ra's
       metrics tick and the report interval);
     * `:elections`: terms it went through since its node first saw it

@@ -24,8 +24,9 @@ defmodule Ringbus.Replica.Reporter do
 
   @table :ringbus_replica_reports
   @interval_ms 1_000
-  # Three missed reports: the member (or its node) is silent.
-  @stale_ms 3_000
+  # A report older than two periods missed at least one: its member (or
+  # the member's node) is silent, and its figures are shown as unknown.
+  @stale_ms 2 * @interval_ms
 
   @spec start_link(keyword()) :: GenServer.on_start()
   def start_link(_opts), do: GenServer.start_link(__MODULE__, :ok, name: __MODULE__)

@@ -21,6 +21,17 @@ defmodule Ringbus.Replica.ReporterTest do
     Map.new(info.replication, &{&1.node, &1})
   end
 
+  # How `n` shows `member`, read over and over until it shows it unknown.
+  defp watch_until_unknown(n, member, deadline) do
+    m = replication(n)[member]
+
+    cond do
+      m.role == :unknown -> [m]
+      System.monotonic_time(:millisecond) > deadline -> flunk("#{member} never turned unknown")
+      true -> [m | watch_until_unknown(n, member, deadline)]
+    end
+  end
+
   test "every node shows each member's role, term, indexes, lag and disk, and exports its own" do
     nodes = Peers.start_joined(3, "replica_obs")
     [a | _] = nodes
@@ -97,12 +108,18 @@ defmodule Ringbus.Replica.ReporterTest do
     for n <- names,
         do: assert(text =~ ~r/^obs +#{Regex.escape(to_string(n))} +(leader|follower) +#{term} /m)
 
-    # A follower goes silent (SIGSTOP): the others show it unknown, and
+    # A follower goes silent (SIGSTOP): the others show it unknown once its
+    # last report is older than two periods (2 s), never before, and
     # reading info never waits on it.
     leader = Enum.find(nodes, &(members[&1.node].role == :leader))
     [f, g] = nodes -- [leader]
     Nodes.signal(f, :stop)
-    eventually(fn -> replication(leader)[f.node].role == :unknown end)
+    seen = watch_until_unknown(leader, f.node, System.monotonic_time(:millisecond) + 20_000)
+    {known, [unknown | _]} = Enum.split_while(seen, &(&1.role != :unknown))
+    oldest_known = known |> Enum.map(& &1.age_ms) |> Enum.max(fn -> 0 end)
+    assert oldest_known <= 2_000, "shown #{oldest_known} ms after its last report"
+    assert unknown.age_ms > 2_000 and unknown.age_ms < 3_000
+    assert %{term: nil, lag_entries: nil, lag_ms: nil, applied_index: nil} = unknown
     assert %{term: nil, lag_entries: nil} = replication(g)[f.node]
     Nodes.signal(f, :cont)
     eventually(fn -> replication(leader)[f.node].role == :follower end)
