@@ -146,11 +146,21 @@ defmodule Ringbus do
       as of its last tick: with the report interval, up to about 2 s
       old), and `:applied_seq` (the newest seq its ring held at the
       report; -1 for none);
-    * `:lag_entries`: entries the leader committed that the member has not
-      applied (the leader's commit index as its node last heard it, within
-      2 s; nil when it has not); `:lag_ms`: how long since a report last
-      found it caught up, 0 when it is (about 2 s resolution: Ra's
-      metrics tick and the report interval);
+    * `:lag_entries` and `:lag_ms`, as the leader's node computed them at
+      its last report, from the member's last report to it (nil when no
+      report of a leader came within 2 s): `:lag_entries`, the entries
+      committed that the member has not applied; `:lag_ms`, the age of
+      the oldest of them, 0 when there is none: how long ago the commit
+      index first reached the member's applied index + 1. Every member's
+      node notes when it first sees each commit index (its member's, and
+      each report's) and keeps the samples some member still needs, at
+      most 64 per channel, the older thinned out: an entry committed long
+      ago may read up to about a quarter of its age low. Ra publishes its
+      indexes once a second and members report once a second, so
+      `:lag_ms` reads up to about 1 s high for a member that keeps up and
+      up to about 2 s low for one behind; a stalled member's grows with
+      the time it is stalled, whatever its own Raft server still says (an
+      ex-leader whose server stalled reports `:leader` in its old term);
     * `:elections`: terms it went through since its node first saw it
       (its node's start, or the channel's creation);
       `:snapshot_bytes`, `:log_bytes`: its Raft directory on disk (the

@@ -42,10 +42,12 @@ defmodule Ringbus.Metrics.Prometheus do
     {"ringbus_replica_applied_index", :gauge,
      "The highest log index this member applied to its ring.", ~w(channel)},
     {"ringbus_replica_lag_entries", :gauge,
-     "Log entries the leader committed that this member has not applied.", ~w(channel)},
+     "Log entries committed that this member had not applied at its last report, " <>
+       "as the leader's node computed them.", ~w(channel)},
     {"ringbus_replica_lag_seconds", :gauge,
-     "Seconds since this member last held every entry the leader had committed " <>
-       "(0 when it does; about 2 s resolution).", ~w(channel)},
+     "Age of the oldest log entry committed that this member had not applied at its last " <>
+       "report (0 when none), as the leader's node computed it: up to about 1 s high " <>
+       "for a member that keeps up, about 2 s low for one behind.", ~w(channel)},
     {"ringbus_replica_elections_total", :counter,
      "Elections this member saw (terms it went through) since this node started or the channel was created.",
      ~w(channel)},

@@ -11,15 +11,19 @@ defmodule Ringbus.Replica.ReporterTest do
   alias Ringbus.HTTP.{StatusPage, StatusText}
   alias Ringbus.Metrics.Status
   alias Ringbus.Test.Promtool
+  alias Ringbus.Test.Internals
+  alias Ringbus.Test.ClusterProbe, as: Probe
 
   @moduletag timeout: 180_000
 
   defp eventually(check), do: Peers.eventually(check, 20_000)
 
-  defp replication(n) do
-    {:ok, info} = Nodes.call(n, Ringbus, :info, ["obs"])
+  defp replication(n, name \\ "obs") do
+    {:ok, info} = Nodes.call(n, Ringbus, :info, [name])
     Map.new(info.replication, &{&1.node, &1})
   end
+
+  defp now, do: System.monotonic_time(:millisecond)
 
   # How `n` shows `member`, read over and over until it shows it unknown.
   defp watch_until_unknown(n, member, deadline) do
@@ -140,5 +144,103 @@ defmodule Ringbus.Replica.ReporterTest do
 
     text = IO.iodata_to_binary(Nodes.call(f, Ringbus.Metrics, :prometheus, []))
     assert text =~ ~r/^ringbus_replica_elections_total\{channel="obs"\} [1-9]/m
+  end
+
+  test "lag: the age of the oldest committed entry a member lacks, under steady load and stalled" do
+    nodes = Peers.start_joined(3, "replica_lag")
+    [a | _] = nodes
+    :ok = Nodes.call(a, Ringbus, :create, ["lag", [replicas: 3, capacity: 100_000]], 30_000)
+
+    eventually(fn ->
+      roles = Enum.map(Map.values(replication(a, "lag")), & &1.role)
+      Enum.frequencies(roles) == %{leader: 1, follower: 2}
+    end)
+
+    leader = Enum.find(nodes, &(replication(a, "lag")[&1.node].role == :leader))
+    [f, g] = nodes -- [leader]
+    server = Nodes.call(leader, Internals, :ra_server, ["lag"])
+
+    # A steady load through g: 5 messages every 10 ms.
+    pusher = Nodes.call(g, Probe, :steady_pusher, ["lag", 5, 10])
+    on_exit(fn -> Nodes.call(g, Kernel, :send, [pusher, :stop]) end)
+
+    # Every member keeps up, and every node says so for five seconds: a lag
+    # within the figures' resolution (a report period and Ra's tick), that
+    # does not climb.
+    eventually(fn -> all_keeping_up?(nodes) end)
+    keeping_up_for!(nodes, now() + 5_000)
+
+    # A follower's Raft server stalls: its lag grows with the time, on every
+    # node, its own included (its node still reports). The others keep up.
+    :ok = Nodes.call(f, :sys, :suspend, [server])
+    stalled_at = now()
+    stalled!(nodes, f, g, stalled_at)
+    :ok = Nodes.call(f, :sys, :resume, [server])
+    eventually(fn -> all_keeping_up?(nodes) end)
+
+    # The leader's server stalls. Ra's followers wait on a leader whose node
+    # is up, so f stands; the ex-leader's Ra still says it leads, in the old
+    # term, and finds nobody behind. Every node shows it falling behind,
+    # its own too, as the new leader's node computes it.
+    :ok = Nodes.call(leader, :sys, :suspend, [server])
+    stalled_at = now()
+    :ok = Nodes.call(f, :ra, :trigger_election, [{server, f.node}])
+
+    eventually(fn ->
+      m = replication(g, "lag")
+      m[f.node].role == :leader or m[g.node].role == :leader
+    end)
+
+    new_leader = if replication(g, "lag")[f.node].role == :leader, do: f, else: g
+    stalled!(nodes, leader, new_leader, stalled_at)
+
+    m = replication(g, "lag")
+    assert %{role: :leader, term: old_term} = m[leader.node]
+    assert m[new_leader.node].term > old_term
+
+    # Once it runs again it follows the new leader and catches up.
+    :ok = Nodes.call(leader, :sys, :resume, [server])
+
+    eventually(fn ->
+      replication(g, "lag")[leader.node].role == :follower and all_keeping_up?(nodes)
+    end)
+  end
+
+  # Every node shows every member with a lag under 2.5 s (a report period,
+  # Ra's tick, and room for a busy machine).
+  defp all_keeping_up?(nodes) do
+    Enum.all?(nodes, fn n ->
+      Enum.all?(Map.values(replication(n, "lag")), fn m ->
+        is_integer(m.lag_ms) and m.lag_ms <= 2_500 and is_integer(m.lag_entries)
+      end)
+    end)
+  end
+
+  defp keeping_up_for!(nodes, until) do
+    if now() < until do
+      for n <- nodes, m <- Map.values(replication(n, "lag")) do
+        assert is_integer(m.lag_ms) and m.lag_ms <= 2_500,
+               "#{n.node} shows #{m.node} #{m.lag_ms} ms behind under steady load"
+      end
+
+      keeping_up_for!(nodes, until)
+    end
+  end
+
+  # `stalled`'s lag reaches 5 s on `healthy`'s node within 9 s of its stall
+  # and never reads more than the time since; every node shows it behind,
+  # and `healthy` keeping up.
+  defp stalled!(nodes, stalled, healthy, stalled_at) do
+    Peers.eventually(fn -> replication(healthy, "lag")[stalled.node].lag_ms >= 5_000 end, 20_000)
+    elapsed = now() - stalled_at
+    assert elapsed <= 9_000, "its lag reached 5 s #{elapsed} ms after it stalled"
+
+    for n <- nodes do
+      m = replication(n, "lag")
+      lag = m[stalled.node].lag_ms
+      assert lag >= 4_000 and lag <= now() - stalled_at, "#{n.node} shows #{lag} ms"
+      assert m[stalled.node].lag_entries > 0
+      assert m[healthy.node].lag_ms <= 2_500
+    end
   end
 end
