@@ -163,8 +163,16 @@ defmodule Ringbus do
       ex-leader whose server stalled reports `:leader` in its old term);
     * `:elections`: terms it went through since its node first saw it
       (its node's start, or the channel's creation);
-      `:snapshot_bytes`, `:log_bytes`: its Raft directory on disk (the
-      node's shared WAL is not counted).
+    * `:log_bytes`: every file of its Raft directory on disk (segments,
+      snapshots, its config), and `:snapshot_bytes`, those of its
+      snapshots; neither counts the WAL;
+    * `:wal_bytes`, `:ets_bytes`: its node's, the same for every
+      replicated channel there: the node's Raft WAL files, which every
+      channel writes to until Ra rolls them over (at 256 MB) into each
+      channel's segments, and Ra's ETS tables (the entries the WAL holds
+      that no segment does yet, and their indexes; not the binaries over
+      64 bytes they refer to, which the VM counts as `:binary` memory).
+      Its node measures these bytes once per report, never on a read.
 
   A write answers `{:ok, seq}`, an error that means it was not done, or
   `{:error, :timeout}`: the outcome is unknown (the leader may have

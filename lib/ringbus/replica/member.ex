@@ -35,6 +35,8 @@ defmodule Ringbus.Replica.Member do
           elections: non_neg_integer() | nil,
           snapshot_bytes: non_neg_integer() | nil,
           log_bytes: non_neg_integer() | nil,
+          wal_bytes: non_neg_integer() | nil,
+          ets_bytes: non_neg_integer() | nil,
           age_ms: non_neg_integer() | nil
         }
 
@@ -57,8 +59,14 @@ defmodule Ringbus.Replica.Member do
     :lag_ms,
     :elections,
     :snapshot_bytes,
-    :log_bytes
+    :log_bytes,
+    :wal_bytes,
+    :ets_bytes
   ]
+
+  # What the reporter measures beside Ra: the ring's newest seq, the
+  # member's directory on disk, and its node's WAL and Ra's ETS tables.
+  @extra [:applied_seq, :snapshot_bytes, :log_bytes, :wal_bytes, :ets_bytes]
 
   @doc "Ra's state names as the four roles a reader needs (`:down`: no server)."
   @spec role(atom() | nil) :: role()
@@ -76,13 +84,14 @@ defmodule Ringbus.Replica.Member do
   gives it: `lags/2`). `ra` holds Ra's (`role`, `term`, `commit_index`,
   `applied_index`, `snapshot_index`, or nil with no server), `seen` what
   the reporter kept from its last report, and `extra` the rest
-  (`applied_seq`, `snapshot_bytes`, `log_bytes`). Returns the figures and
+  (`applied_seq`, `snapshot_bytes`, `log_bytes`, and its node's
+  `wal_bytes` and `ets_bytes`). Returns the figures and
   what to keep: `:first_term`, and `:applied`, the last applied index
   known (kept while the server is down, so its lag still counts).
   """
   @spec figures(map() | nil, map(), map()) :: {t(), map()}
   def figures(ra, seen, extra) do
-    base = Map.merge(empty(node()), Map.take(extra, [:applied_seq, :snapshot_bytes, :log_bytes]))
+    base = Map.merge(empty(node()), Map.take(extra, @extra))
 
     case ra do
       nil ->

@@ -111,7 +111,10 @@ defmodule Ringbus.Replica.Reporter do
   defp report(state) do
     now = now()
     replicas = for {_name, %{replica: r} = ch} <- Store.replicated(), do: {r, ch}
-    dir = server_root()
+    system = ra_system()
+    dir = system[:data_dir]
+    # The node's, shared by its channels: measured once, given to each member.
+    shared = %{wal_bytes: wal_bytes(system), ets_bytes: ets_bytes(system)}
 
     reports =
       for {replica, channel} <- replicas do
@@ -119,7 +122,11 @@ defmodule Ringbus.Replica.Reporter do
         ra = ra(replica)
 
         {figures, kept} =
-          Member.figures(ra, Map.get(state.seen, cluster, %{}), extra(replica, channel, dir))
+          Member.figures(
+            ra,
+            Map.get(state.seen, cluster, %{}),
+            Map.merge(extra(replica, channel, dir), shared)
+          )
 
         commits =
           Commits.observe(Map.get(state.commits, cluster, Commits.new()), ra[:commit_index], now)
@@ -142,13 +149,13 @@ defmodule Ringbus.Replica.Reporter do
       end
 
     # One message per node, with every channel it shares with this one.
-    shared =
+    outbox =
       for {r, figures, extra, _, _} <- reports,
           {_, n} <- r.members,
           n != node(),
           do: {n, {r.cluster, figures, extra}}
 
-    outbox = Enum.group_by(shared, &elem(&1, 0), &elem(&1, 1))
+    outbox = Enum.group_by(outbox, &elem(&1, 0), &elem(&1, 1))
 
     for {n, list} <- outbox do
       message = {:ringbus_replica_report, node(), list}
@@ -217,15 +224,46 @@ defmodule Ringbus.Replica.Reporter do
     _, _ -> nil
   end
 
-  # Where the running Ra system keeps its servers' directories.
-  defp server_root do
+  # The running Ra system's directories and table names (an empty map when
+  # it is not running).
+  defp ra_system do
     case :ra_system.fetch(Config.system()) do
-      %{data_dir: dir} -> to_string(dir)
-      _ -> nil
+      %{data_dir: dir, wal_data_dir: wal, names: names} ->
+        %{data_dir: to_string(dir), wal_data_dir: to_string(wal), names: names}
+
+      _ ->
+        %{}
     end
   catch
-    _, _ -> nil
+    _, _ -> %{}
   end
+
+  defp wal_bytes(%{wal_data_dir: dir}), do: Disk.wal_bytes(dir)
+  defp wal_bytes(_not_running), do: nil
+
+  # Ra's ETS tables of the system: each server's mem tables (the entries the
+  # WAL holds that no segment does yet), found in the open and closed
+  # tables, which index them, and the directory of servers. The tables'
+  # own memory: a payload over 64 bytes is a binary they refer to, which
+  # the VM counts apart (`:erlang.memory(:binary)`).
+  defp ets_bytes(%{names: %{open_mem_tbls: open, closed_mem_tbls: closed} = names}) do
+    tids =
+      :ets.select(open, [{{:_, :_, :_, :"$1"}, [], [:"$1"]}]) ++
+        :ets.select(closed, [{{:_, :_, :_, :_, :"$1"}, [], [:"$1"]}])
+
+    words =
+      for table <- [open, closed, names.directory | Enum.uniq(tids)],
+          words = :ets.info(table, :memory),
+          is_integer(words),
+          reduce: 0,
+          do: (sum -> sum + words)
+
+    words * :erlang.system_info(:wordsize)
+  rescue
+    ArgumentError -> nil
+  end
+
+  defp ets_bytes(_not_running), do: nil
 
   defp now, do: System.monotonic_time(:millisecond)
 end

@@ -67,6 +67,8 @@ defmodule Ringbus.Replica.ReporterTest do
 
     for m <- Map.values(members) do
       assert is_integer(m.elections) and m.log_bytes > 0 and m.snapshot_bytes >= 0
+      # Its node's WAL and Ra's ETS tables, shared by the node's channels.
+      assert m.wal_bytes > 0 and m.ets_bytes > 0
     end
 
     # cluster_info/0 lists the channel with the same members.
@@ -86,6 +88,12 @@ defmodule Ringbus.Replica.ReporterTest do
       for family <-
             ~w(commit_index applied_index lag_entries lag_seconds elections_total snapshot_bytes log_bytes),
           do: assert(text =~ ~r/^ringbus_replica_#{family}\{channel="obs"\} \d/m)
+
+      # The node's own, once, with no channel.
+      for family <- ~w(wal_bytes ets_bytes) do
+        assert [[_, n]] = Regex.scan(~r/^ringbus_replica_#{family} (\d+)\n/m, text)
+        assert String.to_integer(n) > 0
+      end
     end
 
     # The status views: a row per member.
@@ -106,8 +114,11 @@ defmodule Ringbus.Replica.ReporterTest do
     assert [_, _, _] =
              Regex.scan(~r/\{[^{}]*"channel":"obs"[^{}]*"role":"(leader|follower)"/, json)
 
+    assert html =~ ~s(<th>node wal</th><th>node ets</th>)
+    assert json =~ ~r/"wal_bytes":[1-9]/ and json =~ ~r/"ets_bytes":[1-9]/
+
     text = IO.iodata_to_binary(StatusText.render(status))
-    assert text =~ ~r/^CHANNEL +NODE +ROLE +TERM +COMMIT +APPLIED/m
+    assert text =~ ~r/^CHANNEL +NODE +ROLE +TERM +COMMIT +APPLIED.* NODE_WAL +NODE_ETS$/m
 
     for n <- names,
         do: assert(text =~ ~r/^obs +#{Regex.escape(to_string(n))} +(leader|follower) +#{term} /m)
