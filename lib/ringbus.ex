@@ -72,8 +72,9 @@ defmodule Ringbus do
   answers every resend with the first one's seq (see "Producer tags").
   How long a call waits is bounded by the cluster options `:call_timeout`
   and `:reply_timeout` (`Ringbus.Cluster`), or by `push/3`'s `:timeout`.
-  `channels/0` lists this node's channels. `at_home/2` runs a function of
-  a front end's on the channel's node, with the same three outcomes.
+  `channels/0` lists this node's channels. The consumer groups the front
+  ends offer (RESP's stream groups) live at the channel's home too, and a
+  group command from another node has the same three outcomes.
 
   ## Producer tags
 
@@ -662,47 +663,6 @@ defmodule Ringbus do
   """
   @spec incarnation(name()) :: {:ok, pos_integer()} | {:error, :no_channel | node_error()}
   def incarnation(name), do: on_channel(name, :incarnation)
-
-  @doc """
-  Runs `apply(module, function, [name, incarnation | args])` on the node
-  that homes channel `name` (this one, or another through the cluster's
-  link to it) and answers `{:ok, result}`; `incarnation` is the channel's
-  (see "Incarnations"). For a front end that keeps state of its own beside
-  a channel (the RESP consumer groups), so that one copy of it answers for
-  the whole cluster: the module is named as data, so the cluster layer
-  depends on no front end.
-
-  The function runs in a process of the home that others wait on (the
-  link of the asking node): it must not block, call another node or
-  receive. It runs with the channel alive, and may find it deleted.
-  Errors are those of any call on a channel of another node:
-  `{:error, :no_channel}`, `:node_down` or `:node_busy` (not run), or
-  `:timeout` (it may or may not have run). What the function raises
-  raises in the caller: as it is on this node, and from another node as a
-  `RuntimeError` whose message names the channel and the exception.
-
-      defmodule Tally do
-        # Runs where "events" lives, with its name and incarnation first.
-        def bump(_name, _incarnation, by), do: :ets.update_counter(:tallies, :events, by)
-      end
-
-      {:ok, n} = Ringbus.at_home("events", {Tally, :bump, [1]})
-  """
-  @spec at_home(name(), {module(), atom(), list()}) ::
-          {:ok, term()} | {:error, :no_channel | node_error()}
-  def at_home(name, {module, function, args})
-      when is_atom(module) and is_atom(function) and is_list(args) do
-    case Store.fetch(name) do
-      {:ok, channel} ->
-        {:ok, apply(module, function, [name, channel.incarnation | args])}
-
-      {:error, :no_channel} ->
-        case Router.request(name, {:apply, module, function, args}) do
-          {:error, {:raised, banner}} -> raise "at the home of #{inspect(name)}: " <> banner
-          answer -> answer
-        end
-    end
-  end
 
   @doc """
   Lists the names of the channels homed on this node; a channel of another

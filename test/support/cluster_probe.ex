@@ -424,17 +424,6 @@ defmodule Ringbus.Test.ClusterProbe do
     end
   end
 
-  @doc "For `Ringbus.at_home/2`: where it ran, for which channel; raises `reason` when given."
-  def where(name, incarnation), do: {name, incarnation, node()}
-  def where(_name, _incarnation, reason), do: raise(ArgumentError, reason)
-
-  @doc "`Ringbus.at_home/2`, with what it raises as `{:raised, message}`."
-  def at_home_rescued(name, mfa) do
-    Ringbus.at_home(name, mfa)
-  rescue
-    e -> {:raised, Exception.message(e)}
-  end
-
   @doc "Starts a server with a RESP listener on this node, both on port 0; returns the RESP port."
   def start_resp_server, do: start_server([resp_port: 0], :resp)
 
