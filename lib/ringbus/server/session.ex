@@ -43,6 +43,10 @@ defmodule Ringbus.Server.Session do
 
   @read_max 1_000
 
+  # Every incarnation is drawn non-zero: a READ or SUBSCRIBE stating 0 names
+  # none that can exist (docs/PROTOCOL.md, section 5, "Incarnations").
+  @zero_incarnation "a stated incarnation must not be 0"
+
   # A guard compares with it.
   @message_overhead Frame.message_overhead()
 
@@ -320,10 +324,14 @@ defmodule Ringbus.Server.Session do
   # channel's, which the read answers with its messages (one request).
   defp read(session, corr, name, from, max, incarnation) do
     guarded(session, corr, :read, name, fn ->
-      case Ringbus.run(name, {:stamped, {:read, from, min(max, @read_max), incarnation}}) do
+      case incarnation != 0 and
+             Ringbus.run(name, {:stamped, {:read, from, min(max, @read_max), incarnation}}) do
         {:ok, inc, {:ok, messages, lost}} ->
           {count, messages, _rest} = fit(messages, session.config.max_payload_size)
           {:read_ok, corr, inc, lost, count, messages}
+
+        false ->
+          {:error, :bad_argument, @zero_incarnation}
 
         {:ok, _inc, error} ->
           error
@@ -359,6 +367,9 @@ defmodule Ringbus.Server.Session do
 
       credit == 0 or max_batch == 0 ->
         error(session, corr, :bad_argument, "credit and max_batch must be positive")
+
+      incarnation == 0 ->
+        error(session, corr, :bad_argument, @zero_incarnation)
 
       true ->
         opts = [from: from, max_credit: max_credit, credit: min(credit, max_credit), via: :binary]

@@ -264,6 +264,34 @@ defmodule Ringbus.Server.ProtocolTest do
     end
   end
 
+  describe "incarnation 0" do
+    setup do
+      {c, _} = RawClient.hello!(start_server())
+      {:ok, c: c}
+    end
+
+    # Incarnations are drawn non-zero: stating 0 is a field out of its range.
+    test "READ and SUBSCRIBE stating incarnation 0 get bad_argument; the connection stays open",
+         %{c: c} do
+      {:ok, 0} = Ringbus.push(create!("inc-zero"), "a")
+
+      for name <- ["inc-zero", "inc-zero-none"] do
+        assert {{:error, 1, :bad_argument, message}, ^c} =
+                 RawClient.call(c, {:read, 1, name, 0, 10, 0})
+
+        assert message =~ "incarnation"
+
+        assert {{:error, 2, :bad_argument, _}, ^c} =
+                 RawClient.call(c, {:subscribe, 2, name, 0, 10, 10, 0})
+      end
+
+      assert {{:pong, 3}, c} = RawClient.call(c, {:ping, 3})
+
+      assert {{:read_ok, 4, _, 0, 1, [{0, "a"}]}, _} =
+               RawClient.call(c, {:read, 4, "inc-zero", 0, 10})
+    end
+  end
+
   defp create!(name) do
     :ok = Ringbus.create(name, capacity: 10_000)
     name
