@@ -20,7 +20,7 @@ defmodule Ringbus.Server.Session do
   # one only when one would pass `max_frame_size`).
 
   alias Ringbus.Server.{Auth, Config, PushRun}
-  alias Ringbus.Wire.{Decoder, ErrorCode, Frame}
+  alias Ringbus.Wire.{Decoder, Entries, ErrorCode, Frame}
 
   # What INFO_OK carries; `Ringbus.info/1` has more (a replicated channel's
   # Raft figures) that this protocol version does not.
@@ -134,6 +134,19 @@ defmodule Ringbus.Server.Session do
     run(rest, s, run, out, acks)
   end
 
+  # A batch the decoder kept packed goes alone, after the run before it.
+  defp run(
+         [{:push_batch, corr, mode, name, _n, %Entries{} = ps} | rest],
+         %{stage: :open} = s,
+         run,
+         out,
+         acks
+       ) do
+    acks = PushRun.store(s, run, acks)
+    acks = PushRun.ack(mode, corr, PushRun.packed(s, name, nil, ps), acks)
+    run(rest, s, nil, out, acks)
+  end
+
   defp run([{:push_batch, corr, mode, name, n, ps} | rest], %{stage: :open} = s, run, out, acks) do
     {run, acks} = collect(s, run, name, {corr, mode, n, ps}, acks)
     run(rest, s, run, out, acks)
@@ -155,7 +168,14 @@ defmodule Ringbus.Server.Session do
          acks
        ) do
     acks = PushRun.store(s, run, acks)
-    acks = PushRun.ack(mode, corr, PushRun.tagged(s, name, tag, ps), acks)
+
+    result =
+      case ps do
+        %Entries{} -> PushRun.packed(s, name, tag, ps)
+        _list -> PushRun.tagged(s, name, tag, ps)
+      end
+
+    acks = PushRun.ack(mode, corr, result, acks)
     run(rest, s, nil, out, acks)
   end
 

@@ -50,6 +50,11 @@ defmodule Ringbus.Wire.Frame do
       {:pong, corr}
       {:error, corr, reason, message}
 
+  A batch's payloads are a list, or, from a decoder that packs large
+  batches (`Ringbus.Wire.Decoder.new/2`'s `:pack_batches`), one
+  `Ringbus.Wire.Entries`: the entries as they came, walked as an
+  enumerable. The encoder takes either.
+
   `:tagged_push` and `:tagged_push_batch` are `PUSH` and `PUSH_BATCH` with
   the producer-tag flag (0x02) and its fields: `producer`, 1 to 255 bytes,
   and `n`, a u64 (`Ringbus.push/3`'s `producer: {producer, n}`).
@@ -100,7 +105,7 @@ defmodule Ringbus.Wire.Frame do
       (reserved bits set), `:overflow`, `:from`, `:status`, `:code`
   """
 
-  alias Ringbus.Wire.ErrorCode
+  alias Ringbus.Wire.{Entries, ErrorCode}
 
   @magic "RBUS"
   @version 3
@@ -254,9 +259,10 @@ defmodule Ringbus.Wire.Frame do
           | {:create, corr(), name(), u32(), overflow(), pos_integer() | nil, 1..255 | nil}
           | {:delete, corr(), name()}
           | {:push, corr(), ack_mode(), name(), binary()}
-          | {:push_batch, corr(), ack_mode(), name(), u32(), [binary()]}
+          | {:push_batch, corr(), ack_mode(), name(), u32(), [binary()] | Entries.t()}
           | {:tagged_push, corr(), ack_mode(), name(), tag(), binary()}
-          | {:tagged_push_batch, corr(), ack_mode(), name(), tag(), u32(), [binary()]}
+          | {:tagged_push_batch, corr(), ack_mode(), name(), tag(), u32(),
+             [binary()] | Entries.t()}
           | {:pull, corr(), name()}
           | {:read, corr(), name(), seq(), u32()}
           | {:read, corr(), name(), seq(), u32(), u64()}
@@ -556,6 +562,12 @@ defmodule Ringbus.Wire.Frame do
     {@push, [<<corr::32, push_flags(mode)>>, name(name), <<byte_size(payload)::32>>, payload]}
   end
 
+  defp body({:push_batch, corr, mode, name, count, %Entries{count: count, data: data}})
+       when is_u32(corr) and is_ack_mode(mode) and is_name(name) and is_u32(count) do
+    head = push_batch_head(corr, mode, name, count)
+    {@push_batch, [head, data], byte_size(head) + byte_size(data)}
+  end
+
   defp body({:push_batch, corr, mode, name, count, payloads})
        when is_u32(corr) and is_ack_mode(mode) and is_name(name) and is_u32(count) and
               is_list(payloads) do
@@ -579,11 +591,21 @@ defmodule Ringbus.Wire.Frame do
 
   defp body({:tagged_push_batch, corr, mode, name, {producer, n}, count, payloads})
        when is_u32(corr) and is_ack_mode(mode) and is_name(name) and is_name(producer) and
-              is_u64(n) and is_u32(count) and is_list(payloads) do
+              is_u64(n) and is_u32(count) and (is_list(payloads) or is_struct(payloads, Entries)) do
     head = [<<corr::32, tagged_flags(mode)>>, name(name), name(producer), <<n::64, count::32>>]
     size = 5 + 2 + byte_size(name) + 2 + byte_size(producer) + 8 + 4
-    {entries, size} = encode_payloads(payloads, count, head, size)
-    {@push_batch, entries, size}
+
+    case payloads do
+      %Entries{count: ^count, data: data} ->
+        {@push_batch, [head, data], size + byte_size(data)}
+
+      list when is_list(list) ->
+        {entries, size} = encode_payloads(list, count, head, size)
+        {@push_batch, entries, size}
+
+      _other_count ->
+        body(nil)
+    end
   end
 
   defp body({:pull, corr, name}) when is_u32(corr) and is_name(name),
@@ -858,18 +880,28 @@ defmodule Ringbus.Wire.Frame do
   With `:requests` or `:responses` as `direction`, an opcode of the other
   direction is `{:unknown_opcode, byte}`, whatever its body: a server takes
   only requests, a client only server frames.
+
+  With an integer `pack_batches`, a `PUSH_BATCH` of more payloads than that
+  has them as one `Ringbus.Wire.Entries` in the place of the list (the
+  same frame otherwise, and the same errors).
   """
-  @spec decode_body(binary(), direction()) :: {:ok, t()} | {:error, decode_error()}
-  def decode_body(bytes, direction \\ :any)
+  @spec decode_body(binary(), direction(), non_neg_integer() | nil) ::
+          {:ok, t()} | {:error, decode_error()}
+  def decode_body(bytes, direction \\ :any, pack_batches \\ nil)
 
-  def decode_body(<<opcode, _::binary>>, :requests) when opcode >= 0x80,
+  def decode_body(<<opcode, _::binary>>, :requests, _pack) when opcode >= 0x80,
     do: {:error, {:unknown_opcode, opcode}}
 
-  def decode_body(<<opcode, _::binary>>, :responses) when opcode < 0x80,
+  def decode_body(<<opcode, _::binary>>, :responses, _pack) when opcode < 0x80,
     do: {:error, {:unknown_opcode, opcode}}
 
-  def decode_body(<<opcode, body::binary>>, _direction), do: decode_op(opcode, body)
-  def decode_body(<<>>, _direction), do: {:error, :empty_frame}
+  # A batch of more than `pack` payloads keeps them as `Ringbus.Wire.Entries`.
+  def decode_body(<<@push_batch, corr::32, flags, rest::binary>>, _direction, pack)
+      when is_integer(pack),
+      do: decode_batch(corr, flags, rest, pack)
+
+  def decode_body(<<opcode, body::binary>>, _direction, _pack), do: decode_op(opcode, body)
+  def decode_body(<<>>, _direction, _pack), do: {:error, :empty_frame}
 
   defp decode_op(
          @hello,
@@ -1095,6 +1127,33 @@ defmodule Ringbus.Wire.Frame do
   end
 
   defp decode_op(opcode, _body), do: {:error, {:unknown_opcode, opcode}}
+
+  # PUSH_BATCH as the clauses above decode it, its entries walked without a
+  # term per payload and kept whole when there are more than `pack`.
+  defp decode_batch(corr, flags, rest, pack) do
+    tagged? = Bitwise.band(flags, @tagged_flag) != 0
+    flags = if tagged?, do: Bitwise.bxor(flags, @tagged_flag), else: flags
+
+    with {:ok, mode} <- ack_mode(flags, :push_batch),
+         {:ok, name, rest} <- name(rest, :push_batch),
+         {:ok, tag, rest} <- if(tagged?, do: tag(rest, :push_batch), else: {:ok, nil, rest}),
+         {:ok, count, rest} <- u32(rest, :push_batch),
+         {:ok, entries, rest} <- entries(rest, count),
+         :ok <- done(rest, :push_batch) do
+      payloads = if count > pack, do: entries, else: Enum.to_list(entries)
+
+      if tagged?,
+        do: {:ok, {:tagged_push_batch, corr, mode, name, tag, count, payloads}},
+        else: {:ok, {:push_batch, corr, mode, name, count, payloads}}
+    end
+  end
+
+  defp entries(rest, count) do
+    case Entries.take(rest, count) do
+      {:ok, entries, rest} -> {:ok, entries, rest}
+      :truncated -> {:error, {:truncated, :push_batch}}
+    end
+  end
 
   ## Field decoding
 
