@@ -251,7 +251,7 @@ defmodule Layers do
        "one lock-free algorithm over one channel's atomics slots and ETS keys; push, pull, " <>
          "read and the replicated writes each rely on the others' cursor and chunk invariants"},
     "lib/ringbus/cluster/directory/core.ex" =>
-      {720,
+      {800,
        "one state machine whose events (claims, syncs, relays, replicated members, forgets) " <>
          "all apply the same stamp and claim rules to the same state; the tests drive it " <>
          "event by event as one"},
