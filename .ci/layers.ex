@@ -256,7 +256,7 @@ defmodule Layers do
          "all apply the same stamp and claim rules to the same state; the tests drive it " <>
          "event by event as one"},
     "lib/ringbus/wire/frame.ex" =>
-      {1270,
+      {1310,
        "each frame's encoder and decoder side by side on one set of opcodes and field " <>
          "guards, so a layout is written and read in one place, with the sizes other " <>
          "layers read from it"}

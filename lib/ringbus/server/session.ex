@@ -23,7 +23,8 @@ defmodule Ringbus.Server.Session do
   alias Ringbus.Wire.{Decoder, Entries, ErrorCode, Frame}
 
   # What INFO_OK carries; `Ringbus.info/1` has more (a replicated channel's
-  # Raft figures) that this protocol version does not.
+  # Raft figures) that the protocol does not. Version 4 adds `:replicas`
+  # and `:nodes` (`info/3`).
   @info_fields [
     :capacity,
     :overflow,
@@ -52,6 +53,8 @@ defmodule Ringbus.Server.Session do
 
   defstruct [
     :config,
+    # The protocol version HELLO chose.
+    version: nil,
     stage: :hello,
     grants: nil,
     # sub_id => subscription handle, and handle => sub_id
@@ -226,8 +229,8 @@ defmodule Ringbus.Server.Session do
 
   defp request(%{stage: :hello} = session, {:hello, corr, version, _flags, token}) do
     cond do
-      version != Frame.version() ->
-        close(:bad_version, "this server speaks protocol version #{Frame.version()}", corr)
+      version not in Frame.versions() ->
+        close(:bad_version, "this server speaks protocol versions #{versions()}", corr)
 
       true ->
         case Auth.authenticate(session.config.tokens, token) do
@@ -235,8 +238,8 @@ defmodule Ringbus.Server.Session do
             limits = limits(session.config)
 
             reply(
-              %{session | stage: :open, grants: grants},
-              {:hello_ok, corr, Frame.version(), limits}
+              %{session | stage: :open, grants: grants, version: version},
+              {:hello_ok, corr, version, limits}
             )
 
           :error ->
@@ -297,7 +300,7 @@ defmodule Ringbus.Server.Session do
 
   defp request(session, {:info, corr, name}) do
     guarded(session, corr, :read, name, fn ->
-      with {:ok, info} <- Ringbus.info(name), do: {:info_ok, corr, Map.take(info, @info_fields)}
+      with {:ok, info} <- Ringbus.info(name), do: {:info_ok, corr, info(session, info)}
     end)
   end
 
@@ -420,7 +423,24 @@ defmodule Ringbus.Server.Session do
     end
   end
 
-  defp needs(n), do: "replicas #{n} needs #{n} nodes, #{length(Node.list()) + 1} connected"
+  defp versions, do: Enum.join(Frame.versions(), " and ")
+
+  # Version 4's INFO_OK also says how many members the channel has (nil:
+  # a memory channel) and how many nodes this server's node reaches, itself
+  # included: the most `replicas` a CREATE through it can ask for now.
+  defp info(%{version: 3}, info), do: Map.take(info, @info_fields)
+
+  defp info(_session, info) do
+    replicas = if n = info[:replicas], do: min(n, Frame.max_replicas())
+
+    info
+    |> Map.take(@info_fields)
+    |> Map.merge(%{replicas: replicas, nodes: min(nodes(), 0xFFFF)})
+  end
+
+  defp nodes, do: length(Node.list()) + 1
+
+  defp needs(n), do: "replicas #{n} needs #{n} nodes, #{nodes()} connected"
 
   # Checks the grant, runs the operation and answers with what it returns:
   # a frame, or an error with or without a message of its own.

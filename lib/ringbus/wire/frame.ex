@@ -1,6 +1,7 @@
 defmodule Ringbus.Wire.Frame do
   @moduledoc """
-  Encoding and decoding of single frames of the Ringbus protocol, version 3.
+  Encoding and decoding of single frames of the Ringbus protocol, version 4
+  (and version 3, which differs only in `INFO_OK`).
 
   `docs/PROTOCOL.md` is the specification; this module is its reference
   implementation. Every frame is a `u32` length (the bytes of opcode and body),
@@ -43,7 +44,7 @@ defmodule Ringbus.Wire.Frame do
       {:empty, corr}
       {:read_ok, corr, incarnation, lost, count, messages}  # messages: [{seq, payload}]
       {:len_ok, corr, len}
-      {:info_ok, corr, info}                           # info: Ringbus.info()
+      {:info_ok, corr, info}                           # info: see below
       {:subscribed, corr, sub_id, incarnation}
       {:deliver, sub_id, lost, count, messages}
       {:sub_closed, sub_id, reason}
@@ -71,7 +72,10 @@ defmodule Ringbus.Wire.Frame do
   raises `ArgumentError` when the count is wrong.
 
   `overflow` is `:drop_oldest` or `:reject`, as in `Ringbus.create/2`, and
-  `info` has exactly the keys of `t:Ringbus.info/0`. Error reasons are the
+  `info` has the keys of `t:Ringbus.info/0` that version 3's `INFO_OK`
+  carries; with `:replicas` (`nil` for a memory channel, else its members,
+  1 to 255) and `:nodes` (a u16) too, it is version 4's, and a version 4
+  `INFO_OK` decodes to such a map. Error reasons are the
   atoms of `Ringbus.Wire.ErrorCode`, or integers for codes this version does
   not know.
 
@@ -108,7 +112,10 @@ defmodule Ringbus.Wire.Frame do
   alias Ringbus.Wire.{Entries, ErrorCode}
 
   @magic "RBUS"
-  @version 3
+  @version 4
+  # The versions a server speaks: a version 3 client gets version 3's
+  # INFO_OK, without `replicas` and `nodes`.
+  @versions [3, 4]
   # Ringbus.Channel.max_name_bytes/0, which the wire may not call (it depends
   # on nothing); Ringbus.Resp.ErrorsTest keeps the two equal.
   @max_name 255
@@ -208,12 +215,16 @@ defmodule Ringbus.Wire.Frame do
     len_ok: 12,
     # corr, capacity, overflow, then max_bytes, len, first_seq, next_seq,
     # pushed, pulled, overwritten, rejected, skipped, bytes, bytes_pushed and
-    # incarnation as u64.
-    info_ok: 4 + 4 + 1 + 12 * 8,
+    # incarnation as u64; in version 4, replicas (u8) and nodes (u16). (A
+    # body of neither size is judged against the nearer.)
+    info_ok: 4 + 4 + 1 + 12 * 8 + 1 + 2,
     subscribed: 16,
     sub_closed: 6,
     pong: 4
   ]
+
+  # Version 3's INFO_OK body.
+  @info_ok_v3 4 + 4 + 1 + 12 * 8
 
   @no_ack_flag 0x01
   @tagged_flag 0x02
@@ -342,9 +353,17 @@ defmodule Ringbus.Wire.Frame do
   defguardp is_ack_mode(x) when x in [:ack, :no_ack]
   defguardp is_overflow(x) when x in [:drop_oldest, :reject]
 
-  @doc "The protocol version this module speaks: `3`."
+  @doc "The newest protocol version this module speaks, the one a client says: `4`."
   @spec version() :: pos_integer()
   def version, do: @version
+
+  @doc """
+  Every protocol version this module speaks, `[3, 4]`: a server answers a
+  `HELLO` of any of them in that version. They differ only in `INFO_OK`,
+  whose version 4 layout adds `replicas` and `nodes`.
+  """
+  @spec versions() :: [pos_integer()]
+  def versions, do: @versions
 
   @doc "The port a server listens on and a client connects to unless told otherwise: `7171`."
   @spec default_port() :: :inet.port_number()
@@ -707,6 +726,14 @@ defmodule Ringbus.Wire.Frame do
   defp body({:len_ok, corr, len}) when is_u32(corr) and is_u64(len),
     do: {@len_ok, [<<corr::32, len::64>>]}
 
+  # Version 4: version 3's fields, then replicas and nodes.
+  defp body({:info_ok, corr, %{replicas: replicas, nodes: nodes} = info})
+       when map_size(info) == 16 and (is_nil(replicas) or replicas in 1..@max_replicas) and
+              is_u16(nodes) do
+    {@info_ok, v3} = body({:info_ok, corr, Map.drop(info, [:replicas, :nodes])})
+    {@info_ok, [v3, <<replicas || 0, nodes::16>>]}
+  end
+
   defp body(
          {:info_ok, corr,
           %{
@@ -1061,6 +1088,13 @@ defmodule Ringbus.Wire.Frame do
 
   defp decode_op(@len_ok, <<corr::32, len::64>>), do: {:ok, {:len_ok, corr, len}}
 
+  # Version 4's INFO_OK: version 3's, then replicas and nodes.
+  defp decode_op(@info_ok, <<v3::binary-size(@info_ok_v3), replicas, nodes::16>>) do
+    with {:ok, {:info_ok, corr, info}} <- decode_op(@info_ok, v3) do
+      {:ok, {:info_ok, corr, Map.merge(info, %{replicas: nil_if_zero(replicas), nodes: nodes})}}
+    end
+  end
+
   defp decode_op(
          @info_ok,
          <<corr::32, capacity::32, overflow, max_bytes::64, len::64, first_seq::64, next_seq::64,
@@ -1116,6 +1150,12 @@ defmodule Ringbus.Wire.Frame do
 
   # A known opcode whose fixed fields did not match: a fixed-size body of the
   # wrong size, or a variable one too short for its fixed part.
+  # INFO_OK has two sizes: a body between them is judged against the nearer.
+  defp decode_op(@info_ok, body)
+       when byte_size(body) > @info_ok_v3 and
+              byte_size(body) - @info_ok_v3 <= @info_ok_v3 + 3 - byte_size(body),
+       do: {:error, {:trailing_bytes, :info_ok}}
+
   for {type, opcode} <- @opcodes do
     case Keyword.fetch(@fixed_sizes, type) do
       {:ok, size} ->

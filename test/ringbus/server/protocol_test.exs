@@ -29,7 +29,33 @@ defmodule Ringbus.Server.ProtocolTest do
       RawClient.send_frames(client, [{:hello, 4, 2, 0, nil}])
 
       assert [{:error, 4, :bad_version, message}] = RawClient.recv_until_closed(client)
-      assert message =~ "version 3"
+      assert message =~ "versions 3 and 4"
+    end
+
+    # Written from the field tables: INFO_OK's body after corr is 101 bytes
+    # in version 3 and 104 in version 4, whose last three are replicas (u8)
+    # and nodes (u16).
+    test "a version 3 HELLO gets a version 3 connection; version 4's INFO_OK adds replicas and nodes" do
+      port = start_server()
+      :ok = Ringbus.create("v4-memory", capacity: 10)
+      :ok = Ringbus.create("v4-replicated", capacity: 10, replicas: 1)
+      on_exit(fn -> Ringbus.delete("v4-replicated") end)
+      nodes = length(Node.list()) + 1
+
+      info_body = fn version, name ->
+        client = RawClient.connect!(port)
+        RawClient.send_frames(client, [{:hello, 1, version, 0, nil}])
+        {[{:hello_ok, 1, ^version, _}], client} = RawClient.recv(client, 1)
+        RawClient.send_frames(client, [{:info, 2, name}])
+        {:ok, <<length::32>>} = :gen_tcp.recv(client.socket, 4, 5_000)
+        {:ok, <<0x88, 2::32, body::binary>>} = :gen_tcp.recv(client.socket, length, 5_000)
+        RawClient.close(client)
+        body
+      end
+
+      assert byte_size(info_body.(3, "v4-memory")) == 101
+      assert <<_::binary-size(101), 0, ^nodes::16>> = info_body.(4, "v4-memory")
+      assert <<_::binary-size(101), 1, ^nodes::16>> = info_body.(4, "v4-replicated")
     end
 
     test "HELLO's flags: bits the server does not know are ignored" do
