@@ -121,16 +121,7 @@ defmodule Ringbus.Cluster do
   alias Ringbus.Cluster.{Directory, Links, Members, Router}
 
   @typedoc "One link's figures in `info/0`."
-  @type link_info :: %{
-          state: :up | :busy | :down,
-          queued_bytes: non_neg_integer(),
-          batches: non_neg_integer(),
-          drops: non_neg_integer(),
-          suspensions: non_neg_integer(),
-          calls_ok: non_neg_integer(),
-          calls_refused: non_neg_integer(),
-          calls_timeout: non_neg_integer()
-        }
+  @type link_info :: Links.info()
 
   @typedoc "What `info/0` returns."
   @type info :: %{

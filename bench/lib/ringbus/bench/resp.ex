@@ -12,12 +12,17 @@ defmodule Ringbus.Bench.Resp do
   A `redis-server` of its own on a free port of 127.0.0.1, with no
   persistence (`Ringbus.Bench.RedisServer`), and a `Ringbus.Server` in the
   bench VM with `resp_port: 0`. Then, for each workload and pipeline depth
-  (`-P 1` and `-P 16`), the same command line against Redis and then
-  Ringbus, 50 clients (`-c 50`):
+  (`-P 1` and `-P 16`, or those `--pipelines` names), the same command
+  line against Redis and then Ringbus, 50 clients (`-c 50`):
 
     * `XADD s MAXLEN 200000 * f <payload>` with a 16-byte and a 1,024-byte
       payload: a bounded log of 200,000 entries, a ring of that capacity in
       Ringbus (MAXLEN on a new stream is its capacity);
+    * `XADD s MAXLEN ~ 100000 * f <payload>` with a 16-byte payload
+      (`XADD~` in the table): an approximate bound, which Redis keeps by
+      dropping whole nodes of 100 entries and Ringbus by one trim where the
+      stream lives; the stream's ring is as large as the server makes
+      streams (`:resp_stream_max_bytes`), so the trims do the bounding;
     * `XRANGE s - + COUNT 10`, on the stream the XADDs left;
     * `PING`.
 
@@ -61,13 +66,23 @@ defmodule Ringbus.Bench.Resp do
     * `--requests N` - requests per workload and server (`-n`). Default `200000`.
     * `--clients N` - connections (`-c`). Default `50`.
     * `--pin` - the per-core mode (see above).
+    * `--pipelines LIST` - pipeline depths, comma-separated. Default `1,16`.
+    * `--only LIST` - workloads to run, comma-separated, of `XADD`,
+      `XADD~`, `XRANGE` and `PING`. Default: all.
     * `--out FILE` - write the CSV to FILE.
   """
 
   alias Ringbus.Bench.{Args, CSV, Pin, RedisServer, ServerProcess, Table}
   alias Ringbus.Bench.Resp.Bare
 
-  @switches [requests: :integer, clients: :integer, out: :string, pin: :boolean]
+  @switches [
+    requests: :integer,
+    clients: :integer,
+    out: :string,
+    pin: :boolean,
+    pipelines: :string,
+    only: :string
+  ]
   @maxlen 200_000
   @header ~w(mode server command payload_bytes pipeline clients requests_per_s p50_ms p99_ms max_ms command_line)
 
@@ -77,6 +92,8 @@ defmodule Ringbus.Bench.Resp do
     {opts, _} = OptionParser.parse!(args, strict: @switches)
     requests = Args.positive!(opts, :requests, 200_000)
     clients = Args.positive!(opts, :clients, 50)
+    pipelines = opts |> Keyword.get(:pipelines, "1,16") |> positives!(:pipelines)
+    workloads = workloads(opts[:only])
 
     bench =
       System.find_executable("redis-benchmark") || Mix.raise("redis-benchmark is not on the PATH")
@@ -96,11 +113,11 @@ defmodule Ringbus.Bench.Resp do
         run = %{bench: bench, requests: requests, clients: clients, core: generator_core}
 
         rows =
-          for {command, payload} <- workloads(),
-              pipeline <- [1, 16],
+          for {command, payload} <- workloads,
+              pipeline <- pipelines,
               {name, port} <- ports,
               name != :bare or command == "PING" do
-            if command == "XADD", do: RedisServer.del!(port, "s")
+            if command in ["XADD", "XADD~"], do: RedisServer.del!(port, "s")
             measure(run, name, port, command, payload, pipeline)
           end
 
@@ -143,10 +160,34 @@ defmodule Ringbus.Bench.Resp do
     end
   end
 
-  defp workloads, do: [{"XADD", 16}, {"XADD", 1024}, {"XRANGE", nil}, {"PING", nil}]
+  @workloads [{"XADD", 16}, {"XADD", 1024}, {"XADD~", 16}, {"XRANGE", nil}, {"PING", nil}]
+
+  defp workloads(nil), do: @workloads
+
+  defp workloads(only) do
+    names = String.split(only, ",", trim: true)
+
+    for name <- names,
+        not List.keymember?(@workloads, name, 0),
+        do: Mix.raise("--only: unknown workload #{inspect(name)}")
+
+    Enum.filter(@workloads, fn {name, _} -> name in names end)
+  end
+
+  defp positives!(text, option) do
+    for part <- String.split(text, ",", trim: true) do
+      case Integer.parse(part) do
+        {n, ""} when n > 0 -> n
+        _ -> Mix.raise("--#{option}: expected positive integers, got #{inspect(text)}")
+      end
+    end
+  end
 
   defp command_args("XADD", size),
     do: ["XADD", "s", "MAXLEN", "#{@maxlen}", "*", "f", :binary.copy("v", size)]
+
+  defp command_args("XADD~", size),
+    do: ["XADD", "s", "MAXLEN", "~", "100000", "*", "f", :binary.copy("v", size)]
 
   defp command_args("XRANGE", nil), do: ~w(XRANGE s - + COUNT 10)
   defp command_args("PING", nil), do: ~w(PING)
@@ -272,27 +313,39 @@ defmodule Ringbus.Bench.Resp do
     IO.puts("")
 
     for payload <- [16, 1024] do
-      redis16 = find(rows, :redis, payload, 16)
-      ours16 = find(rows, :ringbus, payload, 16)
-      redis1 = find(rows, :redis, payload, 1)
-      ours1 = find(rows, :ringbus, payload, 1)
+      with [%{} = redis16, %{} = redis1, %{} = ours16, %{} = ours1] <-
+             for(s <- [:redis, :ringbus], p <- [16, 1], do: find(rows, s, "XADD", payload, p)) do
+        IO.puts(
+          "XADD #{payload} B: -P 16 Ringbus/Redis #{ratio(ours16, redis16)}x " <>
+            "(target >= 1.5x); -P 1 p99 Ringbus #{fmt(ours1.p99_ms)} ms vs Redis " <>
+            "#{fmt(redis1.p99_ms)} ms (target: no worse)"
+        )
+      end
+    end
 
-      IO.puts(
-        "XADD #{payload} B: -P 16 Ringbus/Redis #{ratio(ours16, redis16)}x " <>
-          "(target >= 1.5x); -P 1 p99 Ringbus #{fmt(ours1.p99_ms)} ms vs Redis #{fmt(redis1.p99_ms)} ms " <>
-          "(target: no worse)"
-      )
+    # XADD with MAXLEN ~: each depth against Redis's, and against the
+    # Ringbus rate at the shallowest depth run (its rate should not fall).
+    approx = for row <- rows, row.command == "XADD~", row.server == :ringbus, do: row
+
+    for %{pipeline: p} = ours <- approx do
+      with %{} = redis <- find(rows, :redis, "XADD~", 16, p) do
+        IO.puts(
+          "XADD~ 16 B -P #{p}: Ringbus/Redis #{ratio(ours, redis)}x (target >= 0.5x); " <>
+            "Ringbus vs its -P #{hd(approx).pipeline} #{ratio(ours, hd(approx))}x"
+        )
+      end
     end
 
     for pipeline <- [1, 16] do
-      [redis, ours, bare] =
-        for server <- [:redis, :ringbus, :bare], do: ping(rows, server, pipeline)
-
-      IO.puts(
-        "PING -P #{pipeline}: bare gen_tcp floor/Redis #{ratio(bare, redis)}x, " <>
-          "Ringbus/bare #{ratio(ours, bare)}x; " <>
-          "p99 Redis #{fmt(redis.p99_ms)} ms, bare #{fmt(bare.p99_ms)} ms, Ringbus #{fmt(ours.p99_ms)} ms"
-      )
+      with [%{} = redis, %{} = ours, %{} = bare] <-
+             for(s <- [:redis, :ringbus, :bare], do: ping(rows, s, pipeline)) do
+        IO.puts(
+          "PING -P #{pipeline}: bare gen_tcp floor/Redis #{ratio(bare, redis)}x, " <>
+            "Ringbus/bare #{ratio(ours, bare)}x; " <>
+            "p99 Redis #{fmt(redis.p99_ms)} ms, bare #{fmt(bare.p99_ms)} ms, " <>
+            "Ringbus #{fmt(ours.p99_ms)} ms"
+        )
+      end
     end
   end
 
@@ -300,14 +353,14 @@ defmodule Ringbus.Bench.Resp do
   defp print_tails(rows) do
     IO.puts("\n-P 1 tails, p50 / p99 / max ms:")
 
-    for {command, payload} <- workloads() do
+    for {command, payload} <- @workloads do
       tails =
         for server <- [:redis, :ringbus, :bare],
             row = Enum.find(rows, &tail_row?(&1, server, command, payload)),
             do: "#{server} #{fmt(row.p50_ms)} / #{fmt(row.p99_ms)} / #{fmt(row.max_ms)}"
 
       name = if payload, do: "#{command} #{payload} B", else: command
-      IO.puts("  " <> String.pad_trailing(name, 12) <> Enum.join(tails, ", "))
+      if tails != [], do: IO.puts("  " <> String.pad_trailing(name, 12) <> Enum.join(tails, ", "))
     end
   end
 
@@ -320,11 +373,11 @@ defmodule Ringbus.Bench.Resp do
     do:
       Enum.find(rows, &(&1.server == server and &1.command == "PING" and &1.pipeline == pipeline))
 
-  defp find(rows, server, payload, pipeline),
+  defp find(rows, server, command, payload, pipeline),
     do:
       Enum.find(
         rows,
-        &(&1.server == server and &1.command == "XADD" and &1.payload_bytes == payload and
+        &(&1.server == server and &1.command == command and &1.payload_bytes == payload and
             &1.pipeline == pipeline)
       )
 
