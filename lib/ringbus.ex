@@ -140,22 +140,41 @@ defmodule Ringbus do
 
     * `:node`, `:role` (`:leader`, `:follower`, `:candidate`, `:down`: its
       node is not connected or runs no Raft server for the channel, or
-      `:unknown`: no report for 3 s), `:age_ms` (since this node got the
-      figures); a member whose node is not connected or silent has no
-      other figures (nil);
+      `:unknown`: its last report is older than two report periods, 2 s,
+      or there is none), `:age_ms` (since its node measured the figures,
+      as this node received them; kept for an `:unknown` member); a member
+      whose node is not connected or silent has no other figures (nil);
     * `:term`, `:commit_index`, `:applied_index`, `:snapshot_index` (Ra's,
       as of its last tick: with the report interval, up to about 2 s
       old), and `:applied_seq` (the newest seq its ring held at the
       report; -1 for none);
-    * `:lag_entries`: entries the leader committed that the member has not
-      applied (the leader's commit index as its node last heard it, within
-      3 s; nil when it has not); `:lag_ms`: how long since a report last
-      found it caught up, 0 when it is (about 2 s resolution: Ra's
-      metrics tick and the report interval);
+    * `:lag_entries` and `:lag_ms`, as the leader's node computed them at
+      its last report, from the member's last report to it (nil when no
+      report of a leader came within 2 s): `:lag_entries`, the entries
+      committed that the member has not applied; `:lag_ms`, the age of
+      the oldest of them, 0 when there is none: how long ago the commit
+      index first reached the member's applied index + 1. Every member's
+      node notes when it first sees each commit index (its member's, and
+      each report's) and keeps the samples some member still needs, at
+      most 64 per channel, the older thinned out: an entry committed long
+      ago may read up to about a quarter of its age low. Ra publishes its
+      indexes once a second and members report once a second, so
+      `:lag_ms` reads up to about 1 s high for a member that keeps up and
+      up to about 2 s low for one behind; a stalled member's grows with
+      the time it is stalled, whatever its own Raft server still says (an
+      ex-leader whose server stalled reports `:leader` in its old term);
     * `:elections`: terms it went through since its node first saw it
       (its node's start, or the channel's creation);
-      `:snapshot_bytes`, `:log_bytes`: its Raft directory on disk (the
-      node's shared WAL is not counted).
+    * `:log_bytes`: every file of its Raft directory on disk (segments,
+      snapshots, its config), and `:snapshot_bytes`, those of its
+      snapshots; neither counts the WAL;
+    * `:wal_bytes`, `:ets_bytes`: its node's, the same for every
+      replicated channel there: the node's Raft WAL files, which every
+      channel writes to until Ra rolls them over (at 256 MB) into each
+      channel's segments, and Ra's ETS tables (the entries the WAL holds
+      that no segment does yet, and their indexes; not the binaries over
+      64 bytes they refer to, which the VM counts as `:binary` memory).
+      Its node measures these bytes once per report, never on a read.
 
   A write answers `{:ok, seq}`, an error that means it was not done, or
   `{:error, :timeout}`: the outcome is unknown (the leader may have

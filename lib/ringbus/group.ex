@@ -30,7 +30,7 @@ defmodule Ringbus.Group do
 
   alias Ringbus.Channel
   alias Ringbus.Channel.Ring
-  alias Ringbus.Group.{Claims, Fetch, Reads, Request, Table, TableOwner}
+  alias Ringbus.Group.{Claims, Fetch, Reads, At, Table, TableOwner}
 
   @typedoc """
   Part of an incarnation: `{mask, bits}` fits incarnation `i` when
@@ -149,7 +149,7 @@ defmodule Ringbus.Group do
   @spec run(Channel.t(), request(), pos_integer() | :infinity) ::
           {:reply, term()} | {:wait, (() -> term())}
   def run(%Channel{incarnation: c, anchor: anchor} = channel, request, room) do
-    at = Request.new(channel, room)
+    at = At.new(channel, room)
     if Table.watch(at.table, c, anchor), do: TableOwner.watch(c, anchor)
 
     case request(at, request) do
@@ -201,7 +201,7 @@ defmodule Ringbus.Group do
     do: request(at, {:create, group, from, entries_read, Table.config()})
 
   defp request(at, {:create, group, from, entries_read, config}) do
-    with {:ok, last} <- Request.position(at, from) do
+    with {:ok, last} <- At.position(at, from) do
       read = entries_read || max(last + 1, 0)
 
       case Table.create(at.table, at.c, group, last, read, config) do
@@ -213,7 +213,7 @@ defmodule Ringbus.Group do
   end
 
   defp request(at, {:set_id, group, from, entries_read}) do
-    with {:ok, last} <- Request.position(at, from) do
+    with {:ok, last} <- At.position(at, from) do
       if Table.set_last(at.table, at.c, group, last, entries_read),
         do: :ok,
         else: {:error, :no_group}
@@ -223,7 +223,7 @@ defmodule Ringbus.Group do
   defp request(at, {:destroy, group}), do: {:ok, Table.destroy(at.table, at.c, group)}
 
   defp request(at, {:create_consumer, group, consumer}) do
-    with {:ok, _} <- Request.fetch(at, group) do
+    with {:ok, _} <- At.fetch(at, group) do
       case Table.add_consumer(at.table, at.c, group, consumer, at.now) do
         :too_many -> {:error, {:too_many_consumers, Table.limits().consumers}}
         made -> {:ok, made}
@@ -232,16 +232,16 @@ defmodule Ringbus.Group do
   end
 
   defp request(at, {:delete_consumer, group, consumer}) do
-    with {:ok, _} <- Request.fetch(at, group),
+    with {:ok, _} <- At.fetch(at, group),
          do: {:ok, Table.delete_consumer(at.table, at.c, group, consumer)}
   end
 
-  defp request(at, {:info, group}), do: Request.fetch(at, group)
+  defp request(at, {:info, group}), do: At.fetch(at, group)
   defp request(at, :count), do: {:ok, Table.group_count(at.table, at.c)}
   defp request(at, {:groups, count}), do: {:ok, groups(at, count)}
 
   defp request(at, {:consumers, group}) do
-    with {:ok, _} <- Request.fetch(at, group) do
+    with {:ok, _} <- At.fetch(at, group) do
       consumers = Table.consumers(at.table, at.c, group)
       {:ok, for({name, seen, pending} <- consumers, do: {name, pending, max(at.now - seen, 0)})}
     end
@@ -253,7 +253,7 @@ defmodule Ringbus.Group do
     for {name, g} <- Table.groups(t, c) do
       consumers =
         for {consumer, seen, pending} <- Table.consumers(t, c, name) do
-          mine = Table.pending(t, c, name, 0, Request.all(), count, consumer)
+          mine = Table.pending(t, c, name, 0, At.all(), count, consumer)
           entries = for {seq, _, time, n} <- mine, do: {seq, time, n}
           %{name: consumer, seen: seen, pending: pending, entries: entries}
         end
@@ -266,7 +266,7 @@ defmodule Ringbus.Group do
         lost: g.lost,
         pending: g.pending,
         dropped: g.dropped,
-        entries: Table.pending(t, c, name, 0, Request.all(), count),
+        entries: Table.pending(t, c, name, 0, At.all(), count),
         consumers: consumers
       }
     end

@@ -376,6 +376,26 @@ defmodule Ringbus.Test.ClusterProbe do
     end
   end
 
+  @doc """
+  Starts a process that pushes `batch` messages to `name` with
+  `Ringbus.push_many/2` every `interval_ms`, whatever the answers, until it
+  is sent `:stop`: a steady load.
+  """
+  def steady_pusher(name, batch, interval_ms) do
+    payloads = for i <- 1..batch, do: "steady-#{i}"
+    spawn(fn -> push_steadily(name, payloads, interval_ms) end)
+  end
+
+  defp push_steadily(name, payloads, interval_ms) do
+    receive do
+      :stop -> :ok
+    after
+      interval_ms ->
+        Ringbus.push_many(name, payloads)
+        push_steadily(name, payloads, interval_ms)
+    end
+  end
+
   @doc "The largest `queued_bytes` a `queue_sampler/0` has seen."
   def largest_queued(pid), do: ask(pid, {:get, self()}, :largest)
 

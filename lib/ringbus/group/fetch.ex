@@ -22,7 +22,7 @@ defmodule Ringbus.Group.Fetch do
   # entries due.
 
   alias Ringbus.Channel.Ring
-  alias Ringbus.Group.{Redelivery, Request, Table, TableOwner}
+  alias Ringbus.Group.{Redelivery, At, Table, TableOwner}
 
   # Rounds of the due index a fetch reads, and tries of a move of the
   # group's position, before it answers what it has.
@@ -35,7 +35,7 @@ defmodule Ringbus.Group.Fetch do
   `{:wait, fun}` when there are none and the fetch may wait `wait` ms.
   """
   def fetch(at, group, consumer, owner, max, wait) do
-    with {:ok, g} <- Request.fetch(at, group) do
+    with {:ok, g} <- At.fetch(at, group) do
       own(at, group, consumer, owner)
 
       case take(at, g, group, consumer, max) do
@@ -54,10 +54,10 @@ defmodule Ringbus.Group.Fetch do
   end
 
   defp wait(at, group, consumer, max, deadline) do
-    at = %{at | now: Request.now()}
+    at = %{at | now: At.now()}
     Ring.arm_wake(at.channel)
 
-    case Request.fetch(at, group) do
+    case At.fetch(at, group) do
       {:ok, g} -> wait(at, g, group, consumer, max, deadline)
       error -> done(at, error)
     end
@@ -249,7 +249,7 @@ defmodule Ringbus.Group.Fetch do
     do: Enum.reduce(messages, {0, last}, fn {seq, _}, {n, _} -> {n + 1, seq} end)
 
   # Within the bytes left: the first entry of an answer always, as a read's.
-  defp cut(messages, bytes, false), do: Request.cut(messages, bytes)
+  defp cut(messages, bytes, false), do: At.cut(messages, bytes)
   defp cut(messages, bytes, true), do: cut_more(messages, bytes, [])
 
   defp cut_more([{_, payload} = m | rest], bytes, acc) do
@@ -278,7 +278,7 @@ defmodule Ringbus.Group.Fetch do
 
   @doc "Entries due again after `delay` ms (0: at once): `{:ok, nacked}`."
   def nack(at, group, refs, delay) do
-    with {:ok, _} <- Request.fetch(at, group) do
+    with {:ok, _} <- At.fetch(at, group) do
       n = change(at, group, refs, &Redelivery.nack(&1, delay, at.now))
       # Waiting fetches look again, and learn when these are due.
       if n > 0, do: wake(at.channel)
@@ -288,7 +288,7 @@ defmodule Ringbus.Group.Fetch do
 
   @doc "Entries whose ack_wait starts again: `{:ok, touched}`."
   def in_progress(at, group, refs) do
-    with {:ok, g} <- Request.fetch(at, group),
+    with {:ok, g} <- At.fetch(at, group),
          do: {:ok, change(at, group, refs, &Redelivery.in_progress(&1, g.config, at.now))}
   end
 
@@ -301,14 +301,14 @@ defmodule Ringbus.Group.Fetch do
     end)
   end
 
-  defp seqs(at, refs), do: for(ref <- refs, {:ok, seq} <- [Request.entry(at, ref)], do: seq)
+  defp seqs(at, refs), do: for(ref <- refs, {:ok, seq} <- [At.entry(at, ref)], do: seq)
 
   @doc """
   Pending entries `refs` names go to `consumer`, delivered once more:
   `{:ok, [{seq, payload, deliveries}]}`.
   """
   def claim(%{table: t, c: c} = at, group, consumer, owner, refs) do
-    with {:ok, g} <- Request.fetch(at, group) do
+    with {:ok, g} <- At.fetch(at, group) do
       own(at, group, consumer, owner)
       rows = for seq <- seqs(at, refs), row = Table.row(t, c, group, seq), do: row
       {:ok, claim_rows(at, g, group, consumer, rows)}
@@ -317,7 +317,7 @@ defmodule Ringbus.Group.Fetch do
 
   @doc "Up to `count` pending entries delivered `min_idle` ms ago or more go to `consumer`."
   def autoclaim(%{table: t, c: c} = at, group, consumer, owner, min_idle, count) do
-    with {:ok, g} <- Request.fetch(at, group) do
+    with {:ok, g} <- At.fetch(at, group) do
       own(at, group, consumer, owner)
       rows = Table.delivered_before(t, c, group, at.now - min_idle, count)
       {:ok, claim_rows(at, g, group, consumer, rows)}
@@ -357,7 +357,7 @@ defmodule Ringbus.Group.Fetch do
   dead (those still pending and delivered `max_deliver` times).
   """
   def bury(%{table: t, c: c} = at, group, seqs) do
-    with {:ok, g} <- Request.fetch(at, group) do
+    with {:ok, g} <- At.fetch(at, group) do
       n =
         Enum.count(seqs, fn seq ->
           case Table.row(t, c, group, seq) do
@@ -375,7 +375,7 @@ defmodule Ringbus.Group.Fetch do
 
   @doc "A consumer goes; its pending entries are due at once: `{:ok, entries}`."
   def remove_consumer(%{table: t, c: c} = at, group, consumer) do
-    with {:ok, _} <- Request.fetch(at, group) do
+    with {:ok, _} <- At.fetch(at, group) do
       Table.forget_consumer(t, c, group, consumer)
       {:ok, TableOwner.orphan(t, at.channel, {c, group, consumer}, at.now)}
     end

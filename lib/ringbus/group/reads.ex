@@ -6,7 +6,7 @@ defmodule Ringbus.Group.Reads do
   # group's `lost` counts them and it goes on from the oldest entry held.
 
   alias Ringbus.Channel.Ring
-  alias Ringbus.Group.{Request, Table}
+  alias Ringbus.Group.{At, Table}
 
   # A read of new entries retries when another consumer moved the group first.
   @tries 100
@@ -15,8 +15,8 @@ defmodule Ringbus.Group.Reads do
 
   @doc "New entries for `consumer`, seen first when `see?`."
   def read(%{table: t, c: c} = at, group, consumer, count, noack, see?) do
-    with {:ok, _} <- Request.fetch(at, group) do
-      if see?, do: see(t, c, group, consumer, Request.now())
+    with {:ok, _} <- At.fetch(at, group) do
+      if see?, do: see(t, c, group, consumer, At.now())
       {:ok, take(at, group, consumer, count, noack, @tries)}
     end
   end
@@ -38,7 +38,7 @@ defmodule Ringbus.Group.Reads do
     case Table.fetch(t, c, group) do
       {:ok, %{last: last}} ->
         {messages, _n, lost, _next} = Ring.read(at.channel, last + 1, max)
-        messages = Request.cut(messages, at.bytes)
+        messages = At.cut(messages, at.bytes)
         {count, new_last} = span(messages, last + lost)
 
         cond do
@@ -47,7 +47,7 @@ defmodule Ringbus.Group.Reads do
 
           Table.advance(t, c, group, last, new_last, count, lost) ->
             unless noack,
-              do: Table.add_pending(t, c, group, consumer, seqs(messages), Request.now())
+              do: Table.add_pending(t, c, group, consumer, seqs(messages), At.now())
 
             messages
 
@@ -72,12 +72,12 @@ defmodule Ringbus.Group.Reads do
   the next read, from the last seq returned.
   """
   def history(%{table: t, c: c} = at, group, consumer, after_seq, max) do
-    now = Request.now()
+    now = At.now()
 
-    with {:ok, _} <- Request.fetch(at, group),
+    with {:ok, _} <- At.fetch(at, group),
          :ok <- see(t, c, group, consumer, now),
-         {:ok, from} <- Request.position(at, after_seq) do
-      rows = Table.pending(t, c, group, from, Request.all(), min(max, @history_max), consumer)
+         {:ok, from} <- At.position(at, after_seq) do
+      rows = Table.pending(t, c, group, from, At.all(), min(max, @history_max), consumer)
 
       rows
       |> Enum.reduce_while({[], at.bytes}, fn {seq, _owner, _time, _n}, {acc, left} ->
@@ -102,7 +102,7 @@ defmodule Ringbus.Group.Reads do
 
   @doc "Acks the entries `refs` names; those of another incarnation name none."
   def ack(%{table: t, c: c} = at, group, refs) do
-    seqs = for ref <- refs, {:ok, seq} <- [Request.entry(at, ref)], do: seq
+    seqs = for ref <- refs, {:ok, seq} <- [At.entry(at, ref)], do: seq
     {:ok, Table.ack(t, c, group, seqs)}
   end
 end

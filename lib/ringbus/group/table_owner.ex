@@ -18,7 +18,7 @@ defmodule Ringbus.Group.TableOwner do
   use GenServer
 
   alias Ringbus.Channel.Ring
-  alias Ringbus.Group.{Redelivery, Request, Table}
+  alias Ringbus.Group.{Redelivery, At, Table}
 
   def start_link(_opts), do: GenServer.start_link(__MODULE__, nil, name: __MODULE__)
 
@@ -92,7 +92,7 @@ defmodule Ringbus.Group.TableOwner do
   # over otherwise) has its entries due now.
   defp owner_down(state, owner) do
     {{_ref, consumers}, owners} = Map.pop(state.owners, owner)
-    {t, now} = {Table.table(), Request.now()}
+    {t, now} = {Table.table(), At.now()}
 
     for {{c, group, name} = consumer, channel} <- consumers,
         Table.disown(t, c, group, name, owner),

@@ -1,10 +1,12 @@
-defmodule Ringbus.Group.Request do
+defmodule Ringbus.Group.At do
   @moduledoc false
-  # A group request as it runs (`at` in `Ringbus.Group` and its modules):
-  # the channel's handle, the node's table, the channel's incarnation `c`,
-  # the payload bytes its answer may carry, and `now`, the one reading of
-  # the clock every decision of the request takes. And what every request
-  # reads from it: a group, and the seqs a caller names.
+  # What every group request needs where it runs: `at`, the request's
+  # context as `new/2` makes it for `Ringbus.Group.run/3` (the channel's
+  # handle, the node's table, the channel's incarnation `c`, the payload
+  # bytes its answer may carry, and `now`, the one reading of the clock
+  # every decision of the request takes); the group's row; a position or
+  # entry checked against the channel's incarnation; a cut of entries to a
+  # room.
 
   alias Ringbus.Channel.Ring
   alias Ringbus.Group.Table
