@@ -31,7 +31,10 @@ defmodule Ringbus.Replica.Writer do
   # sent again after (its callers answer `{:error, :timeout}` if it dies).
   #
   # Commands whose callers have all given up are forgotten at the next tick,
-  # so what this process holds is bounded by its waiting callers. Sends use
+  # so what this process holds is bounded by its waiting callers. `counts`
+  # in its state (`:sys.get_state/1`) says how it batches: commands made,
+  # requests in them, sends (resends included), most commands unanswered
+  # at once. Sends use
   # `[:noconnect, :nosuspend]`, as Ra's own do, so a silent node never
   # stalls this process.
 
@@ -89,7 +92,8 @@ defmodule Ringbus.Replica.Writer do
        # leader => monitor ref, for the leaders commands went to
        monitors: %{},
        retry?: false,
-       check?: false
+       check?: false,
+       counts: %{commands: 0, requests: 0, sends: 0, unanswered_max: 0}
      }}
   end
 
@@ -232,13 +236,24 @@ defmodule Ringbus.Replica.Writer do
     now = now()
     # Callers that have given up are not written for: their answer is unknown.
     requests = for {to, _} = r <- :lists.reverse(state.queue), waiting?(to, now), do: r
+    commands = Commands.group(requests)
     state = %{state | queue: [], queued: 0}
 
-    Enum.reduce(Commands.group(requests), state, fn {command, tos}, state ->
-      corr = state.next
-      pending = Map.put(state.pending, corr, {command, tos, false, true})
-      send_command(%{state | next: corr + 1, pending: pending}, corr)
-    end)
+    state =
+      Enum.reduce(commands, state, fn {command, tos}, state ->
+        corr = state.next
+        pending = Map.put(state.pending, corr, {command, tos, false, true})
+        send_command(%{state | next: corr + 1, pending: pending}, corr)
+      end)
+
+    counts = %{
+      state.counts
+      | commands: state.counts.commands + length(commands),
+        requests: state.counts.requests + length(requests),
+        unanswered_max: max(state.counts.unanswered_max, map_size(state.pending))
+    }
+
+    %{state | counts: counts}
   end
 
   defp send_command(state, corr, to \\ nil) do
@@ -251,7 +266,11 @@ defmodule Ringbus.Replica.Writer do
         case :erlang.send(leader, message, [:noconnect, :nosuspend]) do
           :ok ->
             pending = Map.put(state.pending, corr, {command, tos, {now(), leader}, tagged?})
-            %{state | pending: pending, leader: leader} |> monitor(leader) |> arm_check()
+            counts = %{state.counts | sends: state.counts.sends + 1}
+
+            %{state | pending: pending, leader: leader, counts: counts}
+            |> monitor(leader)
+            |> arm_check()
 
           _not_sent ->
             hold(%{state | leader: nil}, corr)
