@@ -10,9 +10,12 @@ defmodule Ringbus.Replica.Writer do
   # (`Ringbus.Replica.call/3`), so a late answer is dropped by the VM and a
   # caller never waits longer than it said, whatever Ra does. A command a
   # follower rejects goes again to the leader it names (it was not
-  # appended). A command waits here, unsent, while no leader is known (this
-  # node's member is not leading and knows no other, or the send could not
-  # go out): a follower that knows no leader drops commands silently.
+  # appended). Requests wait here, as requests, while no leader is known
+  # (this node's member is not leading and knows no other, or the send
+  # could not go out; a follower that knows no leader drops commands
+  # silently), tried again every @retry_ms; a request that has not left
+  # when its caller is about to give up is answered `{:error, :node_busy}`,
+  # certainly not done, as the cluster's link answers one that never left.
   #
   # Failover. A command sent to a leader that dies gets no event: it may
   # have been committed (the new leader applied it, as a follower or before
@@ -31,12 +34,11 @@ defmodule Ringbus.Replica.Writer do
   # sent again after (its callers answer `{:error, :timeout}` if it dies).
   #
   # Commands whose callers have all given up are forgotten at the next tick,
-  # so what this process holds is bounded by its waiting callers. `counts`
-  # in its state (`:sys.get_state/1`) says how it batches: commands made,
-  # requests in them, sends (resends included), most commands unanswered
-  # at once. Sends use
+  # so what this process holds is bounded by its waiting callers. Sends use
   # `[:noconnect, :nosuspend]`, as Ra's own do, so a silent node never
-  # stalls this process.
+  # stalls this process. `counts` in its state (`:sys.get_state/1`) says how
+  # it batches: commands made, requests in them, sends (resends included),
+  # the most commands unanswered at once.
 
   use GenServer
 
@@ -51,8 +53,11 @@ defmodule Ringbus.Replica.Writer do
   @max_in_flight 1
   @stalled_ms 100
   @tick_ms 250
-  # How long to wait before trying again when no leader is known.
+  # How long to wait before trying again when no leader is known; a request
+  # still unsent whose caller gives up within this and @margin_ms is
+  # answered not done.
   @retry_ms 50
+  @margin_ms 10
   # A command unanswered this long goes again if another leader is named
   # (checked every @check_ms while commands are out), and after
   # @resend_same_ms to the same one (a leader that stepped down and was
@@ -87,7 +92,8 @@ defmodule Ringbus.Replica.Writer do
        queue: [],
        queued: 0,
        next: 0,
-       # corr => {command, [{alias, deadline}], false | {sent_at_ms, leader}, tagged?}
+       # corr => {command, [{alias, deadline}], {sent_at_ms, leader} | :held, tagged?}
+       # (held: sent once at least, and to be sent again)
        pending: %{},
        # leader => monitor ref, for the leaders commands went to
        monitors: %{},
@@ -147,11 +153,13 @@ defmodule Ringbus.Replica.Writer do
     end
   end
 
-  # Commands held for want of a leader go again, oldest first.
+  # Commands held for want of a leader go again, oldest first, then the
+  # requests that wait; those no leader can take before their callers give
+  # up are answered `:node_busy`.
   def handle_info(:retry, state) do
-    held = for {corr, {_, _, false, _}} <- state.pending, do: corr
-    state = %{state | retry?: false}
-    {:noreply, Enum.reduce(Enum.sort(held), state, &send_command(&2, &1))}
+    held = for {corr, {_, _, :held, _}} <- state.pending, do: corr
+    state = Enum.reduce(Enum.sort(held), %{state | retry?: false}, &send_command(&2, &1))
+    {:noreply, state |> flush() |> expire()}
   end
 
   # Commands out too long go again, to the leader named now.
@@ -194,7 +202,7 @@ defmodule Ringbus.Replica.Writer do
     cond do
       # A leader of the older machine: the same command again, untagged.
       reply == {:error, :badarg} and tagged? ->
-        pending = Map.put(state.pending, corr, {command, tos, false, false})
+        pending = Map.put(state.pending, corr, {command, tos, :held, false})
         send_command(%{state | pending: pending}, corr, from)
 
       # The machine forgot this tag (past its window): the outcome is unknown.
@@ -231,57 +239,95 @@ defmodule Ringbus.Replica.Writer do
   end
 
   defp flush(%{queue: []} = state), do: state
+  # Waiting for a leader: the retry flushes.
+  defp flush(%{retry?: true} = state), do: state
 
   defp flush(state) do
     now = now()
     # Callers that have given up are not written for: their answer is unknown.
     requests = for {to, _} = r <- :lists.reverse(state.queue), waiting?(to, now), do: r
-    commands = Commands.group(requests)
-    state = %{state | queue: [], queued: 0}
-
-    state =
-      Enum.reduce(commands, state, fn {command, tos}, state ->
-        corr = state.next
-        pending = Map.put(state.pending, corr, {command, tos, false, true})
-        send_command(%{state | next: corr + 1, pending: pending}, corr)
-      end)
+    state = send_new(Commands.group(requests), requests, %{state | queue: [], queued: 0})
 
     counts = %{
       state.counts
-      | commands: state.counts.commands + length(commands),
-        requests: state.counts.requests + length(requests),
-        unanswered_max: max(state.counts.unanswered_max, map_size(state.pending))
+      | unanswered_max: max(state.counts.unanswered_max, map_size(state.pending))
     }
 
     %{state | counts: counts}
   end
 
-  defp send_command(state, corr, to \\ nil) do
-    case {state.pending, to || leader(state)} do
-      {%{^corr => {command, tos, _, tagged?}}, {_, _} = leader} ->
-        # What `:ra.pipeline_command/4` sends, without its plain cast.
-        sent = if tagged?, do: {:tagged, {state.id, corr, oldest(state)}, command}, else: command
-        message = {:"$gen_cast", {:command, :normal, {:"$usr", sent, {:notify, corr, self()}}}}
+  # Commands go out oldest first. One that cannot (no leader, or the send
+  # did not go out) goes back to the queue with all after it, as requests:
+  # what never left this process can still be answered as not done.
+  defp send_new([], _requests, state), do: state
 
-        case :erlang.send(leader, message, [:noconnect, :nosuspend]) do
-          :ok ->
-            pending = Map.put(state.pending, corr, {command, tos, {now(), leader}, tagged?})
-            counts = %{state.counts | sends: state.counts.sends + 1}
+  defp send_new([{command, tos} | rest], requests, state) do
+    corr = state.next
+    pending = Map.put(state.pending, corr, {command, tos, :held, true})
+    n = length(tos)
 
-            %{state | pending: pending, leader: leader, counts: counts}
-            |> monitor(leader)
-            |> arm_check()
+    case transmit(%{state | next: corr + 1, pending: pending}, corr, leader(state)) do
+      {:ok, state} ->
+        counts = %{
+          state.counts
+          | commands: state.counts.commands + 1,
+            requests: state.counts.requests + n
+        }
 
-          _not_sent ->
-            hold(%{state | leader: nil}, corr)
-        end
+        send_new(rest, Enum.drop(requests, n), %{state | counts: counts})
 
-      {%{^corr => _}, nil} ->
-        hold(state, corr)
-
-      _answered ->
-        state
+      :not_sent ->
+        state = %{state | next: corr + 1, leader: nil}
+        arm_retry(%{state | queue: :lists.reverse(requests), queued: length(requests)})
     end
+  end
+
+  # A command sent before goes again; held if it cannot.
+  defp send_command(state, corr, to \\ nil) do
+    with %{^corr => _} <- state.pending,
+         {:ok, state} <- transmit(state, corr, to || leader(state)) do
+      state
+    else
+      :not_sent -> hold(%{state | leader: nil}, corr)
+      # Answered already, through another copy.
+      _answered -> state
+    end
+  end
+
+  defp transmit(_state, _corr, nil), do: :not_sent
+
+  defp transmit(state, corr, {_, node} = leader) do
+    {command, tos, _, tagged?} = Map.fetch!(state.pending, corr)
+    # What `:ra.pipeline_command/4` sends, without its plain cast.
+    sent = if tagged?, do: {:tagged, {state.id, corr, oldest(state)}, command}, else: command
+    message = {:"$gen_cast", {:command, :normal, {:"$usr", sent, {:notify, corr, self()}}}}
+
+    # `:noconnect` still queues a message while another process connects
+    # (the cluster's reconnections): only a node connected now is sent to,
+    # so that a send that did not go out certainly did not.
+    with true <- node == node() or :lists.member(node, :erlang.nodes()),
+         :ok <- :erlang.send(leader, message, [:noconnect, :nosuspend]) do
+      pending = Map.put(state.pending, corr, {command, tos, {now(), leader}, tagged?})
+      counts = %{state.counts | sends: state.counts.sends + 1}
+      state = %{state | pending: pending, leader: leader, counts: counts}
+      {:ok, state |> monitor(leader) |> arm_check()}
+    else
+      _not_sent -> :not_sent
+    end
+  end
+
+  # Requests still here, for want of a leader, whose callers give up before
+  # the next retry: never sent, so certainly not done.
+  defp expire(%{retry?: false} = state), do: state
+
+  defp expire(state) do
+    soon = now() + @retry_ms + @margin_ms
+
+    {expiring, queue} =
+      Enum.split_with(state.queue, fn {{_to, deadline}, _} -> deadline <= soon end)
+
+    for {{to, _deadline}, _request} <- expiring, do: send(to, {to, {:error, :node_busy}})
+    %{state | queue: queue, queued: state.queued - length(expiring)}
   end
 
   # The oldest command still unanswered: none older is ever sent again.
@@ -310,14 +356,19 @@ defmodule Ringbus.Replica.Writer do
   defp hold(state, corr) do
     case state.pending do
       %{^corr => {command, tos, _, tagged?}} ->
-        unless state.retry?, do: Process.send_after(self(), :retry, @retry_ms)
-        pending = %{state.pending | corr => {command, tos, false, tagged?}}
-        %{state | pending: pending, retry?: true}
+        arm_retry(%{state | pending: %{state.pending | corr => {command, tos, :held, tagged?}}})
 
       # Answered already, through another copy.
       _ ->
         state
     end
+  end
+
+  defp arm_retry(%{retry?: true} = state), do: state
+
+  defp arm_retry(state) do
+    Process.send_after(self(), :retry, @retry_ms)
+    %{state | retry?: true}
   end
 
   # The leader as this node's Ra member last heard of it (an ETS read),
