@@ -37,6 +37,40 @@ defmodule Ringbus.Replica.FailoverTest do
     kill_rounds("replica_failover_long", 20)
   end
 
+  test "with no majority up, a write on the member left answers :node_busy before its timeout, and was not done" do
+    nodes = Peers.start_joined(3, "replica_no_majority")
+
+    :ok = Nodes.call(hd(nodes), Ringbus, :create, ["f", [replicas: 3, capacity: 100]], 30_000)
+    leader = await_leader(nodes)
+    assert {:ok, 0} = Nodes.call(leader, Ringbus, :push, ["f", "a"])
+    [left, other] = nodes -- [leader]
+    eventually(fn -> Nodes.call(left, Ringbus, :len, ["f"]) == 1 end)
+
+    Nodes.signal(leader, :kill)
+    Nodes.signal(other, :kill)
+    # Both are down as the member left sees it: a write then cannot leave.
+    eventually(fn ->
+      Nodes.call(left, Node, :list, []) -- [leader.node, other.node] ==
+        Nodes.call(left, Node, :list, [])
+    end)
+
+    started = System.monotonic_time(:millisecond)
+    opts = [producer: {"p", 1}, timeout: 1_000]
+    assert {:error, :node_busy} = Nodes.call(left, Ringbus, :push, ["f", "b", opts])
+    assert (System.monotonic_time(:millisecond) - started) in 900..1_000
+    assert {:error, :node_busy} = Nodes.call(left, Ringbus, :pull, ["f"])
+
+    # Not done: with a majority again, the tag is unspent and nothing was
+    # pulled.
+    restarted = for n <- [leader, other], do: Nodes.restart(n)
+    on_exit(fn -> Nodes.stop(restarted) end)
+    nodes = [left | restarted]
+    :ok = Nodes.join(nodes)
+    await_leader(nodes)
+    assert {:ok, 1} = Nodes.call(left, Ringbus, :push, ["f", "b", opts], 15_000)
+    assert {:ok, [{0, "a"}, {1, "b"}], 0} = Nodes.call(left, Ringbus, :read, ["f", 0, 10])
+  end
+
   defp kill_rounds(prefix, rounds) do
     nodes = Peers.start_joined(3, prefix)
 
