@@ -60,6 +60,15 @@ defmodule Ringbus.Replica.FailoverTest do
     assert (System.monotonic_time(:millisecond) - started) in 900..1_000
     assert {:error, :node_busy} = Nodes.call(left, Ringbus, :pull, ["f"])
 
+    # The server's batches: once one is not done, the rest are not tried.
+    batches = {:push_batches, [{["c"], 1, 1}, {["d"], 1, 1}, {["e"], 1, 1}]}
+    started = System.monotonic_time(:millisecond)
+
+    assert {:ok, [{:error, :node_busy}, {:error, :node_busy}, {:error, :node_busy}]} =
+             Nodes.call(left, Ringbus, :run, ["f", batches])
+
+    assert System.monotonic_time(:millisecond) - started < 6_000
+
     # Not done: with a majority again, the tag is unspent and nothing was
     # pulled.
     restarted = for n <- [leader, other], do: Nodes.restart(n)
