@@ -243,17 +243,17 @@ defmodule Ringbus.Replica.Writer do
   defp flush(%{retry?: true} = state), do: state
 
   defp flush(state) do
-    now = now()
-    # Callers that have given up are not written for: their answer is unknown.
-    requests = for {to, _} = r <- :lists.reverse(state.queue), waiting?(to, now), do: r
-    state = send_new(Commands.group(requests), requests, %{state | queue: [], queued: 0})
-
-    counts = %{
-      state.counts
-      | unanswered_max: max(state.counts.unanswered_max, map_size(state.pending))
-    }
-
-    %{state | counts: counts}
+    if leader(state) == nil do
+      # Nothing to group for: the queue waits whole.
+      arm_retry(state)
+    else
+      now = now()
+      # Callers that have given up are not written for: their answer is unknown.
+      requests = for {to, _} = r <- :lists.reverse(state.queue), waiting?(to, now), do: r
+      state = send_new(Commands.group(requests), requests, %{state | queue: [], queued: 0})
+      unanswered = max(state.counts.unanswered_max, map_size(state.pending))
+      %{state | counts: %{state.counts | unanswered_max: unanswered}}
+    end
   end
 
   # Commands go out oldest first. One that cannot (no leader, or the send
