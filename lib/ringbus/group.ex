@@ -25,7 +25,7 @@ defmodule Ringbus.Group do
 
   alias Ringbus.Channel
   alias Ringbus.Channel.Ring
-  alias Ringbus.Group.{Claims, Reads, Table, TableOwner}
+  alias Ringbus.Group.{At, Claims, Reads, Table, TableOwner}
 
   @typedoc """
   Part of an incarnation: `{mask, bits}` fits incarnation `i` when
@@ -138,7 +138,7 @@ defmodule Ringbus.Group do
     do: Claims.claim(at, group, consumer, refs, min_idle, opts)
 
   defp request(at, {:create, group, from, entries_read}) do
-    with {:ok, last} <- position(at, from) do
+    with {:ok, last} <- At.position(at, from) do
       case Table.create(at.table, at.c, group, last, entries_read || max(last + 1, 0)) do
         :ok -> :ok
         {:error, :exists} -> {:error, :exists}
@@ -148,7 +148,7 @@ defmodule Ringbus.Group do
   end
 
   defp request(at, {:set_id, group, from, entries_read}) do
-    with {:ok, last} <- position(at, from) do
+    with {:ok, last} <- At.position(at, from) do
       if Table.set_last(at.table, at.c, group, last, entries_read),
         do: :ok,
         else: {:error, :no_group}
@@ -158,8 +158,8 @@ defmodule Ringbus.Group do
   defp request(at, {:destroy, group}), do: {:ok, Table.destroy(at.table, at.c, group)}
 
   defp request(at, {:create_consumer, group, consumer}) do
-    with {:ok, _} <- fetch(at, group) do
-      case Table.add_consumer(at.table, at.c, group, consumer, now()) do
+    with {:ok, _} <- At.fetch(at, group) do
+      case Table.add_consumer(at.table, at.c, group, consumer, At.now()) do
         :too_many -> {:error, {:too_many_consumers, Table.limits().consumers}}
         made -> {:ok, made}
       end
@@ -167,17 +167,17 @@ defmodule Ringbus.Group do
   end
 
   defp request(at, {:delete_consumer, group, consumer}) do
-    with {:ok, _} <- fetch(at, group),
+    with {:ok, _} <- At.fetch(at, group),
          do: {:ok, Table.delete_consumer(at.table, at.c, group, consumer)}
   end
 
-  defp request(at, {:info, group}), do: fetch(at, group)
+  defp request(at, {:info, group}), do: At.fetch(at, group)
   defp request(at, :count), do: {:ok, Table.group_count(at.table, at.c)}
   defp request(at, {:groups, count}), do: {:ok, groups(at, count)}
 
   defp request(at, {:consumers, group}) do
-    with {:ok, _} <- fetch(at, group) do
-      now = now()
+    with {:ok, _} <- At.fetch(at, group) do
+      now = At.now()
       consumers = Table.consumers(at.table, at.c, group)
       {:ok, for({name, seen, pending} <- consumers, do: {name, pending, max(now - seen, 0)})}
     end
@@ -189,7 +189,7 @@ defmodule Ringbus.Group do
     for {name, g} <- Table.groups(t, c) do
       consumers =
         for {consumer, seen, pending} <- Table.consumers(t, c, name) do
-          mine = Table.pending(t, c, name, 0, all(), count, consumer)
+          mine = Table.pending(t, c, name, 0, At.all(), count, consumer)
           entries = for {seq, _, time, n} <- mine, do: {seq, time, n}
           %{name: consumer, seen: seen, pending: pending, entries: entries}
         end
@@ -202,7 +202,7 @@ defmodule Ringbus.Group do
         lost: g.lost,
         pending: g.pending,
         dropped: g.dropped,
-        entries: Table.pending(t, c, name, 0, all(), count),
+        entries: Table.pending(t, c, name, 0, At.all(), count),
         consumers: consumers
       }
     end
@@ -214,50 +214,4 @@ defmodule Ringbus.Group do
   """
   @spec summary() :: [map()]
   def summary, do: Table.summary(Table.table())
-
-  ## For the requests
-
-  @doc false
-  def fetch(at, group) do
-    case Table.fetch(at.table, at.c, group) do
-      {:ok, g} -> {:ok, g}
-      :error -> {:error, :no_group}
-    end
-  end
-
-  @doc false
-  # A position: the seq, if the incarnation it is of is the channel's.
-  def position(at, :last), do: {:ok, Ring.next_seq(at.channel) - 1}
-  def position(_at, seq) when is_integer(seq), do: {:ok, seq}
-
-  def position(at, {seq, mark}),
-    do: if(fits?(mark, at.c), do: {:ok, seq}, else: {:error, :new_incarnation})
-
-  @doc false
-  # An entry: its seq, or :none when it is of another incarnation.
-  def entry(_at, seq) when is_integer(seq), do: {:ok, seq}
-  def entry(at, {seq, mark}), do: if(fits?(mark, at.c), do: {:ok, seq}, else: :none)
-
-  defp fits?({mask, bits}, incarnation), do: Bitwise.band(incarnation, mask) == bits
-
-  @doc false
-  # The first of `messages` and those after it that fit in `bytes` of payloads.
-  def cut(messages, :infinity), do: messages
-
-  def cut([{_, payload} = first | rest], bytes),
-    do: cut(rest, bytes - byte_size(payload), [first])
-
-  def cut([], _bytes), do: []
-
-  defp cut([{_, payload} = message | rest], bytes, acc) when byte_size(payload) <= bytes,
-    do: cut(rest, bytes - byte_size(payload), [message | acc])
-
-  defp cut(_rest, _bytes, acc), do: :lists.reverse(acc)
-
-  @doc false
-  # A count of "all": larger than any channel holds.
-  def all, do: 4_611_686_018_427_387_904
-
-  @doc false
-  def now, do: System.system_time(:millisecond)
 end

@@ -42,7 +42,9 @@ defmodule Ringbus.Op do
     * `{:push_run, payloads, count, bytes}` - a batch whose refusal counts
       nothing (the caller then pushes it as `:push_batches`)
     * `{:push_tagged, tag, payloads, count, bytes}` - a batch under a
-      producer tag, stored once however often it is sent
+      producer tag, stored once however often it is sent; its payloads a
+      list, or an enumerable of binaries that knows its count and bytes (a
+      server's large `PUSH_BATCH`, as the bytes it came in)
     * `{:push_batches, [{payloads, count, bytes}]}` - batches, each alone
     * `{:push_trim, push, trim}` - a push of the above, then `trim`: what
       RESP's XADD with MAXLEN is, as one operation
@@ -62,7 +64,8 @@ defmodule Ringbus.Op do
           {:push, binary()}
           | {:push_many, [binary()], non_neg_integer(), non_neg_integer()}
           | {:push_run, [binary()], pos_integer(), non_neg_integer()}
-          | {:push_tagged, tag(), [binary()], non_neg_integer(), non_neg_integer()}
+          | {:push_tagged, tag(), [binary()] | Enumerable.t(), non_neg_integer(),
+             non_neg_integer()}
           | {:push_batches, [{[binary()], non_neg_integer(), non_neg_integer()}]}
           | {:push_trim, t(), Trim.t()}
           | :pull

@@ -9,12 +9,11 @@ defmodule Ringbus.Group.Claims do
   # the PEL. `last` moves the group's position forward.
 
   alias Ringbus.Channel.Ring
-  alias Ringbus.Group
-  alias Ringbus.Group.Table
+  alias Ringbus.Group.{At, Table}
 
   @doc "How many entries are pending, the lowest and highest, and each consumer's count."
   def summary(%{table: t, c: c} = at, group) do
-    with {:ok, _} <- Group.fetch(at, group) do
+    with {:ok, _} <- At.fetch(at, group) do
       case Table.pending_bounds(t, c, group) do
         nil ->
           {:ok, nil}
@@ -28,10 +27,10 @@ defmodule Ringbus.Group.Claims do
 
   @doc "Up to `count` PEL rows from `from` through `to`, idle `min_idle` ms or more."
   def pending(%{table: t, c: c} = at, group, {from, to}, count, consumer, min_idle) do
-    with {:ok, _} <- Group.fetch(at, group),
-         {:ok, low} <- Group.position(at, from),
-         {:ok, high} <- Group.position(at, to) do
-      now = Group.now()
+    with {:ok, _} <- At.fetch(at, group),
+         {:ok, low} <- At.position(at, from),
+         {:ok, high} <- At.position(at, to) do
+      now = At.now()
 
       rows = if count > 0, do: Table.pending(t, c, group, low, high, count, consumer), else: []
 
@@ -49,16 +48,16 @@ defmodule Ringbus.Group.Claims do
   `from`, looking at no more than ten times `count` pending entries, as Redis.
   """
   def autoclaim(%{table: t, c: c} = at, group, consumer, min_idle, from, count, justid) do
-    with {:ok, _} <- Group.fetch(at, group),
-         {:ok, from} <- Group.position(at, from) do
-      Table.add_consumer(t, c, group, consumer, Group.now())
+    with {:ok, _} <- At.fetch(at, group),
+         {:ok, from} <- At.position(at, from) do
+      Table.add_consumer(t, c, group, consumer, At.now())
       {:ok, claim_idle(at, group, consumer, min_idle, from, count, justid)}
     end
   end
 
   defp claim_idle(%{table: t, c: c} = at, group, consumer, min_idle, from, count, justid) do
-    now = Group.now()
-    rows = Table.pending(t, c, group, from, Group.all(), count * 10 + 1)
+    now = At.now()
+    rows = Table.pending(t, c, group, from, At.all(), count * 10 + 1)
 
     {rows, next} =
       if Enum.count(rows) > count * 10,
@@ -93,9 +92,9 @@ defmodule Ringbus.Group.Claims do
 
   @doc "Claims the pending entries `refs` names for `consumer` (see `Ringbus.Group`)."
   def claim(%{table: t, c: c} = at, group, consumer, refs, min_idle, opts) do
-    with {:ok, g} <- Group.fetch(at, group),
+    with {:ok, g} <- At.fetch(at, group),
          {:ok, last} <- last(at, opts.last) do
-      now = Group.now()
+      now = At.now()
       time = delivery_time(opts.time, now)
       if last != nil and last > g.last, do: Table.set_last(t, c, group, last, nil)
       claim = %{consumer: consumer, min_idle: min_idle, time: time, now: now, opts: opts}
@@ -104,7 +103,7 @@ defmodule Ringbus.Group.Claims do
   end
 
   defp last(_at, nil), do: {:ok, nil}
-  defp last(at, ref), do: Group.position(at, ref)
+  defp last(at, ref), do: At.position(at, ref)
 
   # As Redis: a time in the future, or before 1970, is now.
   defp delivery_time(nil, now), do: now
@@ -114,7 +113,7 @@ defmodule Ringbus.Group.Claims do
 
   # What one entry gives, or nil when it is not claimed.
   defp claim_one(%{table: t, c: c} = at, group, ref, claim) do
-    with {:ok, seq} <- Group.entry(at, ref) do
+    with {:ok, seq} <- At.entry(at, ref) do
       case Ring.read(at.channel, seq, 1) do
         {[{^seq, payload}], _, _, _} ->
           row =

@@ -6,7 +6,7 @@ defmodule Ringbus.Group.Reads do
   # group's `lost` counts them and it goes on from the oldest entry held.
 
   alias Ringbus.Channel.Ring
-  alias Ringbus.Group
+  alias Ringbus.Group.At
   alias Ringbus.Group.Table
 
   # A read of new entries retries when another consumer moved the group first.
@@ -16,8 +16,8 @@ defmodule Ringbus.Group.Reads do
 
   @doc "New entries for `consumer`, seen first when `see?`."
   def read(%{table: t, c: c} = at, group, consumer, count, noack, see?) do
-    with {:ok, _} <- Group.fetch(at, group) do
-      if see?, do: see(t, c, group, consumer, Group.now())
+    with {:ok, _} <- At.fetch(at, group) do
+      if see?, do: see(t, c, group, consumer, At.now())
       {:ok, take(at, group, consumer, count, noack, @tries)}
     end
   end
@@ -39,7 +39,7 @@ defmodule Ringbus.Group.Reads do
     case Table.fetch(t, c, group) do
       {:ok, %{last: last}} ->
         {messages, _n, lost, _next} = Ring.read(at.channel, last + 1, max)
-        messages = Group.cut(messages, at.bytes)
+        messages = At.cut(messages, at.bytes)
         {count, new_last} = span(messages, last + lost)
 
         cond do
@@ -48,7 +48,7 @@ defmodule Ringbus.Group.Reads do
 
           Table.advance(t, c, group, last, new_last, count, lost) ->
             unless noack,
-              do: Table.add_pending(t, c, group, consumer, seqs(messages), Group.now())
+              do: Table.add_pending(t, c, group, consumer, seqs(messages), At.now())
 
             messages
 
@@ -73,12 +73,12 @@ defmodule Ringbus.Group.Reads do
   the next read, from the last seq returned.
   """
   def history(%{table: t, c: c} = at, group, consumer, after_seq, max) do
-    now = Group.now()
+    now = At.now()
 
-    with {:ok, _} <- Group.fetch(at, group),
+    with {:ok, _} <- At.fetch(at, group),
          :ok <- see(t, c, group, consumer, now),
-         {:ok, from} <- Group.position(at, after_seq) do
-      rows = Table.pending(t, c, group, from, Group.all(), min(max, @history_max), consumer)
+         {:ok, from} <- At.position(at, after_seq) do
+      rows = Table.pending(t, c, group, from, At.all(), min(max, @history_max), consumer)
 
       rows
       |> Enum.reduce_while({[], at.bytes}, fn {seq, _owner, _time, _n}, {acc, left} ->
@@ -103,7 +103,7 @@ defmodule Ringbus.Group.Reads do
 
   @doc "Acks the entries `refs` names; those of another incarnation name none."
   def ack(%{table: t, c: c} = at, group, refs) do
-    seqs = for ref <- refs, {:ok, seq} <- [Group.entry(at, ref)], do: seq
+    seqs = for ref <- refs, {:ok, seq} <- [At.entry(at, ref)], do: seq
     {:ok, Table.ack(t, c, group, seqs)}
   end
 end
