@@ -178,8 +178,13 @@ defmodule Ringbus do
 
   A write answers `{:ok, seq}`, an error that means it was not done, or
   `{:error, :timeout}`: the outcome is unknown (the leader may have
-  stored it before it went away). Retry such a push under the same
-  `producer: {id, n}` tag (`push/3`) and it is stored once.
+  stored it before it went away). When the leader's node dies, a write in
+  flight is sent again to the next leader, which applies it once: the
+  caller gets its seq (or a pull its message) as soon as a new leader is
+  elected, not at its timeout. A write that no leader could take before
+  the caller's deadline (no majority of the members up) answers `{:error,
+  :node_busy}`: it was not done. Retry a push that timed out under the
+  same `producer: {id, n}` tag (`push/3`) and it is stored once.
 
   `add_replica/2` and `remove_replica/2` change a channel's members
   while it takes pushes: a new member catches up from the leader (by

@@ -6,7 +6,8 @@ case Code.ensure_loaded(:proper) do
 end
 
 # Connections log a line when they open and close: shown only for failing tests.
-ExUnit.start(capture_log: true)
+# `@tag :long` tests (minutes of kills) run only with `--include long`.
+ExUnit.start(capture_log: true, exclude: [:long])
 
 # The replicated channels of this run (config/config.exs puts them there).
 ExUnit.after_suite(fn _ -> File.rm_rf(Application.fetch_env!(:ringbus, :data_dir)) end)

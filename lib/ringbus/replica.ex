@@ -202,7 +202,8 @@ defmodule Ringbus.Replica do
   (`{id, n}`, the dedup tag) and `:timeout` (ms, default 5000).
   """
   @spec push(Channel.t(), [binary()], non_neg_integer(), keyword()) ::
-          {:ok, non_neg_integer()} | {:error, :full | :too_large | :stale_tag | :timeout}
+          {:ok, non_neg_integer()}
+          | {:error, :full | :too_large | :stale_tag | :node_busy | :timeout}
   def push(channel, payloads, bytes, opts) do
     opts = Options.validate!(opts, [producer: nil, timeout: @default_timeout], "push")
 
@@ -220,7 +221,8 @@ defmodule Ringbus.Replica do
   end
 
   @doc "Takes the oldest message out, through Ra."
-  @spec pull(Channel.t()) :: {:ok, non_neg_integer(), binary()} | :empty | {:error, :timeout}
+  @spec pull(Channel.t()) ::
+          {:ok, non_neg_integer(), binary()} | :empty | {:error, :node_busy | :timeout}
   def pull(channel), do: call(channel, :pull, @default_timeout)
 
   @doc """
@@ -228,12 +230,13 @@ defmodule Ringbus.Replica do
   one command through Ra however many it removes; answers how many.
   """
   @spec trim(Channel.t(), Ringbus.Channel.Trim.t()) ::
-          {:ok, non_neg_integer()} | {:error, :timeout | :no_channel}
+          {:ok, non_neg_integer()} | {:error, :node_busy | :timeout | :no_channel}
   def trim(channel, trim), do: call(channel, {:trim, trim}, @default_timeout)
 
   @doc """
   Many batches (the server's), each through Ra on its own, in one
-  command; one answer per batch.
+  command; one answer per batch. Once one answers `:node_busy` (no leader
+  took it in time), the rest answer it too, untried.
   """
   @spec push_batches(Channel.t(), [{[binary()], non_neg_integer(), non_neg_integer()}]) ::
           {:ok, [term()]} | {:error, :timeout}
@@ -241,16 +244,23 @@ defmodule Ringbus.Replica do
     tasks = for {payloads, _count, bytes} <- batches, do: {payloads, bytes}
     # One at a time keeps each batch whole and the batches in order.
     results =
-      Enum.reduce_while(tasks, [], fn {payloads, bytes}, acc ->
+      Enum.reduce_while(tasks, {[], tasks}, fn {payloads, bytes}, {acc, [_ | left]} ->
         case call(channel, {:push, nil, payloads, bytes}, @default_timeout) do
-          {:error, :timeout} = timeout -> {:halt, timeout}
-          result -> {:cont, [result | acc]}
+          {:error, :timeout} = timeout ->
+            {:halt, timeout}
+
+          # Not done, so the rest are not tried: each would wait as this one did.
+          {:error, :node_busy} = busy ->
+            {:halt, {Enum.map(left, fn _ -> busy end) ++ [busy | acc], []}}
+
+          result ->
+            {:cont, {[result | acc], left}}
         end
       end)
 
     case results do
       {:error, _} = error -> error
-      list -> {:ok, Enum.reverse(list)}
+      {list, _left} -> {:ok, Enum.reverse(list)}
     end
   end
 

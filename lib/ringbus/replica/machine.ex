@@ -5,10 +5,10 @@ defmodule Ringbus.Replica.Machine do
   # carries them out on its own node's ring (`Ringbus.Channel.Ring`'s
   # `*_decided` functions). See lib/ringbus/replica/README.md.
   #
-  # Decisions are pure (`decide/2`): the state holds cursors, counts and
-  # dedup tags, never a payload, so the Ra server's heap stays small and its
-  # collections short. Payloads live in the ring, and in the Raft log until
-  # their entries are released.
+  # Decisions are pure (`decide/3`): the state holds cursors, counts and
+  # dedup tags, never a payload but what a writer's unanswered pulls took, so
+  # the Ra server's heap stays small and its collections short. Payloads
+  # live in the ring, and in the Raft log until their entries are released.
   #
   # Commands:
   #
@@ -19,6 +19,10 @@ defmodule Ringbus.Replica.Machine do
   #                              {:ok, [{seq, payload}]} (on the node that applies it)
   #   {:trim, trim}              takes the oldest that `Ringbus.Channel.Trim`
   #                              names, as pulls; replies {:ok, count}
+  #   {:tagged, {writer, n, floor}, command}
+  #                              one of the above under a writer's tag (machine
+  #                              version 1): applied once however often it is
+  #                              sent; replies as the command did the first time
   #
   # A tag is nil or {producer_id, n}. A producer's tags increase; a batch
   # whose tag was stored already gets the reply it got then (within the last
@@ -26,6 +30,19 @@ defmodule Ringbus.Replica.Machine do
   # when its batch is stored, so a batch refused as full may be sent again
   # under the same tag. At most `max_producers` producers are remembered; the
   # one seen least recently goes first.
+  #
+  # A writer tag (`Ringbus.Replica.Writer`) makes a resend after a failover
+  # safe: the writer does not know whether the dead leader's entry was
+  # committed. `writer` is drawn at the writer's start, `n` numbers its
+  # commands, and `floor` is its oldest command still unanswered: it never
+  # sends below it again, so the replies below it are forgotten. The replies
+  # from `floor` on are kept (at most `writer_window`, `max_writers`
+  # writers), each as it was carried out, a pull's messages with it, so a
+  # resend of a pull answers what the first took. Commands are not in order
+  # (a copy lost with the old leader is sent again after newer ones), so a
+  # tag is seen when its reply is kept, not when it is under the last;
+  # `stale_tag` answers a tag below the floor that is not kept, and nothing
+  # is applied. A refusal is a reply like any other: a resend gets it too.
   #
   # The log. Ra may drop the entries before a `release_cursor`, and on
   # recovery rebuilds the ring from the snapshot's state and the entries after
@@ -45,6 +62,12 @@ defmodule Ringbus.Replica.Machine do
   # A replicated channel remembers as many tags as a memory channel does.
   @window Ringbus.Channel.Producers.window()
   @max_producers 1024
+  # One writer per member node and start: few, and each with little in flight.
+  @writer_window 256
+  @max_writers 64
+  # Version 1 adds {:tagged, ...}. Ra elects no member older than the
+  # version in effect, so every member applies a tagged command alike.
+  @version 1
 
   defstruct [
     :channel,
@@ -63,6 +86,10 @@ defmodule Ringbus.Replica.Machine do
     rejected: 0,
     # producer_id => {last_n, last_index, :queue.queue({n, reply})}
     producers: %{},
+    writer_window: @writer_window,
+    max_writers: @max_writers,
+    # writer_id => {floor, last_index, %{n => reply}}
+    writers: %{},
     checkpoints: :queue.new()
   ]
 
@@ -82,17 +109,43 @@ defmodule Ringbus.Replica.Machine do
       overflow: Map.get(config, :overflow, :drop_oldest),
       max_bytes: Map.get(config, :max_bytes),
       window: Map.get(config, :window, @window),
-      max_producers: Map.get(config, :max_producers, @max_producers)
+      max_producers: Map.get(config, :max_producers, @max_producers),
+      writer_window: Map.get(config, :writer_window, @writer_window),
+      max_writers: Map.get(config, :max_writers, @max_writers)
     }
   end
 
   @impl :ra_machine
-  def apply(%{index: index}, command, state) do
-    {state, reply, ops} = decide(command, index, state)
+  def version, do: @version
+
+  @impl :ra_machine
+  def which_module(_version), do: __MODULE__
+
+  @impl :ra_machine
+  def apply(%{index: index} = meta, command, state) do
+    state = upgrade(state)
+
+    {state, reply, ops} =
+      decide_in(Map.get(meta, :machine_version, @version), command, index, state)
+
     reply = carry_out(state.channel, ops, reply)
+    state = settle(state, command, reply)
     {state, effects} = checkpoint(state, index)
     {state, reply, effects}
   end
+
+  # Under version 0, in effect until a leader of version 1 commits its first
+  # entry, a tagged command is refused as version 0 refuses it, on every
+  # member alike; the writer sends it again untagged.
+  defp decide_in(0, {:tagged, _tag, _command}, _index, state), do: {state, {:error, :badarg}, []}
+  defp decide_in(_version, command, index, state), do: decide(command, index, state)
+
+  # A state from a snapshot of version 0 has no writers.
+  defp upgrade(%__MODULE__{writers: _} = state), do: state
+
+  defp upgrade(state),
+    do:
+      Map.merge(state, %{writers: %{}, writer_window: @writer_window, max_writers: @max_writers})
 
   @impl :ra_machine
   def state_enter(_ra_state, _state), do: []
@@ -105,6 +158,7 @@ defmodule Ringbus.Replica.Machine do
       tail: state.tail,
       bytes: state.bytes,
       producers: map_size(state.producers),
+      writers: map_size(state.writers),
       checkpoints: :queue.len(state.checkpoints)
     }
   end
@@ -148,6 +202,32 @@ defmodule Ringbus.Replica.Machine do
 
     {state, {:trimmed, first, count}, ops}
   end
+
+  def decide({:tagged, {writer, n, floor}, command}, index, state)
+      when is_integer(n) and is_integer(floor) and elem(command, 0) != :tagged do
+    {floor, replies} =
+      case Map.fetch(state.writers, writer) do
+        {:ok, {known, _seen, replies}} when known >= floor -> {known, replies}
+        {:ok, {_known, _seen, replies}} -> {floor, forget_below(replies, floor)}
+        :error -> {floor, %{}}
+      end
+
+    case replies do
+      %{^n => reply} ->
+        {put_writer(state, writer, {floor, index, replies}), reply, []}
+
+      _ when n < floor ->
+        {put_writer(state, writer, {floor, index, replies}), {:error, :stale_tag}, []}
+
+      _ ->
+        {state, reply, ops} = decide(command, index, state)
+        {floor, replies} = cap(floor, Map.put(replies, n, reply), state.writer_window)
+        {put_writer(state, writer, {floor, index, replies}), reply, ops}
+    end
+  end
+
+  # Ra's own command when a leader of a newer version takes over.
+  def decide({:machine_version, _from, _to}, _index, state), do: {upgrade(state), :ok, []}
 
   def decide(_unknown, _index, state), do: {state, {:error, :badarg}, []}
 
@@ -201,14 +281,41 @@ defmodule Ringbus.Replica.Machine do
     %{state | producers: evict(producers, state.max_producers)}
   end
 
-  # Forgets the producer seen least recently, past the bound. Linear in the
-  # producers, and only when a new one comes past the bound.
+  # Forgets the producer (or writer) seen least recently, past the bound.
+  # Linear in them, and only when a new one comes past the bound.
   defp evict(producers, max) when map_size(producers) <= max, do: producers
 
   defp evict(producers, _max) do
     {oldest, _} = Enum.min_by(producers, fn {_id, {_n, seen, _recent}} -> seen end)
     Map.delete(producers, oldest)
   end
+
+  defp put_writer(state, writer, record),
+    do: %{state | writers: evict(Map.put(state.writers, writer, record), state.max_writers)}
+
+  defp forget_below(replies, floor), do: :maps.filter(fn n, _ -> n >= floor end, replies)
+
+  # Past the window, the oldest reply goes and the floor rises past it.
+  defp cap(floor, replies, window) when map_size(replies) <= window, do: {floor, replies}
+
+  defp cap(_floor, replies, window) do
+    oldest = replies |> Map.keys() |> Enum.min()
+    cap(oldest + 1, Map.delete(replies, oldest), window)
+  end
+
+  # A tagged command newly applied keeps its reply as carried out: a pull's
+  # messages, read from this node's ring, which a resend cannot read again.
+  defp settle(state, {:tagged, {writer, n, _floor}, _command}, reply) do
+    case state.writers do
+      %{^writer => {floor, seen, %{^n => _} = replies}} ->
+        %{state | writers: %{state.writers | writer => {floor, seen, %{replies | n => reply}}}}
+
+      _ ->
+        state
+    end
+  end
+
+  defp settle(state, _command, _reply), do: state
 
   # Stores a batch, or refuses it, as the channel's overflow policy says.
   defp store(state, payloads) do

@@ -185,6 +185,103 @@ defmodule Ringbus.Replica.MachineTest do
     end
   end
 
+  describe "writer tags" do
+    test "a resent command gets its first reply and applies nothing: pushes, pulls, trims" do
+      state = machine(capacity: 10)
+      push = {:tagged, {:w, 0, 0}, {:push_batches, [{nil, ["a"]}, {{:p, 1}, ["b", "c"]}]}}
+      {state, first, ops} = Machine.decide(push, 1, state)
+      assert first == [{:ok, 0}, {:ok, 1}]
+      assert [{:put, 0, ["a"], 1, 1}, {:put, 1, ["b", "c"], 2, 2}, {:drop, 0}] = ops
+
+      # The same command again (the writer's resend after a failover).
+      assert {state, ^first, []} = Machine.decide(push, 2, state)
+      assert state.head == 3
+
+      pull = {:tagged, {:w, 1, 0}, {:pull, 2}}
+      {state, {:pulled, 0, 2} = pulled, [{:pull, 0, 2}]} = Machine.decide(pull, 3, state)
+      assert {state, ^pulled, []} = Machine.decide(pull, 4, state)
+      assert state.tail == 2
+
+      trim = {:tagged, {:w, 2, 0}, {:trim, %{strategy: {:maxlen, 0}, approx: false, limit: nil}}}
+      {state, {:trimmed, 2, 1} = trimmed, [{:pull, 2, 1}]} = Machine.decide(trim, 5, state)
+      assert {state, ^trimmed, []} = Machine.decide(trim, 6, state)
+      assert {state.head, state.tail} == {3, 3}
+
+      # Another writer's tag of the same number is its own.
+      assert {_, [{:ok, 3}], _} =
+               Machine.decide({:tagged, {:v, 0, 0}, {:push_batches, [{nil, ["d"]}]}}, 7, state)
+    end
+
+    test "a refusal is a reply like any other: the resend gets it, even with room since" do
+      {state, replies} =
+        run(machine(capacity: 1, overflow: :reject), [
+          {:push, nil, ["a"]},
+          {:tagged, {:w, 0, 0}, {:push_batches, [{nil, ["b"]}]}},
+          {:pull, 1},
+          {:tagged, {:w, 0, 0}, {:push_batches, [{nil, ["b"]}]}}
+        ])
+
+      assert replies == [{:ok, 0}, [{:error, :full}], {:pulled, 0, 1}, [{:error, :full}]]
+      assert state.head == 1
+    end
+
+    test "tags are not in order: a copy lost with a leader is applied when it comes after newer ones" do
+      {state, replies} =
+        run(machine(capacity: 10), [
+          {:tagged, {:w, 1, 0}, {:push_batches, [{nil, ["b"]}]}},
+          {:tagged, {:w, 0, 0}, {:push_batches, [{nil, ["a"]}]}},
+          {:tagged, {:w, 1, 0}, {:push_batches, [{nil, ["b"]}]}}
+        ])
+
+      assert replies == [[{:ok, 0}], [{:ok, 1}], [{:ok, 0}]]
+      assert state.head == 2
+    end
+
+    test "replies below the writer's floor are forgotten; a tag below it is stale and applies nothing" do
+      {state, _} =
+        run(machine(capacity: 10), [
+          {:tagged, {:w, 0, 0}, {:push_batches, [{nil, ["a"]}]}},
+          {:tagged, {:w, 1, 0}, {:push_batches, [{nil, ["b"]}]}},
+          {:tagged, {:w, 2, 2}, {:push_batches, [{nil, ["c"]}]}}
+        ])
+
+      assert %{w: {2, 3, replies}} = state.writers
+      assert Map.keys(replies) == [2]
+
+      assert {state, {:error, :stale_tag}, []} =
+               Machine.decide({:tagged, {:w, 1, 0}, {:push_batches, [{nil, ["b"]}]}}, 4, state)
+
+      assert state.head == 3
+    end
+
+    test "the replies per writer and the writers are bounded" do
+      state = machine(capacity: 100, writer_window: 2, max_writers: 2)
+      push = fn w, n -> {:tagged, {w, n, 0}, {:push_batches, [{nil, ["x"]}]}} end
+      {state, _} = run(state, [push.(:w, 0), push.(:w, 1), push.(:w, 2), push.(:v, 0)])
+
+      # Past the window the oldest reply goes, and the floor passes it.
+      assert {_, [{:ok, 1}], []} = Machine.decide(push.(:w, 1), 9, state)
+      assert {_, {:error, :stale_tag}, []} = Machine.decide(push.(:w, 0), 9, state)
+
+      # A third writer evicts the one seen least recently, :w.
+      {state, [{:ok, 4}], _} = Machine.decide(push.(:u, 0), 10, state)
+      assert Map.keys(state.writers) |> Enum.sort() == [:u, :v]
+    end
+
+    test "bad tags and nested tags are refused" do
+      state = machine([])
+
+      for bad <- [
+            {:tagged, {:w, :x, 0}, {:pull, 1}},
+            {:tagged, {:w, 0}, {:pull, 1}},
+            {:tagged, {:w, 0, 0}, {:tagged, {:w, 1, 0}, {:pull, 1}}},
+            {:tagged, {:w, 0, 0}, :junk}
+          ] do
+        assert {^state, {:error, :badarg}, []} = Machine.decide(bad, 1, state)
+      end
+    end
+  end
+
   describe "release cursors" do
     test "a cursor passes only entries whose messages are all dead" do
       state = machine(capacity: 4)
@@ -254,6 +351,43 @@ defmodule Ringbus.Replica.MachineTest do
       # The Ra server restarts, this ring lives on: the log applies again.
       {_state, _} = apply_all(machine(channel: name, capacity: 4), commands)
       assert {Ringbus.read(name, 0, 10), Ringbus.info(name)} == ring
+    end
+
+    test "a resent pull answers the messages the first took, and takes no more" do
+      name = unique()
+      :ok = Ringbus.create(name, capacity: 10)
+      state = machine(channel: name, capacity: 10)
+      pull = {:tagged, {:w, 1, 0}, {:pull, 2}}
+
+      {_state, replies} =
+        apply_all(state, [
+          {:tagged, {:w, 0, 0}, {:push_batches, [{nil, ["a", "b", "c"]}]}},
+          pull,
+          pull
+        ])
+
+      assert replies == [[{:ok, 0}], {:ok, [{0, "a"}, {1, "b"}]}, {:ok, [{0, "a"}, {1, "b"}]}]
+      assert {:ok, [{2, "c"}], 2} = Ringbus.read(name, 0, 10)
+      assert {:ok, %{pulled: 2, len: 1}} = Ringbus.info(name)
+    end
+
+    test "version 0 refuses a tagged command, as a machine before tags does; a state of version 0 takes tags after the upgrade" do
+      name = unique()
+      :ok = Ringbus.create(name, capacity: 10)
+      push = {:tagged, {:w, 0, 0}, {:push_batches, [{nil, ["a"]}]}}
+      # A state as a snapshot of version 0 holds it: no writers.
+      old =
+        machine(channel: name, capacity: 10) |> Map.drop([:writers, :writer_window, :max_writers])
+
+      assert {state, {:error, :badarg}, _} =
+               Machine.apply(%{index: 1, machine_version: 0}, push, old)
+
+      assert {state.head, Ringbus.read(name, 0, 10)} == {0, {:ok, [], 0}}
+      {state, :ok, _} = Machine.apply(%{index: 2}, {:machine_version, 0, 1}, state)
+      assert {_, [{:ok, 0}], _} = Machine.apply(%{index: 3, machine_version: 1}, push, state)
+      # Also with no version change applied: a snapshot taken before it.
+      assert {_, [{:ok, 0}], _} = Machine.apply(%{index: 3, machine_version: 1}, push, old)
+      assert Machine.version() == 1
     end
 
     test "a replay from a snapshot onto a new ring rebuilds the live messages" do

@@ -108,7 +108,8 @@ defmodule Ringbus.Replica.MembershipTest do
 
   defp push(n, name, payload, tag) do
     case Nodes.call(n, Ringbus, :push, [name, payload, [producer: tag, timeout: 2000]]) do
-      {:error, :timeout} -> push(n, name, payload, tag)
+      # Unknown, or not done for want of a leader: the tag makes either safe.
+      {:error, reason} when reason in [:timeout, :node_busy] -> push(n, name, payload, tag)
       result -> result
     end
   end

@@ -109,12 +109,13 @@ defmodule Ringbus.Replica.NodesTest do
   end
 
   # Pushes under `tag` until acked: a timeout is an unknown outcome, which
-  # the tag makes safe to try again.
+  # the tag makes safe to try again; `node_busy` (no leader took it in
+  # time) was not done.
   defp push(n, name, tag, payload, deadline \\ nil) do
     deadline = deadline || System.monotonic_time(:millisecond) + 30_000
 
     case Nodes.call(n, Ringbus, :push, [name, payload, [producer: tag, timeout: 1000]]) do
-      {:error, :timeout} = timeout ->
+      {:error, reason} = timeout when reason in [:timeout, :node_busy] ->
         if System.monotonic_time(:millisecond) < deadline,
           do: push(n, name, tag, payload, deadline),
           else: timeout

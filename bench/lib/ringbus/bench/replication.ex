@@ -69,7 +69,10 @@ defmodule Ringbus.Bench.Replication do
   Then the ratios (the bench does not judge them): Ringbus `replicas: 3`
   over JetStream R3 and over Osiris in msgs/s, the p99 at half the peak
   rate, the failovers, and the follower's read rate over the memory
-  channel's. Sends that failed or were never confirmed are counted and
+  channel's; and how the `replicas: 3` row's writer batched (its counts,
+  `Ringbus.Replica.Writer`): messages per Raft command, sends per command
+  (above 1 when commands went again), and the most commands unanswered at
+  once. Sends that failed or were never confirmed are counted and
   printed; they are not in the rates.
 
   ## Command line options
@@ -209,7 +212,10 @@ defmodule Ringbus.Bench.Replication do
 
     memory = push.("memory", nil)
     r1 = push.("r1", nil)
+    before = Nodes.call(a, RingbusLoad, :writer_counts, ["r3"])
     r3 = push.("r3", nil)
+    counts = Nodes.call(a, RingbusLoad, :writer_counts, ["r3"])
+    r3 = Map.put(r3, :batching, batching(before, counts))
     half = push.("r3", r3.msgs_per_s / 2)
 
     {:ok, info} = Nodes.call(a, Ringbus, :info, ["r3"])
@@ -239,6 +245,19 @@ defmodule Ringbus.Bench.Replication do
         Map.merge(read_memory, %{replicas: 1, durable: "memory", producers: nil})
       )
     ]
+  end
+
+  # Messages per Raft command and the writer's sends per command over the
+  # row; the most commands unanswered at once since the channel's creation.
+  defp batching(before, counts) do
+    commands = counts.commands - before.commands
+
+    if commands > 0,
+      do: %{
+        per_command: (counts.requests - before.requests) / commands,
+        sends_per_command: (counts.sends - before.sends) / commands,
+        unanswered_max: counts.unanswered_max
+      }
   end
 
   defp read(node, name, payload) do
@@ -528,7 +547,8 @@ defmodule Ringbus.Bench.Replication do
           "/ Osiris #{ratio(r3, find.("osiris"))}; " <>
           "Ringbus R3 p99 at half its peak (#{rate(half)} msgs/s) #{us(half, :p99_us)} µs, at its peak #{us(r3, :p99_us)} µs; " <>
           "failover Ringbus R3 #{ms(r3)} ms, JetStream R3 #{ms(find.("jetstream_r3"))} ms; " <>
-          "follower read / memory read #{ratio(find.("ringbus_r3_read_follower"), find.("ringbus_memory_read"))}"
+          "follower read / memory read #{ratio(find.("ringbus_r3_read_follower"), find.("ringbus_memory_read"))}; " <>
+          "Ringbus R3 #{batching(r3)}"
       )
     end
 
@@ -536,6 +556,13 @@ defmodule Ringbus.Bench.Replication do
       "\nFigures on a machine shared with other work are noisy; compare the rows of one run.\n"
     )
   end
+
+  defp batching(%{batching: %{} = b}),
+    do:
+      "#{fmt(b.per_command)} messages per Raft command, #{fmt(b.sends_per_command)} sends per command, " <>
+        "at most #{b.unanswered_max} commands unanswered at once"
+
+  defp batching(_row), do: "batching n/a"
 
   defp ratio(%{msgs_per_s: a}, %{msgs_per_s: b}) when b > 0, do: fmt(a / b) <> "x"
   defp ratio(_a, _b), do: "n/a"

@@ -67,6 +67,17 @@ defmodule Ringbus.Bench.Replication.RingbusLoad do
     do: max(k + 1, trunc(Float.ceil((now - run.start - offset) / run.interval)))
 
   @doc """
+  The counts of replicated channel `name`'s writer on this node
+  (`Ringbus.Replica.Writer`): commands, requests, sends, most commands
+  unanswered at once.
+  """
+  @spec writer_counts(term()) :: map()
+  def writer_counts(name) do
+    {:ok, %Ringbus.Channel{replica: %{writer: writer}}} = Ringbus.Store.fetch(name)
+    :sys.get_state(writer).counts
+  end
+
+  @doc """
   Pushes one message at a time (each waiting `timeout` ms at most) until
   one is acked or `ms` pass; the OS time (µs, the clock every node of the
   machine shares) of that ack, or nil.
