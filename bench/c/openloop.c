@@ -146,7 +146,8 @@ static uint64_t h_percentile(const struct hist *h, double p)
 {
     if (h->n == 0)
         return 0;
-    uint64_t rank = (uint64_t)ceil(p * (double)h->n);
+    /* The epsilon keeps 0.999 * 1000 (999.0000000000001 in floating point) at rank 999. */
+    uint64_t rank = (uint64_t)ceil(p * (double)h->n - 1e-9);
     if (rank < 1)
         rank = 1;
     if (rank > h->n)
@@ -155,6 +156,8 @@ static uint64_t h_percentile(const struct hist *h, double p)
     for (int i = 0; i < H_BUCKETS; i++) {
         seen += h->counts[i];
         if (seen >= rank) {
+            if (i == H_BUCKETS - 1)
+                return h->max; /* the last bucket holds every value past it too */
             uint64_t u = h_upper(i);
             return u < h->max ? u : h->max;
         }
