@@ -26,6 +26,11 @@
  * --channel (docs/PROTOCOL.md) and counts PUSH_ACKS entries (a non-zero
  * status is an error) and ERROR frames.
  *
+ * Between requests it sleeps in epoll_wait on a timerfd set to the next
+ * request's time (timer slack 1 ns). With --spin-us U it wakes U us early
+ * and polls until then: on a core of its own that keeps the wake-up's
+ * latency out of the sends; on a shared core it takes CPU from the servers.
+ *
  * It also measures itself: the send lag of each request (when the
  * generator wrote it, after the write, minus its intended time) and the
  * rate it achieved (requests over the time from the start to the last
@@ -751,7 +756,7 @@ static int gen_main(int argc, char **argv)
     g->connections = 1;
     g->burst = 1;
     g->drain = 10;
-    g->spin_ns = 50000;
+    g->spin_ns = 0;
     g->port = -1;
     const char *proto = "resp", *channel = "openloop";
     size_t payload = 16;

@@ -65,8 +65,11 @@ defmodule Ringbus.Bench.OpenLoop do
     * `pinned` - `redis-server`, the Ringbus server's BEAM (one scheduler,
       `+S 1 +SDcpu 1 +SDio 1`) and the floor on core 0, the generator on
       core 1 (`Ringbus.Bench.Pin`): one core of server, the generator off it.
+      The generator polls for the last 50 us before each request is due
+      (`--spin-us 50`), so that waking up does not delay its sends.
     * `shared` - every process on every core, the Ringbus server with its
-      default schedulers.
+      default schedulers. The generator sleeps until each request is due,
+      leaving the CPU to the servers.
 
   ## Output
 
@@ -119,6 +122,8 @@ defmodule Ringbus.Bench.OpenLoop do
   @channel "openloop"
   # Requests unanswered this long after the last send are counted, not waited for.
   @drain_s 10
+  # On its own core the generator polls for the last 50 us before a request is due.
+  @pinned_spin_us 50
   @max_seconds 600.0
 
   # system => {server, command, what the generator sends}
@@ -276,6 +281,7 @@ defmodule Ringbus.Bench.OpenLoop do
           if command in ["XADD", "XADD~"], do: RedisServer.del!(port, "s")
 
           run = %{
+            spin_us: if(generator_core, do: @pinned_spin_us, else: 0),
             mode: mode,
             system: system,
             command: command,
@@ -333,6 +339,7 @@ defmodule Ringbus.Bench.OpenLoop do
     args =
       ~w(--port #{port} --rate #{run.rate} --seconds #{config.seconds}) ++
         ~w(--connections #{run.connections} --burst #{config.burst} --drain #{@drain_s}) ++
+        ~w(--spin-us #{run.spin_us}) ++
         request_args(request)
 
     IO.puts(

@@ -169,7 +169,8 @@ defmodule Ringbus.Bench.OpenLoop.ProgramTest do
       exe: exe,
       floor: floor
     } do
-      {:ok, r} = Program.generate(exe, gen_args(floor.port, 20_000, 1, 16), nil)
+      args = gen_args(floor.port, 20_000, 1, 16) ++ ~w(--spin-us 50)
+      {:ok, r} = Program.generate(exe, args, nil)
       assert r.requests == 20_000 and r.sent == 20_000
       assert r.answered == 20_000 and r.errors == 0
       assert r.target_rate == 20_000.0
