@@ -76,7 +76,8 @@ defmodule Ringbus.Bench.OpenLoop.Program do
 
   defp fresh?(out, source) do
     case {File.stat(out, time: :posix), File.stat(source, time: :posix)} do
-      {{:ok, built}, {:ok, written}} -> built.mtime >= written.mtime
+      # Whole seconds: a binary of the source's own second may predate the edit.
+      {{:ok, built}, {:ok, written}} -> built.mtime > written.mtime
       _ -> false
     end
   end
