@@ -55,6 +55,7 @@ defmodule Ringbus.MixProject do
   end
 
   defp elixirc_paths(:test), do: ["lib", "bench/lib", "test/support", "bench/test/support"]
-  defp elixirc_paths(:bench), do: ["lib", "bench/lib"]
+  # The benches start peer nodes as the tests do, with the tests' helper.
+  defp elixirc_paths(:bench), do: ["lib", "bench/lib", "test/support/nodes.ex"]
   defp elixirc_paths(_), do: ["lib"]
 end

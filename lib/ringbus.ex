@@ -72,8 +72,9 @@ defmodule Ringbus do
   answers every resend with the first one's seq (see "Producer tags").
   How long a call waits is bounded by the cluster options `:call_timeout`
   and `:reply_timeout` (`Ringbus.Cluster`), or by `push/3`'s `:timeout`.
-  `channels/0` lists this node's channels. `at_home/2` runs a function of
-  a front end's on the channel's node, with the same three outcomes.
+  `channels/0` lists this node's channels. The consumer groups the front
+  ends offer (RESP's stream groups) live at the channel's home too, and a
+  group command from another node has the same three outcomes.
 
   ## Producer tags
 
@@ -138,22 +139,41 @@ defmodule Ringbus do
 
     * `:node`, `:role` (`:leader`, `:follower`, `:candidate`, `:down`: its
       node is not connected or runs no Raft server for the channel, or
-      `:unknown`: no report for 3 s), `:age_ms` (since this node got the
-      figures); a member whose node is not connected or silent has no
-      other figures (nil);
+      `:unknown`: its last report is older than two report periods, 2 s,
+      or there is none), `:age_ms` (since its node measured the figures,
+      as this node received them; kept for an `:unknown` member); a member
+      whose node is not connected or silent has no other figures (nil);
     * `:term`, `:commit_index`, `:applied_index`, `:snapshot_index` (Ra's,
       as of its last tick: with the report interval, up to about 2 s
       old), and `:applied_seq` (the newest seq its ring held at the
       report; -1 for none);
-    * `:lag_entries`: entries the leader committed that the member has not
-      applied (the leader's commit index as its node last heard it, within
-      3 s; nil when it has not); `:lag_ms`: how long since a report last
-      found it caught up, 0 when it is (about 2 s resolution: Ra's
-      metrics tick and the report interval);
+    * `:lag_entries` and `:lag_ms`, as the leader's node computed them at
+      its last report, from the member's last report to it (nil when no
+      report of a leader came within 2 s): `:lag_entries`, the entries
+      committed that the member has not applied; `:lag_ms`, the age of
+      the oldest of them, 0 when there is none: how long ago the commit
+      index first reached the member's applied index + 1. Every member's
+      node notes when it first sees each commit index (its member's, and
+      each report's) and keeps the samples some member still needs, at
+      most 64 per channel, the older thinned out: an entry committed long
+      ago may read up to about a quarter of its age low. Ra publishes its
+      indexes once a second and members report once a second, so
+      `:lag_ms` reads up to about 1 s high for a member that keeps up and
+      up to about 2 s low for one behind; a stalled member's grows with
+      the time it is stalled, whatever its own Raft server still says (an
+      ex-leader whose server stalled reports `:leader` in its old term);
     * `:elections`: terms it went through since its node first saw it
       (its node's start, or the channel's creation);
-      `:snapshot_bytes`, `:log_bytes`: its Raft directory on disk (the
-      node's shared WAL is not counted).
+    * `:log_bytes`: every file of its Raft directory on disk (segments,
+      snapshots, its config), and `:snapshot_bytes`, those of its
+      snapshots; neither counts the WAL;
+    * `:wal_bytes`, `:ets_bytes`: its node's, the same for every
+      replicated channel there: the node's Raft WAL files, which every
+      channel writes to until Ra rolls them over (at 256 MB) into each
+      channel's segments, and Ra's ETS tables (the entries the WAL holds
+      that no segment does yet, and their indexes; not the binaries over
+      64 bytes they refer to, which the VM counts as `:binary` memory).
+      Its node measures these bytes once per report, never on a read.
 
   A write answers `{:ok, seq}`, an error that means it was not done, or
   `{:error, :timeout}`: the outcome is unknown (the leader may have
@@ -643,47 +663,6 @@ defmodule Ringbus do
   """
   @spec incarnation(name()) :: {:ok, pos_integer()} | {:error, :no_channel | node_error()}
   def incarnation(name), do: on_channel(name, :incarnation)
-
-  @doc """
-  Runs `apply(module, function, [name, incarnation | args])` on the node
-  that homes channel `name` (this one, or another through the cluster's
-  link to it) and answers `{:ok, result}`; `incarnation` is the channel's
-  (see "Incarnations"). For a front end that keeps state of its own beside
-  a channel (the RESP consumer groups), so that one copy of it answers for
-  the whole cluster: the module is named as data, so the cluster layer
-  depends on no front end.
-
-  The function runs in a process of the home that others wait on (the
-  link of the asking node): it must not block, call another node or
-  receive. It runs with the channel alive, and may find it deleted.
-  Errors are those of any call on a channel of another node:
-  `{:error, :no_channel}`, `:node_down` or `:node_busy` (not run), or
-  `:timeout` (it may or may not have run). What the function raises
-  raises in the caller: as it is on this node, and from another node as a
-  `RuntimeError` whose message names the channel and the exception.
-
-      defmodule Tally do
-        # Runs where "events" lives, with its name and incarnation first.
-        def bump(_name, _incarnation, by), do: :ets.update_counter(:tallies, :events, by)
-      end
-
-      {:ok, n} = Ringbus.at_home("events", {Tally, :bump, [1]})
-  """
-  @spec at_home(name(), {module(), atom(), list()}) ::
-          {:ok, term()} | {:error, :no_channel | node_error()}
-  def at_home(name, {module, function, args})
-      when is_atom(module) and is_atom(function) and is_list(args) do
-    case Store.fetch(name) do
-      {:ok, channel} ->
-        {:ok, apply(module, function, [name, channel.incarnation | args])}
-
-      {:error, :no_channel} ->
-        case Router.request(name, {:apply, module, function, args}) do
-          {:error, {:raised, banner}} -> raise "at the home of #{inspect(name)}: " <> banner
-          answer -> answer
-        end
-    end
-  end
 
   @doc """
   Lists the names of the channels homed on this node; a channel of another

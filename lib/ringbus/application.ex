@@ -12,7 +12,7 @@ defmodule Ringbus.Application do
   # │                               restarts with the store, whose channels
   # │                               it announces
   # ├── Ringbus.Server.Directory    the servers listening on this node (a Registry)
-  # ├── Ringbus.Resp.GroupTable     owns the RESP consumer groups of the streams
+  # ├── Ringbus.Group.TableOwner    owns the consumer groups of the channels
   # │                               this node homes (Ringbus.Release.node_children/0)
   # └── in a release: the channels, servers and HTTP endpoint its runtime
   #     configuration declares (`Ringbus.Release`)

@@ -777,7 +777,15 @@ defmodule Ringbus.Client do
   @doc """
   A channel's figures, as `Ringbus.info/1` gives them (see `t:Ringbus.info/0`),
   with its `:incarnation`, but for a replicated channel's Raft figures, which
-  this protocol version does not carry.
+  the protocol does not carry. Two more keys (protocol version 4):
+
+    * `:replicas` - the channel's members, for a replicated channel; `nil`
+      for a memory channel
+    * `:nodes` - the nodes the server's node is connected to, itself
+      included: the most `:replicas` a `create/4` through it can ask for now
+
+  A server that speaks only version 3 refuses this client's `HELLO` with
+  `:bad_version`.
   """
   @spec info(t(), channel()) :: {:ok, Ringbus.info()} | {:error, reason()}
   def info(client, channel), do: call(client, &{:info, &1, channel!(channel)})

@@ -23,7 +23,8 @@ defmodule Ringbus.Metrics do
   the node runs the cluster layer. A replicated channel's `ringbus_replica_*`
   families are its member on this node, from `Ringbus.info/1`'s
   `:replication` (an ETS read: the figures its node's reporter wrote last,
-  each second); each node exports its own member.
+  each second, and its lag as the leader's node last sent it); each node
+  exports its own member.
 
   ## Metric families
 

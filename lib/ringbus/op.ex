@@ -23,7 +23,7 @@ defmodule Ringbus.Op do
   # `room`; a first message (or a pulled one) larger than `room` is answered
   # `{:error, :too_large}` and stays in the ring.
 
-  alias Ringbus.{Channel, Replica}
+  alias Ringbus.{Channel, Group, Replica}
   alias Ringbus.Channel.{Producers, Ring, Subscription, Trim}
 
   # What a message costs in an answer beyond its payload, as a link counts it.
@@ -42,7 +42,9 @@ defmodule Ringbus.Op do
     * `{:push_run, payloads, count, bytes}` - a batch whose refusal counts
       nothing (the caller then pushes it as `:push_batches`)
     * `{:push_tagged, tag, payloads, count, bytes}` - a batch under a
-      producer tag, stored once however often it is sent
+      producer tag, stored once however often it is sent; its payloads a
+      list, or an enumerable of binaries that knows its count and bytes (a
+      server's large `PUSH_BATCH`, as the bytes it came in)
     * `{:push_batches, [{payloads, count, bytes}]}` - batches, each alone
     * `{:push_trim, push, trim}` - a push of the above, then `trim`: what
       RESP's XADD with MAXLEN is, as one operation
@@ -54,12 +56,16 @@ defmodule Ringbus.Op do
     * `{:stamped, op}` - `op`, answered with the channel's incarnation:
       `{:ok, incarnation, answer}`, so that a front end learns both in one
       request
+    * `{:group, request}` - a request on the channel's consumer groups
+      (`Ringbus.Group.request()`), run where the channel lives; a replicated
+      channel's run on the member's ring and that node's groups
   """
   @type t ::
           {:push, binary()}
           | {:push_many, [binary()], non_neg_integer(), non_neg_integer()}
           | {:push_run, [binary()], pos_integer(), non_neg_integer()}
-          | {:push_tagged, tag(), [binary()], non_neg_integer(), non_neg_integer()}
+          | {:push_tagged, tag(), [binary()] | Enumerable.t(), non_neg_integer(),
+             non_neg_integer()}
           | {:push_batches, [{[binary()], non_neg_integer(), non_neg_integer()}]}
           | {:push_trim, t(), Trim.t()}
           | :pull
@@ -71,6 +77,7 @@ defmodule Ringbus.Op do
           | {:subscribe, keyword(), pid()}
           | {:subscriptions, timeout(), pos_integer()}
           | {:stamped, t()}
+          | {:group, Group.request()}
 
   @typedoc "What `run/3` decides: the answer now, or a function whose result is the answer."
   @type outcome :: {:reply, term()} | {:wait, (() -> term())}
@@ -147,6 +154,12 @@ defmodule Ringbus.Op do
   end
 
   defp replicated(channel, :info, _room, _timeout), do: {:reply, {:ok, Replica.info(channel)}}
+
+  # For now, on this member's ring and this node's groups, as a memory
+  # channel's (`Ringbus.Group`'s known limit).
+  defp replicated(channel, {:group, _} = op, room, _timeout),
+    do: {:reply, memory(channel, op, room)}
+
   defp replicated(channel, op, room, _timeout), do: {:reply, memory(channel, op, room)}
 
   defp within(nil), do: []
@@ -212,6 +225,8 @@ defmodule Ringbus.Op do
 
   defp memory(channel, {:subscribe, opts, subscriber}, _room),
     do: Subscription.start(channel, subscriber, opts)
+
+  defp memory(channel, {:group, request}, room), do: Group.run(channel, request, room)
 
   defp laps?(%Channel{capacity: capacity}, len, _push) when len > capacity, do: true
   defp laps?(%Channel{max_bytes: nil}, _len, _push), do: false
@@ -319,6 +334,37 @@ defmodule Ringbus.Op do
   ## What answers cost
 
   @doc """
+  The bytes a request for `op` carries, to bound what a link holds:
+  payloads and what each message costs beyond its payload; for a group
+  request, its seqs and names. Not counted: a fixed cost per item, which
+  the link adds.
+
+      iex> Ringbus.Op.request_bytes({:push_tagged, {"p", 1}, ["ab", "c"], 2, 3})
+      35
+      iex> Ringbus.Op.request_bytes({:stamped, {:push_trim, {:push, "abc"}, %{}}})
+      19
+  """
+  @spec request_bytes(t()) :: non_neg_integer()
+  def request_bytes({:push, payload}), do: byte_size(payload) + @message_bytes
+
+  def request_bytes({push, _payloads, count, bytes}) when push in [:push_many, :push_run],
+    do: bytes + @message_bytes * count
+
+  def request_bytes({:push_tagged, _tag, _payloads, count, bytes}),
+    do: bytes + @message_bytes * count
+
+  def request_bytes({:push_batches, batches}),
+    do:
+      Enum.reduce(batches, 0, fn {_, count, bytes}, sum ->
+        sum + bytes + @message_bytes * count
+      end)
+
+  def request_bytes({:push_trim, push, _trim}), do: request_bytes(push)
+  def request_bytes({:stamped, op}), do: request_bytes(op)
+  def request_bytes({:group, request}), do: :erlang.external_size(request)
+  def request_bytes(_op), do: 0
+
+  @doc """
   The bytes an answer carries, to bound what a link holds: payloads and
   what each message costs beyond its payload.
   """
@@ -331,8 +377,8 @@ defmodule Ringbus.Op do
   def answer_bytes({:ok, _incarnation, answer}), do: answer_bytes(answer)
   def answer_bytes({:led, _leader, answer}), do: answer_bytes(answer)
 
-  # Figures, a survey's, results per batch, a front end's answer: measured
-  # whole, as nothing bounds them before.
+  # Figures, a survey's, results per batch, a group's answer: measured
+  # whole (a group's read of entries is cut to the room before).
   def answer_bytes({:ok, answer}) when not is_integer(answer), do: :erlang.external_size(answer)
 
   def answer_bytes(_answer), do: 0

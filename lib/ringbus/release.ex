@@ -84,11 +84,11 @@ defmodule Ringbus.Release do
 
   @doc """
   What every node runs for its front ends, release or not, before any
-  server: the owner of the RESP consumer groups of the streams it homes
-  (`Ringbus.Resp.GroupTable`).
+  server: the owner of the consumer groups of the channels it homes
+  (`Ringbus.Group.TableOwner`).
   """
   @spec node_children() :: [module()]
-  def node_children, do: [Ringbus.Resp.GroupTable]
+  def node_children, do: [Ringbus.Group.TableOwner]
 
   @doc """
   The children `Ringbus.Application` starts for a boot configuration:

@@ -214,6 +214,8 @@ defmodule Ringbus.Replica do
     )
 
     Options.check!(:timeout, opts[:timeout], &Options.positive?/1, "a positive integer")
+    # The log and the machine take a list; a packed batch is listed here.
+    payloads = if is_list(payloads), do: payloads, else: Enum.to_list(payloads)
     call(channel, {:push, opts[:producer], payloads, bytes}, opts[:timeout])
   end
 

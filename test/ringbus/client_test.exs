@@ -102,7 +102,11 @@ defmodule Ringbus.ClientTest do
     assert {:error, :exists} = Client.create(c, "c1", capacity: 2)
     assert_raise Client.Error, ~r/exists/, fn -> Client.create!(c, "c1", capacity: 2) end
     assert {:ok, 0} = Client.len(c, "c1")
-    assert %{capacity: 2, overflow: :reject, pushed: 0} = Client.info!(c, "c1")
+
+    assert %{capacity: 2, overflow: :reject, pushed: 0, replicas: nil, nodes: nodes} =
+             Client.info!(c, "c1")
+
+    assert nodes == length(Node.list()) + 1
     assert {:ok, 0} = Client.push(c, "c1", "a")
     assert 1 = Client.len!(c, "c1")
     assert :ok = Client.delete(c, "c1")

@@ -56,6 +56,38 @@ defmodule Ringbus.HTTPTest do
     assert {"", 0} = Promtool.check(body)
   end
 
+  test "/metrics shows the node's Raft WAL grow as replicated channels write, and Ra's ETS tables",
+       %{url: url} do
+    :ok = Ringbus.create("durable-wal", replicas: 1, capacity: 1_000)
+    {:ok, _} = Ringbus.push("durable-wal", "first")
+
+    # The node's figures come with its next report.
+    assert eventually(fn -> is_integer(sample(url, "ringbus_replica_wal_bytes")) end, 1000)
+    before = sample(url, "ringbus_replica_wal_bytes")
+
+    mib = :binary.copy("w", 1024 * 1024)
+    for _ <- 1..4, do: {:ok, _} = Ringbus.push_many("durable-wal", [mib])
+
+    assert eventually(
+             fn -> sample(url, "ringbus_replica_wal_bytes") >= before + 4 * byte_size(mib) end,
+             1000
+           )
+
+    assert sample(url, "ringbus_replica_ets_bytes") > 0
+    {200, _, body} = get(url <> "/metrics")
+    assert {"", 0} = Promtool.check(body)
+  end
+
+  # A family's one sample without labels, as /metrics shows it now; nil without one.
+  defp sample(url, family) do
+    {200, _, body} = get(url <> "/metrics")
+
+    case Regex.run(~r/^#{family} (\d+)$/m, body) do
+      [_, n] -> String.to_integer(n)
+      nil -> nil
+    end
+  end
+
   test "a replicated channel's member: in /metrics (promtool accepts it) and on /status, .json, .txt",
        %{url: url} do
     :ok = Ringbus.create("durable-shown", replicas: 1, capacity: 10)

@@ -376,6 +376,26 @@ defmodule Ringbus.Test.ClusterProbe do
     end
   end
 
+  @doc """
+  Starts a process that pushes `batch` messages to `name` with
+  `Ringbus.push_many/2` every `interval_ms`, whatever the answers, until it
+  is sent `:stop`: a steady load.
+  """
+  def steady_pusher(name, batch, interval_ms) do
+    payloads = for i <- 1..batch, do: "steady-#{i}"
+    spawn(fn -> push_steadily(name, payloads, interval_ms) end)
+  end
+
+  defp push_steadily(name, payloads, interval_ms) do
+    receive do
+      :stop -> :ok
+    after
+      interval_ms ->
+        Ringbus.push_many(name, payloads)
+        push_steadily(name, payloads, interval_ms)
+    end
+  end
+
   @doc "The largest `queued_bytes` a `queue_sampler/0` has seen."
   def largest_queued(pid), do: ask(pid, {:get, self()}, :largest)
 
@@ -402,17 +422,6 @@ defmodule Ringbus.Test.ClusterProbe do
     after
       5_000 -> :timeout
     end
-  end
-
-  @doc "For `Ringbus.at_home/2`: where it ran, for which channel; raises `reason` when given."
-  def where(name, incarnation), do: {name, incarnation, node()}
-  def where(_name, _incarnation, reason), do: raise(ArgumentError, reason)
-
-  @doc "`Ringbus.at_home/2`, with what it raises as `{:raised, message}`."
-  def at_home_rescued(name, mfa) do
-    Ringbus.at_home(name, mfa)
-  rescue
-    e -> {:raised, Exception.message(e)}
   end
 
   @doc "Starts a server with a RESP listener on this node, both on port 0; returns the RESP port."

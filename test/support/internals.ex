@@ -48,6 +48,12 @@ defmodule Ringbus.Test.Internals do
   @doc "The handle of a channel, or `{:error, :no_channel}`."
   def channel(name), do: Ringbus.Store.fetch(name)
 
+  @doc "The registered name of replicated channel `name`'s Raft server on this node."
+  def ra_server(name) do
+    {:ok, %{replica: %{server: {local, _node}}}} = Ringbus.Store.fetch(name)
+    local
+  end
+
   @doc """
   The index of the newest snapshot of replicated channel `name`'s Raft
   member on this node, from Ra's metrics table (refreshed on Ra's tick,

@@ -1,8 +1,8 @@
 defmodule Ringbus.Test.Nodes do
   @moduledoc """
   Real Ringbus nodes on this machine, started with OTP's `:peer`, for the
-  cluster tests. (The benches keep a copy of their own under bench/, so that
-  no test depends on a bench module.)
+  cluster tests, and for the cluster and replication benches and the chaos
+  run, which compile this file with theirs.
 
   Each node is a separate BEAM (`connection: :standard_io`, so a stopped node
   cannot wedge the caller's distribution), named uniquely for this run (other

@@ -4,7 +4,7 @@ defmodule Ringbus.Chaos do
   that stalls, kills and partitions nodes on a seeded schedule, and a
   checker that reads the history against every channel's final state.
 
-  Four peer nodes (`Ringbus.Bench.Cluster.Nodes`): two client nodes, which
+  Four peer nodes (`Ringbus.Test.Nodes`): two client nodes, which
   run the producers and consumers (`Ringbus.Chaos.Workload`) and keep the
   histories, and two home nodes. Channels:
 
@@ -41,7 +41,7 @@ defmodule Ringbus.Chaos do
   (`:memory`, the default, or `:replicated`, whose producers always tag).
   """
 
-  alias Ringbus.Bench.Cluster.Nodes
+  alias Ringbus.Test.Nodes
   alias Ringbus.Chaos.{Checker, History, Nemesis, Workload}
 
   @history :ringbus_chaos_history

@@ -6,7 +6,7 @@ defmodule Ringbus.ChaosTest do
   # Not async: it starts four nodes and wants the machine to itself.
   use ExUnit.Case, async: false
 
-  alias Ringbus.Bench.Cluster.Nodes
+  alias Ringbus.Test.Nodes
   alias Ringbus.Chaos.Nemesis
 
   @moduletag :chaos

@@ -71,7 +71,13 @@ defmodule Ringbus.Channel.Producers do
   Pushes a batch of `count` payloads, `bytes` bytes (`Ring.measure!/1`),
   to a memory channel under `tag`, or untagged when `tag` is nil.
   """
-  @spec push_tagged(Channel.t(), tag() | nil, [binary()], non_neg_integer(), non_neg_integer()) ::
+  @spec push_tagged(
+          Channel.t(),
+          tag() | nil,
+          Enumerable.t(),
+          non_neg_integer(),
+          non_neg_integer()
+        ) ::
           {:ok, non_neg_integer()} | {:error, :full | :too_large | :stale_tag}
   def push_tagged(channel, nil, payloads, count, bytes),
     do: Ring.push_measured(channel, payloads, count, bytes)

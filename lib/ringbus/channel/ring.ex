@@ -197,9 +197,11 @@ defmodule Ringbus.Channel.Ring do
   @doc """
   Pushes a batch of `count` binaries, `bytes` bytes in all, as counted by
   `measure!/1` (or by a caller that walked the batch already). Under reject
-  it goes in whole or not at all.
+  it goes in whole or not at all. The batch is a list, or any enumerable of
+  binaries that knows its count and bytes (a server's large `PUSH_BATCH`),
+  walked without listing it.
   """
-  @spec push_measured(Channel.t(), [binary()], non_neg_integer(), non_neg_integer()) ::
+  @spec push_measured(Channel.t(), Enumerable.t(), non_neg_integer(), non_neg_integer()) ::
           {:ok, seq} | {:error, :full | :too_large}
   def push_measured(ch, _payloads, 0, _bytes), do: {:ok, :atomics.get(ch.atomics, @head)}
 
@@ -277,8 +279,7 @@ defmodule Ringbus.Channel.Ring do
       :ets.delete(t, reservation_key(last))
       :retry
     else
-      data = IO.iodata_to_binary(payloads)
-      ends = ends(payloads, 0, <<0::32>>)
+      {data, ends} = chunk(payloads)
       :ets.insert(t, {chunk_key(last), first, bytes, count, data, ends, now_us()})
       :ets.delete(t, reservation_key(last))
       stored_bytes(ch, bytes)
@@ -287,8 +288,23 @@ defmodule Ringbus.Channel.Ring do
     end
   end
 
-  # Where each payload ends in the chunk's data, after a 0: payload i is the
-  # bytes between entries i and i + 1.
+  # A batch's payloads in one binary, and where each ends in it, after a 0:
+  # payload i is the bytes between entries i and i + 1. A batch is a list,
+  # or any enumerable of binaries (a server's large PUSH_BATCH, as the bytes
+  # it came in), walked once without listing it: both binaries grow in place.
+  defp chunk(payloads) when is_list(payloads),
+    do: {IO.iodata_to_binary(payloads), ends(payloads, 0, <<0::32>>)}
+
+  defp chunk(payloads) do
+    {data, ends, _at} =
+      Enum.reduce(payloads, {<<>>, <<0::32>>, 0}, fn p, {data, ends, at} ->
+        at = at + byte_size(p)
+        {<<data::binary, p::binary>>, <<ends::binary, at::32>>, at}
+      end)
+
+    {data, ends}
+  end
+
   defp ends([p | rest], at, acc),
     do: ends(rest, at + byte_size(p), <<acc::binary, at + byte_size(p)::32>>)
 
@@ -305,6 +321,15 @@ defmodule Ringbus.Channel.Ring do
     do: objects(rest, seq + 1, at, [{seq, detach(p), at} | acc])
 
   defp objects([], _seq, _at, acc), do: acc
+
+  defp objects(payloads, seq, at, acc) do
+    {acc, _seq} =
+      Enum.reduce(payloads, {acc, seq}, fn p, {acc, seq} ->
+        {[{seq, detach(p), at} | acc], seq + 1}
+      end)
+
+    acc
+  end
 
   defp now_us, do: :erlang.monotonic_time(:microsecond)
 

@@ -165,21 +165,30 @@ defmodule Ringbus.Cluster.Directory do
     # Leaders of replicated channels as their members last said (the router's).
     :ets.new(@leaders, [:named_table, :public, :set, read_concurrency: true])
     incarnation = {System.os_time(:microsecond), :erlang.unique_integer()}
-    # core: the directory's state; timers: create id => timer reference.
-    {:ok, %{core: Core.new(incarnation, config.create_timeout), timers: %{}}}
+    # core: the directory's state; timers: create id => timer reference;
+    # claimers: monitor => {name, stamp, from} of each `claim/1` caller
+    # until it settles the claim (`claimed/4`) or is refused one.
+    {:ok, %{core: Core.new(incarnation, config.create_timeout), timers: %{}, claimers: %{}}}
   end
 
   @impl true
   def handle_call({:create, name, opts}, from, state),
     do: {:noreply, create(state, name, opts, {:call, from})}
 
-  def handle_call({:claim, name}, from, state) do
+  # A claim is held for its caller until it calls `claimed/4`: should it die
+  # first, the claim is given up, or it would keep the name from every create.
+  def handle_call({:claim, name}, {pid, _} = from, state) do
     stamp = {System.os_time(:microsecond), node()}
-    {:noreply, run(state, {:claim, name, {:call, from}, make_ref(), stamp})}
+    claimers = Map.put(state.claimers, Process.monitor(pid), {name, stamp, from})
+
+    {:noreply,
+     run(%{state | claimers: claimers}, {:claim, name, {:call, from}, make_ref(), stamp})}
   end
 
-  def handle_call({:claimed, name, opts, stamp, result}, from, state),
-    do: {:noreply, run(state, {:claimed, name, opts, stamp, {:call, from}, result})}
+  def handle_call({:claimed, name, opts, stamp, result}, from, state) do
+    state = settled(state, fn {n, s, _from} -> n == name and s == stamp end)
+    {:noreply, run(state, {:claimed, name, opts, stamp, {:call, from}, result})}
+  end
 
   def handle_call({:announce, name, opts, stamp}, from, state),
     do: {:noreply, run(state, {:announce, name, opts, stamp, {:call, from}})}
@@ -208,6 +217,16 @@ defmodule Ringbus.Cluster.Directory do
   def handle_info({:ringbus_link_down, node}, state),
     do: {:noreply, run(state, {:link_down, node})}
 
+  def handle_info({:DOWN, monitor, :process, _pid, _reason}, state) do
+    case Map.pop(state.claimers, monitor) do
+      {{name, stamp, _from}, claimers} ->
+        {:noreply, run(%{state | claimers: claimers}, {:abandon, name, stamp})}
+
+      {nil, _} ->
+        {:noreply, state}
+    end
+  end
+
   def handle_info({:create_timeout, id}, state) do
     state = %{state | timers: Map.delete(state.timers, id)}
     {:noreply, run(state, {:timeout, id})}
@@ -232,6 +251,13 @@ defmodule Ringbus.Cluster.Directory do
     end
   end
 
+  # Stops watching the claimers `settled?` picks.
+  defp settled(state, settled?) do
+    {done, claimers} = Enum.split_with(state.claimers, fn {_monitor, c} -> settled?.(c) end)
+    Enum.each(done, fn {monitor, _} -> Process.demonitor(monitor, [:flush]) end)
+    %{state | claimers: Map.new(claimers)}
+  end
+
   ## Effects
 
   defp run(state, event) do
@@ -252,7 +278,10 @@ defmodule Ringbus.Cluster.Directory do
 
   defp execute({:reply, {:call, from}, answer}, state) do
     GenServer.reply(from, answer)
-    state
+    # A claim refused is not held: its caller has nothing to settle.
+    if match?({:error, _}, answer),
+      do: settled(state, &(elem(&1, 2) == from)),
+      else: state
   end
 
   defp execute({:reply, {:link, link, ref}, answer}, state) do

@@ -51,7 +51,6 @@ defmodule Ringbus.Cluster.Home do
           | {:subscribe, keyword()}
           | {:create, keyword()}
           | :delete
-          | {:apply, module(), atom(), list()}
 
   @doc """
   Runs `op` on channel `name` for `link`, whose answers may carry at most
@@ -71,16 +70,6 @@ defmodule Ringbus.Cluster.Home do
 
       _ ->
         {:directory, {:delete, name}}
-    end
-  end
-
-  # A front end's own state beside the channel (`Ringbus.at_home/2`): the
-  # function is data, so this layer names no front end. What it raises is
-  # answered as text, and the link goes on.
-  def run(name, {:apply, module, function, args}, _link, _room) do
-    case Store.fetch(name) do
-      {:ok, channel} -> {:reply, applied(module, function, [name, channel.incarnation | args])}
-      error -> {:reply, error}
     end
   end
 
@@ -125,12 +114,6 @@ defmodule Ringbus.Cluster.Home do
     fun.()
   rescue
     ArgumentError -> {:error, :no_channel}
-  end
-
-  defp applied(module, function, args) do
-    {:ok, apply(module, function, args)}
-  catch
-    kind, reason -> {:error, {:raised, Exception.format_banner(kind, reason, __STACKTRACE__)}}
   end
 
   # Every member drops it, then every node forgets its entry.

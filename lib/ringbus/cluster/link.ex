@@ -64,7 +64,6 @@ defmodule Ringbus.Cluster.Link do
   # What a request, an answer or a batch of messages costs beyond its
   # payloads, roughly: enough that many small items still count.
   @item_bytes 64
-  @message_bytes 16
   @retry_max 50
 
   @doc false
@@ -353,7 +352,7 @@ defmodule Ringbus.Cluster.Link do
 
   # Larger than the link ever holds: refused, whatever it holds now.
   defp request(state, ref, name, op, flag) do
-    bytes = op_bytes(op)
+    bytes = Op.request_bytes(op) + @item_bytes
 
     if bytes > state.outbox.max_bytes do
       send(ref, {ref, {:error, :too_large}})
@@ -392,21 +391,6 @@ defmodule Ringbus.Cluster.Link do
 
   defp full(%{full?: true} = state), do: state
   defp full(state), do: set_state(%{state | full?: true})
-
-  defp op_bytes({:push, payload}), do: byte_size(payload) + @item_bytes
-  defp op_bytes({:push_many, _, count, bytes}), do: bytes + @message_bytes * count + @item_bytes
-  defp op_bytes({:push_run, _, count, bytes}), do: bytes + @message_bytes * count + @item_bytes
-
-  defp op_bytes({:push_batches, batches}) do
-    Enum.reduce(batches, @item_bytes, fn {_, count, bytes}, sum ->
-      sum + bytes + @message_bytes * count
-    end)
-  end
-
-  defp op_bytes({:apply, _module, _function, args}),
-    do: :erlang.external_size(args) + @item_bytes
-
-  defp op_bytes(_op), do: @item_bytes
 
   ## Sending
 

@@ -167,14 +167,16 @@ defmodule Ringbus.HTTP.StatusPage do
     rows =
       for m <- members do
         [m.channel, m.node, m.role, m.term, m.commit_index, m.applied_index, m.applied_seq] ++
-          [m.lag_entries, m.lag_seconds, m.elections, bytes(m.snapshot_bytes), bytes(m.log_bytes)]
+          [m.lag_entries, m.lag_seconds, m.elections, bytes(m.snapshot_bytes), bytes(m.log_bytes)] ++
+          [bytes(m[:wal_bytes]), bytes(m[:ets_bytes])]
       end
 
     [
       "<h2>Replicas</h2>\n",
       table(
         "replicas",
-        ~w(channel node role term commit applied applied_seq lag lag_s elections snapshot log),
+        ~w(channel node role term commit applied applied_seq lag lag_s elections snapshot log) ++
+          ["node wal", "node ets"],
         rows,
         3
       )

@@ -45,7 +45,8 @@ defmodule Ringbus.HTTP.StatusText do
   defp replicas(members) do
     [
       table(
-        ~w(CHANNEL NODE ROLE TERM COMMIT APPLIED APPLIED_SEQ LAG LAG_S ELECTIONS SNAPSHOT LOG),
+        ~w(CHANNEL NODE ROLE TERM COMMIT APPLIED APPLIED_SEQ LAG LAG_S ELECTIONS SNAPSHOT LOG) ++
+          ~w(NODE_WAL NODE_ETS),
         for m <- members do
           [m.channel, m.node, m.role, m.term, m.commit_index, m.applied_index, m.applied_seq] ++
             [
@@ -53,7 +54,9 @@ defmodule Ringbus.HTTP.StatusText do
               m.lag_seconds,
               m.elections,
               bytes(m.snapshot_bytes),
-              bytes(m.log_bytes)
+              bytes(m.log_bytes),
+              bytes(m[:wal_bytes]),
+              bytes(m[:ets_bytes])
             ]
         end
       ),

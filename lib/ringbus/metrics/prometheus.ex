@@ -42,10 +42,12 @@ defmodule Ringbus.Metrics.Prometheus do
     {"ringbus_replica_applied_index", :gauge,
      "The highest log index this member applied to its ring.", ~w(channel)},
     {"ringbus_replica_lag_entries", :gauge,
-     "Log entries the leader committed that this member has not applied.", ~w(channel)},
+     "Log entries committed that this member had not applied at its last report, " <>
+       "as the leader's node computed them.", ~w(channel)},
     {"ringbus_replica_lag_seconds", :gauge,
-     "Seconds since this member last held every entry the leader had committed " <>
-       "(0 when it does; about 2 s resolution).", ~w(channel)},
+     "Age of the oldest log entry committed that this member had not applied at its last " <>
+       "report (0 when none), as the leader's node computed it: up to about 1 s high " <>
+       "for a member that keeps up, about 2 s low for one behind.", ~w(channel)},
     {"ringbus_replica_elections_total", :counter,
      "Elections this member saw (terms it went through) since this node started or the channel was created.",
      ~w(channel)},
@@ -54,6 +56,13 @@ defmodule Ringbus.Metrics.Prometheus do
     {"ringbus_replica_log_bytes", :gauge,
      "Bytes in this member's Raft directory on disk (segments, snapshots), " <>
        "not counting the node's shared WAL.", ~w(channel)},
+    # This node's Raft system, shared by its replicated channels.
+    {"ringbus_replica_wal_bytes", :gauge,
+     "Bytes of this node's Raft WAL files, which every replicated channel of the node " <>
+       "writes to, until Ra rolls them over into each channel's segments.", []},
+    {"ringbus_replica_ets_bytes", :gauge,
+     "Bytes of Ra's ETS tables on this node: the log entries the WAL holds that no " <>
+       "segment does yet, and their indexes (not the binaries over 64 bytes they refer to).", []},
     # Subscriptions: Ringbus.subscriptions/2.
     {"ringbus_subscription_lag_messages", :gauge,
      "Messages pushed to the channel that the subscription has not sent yet.",
@@ -137,7 +146,17 @@ defmodule Ringbus.Metrics.Prometheus do
      ~w(node outcome)}
   ]
 
-  @sections [:channels, :replicas, :subscriptions, :delivery, :servers, :groups, :vm, :cluster]
+  @sections [
+    :channels,
+    :replicas,
+    :raft,
+    :subscriptions,
+    :delivery,
+    :servers,
+    :groups,
+    :vm,
+    :cluster
+  ]
 
   @channel_fields [
     {"ringbus_channel_len", :len},
@@ -246,6 +265,27 @@ defmodule Ringbus.Metrics.Prometheus do
               )
           ] ++ [{"ringbus_replica_lag_seconds", labels, member.lag_ms && member.lag_ms / 1000}],
         do: sample
+  end
+
+  # The node's figures, which each of its members carries: the first's.
+  defp samples(:raft, snapshot) do
+    local =
+      for %{info: info} <- snapshot.channels,
+          %{node: node} = member <- Map.get(info, :replication) || [],
+          node == snapshot.node,
+          is_integer(Map.get(member, :wal_bytes)),
+          do: member
+
+    case local do
+      [member | _] ->
+        [
+          {"ringbus_replica_wal_bytes", [], member.wal_bytes},
+          {"ringbus_replica_ets_bytes", [], Map.get(member, :ets_bytes)}
+        ]
+
+      [] ->
+        []
+    end
   end
 
   defp samples(:subscriptions, snapshot) do

@@ -58,18 +58,21 @@ defmodule Ringbus.Metrics.Status do
     }
   end
 
-  # Every member of each replicated channel, as this node's reports know it.
+  # Every member of each replicated channel, as this node's reports know it,
+  # with its node's WAL and Ra ETS bytes (shared by that node's channels).
   defp replicas(channels) do
     for %{label: label, info: info} <- channels, m <- Map.get(info, :replication) || [] do
       m
-      |> Map.take(~w(term commit_index applied_index applied_seq lag_entries elections)a)
+      |> Map.take(~w(term commit_index applied_index applied_seq lag_entries elections age_ms)a)
       |> Map.merge(%{
         channel: label,
         node: Atom.to_string(m.node),
         role: Atom.to_string(m.role),
         lag_seconds: m.lag_ms && m.lag_ms / 1000,
         snapshot_bytes: m.snapshot_bytes,
-        log_bytes: m.log_bytes
+        log_bytes: m.log_bytes,
+        wal_bytes: Map.get(m, :wal_bytes),
+        ets_bytes: Map.get(m, :ets_bytes)
       })
     end
   end

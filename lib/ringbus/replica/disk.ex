@@ -2,8 +2,8 @@ defmodule Ringbus.Replica.Disk do
   @moduledoc false
   # The bytes a member's Ra server keeps in its own directory (segments,
   # snapshots, its config), walked with a bound on the entries looked at so
-  # that a directory gone wrong never holds up the reporter. The WAL is
-  # shared by every server of the node and is not counted.
+  # that a directory gone wrong never holds up the reporter; and the bytes
+  # of the node's WAL, which every server of the node shares.
 
   @max_entries 10_000
 
@@ -25,6 +25,23 @@ defmodule Ringbus.Replica.Disk do
 
     {rest, _left} = walk(others, 0, left)
     {rest + snapshots, snapshots}
+  end
+
+  @doc """
+  The bytes of the WAL files (`*.wal`) directly in `dir`, the Ra system's
+  WAL directory, shared by every server of the node; a missing dir is 0.
+  """
+  @spec wal_bytes(Path.t()) :: non_neg_integer()
+  def wal_bytes(dir) do
+    case File.ls(dir) do
+      {:ok, names} ->
+        wals = for name <- names, String.ends_with?(name, ".wal"), do: Path.join(dir, name)
+        {bytes, _left} = walk(Enum.take(wals, @max_entries), 0, @max_entries)
+        bytes
+
+      {:error, _} ->
+        0
+    end
   end
 
   defp walk(_paths, bytes, 0), do: {bytes, 0}

@@ -154,41 +154,50 @@ defmodule Ringbus.Replica.Machine do
   # Pushes a batch under its producer's tag, or answers a tag seen already.
   defp tagged(state, nil, payloads, _index), do: store(state, payloads)
 
+  # As a memory channel's tags (`Ringbus.Channel.Producers`): a tag at or
+  # below last - window is stale; one within the window that was stored
+  # answers its reply; one within it never stored (refused, or sent out of
+  # order) is stored now, once.
   defp tagged(state, {producer, n} = tag, payloads, index) when is_integer(n) do
-    case Map.fetch(state.producers, producer) do
-      {:ok, {last, _seen, recent}} when n <= last ->
-        {state, seen_reply(recent, n), []}
+    known = Map.fetch(state.producers, producer)
 
-      known ->
-        case store(state, payloads) do
-          {state, {:ok, _} = reply, ops} ->
-            {remember(state, tag, reply, index, known), reply, ops}
+    case known do
+      {:ok, {last, _seen, _recent}} when n <= last - state.window ->
+        {state, {:error, :stale_tag}, []}
 
-          refused ->
-            refused
+      {:ok, {_last, _seen, recent}} ->
+        case List.keyfind(:queue.to_list(recent), n, 0) do
+          {^n, reply} -> {state, reply, []}
+          nil -> store_tagged(state, tag, payloads, index, known)
         end
+
+      :error ->
+        store_tagged(state, tag, payloads, index, known)
     end
   end
 
   defp tagged(state, _bad_tag, _payloads, _index), do: {state, {:error, :badarg}, []}
 
-  defp seen_reply(recent, n) do
-    case List.keyfind(:queue.to_list(recent), n, 0) do
-      {^n, reply} -> reply
-      nil -> {:error, :stale_tag}
+  defp store_tagged(state, tag, payloads, index, known) do
+    case store(state, payloads) do
+      {state, {:ok, _} = reply, ops} -> {remember(state, tag, reply, index, known), reply, ops}
+      refused -> refused
     end
   end
 
+  # The producer's last is its highest n stored; it remembers the replies
+  # of its tags above last - window (at most window of them).
   defp remember(state, {producer, n}, reply, index, known) do
-    recent =
+    {last, recent} =
       case known do
-        {:ok, {_last, _seen, recent}} -> recent
-        :error -> :queue.new()
+        {:ok, {last, _seen, recent}} -> {max(last, n), recent}
+        :error -> {n, :queue.new()}
       end
 
-    recent = :queue.in({n, reply}, recent)
-    recent = if :queue.len(recent) > state.window, do: :queue.drop(recent), else: recent
-    producers = Map.put(state.producers, producer, {n, index, recent})
+    recent =
+      :queue.filter(fn {k, _} -> k > last - state.window end, :queue.in({n, reply}, recent))
+
+    producers = Map.put(state.producers, producer, {last, index, recent})
     %{state | producers: evict(producers, state.max_producers)}
   end
 

@@ -7,25 +7,37 @@ defmodule Ringbus.Replica.Reporter do
   #
   # Every second this process reads each local member's figures (Ra's
   # `ra_state` and `ra_metrics` tables, its ring, its server's directory on
-  # disk; `Ringbus.Replica.Member.figures/5`), writes them to the table and
+  # disk; `Ringbus.Replica.Member.figures/3`), writes them to the table and
   # sends them, one message per node, to the reporters of the other
   # members' nodes with `[:noconnect, :nosuspend]`: a node that is not
   # connected or whose buffer is full misses that report. Reports received
   # are kept with their arrival time; a reader shows one older than
   # `@stale_ms` as `:unknown` and a member whose node is not connected as
-  # `:down` (`Member.view/4`). The table holds one row per member of the
-  # channels this node is a member of, swept each second.
+  # `:down` (`Member.views/4`). The table holds one row per member of the
+  # channels this node is a member of, swept each second:
+  # `{{cluster, node}, figures, %{applied: index, lags: lags}, at}`.
+  #
+  # Lag. For each channel this process keeps when it first saw each commit
+  # index (`Ringbus.Replica.Commits`), from its own member's figures and
+  # every report received, and drops the samples every member has applied.
+  # When its member leads, it computes every member's lag from them
+  # (`Member.lags/2`) and sends the lags with its figures; readers take
+  # them from the leader's row.
 
   use GenServer
 
   alias Ringbus.Store
   alias Ringbus.Channel.Ring
-  alias Ringbus.Replica.{Config, Disk, Member}
+  alias Ringbus.Replica.{Commits, Config, Disk, Member}
 
   @table :ringbus_replica_reports
   @interval_ms 1_000
-  # Three missed reports: the member (or its node) is silent.
-  @stale_ms 3_000
+  # A report older than two periods missed at least one: its member (or
+  # the member's node) is silent, and its figures are shown as unknown.
+  @stale_ms 2 * @interval_ms
+  # At most this many samples of a channel's commit index: past it, the
+  # old ones thin out.
+  @max_commits 64
 
   @spec start_link(keyword()) :: GenServer.on_start()
   def start_link(_opts), do: GenServer.start_link(__MODULE__, :ok, name: __MODULE__)
@@ -38,16 +50,15 @@ defmodule Ringbus.Replica.Reporter do
   def members(%{cluster: cluster, members: members}) do
     connected = MapSet.new([node() | Node.list()])
     now = now()
+    nodes = for {_server, n} <- members, do: n
 
-    for {_server, n} <- members do
-      report =
-        case lookup({cluster, n}) do
-          [{_, figures, at}] -> {figures, max(now - at, 0)}
-          [] -> nil
-        end
+    reports =
+      for n <- nodes,
+          [{_, figures, %{lags: lags}, at}] <- [lookup({cluster, n})],
+          into: %{},
+          do: {n, {figures, lags, max(now - at, 0)}}
 
-      Member.view(n, report, MapSet.member?(connected, n), @stale_ms)
-    end
+    Member.views(nodes, reports, connected, @stale_ms)
   end
 
   @doc """
@@ -72,7 +83,7 @@ defmodule Ringbus.Replica.Reporter do
     :ets.new(@table, [:named_table, :protected, read_concurrency: true])
     {:ok, _} = :timer.send_interval(@interval_ms, :tick)
     send(self(), :tick)
-    {:ok, %{seen: %{}}}
+    {:ok, %{seen: %{}, commits: %{}}}
   end
 
   @impl true
@@ -82,11 +93,17 @@ defmodule Ringbus.Replica.Reporter do
   def handle_info({:ringbus_replica_report, from, reports}, state) do
     now = now()
 
-    for {cluster, figures} <- reports,
-        :ets.member(@table, {cluster, node()}),
-        do: :ets.insert(@table, {{cluster, from}, figures, now})
+    commits =
+      for {cluster, figures, extra} <- reports,
+          :ets.member(@table, {cluster, node()}),
+          reduce: state.commits do
+        commits ->
+          :ets.insert(@table, {{cluster, from}, figures, extra, now})
+          history = Map.get(commits, cluster, Commits.new())
+          Map.put(commits, cluster, Commits.observe(history, figures.commit_index, now))
+      end
 
-    {:noreply, state}
+    {:noreply, %{state | commits: commits}}
   end
 
   def handle_info(_other, state), do: {:noreply, state}
@@ -94,28 +111,51 @@ defmodule Ringbus.Replica.Reporter do
   defp report(state) do
     now = now()
     replicas = for {_name, %{replica: r} = ch} <- Store.replicated(), do: {r, ch}
-    dir = server_root()
+    system = ra_system()
+    dir = system[:data_dir]
+    # The node's, shared by its channels: measured once, given to each member.
+    shared = %{wal_bytes: wal_bytes(system), ets_bytes: ets_bytes(system)}
 
     reports =
       for {replica, channel} <- replicas do
-        seen = Map.get(state.seen, replica.cluster, %{})
-        extra = extra(replica, channel, dir)
-
+        cluster = replica.cluster
         ra = ra(replica)
-        {figures, kept} = Member.figures(ra, leader_commit(replica, ra, now), seen, extra, now)
 
-        :ets.insert(@table, {{replica.cluster, node()}, figures, now})
-        {replica, figures, kept}
+        {figures, kept} =
+          Member.figures(
+            ra,
+            Map.get(state.seen, cluster, %{}),
+            Map.merge(extra(replica, channel, dir), shared)
+          )
+
+        commits =
+          Commits.observe(Map.get(state.commits, cluster, Commits.new()), ra[:commit_index], now)
+
+        applied = kept[:applied]
+
+        # Every member's applied index: this one's now, the others' as of
+        # their last report here.
+        members =
+          for {_, n} <- replica.members,
+              member <- applied_of(cluster, n, applied, now),
+              do: member
+
+        lags = if figures.role == :leader, do: Member.lags(commits, members)
+        extra = %{applied: applied, lags: lags}
+        :ets.insert(@table, {{cluster, node()}, figures, extra, now})
+
+        floor = for({_, a, _} <- members, a != nil, do: a) |> Enum.min(fn -> nil end)
+        {replica, figures, extra, kept, Commits.prune(commits, floor, @max_commits, now)}
       end
 
     # One message per node, with every channel it shares with this one.
-    shared =
-      for {r, figures, _} <- reports,
+    outbox =
+      for {r, figures, extra, _, _} <- reports,
           {_, n} <- r.members,
           n != node(),
-          do: {n, {r.cluster, figures}}
+          do: {n, {r.cluster, figures, extra}}
 
-    outbox = Enum.group_by(shared, &elem(&1, 0), &elem(&1, 1))
+    outbox = Enum.group_by(outbox, &elem(&1, 0), &elem(&1, 1))
 
     for {n, list} <- outbox do
       message = {:ringbus_replica_report, node(), list}
@@ -123,14 +163,25 @@ defmodule Ringbus.Replica.Reporter do
     end
 
     sweep(replicas)
-    %{state | seen: Map.new(reports, fn {r, _, kept} -> {r.cluster, kept} end)}
+
+    %{
+      state
+      | seen: Map.new(reports, fn {r, _, _, kept, _} -> {r.cluster, kept} end),
+        commits: Map.new(reports, fn {r, _, _, _, commits} -> {r.cluster, commits} end)
+    }
+  end
+
+  defp applied_of(_cluster, n, applied, now) when n == node(), do: [{n, applied, now}]
+
+  defp applied_of(cluster, n, _applied, _now) do
+    for {_, _, %{applied: a}, at} <- :ets.lookup(@table, {cluster, n}), do: {n, a, at}
   end
 
   # Rows of channels this node left, or of members no longer listed.
   defp sweep(replicas) do
     keep = MapSet.new(for {r, _} <- replicas, {_, n} <- r.members, do: {r.cluster, n})
 
-    for key <- :ets.select(@table, [{{:"$1", :_, :_}, [], [:"$1"]}]),
+    for key <- :ets.select(@table, [{{:"$1", :_, :_, :_}, [], [:"$1"]}]),
         not MapSet.member?(keep, key),
         do: :ets.delete(@table, key)
   end
@@ -154,24 +205,6 @@ defmodule Ringbus.Replica.Reporter do
     ArgumentError -> nil
   end
 
-  # The leader's commit index: this member's own (`ra`, read once per tick)
-  # when it leads, else the leader's last report if it is fresh.
-  defp leader_commit(replica, ra, now) do
-    case :ra_leaderboard.lookup_leader(replica.cluster) do
-      {_, n} when n == node() ->
-        with %{role: :leader, commit_index: commit} <- ra, do: commit, else: (_ -> nil)
-
-      {_, n} ->
-        case :ets.lookup(@table, {replica.cluster, n}) do
-          [{_, %{role: :leader, commit_index: commit}, at}] when now - at <= @stale_ms -> commit
-          _ -> nil
-        end
-
-      _ ->
-        nil
-    end
-  end
-
   defp extra(%{server: {local, _}}, channel, root) do
     {log, snapshot} =
       case root && uid(local) do
@@ -191,15 +224,46 @@ defmodule Ringbus.Replica.Reporter do
     _, _ -> nil
   end
 
-  # Where the running Ra system keeps its servers' directories.
-  defp server_root do
+  # The running Ra system's directories and table names (an empty map when
+  # it is not running).
+  defp ra_system do
     case :ra_system.fetch(Config.system()) do
-      %{data_dir: dir} -> to_string(dir)
-      _ -> nil
+      %{data_dir: dir, wal_data_dir: wal, names: names} ->
+        %{data_dir: to_string(dir), wal_data_dir: to_string(wal), names: names}
+
+      _ ->
+        %{}
     end
   catch
-    _, _ -> nil
+    _, _ -> %{}
   end
+
+  defp wal_bytes(%{wal_data_dir: dir}), do: Disk.wal_bytes(dir)
+  defp wal_bytes(_not_running), do: nil
+
+  # Ra's ETS tables of the system: each server's mem tables (the entries the
+  # WAL holds that no segment does yet), found in the open and closed
+  # tables, which index them, and the directory of servers. The tables'
+  # own memory: a payload over 64 bytes is a binary they refer to, which
+  # the VM counts apart (`:erlang.memory(:binary)`).
+  defp ets_bytes(%{names: %{open_mem_tbls: open, closed_mem_tbls: closed} = names}) do
+    tids =
+      :ets.select(open, [{{:_, :_, :_, :"$1"}, [], [:"$1"]}]) ++
+        :ets.select(closed, [{{:_, :_, :_, :_, :"$1"}, [], [:"$1"]}])
+
+    words =
+      for table <- [open, closed, names.directory | Enum.uniq(tids)],
+          words = :ets.info(table, :memory),
+          is_integer(words),
+          reduce: 0,
+          do: (sum -> sum + words)
+
+    words * :erlang.system_info(:wordsize)
+  rescue
+    ArgumentError -> nil
+  end
+
+  defp ets_bytes(_not_running), do: nil
 
   defp now, do: System.monotonic_time(:millisecond)
 end

@@ -68,6 +68,37 @@ defmodule Ringbus.Resp.Entry do
   def local({ms, tag}, tag), do: {ms, 0}
   def local(id, _tag), do: id
 
+  @doc """
+  A position a client gives, as the group layer takes it
+  (`t:Ringbus.Group.ref/0`): `fun` turns the ID, pinned (`pin/2`), into
+  the seq it bounds. An ID with a tag is a seq of the incarnations of that
+  tag only (`mark/1`), so where the groups are, one of another incarnation
+  is refused as `pin/2` refuses it.
+  """
+  @spec position(id(), (id() -> integer())) :: integer() | {integer(), Ringbus.Group.mark()}
+  def position({_ms, n} = id, fun) when n == 0 or n == @max_u64, do: fun.(id)
+  def position({ms, n}, fun), do: {fun.({ms, 0}), mark(n)}
+
+  @doc """
+  An ID that names an entry, as the group layer takes it: its seq, with
+  the incarnations of its tag (`mark/1`), or `:none` for `0-n`, which names
+  none. Where the groups are, one of another incarnation names none, as
+  `local/2` and `seq/1` have it.
+  """
+  @spec entry(id()) :: integer() | {integer(), Ringbus.Group.mark()} | :none
+  def entry({0, _n}), do: :none
+  def entry({ms, 0}), do: ms - 1
+  def entry({ms, n}), do: {ms - 1, mark(n)}
+
+  @doc """
+  The incarnations whose tag (`tag/1`) is `n`, as `t:Ringbus.Group.mark/0`:
+  those whose bits 1 to 31 are `n`'s. No incarnation has a tag that is
+  even or wider than 32 bits: that mark fits none.
+  """
+  @spec mark(non_neg_integer()) :: Ringbus.Group.mark()
+  def mark(n) when rem(n, 2) == 1 and n <= 0xFFFF_FFFF, do: {0xFFFF_FFFE, n - 1}
+  def mark(_n), do: {0xFFFF_FFFE, 1}
+
   @doc "An ID as text."
   @spec format(id()) :: binary()
   def format({ms, n}), do: Integer.to_string(ms) <> "-" <> Integer.to_string(n)

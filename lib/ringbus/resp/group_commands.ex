@@ -1,22 +1,17 @@
 defmodule Ringbus.Resp.GroupCommands do
   @moduledoc false
   # The consumer group commands of `Ringbus.Resp.Session`: XGROUP,
-  # XREADGROUP and XACK, on `Ringbus` and the group table of
-  # `Ringbus.Resp.Groups` (XPENDING and XAUTOCLAIM are beside XCLAIM, in
-  # `Ringbus.Resp.ClaimCommands`). Same shape as `Ringbus.Resp.StreamCommands`.
+  # XREADGROUP and XACK, on the stream's groups (`Ringbus.Group`; XPENDING
+  # and XAUTOCLAIM are beside XCLAIM, in `Ringbus.Resp.ClaimCommands`).
+  # Same shape as `Ringbus.Resp.StreamCommands`.
   #
-  # Each command checks its arguments and rights here, and does its work on
-  # the groups at the stream's home: the functions named `*_at` take the
-  # home's table, the stream and its IDs' tag, and run there
-  # (`Ringbus.Resp.GroupHome`). IDs they answer carry the tag; IDs they are
-  # given are pinned to it there, so one of another incarnation is refused.
-  # XREADGROUP BLOCK waits here, on a subscription to the stream (wherever
-  # it lives, as XREAD BLOCK does), and claims what wakes it at the home.
-  #
-  # A group reads new entries from the seq after its `last`. When the ring
-  # has moved past that seq, the entries in between are gone: the group's
-  # `lost` counts them (XINFO GROUPS shows it) and it goes on from the oldest
-  # entry held.
+  # Each command checks its arguments and rights here, and runs its work as
+  # one group request at the stream's home (`Ringbus.Resp.GroupRequest`):
+  # IDs given go as seqs with the incarnations of their tag, so one of
+  # another incarnation is refused there; IDs answered carry the tag of the
+  # incarnation the answer is stamped with. XREADGROUP BLOCK waits here, on
+  # a subscription to the stream (wherever it lives, as XREAD BLOCK does),
+  # and takes what wakes it at the home.
 
   alias Ringbus.Resp.{
     Args,
@@ -24,8 +19,7 @@ defmodule Ringbus.Resp.GroupCommands do
     Encoder,
     Entry,
     Errors,
-    GroupHome,
-    Groups,
+    GroupRequest,
     Keys,
     StreamCommands
   }
@@ -35,8 +29,6 @@ defmodule Ringbus.Resp.GroupCommands do
   # table (`Ringbus.Resp.Commands`) gives them: they check their keys here.
   @xgroup_access :write
   @read_access :write
-  # XREADGROUP > retries when another consumer moved the group first.
-  @claim_tries 100
 
   ## XGROUP
 
@@ -51,16 +43,16 @@ defmodule Ringbus.Resp.GroupCommands do
         keyed(s, key, fn -> create(key, group, id, opts, s) end)
 
       {"SETID", [key, group, id | opts]} ->
-        keyed(s, key, fn -> at(key, :setid_at, [group, id, opts]) end)
+        keyed(s, key, fn -> setid(key, group, id, opts) end)
 
       {"DESTROY", [key, group]} ->
-        keyed(s, key, fn -> at(key, :destroy_at, [group]) end)
+        keyed(s, key, fn -> destroy(key, group) end)
 
       {"CREATECONSUMER", [key, group, consumer]} ->
-        keyed(s, key, fn -> at(key, :create_consumer_at, [group, consumer]) end)
+        keyed(s, key, fn -> create_consumer(key, group, consumer) end)
 
       {"DELCONSUMER", [key, group, consumer]} ->
-        keyed(s, key, fn -> at(key, :delete_consumer_at, [group, consumer]) end)
+        keyed(s, key, fn -> delete_consumer(key, group, consumer) end)
 
       {upper, _}
       when upper in ["CREATE", "SETID", "DESTROY", "CREATECONSUMER", "DELCONSUMER", "HELP"] ->
@@ -73,18 +65,8 @@ defmodule Ringbus.Resp.GroupCommands do
 
   defp keyed(s, key, fun), do: Keys.keyed(s, @xgroup_access, key, fun)
 
-  # An XGROUP subcommand's work at the home; no stream: the key is required.
-  defp at(key, function, args), do: at(key, function, args, key_required())
-
-  defp at(key, function, args, none), do: GroupHome.run(key, __MODULE__, function, args, none)
-
-  @doc false
-  def destroy_at(t, key, _tag, group),
-    do: existing(key, fn -> if(Groups.destroy(t, key, group), do: 1, else: 0) end)
-
-  defp existing(key, fun) do
-    if match?({:ok, _}, Errors.check!(Ringbus.info(key), key)), do: fun.(), else: key_required()
-  end
+  # An XGROUP subcommand's request at the home; no stream: the key is required.
+  defp run(key, request, reply), do: GroupRequest.run(key, request, key_required(), reply)
 
   defp key_required do
     Encoder.error(
@@ -92,35 +74,36 @@ defmodule Ringbus.Resp.GroupCommands do
     )
   end
 
-  defp create(key, group, id, opts, s) do
-    with {:ok, mkstream, entries_read} <- create_options(opts, false, nil),
-         :ok <- ensure_stream(key, mkstream, s) do
-      at(key, :create_at, [group, id, entries_read])
-    else
-      {:error, reply} -> reply
-    end
+  # As Redis orders its checks: an argument's error once the key is known to exist.
+  defp unless_missing(key, reply) do
+    if match?({:ok, _}, Errors.check!(Ringbus.info(key), key)), do: reply, else: key_required()
   end
 
-  @doc false
-  def create_at(t, key, tag, group, id, entries_read) do
-    with :ok <- existing(key, fn -> :ok end) |> ok_or_error(),
-         {:ok, last} <- group_position(key, tag, id) do
-      read = entries_read || max(last + 1, 0)
+  defp destroy(key, group),
+    do:
+      run(key, {:destroy, group}, fn _tag, {:ok, destroyed} -> if(destroyed, do: 1, else: 0) end)
 
-      case Groups.create(t, key, group, last, read) do
-        :ok ->
+  defp create(key, group, id, opts, s) do
+    with {:ok, mkstream, entries_read} <- create_options(opts, false, nil),
+         :ok <- ensure_stream(key, mkstream, s),
+         {:ok, from} <- group_position(id) do
+      run(key, {:create, group, from, entries_read}, fn
+        _tag, :ok ->
           {:simple, "OK"}
 
-        {:error, :exists} ->
+        _tag, {:error, :exists} ->
           Encoder.error("BUSYGROUP Consumer Group name already exists")
 
-        {:error, :too_many} ->
+        _tag, {:error, {:too_many_groups, limit}} ->
           Encoder.error([
             "ERR stream '",
             key,
-            "' has #{Groups.limits().groups} groups, the most a Ringbus stream keeps"
+            "' has #{limit} groups, the most a Ringbus stream keeps"
           ])
-      end
+
+        _tag, {:error, reason} ->
+          Errors.reply(reason, key)
+      end)
     else
       {:error, reply} -> reply
     end
@@ -176,35 +159,27 @@ defmodule Ringbus.Resp.GroupCommands do
   end
 
   # The seq of the last entry a group has had: `$` is the stream's last.
-  defp group_position(key, _tag, "$") do
-    case Errors.check!(Ringbus.info(key), key) do
-      {:ok, info} -> {:ok, info.next_seq - 1}
-      _ -> {:ok, -1}
-    end
-  end
+  defp group_position("$"), do: {:ok, :last}
 
-  defp group_position(key, tag, id) do
+  defp group_position(id) do
     case Entry.parse(id) do
-      {:ok, id} -> {:ok, Entry.seq_through(StreamCommands.pin!(id, tag, key))}
+      {:ok, id} -> {:ok, Entry.position(id, &Entry.seq_through/1)}
       :error -> {:error, Args.invalid_id()}
     end
   end
 
-  @doc false
-  def setid_at(t, key, tag, group, id, opts) do
-    with :ok <- existing(key, fn -> :ok end) |> ok_or_error(),
-         {:ok, read} <- setid_options(opts),
-         {:ok, last} <- group_position(key, tag, id) do
-      if Groups.set_last(t, key, group, last, read),
-        do: {:simple, "OK"},
-        else: Errors.no_group(key, group)
+  defp setid(key, group, id, opts) do
+    with {:ok, read} <- setid_options(opts),
+         {:ok, from} <- group_position(id) do
+      run(key, {:set_id, group, from, read}, fn
+        _tag, :ok -> {:simple, "OK"}
+        _tag, {:error, :no_group} -> Errors.no_group(key, group)
+        _tag, {:error, reason} -> Errors.reply(reason, key)
+      end)
     else
-      {:error, reply} -> reply
+      {:error, reply} -> unless_missing(key, reply)
     end
   end
-
-  defp ok_or_error(:ok), do: :ok
-  defp ok_or_error(reply), do: {:error, reply}
 
   defp setid_options([]), do: {:ok, nil}
 
@@ -216,38 +191,28 @@ defmodule Ringbus.Resp.GroupCommands do
 
   defp setid_options(_opts), do: {:error, Errors.syntax_error()}
 
-  @doc false
-  def create_consumer_at(t, key, _tag, group, consumer) do
-    existing(key, fn ->
-      with {:ok, _} <- Groups.fetch(t, key, group),
-           result <- Groups.add_consumer(t, key, group, consumer, now()) do
-        case result do
-          :created -> 1
-          :exists -> 0
-          :too_many -> too_many_consumers(group)
-        end
-      else
-        :error -> Errors.no_group(key, group)
-      end
+  defp create_consumer(key, group, consumer) do
+    run(key, {:create_consumer, group, consumer}, fn
+      _tag, {:ok, :created} -> 1
+      _tag, {:ok, :exists} -> 0
+      _tag, {:error, :no_group} -> Errors.no_group(key, group)
+      _tag, {:error, {:too_many_consumers, limit}} -> too_many_consumers(group, limit)
     end)
   end
 
-  @doc false
-  def delete_consumer_at(t, key, _tag, group, consumer) do
-    existing(key, fn ->
-      case Groups.fetch(t, key, group) do
-        {:ok, _} -> Groups.delete_consumer(t, key, group, consumer)
-        :error -> Errors.no_group(key, group)
-      end
+  defp delete_consumer(key, group, consumer) do
+    run(key, {:delete_consumer, group, consumer}, fn
+      _tag, {:ok, dropped} -> dropped
+      _tag, {:error, :no_group} -> Errors.no_group(key, group)
     end)
   end
 
-  defp too_many_consumers(group),
+  defp too_many_consumers(group, limit),
     do:
       Encoder.error([
         "ERR group '",
         group,
-        "' has #{Groups.limits().consumers} consumers, the most a Ringbus group keeps"
+        "' has #{limit} consumers, the most a Ringbus group keeps"
       ])
 
   defp help do
@@ -286,20 +251,9 @@ defmodule Ringbus.Resp.GroupCommands do
            ),
          {:ok, {group, consumer}} <- group_given(opts),
          :ok <- Args.streams_allowed(opts.streams, @read_access, s),
-         {:ok, reads} <- group_reads(opts.streams, group) do
-      case Enum.find(reads, fn {key, _} -> not group?(key, group) end) do
-        {key, _} ->
-          {Encoder.error([
-             "NOGROUP No such key '",
-             key,
-             "' or consumer group '",
-             group,
-             "' in XREADGROUP with GROUP option"
-           ]), s}
-
-        nil ->
-          read_group(reads, group, consumer, opts, s)
-      end
+         {:ok, reads} <- group_reads(opts.streams, group),
+         :ok <- groups_found(reads, group) do
+      read_group(reads, group, consumer, opts, s)
     else
       {:error, reply} -> {reply, s}
     end
@@ -325,9 +279,9 @@ defmodule Ringbus.Resp.GroupCommands do
 
         id ->
           case Entry.parse(id) do
-            # Pinned to the stream's incarnation at its home (`read_at/9`).
+            # Refused at its home if of another incarnation.
             {:ok, id} ->
-              {:cont, {:ok, [{key, {:history, id}} | acc]}}
+              {:cont, {:ok, [{key, {:history, Entry.position(id, &Entry.seq_after/1)}} | acc]}}
 
             :error ->
               {:halt, {:error, Args.invalid_id()}}
@@ -340,20 +294,45 @@ defmodule Ringbus.Resp.GroupCommands do
     end
   end
 
-  defp group?(key, group), do: GroupHome.run(key, __MODULE__, :group_at, [group], false)
+  # Every stream has the group, or none is read. One stream's read finds
+  # out itself, in the same request.
+  defp groups_found([_one], _group), do: :ok
 
-  @doc false
-  def group_at(t, key, _tag, group), do: Groups.fetch(t, key, group) != :error
+  defp groups_found(reads, group) do
+    case Enum.find(reads, fn {key, _} -> not GroupRequest.group?(key, group) end) do
+      nil -> :ok
+      {key, _} -> {:error, no_group(key, group)}
+    end
+  end
+
+  defp no_group(key, group) do
+    Encoder.error([
+      "NOGROUP No such key '",
+      key,
+      "' or consumer group '",
+      group,
+      "' in XREADGROUP with GROUP option"
+    ])
+  end
 
   defp read_group(reads, group, consumer, opts, s) do
     max = if opts.count > 0, do: opts.count, else: @all
+    found = for {key, read} <- reads, do: {key, read(key, read, group, consumer, max, opts.noack)}
 
-    found =
-      for {key, read} <- reads do
-        {key,
-         GroupHome.read(key, __MODULE__, :read_at, [group, consumer, read, max, opts.noack], [])}
-      end
+    case found do
+      [{key, :no_group}] ->
+        {no_group(key, group), s}
 
+      found ->
+        # Destroyed since it was found: nothing from it.
+        found =
+          for {key, entries} <- found, do: {key, if(entries == :no_group, do: [], else: entries)}
+
+        answer(found, reads, group, consumer, opts, s)
+    end
+  end
+
+  defp answer(found, reads, group, consumer, opts, s) do
     cond do
       Enum.any?(found, fn {_key, entries} -> entries != [] end) ->
         {StreamCommands.streams_reply(found), s}
@@ -369,107 +348,35 @@ defmodule Ringbus.Resp.GroupCommands do
     end
   end
 
-  @doc false
   # One stream's part of an XREADGROUP, at its home: the consumer is seen,
-  # and reads new entries or its own pending ones.
-  def read_at(t, key, tag, group, consumer, read, max, noack, bytes) do
-    now = now()
-
-    # Destroyed since XREADGROUP looked: no consumer row is left behind.
-    if Groups.fetch(t, key, group) == :error do
-      []
-    else
-      Groups.add_consumer(t, key, group, consumer, now)
-      Groups.seen(t, key, group, consumer, now)
-
-      case read do
-        :new ->
-          claim(key, tag, group, consumer, {max, bytes}, noack, t)
-
-        {:history, id} ->
-          from = Entry.seq_after(StreamCommands.pin!(id, tag, key))
-          history(key, tag, group, consumer, from, max, bytes, t)
-      end
-    end
-  end
-
-  @doc false
-  def claim_at(t, key, tag, group, consumer, max, noack, bytes),
-    do: claim(key, tag, group, consumer, {max, bytes}, noack, t)
-
-  # Takes up to `max` new entries for the group (at least one, then as many
-  # as fit in `bytes`), moving its position past them (and past any it
-  # lost) with a compare-and-swap.
-  defp claim(key, tag, group, consumer, bound, noack, t, tries \\ @claim_tries)
-
-  defp claim(_key, _tag, _group, _consumer, _bound, _noack, _t, 0), do: []
-
-  defp claim(key, tag, group, consumer, {max, bytes} = bound, noack, t, tries) do
-    with {:ok, %{last: last}} <- Groups.fetch(t, key, group),
-         {:ok, messages, lost} <- Errors.check!(Ringbus.read(key, last + 1, max), key) do
-      messages = GroupHome.cut(messages, bytes)
-      {count, new_last} = span(messages, last + lost)
-
-      cond do
-        count == 0 and lost == 0 ->
-          []
-
-        Groups.advance(t, key, group, last, new_last, count, lost) ->
-          unless noack,
-            do:
-              Groups.add_pending(t, key, group, consumer, Enum.map(messages, &elem(&1, 0)), now())
-
-          StreamCommands.entries(messages, tag)
-
-        true ->
-          claim(key, tag, group, consumer, bound, noack, t, tries - 1)
-      end
-    else
-      _ -> []
-    end
-  end
-
-  defp span(messages, last),
-    do: Enum.reduce(messages, {0, last}, fn {seq, _}, {n, _} -> {n + 1, seq} end)
-
-  # A consumer's own pending entries after `from`: [id, nil] for one the
-  # ring no longer holds, as Redis answers for a deleted entry. Each entry
-  # returned is delivered again: its count goes up and its idle time
-  # restarts. Those past `bytes` of payloads (after the first) wait for the
-  # next read, from the last ID returned.
-  defp history(key, tag, group, consumer, from, max, bytes, t) do
-    now = now()
-    rows = Groups.pending(t, key, group, from, @all, min(max, 10_000), consumer)
-
-    rows
-    |> Enum.reduce_while({[], bytes}, fn {seq, _owner, _time, _deliveries}, {acc, left} ->
-      case Errors.check!(Ringbus.read(key, seq, 1), key) do
-        {:ok, [{^seq, payload}], _} when acc == [] or byte_size(payload) <= left ->
-          Groups.redeliver(t, key, group, seq, consumer, now)
-          {:cont, {[[Entry.id(seq, tag), Entry.decode(payload)] | acc], less(left, payload)}}
-
-        {:ok, [{^seq, _payload}], _} ->
-          {:halt, {acc, left}}
-
-        _ ->
-          {:cont, {[[Entry.id(seq, tag), nil] | acc], left}}
-      end
+  # and reads new entries or its own pending ones; :no_group without the group.
+  defp read(key, :new, group, consumer, max, noack) do
+    GroupRequest.run(key, {:read, group, consumer, max, noack}, :no_group, fn
+      tag, {:ok, messages} -> StreamCommands.entries(messages, tag)
+      _tag, {:error, :no_group} -> :no_group
     end)
-    |> elem(0)
-    |> :lists.reverse()
   end
 
-  defp less(:infinity, _payload), do: :infinity
-  defp less(left, payload), do: left - byte_size(payload)
+  defp read(key, {:history, from}, group, consumer, max, _noack) do
+    GroupRequest.run(key, {:history, group, consumer, from, max}, :no_group, fn
+      tag, {:ok, rows} -> for {seq, payload} <- rows, do: history_entry(seq, payload, tag)
+      _tag, {:error, :no_group} -> :no_group
+      _tag, {:error, reason} -> Errors.fail!(reason, key)
+    end)
+  end
+
+  # [id, nil] for an entry the ring no longer holds, as Redis answers for a deleted one.
+  defp history_entry(seq, nil, tag), do: [Entry.id(seq, tag), nil]
+  defp history_entry(seq, payload, tag), do: [Entry.id(seq, tag), Entry.decode(payload)]
 
   defp wait(reads, group, consumer, opts, s) do
     starts =
       for {key, :new} <- reads do
-        case GroupHome.run(key, __MODULE__, :last_at, [group], :error) do
-          {:ok, last} -> {key, last + 1}
-          # Destroyed meanwhile: wait from the start; a claim finds no group.
-          :error -> {key, 0}
-        end
+        GroupRequest.run(key, {:info, group}, {key, 0}, fn
+          _tag, {:ok, %{last: last}} -> {key, last + 1}
+          # Destroyed meanwhile: wait from the start; a take finds no group.
+          _tag, {:error, :no_group} -> {key, 0}
+        end)
       end
 
     block = %{
@@ -485,22 +392,20 @@ defmodule Ringbus.Resp.GroupCommands do
   end
 
   @doc false
-  def last_at(t, key, _tag, group) do
-    case Groups.fetch(t, key, group) do
-      {:ok, %{last: last}} -> {:ok, last}
-      :error -> :error
-    end
-  end
-
-  @doc false
-  # New entries on a stream the XREADGROUP waits on: claim them for the
+  # New entries on a stream the XREADGROUP waits on: take them for the
   # group, at the stream's home. Another consumer may have had them first;
   # then wait on.
   def woken(block, sub, messages, _lost, s) do
     {key, _tag} = Map.fetch!(block.subs, sub)
-    args = [block.group, block.consumer, block.count, block.noack]
+    request = {:take, block.group, block.consumer, block.count, block.noack}
 
-    case GroupHome.read(key, __MODULE__, :claim_at, args, []) do
+    taken =
+      GroupRequest.run(key, request, [], fn
+        tag, {:ok, messages} -> StreamCommands.entries(messages, tag)
+        _tag, {:error, :no_group} -> []
+      end)
+
+    case taken do
       [] ->
         n = Enum.count(messages)
         if n > 0, do: Ringbus.ack(sub, n)
@@ -513,10 +418,15 @@ defmodule Ringbus.Resp.GroupCommands do
 
   ## XACK
 
+  # An ID of another incarnation names no entry of this one: it acks nothing.
   def xack([key, group | ids], s) do
     case parse_ids(ids) do
-      {:ok, ids} -> {GroupHome.run(key, __MODULE__, :ack_at, [group, ids], 0), s}
-      :error -> {Args.invalid_id(), s}
+      {:ok, ids} ->
+        refs = for id <- ids, (ref = Entry.entry(id)) != :none, do: ref
+        {GroupRequest.run(key, {:ack, group, refs}, 0, fn _tag, {:ok, acked} -> acked end), s}
+
+      :error ->
+        {Args.invalid_id(), s}
     end
   end
 
@@ -528,14 +438,4 @@ defmodule Ringbus.Resp.GroupCommands do
       end
     end)
   end
-
-  @doc false
-  # An ID of another incarnation names no entry of this one: it acks nothing.
-  def ack_at(t, key, tag, group, ids) do
-    seqs = for id <- ids, {:ok, seq} <- [Entry.seq(Entry.local(id, tag))], do: seq
-
-    Groups.ack(t, key, group, seqs)
-  end
-
-  defp now, do: System.system_time(:millisecond)
 end

@@ -11,7 +11,7 @@ defmodule Ringbus.Resp.KeyCommands do
   # at least once however many come and go meanwhile, as Redis promises. A
   # page ends on a whole hash, so names sharing one are never split.
 
-  alias Ringbus.Resp.{Args, Encoder, Errors, Groups, Keys}
+  alias Ringbus.Resp.{Args, Encoder, Errors, Keys}
 
   @hash_range 0x1_0000_0000
   @default_count 10
@@ -24,14 +24,13 @@ defmodule Ringbus.Resp.KeyCommands do
   defp stream?(key),
     do: is_binary(key) and match?({:ok, _}, Errors.check!(Ringbus.info(key), key))
 
+  # A stream's groups go with it, at its home (`Ringbus.Group.TableOwner`).
   defp delete(key) do
     case Ringbus.delete(key) do
       :ok ->
-        Groups.drop_stream(Groups.table(), key)
         true
 
       {:error, :no_channel} ->
-        Groups.drop_stream(Groups.table(), key)
         false
 
       {:error, reason} ->
@@ -142,10 +141,7 @@ defmodule Ringbus.Resp.KeyCommands do
         {Errors.no_permission(), s}
 
       true ->
-        Enum.each(names, fn name ->
-          Groups.drop_stream(Groups.table(), name)
-          Ringbus.delete(name)
-        end)
+        Enum.each(names, &Ringbus.delete/1)
 
         {{:simple, "OK"}, s}
     end

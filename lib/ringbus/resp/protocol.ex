@@ -22,7 +22,8 @@ defmodule Ringbus.Resp.Protocol do
 
   @behaviour Ringbus.Server.Protocol
 
-  alias Ringbus.Resp.{Groups, Parser, Session, StreamCommands}
+  alias Ringbus.Group
+  alias Ringbus.Resp.{Parser, Session, StreamCommands}
   alias Ringbus.Server.{Config, Protocol, Stats}
 
   @anonymous_args 16
@@ -35,7 +36,7 @@ defmodule Ringbus.Resp.Protocol do
   The RESP listener of a server, when `:resp_port` is set: its counters
   are made here, in the calling supervisor, which owns them for as long as
   the server runs. Its figures show the consumer groups of the streams
-  this node homes (`Ringbus.Resp.Groups`, one table per node).
+  this node homes (`Ringbus.Group`, one table per node).
   """
   @impl true
   def listener(%Config{resp_port: nil}), do: nil
@@ -44,7 +45,7 @@ defmodule Ringbus.Resp.Protocol do
     context = Session.context()
 
     %Protocol{
-      figures: fn -> %{groups: Groups.summary(Groups.table())} end,
+      figures: fn -> %{groups: groups()} end,
       name: :resp,
       port: config.resp_port,
       module: __MODULE__,
@@ -53,6 +54,29 @@ defmodule Ringbus.Resp.Protocol do
       arg: context,
       busy: "-ERR max number of clients reached\r\n"
     }
+  end
+
+  # The node's groups, each with the name of its stream; those of a stream
+  # deleted (whose rows are going) are not shown.
+  defp groups do
+    case Group.summary() do
+      [] ->
+        []
+
+      groups ->
+        names = for name <- Ringbus.channels(), into: %{}, do: {incarnation(name), name}
+
+        for %{incarnation: incarnation} = g <- groups, Map.has_key?(names, incarnation) do
+          g |> Map.delete(:incarnation) |> Map.put(:stream, Map.fetch!(names, incarnation))
+        end
+    end
+  end
+
+  defp incarnation(name) do
+    case Ringbus.incarnation(name) do
+      {:ok, incarnation} -> incarnation
+      _gone -> nil
+    end
   end
 
   @impl true

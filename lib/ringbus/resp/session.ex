@@ -70,7 +70,7 @@ defmodule Ringbus.Resp.Session do
 
   @doc """
   What every connection of one RESP listener shares: its counters. (Its
-  consumer groups are the node's, `Ringbus.Resp.Groups`.)
+  consumer groups are the node's, `Ringbus.Group`.)
   """
   @spec context() :: context()
   def context, do: %{stats: Counters.new()}

@@ -8,12 +8,14 @@ defmodule Ringbus.Resp.StreamAdmin do
   # accepts the stream's own last ID (what clients that copy a stream's
   # state send), and refuses to move it.
   #
-  # XINFO reads a stream's groups at its home (`Ringbus.Resp.GroupHome`):
-  # the functions named `*_at` run there.
+  # XINFO reads a stream's groups at its home, one group request each
+  # (`Ringbus.Resp.GroupRequest`).
 
-  alias Ringbus.Resp.{Args, Encoder, Entry, Errors, GroupHome, Groups, Keys, StreamCommands}
+  alias Ringbus.Resp.{Args, Encoder, Entry, Errors, GroupRequest, Keys, StreamCommands}
 
   @all 4_611_686_018_427_387_904
+  # XINFO STREAM FULL reads again a stream created again meanwhile, this often.
+  @full_tries 3
 
   # XSETID key last-id [ENTRIESADDED n] [MAXDELETEDID id]
   def xsetid([key, id | opts], s) do
@@ -113,12 +115,10 @@ defmodule Ringbus.Resp.StreamAdmin do
         guarded(s, key, fn -> full(key, [full | opts], sub) end)
 
       {"GROUPS", [key]} ->
-        guarded(s, key, fn -> GroupHome.run(key, __MODULE__, :groups_at, [], no_key()) end)
+        guarded(s, key, fn -> groups(key) end)
 
       {"CONSUMERS", [key, group]} ->
-        guarded(s, key, fn ->
-          GroupHome.run(key, __MODULE__, :consumers_at, [group], no_key())
-        end)
+        guarded(s, key, fn -> consumers(key, group) end)
 
       {"HELP", []} ->
         {xinfo_help(), s}
@@ -161,7 +161,7 @@ defmodule Ringbus.Resp.StreamAdmin do
            {"max-deleted-entry-id", deleted},
            {"entries-added", next_seq},
            {"recorded-first-entry-id", if(len > 0, do: Entry.id(first_seq, tag), else: "0-0")},
-           {"groups", GroupHome.run(key, __MODULE__, :group_count_at, [], 0)},
+           {"groups", GroupRequest.run(key, :count, 0, fn _tag, {:ok, n} -> n end)},
            {"first-entry", if(len > 0, do: edge.(first_seq), else: nil)},
            {"last-entry", if(len > 0, do: edge.(next_seq - 1), else: nil)},
            {"capacity", Map.fetch!(info, :capacity)},
@@ -177,47 +177,36 @@ defmodule Ringbus.Resp.StreamAdmin do
     end
   end
 
-  @doc false
-  def group_count_at(t, key, _tag), do: Groups.group_count(t, key)
-
-  @doc false
-  def groups_at(t, key, tag) do
-    case Errors.check!(Ringbus.info(key), key) do
-      {:ok, info} ->
-        for {name, g} <- Groups.groups(t, key) do
-          {:map,
-           [
-             {"name", name},
-             {"consumers", Enum.count(Groups.consumers(t, key, name))},
-             {"pending", g.pending},
-             {"last-delivered-id", if(g.last >= 0, do: Entry.id(g.last, tag), else: "0-0")},
-             {"entries-read", g.entries_read},
-             {"lag", max(info.next_seq - (g.last + 1), 0)},
-             {"lost", g.lost},
-             {"pending-dropped", g.dropped}
-           ]}
-        end
-
-      {:error, :no_channel} ->
-        Encoder.error("ERR no such key")
-    end
+  defp groups(key) do
+    GroupRequest.run(key, {:groups, 0}, no_key(), fn tag, {:ok, groups} ->
+      for g <- groups do
+        {:map,
+         [
+           {"name", g.name},
+           {"consumers", Enum.count(g.consumers)},
+           {"pending", g.pending},
+           {"last-delivered-id", last_id(g.last, tag)},
+           {"entries-read", g.entries_read},
+           {"lag", g.lag},
+           {"lost", g.lost},
+           {"pending-dropped", g.dropped}
+         ]}
+      end
+    end)
   end
 
-  @doc false
-  def consumers_at(t, key, _tag, group) do
-    with {:ok, _info} <- Errors.check!(Ringbus.info(key), key),
-         {:ok, _group} <- Groups.fetch(t, key, group) do
-      now = System.system_time(:millisecond)
+  defp last_id(last, tag) when last >= 0, do: Entry.id(last, tag)
+  defp last_id(_none, _tag), do: "0-0"
 
-      for {name, seen, pending} <- Groups.consumers(t, key, group),
-          do: {:map, [{"name", name}, {"pending", pending}, {"idle", max(now - seen, 0)}]}
-    else
-      {:error, :no_channel} ->
-        Encoder.error("ERR no such key")
+  defp consumers(key, group) do
+    GroupRequest.run(key, {:consumers, group}, no_key(), fn
+      _tag, {:ok, consumers} ->
+        for {name, pending, idle} <- consumers,
+            do: {:map, [{"name", name}, {"pending", pending}, {"idle", idle}]}
 
-      :error ->
+      _tag, {:error, :no_group} ->
         Errors.no_group(key, group)
-    end
+    end)
   end
 
   defp xinfo_help do
@@ -236,20 +225,12 @@ defmodule Ringbus.Resp.StreamAdmin do
 
   ## XINFO STREAM key FULL [COUNT n]
 
-  # XINFO STREAM FULL: the stream, its first COUNT entries (10; 0 for all) and its groups.
+  # XINFO STREAM FULL: the stream, its first COUNT entries (10; 0 for all)
+  # and its groups, of one incarnation. Through another node, the entries
+  # stop where a read through the link stops.
   defp full(key, opts, sub) do
     case full_count(opts, sub) do
-      {:ok, count} -> GroupHome.read(key, __MODULE__, :full_at, [count], no_key())
-      {:error, reply} -> reply
-    end
-  end
-
-  @doc false
-  # The whole reply at the home, the entries with it: one answer to carry
-  # back, whose entries stop at `bytes` of payloads (the first one aside).
-  def full_at(t, key, tag, count, bytes) do
-    case stream(key) do
-      {:ok, info} -> full_reply(t, key, tag, info, count, bytes)
+      {:ok, count} -> full_reply(key, count, @full_tries)
       {:error, reply} -> reply
     end
   end
@@ -276,47 +257,71 @@ defmodule Ringbus.Resp.StreamAdmin do
     end
   end
 
-  defp full_reply(t, key, tag, info, count, bytes) do
+  # Created again between two of its reads: read all again.
+  defp full_reply(key, _count, 0), do: Errors.fail!(:new_incarnation, key)
+
+  defp full_reply(key, count, tries) do
+    with {:ok, info} <- Errors.check!(Ringbus.info(key), key),
+         {:ok, entries} <- full_entries(key, info, count),
+         {:ok, groups} <- full_groups(key, info, count) do
+      full_map(info, entries, groups)
+    else
+      {:error, :no_channel} -> no_key()
+      {:error, :new_incarnation} -> full_reply(key, count, tries - 1)
+    end
+  end
+
+  defp full_entries(key, info, count) do
+    case Ringbus.read(key, info.first_seq, min(count, info.len), incarnation: info.incarnation) do
+      {:ok, messages, _lost} ->
+        {:ok, StreamCommands.entries(messages, Entry.tag(info.incarnation))}
+
+      {:error, :new_incarnation} ->
+        {:error, :new_incarnation}
+
+      _ ->
+        {:ok, []}
+    end
+  end
+
+  defp full_groups(key, %{incarnation: incarnation}, count) do
+    case Ringbus.run(key, {:stamped, {:group, {:groups, count}}}) do
+      {:ok, ^incarnation, {:ok, groups}} -> {:ok, full_groups(groups, Entry.tag(incarnation))}
+      {:ok, _other, _answer} -> {:error, :new_incarnation}
+      {:error, :no_channel} -> {:error, :no_channel}
+      {:error, reason} -> Errors.fail!(reason, key)
+    end
+  end
+
+  defp full_groups(groups, tag) do
+    for g <- groups do
+      consumers =
+        for c <- g.consumers do
+          {:map,
+           [
+             {"name", c.name},
+             {"seen-time", c.seen},
+             {"pel-count", c.pending},
+             {"pending", for({seq, time, n} <- c.entries, do: [Entry.id(seq, tag), time, n])}
+           ]}
+        end
+
+      {:map,
+       [
+         {"name", g.name},
+         {"last-delivered-id", last_id(g.last, tag)},
+         {"entries-read", g.entries_read},
+         {"lag", g.lag},
+         {"pel-count", g.pending},
+         {"pending", for({seq, c, time, n} <- g.entries, do: [Entry.id(seq, tag), c, time, n])},
+         {"consumers", consumers}
+       ]}
+    end
+  end
+
+  defp full_map(info, entries, groups) do
+    tag = Entry.tag(info.incarnation)
     len = info.len
-
-    entries =
-      case Ringbus.read(key, info.first_seq, min(count, len)) do
-        {:ok, messages, _lost} ->
-          for {seq, p} <- GroupHome.cut(messages, bytes),
-              do: [Entry.id(seq, tag), Entry.decode(p)]
-
-        _ ->
-          []
-      end
-
-    groups =
-      for {name, g} <- Groups.groups(t, key) do
-        pending = Groups.pending(t, key, name, 0, @all, count)
-
-        consumers =
-          for {consumer, seen, pel} <- Groups.consumers(t, key, name) do
-            mine = Groups.pending(t, key, name, 0, @all, count, consumer)
-
-            {:map,
-             [
-               {"name", consumer},
-               {"seen-time", seen},
-               {"pel-count", pel},
-               {"pending", for({seq, _, time, n} <- mine, do: [Entry.id(seq, tag), time, n])}
-             ]}
-          end
-
-        {:map,
-         [
-           {"name", name},
-           {"last-delivered-id", if(g.last >= 0, do: Entry.id(g.last, tag), else: "0-0")},
-           {"entries-read", g.entries_read},
-           {"lag", max(info.next_seq - (g.last + 1), 0)},
-           {"pel-count", g.pending},
-           {"pending", for({seq, c, time, n} <- pending, do: [Entry.id(seq, tag), c, time, n])},
-           {"consumers", consumers}
-         ]}
-      end
 
     {:map,
      [

@@ -3,7 +3,7 @@ defmodule Ringbus.Server.BinaryProtocol do
   # The binary protocol of docs/PROTOCOL.md as a `Ringbus.Server.Protocol`:
   # the codec is `Ringbus.Wire.Decoder` (the first frame with the pre-HELLO
   # limit, every later byte with `max_frame_size`, consecutive acked pushes
-  # to one channel grouped), the session `Ringbus.Server.Session`, which
+  # to one channel grouped, large batches packed), the session `Ringbus.Server.Session`, which
   # holds the subscriptions and their credit. Output is frames. It never
   # waits: subscription batches become DELIVER frames as they come, each
   # subscription sending at most the credit its client gave.
@@ -12,6 +12,11 @@ defmodule Ringbus.Server.BinaryProtocol do
 
   alias Ringbus.Server.{Protocol, Session, Stats}
   alias Ringbus.Wire.{Decoder, Frame}
+
+  # A PUSH_BATCH of more payloads than this stays the bytes it came in
+  # (`Ringbus.Wire.Entries`) until the channel stores it, and is stored
+  # alone; smaller ones join the pushes around them (`Session`).
+  @pack_batches 64
 
   @impl true
   def listener(config) do
@@ -30,7 +35,8 @@ defmodule Ringbus.Server.BinaryProtocol do
       Decoder.new(config.max_frame_size,
         first: Frame.max_hello_frame_size(),
         accept: :requests,
-        group_pushes: config.max_payload_size
+        group_pushes: config.max_payload_size,
+        pack_batches: @pack_batches
       )
 
     {decoder, Session.new(config)}

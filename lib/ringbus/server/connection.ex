@@ -57,6 +57,9 @@ defmodule Ringbus.Server.Connection do
   alias Ringbus.Server.{Protocol, Stats, Transport}
 
   @flush_bytes 64 * 1024
+  # A frame larger than this, which came in several reads, is followed by a
+  # garbage collection (see `collected/2`).
+  @collect_after 1024 * 1024
 
   @spec start_link(Protocol.t()) :: GenServer.on_start()
   def start_link(%Protocol{} = protocol) do
@@ -98,13 +101,23 @@ defmodule Ringbus.Server.Connection do
       stats: nil,
       busy?: false,
       # The largest read since the socket was last armed (`Ringbus.Socket.reads/2`).
-      largest_read: 0
+      largest_read: 0,
+      # Bytes of the reads since the last one that completed an item: the
+      # part of a frame that spans reads.
+      partial: 0,
+      collect?: false
     }
 
     {:ok, state, config.handshake_timeout}
   end
 
   ## Messages
+
+  @impl true
+  def handle_continue(:collect, state) do
+    :erlang.garbage_collect()
+    noreply(state)
+  end
 
   @impl true
   def handle_info({:ringbus_socket, transport, socket}, state) do
@@ -227,8 +240,11 @@ defmodule Ringbus.Server.Connection do
     arrived = System.monotonic_time()
 
     case decode(state, data, arrived) do
+      {:ok, [], state} ->
+        after_read({:ok, %{state | partial: state.partial + byte_size(data)}}, false)
+
       {:ok, items, state} ->
-        state |> run(items) |> after_read(items != [])
+        state |> run(items) |> after_read(true) |> collected(state.partial)
 
       {:error, reason, items, state} ->
         with {:ok, state} <- run(state, items), do: fatal(state, reason)
@@ -278,6 +294,18 @@ defmodule Ringbus.Server.Connection do
   end
 
   defp after_read(stop, _got_items?), do: stop
+
+  # A frame that spanned reads of `partial` bytes is handled: its reads, the
+  # binary they were joined into and what it took to handle it are garbage
+  # now, but a heap that rarely collects would keep them (and the binaries
+  # it references) for as long as the connection lives. The collection runs
+  # once the callback has returned (`handle_continue/2`): until then
+  # gen_server holds the state the read came to, and its reads with it.
+  defp collected({:ok, state}, partial) when partial >= @collect_after,
+    do: {:ok, %{state | partial: 0, collect?: true}}
+
+  defp collected({:ok, state}, _partial), do: {:ok, %{state | partial: 0}}
+  defp collected(stop, _partial), do: stop
 
   # After a message: if it ended a wait, the reads held meanwhile run now,
   # oldest first, and the socket is armed again if it went passive.
@@ -368,6 +396,9 @@ defmodule Ringbus.Server.Connection do
 
   # Output waiting: come back when the mailbox is empty. A waiting command
   # has no deadline; otherwise sleep until the deadline.
+  defp noreply(%{collect?: true} = state),
+    do: {:noreply, %{state | collect?: false}, {:continue, :collect}}
+
   defp noreply(%{out_bytes: 0, waiting?: true} = state), do: {:noreply, state}
   defp noreply(%{out_bytes: 0} = state), do: {:noreply, state, remaining(state.deadline)}
   defp noreply(state), do: {:noreply, state, 0}

@@ -79,6 +79,24 @@ defmodule Ringbus.Server.PushRun do
     end
   end
 
+  @doc """
+  Stores a batch the decoder kept packed (`Ringbus.Wire.Entries`) alone,
+  under `tag` or none: its result. It reaches the channel as it came, so
+  its memory is its bytes, whatever its count.
+  """
+  def packed(session, name, tag, %{count: count, bytes: bytes, largest: largest} = entries) do
+    cond do
+      not Auth.allowed?(session.grants, :write, name) ->
+        {:error, :forbidden}
+
+      largest > session.config.max_payload_size ->
+        {:error, :too_large}
+
+      true ->
+        auto_create(session.config, name, {:push_tagged, tag, entries, count, bytes})
+    end
+  end
+
   # A missing channel is created when the server creates them on their first
   # push (`Ringbus.run/3`'s `:create`).
   defp auto_create(config, name, push), do: Ringbus.run(name, push, create: create(config))

@@ -20,10 +20,11 @@ defmodule Ringbus.Server.Session do
   # one only when one would pass `max_frame_size`).
 
   alias Ringbus.Server.{Auth, Config, PushRun}
-  alias Ringbus.Wire.{Decoder, ErrorCode, Frame}
+  alias Ringbus.Wire.{Decoder, Entries, ErrorCode, Frame}
 
   # What INFO_OK carries; `Ringbus.info/1` has more (a replicated channel's
-  # Raft figures) that this protocol version does not.
+  # Raft figures) that the protocol does not. Version 4 adds `:replicas`
+  # and `:nodes` (`info/3`).
   @info_fields [
     :capacity,
     :overflow,
@@ -43,11 +44,17 @@ defmodule Ringbus.Server.Session do
 
   @read_max 1_000
 
+  # Every incarnation is drawn non-zero: a READ or SUBSCRIBE stating 0 names
+  # none that can exist (docs/PROTOCOL.md, section 5, "Incarnations").
+  @zero_incarnation "a stated incarnation must not be 0"
+
   # A guard compares with it.
   @message_overhead Frame.message_overhead()
 
   defstruct [
     :config,
+    # The protocol version HELLO chose.
+    version: nil,
     stage: :hello,
     grants: nil,
     # sub_id => subscription handle, and handle => sub_id
@@ -130,6 +137,19 @@ defmodule Ringbus.Server.Session do
     run(rest, s, run, out, acks)
   end
 
+  # A batch the decoder kept packed goes alone, after the run before it.
+  defp run(
+         [{:push_batch, corr, mode, name, _n, %Entries{} = ps} | rest],
+         %{stage: :open} = s,
+         run,
+         out,
+         acks
+       ) do
+    acks = PushRun.store(s, run, acks)
+    acks = PushRun.ack(mode, corr, PushRun.packed(s, name, nil, ps), acks)
+    run(rest, s, nil, out, acks)
+  end
+
   defp run([{:push_batch, corr, mode, name, n, ps} | rest], %{stage: :open} = s, run, out, acks) do
     {run, acks} = collect(s, run, name, {corr, mode, n, ps}, acks)
     run(rest, s, run, out, acks)
@@ -151,7 +171,14 @@ defmodule Ringbus.Server.Session do
          acks
        ) do
     acks = PushRun.store(s, run, acks)
-    acks = PushRun.ack(mode, corr, PushRun.tagged(s, name, tag, ps), acks)
+
+    result =
+      case ps do
+        %Entries{} -> PushRun.packed(s, name, tag, ps)
+        _list -> PushRun.tagged(s, name, tag, ps)
+      end
+
+    acks = PushRun.ack(mode, corr, result, acks)
     run(rest, s, nil, out, acks)
   end
 
@@ -202,8 +229,8 @@ defmodule Ringbus.Server.Session do
 
   defp request(%{stage: :hello} = session, {:hello, corr, version, _flags, token}) do
     cond do
-      version != Frame.version() ->
-        close(:bad_version, "this server speaks protocol version #{Frame.version()}", corr)
+      version not in Frame.versions() ->
+        close(:bad_version, "this server speaks protocol versions #{versions()}", corr)
 
       true ->
         case Auth.authenticate(session.config.tokens, token) do
@@ -211,8 +238,8 @@ defmodule Ringbus.Server.Session do
             limits = limits(session.config)
 
             reply(
-              %{session | stage: :open, grants: grants},
-              {:hello_ok, corr, Frame.version(), limits}
+              %{session | stage: :open, grants: grants, version: version},
+              {:hello_ok, corr, version, limits}
             )
 
           :error ->
@@ -273,7 +300,7 @@ defmodule Ringbus.Server.Session do
 
   defp request(session, {:info, corr, name}) do
     guarded(session, corr, :read, name, fn ->
-      with {:ok, info} <- Ringbus.info(name), do: {:info_ok, corr, Map.take(info, @info_fields)}
+      with {:ok, info} <- Ringbus.info(name), do: {:info_ok, corr, info(session, info)}
     end)
   end
 
@@ -320,10 +347,14 @@ defmodule Ringbus.Server.Session do
   # channel's, which the read answers with its messages (one request).
   defp read(session, corr, name, from, max, incarnation) do
     guarded(session, corr, :read, name, fn ->
-      case Ringbus.run(name, {:stamped, {:read, from, min(max, @read_max), incarnation}}) do
+      case incarnation != 0 and
+             Ringbus.run(name, {:stamped, {:read, from, min(max, @read_max), incarnation}}) do
         {:ok, inc, {:ok, messages, lost}} ->
           {count, messages, _rest} = fit(messages, session.config.max_payload_size)
           {:read_ok, corr, inc, lost, count, messages}
+
+        false ->
+          {:error, :bad_argument, @zero_incarnation}
 
         {:ok, _inc, error} ->
           error
@@ -360,6 +391,9 @@ defmodule Ringbus.Server.Session do
       credit == 0 or max_batch == 0 ->
         error(session, corr, :bad_argument, "credit and max_batch must be positive")
 
+      incarnation == 0 ->
+        error(session, corr, :bad_argument, @zero_incarnation)
+
       true ->
         opts = [from: from, max_credit: max_credit, credit: min(credit, max_credit), via: :binary]
 
@@ -389,7 +423,24 @@ defmodule Ringbus.Server.Session do
     end
   end
 
-  defp needs(n), do: "replicas #{n} needs #{n} nodes, #{length(Node.list()) + 1} connected"
+  defp versions, do: Enum.join(Frame.versions(), " and ")
+
+  # Version 4's INFO_OK also says how many members the channel has (nil:
+  # a memory channel) and how many nodes this server's node reaches, itself
+  # included: the most `replicas` a CREATE through it can ask for now.
+  defp info(%{version: 3}, info), do: Map.take(info, @info_fields)
+
+  defp info(_session, info) do
+    replicas = if n = info[:replicas], do: min(n, Frame.max_replicas())
+
+    info
+    |> Map.take(@info_fields)
+    |> Map.merge(%{replicas: replicas, nodes: min(nodes(), 0xFFFF)})
+  end
+
+  defp nodes, do: length(Node.list()) + 1
+
+  defp needs(n), do: "replicas #{n} needs #{n} nodes, #{nodes()} connected"
 
   # Checks the grant, runs the operation and answers with what it returns:
   # a frame, or an error with or without a message of its own.

@@ -33,6 +33,9 @@ defmodule Ringbus.Wire.Decoder do
       a 1 GB frame is refused with `:frame_too_large` at once.
     * Payloads are sub-binaries of the reads too: whoever keeps one for long
       copies it (a channel does, as it stores it).
+    * With `:pack_batches`, a large `PUSH_BATCH`'s payloads are not even
+      cut out: its entries stay one binary (`Ringbus.Wire.Entries`), so a
+      frame of millions of tiny payloads costs its bytes, not a term each.
 
   ## Errors
 
@@ -41,10 +44,10 @@ defmodule Ringbus.Wire.Decoder do
   resynchronised: the decoder is not returned and the connection must close.
   """
 
-  alias Ringbus.Wire.Frame
+  alias Ringbus.Wire.{Entries, Frame}
 
   @enforce_keys [:max_frame_size]
-  defstruct max_frame_size: nil, first: nil, accept: :any, group: nil, stage: :idle
+  defstruct max_frame_size: nil, first: nil, accept: :any, group: nil, pack: nil, stage: :idle
 
   @typedoc """
   The decoder's state. What it holds between reads:
@@ -59,6 +62,7 @@ defmodule Ringbus.Wire.Decoder do
             first: non_neg_integer() | nil,
             accept: Frame.direction(),
             group: non_neg_integer() | nil,
+            pack: non_neg_integer() | nil,
             stage:
               :idle | {:header, binary()} | {:body, pos_integer(), [binary()], non_neg_integer()}
           }
@@ -87,26 +91,34 @@ defmodule Ringbus.Wire.Decoder do
       payloads' total: for a server that stores a read's pushes together,
       without a tuple per frame. `expand/1` turns such elements back into
       `PUSH` frames.
+    * `:pack_batches` - a count, or `nil` (the default). With a count, a
+      `PUSH_BATCH` of more payloads than that has them as one
+      `Ringbus.Wire.Entries`, the bytes of its entries, instead of a list:
+      for a server, whose memory for a batch then follows its bytes, not
+      its count. `expand/1` turns them back into lists.
   """
   @spec new(non_neg_integer(),
           first: non_neg_integer(),
           accept: Frame.direction(),
-          group_pushes: non_neg_integer() | nil
+          group_pushes: non_neg_integer() | nil,
+          pack_batches: non_neg_integer() | nil
         ) :: t()
   def new(max_frame_size, opts \\ []) when is_integer(max_frame_size) and max_frame_size >= 0 do
-    opts = Keyword.validate!(opts, first: nil, accept: :any, group_pushes: nil)
+    opts = Keyword.validate!(opts, first: nil, accept: :any, group_pushes: nil, pack_batches: nil)
 
     %__MODULE__{
       max_frame_size: max_frame_size,
       first: opts[:first],
       accept: opts[:accept],
-      group: opts[:group_pushes]
+      group: opts[:group_pushes],
+      pack: opts[:pack_batches]
     }
   end
 
   @doc """
   Frames with every `{:pushes, ...}` element (see `:group_pushes`) turned
-  back into the `PUSH` frames it stands for, in order.
+  back into the `PUSH` frames it stands for, in order, and every batch's
+  `Ringbus.Wire.Entries` (see `:pack_batches`) into its list of payloads.
   """
   @spec expand([Frame.t() | tuple()]) :: [Frame.t()]
   def expand(frames) do
@@ -115,6 +127,12 @@ defmodule Ringbus.Wire.Decoder do
         :lists.reverse(corrs)
         |> Enum.zip(:lists.reverse(payloads))
         |> Enum.map(fn {corr, payload} -> {:push, corr, :ack, name, payload} end)
+
+      {:push_batch, corr, mode, name, count, %Entries{} = entries} ->
+        [{:push_batch, corr, mode, name, count, Enum.to_list(entries)}]
+
+      {:tagged_push_batch, corr, mode, name, tag, count, %Entries{} = entries} ->
+        [{:tagged_push_batch, corr, mode, name, tag, count, Enum.to_list(entries)}]
 
       frame ->
         [frame]
@@ -163,7 +181,7 @@ defmodule Ringbus.Wire.Decoder do
       <<last::binary-size(missing), rest::binary>> ->
         frame = IO.iodata_to_binary(:lists.reverse(reads, [last]))
 
-        case Frame.decode_body(frame, decoder.accept) do
+        case Frame.decode_body(frame, decoder.accept, decoder.pack) do
           {:ok, frame} -> split(rest, %__MODULE__{decoder | stage: :idle}, [frame])
           {:error, reason} -> {:error, reason, []}
         end
@@ -253,7 +271,7 @@ defmodule Ringbus.Wire.Decoder do
   defp checked(length, _max, rest, decoder, frames) do
     case rest do
       <<frame::binary-size(length), rest::binary>> ->
-        case Frame.decode_body(frame, decoder.accept) do
+        case Frame.decode_body(frame, decoder.accept, decoder.pack) do
           {:ok, frame} -> split(rest, decoder, [frame | frames])
           {:error, reason} -> {:error, reason, :lists.reverse(frames)}
         end

@@ -1,6 +1,7 @@
 defmodule Ringbus.Wire.Frame do
   @moduledoc """
-  Encoding and decoding of single frames of the Ringbus protocol, version 3.
+  Encoding and decoding of single frames of the Ringbus protocol, version 4
+  (and version 3, which differs only in `INFO_OK`).
 
   `docs/PROTOCOL.md` is the specification; this module is its reference
   implementation. Every frame is a `u32` length (the bytes of opcode and body),
@@ -43,12 +44,17 @@ defmodule Ringbus.Wire.Frame do
       {:empty, corr}
       {:read_ok, corr, incarnation, lost, count, messages}  # messages: [{seq, payload}]
       {:len_ok, corr, len}
-      {:info_ok, corr, info}                           # info: Ringbus.info()
+      {:info_ok, corr, info}                           # info: see below
       {:subscribed, corr, sub_id, incarnation}
       {:deliver, sub_id, lost, count, messages}
       {:sub_closed, sub_id, reason}
       {:pong, corr}
       {:error, corr, reason, message}
+
+  A batch's payloads are a list, or, from a decoder that packs large
+  batches (`Ringbus.Wire.Decoder.new/2`'s `:pack_batches`), one
+  `Ringbus.Wire.Entries`: the entries as they came, walked as an
+  enumerable. The encoder takes either.
 
   `:tagged_push` and `:tagged_push_batch` are `PUSH` and `PUSH_BATCH` with
   the producer-tag flag (0x02) and its fields: `producer`, 1 to 255 bytes,
@@ -66,7 +72,10 @@ defmodule Ringbus.Wire.Frame do
   raises `ArgumentError` when the count is wrong.
 
   `overflow` is `:drop_oldest` or `:reject`, as in `Ringbus.create/2`, and
-  `info` has exactly the keys of `t:Ringbus.info/0`. Error reasons are the
+  `info` has the keys of `t:Ringbus.info/0` that version 3's `INFO_OK`
+  carries; with `:replicas` (`nil` for a memory channel, else its members,
+  1 to 255) and `:nodes` (a u16) too, it is version 4's, and a version 4
+  `INFO_OK` decodes to such a map. Error reasons are the
   atoms of `Ringbus.Wire.ErrorCode`, or integers for codes this version does
   not know.
 
@@ -100,10 +109,13 @@ defmodule Ringbus.Wire.Frame do
       (reserved bits set), `:overflow`, `:from`, `:status`, `:code`
   """
 
-  alias Ringbus.Wire.ErrorCode
+  alias Ringbus.Wire.{Entries, ErrorCode}
 
   @magic "RBUS"
-  @version 3
+  @version 4
+  # The versions a server speaks: a version 3 client gets version 3's
+  # INFO_OK, without `replicas` and `nodes`.
+  @versions [3, 4]
   # Ringbus.Channel.max_name_bytes/0, which the wire may not call (it depends
   # on nothing); Ringbus.Resp.ErrorsTest keeps the two equal.
   @max_name 255
@@ -203,12 +215,16 @@ defmodule Ringbus.Wire.Frame do
     len_ok: 12,
     # corr, capacity, overflow, then max_bytes, len, first_seq, next_seq,
     # pushed, pulled, overwritten, rejected, skipped, bytes, bytes_pushed and
-    # incarnation as u64.
-    info_ok: 4 + 4 + 1 + 12 * 8,
+    # incarnation as u64; in version 4, replicas (u8) and nodes (u16). (A
+    # body of neither size is judged against the nearer.)
+    info_ok: 4 + 4 + 1 + 12 * 8 + 1 + 2,
     subscribed: 16,
     sub_closed: 6,
     pong: 4
   ]
+
+  # Version 3's INFO_OK body.
+  @info_ok_v3 4 + 4 + 1 + 12 * 8
 
   @no_ack_flag 0x01
   @tagged_flag 0x02
@@ -254,9 +270,10 @@ defmodule Ringbus.Wire.Frame do
           | {:create, corr(), name(), u32(), overflow(), pos_integer() | nil, 1..255 | nil}
           | {:delete, corr(), name()}
           | {:push, corr(), ack_mode(), name(), binary()}
-          | {:push_batch, corr(), ack_mode(), name(), u32(), [binary()]}
+          | {:push_batch, corr(), ack_mode(), name(), u32(), [binary()] | Entries.t()}
           | {:tagged_push, corr(), ack_mode(), name(), tag(), binary()}
-          | {:tagged_push_batch, corr(), ack_mode(), name(), tag(), u32(), [binary()]}
+          | {:tagged_push_batch, corr(), ack_mode(), name(), tag(), u32(),
+             [binary()] | Entries.t()}
           | {:pull, corr(), name()}
           | {:read, corr(), name(), seq(), u32()}
           | {:read, corr(), name(), seq(), u32(), u64()}
@@ -336,9 +353,17 @@ defmodule Ringbus.Wire.Frame do
   defguardp is_ack_mode(x) when x in [:ack, :no_ack]
   defguardp is_overflow(x) when x in [:drop_oldest, :reject]
 
-  @doc "The protocol version this module speaks: `3`."
+  @doc "The newest protocol version this module speaks, the one a client says: `4`."
   @spec version() :: pos_integer()
   def version, do: @version
+
+  @doc """
+  Every protocol version this module speaks, `[3, 4]`: a server answers a
+  `HELLO` of any of them in that version. They differ only in `INFO_OK`,
+  whose version 4 layout adds `replicas` and `nodes`.
+  """
+  @spec versions() :: [pos_integer()]
+  def versions, do: @versions
 
   @doc "The port a server listens on and a client connects to unless told otherwise: `7171`."
   @spec default_port() :: :inet.port_number()
@@ -556,6 +581,12 @@ defmodule Ringbus.Wire.Frame do
     {@push, [<<corr::32, push_flags(mode)>>, name(name), <<byte_size(payload)::32>>, payload]}
   end
 
+  defp body({:push_batch, corr, mode, name, count, %Entries{count: count, data: data}})
+       when is_u32(corr) and is_ack_mode(mode) and is_name(name) and is_u32(count) do
+    head = push_batch_head(corr, mode, name, count)
+    {@push_batch, [head, data], byte_size(head) + byte_size(data)}
+  end
+
   defp body({:push_batch, corr, mode, name, count, payloads})
        when is_u32(corr) and is_ack_mode(mode) and is_name(name) and is_u32(count) and
               is_list(payloads) do
@@ -579,11 +610,21 @@ defmodule Ringbus.Wire.Frame do
 
   defp body({:tagged_push_batch, corr, mode, name, {producer, n}, count, payloads})
        when is_u32(corr) and is_ack_mode(mode) and is_name(name) and is_name(producer) and
-              is_u64(n) and is_u32(count) and is_list(payloads) do
+              is_u64(n) and is_u32(count) and (is_list(payloads) or is_struct(payloads, Entries)) do
     head = [<<corr::32, tagged_flags(mode)>>, name(name), name(producer), <<n::64, count::32>>]
     size = 5 + 2 + byte_size(name) + 2 + byte_size(producer) + 8 + 4
-    {entries, size} = encode_payloads(payloads, count, head, size)
-    {@push_batch, entries, size}
+
+    case payloads do
+      %Entries{count: ^count, data: data} ->
+        {@push_batch, [head, data], size + byte_size(data)}
+
+      list when is_list(list) ->
+        {entries, size} = encode_payloads(list, count, head, size)
+        {@push_batch, entries, size}
+
+      _other_count ->
+        body(nil)
+    end
   end
 
   defp body({:pull, corr, name}) when is_u32(corr) and is_name(name),
@@ -684,6 +725,14 @@ defmodule Ringbus.Wire.Frame do
 
   defp body({:len_ok, corr, len}) when is_u32(corr) and is_u64(len),
     do: {@len_ok, [<<corr::32, len::64>>]}
+
+  # Version 4: version 3's fields, then replicas and nodes.
+  defp body({:info_ok, corr, %{replicas: replicas, nodes: nodes} = info})
+       when map_size(info) == 16 and (is_nil(replicas) or replicas in 1..@max_replicas) and
+              is_u16(nodes) do
+    {@info_ok, v3} = body({:info_ok, corr, Map.drop(info, [:replicas, :nodes])})
+    {@info_ok, [v3, <<replicas || 0, nodes::16>>]}
+  end
 
   defp body(
          {:info_ok, corr,
@@ -858,18 +907,28 @@ defmodule Ringbus.Wire.Frame do
   With `:requests` or `:responses` as `direction`, an opcode of the other
   direction is `{:unknown_opcode, byte}`, whatever its body: a server takes
   only requests, a client only server frames.
+
+  With an integer `pack_batches`, a `PUSH_BATCH` of more payloads than that
+  has them as one `Ringbus.Wire.Entries` in the place of the list (the
+  same frame otherwise, and the same errors).
   """
-  @spec decode_body(binary(), direction()) :: {:ok, t()} | {:error, decode_error()}
-  def decode_body(bytes, direction \\ :any)
+  @spec decode_body(binary(), direction(), non_neg_integer() | nil) ::
+          {:ok, t()} | {:error, decode_error()}
+  def decode_body(bytes, direction \\ :any, pack_batches \\ nil)
 
-  def decode_body(<<opcode, _::binary>>, :requests) when opcode >= 0x80,
+  def decode_body(<<opcode, _::binary>>, :requests, _pack) when opcode >= 0x80,
     do: {:error, {:unknown_opcode, opcode}}
 
-  def decode_body(<<opcode, _::binary>>, :responses) when opcode < 0x80,
+  def decode_body(<<opcode, _::binary>>, :responses, _pack) when opcode < 0x80,
     do: {:error, {:unknown_opcode, opcode}}
 
-  def decode_body(<<opcode, body::binary>>, _direction), do: decode_op(opcode, body)
-  def decode_body(<<>>, _direction), do: {:error, :empty_frame}
+  # A batch of more than `pack` payloads keeps them as `Ringbus.Wire.Entries`.
+  def decode_body(<<@push_batch, corr::32, flags, rest::binary>>, _direction, pack)
+      when is_integer(pack),
+      do: decode_batch(corr, flags, rest, pack)
+
+  def decode_body(<<opcode, body::binary>>, _direction, _pack), do: decode_op(opcode, body)
+  def decode_body(<<>>, _direction, _pack), do: {:error, :empty_frame}
 
   defp decode_op(
          @hello,
@@ -1029,6 +1088,13 @@ defmodule Ringbus.Wire.Frame do
 
   defp decode_op(@len_ok, <<corr::32, len::64>>), do: {:ok, {:len_ok, corr, len}}
 
+  # Version 4's INFO_OK: version 3's, then replicas and nodes.
+  defp decode_op(@info_ok, <<v3::binary-size(@info_ok_v3), replicas, nodes::16>>) do
+    with {:ok, {:info_ok, corr, info}} <- decode_op(@info_ok, v3) do
+      {:ok, {:info_ok, corr, Map.merge(info, %{replicas: nil_if_zero(replicas), nodes: nodes})}}
+    end
+  end
+
   defp decode_op(
          @info_ok,
          <<corr::32, capacity::32, overflow, max_bytes::64, len::64, first_seq::64, next_seq::64,
@@ -1084,6 +1150,12 @@ defmodule Ringbus.Wire.Frame do
 
   # A known opcode whose fixed fields did not match: a fixed-size body of the
   # wrong size, or a variable one too short for its fixed part.
+  # INFO_OK has two sizes: a body between them is judged against the nearer.
+  defp decode_op(@info_ok, body)
+       when byte_size(body) > @info_ok_v3 and
+              byte_size(body) - @info_ok_v3 <= @info_ok_v3 + 3 - byte_size(body),
+       do: {:error, {:trailing_bytes, :info_ok}}
+
   for {type, opcode} <- @opcodes do
     case Keyword.fetch(@fixed_sizes, type) do
       {:ok, size} ->
@@ -1095,6 +1167,33 @@ defmodule Ringbus.Wire.Frame do
   end
 
   defp decode_op(opcode, _body), do: {:error, {:unknown_opcode, opcode}}
+
+  # PUSH_BATCH as the clauses above decode it, its entries walked without a
+  # term per payload and kept whole when there are more than `pack`.
+  defp decode_batch(corr, flags, rest, pack) do
+    tagged? = Bitwise.band(flags, @tagged_flag) != 0
+    flags = if tagged?, do: Bitwise.bxor(flags, @tagged_flag), else: flags
+
+    with {:ok, mode} <- ack_mode(flags, :push_batch),
+         {:ok, name, rest} <- name(rest, :push_batch),
+         {:ok, tag, rest} <- if(tagged?, do: tag(rest, :push_batch), else: {:ok, nil, rest}),
+         {:ok, count, rest} <- u32(rest, :push_batch),
+         {:ok, entries, rest} <- entries(rest, count),
+         :ok <- done(rest, :push_batch) do
+      payloads = if count > pack, do: entries, else: Enum.to_list(entries)
+
+      if tagged?,
+        do: {:ok, {:tagged_push_batch, corr, mode, name, tag, count, payloads}},
+        else: {:ok, {:push_batch, corr, mode, name, count, payloads}}
+    end
+  end
+
+  defp entries(rest, count) do
+    case Entries.take(rest, count) do
+      {:ok, entries, rest} -> {:ok, entries, rest}
+      :truncated -> {:error, {:truncated, :push_batch}}
+    end
+  end
 
   ## Field decoding
 

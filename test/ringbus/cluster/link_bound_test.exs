@@ -52,6 +52,13 @@ defmodule Ringbus.Cluster.LinkBoundTest do
     assert call(a, Ringbus, :read, ["huge", 0, 10]) == {:error, :too_large}
     assert call(a, Ringbus, :pull, ["huge"]) == {:error, :too_large}
     assert call(a, Ringbus, :push, ["huge", huge]) == {:error, :too_large}
+    # Every form of push is measured: tagged, a batch, and one that answers
+    # its incarnation with a trim (RESP's XADD).
+    assert call(a, Ringbus, :push, ["huge", huge, [producer: {"p", 1}]]) == {:error, :too_large}
+    assert call(a, Ringbus, :push_many, ["huge", [huge]]) == {:error, :too_large}
+    trim = %{strategy: {:maxlen, 8}, approx: false, limit: nil}
+    xadd = {:stamped, {:push_trim, {:push_many, [huge], 1, byte_size(huge)}, trim}}
+    assert call(a, Ringbus, :run, ["huge", xadd]) == {:error, :too_large}
     # Nothing was lost: the caller can skip it, and its home still has it.
     assert call(a, Ringbus, :read, ["huge", 1, 10]) == {:ok, [{1, "small"}], 0}
     assert call(a, Ringbus, :len, ["huge"]) == 2

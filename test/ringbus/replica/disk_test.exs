@@ -1,5 +1,6 @@
 defmodule Ringbus.Replica.DiskTest do
-  # The bytes a member's Raft directory holds, and its snapshots'.
+  # The bytes a member's Raft directory holds, and its snapshots'; the
+  # bytes of the node's WAL.
   use ExUnit.Case, async: true
 
   alias Ringbus.Replica.Disk
@@ -24,5 +25,17 @@ defmodule Ringbus.Replica.DiskTest do
 
   test "a directory that is not there holds nothing", %{tmp_dir: dir} do
     assert Disk.usage(Path.join(dir, "gone")) == {0, 0}
+  end
+
+  test "the WAL: the .wal files of the directory, not the servers' directories beside them",
+       %{tmp_dir: dir} do
+    File.write!(Path.join(dir, "00000001.wal"), :binary.copy("w", 700))
+    File.write!(Path.join(dir, "00000002.wal"), :binary.copy("w", 300))
+    File.write!(Path.join(dir, "names.dets"), "12345")
+    File.mkdir_p!(Path.join(dir, "SERVER_UID"))
+    File.write!(Path.join([dir, "SERVER_UID", "00000001.segment"]), "segment")
+
+    assert Disk.wal_bytes(dir) == 1000
+    assert Disk.wal_bytes(Path.join(dir, "gone")) == 0
   end
 end

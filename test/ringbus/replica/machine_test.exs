@@ -141,6 +141,34 @@ defmodule Ringbus.Replica.MachineTest do
       assert state.head == 2
     end
 
+    # As a memory channel's (`Ringbus.Channel.Producers`): the window is of
+    # n, (last - window, last], not of the last tags stored.
+    test "within the window, a tag never stored is stored once; window below the last is stale" do
+      {state, replies} =
+        run(machine(capacity: 100, window: 4), [
+          {:push, {:p, 1}, ["a"]},
+          {:push, {:p, 5}, ["b"]},
+          {:push, {:p, 3}, ["c"]},
+          {:push, {:p, 3}, ["c"]},
+          {:push, {:p, 1}, ["a"]},
+          {:push, {:p, 2}, ["d"]},
+          {:push, {:p, 5}, ["b"]}
+        ])
+
+      assert replies == [
+               {:ok, 0},
+               {:ok, 1},
+               {:ok, 2},
+               {:ok, 2},
+               {:error, :stale_tag},
+               {:ok, 3},
+               {:ok, 1}
+             ]
+
+      assert %{p: {5, _seen, recent}} = state.producers
+      assert recent |> :queue.to_list() |> Enum.map(&elem(&1, 0)) |> Enum.sort() == [2, 3, 5]
+    end
+
     test "the window per producer and the number of producers are bounded" do
       state = machine(capacity: 100, window: 2, max_producers: 2)
 

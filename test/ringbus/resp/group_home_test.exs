@@ -219,24 +219,95 @@ defmodule Ringbus.Resp.GroupHomeTest do
     {[1], _} = RespClient.call(cb, ~w(XACK gh-tags g #{new}))
   end
 
-  test "Ringbus.at_home/2 runs a function where the channel lives and raises what it raised",
+  test "a stream's group through Ringbus.run/3, the operation path any front end takes, beside RESP",
        ctx do
-    :ok = Nodes.call(ctx.a, Ringbus, :create, ["gh-apply", [capacity: 4]])
-    {:ok, %{incarnation: inc}} = Nodes.call(ctx.a, Ringbus, :info, ["gh-apply"])
-    home = ctx.a.node
+    ca = RespClient.connect!(ctx.port_a)
+    {ids, ca} = RespClient.calls(ca, for(i <- 0..2, do: ~w(XADD gh-api * n #{i})))
+    {:ok, inc} = Nodes.call(ctx.a, Ringbus, :incarnation, ["gh-api"])
+    run = fn node, request -> Nodes.call(node, Ringbus, :run, ["gh-api", {:group, request}]) end
 
-    assert {:ok, {"gh-apply", ^inc, ^home}} =
-             Nodes.call(ctx.b, Ringbus, :at_home, ["gh-apply", {Probe, :where, []}])
+    # Made through the API at the home, read from the other node: seqs and payloads.
+    assert run.(ctx.a, {:create, "api", -1, nil}) == :ok
+    assert run.(ctx.a, {:create, "api", -1, nil}) == {:error, :exists}
+    assert {:ok, [{0, p0}, {1, _}]} = run.(ctx.b, {:read, "api", "c1", 2, false})
+    assert Ringbus.Resp.Entry.decode(p0) == ["n", "0"]
 
-    assert {:error, :no_channel} =
-             Nodes.call(ctx.b, Ringbus, :at_home, ["gh-nowhere", {Probe, :where, []}])
+    # Seen over RESP, through either node, with the IDs of the same entries.
+    [id0, id1, id2] = ids
+    {[[2, ^id0, ^id1, [["c1", "2"]]]], ca} = RespClient.call(ca, ~w(XPENDING gh-api api))
+    cb = RespClient.connect!(ctx.port_b)
 
-    assert {:raised, message} =
-             Nodes.call(ctx.b, Probe, :at_home_rescued, ["gh-apply", {Probe, :where, ["boom"]}])
+    {[[["gh-api", [[^id2, ["n", "2"]]]]]], cb} =
+      RespClient.call(cb, ~w(XREADGROUP GROUP api c2 STREAMS gh-api >))
 
-    assert message =~ ~s(at the home of "gh-apply") and message =~ "boom"
-    # The link that ran it goes on.
-    assert {:ok, {"gh-apply", ^inc, ^home}} =
-             Nodes.call(ctx.b, Ringbus, :at_home, ["gh-apply", {Probe, :where, []}])
+    {[1], _} = RespClient.call(cb, ~w(XACK gh-api api #{id0}))
+    assert run.(ctx.b, {:pending, "api"}) == {:ok, {2, 1, 2, [{"c1", 1}, {"c2", 1}]}}
+
+    assert {:ok, [{1, "c1", _idle, 1}]} = run.(ctx.a, {:pending, "api", 0, 10, 10, "c1", 0})
+
+    # A seq of this incarnation (the whole of it known) is taken; of another, refused.
+    assert {:ok, [{1, _}]} =
+             run.(
+               ctx.b,
+               {:claim, "api", "c2", [{1, {0xFFFF_FFFF_FFFF_FFFF, inc}}], 0, claim_opts()}
+             )
+
+    assert run.(ctx.b, {:set_id, "api", {0, {0xFFFF_FFFF_FFFF_FFFF, inc + 1}}, nil}) ==
+             {:error, :new_incarnation}
+
+    assert run.(ctx.b, {:ack, "api", [1, {2, {0xFFFF_FFFF_FFFF_FFFF, inc + 1}}]}) == {:ok, 1}
+    assert run.(ctx.a, {:info, "none"}) == {:error, :no_group}
+    assert {:ok, [%{name: "api", pending: 1, lag: 0}]} = run.(ctx.b, {:groups, 0})
+    {[[["name", "api" | _]]], _} = RespClient.call(ca, ~w(XINFO GROUPS gh-api))
+
+    # Deleted, the stream's groups go at its home, from whichever node.
+    :ok = Nodes.call(ctx.b, Ringbus, :delete, ["gh-api"])
+    summary = fn -> Nodes.call(ctx.a, Ringbus.Group, :summary, []) end
+    assert eventually(fn -> not Enum.any?(summary.(), &(&1.incarnation == inc)) end)
+  end
+
+  defp claim_opts, do: %{time: nil, retry: nil, force: false, justid: false, last: nil}
+
+  test "a group command through another node is one link round trip to the stream's home", ctx do
+    ca = RespClient.connect!(ctx.port_a)
+    {[id | _], _} = RespClient.calls(ca, [~w(XADD gh-trip * n 0), ~w(XADD gh-trip * n 1)])
+    {[{:simple, "OK"}], _} = RespClient.call(ca, ~w(XGROUP CREATE gh-trip g 0))
+    cb = RespClient.connect!(ctx.port_b)
+
+    commands = [
+      ~w(XREADGROUP GROUP g c COUNT 1 STREAMS gh-trip >),
+      ~w(XREADGROUP GROUP g c STREAMS gh-trip 0),
+      ~w(XPENDING gh-trip g),
+      ~w(XPENDING gh-trip g - + 10),
+      ~w(XCLAIM gh-trip g d 0 #{id}),
+      ~w(XAUTOCLAIM gh-trip g c 0 0-0),
+      ~w(XACK gh-trip g #{id}),
+      ~w(XGROUP CREATECONSUMER gh-trip g e),
+      ~w(XGROUP SETID gh-trip g 0),
+      ~w(XINFO GROUPS gh-trip),
+      ~w(XINFO CONSUMERS gh-trip g),
+      ~w(XGROUP DELCONSUMER gh-trip g e)
+    ]
+
+    Enum.reduce(commands, cb, fn command, cb ->
+      before = calls(ctx.b, ctx.a.node)
+      {[reply], cb} = RespClient.call(cb, command)
+      refute match?({:error, _}, reply), "#{inspect(command)}: #{inspect(reply)}"
+      assert calls(ctx.b, ctx.a.node) - before == 1, "#{inspect(command)}: one round trip"
+      cb
+    end)
+
+    # And through the API, from that node: both entries again, SETID having moved the group back.
+    before = calls(ctx.b, ctx.a.node)
+
+    assert {:ok, [{0, _}, {1, _}]} =
+             Nodes.call(ctx.b, Ringbus, :run, ["gh-trip", {:group, {:read, "g", "f", 10, true}}])
+
+    assert calls(ctx.b, ctx.a.node) - before == 1
+  end
+
+  defp calls(from, to) do
+    %{links: %{^to => link}} = Nodes.call(from, Ringbus.Cluster, :info, [])
+    link.calls_ok + link.calls_refused + link.calls_timeout
   end
 end

@@ -3,7 +3,7 @@ defmodule Ringbus.Resp.StreamsTest do
   # waiting reads, bounded groups.
   use ExUnit.Case, async: false
 
-  alias Ringbus.Resp.Groups
+  alias Ringbus.Group.Table
   alias Ringbus.Test.RespClient
 
   import Ringbus.Test.Eventually
@@ -241,17 +241,17 @@ defmodule Ringbus.Resp.StreamsTest do
   end
 
   test "a group's pending list is bounded and counts what it drops" do
-    # The node's table, under a name no channel has.
-    t = Groups.table()
+    # The node's table, under an incarnation no channel has.
+    t = Table.table()
     s = {:bounded_pel_test, make_ref()}
-    on_exit(fn -> Groups.drop_stream(t, s) end)
-    :ok = Groups.create(t, s, "g", -1, 0)
-    %{pending: max} = Groups.limits()
-    Groups.add_pending(t, s, "g", "c", Enum.to_list(0..(max + 4)), 0)
-    assert {:ok, %{pending: ^max, dropped: 5}} = Groups.fetch(t, s, "g")
-    assert Groups.pending_bounds(t, s, "g") == {5, max + 4}
-    assert Groups.ack(t, s, "g", [0, 5, 6]) == 2
-    assert {:ok, %{pending: pending}} = Groups.fetch(t, s, "g")
+    on_exit(fn -> Table.drop(t, s) end)
+    :ok = Table.create(t, s, "g", -1, 0)
+    %{pending: max} = Table.limits()
+    Table.add_pending(t, s, "g", "c", Enum.to_list(0..(max + 4)), 0)
+    assert {:ok, %{pending: ^max, dropped: 5}} = Table.fetch(t, s, "g")
+    assert Table.pending_bounds(t, s, "g") == {5, max + 4}
+    assert Table.ack(t, s, "g", [0, 5, 6]) == 2
+    assert {:ok, %{pending: pending}} = Table.fetch(t, s, "g")
     assert pending == max - 2
   end
 

@@ -29,7 +29,33 @@ defmodule Ringbus.Server.ProtocolTest do
       RawClient.send_frames(client, [{:hello, 4, 2, 0, nil}])
 
       assert [{:error, 4, :bad_version, message}] = RawClient.recv_until_closed(client)
-      assert message =~ "version 3"
+      assert message =~ "versions 3 and 4"
+    end
+
+    # Written from the field tables: INFO_OK's body after corr is 101 bytes
+    # in version 3 and 104 in version 4, whose last three are replicas (u8)
+    # and nodes (u16).
+    test "a version 3 HELLO gets a version 3 connection; version 4's INFO_OK adds replicas and nodes" do
+      port = start_server()
+      :ok = Ringbus.create("v4-memory", capacity: 10)
+      :ok = Ringbus.create("v4-replicated", capacity: 10, replicas: 1)
+      on_exit(fn -> Ringbus.delete("v4-replicated") end)
+      nodes = length(Node.list()) + 1
+
+      info_body = fn version, name ->
+        client = RawClient.connect!(port)
+        RawClient.send_frames(client, [{:hello, 1, version, 0, nil}])
+        {[{:hello_ok, 1, ^version, _}], client} = RawClient.recv(client, 1)
+        RawClient.send_frames(client, [{:info, 2, name}])
+        {:ok, <<length::32>>} = :gen_tcp.recv(client.socket, 4, 5_000)
+        {:ok, <<0x88, 2::32, body::binary>>} = :gen_tcp.recv(client.socket, length, 5_000)
+        RawClient.close(client)
+        body
+      end
+
+      assert byte_size(info_body.(3, "v4-memory")) == 101
+      assert <<_::binary-size(101), 0, ^nodes::16>> = info_body.(4, "v4-memory")
+      assert <<_::binary-size(101), 1, ^nodes::16>> = info_body.(4, "v4-replicated")
     end
 
     test "HELLO's flags: bits the server does not know are ignored" do
@@ -261,6 +287,134 @@ defmodule Ringbus.Server.ProtocolTest do
 
       assert {[{:deliver, ^sub, 0, 1, [{3, "w"}]}], c} = RawClient.recv(c, 1)
       assert {{:error, 7, :no_channel, _}, _} = RawClient.call(c, {:read, 7, "inc-no", 0, 1, inc})
+    end
+  end
+
+  # What docs/PROTOCOL.md once left unsaid, as it now says it.
+  describe "settled silences" do
+    setup do
+      {c, _} = RawClient.hello!(start_server())
+      {:ok, c: c}
+    end
+
+    test "SUBSCRIBE or READ stating the incarnation of a channel deleted and not made again: no_channel",
+         %{c: c} do
+      {:ok, _} = Ringbus.push(create!("gone"), "a")
+      {:ok, inc} = Ringbus.incarnation("gone")
+      :ok = Ringbus.delete("gone")
+
+      assert {{:error, 1, :no_channel, _}, c} =
+               RawClient.call(c, {:subscribe, 1, "gone", 0, 10, 10, inc})
+
+      assert {{:error, 2, :no_channel, _}, _} = RawClient.call(c, {:read, 2, "gone", 0, 10, inc})
+    end
+
+    test "READ with max 0: no messages, and lost as a READ from there would count it", %{c: c} do
+      :ok = Ringbus.create("max0", capacity: 5)
+      {:ok, 0} = Ringbus.push_many("max0", ~w(a b c d e f g h))
+      {:ok, inc} = Ringbus.incarnation("max0")
+
+      assert {{:read_ok, 1, ^inc, 3, 0, []}, c} = RawClient.call(c, {:read, 1, "max0", 0, 0})
+      assert {{:read_ok, 2, ^inc, 0, 0, []}, c} = RawClient.call(c, {:read, 2, "max0", 4, 0})
+      assert {{:read_ok, 3, ^inc, 0, 0, []}, _} = RawClient.call(c, {:read, 3, "max0", 99, 0})
+    end
+
+    test "a drop_oldest PUSH_BATCH of more messages than the capacity: taken, its first ones overwritten at once",
+         %{c: c} do
+      :ok = Ringbus.create("lap", capacity: 5)
+      :ok = Ringbus.create("lap-reject", capacity: 5, overflow: :reject)
+      batch = ~w(a b c d e f g h)
+
+      assert {{:push_acks, 1, [{1, {:ok, 0}}]}, c} =
+               RawClient.call(c, {:push_batch, 1, :ack, "lap", 8, batch})
+
+      assert {:ok, %{len: 5, overwritten: 3, first_seq: 3, next_seq: 8}} = Ringbus.info("lap")
+
+      assert {{:read_ok, 2, _, 3, 5, [{3, "d"} | _]}, c} =
+               RawClient.call(c, {:read, 2, "lap", 0, 10})
+
+      # A reject channel refuses it whole.
+      assert {{:push_acks, 1, [{3, {:error, :full}}]}, _} =
+               RawClient.call(c, {:push_batch, 3, :ack, "lap-reject", 8, batch})
+
+      assert {:ok, %{len: 0, rejected: 8, next_seq: 0}} = Ringbus.info("lap-reject")
+    end
+
+    # Memory and replicated channels keep tags by the same rules.
+    test "producer tags: 64 below the highest is stale; one below it within 64, never sent, is stored once",
+         %{c: c} do
+      :ok = Ringbus.create("tags-memory", capacity: 1_000)
+      :ok = Ringbus.create("tags-replicated", capacity: 1_000, replicas: 1)
+      on_exit(fn -> Ringbus.delete("tags-replicated") end)
+
+      for name <- ["tags-memory", "tags-replicated"] do
+        push = fn producer, n ->
+          {{:push_acks, 1, [{_, result}]}, _} =
+            RawClient.call(c, {:tagged_push, n, :ack, name, {producer, n}, "m#{n}"})
+
+          result
+        end
+
+        for n <- 1..100, do: {:ok, _} = push.("p", n)
+        assert push.("p", 36) == {:error, :stale_tag}, name
+        assert push.("p", 37) == {:ok, 36}, name
+
+        # "q" sends 1 and 100: 50 is within 64 of 100 and was never sent.
+        {:ok, _} = push.("q", 1)
+        {:ok, _} = push.("q", 100)
+        assert {:ok, seq} = push.("q", 50), name
+        assert push.("q", 50) == {:ok, seq}, name
+        assert push.("q", 36) == {:error, :stale_tag}, name
+        assert {:ok, %{next_seq: 103}} = Ringbus.info(name)
+      end
+    end
+
+    test "a producer forgotten past the 1,024-producer bound that sends a tag again is stored again",
+         %{c: c} do
+      :ok = Ringbus.create("tags-many", capacity: 2_000)
+      frames = for p <- 0..1_024, do: {:tagged_push, p + 1, :ack, "tags-many", {"p#{p}", 1}, "x"}
+      RawClient.send_frames(c, frames)
+      {acks, c} = recv_acks(c, 1_025, [])
+      assert Enum.all?(acks, &match?({_, {:ok, _}}, &1))
+
+      # "p0" was seen least recently: forgotten for "p1024".
+      assert {{:push_acks, 1, [{9, {:ok, 1_025}}]}, _} =
+               RawClient.call(c, {:tagged_push, 9, :ack, "tags-many", {"p0", 1}, "x"})
+    end
+  end
+
+  defp recv_acks(c, 0, acc), do: {acc, c}
+
+  defp recv_acks(c, left, acc) do
+    {[{:push_acks, n, acks}], c} = RawClient.recv(c, 1)
+    recv_acks(c, left - n, acc ++ acks)
+  end
+
+  describe "incarnation 0" do
+    setup do
+      {c, _} = RawClient.hello!(start_server())
+      {:ok, c: c}
+    end
+
+    # Incarnations are drawn non-zero: stating 0 is a field out of its range.
+    test "READ and SUBSCRIBE stating incarnation 0 get bad_argument; the connection stays open",
+         %{c: c} do
+      {:ok, 0} = Ringbus.push(create!("inc-zero"), "a")
+
+      for name <- ["inc-zero", "inc-zero-none"] do
+        assert {{:error, 1, :bad_argument, message}, ^c} =
+                 RawClient.call(c, {:read, 1, name, 0, 10, 0})
+
+        assert message =~ "incarnation"
+
+        assert {{:error, 2, :bad_argument, _}, ^c} =
+                 RawClient.call(c, {:subscribe, 2, name, 0, 10, 10, 0})
+      end
+
+      assert {{:pong, 3}, c} = RawClient.call(c, {:ping, 3})
+
+      assert {{:read_ok, 4, _, 0, 1, [{0, "a"}]}, _} =
+               RawClient.call(c, {:read, 4, "inc-zero", 0, 10})
     end
   end
 

@@ -64,6 +64,9 @@ defmodule Ringbus.Server.ReplicatedCreateTest do
     c = Client.connect!(port: port)
     assert :ok = Client.create(c, "wire_rep_client", capacity: 100, replicas: 1)
     assert {:ok, %{replicas: 1}} = Ringbus.info("wire_rep_client")
+    # Protocol version 4: INFO_OK says how many members, and how many nodes.
+    assert {:ok, %{replicas: 1, nodes: nodes}} = Client.info(c, "wire_rep_client")
+    assert nodes == length(Node.list()) + 1
     assert {:ok, 0} = Client.push(c, "wire_rep_client", "durable")
     assert {:error, :exists} = Client.create(c, "wire_rep_client", capacity: 100, replicas: 1)
 

@@ -1,9 +1,10 @@
 defmodule Ringbus.Wire.DecoderTest do
   use ExUnit.Case, async: true
 
-  alias Ringbus.Wire.{Decoder, Frame, FrameGenerators}
+  alias Ringbus.Wire.{Decoder, Entries, Frame, FrameGenerators}
 
   doctest Decoder
+  doctest Entries
 
   @max 16 * 1024 * 1024
 
@@ -249,6 +250,70 @@ defmodule Ringbus.Wire.DecoderTest do
                Decoder.feed(client, IO.iodata_to_binary(Frame.encode({:pong, 1})))
     end
   end
+
+  describe ":pack_batches" do
+    test "a batch of more payloads than the count comes as Entries; expand/1 gives the frames back" do
+      property =
+        FrameGenerators.forall(
+          {:proper_types.list(FrameGenerators.frame()),
+           :proper_types.list(:proper_types.integer(1, 300)), :proper_types.integer(0, 3)},
+          fn {frames, sizes, pack} ->
+            bytes = FrameGenerators.bytes(frames)
+            {decoded, _} = feed_all(Decoder.new(@max, pack_batches: pack), chunks(bytes, sizes))
+
+            packed_right? =
+              Enum.all?(decoded, fn
+                {:push_batch, _, _, _, count, payloads} ->
+                  packed_right?(count, payloads, pack)
+
+                {:tagged_push_batch, _, _, _, _, count, payloads} ->
+                  packed_right?(count, payloads, pack)
+
+                _other ->
+                  true
+              end)
+
+            Decoder.expand(decoded) == frames and packed_right?
+          end
+        )
+
+      assert FrameGenerators.check(property, 300) == true
+    end
+
+    test "a packed batch encodes to the bytes it came in" do
+      frame = {:tagged_push_batch, 3, :no_ack, "events", {"p", 9}, 3, ["a", "", "bcd"]}
+      bytes = FrameGenerators.bytes([frame])
+      assert {:ok, [packed], _} = Decoder.feed(Decoder.new(@max, pack_batches: 1), bytes)
+
+      assert {:tagged_push_batch, 3, :no_ack, "events", {"p", 9}, 3, %Entries{} = entries} =
+               packed
+
+      assert {entries.count, entries.bytes, entries.largest} == {3, 4, 3}
+      assert IO.iodata_to_binary(Frame.encode(packed)) == bytes
+    end
+
+    test "a batch that is cut short or runs on is refused as without packing" do
+      body = IO.iodata_to_binary(Frame.encode({:push_batch, 1, :ack, "e", 2, ["ab", "c"]}))
+      <<_length::32, body::binary>> = body
+
+      for cut <- 1..(byte_size(body) - 1) do
+        <<short::binary-size(cut), _::binary>> = body
+        assert Frame.decode_body(short, :requests, 0) == Frame.decode_body(short, :requests)
+      end
+
+      longer = body <> "x"
+      assert Frame.decode_body(longer, :requests, 0) == {:error, {:trailing_bytes, :push_batch}}
+      assert Frame.decode_body(longer, :requests) == {:error, {:trailing_bytes, :push_batch}}
+    end
+  end
+
+  defp packed_right?(count, payloads, pack) when count > pack do
+    match?(%Entries{count: ^count}, payloads) and
+      payloads.bytes == payloads |> Enum.map(&byte_size/1) |> Enum.sum() and
+      payloads.largest == payloads |> Enum.map(&byte_size/1) |> Enum.max(fn -> 0 end)
+  end
+
+  defp packed_right?(_count, payloads, _pack), do: is_list(payloads)
 
   test "frames decoded here are what Frame.decode/2 gives" do
     frame = {:read_ok, 1, 5, 0, 2, [{0, "a"}, {1, "b"}]}

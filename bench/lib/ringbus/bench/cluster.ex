@@ -18,7 +18,7 @@ defmodule Ringbus.Bench.Cluster do
   ## What it does
 
   Each variant gets three fresh nodes, A, B and C, started with `:peer` on
-  127.0.0.1 (`Ringbus.Bench.Cluster.Nodes`), all running Ringbus and joined
+  127.0.0.1 (`Ringbus.Test.Nodes`), all running Ringbus and joined
   into one cluster, with `net_ticktime` `--net-ticktime`. A producer process
   on A calls `--rate` times a second in all, taking turns between a target
   on B (live) and one on C (silent). After `--before-ms`, the bench sends C
@@ -101,7 +101,8 @@ defmodule Ringbus.Bench.Cluster do
   """
 
   alias Ringbus.Bench.{Args, CSV}
-  alias Ringbus.Bench.Cluster.{Nodes, Producer}
+  alias Ringbus.Bench.Cluster.Producer
+  alias Ringbus.Test.Nodes
 
   @variants ~w(plain_send noconnect nosuspend ringbus)
 

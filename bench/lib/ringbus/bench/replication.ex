@@ -15,7 +15,7 @@ defmodule Ringbus.Bench.Replication do
   producer keeps `--window` sends unconfirmed (256 by default) and a send's
   latency is from the send to its confirm:
 
-    * `ringbus` - three fresh `:peer` nodes (`Ringbus.Bench.Cluster.Nodes`),
+    * `ringbus` - three fresh `:peer` nodes (`Ringbus.Test.Nodes`),
       joined. On the first: a memory channel (`ringbus_memory`, the
       reference), a `replicas: 1` channel (`ringbus_r1`) and a
       `replicas: 3` one (`ringbus_r3`), each pushed to by `--window`
@@ -86,7 +86,7 @@ defmodule Ringbus.Bench.Replication do
 
   alias Ringbus.Bench.{Args, CSV, RedisServer, Table}
   alias Ringbus.Bench.Replication.Samples
-  alias Ringbus.Bench.Cluster.Nodes
+  alias Ringbus.Test.Nodes
 
   alias Ringbus.Bench.Replication.{
     NatsClient,

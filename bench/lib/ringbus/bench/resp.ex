@@ -360,7 +360,7 @@ defmodule Ringbus.Bench.Resp do
             do: "#{server} #{fmt(row.p50_ms)} / #{fmt(row.p99_ms)} / #{fmt(row.max_ms)}"
 
       name = if payload, do: "#{command} #{payload} B", else: command
-      IO.puts("  " <> String.pad_trailing(name, 12) <> Enum.join(tails, ", "))
+      if tails != [], do: IO.puts("  " <> String.pad_trailing(name, 12) <> Enum.join(tails, ", "))
     end
   end
 

@@ -1,6 +1,6 @@
 defmodule Ringbus.Chaos.Nemesis do
   @moduledoc """
-  Faults on real nodes (`Ringbus.Bench.Cluster.Nodes`), on a seeded
+  Faults on real nodes (`Ringbus.Test.Nodes`), on a seeded
   schedule, one at a time, each healed before the next:
 
     * `{:stall, node, ms}` - SIGSTOP, then SIGCONT `ms` later: short
@@ -32,7 +32,7 @@ defmodule Ringbus.Chaos.Nemesis do
   `Ringbus.Chaos` stops every node by its peer at the end.
   """
 
-  alias Ringbus.Bench.Cluster.Nodes
+  alias Ringbus.Test.Nodes
 
   @type step ::
           {:stall, atom(), pos_integer()}

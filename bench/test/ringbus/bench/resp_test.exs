@@ -19,8 +19,10 @@ defmodule Ringbus.Bench.RespTest do
       end)
 
     rows = Process.get(:results)
-    assert Enum.count(rows) == 18
+    # 4 workloads × 2 servers × 2 depths, and PING × 3 servers × 2 depths.
+    assert Enum.count(rows) == 22
     assert output =~ "XADD 1024 B: -P 16 Ringbus/Redis"
+    assert output =~ "XADD~ 16 B -P 16: Ringbus/Redis"
     assert output =~ "PING -P 16: bare gen_tcp floor/Redis"
     assert progress =~ "==> ringbus: redis-benchmark"
     assert_tails(output)
@@ -38,7 +40,7 @@ defmodule Ringbus.Bench.RespTest do
       end)
 
     rows = Process.get(:results)
-    assert Enum.count(rows) == 18
+    assert Enum.count(rows) == 22
     assert Enum.all?(rows, &(&1.mode == "pinned"))
     assert output =~ ~r/^pinned  redis /m
     assert progress =~ "==> bare: taskset -c 1 redis-benchmark"
@@ -47,6 +49,20 @@ defmodule Ringbus.Bench.RespTest do
   end
 
   # p50 / p99 / max of every -P 1 workload, every server that ran it side by side.
+  test "--only and --pipelines choose the workloads and the depths" do
+    {output, _progress} =
+      BenchIO.run_quietly(fn ->
+        Ringbus.Bench.Resp.run(~w(--requests 10000 --clients 5 --only XADD~,PING --pipelines 1,4))
+      end)
+
+    rows = Process.get(:results)
+    # XADD~ × 2 servers × 2 depths, and PING × 3 servers × 2 depths.
+    assert Enum.count(rows) == 10
+    assert Enum.map(rows, & &1.pipeline) |> Enum.uniq() |> Enum.sort() == [1, 4]
+    assert output =~ "XADD~ 16 B -P 4: Ringbus/Redis"
+    refute output =~ "XRANGE"
+  end
+
   defp assert_tails(output) do
     assert output =~ "-P 1 tails, p50 / p99 / max ms:"
     number = "[0-9.]+ / [0-9.]+ / [0-9.]+"

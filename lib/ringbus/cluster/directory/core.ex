@@ -31,6 +31,13 @@ defmodule Ringbus.Cluster.Directory.Core do
   #      every node, and answers `:ok` once the voters have it, so a name
   #      created anywhere resolves everywhere by the time `create` returns.
   #
+  # A create of a name that is claimed (by a create of ours in its vote, a
+  # replicated create's held claim, or a claim granted to another node) is
+  # neither refused nor run: it waits until the claim is settled, then runs
+  # (answering `{:error, :exists}` if the channel was made), so `:exists`
+  # only ever means a channel exists. It waits `create_timeout` at most,
+  # then answers `{:error, :node_busy}`: not created.
+  #
   # Both rounds together wait `create_timeout` at most: a claim that times
   # out answers `{:error, :node_busy}` and is released, an announce that
   # times out answers `:ok` (the channel exists). Busy and down nodes do not
@@ -65,7 +72,8 @@ defmodule Ringbus.Cluster.Directory.Core do
   # the claim (`{:held, stamp, id}`, which refuses every other claim) while
   # the replica layer makes the members, then announces it as its own
   # with `members:` in its options (`{:claimed, ...}`), or releases the
-  # claim. Every member's store holds its ring, so every member lists it
+  # claim; the process watches the claim's caller, and gives the claim up
+  # (`{:abandon, name, stamp}`) if it dies first. Every member's store holds its ring, so every member lists it
   # in its syncs (`world.replicated`) under the creator's stamp: equal
   # stamps never conflict, an entry points at the member that spoke last,
   # and callers pick among `members:` anyway. Such an entry missing from a
@@ -119,19 +127,20 @@ defmodule Ringbus.Cluster.Directory.Core do
           | {:peer, node(), message :: term()}
           | {:link_up, node()}
           | {:link_down, node()}
-          | {:timeout, id :: reference()}
+          | {:timeout, id :: reference() | {:queued, reference()}}
           | {:forget, node(), connected? :: boolean(), reply_to()}
           | {:created, name :: term(), opts :: keyword(), purpose(), result :: term()}
           | {:claim, name :: term(), reply_to(), id :: reference(), stamp()}
           | {:claimed, name :: term(), opts :: keyword(), stamp(), reply_to(), result :: term()}
           | {:deleted, name :: term(), stamp(), reply_to()}
           | {:announce, name :: term(), opts :: keyword(), stamp(), reply_to()}
+          | {:abandon, name :: term(), stamp()}
 
   @type effect ::
           {:send, node(), message :: term()}
           | {:reply, reply_to(), answer :: term()}
-          | {:start_timer, id :: reference(), ms :: pos_integer()}
-          | {:cancel_timer, id :: reference()}
+          | {:start_timer, id :: reference() | {:queued, reference()}, ms :: pos_integer()}
+          | {:cancel_timer, id :: reference() | {:queued, reference()}}
           | {:put_entry, {term(), node(), keyword(), stamp(), term()}}
           | {:drop_entry, name :: term()}
           | {:create_channel, name :: term(), opts :: keyword(), purpose()}
@@ -148,6 +157,7 @@ defmodule Ringbus.Cluster.Directory.Core do
               | {:granted, stamp(), node()}
           },
           pending: %{reference() => map()},
+          queued: %{term() => [event()]},
           remote: %{term() => {node(), keyword(), stamp(), term()}},
           forgotten: MapSet.t(node()),
           world: world() | nil,
@@ -164,6 +174,8 @@ defmodule Ringbus.Cluster.Directory.Core do
       claims: %{},
       # id => the create in progress
       pending: %{},
+      # name => the creates (events) waiting, oldest first, while it is claimed
+      queued: %{},
       remote: %{},
       # Nodes forgotten since they last synced: what others relay of them is ignored.
       forgotten: MapSet.new(),
@@ -182,7 +194,7 @@ defmodule Ringbus.Cluster.Directory.Core do
   """
   @spec handle(t(), event(), world()) :: {t(), [effect()]}
   def handle(state, event, world) do
-    state = event(%{state | world: world, effects: []}, event)
+    state = %{state | world: world, effects: []} |> event(event) |> drain()
     {%{state | world: nil, effects: []}, :lists.reverse(state.effects)}
   end
 
@@ -247,21 +259,41 @@ defmodule Ringbus.Cluster.Directory.Core do
     |> emit({:reply, reply_to, :ok})
   end
 
-  defp event(state, {:create, name, opts, reply_to, id, stamp}) do
-    if taken?(state, name) or Map.has_key?(state.claims, name) do
-      emit(state, {:reply, reply_to, {:error, :exists}})
-    else
-      create = %{id: id, name: name, opts: opts, stamp: stamp, reply_to: reply_to, timer?: false}
+  defp event(state, {:create, name, opts, reply_to, id, stamp} = create) do
+    cond do
+      taken?(state, name) ->
+        emit(state, {:reply, reply_to, {:error, :exists}})
 
-      case for({node, :up} <- state.world.links, do: node) do
-        [] -> commit(state, create)
-        voters -> claim(state, create, voters)
-      end
+      # Another create of the name is under way: this one waits for it.
+      Map.has_key?(state.claims, name) ->
+        queue(state, name, create)
+
+      true ->
+        start(state, opts, reply_to, id, name, stamp)
     end
   end
 
   defp event(state, {:delete, name, reply_to, answer}) do
     state |> forget_own(name) |> emit({:reply, reply_to, answer})
+  end
+
+  # The caller of a claim is gone: the claim is given up wherever it is.
+  defp event(state, {:abandon, name, stamp}) do
+    state = %{state | queued: unqueue(state.queued, name, &(elem(&1, 5) == stamp))}
+
+    state =
+      case Enum.find(state.pending, fn {_, c} -> c.name == name and c.stamp == stamp end) do
+        {id, %{round: :claim}} -> abort(state, id, {:error, :node_down})
+        _ -> state
+      end
+
+    case state.claims do
+      %{^name => {:held, ^stamp, _}} ->
+        send_all(%{state | claims: Map.delete(state.claims, name)}, {:release, name, stamp})
+
+      _ ->
+        state
+    end
   end
 
   defp event(state, {:created, name, opts, {:commit, create}, result}) do
@@ -344,6 +376,19 @@ defmodule Ringbus.Cluster.Directory.Core do
     end
   end
 
+  defp event(state, {:timeout, {:queued, id}}) do
+    Enum.reduce(state.queued, state, fn {name, creates}, state ->
+      case List.keyfind(creates, id, 4) do
+        {:create, _, _, reply_to, ^id, _} ->
+          queued = unqueue(state.queued, name, &(elem(&1, 4) == id))
+          emit(%{state | queued: queued}, {:reply, reply_to, {:error, :node_busy}})
+
+        nil ->
+          state
+      end
+    end)
+  end
+
   defp event(state, {:timeout, id}) do
     case state.pending do
       %{^id => %{round: :claim}} -> abort(state, id, {:error, :node_busy})
@@ -353,6 +398,69 @@ defmodule Ringbus.Cluster.Directory.Core do
   end
 
   ## Creating and deleting here
+
+  defp start(state, opts, reply_to, id, name, stamp) do
+    create = %{id: id, name: name, opts: opts, stamp: stamp, reply_to: reply_to, timer?: false}
+
+    case for({node, :up} <- state.world.links, do: node) do
+      [] -> commit(state, create)
+      voters -> claim(state, create, voters)
+    end
+  end
+
+  # Creates of one name wait, in order, while another create of it (a claim
+  # of ours, held or in its vote, or one granted to another node) is under
+  # way, each at most `create_timeout`, then `{:error, :node_busy}`: so none
+  # is answered `:exists` for a channel that may never be made.
+  defp queue(state, name, {:create, _name, _opts, _reply_to, id, _stamp} = create) do
+    queued = Map.update(state.queued, name, [create], &(&1 ++ [create]))
+    emit(%{state | queued: queued}, {:start_timer, {:queued, id}, state.create_timeout})
+  end
+
+  defp unqueue(queued, name, drop?) do
+    case Map.fetch(queued, name) do
+      {:ok, creates} ->
+        case Enum.reject(creates, drop?) do
+          [] -> Map.delete(queued, name)
+          creates -> Map.put(queued, name, creates)
+        end
+
+      :error ->
+        queued
+    end
+  end
+
+  # After every event: the creates waiting on a name no longer claimed run,
+  # oldest first, until one claims it again or goes to the store (whose
+  # answer, an event of its own, drains the rest).
+  defp drain(state) do
+    Enum.reduce(Map.keys(state.queued), state, &drain(&2, &1))
+  end
+
+  defp drain(state, name) do
+    case state.queued do
+      %{^name => [{:create, _, _, _, id, _} = create | rest]} ->
+        if Map.has_key?(state.claims, name) or creating?(state, name) do
+          state
+        else
+          queued =
+            if rest == [],
+              do: Map.delete(state.queued, name),
+              else: %{state.queued | name => rest}
+
+          %{state | queued: queued}
+          |> emit({:cancel_timer, {:queued, id}})
+          |> event(create)
+          |> drain(name)
+        end
+
+      _ ->
+        state
+    end
+  end
+
+  defp creating?(state, name),
+    do: Enum.any?(state.effects, &match?({:create_channel, ^name, _, _}, &1))
 
   defp claim(state, create, voters) do
     state =

@@ -89,16 +89,25 @@ defmodule Ringbus.Cluster.Directory.CoreTest do
       assert effects == [{:cancel_timer, :id}, {:reply, :caller, {:ok, stamp}}]
       assert core.claims == %{"r" => {:held, stamp, :id}}
 
-      # Held: every other claim or create of the name is refused meanwhile.
+      # Held: every other node's claim of the name is refused meanwhile, and
+      # a create here waits for it.
       {core, effects} = Core.handle(core, {:peer, :b, {:claim, "r", {1, :b}, :bid}}, world)
       assert effects == [{:send, :b, {:vote, :bid, :exists}}]
       {core, effects} = Core.handle(core, {:create, "r", @opts, :other, :id2, {11, :a}}, world)
-      assert effects == [{:reply, :other, {:error, :exists}}]
+      assert effects == [{:start_timer, {:queued, :id2}, 1_000}]
 
+      # Made: the create that waited is answered exists.
       opts = [members: [:a, :c]] ++ @opts
       {core, effects} = Core.handle(core, {:claimed, "r", opts, stamp, :caller, :ok}, world)
-      assert [{:send, :b, {:add, "r", ^opts, ^stamp, :i1, :id}}, {:start_timer, :id, _}] = effects
-      assert core.own == %{"r" => {opts, stamp}} and core.claims == %{}
+
+      assert [
+               {:send, :b, {:add, "r", ^opts, ^stamp, :i1, :id}},
+               {:start_timer, :id, _},
+               {:cancel_timer, {:queued, :id2}},
+               {:reply, :other, {:error, :exists}}
+             ] = effects
+
+      assert core.own == %{"r" => {opts, stamp}} and core.claims == %{} and core.queued == %{}
 
       # Its delete, run by any member, is announced, and the name is free.
       {core, effects} = Core.handle(core, {:deleted, "r", stamp, :caller}, world)
@@ -179,19 +188,74 @@ defmodule Ringbus.Cluster.Directory.CoreTest do
       assert core.own == %{}
     end
 
-    test "a name held here, in the store, by another node or under a claim is refused at once" do
+    test "a name held here, in the store or by another node is refused at once" do
       world = world([{:b, :up}], ["stored"])
       core = Core.new(:i1, 1_000)
 
       {core, _} =
         Core.handle(core, {:peer, :b, {:add, "remote", @opts, {5, :b}, :ib, nil}}, world)
 
-      {core, _} = Core.handle(core, {:create, "claimed", @opts, :first, :id1, {10, :a}}, world)
-
-      for name <- ["stored", "remote", "claimed"] do
+      for name <- ["stored", "remote"] do
         assert {_, [{:reply, :caller, {:error, :exists}}]} =
                  Core.handle(core, {:create, name, @opts, :caller, :id2, {11, :a}}, world)
       end
+    end
+
+    test "a create of a name under a claim waits: exists if the claim made it, else it runs" do
+      world = world([{:b, :up}])
+      core = Core.new(:i1, 1_000)
+      {core, _} = Core.handle(core, {:create, "c", @opts, :first, :id1, {10, :a}}, world)
+
+      # Behind our claim in its vote, and behind a claim granted to b.
+      {core, effects} = Core.handle(core, {:create, "c", @opts, :second, :id2, {11, :a}}, world)
+      assert effects == [{:start_timer, {:queued, :id2}, 1_000}]
+      {core, _} = Core.handle(core, {:peer, :b, {:claim, "g", {1, :b}, :bid}}, world)
+      {core, effects} = Core.handle(core, {:create, "g", @opts, :third, :id3, {12, :a}}, world)
+      assert effects == [{:start_timer, {:queued, :id3}, 1_000}]
+
+      # Our claim is refused: the create behind it does not answer exists
+      # for a channel no one made, but runs, and claims in turn.
+      {core, effects} = Core.handle(core, {:peer, :b, {:vote, :id1, :exists}}, world)
+
+      assert [
+               {:send, :b, {:release, "c", {10, :a}}},
+               {:cancel_timer, :id1},
+               {:reply, :first, {:error, :exists}},
+               {:cancel_timer, {:queued, :id2}},
+               {:send, :b, {:claim, "c", {11, :a}, :id2}},
+               {:start_timer, :id2, 1_000}
+             ] = effects
+
+      # b's channel is made: the create behind its claim is answered exists.
+      {core, effects} =
+        Core.handle(core, {:peer, :b, {:add, "g", @opts, {1, :b}, :ib, nil}}, world)
+
+      assert [
+               {:put_entry, _},
+               {:cancel_timer, {:queued, :id3}},
+               {:reply, :third, {:error, :exists}}
+             ] = effects
+
+      # A create that waits longer than create_timeout answers node_busy.
+      {core, _} = Core.handle(core, {:create, "c", @opts, :fourth, :id4, {13, :a}}, world)
+      {core, effects} = Core.handle(core, {:timeout, {:queued, :id4}}, world)
+      assert effects == [{:reply, :fourth, {:error, :node_busy}}]
+      assert core.queued == %{}
+    end
+
+    test "a claim whose caller is gone is given up, and what waited on it runs" do
+      world = world([])
+      stamp = {10, :a}
+      {core, _} = Core.handle(Core.new(:i1, 1_000), {:claim, "r", :caller, :id, stamp}, world)
+      assert core.claims == %{"r" => {:held, stamp, :id}}
+      {core, _} = Core.handle(core, {:create, "r", @opts, :other, :id2, {11, :a}}, world)
+
+      {core, effects} = Core.handle(core, {:abandon, "r", stamp}, world)
+
+      assert [{:cancel_timer, {:queued, :id2}}, {:create_channel, "r", @opts, {:commit, _}}] =
+               effects
+
+      assert core.claims == %{} and core.queued == %{}
     end
 
     test "a voter refuses a name it has or a claim it knows with a smaller stamp, else grants" do

@@ -12,10 +12,13 @@ defmodule Ringbus.Wire.Examples do
   @end_marker "<!-- vectors:end -->"
 
   @examples [
-    {"hello", {:hello, 1, 3, 0, "s3cret"},
-     "HELLO: corr 1, magic \"RBUS\", version 3, flags 0, token \"s3cret\" (6 bytes)"},
-    {"hello_no_token", {:hello, 1, 3, 0, nil},
-     "HELLO without a token: corr 1, magic \"RBUS\", version 3, flags 0, token of 0 bytes"},
+    {"hello", {:hello, 1, 4, 0, "s3cret"},
+     "HELLO: corr 1, magic \"RBUS\", version 4, flags 0, token \"s3cret\" (6 bytes)"},
+    {"hello_no_token", {:hello, 1, 4, 0, nil},
+     "HELLO without a token: corr 1, magic \"RBUS\", version 4, flags 0, token of 0 bytes"},
+    {"hello_v3", {:hello, 1, 3, 0, nil},
+     "HELLO of a version 3 client: corr 1, magic \"RBUS\", version 3, flags 0, " <>
+       "token of 0 bytes; the connection speaks version 3"},
     {"create", {:create, 2, "events", 1000, :reject, 1_048_576, nil},
      "CREATE: corr 2, name \"events\", capacity 1000, overflow 1 (reject), " <>
        "max_bytes 1048576 (1 MiB), replicas 0 (a memory channel)"},
@@ -62,7 +65,7 @@ defmodule Ringbus.Wire.Examples do
     {"unsubscribe", {:unsubscribe, 14, 1}, "UNSUBSCRIBE: corr 14, sub_id 1"},
     {"ping", {:ping, 15}, "PING: corr 15"},
     {"hello_ok",
-     {:hello_ok, 1, 3,
+     {:hello_ok, 1, 4,
       %{
         max_frame_size: 8_388_608,
         max_payload_size: 8_388_544,
@@ -70,11 +73,11 @@ defmodule Ringbus.Wire.Examples do
         max_credit: 100_000,
         idle_timeout: 60_000
       }},
-     "HELLO_OK: corr 1, version 3, max_frame_size 8388608 (8 MiB), " <>
+     "HELLO_OK: corr 1, version 4, max_frame_size 8388608 (8 MiB), " <>
        "max_payload_size 8388544 (8 MiB - 64), max_subscriptions 64, max_credit 100000, " <>
        "idle_timeout 60000 ms"},
     {"hello_ok_no_idle",
-     {:hello_ok, 1, 3,
+     {:hello_ok, 1, 4,
       %{
         max_frame_size: 65_536,
         max_payload_size: 65_472,
@@ -82,7 +85,7 @@ defmodule Ringbus.Wire.Examples do
         max_credit: 1000,
         idle_timeout: :infinity
       }},
-     "HELLO_OK: corr 1, version 3, max_frame_size 65536, max_payload_size 65472, " <>
+     "HELLO_OK: corr 1, version 4, max_frame_size 65536, max_payload_size 65472, " <>
        "max_subscriptions 16, max_credit 1000, idle_timeout 0 (none)"},
     {"ok", {:ok, 2}, "OK: corr 2 (the CREATE)"},
     {"push_acks", {:push_acks, 3, [{4, {:ok, 0}}, {6, {:ok, 1}}, {16, {:error, :full}}]},
@@ -110,9 +113,57 @@ defmodule Ringbus.Wire.Examples do
         skipped: 1,
         bytes: 9,
         bytes_pushed: 11,
+        incarnation: 0x0123_4567_89AB_CDEF,
+        replicas: nil,
+        nodes: 3
+      }},
+     "INFO_OK of a reject memory channel: corr 10, capacity 1000, overflow 1 (reject), " <>
+       "max_bytes 1048576, len 4, first_seq 2, next_seq 6, pushed 5, pulled 1, " <>
+       "overwritten 0, rejected 2, skipped 1 (seq 1: its producer stalled), bytes 9 held, " <>
+       "bytes_pushed 11, incarnation 0x0123456789abcdef, replicas 0 (a memory channel), " <>
+       "nodes 3 (the server's node reaches two others)"},
+    {"info_ok_replicated",
+     {:info_ok, 11,
+      %{
+        capacity: 100_000,
+        overflow: :drop_oldest,
+        max_bytes: nil,
+        len: 0,
+        first_seq: 0,
+        next_seq: 0,
+        pushed: 0,
+        pulled: 0,
+        overwritten: 0,
+        rejected: 0,
+        skipped: 0,
+        bytes: 0,
+        bytes_pushed: 0,
+        incarnation: 0x0123_4567_89AB_CDEF,
+        replicas: 3,
+        nodes: 5
+      }},
+     "INFO_OK of a new replicated channel: corr 11, capacity 100000, overflow 0 " <>
+       "(drop_oldest), max_bytes 0 (none), every count 0, incarnation 0x0123456789abcdef, " <>
+       "replicas 3 (its members), nodes 5"},
+    {"info_ok_v3",
+     {:info_ok, 10,
+      %{
+        capacity: 1000,
+        overflow: :reject,
+        max_bytes: 1_048_576,
+        len: 4,
+        first_seq: 2,
+        next_seq: 6,
+        pushed: 5,
+        pulled: 1,
+        overwritten: 0,
+        rejected: 2,
+        skipped: 1,
+        bytes: 9,
+        bytes_pushed: 11,
         incarnation: 0x0123_4567_89AB_CDEF
       }},
-     "INFO_OK of a reject channel: corr 10, capacity 1000, overflow 1 (reject), " <>
+     "INFO_OK of version 3 (a connection whose HELLO said 3), of a reject channel: corr 10, capacity 1000, overflow 1 (reject), " <>
        "max_bytes 1048576, len 4, first_seq 2, next_seq 6, pushed 5, pulled 1, " <>
        "overwritten 0, rejected 2, skipped 1 (seq 1: its producer stalled), bytes 9 held, " <>
        "bytes_pushed 11, incarnation 0x0123456789abcdef"},

@@ -1,0 +1,109 @@
+defmodule Ringbus.Group.Reads do
+  @moduledoc false
+  # A group's reads (`Ringbus.Group`'s `:read`, `:take`, `:history`) and
+  # acks. A group reads new entries from the seq after its `last`. When the
+  # ring has moved past that seq, the entries in between are gone: the
+  # group's `lost` counts them and it goes on from the oldest entry held.
+
+  alias Ringbus.Channel.Ring
+  alias Ringbus.Group.At
+  alias Ringbus.Group.Table
+
+  # A read of new entries retries when another consumer moved the group first.
+  @tries 100
+  # The most pending entries a consumer reads again at once.
+  @history_max 10_000
+
+  @doc "New entries for `consumer`, seen first when `see?`."
+  def read(%{table: t, c: c} = at, group, consumer, count, noack, see?) do
+    with {:ok, _} <- At.fetch(at, group) do
+      if see?, do: see(t, c, group, consumer, At.now())
+      {:ok, take(at, group, consumer, count, noack, @tries)}
+    end
+  end
+
+  # A consumer reads: made if new (past the bound of consumers, it reads all
+  # the same), and seen now.
+  defp see(t, c, group, consumer, now) do
+    Table.add_consumer(t, c, group, consumer, now)
+    Table.seen(t, c, group, consumer, now)
+    :ok
+  end
+
+  # Takes up to `max` new entries for the group (at least one, then as many
+  # as fit in the bytes of `at`), moving its position past them (and past
+  # any it lost) with a compare-and-swap.
+  defp take(_at, _group, _consumer, _max, _noack, 0), do: []
+
+  defp take(%{table: t, c: c} = at, group, consumer, max, noack, tries) do
+    case Table.fetch(t, c, group) do
+      {:ok, %{last: last}} ->
+        {messages, _n, lost, _next} = Ring.read(at.channel, last + 1, max)
+        messages = At.cut(messages, at.bytes)
+        {count, new_last} = span(messages, last + lost)
+
+        cond do
+          count == 0 and lost == 0 ->
+            []
+
+          Table.advance(t, c, group, last, new_last, count, lost) ->
+            unless noack,
+              do: Table.add_pending(t, c, group, consumer, seqs(messages), At.now())
+
+            messages
+
+          true ->
+            take(at, group, consumer, max, noack, tries - 1)
+        end
+
+      :error ->
+        []
+    end
+  end
+
+  defp span(messages, last),
+    do: Enum.reduce(messages, {0, last}, fn {seq, _}, {n, _} -> {n + 1, seq} end)
+
+  defp seqs(messages), do: Enum.map(messages, &elem(&1, 0))
+
+  @doc """
+  A consumer's own pending entries after seq `after_seq`, each delivered
+  again: its count goes up and its idle time restarts. nil for one the ring
+  no longer holds. Those past the bytes of `at` (after the first) wait for
+  the next read, from the last seq returned.
+  """
+  def history(%{table: t, c: c} = at, group, consumer, after_seq, max) do
+    now = At.now()
+
+    with {:ok, _} <- At.fetch(at, group),
+         :ok <- see(t, c, group, consumer, now),
+         {:ok, from} <- At.position(at, after_seq) do
+      rows = Table.pending(t, c, group, from, At.all(), min(max, @history_max), consumer)
+
+      rows
+      |> Enum.reduce_while({[], at.bytes}, fn {seq, _owner, _time, _n}, {acc, left} ->
+        case Ring.read(at.channel, seq, 1) do
+          {[{^seq, payload}], _, _, _} when acc == [] or byte_size(payload) <= left ->
+            Table.redeliver(t, c, group, seq, consumer, now)
+            {:cont, {[{seq, payload} | acc], less(left, payload)}}
+
+          {[{^seq, _payload}], _, _, _} ->
+            {:halt, {acc, left}}
+
+          _ ->
+            {:cont, {[{seq, nil} | acc], left}}
+        end
+      end)
+      |> then(fn {acc, _left} -> {:ok, :lists.reverse(acc)} end)
+    end
+  end
+
+  defp less(:infinity, _payload), do: :infinity
+  defp less(left, payload), do: left - byte_size(payload)
+
+  @doc "Acks the entries `refs` names; those of another incarnation name none."
+  def ack(%{table: t, c: c} = at, group, refs) do
+    seqs = for ref <- refs, {:ok, seq} <- [At.entry(at, ref)], do: seq
+    {:ok, Table.ack(t, c, group, seqs)}
+  end
+end
