@@ -21,7 +21,7 @@
  * --proto resp sends the command given after `--` (default PING) as a RESP
  * array of bulk strings and counts replies by parsing RESP incrementally
  * (simple strings, errors, integers, bulk strings, arrays, nested; error
- * replies are counted as errors). --proto push sends HELLO (version 3),
+ * replies are counted as errors). --proto push sends HELLO (version 4),
  * waits for HELLO_OK, then sends acked PUSH frames of --payload bytes to
  * --channel (docs/PROTOCOL.md) and counts PUSH_ACKS entries (a non-zero
  * status is an error) and ERROR frames.
@@ -312,14 +312,14 @@ static int resp_feed(struct resp *r, const char *p, size_t len, uint64_t *replie
     return 0;
 }
 
-/* ---- Binary protocol (docs/PROTOCOL.md, version 3) ---- */
+/* ---- Binary protocol (docs/PROTOCOL.md, version 4; PUSH and PUSH_ACKS are as in 3) ---- */
 
 #define OP_HELLO 0x01
 #define OP_PUSH 0x04
 #define OP_HELLO_OK 0x81
 #define OP_PUSH_ACKS 0x83
 #define OP_ERROR 0xff
-#define PROTOCOL_VERSION 3
+#define PROTOCOL_VERSION 4
 #define ACK_ENTRY 14
 #define MAX_ERROR_FRAME 65544
 
@@ -518,7 +518,7 @@ static void read_exactly(int fd, unsigned char *p, size_t len)
     }
 }
 
-/* HELLO (version 3, no token), then HELLO_OK; returns the server's max_frame_size. */
+/* HELLO (no token), then HELLO_OK; returns the server's max_frame_size. */
 static uint32_t hello(int fd)
 {
     unsigned char f[19];

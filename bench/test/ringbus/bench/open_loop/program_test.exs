@@ -5,6 +5,7 @@ defmodule Ringbus.Bench.OpenLoop.ProgramTest do
   use ExUnit.Case, async: true
 
   alias Ringbus.Bench.OpenLoop.Program
+  alias Ringbus.Wire.Frame
   alias Ringbus.Test.Debian
 
   @moduletag timeout: 120_000
@@ -224,6 +225,58 @@ defmodule Ringbus.Bench.OpenLoop.ProgramTest do
       assert r.answered == 50 and r.errors == 50
     end
 
+    test "the bytes of docs/PROTOCOL.md's test vectors, and acks in any grouping", %{exe: exe} do
+      parent = self()
+      hello = vector("hello_no_token")
+      pushes = for corr <- 1..4, do: Frame.encode({:push, corr, :ack, "events", "vvvvv"})
+
+      port =
+        serve(fn socket ->
+          {:ok, got} = :gen_tcp.recv(socket, byte_size(hello), 5_000)
+          send(parent, {:hello, got})
+          :ok = :gen_tcp.send(socket, vector("hello_ok"))
+          {:ok, got} = :gen_tcp.recv(socket, IO.iodata_length(pushes), 5_000)
+          send(parent, {:pushes, got})
+
+          # Two acks in one frame (one refused), an ERROR for the third, the fourth alone,
+          # written a byte at a time.
+          replies =
+            IO.iodata_to_binary([
+              Frame.encode({:push_acks, 2, [{1, {:ok, 0}}, {2, {:error, :full}}]}),
+              Frame.encode({:error, 3, :too_large, "too large"}),
+              Frame.encode({:push_acks, 1, [{4, {:ok, 1}}]})
+            ])
+
+          for <<byte <- replies>>, do: :ok = :gen_tcp.send(socket, <<byte>>)
+          answer_each(socket, "")
+        end)
+
+      args = gen_args(port, 1_000, 0.004, 1) ++ ~w(--proto push --channel events --payload 5)
+      assert {:ok, r} = Program.generate(exe, args, nil)
+      assert_received {:hello, ^hello}
+      assert_received {:pushes, got}
+      assert got == IO.iodata_to_binary(pushes)
+      assert r.answered == 4 and r.errors == 2
+    end
+
+    test "acks out of order, or an ERROR tied to no request, fail the run", %{exe: exe} do
+      for reply <- [
+            Frame.encode({:push_acks, 1, [{2, {:ok, 0}}]}),
+            vector("error_connection")
+          ] do
+        port =
+          serve(fn socket ->
+            {:ok, _} = :gen_tcp.recv(socket, byte_size(vector("hello_no_token")), 5_000)
+            :ok = :gen_tcp.send(socket, vector("hello_ok"))
+            answer_each(socket, reply)
+          end)
+
+        args = gen_args(port, 100, 0.01, 1) ++ ~w(--proto push)
+        assert {:error, output} = Program.generate(exe, args, nil)
+        assert output =~ ~r/ack for corr 2, expected 1|ERROR 8: idle/
+      end
+    end
+
     test "a port that does not speak it fails the run", %{exe: exe} do
       port = serve(fn socket -> answer_each(socket, "") end)
 
@@ -246,6 +299,14 @@ defmodule Ringbus.Bench.OpenLoop.ProgramTest do
 
   defp gen_args(port, rate, seconds, connections) do
     ~w(--port #{port} --rate #{rate} --seconds #{seconds} --connections #{connections} --drain 5)
+  end
+
+  # A frame of test/fixtures/protocol/, which docs/PROTOCOL.md shows.
+  defp vector(name) do
+    "test/fixtures/protocol/#{name}.hex"
+    |> File.read!()
+    |> String.replace(~r/\s+/, "")
+    |> Base.decode16!(case: :lower)
   end
 
   defp hist(exe, values) do
