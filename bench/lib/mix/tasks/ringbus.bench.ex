@@ -1,5 +1,5 @@
 defmodule Mix.Tasks.Ringbus.Bench do
-  @shortdoc "Runs a Ringbus benchmark: buffer, len, backlog, ingest, frames, resp, latency, cluster or replication"
+  @shortdoc "Runs a Ringbus benchmark: buffer, len, backlog, ingest, frames, resp, latency, openloop, cluster or replication"
 
   @moduledoc """
   Runs one of Ringbus's benchmarks. Each one reproduces a field report and
@@ -13,6 +13,7 @@ defmodule Mix.Tasks.Ringbus.Bench do
       mix ringbus.bench frames [options]    # large frames over TCP and TLS
       mix ringbus.bench resp [options]      # redis-benchmark: Redis vs the RESP listener
       mix ringbus.bench latency [options]   # open-loop latency at fixed rates vs Redis
+      mix ringbus.bench openloop [options]  # the same with a generator in C, down to µs tails
       mix ringbus.bench cluster [options]   # a silent node: naive sends vs links
       mix ringbus.bench replication [options] # replicas: 3 vs JetStream R3, Osiris, Redis AOF
 
@@ -34,6 +35,7 @@ defmodule Mix.Tasks.Ringbus.Bench do
     "frames" => Ringbus.Bench.Frames,
     "resp" => Ringbus.Bench.Resp,
     "latency" => Ringbus.Bench.Latency,
+    "openloop" => Ringbus.Bench.OpenLoop,
     "cluster" => Ringbus.Bench.Cluster,
     "replication" => Ringbus.Bench.Replication
   }
