@@ -1088,11 +1088,14 @@ defmodule Ringbus.Channel.Ring do
   @doc """
   Wakes the channel's waiters as a push does, for a change other than a
   push that they wait for (a consumer group's pending entries come due).
+  A channel deleted meanwhile has nobody waiting.
   """
   @spec wake_waiters(Channel.t()) :: :ok
   def wake_waiters(%Channel{atomics: a} = ch) do
     if :atomics.exchange(a, @waiting, 0) != 0, do: wake_all(ch)
     :ok
+  rescue
+    ArgumentError -> :ok
   end
 
   # Each waiter is removed and then woken, so none is removed unwoken; a

@@ -281,7 +281,7 @@ defmodule Ringbus.Group.Fetch do
     with {:ok, _} <- At.fetch(at, group) do
       n = change(at, group, refs, &Redelivery.nack(&1, delay, at.now))
       # Waiting fetches look again, and learn when these are due.
-      if n > 0, do: wake(at.channel)
+      if n > 0, do: Ring.wake_waiters(at.channel)
       {:ok, n}
     end
   end
@@ -379,13 +379,6 @@ defmodule Ringbus.Group.Fetch do
       Table.forget_consumer(t, c, group, consumer)
       {:ok, TableOwner.orphan(t, at.channel, {c, group, consumer}, at.now)}
     end
-  end
-
-  defp wake(channel) do
-    Ring.wake_waiters(channel)
-  rescue
-    # The channel is gone: nobody waits on it.
-    ArgumentError -> :ok
   end
 
   @doc "Each group's figures (`Ringbus.Group.Redelivery.figures/6`)."

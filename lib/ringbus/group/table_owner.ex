@@ -111,14 +111,7 @@ defmodule Ringbus.Group.TableOwner do
         Table.replace(t, c, group, row, Redelivery.orphaned(row, now))
       end)
 
-    if n > 0, do: wake(channel)
+    if n > 0, do: Ring.wake_waiters(channel)
     n
-  end
-
-  defp wake(channel) do
-    Ring.wake_waiters(channel)
-  rescue
-    # The channel is gone: nobody waits on it.
-    ArgumentError -> :ok
   end
 end
