@@ -255,16 +255,7 @@ defmodule Ringbus.Bench.Latency do
     shown = Enum.map_join(Enum.drop(args, -1), " ", &Path.basename/1)
     IO.puts(:stderr, "==> Redis peak: #{Path.basename(exe)} #{shown} <16 bytes>")
 
-    case System.cmd(exe, args, stderr_to_stdout: true) do
-      {out, 0} ->
-        case Resp.parse(out) do
-          {nil, _, _, _} -> Mix.raise("the peak run ended within 1 ms: raise --peak-requests")
-          {rps, _, _, _} -> round(rps)
-        end
-
-      {out, status} ->
-        Mix.raise("redis-benchmark exited #{status}: #{out}")
-    end
+    Resp.peak!(exe, args)
   end
 
   defp measure(system, {protocol, port}, pct, rate, config) do

@@ -247,6 +247,22 @@ defmodule Ringbus.Bench.Resp do
   end
 
   @doc false
+  # A peak run of `redis-benchmark` (`exe` with `args`, `--csv`): its
+  # requests/s, rounded; raises when it failed or ended untimed.
+  def peak!(exe, args) do
+    case System.cmd(exe, args, stderr_to_stdout: true) do
+      {out, 0} ->
+        case parse(out) do
+          {nil, _, _, _} -> Mix.raise("the peak run ended within 1 ms: raise --peak-requests")
+          {rps, _, _, _} -> round(rps)
+        end
+
+      {out, status} ->
+        Mix.raise("redis-benchmark exited #{status}: #{out}")
+    end
+  end
+
+  @doc false
   # The last line of `redis-benchmark --csv`:
   # "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"
   # The rate is nil for a run too short to time, which redis-benchmark says is "inf".
