@@ -233,7 +233,7 @@ defmodule Ringbus.Op do
   defp laps?(%Channel{max_bytes: nil}, _len, _push), do: false
 
   defp laps?(%Channel{max_bytes: max} = channel, _len, push),
-    do: Ring.info(channel).bytes + bytes(push) > max
+    do: Ring.bytes(channel) + bytes(push) > max
 
   defp bytes({:push, payload}), do: byte_size(payload)
   defp bytes({:push_tagged, _tag, _payloads, _count, bytes}), do: bytes
@@ -261,13 +261,7 @@ defmodule Ringbus.Op do
   ## Reads within a room
 
   defp too_large_head?(_channel, :infinity), do: false
-
-  defp too_large_head?(channel, room) do
-    case Ring.read(channel, 0, 1) do
-      {[{_, payload}], _, _, _} -> byte_size(payload) + @message_bytes > room
-      _ -> false
-    end
-  end
+  defp too_large_head?(channel, room), do: too_large_at?(channel, 0, room)
 
   defp read(channel, from, max, :infinity) do
     {messages, _count, lost, _next} = Ring.read(channel, from, max)
@@ -391,9 +385,8 @@ defmodule Ringbus.Op do
     bytes + @message_bytes * n
   end
 
-  @doc "How many messages `[{seq, payload}]` holds, and their payload bytes, in one pass."
-  @spec measure([{non_neg_integer(), binary()}]) :: {non_neg_integer(), non_neg_integer()}
-  def measure(messages), do: measure(messages, 0, 0)
+  # How many messages `[{seq, payload}]` holds, and their payload bytes, in one pass.
+  defp measure(messages), do: measure(messages, 0, 0)
 
   defp measure([{_, payload} | rest], n, bytes),
     do: measure(rest, n + 1, bytes + byte_size(payload))

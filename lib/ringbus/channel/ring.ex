@@ -1037,6 +1037,10 @@ defmodule Ringbus.Channel.Ring do
   @spec next_seq(Channel.t()) :: seq
   def next_seq(%Channel{atomics: a}), do: :atomics.get(a, @head)
 
+  @doc "The payload bytes the channel holds now (`info/1`'s `:bytes`)."
+  @spec bytes(Channel.t()) :: non_neg_integer()
+  def bytes(%Channel{atomics: a}), do: max(:atomics.get(a, @held), 0)
+
   @spec len(Channel.t()) :: non_neg_integer()
   def len(%Channel{atomics: a, capacity: cap}) do
     (:atomics.get(a, @head) - :atomics.get(a, @tail)) |> max(0) |> min(cap)
@@ -1062,7 +1066,7 @@ defmodule Ringbus.Channel.Ring do
       overwritten: max(tail - pulled - skipped, 0),
       rejected: :atomics.get(a, @rejected),
       skipped: skipped,
-      bytes: max(:atomics.get(a, @held), 0),
+      bytes: bytes(ch),
       bytes_pushed: :atomics.get(a, @bytes_pushed)
     }
   end

@@ -27,9 +27,6 @@ defmodule Ringbus.Channel.Trim do
           limit: non_neg_integer() | nil
         }
 
-  @doc "Entries per node, as Redis's default `stream-node-max-entries`."
-  def node_size, do: @node
-
   @doc """
   How many entries to remove from a stream holding the seqs `first..next - 1`.
 
