@@ -16,7 +16,7 @@ defmodule Ringbus.Group.Reads do
   @doc "New entries for `consumer`, seen first when `see?`."
   def read(%{table: t, c: c} = at, group, consumer, count, noack, see?) do
     with {:ok, _} <- At.fetch(at, group) do
-      if see?, do: see(t, c, group, consumer, At.now())
+      if see?, do: see(t, c, group, consumer, at.now)
       {:ok, take(at, group, consumer, count, noack, @tries)}
     end
   end
@@ -47,7 +47,7 @@ defmodule Ringbus.Group.Reads do
 
           Table.advance(t, c, group, last, new_last, count, lost) ->
             unless noack,
-              do: Table.add_pending(t, c, group, consumer, seqs(messages), At.now())
+              do: Table.add_pending(t, c, group, consumer, seqs(messages), at.now)
 
             messages
 
@@ -71,9 +71,7 @@ defmodule Ringbus.Group.Reads do
   no longer holds. Those past the bytes of `at` (after the first) wait for
   the next read, from the last seq returned.
   """
-  def history(%{table: t, c: c} = at, group, consumer, after_seq, max) do
-    now = At.now()
-
+  def history(%{table: t, c: c, now: now} = at, group, consumer, after_seq, max) do
     with {:ok, _} <- At.fetch(at, group),
          :ok <- see(t, c, group, consumer, now),
          {:ok, from} <- At.position(at, after_seq) do
