@@ -162,6 +162,20 @@ defmodule Ringbus.GroupTest do
     assert {:reply, {:ok, [{3, _}]}} = Ringbus.Op.run(channel, read, :infinity)
   end
 
+  test "bounds: 64 groups a channel, 1,024 consumers a group" do
+    {name, _} = channel(0)
+    for i <- 1..64, do: :ok = run(name, {:create, "g#{i}", -1, nil})
+    assert run(name, {:create, "g65", -1, nil}) == {:error, {:too_many_groups, 64}}
+    assert {:ok, true} = run(name, {:destroy, "g64"})
+    assert run(name, {:create, "g65", -1, nil}) == :ok
+
+    for i <- 1..1024, do: {:ok, :created} = run(name, {:create_consumer, "g1", "c#{i}"})
+    assert run(name, {:create_consumer, "g1", "c1"}) == {:ok, :exists}
+
+    assert run(name, {:create_consumer, "g1", "c1025"}) ==
+             {:error, {:too_many_consumers, 1024}}
+  end
+
   test "a channel's groups go with it, and one created again has none" do
     {name, channel} = channel(1)
     :ok = run(name, {:create, "g", -1, nil})

@@ -30,7 +30,7 @@ defmodule Ringbus.Group.Claims do
     with {:ok, _} <- At.fetch(at, group),
          {:ok, low} <- At.position(at, from),
          {:ok, high} <- At.position(at, to) do
-      now = At.now()
+      now = at.now
 
       rows = if count > 0, do: Table.pending(t, c, group, low, high, count, consumer), else: []
 
@@ -50,13 +50,13 @@ defmodule Ringbus.Group.Claims do
   def autoclaim(%{table: t, c: c} = at, group, consumer, min_idle, from, count, justid) do
     with {:ok, _} <- At.fetch(at, group),
          {:ok, from} <- At.position(at, from) do
-      Table.add_consumer(t, c, group, consumer, At.now())
+      Table.add_consumer(t, c, group, consumer, at.now)
       {:ok, claim_idle(at, group, consumer, min_idle, from, count, justid)}
     end
   end
 
   defp claim_idle(%{table: t, c: c} = at, group, consumer, min_idle, from, count, justid) do
-    now = At.now()
+    now = at.now
     rows = Table.pending(t, c, group, from, At.all(), count * 10 + 1)
 
     {rows, next} =
@@ -94,7 +94,7 @@ defmodule Ringbus.Group.Claims do
   def claim(%{table: t, c: c} = at, group, consumer, refs, min_idle, opts) do
     with {:ok, g} <- At.fetch(at, group),
          {:ok, last} <- last(at, opts.last) do
-      now = At.now()
+      now = at.now
       time = delivery_time(opts.time, now)
       if last != nil and last > g.last, do: Table.set_last(t, c, group, last, nil)
       claim = %{consumer: consumer, min_idle: min_idle, time: time, now: now, opts: opts}

@@ -22,10 +22,10 @@ defmodule Ringbus.Group.Fetch do
   # entries due.
 
   alias Ringbus.Channel.Ring
-  alias Ringbus.Group.{Redelivery, At, Table, TableOwner}
+  alias Ringbus.Group.{Redelivery, At, Reads, Table, TableOwner}
 
-  # Rounds of the due index a fetch reads, and tries of a move of the
-  # group's position, before it answers what it has.
+  # Rounds of the due index a fetch reads before it answers what it has
+  # (a move of the group's position has its tries in `Reads.advance/5`).
   @tries 100
 
   @doc """
@@ -211,42 +211,18 @@ defmodule Ringbus.Group.Fetch do
     if granted < want and Ring.next_seq(at.channel) > g.last + 1,
       do: Table.count_up(t, c, group, :held, 1)
 
-    {entries, taken} = take_new(at, g.config, group, consumer, granted, bytes, some?, @tries)
+    {entries, taken} = take_reserved(at, g.config, group, consumer, granted, bytes, some?)
     Table.release(t, c, group, granted - taken)
     entries
   end
 
-  defp take_new(_at, _config, _group, _consumer, 0, _bytes, _some?, _tries), do: {[], 0}
-  defp take_new(_at, _config, _group, _consumer, _n, _bytes, _some?, 0), do: {[], 0}
-
-  defp take_new(%{table: t, c: c} = at, config, group, consumer, n, bytes, some?, tries) do
-    case Table.fetch(t, c, group) do
-      {:ok, %{last: last}} ->
-        {messages, _n, lost, _next} = Ring.read(at.channel, last + 1, n)
-        messages = cut(messages, bytes, some?)
-        {count, new_last} = span(messages, last + lost)
-
-        cond do
-          count == 0 and lost == 0 ->
-            {[], 0}
-
-          Table.advance(t, c, group, last, new_last, count, lost) ->
-            seqs = for {seq, _} <- messages, do: seq
-            {_, _, now, _, due} = Redelivery.deliver(0, consumer, config, at.now)
-            Table.add_reserved(t, c, group, consumer, seqs, {now, due})
-            {for({seq, payload} <- messages, do: {seq, payload, 1}), count}
-
-          true ->
-            take_new(at, config, group, consumer, n, bytes, some?, tries - 1)
-        end
-
-      :error ->
-        {[], 0}
-    end
+  defp take_reserved(at, config, group, consumer, n, bytes, some?) do
+    messages = Reads.advance(at, group, n, &cut(&1, bytes, some?))
+    seqs = for {seq, _} <- messages, do: seq
+    {_, _, now, _, due} = Redelivery.deliver(0, consumer, config, at.now)
+    taken = Table.add_reserved(at.table, at.c, group, consumer, seqs, {now, due})
+    {for({seq, payload} <- messages, do: {seq, payload, 1}), taken}
   end
-
-  defp span(messages, last),
-    do: Enum.reduce(messages, {0, last}, fn {seq, _}, {n, _} -> {n + 1, seq} end)
 
   # Within the bytes left: the first entry of an answer always, as a read's.
   defp cut(messages, bytes, false), do: At.cut(messages, bytes)

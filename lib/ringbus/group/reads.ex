@@ -8,7 +8,7 @@ defmodule Ringbus.Group.Reads do
   alias Ringbus.Channel.Ring
   alias Ringbus.Group.{At, Table}
 
-  # A read of new entries retries when another consumer moved the group first.
+  # A move of the group's position is tried again when another request moved it first.
   @tries 100
   # The most pending entries a consumer reads again at once.
   @history_max 10_000
@@ -16,8 +16,8 @@ defmodule Ringbus.Group.Reads do
   @doc "New entries for `consumer`, seen first when `see?`."
   def read(%{table: t, c: c} = at, group, consumer, count, noack, see?) do
     with {:ok, _} <- At.fetch(at, group) do
-      if see?, do: see(t, c, group, consumer, At.now())
-      {:ok, take(at, group, consumer, count, noack, @tries)}
+      if see?, do: see(t, c, group, consumer, at.now)
+      {:ok, take(at, group, consumer, count, noack)}
     end
   end
 
@@ -29,30 +29,35 @@ defmodule Ringbus.Group.Reads do
     :ok
   end
 
-  # Takes up to `max` new entries for the group (at least one, then as many
-  # as fit in the bytes of `at`), moving its position past them (and past
-  # any it lost) with a compare-and-swap.
-  defp take(_at, _group, _consumer, _max, _noack, 0), do: []
+  # Takes up to `max` new entries for `consumer` (at least one, then as
+  # many as fit in the bytes of `at`), pending unless `noack`.
+  defp take(%{table: t, c: c} = at, group, consumer, max, noack) do
+    messages = advance(at, group, max, &At.cut(&1, at.bytes))
+    unless noack, do: Table.add_pending(t, c, group, consumer, seqs(messages), at.now)
+    messages
+  end
 
-  defp take(%{table: t, c: c} = at, group, consumer, max, noack, tries) do
+  @doc """
+  Moves the group's position past up to `max` new entries, `cut` to the
+  room the answer has, and past any the ring lost before them (counted
+  `lost`), by compare-and-swap, tried again when another request moved it
+  first: the entries passed, `[]` when none or no group.
+  """
+  def advance(at, group, max, cut, tries \\ @tries)
+  def advance(_at, _group, 0, _cut, _tries), do: []
+  def advance(_at, _group, _max, _cut, 0), do: []
+
+  def advance(%{table: t, c: c} = at, group, max, cut, tries) do
     case Table.fetch(t, c, group) do
       {:ok, %{last: last}} ->
         {messages, _n, lost, _next} = Ring.read(at.channel, last + 1, max)
-        messages = At.cut(messages, at.bytes)
+        messages = cut.(messages)
         {count, new_last} = span(messages, last + lost)
 
         cond do
-          count == 0 and lost == 0 ->
-            []
-
-          Table.advance(t, c, group, last, new_last, count, lost) ->
-            unless noack,
-              do: Table.add_pending(t, c, group, consumer, seqs(messages), At.now())
-
-            messages
-
-          true ->
-            take(at, group, consumer, max, noack, tries - 1)
+          count == 0 and lost == 0 -> []
+          Table.advance(t, c, group, last, new_last, count, lost) -> messages
+          true -> advance(at, group, max, cut, tries - 1)
         end
 
       :error ->
@@ -71,9 +76,7 @@ defmodule Ringbus.Group.Reads do
   no longer holds. Those past the bytes of `at` (after the first) wait for
   the next read, from the last seq returned.
   """
-  def history(%{table: t, c: c} = at, group, consumer, after_seq, max) do
-    now = At.now()
-
+  def history(%{table: t, c: c, now: now} = at, group, consumer, after_seq, max) do
     with {:ok, _} <- At.fetch(at, group),
          :ok <- see(t, c, group, consumer, now),
          {:ok, from} <- At.position(at, after_seq) do

@@ -299,7 +299,7 @@ defmodule Ringbus.Group.Table do
 
     cond do
       :ets.member(t, key) -> :exists
-      count(t, {{:consumer, c, group, :_}, :_}) >= @max_consumers -> :too_many
+      count(t, {{:consumer, c, group, :_}, :_, :_}) >= @max_consumers -> :too_many
       :ets.insert_new(t, {key, now, nil}) -> :created
       true -> :exists
     end

@@ -3,15 +3,13 @@ defmodule Ringbus.Cluster.AcrossNodesTest do
   # Generous timeouts: these tests check behaviour, the fault tests timing.
   use ExUnit.Case, async: true
 
-  alias Ringbus.Test.Nodes
+  alias Ringbus.Test.{Nodes, Peers}
   alias Ringbus.Test.ClusterProbe, as: Probe
 
   @moduletag timeout: 60_000
 
   setup_all do
-    nodes = Nodes.start(3, "across", net_ticktime: 4, cluster: [call_timeout: 2_000])
-    on_exit(fn -> Nodes.stop(nodes) end)
-    :ok = Nodes.join(nodes)
+    nodes = Peers.start_joined(3, "across", net_ticktime: 4, cluster: [call_timeout: 2_000])
     [a, b, c] = nodes
     %{a: a, b: b, c: c, nodes: nodes}
   end

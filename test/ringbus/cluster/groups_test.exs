@@ -8,16 +8,13 @@ defmodule Ringbus.Cluster.GroupsTest do
 
   import Ringbus.Test.Eventually
 
-  alias Ringbus.Test.Nodes
+  alias Ringbus.Test.{Nodes, Peers}
   alias Ringbus.Test.ClusterProbe, as: Probe
 
   @moduletag timeout: 60_000
 
   setup_all do
-    nodes = Nodes.start(2, "cgroups", net_ticktime: 4, cluster: [call_timeout: 2_000])
-    on_exit(fn -> Nodes.stop(nodes) end)
-    :ok = Nodes.join(nodes)
-    [a, b] = nodes
+    [a, b] = Peers.start_joined(2, "cgroups", net_ticktime: 4, cluster: [call_timeout: 2_000])
     %{a: a, b: b}
   end
 

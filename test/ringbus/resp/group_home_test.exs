@@ -7,17 +7,14 @@ defmodule Ringbus.Resp.GroupHomeTest do
 
   import Ringbus.Test.Eventually
 
-  alias Ringbus.Test.Nodes
+  alias Ringbus.Test.{Nodes, Peers}
   alias Ringbus.Test.ClusterProbe, as: Probe
   alias Ringbus.Test.{RedisTools, RespClient}
 
   @moduletag timeout: 120_000
 
   setup_all do
-    nodes = Nodes.start(2, "groups", net_ticktime: 4, cluster: [call_timeout: 2_000])
-    on_exit(fn -> Nodes.stop(nodes) end)
-    :ok = Nodes.join(nodes)
-    [a, b] = nodes
+    [a, b] = Peers.start_joined(2, "groups", net_ticktime: 4, cluster: [call_timeout: 2_000])
     port_a = Nodes.call(a, Probe, :start_resp_server, [])
     port_b = Nodes.call(b, Probe, :start_resp_server, [])
     %{a: a, b: b, port_a: port_a, port_b: port_b}
