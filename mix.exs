@@ -55,7 +55,12 @@ defmodule Ringbus.MixProject do
   end
 
   defp elixirc_paths(:test), do: ["lib", "bench/lib", "test/support", "bench/test/support"]
-  # The benches start peer nodes as the tests do, with the tests' helper.
-  defp elixirc_paths(:bench), do: ["lib", "bench/lib", "test/support/nodes.ex"]
+  # The benches start peer nodes, redis-server and OS processes as the tests
+  # do, with the tests' helpers.
+  defp elixirc_paths(:bench) do
+    ["lib", "bench/lib"] ++
+      Enum.map(~w(nodes os_process redis_server), &"test/support/#{&1}.ex")
+  end
+
   defp elixirc_paths(_), do: ["lib"]
 end

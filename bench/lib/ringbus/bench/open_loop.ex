@@ -392,15 +392,8 @@ defmodule Ringbus.Bench.OpenLoop do
         round(r.achieved_rate),
         if(row.behind, do: "BEHIND", else: ""),
         r.errors,
-        r.unanswered,
-        ms(r.p50_us),
-        ms(r.p99_us),
-        ms(r.p999_us),
-        ms(r.p9999_us),
-        ms(r.max_us),
-        ms(r.lag_p999_us),
-        ms(r.lag_max_us)
-      ]
+        r.unanswered
+      ] ++ latencies_ms(r)
     end)
 
     IO.puts(
@@ -441,15 +434,14 @@ defmodule Ringbus.Bench.OpenLoop do
       r.answered,
       r.errors,
       r.unanswered,
-      row.seconds,
-      ms(r.p50_us),
-      ms(r.p99_us),
-      ms(r.p999_us),
-      ms(r.p9999_us),
-      ms(r.max_us),
-      ms(r.lag_p999_us),
-      ms(r.lag_max_us)
-    ]
+      row.seconds
+    ] ++ latencies_ms(r)
+  end
+
+  # The latency and send-lag columns of both the table and the CSV, in ms.
+  defp latencies_ms(r) do
+    for key <- ~w(p50_us p99_us p999_us p9999_us max_us lag_p999_us lag_max_us)a,
+        do: ms(Map.fetch!(r, key))
   end
 
   # A panel per mode and connection count at --svg-rate; a curve per system.

@@ -1,16 +1,13 @@
 defmodule Ringbus.Bench.RedisServer do
   @moduledoc """
-  A `redis-server` of its own, for the benches that compare with Redis:
-  started on a free port of 127.0.0.1 with no persistence, stopped with
-  `stop/1`. (The tests have their own, `Ringbus.Test.RedisServer`.)
-
-  `start!/1` takes more `redis-server` arguments, which override those
-  defaults (`["--appendonly", "yes", "--appendfsync", "always"]`), and
-  `:dir`, the working directory where such a server writes its files
-  (default: the system's temp dir).
+  The benches' `redis-server`: the tests' `Ringbus.Test.RedisServer` (which
+  the bench environment compiles), with `:core` to pin it
+  (`Ringbus.Bench.Pin`), and the `redis-cli` calls the benches make.
   """
 
-  @type t :: %{port: :inet.port_number(), os_port: port(), os_pid: non_neg_integer()}
+  alias Ringbus.Test.RedisServer
+
+  @type t :: RedisServer.t()
 
   @doc "Whether `redis-server` is on the PATH."
   @spec available?() :: boolean()
@@ -25,29 +22,8 @@ defmodule Ringbus.Bench.RedisServer do
   @spec start!(args: [String.t()], dir: Path.t(), core: non_neg_integer() | nil) :: t()
   def start!(opts \\ []) do
     opts = Keyword.validate!(opts, args: [], dir: System.tmp_dir!(), core: nil)
-    server = System.find_executable("redis-server") || raise "redis-server is not on the PATH"
-    port = free_port()
-
-    args =
-      ["--port", "#{port}", "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"] ++
-        ["--loglevel", "warning", "--dir", opts[:dir]] ++ opts[:args]
-
-    {exe, args} = Ringbus.Bench.Pin.command(opts[:core], server, args)
-
-    os_port =
-      Port.open({:spawn_executable, exe}, [:binary, :exit_status, :stderr_to_stdout, args: args])
-
-    {:os_pid, os_pid} = Port.info(os_port, :os_pid)
-    redis = %{port: port, os_port: os_port, os_pid: os_pid}
-
-    case await_listening(port, 50) do
-      :ok ->
-        redis
-
-      :error ->
-        stop(redis)
-        raise "redis-server did not start listening on port #{port}"
-    end
+    {core, opts} = Keyword.pop!(opts, :core)
+    RedisServer.start!([command: &Ringbus.Bench.Pin.command(core, &1, &2)] ++ opts)
   end
 
   @doc """
@@ -56,7 +32,7 @@ defmodule Ringbus.Bench.RedisServer do
   stopped by its OS pid.
   """
   @spec stop(t()) :: :ok
-  def stop(%{os_pid: pid}), do: Ringbus.Bench.OsProcess.stop(pid)
+  defdelegate stop(redis), to: RedisServer
 
   @doc """
   Deletes `key` with `redis-cli` on the RESP server at `port` (Redis, or
@@ -72,25 +48,5 @@ defmodule Ringbus.Bench.RedisServer do
 
   @doc "A port no one listens on now."
   @spec free_port() :: :inet.port_number()
-  def free_port do
-    {:ok, listen} = :gen_tcp.listen(0, ip: {127, 0, 0, 1})
-    {:ok, port} = :inet.port(listen)
-    :ok = :gen_tcp.close(listen)
-    port
-  end
-
-  # Redis takes a moment to listen; bounded by `tries` times 100 ms.
-  defp await_listening(_port, 0), do: :error
-
-  defp await_listening(port, tries) do
-    case :gen_tcp.connect({127, 0, 0, 1}, port, [], 1_000) do
-      {:ok, socket} ->
-        :gen_tcp.close(socket)
-        :ok
-
-      {:error, _} ->
-        receive after: (100 -> :ok)
-        await_listening(port, tries - 1)
-    end
-  end
+  defdelegate free_port(), to: RedisServer
 end

@@ -16,7 +16,8 @@ defmodule Ringbus.Bench.OpenLoop.Program do
       Ringbus.Bench.OpenLoop.Program.stop_floor(floor)
   """
 
-  alias Ringbus.Bench.{OsProcess, Pin}
+  alias Ringbus.Bench.Pin
+  alias Ringbus.Test.OsProcess
   alias Ringbus.Bench.OpenLoop.Result
 
   @type floor :: %{port: :inet.port_number(), os_port: port(), os_pid: non_neg_integer()}

@@ -123,7 +123,7 @@ defmodule Ringbus.Bench.Replication.NatsServers do
   @doc "Stops every server (by OS pid, waiting for each, 10 s at most) and removes the dir."
   @spec stop(t()) :: :ok
   def stop(%{dir: dir, servers: servers}) do
-    for %{os_pid: pid} <- servers, do: Ringbus.Bench.OsProcess.stop(pid)
+    for %{os_pid: pid} <- servers, do: Ringbus.Test.OsProcess.stop(pid)
 
     File.rm_rf!(dir)
     :ok

@@ -1,7 +1,8 @@
-defmodule Ringbus.Bench.OsProcess do
+defmodule Ringbus.Test.OsProcess do
   @moduledoc """
-  Stops an OS process the benches started, by its pid: SIGTERM, then a wait
-  of up to 10 s for it to exit, then SIGKILL.
+  Stops an OS process a test or bench started, by its pid: SIGTERM, then a
+  wait of up to 10 s for it to exit, then SIGKILL. (The benches compile this
+  file with theirs.)
   """
 
   @tries 200
