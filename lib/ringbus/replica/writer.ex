@@ -55,9 +55,11 @@ defmodule Ringbus.Replica.Writer do
   @tick_ms 250
   # How long to wait before trying again when no leader is known; a request
   # still unsent whose caller gives up within this and @margin_ms is
-  # answered not done.
+  # answered not done. The margin covers a retry timer that fires late on a
+  # busy node: an answer that comes after the caller gave up is lost, and
+  # the caller then says :timeout for a request that was never sent.
   @retry_ms 50
-  @margin_ms 10
+  @margin_ms 40
   # A command unanswered this long goes again if another leader is named
   # (checked every @check_ms while commands are out), and after
   # @resend_same_ms to the same one (a leader that stepped down and was
