@@ -14,6 +14,8 @@ defmodule Ringbus.Group.TableOwner do
   # casts `own/3` once, and when that process exits (or its node goes) the
   # consumers it still owns have their pending entries made due at once,
   # and the channel's waiting fetches woken. A RESP consumer has no owner.
+  # A replicated channel's consumer (`own_logged/3`) is watched on the node
+  # that sent its fetch, and its owner's exit is a request through the log.
 
   use GenServer
 
@@ -37,6 +39,15 @@ defmodule Ringbus.Group.TableOwner do
   @spec own(pid(), {Table.c(), binary(), binary()}, Ringbus.Channel.t()) :: :ok
   def own(owner, consumer, channel),
     do: GenServer.cast(__MODULE__, {:own, owner, consumer, channel})
+
+  @doc """
+  Watches `owner`, which fetches for consumer `{c, group, consumer}` of a
+  replicated channel: when it exits, `on_exit` runs in a process of its
+  own (it sends the `:orphan` request through the channel's log).
+  """
+  @spec own_logged(pid(), {Table.c(), binary(), binary()}, (() -> term())) :: :ok
+  def own_logged(owner, consumer, on_exit),
+    do: GenServer.cast(__MODULE__, {:own, owner, consumer, {:logged, on_exit}})
 
   # `watched`: a monitor on a channel's anchor => its incarnation; `owners`:
   # an owner => its monitor and the consumers it fetched for, with their
@@ -94,9 +105,15 @@ defmodule Ringbus.Group.TableOwner do
     {{_ref, consumers}, owners} = Map.pop(state.owners, owner)
     {t, now} = {Table.table(), At.now()}
 
-    for {{c, group, name} = consumer, channel} <- consumers,
-        Table.disown(t, c, group, name, owner),
-        do: orphan(t, channel, consumer, now)
+    for {{c, group, name} = consumer, channel} <- consumers do
+      case channel do
+        {:logged, on_exit} ->
+          spawn(on_exit)
+
+        channel ->
+          if Table.disown(t, c, group, name, owner), do: orphan(t, channel, consumer, now)
+      end
+    end
 
     %{state | owners: owners}
   end
