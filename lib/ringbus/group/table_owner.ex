@@ -6,8 +6,11 @@ defmodule Ringbus.Group.TableOwner do
   # group request on a channel asks it to watch the channel's anchor
   # (`watch/2`), which stops when the channel is deleted, by any API and
   # from any node. One per node, started with the application
-  # (`Ringbus.Release.node_children/0`), after the store: a store that
-  # restarts loses its channels, and this its groups with them.
+  # (`Ringbus.Release.node_children/0`), after the store and before the
+  # replicated channels, whose machines put their groups here: a store that
+  # restarts loses its channels, and this its groups with them (a memory
+  # channel's; the replicated channels restart after it, and their machines
+  # put their groups back from their logs).
   #
   # It also watches the owners of the Elixir API's consumers (the process
   # that fetches for each, `Ringbus.Group.Fetch`): a fetch by a new owner

@@ -157,7 +157,7 @@ defmodule Ringbus.Replica.Machine do
   defp decide_in(0, {:tagged, _tag, _command}, _index, state), do: {state, {:error, :badarg}, []}
 
   defp decide_in(1, {:tagged, tag, {:groups, _}}, index, state),
-    do: decide({:tagged, tag, :unknown_in_version_1}, index, state)
+    do: decide({:tagged, tag, {:unknown_in_version_1}}, index, state)
 
   defp decide_in(1, {:groups, _}, _index, state), do: {state, {:error, :badarg}, []}
   defp decide_in(_version, command, index, state), do: decide(command, index, state)
