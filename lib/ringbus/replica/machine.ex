@@ -62,9 +62,10 @@ defmodule Ringbus.Replica.Machine do
   # Groups. A channel's consumer groups are rows of this node's group table
   # that only the log changes, so each checkpoint carries them (`groups`),
   # and a state that has them (a snapshot recovered or installed, or a
-  # fresh one: none) puts them in the table before its next command. A
-  # checkpoint moved up without a push carries the rows again only every
-  # @regroup entries, so that group commands alone do not copy them each.
+  # fresh one: none) puts them in the table before its next command. While
+  # a channel has groups, checkpoints are at least @regroup entries apart,
+  # so that copying the rows costs little per command; the log then keeps
+  # up to that many entries more.
 
   @behaviour :ra_machine
 
@@ -500,8 +501,10 @@ defmodule Ringbus.Replica.Machine do
           state
         end
 
-      {:value, {_at, head, _}} when state.head - head >= spacing ->
-        %{state | checkpoints: :queue.in(checkpoint_at(state, index), state.checkpoints)}
+      {:value, {at, head, _}} when state.head - head >= spacing ->
+        if index - at >= @regroup or not groups?(state.channel),
+          do: %{state | checkpoints: :queue.in(checkpoint_at(state, index), state.checkpoints)},
+          else: state
 
       _ ->
         state
