@@ -110,9 +110,13 @@ defmodule Ringbus.Group do
     * `{:bury, group, [seq]}` - dead entries pushed to the dead-letter
       channel leave the group: `{:ok, buried}`
     * `:figures` - `{:ok, [map]}`, each group's (`Ringbus.Group.Redelivery.figures/6`)
+    * `{:figures, groups, consumers}` - the same for the first `groups`
+      groups and the first `consumers` consumers among them, each group's
+      with `consumers_omitted`: `{:ok, [map], %{groups: omitted, consumers:
+      omitted}}` (the metrics' bounded scrape)
 
   Every request on a group that does not exist answers `{:error,
-  :no_group}`, except `:ack` (`{:ok, 0}`), `:destroy` and `:figures`.
+  :no_group}`, except `:ack` (`{:ok, 0}`), `:destroy` and both `:figures`.
   """
   @type request ::
           {:create, binary(), ref() | :last, non_neg_integer() | nil}
@@ -140,6 +144,7 @@ defmodule Ringbus.Group do
           | {:remove_consumer, binary(), binary()}
           | {:bury, binary(), [non_neg_integer()]}
           | :figures
+          | {:figures, non_neg_integer(), non_neg_integer()}
 
   @doc """
   Runs `request` on the groups of `channel`; `room` bounds the entries it
@@ -195,7 +200,16 @@ defmodule Ringbus.Group do
     do: Fetch.remove_consumer(at, group, consumer)
 
   defp request(at, {:bury, group, seqs}), do: Fetch.bury(at, group, seqs)
-  defp request(at, :figures), do: {:ok, Fetch.figures(at)}
+
+  defp request(at, :figures) do
+    {figures, _, _} = Fetch.figures(at, At.all(), At.all())
+    {:ok, Enum.map(figures, &Map.delete(&1, :consumers_omitted))}
+  end
+
+  defp request(at, {:figures, groups, consumers}) do
+    {figures, groups_omitted, consumers_omitted} = Fetch.figures(at, groups, consumers)
+    {:ok, figures, %{groups: groups_omitted, consumers: consumers_omitted}}
+  end
 
   defp request(at, {:create, group, from, entries_read}),
     do: request(at, {:create, group, from, entries_read, Table.config()})

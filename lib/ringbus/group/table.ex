@@ -299,7 +299,7 @@ defmodule Ringbus.Group.Table do
 
     cond do
       :ets.member(t, key) -> :exists
-      count(t, {{:consumer, c, group, :_}, :_, :_}) >= @max_consumers -> :too_many
+      consumer_count(t, c, group) >= @max_consumers -> :too_many
       :ets.insert_new(t, {key, now, nil}) -> :created
       true -> :exists
     end
@@ -319,6 +319,25 @@ defmodule Ringbus.Group.Table do
           :ets.select(t, [{{{:consumer, c, group, :"$1"}, :"$2", :_}, [], [{{:"$1", :"$2"}}]}]),
         do: {name, seen, Map.get(counts, name, 0)}
   end
+
+  @doc """
+  The first `max` consumers of a group by name, as `consumers/3` gives
+  them, and how many it has. Their pending counts are read from the PEL
+  only with `pending?` (none are pending otherwise).
+  """
+  @spec consumers(table(), c(), binary(), non_neg_integer(), boolean()) ::
+          {[{binary(), integer(), non_neg_integer()}], non_neg_integer()}
+  def consumers(t, c, group, max, pending?) do
+    all = consumer_count(t, c, group)
+    spec = [{{{:consumer, c, group, :"$1"}, :"$2", :_}, [], [{{:"$1", :"$2"}}]}]
+    rows = if max > 0 and all > 0, do: select(t, spec, max), else: []
+    counts = if pending? and rows != [], do: pending_by_consumer(t, c, group), else: %{}
+    {for({name, seen} <- rows, do: {name, seen, Map.get(counts, name, 0)}), all}
+  end
+
+  @doc "How many consumers a group has."
+  @spec consumer_count(table(), c(), binary()) :: non_neg_integer()
+  def consumer_count(t, c, group), do: count(t, {{:consumer, c, group, :_}, :_, :_})
 
   @doc """
   Makes `owner` the consumer's owner (the consumer made if new): true when
