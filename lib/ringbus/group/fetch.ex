@@ -45,10 +45,21 @@ defmodule Ringbus.Group.Fetch do
     end
   end
 
-  # The consumer is seen now, and `owner`'s; a new owner is watched.
+  # The consumer is seen now, and `owner`'s; a new owner is watched. The
+  # one it takes the consumer from may have exited before the table's
+  # owner heard of it, which then leaves a consumer it no longer owns
+  # alone: its entries are due now, as that exit would have made them.
   defp own(%{table: t, c: c} = at, group, consumer, owner) do
-    if Table.own(t, c, group, consumer, owner, at.now),
-      do: TableOwner.own(owner, {c, group, consumer}, at.channel)
+    case Table.own(t, c, group, consumer, owner, at.now) do
+      {:owned, previous} ->
+        TableOwner.own(owner, {c, group, consumer}, at.channel)
+
+        if TableOwner.gone?(previous),
+          do: TableOwner.orphan(t, at.channel, {c, group, consumer}, at.now)
+
+      false ->
+        :ok
+    end
 
     Table.seen(t, c, group, consumer, at.now)
   end

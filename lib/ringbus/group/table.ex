@@ -340,17 +340,21 @@ defmodule Ringbus.Group.Table do
   def consumer_count(t, c, group), do: count(t, {{:consumer, c, group, :_}, :_, :_})
 
   @doc """
-  Makes `owner` the consumer's owner (the consumer made if new): true when
-  it was not already, for the caller to have the owner watched.
+  Makes `owner` the consumer's owner (the consumer made if new):
+  `{:owned, previous}` when it was not already (`previous` the owner it
+  had, or nil), for the caller to have the owner watched; else false.
   """
-  @spec own(table(), c(), binary(), binary(), pid(), integer()) :: boolean()
+  @spec own(table(), c(), binary(), binary(), pid(), integer()) ::
+          {:owned, pid() | nil} | false
   def own(t, c, group, consumer, owner, now) do
     key = {:consumer, c, group, consumer}
     _ = add_consumer(t, c, group, consumer, now)
+    spec = fn previous -> [{{key, :"$1", previous}, [], [{{{:const, key}, :"$1", owner}}]}] end
 
     case :ets.lookup(t, key) do
       [{^key, _seen, ^owner}] -> false
-      [{^key, _seen, _other}] -> :ets.update_element(t, key, {3, owner})
+      # Taken from the owner read, unless another fetch took it first.
+      [{^key, _seen, other}] -> :ets.select_replace(t, spec.(other)) == 1 && {:owned, other}
       # Past the bound of consumers: fetches all the same, unwatched.
       [] -> false
     end
