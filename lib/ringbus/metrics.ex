@@ -14,8 +14,13 @@ defmodule Ringbus.Metrics do
   their `:atomics`; server figures from each server's `:counters`, found in
   `Ringbus.Server.Directory`; each connection's from the counters it
   publishes there (`Ringbus.Server.clients/0`), so a busy connection is
-  never waited for; RESP consumer groups from their ETS table, through the
-  RESP listener's entry in the directory; VM figures from `:erlang`. Subscriptions
+  never waited for; consumer groups from the node's group table, in the
+  scraping process: each group's row and its consumers' rows, and one pass
+  over a group's pending entries for its consumers' pending counts when it
+  shows any consumer and has entries pending, within the bounds of
+  `snapshot/1`'s `:groups` and `:consumers`; RESP consumer groups from
+  their ETS table, through the RESP listener's entry in the directory; VM
+  figures from `:erlang`. Subscriptions
   register nowhere, so each is asked for its lag and losses
   (`Ringbus.subscriptions/2`), all of a snapshot's within one deadline
   (`:timeout`): a busy subscription is listed without figures rather than
@@ -38,7 +43,8 @@ defmodule Ringbus.Metrics do
   `state`, `kind`, `node`, `outcome`
   (a cluster call's: `ok`, `refused` or `timeout`), `stream` and `group` (a
   RESP consumer group; `group` also names a channel's consumer group in the
-  `ringbus_group_*` families), and `le` (a histogram's bucket).
+  `ringbus_group_*` families, and `consumer` one of its consumers), and `le`
+  (a histogram's bucket).
 
   ## Histograms
 
@@ -93,7 +99,8 @@ defmodule Ringbus.Metrics do
   (`Ringbus.subscriptions/2`), each with the `:label` it is shown by (see
   `subscriber_labels/2`) and `:via`, how its subscriber gets its messages
   (`:binary`, `:resp` or `:embedded`), and its consumer groups' figures
-  (`Ringbus.Groups.info/1`, whichever front end made them).
+  (`Ringbus.Groups.info/1`, whichever front end made them, each with
+  `:consumers_omitted`, its consumers past the snapshot's bound).
   """
   @type channel :: %{
           name: Ringbus.name(),
