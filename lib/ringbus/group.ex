@@ -2,9 +2,12 @@ defmodule Ringbus.Group do
   @moduledoc false
   # Consumer groups of a channel, as Redis keeps them for a stream, in
   # seqs: each group has the seq of the last entry it delivered, how many
-  # it has read, its consumers and its pending entries list (PEL), with
-  # each entry's consumer, delivery time (system ms) and delivery count.
-  # Entries are claimed by idle time, read again by their consumer, acked.
+  # it has read, what left it (acked, dead, lost, dropped) and was
+  # delivered again, its consumers and its pending entries list (PEL), with
+  # each entry's consumer, delivery time (system ms), delivery count and
+  # the time it is due again. Entries are claimed by idle time, read again
+  # by their consumer, acked; the Elixir API's fetches also deliver again
+  # those that come due.
   # Any front end may offer them: a group request is an operation of
   # `Ringbus.Op`, `{:group, request}`, which `run/3` carries out on the
   # channel's handle, where the channel lives (its home; see
@@ -18,8 +21,10 @@ defmodule Ringbus.Group do
   # wait, a fetch for new entries, returns an effect, `{:wait, fun}`, that
   # waits in whoever runs it (`Ringbus.Group.Fetch`).
   #
-  # Time: each request reads the clock once (`now/0`, system ms) and every
-  # decision that depends on it takes that `now` (`Ringbus.Group.Redelivery`).
+  # Time: each request reads the clock once (`Ringbus.Group.At.now/0`,
+  # system ms; a fetch that waits reads it again each time it wakes) and
+  # every decision that depends on it takes that `now`
+  # (`Ringbus.Group.Redelivery`).
   #
   # Known limit: a replicated channel's groups are those of the member that
   # runs the request (its ring and this node's table), not kept in its log.
@@ -56,7 +61,8 @@ defmodule Ringbus.Group do
     * `{:create_consumer, group, consumer}` - `{:ok, :created | :exists}`,
       or `{:error, :no_group | {:too_many_consumers, limit}}`
     * `{:delete_consumer, group, consumer}` - `{:ok, pending_entries_dropped}`
-    * `{:info, group}` - `{:ok, %{last, entries_read, lost, pending, dropped}}`
+    * `{:info, group}` - `{:ok, %{last, entries_read, lost, pending, dropped,
+      acked, redelivered, dead, held, config}}` (`Ringbus.Group.Table.group()`)
     * `:count` - `{:ok, groups}`
     * `{:groups, count}` - `{:ok, [group]}`, each a map: `name`, `last`,
       `entries_read`, `lag`, `lost`, `pending` (how many), `dropped`,
@@ -97,9 +103,11 @@ defmodule Ringbus.Group do
       `Ringbus.Group.Table.config()`; `from` may also be `:first`, before
       the oldest entry the channel holds
     * `{:fetch, group, consumer, owner, max, wait_ms}` - up to `max`
-      entries, due ones first, then new ones: `{:ok, [{seq, payload,
-      deliveries}], dead}`, `dead` the entries for the dead-letter channel
-      (same shape); with none and `wait_ms` > 0, waits for them
+      entries, due ones first, then new ones: `{:ok, {[{seq, payload,
+      deliveries}], dead_letter, dead}}`, `dead` the entries for the
+      group's `dead_letter` channel (same shape); with none and `wait_ms` >
+      0, waits for them. A fetch that takes the consumer from an owner that
+      has exited makes that owner's entries due first
     * `{:nack, group, [ref], delay_ms}`, `{:in_progress, group, [ref]}` -
       `{:ok, changed}`
     * `{:reclaim, group, consumer, owner, [ref]}`, `{:reclaim_idle, group,

@@ -38,7 +38,9 @@ defmodule Ringbus.Group.Table do
   #
   # A consumer's `owner` is the process that fetched for it last through
   # the Elixir API (`Ringbus.Groups`), or nil: `Ringbus.Group.TableOwner`
-  # monitors it, and when it exits the consumer's pending entries are due.
+  # monitors it, and when it exits (or its node goes) the consumer's
+  # pending entries are due; so are they when a fetch takes the consumer
+  # from an owner that has exited before the monitor fired.
   #
   # A pending entry's `due_ms` is when a fetch may deliver it again:
   # `ack_wait` after its delivery, or when a nack or its owner's exit said.
