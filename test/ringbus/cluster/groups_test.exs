@@ -55,7 +55,9 @@ defmodule Ringbus.Cluster.GroupsTest do
   end
 
   test "a consumer whose whole node is killed (kill -9): its messages are delivered again at once, not after ack_wait" do
-    [home, doomed] = Peers.start_joined(2, "cgdown", net_ticktime: 4)
+    [home, doomed] =
+      Peers.start_joined(2, "cgdown", net_ticktime: 4, cluster: [call_timeout: 2_000])
+
     :ok = Nodes.call(home, Ringbus, :create, ["cg-down", [capacity: 100]])
     :ok = Nodes.call(home, Ringbus.Groups, :create, ["cg-down", "g", [from: :earliest]])
     {:ok, 0} = Nodes.call(home, Ringbus, :push_many, ["cg-down", ["a", "b"]])
