@@ -2,9 +2,12 @@ defmodule Ringbus.Group do
   @moduledoc false
   # Consumer groups of a channel, as Redis keeps them for a stream, in
   # seqs: each group has the seq of the last entry it delivered, how many
-  # it has read, its consumers and its pending entries list (PEL), with
-  # each entry's consumer, delivery time (system ms) and delivery count.
-  # Entries are claimed by idle time, read again by their consumer, acked.
+  # it has read, what left it (acked, dead, lost, dropped) and was
+  # delivered again, its consumers and its pending entries list (PEL), with
+  # each entry's consumer, delivery time (system ms), delivery count and
+  # the time it is due again. Entries are claimed by idle time, read again
+  # by their consumer, acked; the Elixir API's fetches also deliver again
+  # those that come due.
   # Any front end may offer them: a group request is an operation of
   # `Ringbus.Op`, `{:group, request}`, which `run/3` carries out on the
   # channel's handle, where the channel lives (its home; see
@@ -18,8 +21,10 @@ defmodule Ringbus.Group do
   # wait, a fetch for new entries, returns an effect, `{:wait, fun}`, that
   # waits in whoever runs it (`Ringbus.Group.Fetch`).
   #
-  # Time: each request reads the clock once (`now/0`, system ms) and every
-  # decision that depends on it takes that `now` (`Ringbus.Group.Redelivery`).
+  # Time: each request reads the clock once (`Ringbus.Group.At.now/0`,
+  # system ms; a fetch that waits reads it again each time it wakes) and
+  # every decision that depends on it takes that `now`
+  # (`Ringbus.Group.Redelivery`).
   #
   # A replicated channel's groups are kept in its log: every group request
   # on it is a command that each member's machine applies with `decided/4`
@@ -60,7 +65,8 @@ defmodule Ringbus.Group do
     * `{:create_consumer, group, consumer}` - `{:ok, :created | :exists}`,
       or `{:error, :no_group | {:too_many_consumers, limit}}`
     * `{:delete_consumer, group, consumer}` - `{:ok, pending_entries_dropped}`
-    * `{:info, group}` - `{:ok, %{last, entries_read, lost, pending, dropped}}`
+    * `{:info, group}` - `{:ok, %{last, entries_read, lost, pending, dropped,
+      acked, redelivered, dead, held, config}}` (`Ringbus.Group.Table.group()`)
     * `:count` - `{:ok, groups}`
     * `{:groups, count}` - `{:ok, [group]}`, each a map: `name`, `last`,
       `entries_read`, `lag`, `lost`, `pending` (how many), `dropped`,
@@ -101,9 +107,11 @@ defmodule Ringbus.Group do
       `Ringbus.Group.Table.config()`; `from` may also be `:first`, before
       the oldest entry the channel holds
     * `{:fetch, group, consumer, owner, max, wait_ms}` - up to `max`
-      entries, due ones first, then new ones: `{:ok, [{seq, payload,
-      deliveries}], dead}`, `dead` the entries for the dead-letter channel
-      (same shape); with none and `wait_ms` > 0, waits for them
+      entries, due ones first, then new ones: `{:ok, {[{seq, payload,
+      deliveries}], dead_letter, dead}}`, `dead` the entries for the
+      group's `dead_letter` channel (same shape); with none and `wait_ms` >
+      0, waits for them. A fetch that takes the consumer from an owner that
+      has exited makes that owner's entries due first
     * `{:nack, group, [ref], delay_ms}`, `{:in_progress, group, [ref]}` -
       `{:ok, changed}`
     * `{:reclaim, group, consumer, owner, [ref]}`, `{:reclaim_idle, group,
@@ -116,9 +124,13 @@ defmodule Ringbus.Group do
     * `:figures` - `{:ok, [map]}`, each group's (`Ringbus.Group.Redelivery.figures/6`)
     * `{:orphan, group, consumer, owner}` - the consumer's pending entries
       are due at once if `owner` still owns it (it exited): `{:ok, due}`
+    * `{:figures, groups, consumers}` - the same for the first `groups`
+      groups and the first `consumers` consumers among them, each group's
+      with `consumers_omitted`: `{:ok, [map], %{groups: omitted, consumers:
+      omitted}}` (the metrics' bounded scrape)
 
   Every request on a group that does not exist answers `{:error,
-  :no_group}`, except `:ack` (`{:ok, 0}`), `:destroy` and `:figures`.
+  :no_group}`, except `:ack` (`{:ok, 0}`), `:destroy` and both `:figures`.
   """
   @type request ::
           {:create, binary(), ref() | :last, non_neg_integer() | nil}
@@ -147,6 +159,7 @@ defmodule Ringbus.Group do
           | {:bury, binary(), [non_neg_integer()]}
           | :figures
           | {:orphan, binary(), binary(), pid()}
+          | {:figures, non_neg_integer(), non_neg_integer()}
 
   @doc """
   Runs `request` on the groups of `channel`; `room` bounds the entries it
@@ -229,7 +242,16 @@ defmodule Ringbus.Group do
     do: Fetch.remove_consumer(at, group, consumer)
 
   defp request(at, {:bury, group, seqs}), do: Fetch.bury(at, group, seqs)
-  defp request(at, :figures), do: {:ok, Fetch.figures(at)}
+
+  defp request(at, :figures) do
+    {figures, _, _} = Fetch.figures(at, At.all(), At.all())
+    {:ok, Enum.map(figures, &Map.delete(&1, :consumers_omitted))}
+  end
+
+  defp request(at, {:figures, groups, consumers}) do
+    {figures, groups_omitted, consumers_omitted} = Fetch.figures(at, groups, consumers)
+    {:ok, figures, %{groups: groups_omitted, consumers: consumers_omitted}}
+  end
 
   defp request(%{table: t, c: c} = at, {:orphan, group, consumer, owner}) do
     if Table.disown(t, c, group, consumer, owner),

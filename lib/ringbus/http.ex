@@ -55,6 +55,11 @@ defmodule Ringbus.HTTP do
     * `:port` - the port, `0` for any free one (see `port/1`). Default `9171`.
     * `:interval` - ms between the samples of the sparklines, which show
       the last 60. Default `1000`.
+    * `:max_groups` - consumer groups `/metrics` and the status views show,
+      at most, of all channels; `ringbus_group_omitted` counts the rest.
+      Default `1000`.
+    * `:max_consumers` - their consumers shown, at most;
+      `ringbus_group_consumers_omitted` counts the rest. Default `1000`.
     * `:name` - a name to register the process under.
 
   Unknown options raise `ArgumentError`.
@@ -65,12 +70,21 @@ defmodule Ringbus.HTTP do
   alias Ringbus.Metrics.History
   alias Ringbus.Options
 
-  @defaults [host: {127, 0, 0, 1}, port: 9171, interval: 1000, name: nil]
+  @defaults [
+    host: {127, 0, 0, 1},
+    port: 9171,
+    interval: 1000,
+    max_groups: 1000,
+    max_consumers: 1000,
+    name: nil
+  ]
 
   @type option ::
           {:host, :inet.ip_address() | String.t()}
           | {:port, :inet.port_number()}
           | {:interval, pos_integer()}
+          | {:max_groups, non_neg_integer()}
+          | {:max_consumers, non_neg_integer()}
           | {:name, atom()}
 
   @doc "Starts the endpoint linked to the caller. See the module doc for the options."
@@ -102,6 +116,10 @@ defmodule Ringbus.HTTP do
 
     Options.check!(:interval, opts[:interval], &Options.positive?/1, "a positive integer")
     Options.check!(:name, opts[:name], &is_atom/1, "an atom")
+
+    for key <- [:max_groups, :max_consumers],
+        do: Options.check!(key, opts[key], &(is_integer(&1) and &1 >= 0), "an integer >= 0")
+
     opts
   end
 
@@ -144,7 +162,8 @@ defmodule Ringbus.HTTP do
       # with {:ip_comm, options}; the handler writes each response whole.
       socket_type: :ip_comm,
       ringbus_history: table,
-      ringbus_interval: opts[:interval]
+      ringbus_interval: opts[:interval],
+      ringbus_bounds: [groups: opts[:max_groups], consumers: opts[:max_consumers]]
     ]
 
     case :inets.start(:httpd, config) do
@@ -180,9 +199,10 @@ defmodule Ringbus.HTTP do
   end
 
   # Asks the subscriptions for at most half an interval, so that sampling
-  # keeps its pace.
+  # keeps its pace; the history keeps no group figures, so it reads none.
   defp sample(state) do
-    snapshot = Ringbus.Metrics.snapshot(timeout: min(div(state.interval, 2), 100))
+    timeout = min(div(state.interval, 2), 100)
+    snapshot = Ringbus.Metrics.snapshot(timeout: timeout, groups: 0, consumers: 0)
     History.record(state.table, snapshot)
     Process.send_after(self(), :sample, state.interval)
     state

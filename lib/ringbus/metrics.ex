@@ -14,8 +14,13 @@ defmodule Ringbus.Metrics do
   their `:atomics`; server figures from each server's `:counters`, found in
   `Ringbus.Server.Directory`; each connection's from the counters it
   publishes there (`Ringbus.Server.clients/0`), so a busy connection is
-  never waited for; RESP consumer groups from their ETS table, through the
-  RESP listener's entry in the directory; VM figures from `:erlang`. Subscriptions
+  never waited for; consumer groups from the node's group table, in the
+  scraping process: each group's row and its consumers' rows, and one pass
+  over a group's pending entries for its consumers' pending counts when it
+  shows any consumer and has entries pending, within the bounds of
+  `snapshot/1`'s `:groups` and `:consumers`; RESP consumer groups from
+  their ETS table, through the RESP listener's entry in the directory; VM
+  figures from `:erlang`. Subscriptions
   register nowhere, so each is asked for its lag and losses
   (`Ringbus.subscriptions/2`), all of a snapshot's within one deadline
   (`:timeout`): a busy subscription is listed without figures rather than
@@ -38,7 +43,8 @@ defmodule Ringbus.Metrics do
   `state`, `kind`, `node`, `outcome`
   (a cluster call's: `ok`, `refused` or `timeout`), `stream` and `group` (a
   RESP consumer group; `group` also names a channel's consumer group in the
-  `ringbus_group_*` families), and `le` (a histogram's bucket).
+  `ringbus_group_*` families, and `consumer` one of its consumers), and `le`
+  (a histogram's bucket).
 
   ## Histograms
 
@@ -69,6 +75,8 @@ defmodule Ringbus.Metrics do
 
   alias Ringbus.Server.{Directory, Stats}
 
+  @snapshot_defaults [timeout: 100, subscriptions: 1000, groups: 1000, consumers: 1000]
+
   @typedoc "A snapshot; see `snapshot/1`."
   @type snapshot :: %{
           node: node(),
@@ -78,6 +86,7 @@ defmodule Ringbus.Metrics do
           servers: [server()],
           connections: [map()],
           groups: [group()],
+          group_omitted: %{groups: non_neg_integer(), consumers: non_neg_integer()},
           delivery: %{atom() => map()},
           vm: map(),
           cluster: map() | nil
@@ -90,7 +99,8 @@ defmodule Ringbus.Metrics do
   (`Ringbus.subscriptions/2`), each with the `:label` it is shown by (see
   `subscriber_labels/2`) and `:via`, how its subscriber gets its messages
   (`:binary`, `:resp` or `:embedded`), and its consumer groups' figures
-  (`Ringbus.Groups.info/1`, whichever front end made them).
+  (`Ringbus.Groups.info/1`, whichever front end made them, each with
+  `:consumers_omitted`, its consumers past the snapshot's bound).
   """
   @type channel :: %{
           name: Ringbus.name(),
@@ -131,13 +141,29 @@ defmodule Ringbus.Metrics do
 
     * `:timeout` - ms within which all subscriptions must answer. Default `100`.
     * `:subscriptions` - subscriptions asked per channel, at most. Default `1000`.
+    * `:groups` - consumer groups given, at most, of all channels (in the
+      order of their channels' labels, then by name); the rest are counted
+      in `:groups_omitted`. Default `1000`.
+    * `:consumers` - their consumers given, at most, the same way; the
+      rest are counted in `:consumers_omitted`. Default `1000`.
   """
-  @spec snapshot(timeout: non_neg_integer(), subscriptions: pos_integer()) :: snapshot()
+  @spec snapshot(
+          timeout: non_neg_integer(),
+          subscriptions: pos_integer(),
+          groups: non_neg_integer(),
+          consumers: non_neg_integer()
+        ) :: snapshot()
   def snapshot(opts \\ []) do
-    opts = Ringbus.Options.validate!(opts, [timeout: 100, subscriptions: 1000], "metrics")
+    opts = Ringbus.Options.validate!(opts, @snapshot_defaults, "metrics")
+
+    for key <- [:groups, :consumers],
+        do:
+          Ringbus.Options.check!(key, opts[key], &(is_integer(&1) and &1 >= 0), "an integer >= 0")
+
     deadline = System.monotonic_time(:millisecond) + opts[:timeout]
     connections = Ringbus.Server.clients()
-    channels = channels(deadline, opts[:subscriptions], connections)
+    budget = %{groups: opts[:groups], consumers: opts[:consumers]}
+    {channels, omitted} = channels(deadline, opts[:subscriptions], connections, budget)
 
     %{
       node: node(),
@@ -147,6 +173,7 @@ defmodule Ringbus.Metrics do
       servers: servers(),
       connections: connections,
       groups: groups(channels),
+      group_omitted: omitted,
       delivery: Ringbus.Channel.Delivery.histograms(),
       vm: vm(),
       cluster: cluster()
@@ -159,41 +186,46 @@ defmodule Ringbus.Metrics do
 
   ## Sources
 
-  defp channels(deadline, limit, connections) do
+  # The channels, and what the budget of groups and consumers left out.
+  defp channels(deadline, limit, connections, budget) do
     peers = Map.new(connections, &{&1.pid, {&1.protocol, &1.peer}})
+    none = %{groups: 0, consumers: 0}
 
     Ringbus.channels()
     |> Enum.map(&{label(&1), &1})
     |> Enum.sort()
-    |> Enum.flat_map(fn {label, name} ->
+    |> Enum.flat_map_reduce({budget, none}, fn {label, name}, {budget, omitted} ->
       # A channel deleted meanwhile is left out.
       with {:ok, info} <- Ringbus.info(name),
            timeout = max(deadline - System.monotonic_time(:millisecond), 0),
            {:ok, subs} <- Ringbus.subscriptions(name, timeout: timeout, limit: limit) do
         subs = subscriber_labels(subs, peers)
-        [%{name: name, label: label, info: info, subscriptions: subs, groups: groups_of(name)}]
+        {groups, budget, omitted} = groups_of(name, budget, omitted)
+        channel = %{name: name, label: label, info: info, subscriptions: subs, groups: groups}
+        {[channel], {budget, omitted}}
       else
-        _ -> []
+        _ -> {[], {budget, omitted}}
       end
     end)
+    |> then(fn {channels, {_budget, omitted}} -> {channels, omitted} end)
   end
 
-  # Its consumer groups' figures (`Ringbus.Groups.info/1`): read from the
-  # node's group table in this process, as a fetch would.
-  defp groups_of(name) do
-    case Ringbus.Groups.info(name) do
-      {:ok, groups} -> groups
-      _gone -> []
+  # Its consumer groups' figures (`Ringbus.Groups.info/1`), within what is
+  # left of the budget: read from the node's group table in this process,
+  # as a fetch would.
+  defp groups_of(name, %{groups: g, consumers: c} = budget, omitted) do
+    case Ringbus.run(name, {:group, {:figures, g, c}}) do
+      {:ok, groups, left_out} ->
+        shown = Enum.sum(for group <- groups, do: Enum.count(group.consumers))
+        budget = %{groups: g - Enum.count(groups), consumers: c - shown}
+        {groups, budget, Map.merge(omitted, left_out, fn _, a, b -> a + b end)}
+
+      _gone ->
+        {[], budget, omitted}
     end
   end
 
-  # Labels and pages take UTF-8 without control characters: any other name
-  # reads as Elixir prints it.
-  defp label(name) do
-    if is_binary(name) and String.valid?(name) and not String.match?(name, ~r/[\x00-\x1f\x7f]/),
-      do: name,
-      else: inspect(name)
-  end
+  defp label(name), do: Ringbus.Metrics.Prometheus.label(name)
 
   @doc """
   Names a channel's subscriptions (`Ringbus.subscriptions/2`) the way an

@@ -233,8 +233,8 @@ defmodule Ringbus.Release do
   end
 
   @doc """
-  Prints the running node's tables (channels, subscriptions, servers, the
-  cluster), read from its HTTP endpoint's `/status.txt`:
+  Prints the running node's tables (channels, subscriptions, consumer
+  groups and their consumers, servers, the cluster), read from its HTTP endpoint's `/status.txt`:
 
       bin/ringbus rpc 'Ringbus.Release.stats()'
       bin/ringbus rpc 'Ringbus.Release.stats(every: 2, count: 10)'

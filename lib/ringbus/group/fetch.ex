@@ -45,12 +45,27 @@ defmodule Ringbus.Group.Fetch do
     end
   end
 
-  # The consumer is seen now, and `owner`'s; a new owner is watched, here
-  # unless a replicated channel's log carries the request (then the node
-  # that sent it watches, `Ringbus.Group.Logged`).
+  # The consumer is seen now, and `owner`'s; a new owner is watched. The
+  # one it takes the consumer from may have exited before the table's
+  # owner heard of it, which then leaves a consumer it no longer owns
+  # alone: its entries are due now, as that exit would have made them.
+  # When a replicated channel's log carries the request, the node that
+  # sent it watches instead (`Ringbus.Group.Logged`): what this node knows
+  # of processes is not the same on every member.
   defp own(%{table: t, c: c} = at, group, consumer, owner) do
-    if Table.own(t, c, group, consumer, owner, at.now) and not at.logged,
-      do: TableOwner.own(owner, {c, group, consumer}, at.channel)
+    case Table.own(t, c, group, consumer, owner, at.now) do
+      {:owned, _previous} when at.logged ->
+        :ok
+
+      {:owned, previous} ->
+        TableOwner.own(owner, {c, group, consumer}, at.channel)
+
+        if TableOwner.gone?(previous),
+          do: TableOwner.orphan(t, at.channel, {c, group, consumer}, at.now)
+
+      false ->
+        :ok
+    end
 
     Table.seen(t, c, group, consumer, at.now)
   end
@@ -359,12 +374,34 @@ defmodule Ringbus.Group.Fetch do
     end
   end
 
-  @doc "Each group's figures (`Ringbus.Group.Redelivery.figures/6`)."
-  def figures(%{table: t, c: c, channel: channel} = at) do
+  @doc """
+  The figures (`Ringbus.Group.Redelivery.figures/6`) of the first `groups`
+  groups by name, with the first `consumers` consumers among them (by
+  group, then name): `{figures, groups_omitted, consumers_omitted}`, each
+  group's with its own `:consumers_omitted`. Consumers' pending counts
+  cost one pass over the PEL of a group that shows any consumer and has
+  entries pending; the rest reads group and consumer rows only.
+  """
+  def figures(%{table: t, c: c, channel: channel} = at, groups, consumers) do
     {first, next} = {Ring.first_seq(channel), Ring.next_seq(channel)}
+    {shown, rest} = Enum.split(Table.groups(t, c), groups)
 
-    for {name, g} <- Table.groups(t, c) do
-      Redelivery.figures(name, g, Table.consumers(t, c, name), first, next, at.now)
-    end
+    {figures, {_left, omitted}} =
+      Enum.map_reduce(shown, {consumers, 0}, fn {name, g}, {left, omitted} ->
+        {listed, all} = Table.consumers(t, c, name, left, g.pending > 0)
+        shown = Enum.count(listed)
+        n = max(all - shown, 0)
+
+        figures =
+          name
+          |> Redelivery.figures(g, listed, first, next, at.now)
+          |> Map.put(:consumers_omitted, n)
+
+        {figures, {left - shown, omitted + n}}
+      end)
+
+    {figures, Enum.count(rest), omitted + Enum.sum(for {n, _} <- rest, do: consumer_count(at, n))}
   end
+
+  defp consumer_count(%{table: t, c: c}, group), do: Table.consumer_count(t, c, group)
 end

@@ -11,7 +11,8 @@ defmodule Ringbus.Group.Redelivery do
   # A row is `{seq, consumer, delivered_ms, deliveries, due_ms}` (see
   # `Ringbus.Group.Table`). An entry is due when `due_ms <= now`: `ack_wait`
   # after a delivery, at once when its consumer's owner exited or it was
-  # nacked, after a nack's delay.
+  # nacked, after a nack's delay. The table's due index finds those rows
+  # (`Ringbus.Group.Table.due/5`), so a fetch reads no row that is not due.
 
   alias Ringbus.Group.Table
 
@@ -42,10 +43,6 @@ defmodule Ringbus.Group.Redelivery do
 
   defp dead_after?(_n, :infinity), do: false
   defp dead_after?(n, max), do: n >= max
-
-  @doc "Whether a row is due at `now`."
-  @spec due?(Table.row(), integer()) :: boolean()
-  def due?({_seq, _consumer, _at, _n, due}, now), do: due <= now
 
   @doc "A row claimed by `consumer` at `now`: one delivery more, due `ack_wait` on."
   @spec claim(Table.row(), binary(), Table.config(), integer()) :: Table.row()

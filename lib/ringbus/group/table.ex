@@ -38,7 +38,9 @@ defmodule Ringbus.Group.Table do
   #
   # A consumer's `owner` is the process that fetched for it last through
   # the Elixir API (`Ringbus.Groups`), or nil: `Ringbus.Group.TableOwner`
-  # monitors it, and when it exits the consumer's pending entries are due.
+  # monitors it, and when it exits (or its node goes) the consumer's
+  # pending entries are due; so are they when a fetch takes the consumer
+  # from an owner that has exited before the monitor fired.
   #
   # A pending entry's `due_ms` is when a fetch may deliver it again:
   # `ack_wait` after its delivery, or when a nack or its owner's exit said.
@@ -331,7 +333,7 @@ defmodule Ringbus.Group.Table do
 
     cond do
       :ets.member(t, key) -> :exists
-      count(t, {{:consumer, c, group, :_}, :_, :_}) >= @max_consumers -> :too_many
+      consumer_count(t, c, group) >= @max_consumers -> :too_many
       :ets.insert_new(t, {key, now, nil}) -> :created
       true -> :exists
     end
@@ -353,17 +355,40 @@ defmodule Ringbus.Group.Table do
   end
 
   @doc """
-  Makes `owner` the consumer's owner (the consumer made if new): true when
-  it was not already, for the caller to have the owner watched.
+  The first `max` consumers of a group by name, as `consumers/3` gives
+  them, and how many it has. Their pending counts are read from the PEL
+  only with `pending?` (none are pending otherwise).
   """
-  @spec own(table(), c(), binary(), binary(), pid(), integer()) :: boolean()
+  @spec consumers(table(), c(), binary(), non_neg_integer(), boolean()) ::
+          {[{binary(), integer(), non_neg_integer()}], non_neg_integer()}
+  def consumers(t, c, group, max, pending?) do
+    all = consumer_count(t, c, group)
+    spec = [{{{:consumer, c, group, :"$1"}, :"$2", :_}, [], [{{:"$1", :"$2"}}]}]
+    rows = if max > 0 and all > 0, do: select(t, spec, max), else: []
+    counts = if pending? and rows != [], do: pending_by_consumer(t, c, group), else: %{}
+    {for({name, seen} <- rows, do: {name, seen, Map.get(counts, name, 0)}), all}
+  end
+
+  @doc "How many consumers a group has."
+  @spec consumer_count(table(), c(), binary()) :: non_neg_integer()
+  def consumer_count(t, c, group), do: count(t, {{:consumer, c, group, :_}, :_, :_})
+
+  @doc """
+  Makes `owner` the consumer's owner (the consumer made if new):
+  `{:owned, previous}` when it was not already (`previous` the owner it
+  had, or nil), for the caller to have the owner watched; else false.
+  """
+  @spec own(table(), c(), binary(), binary(), pid(), integer()) ::
+          {:owned, pid() | nil} | false
   def own(t, c, group, consumer, owner, now) do
     key = {:consumer, c, group, consumer}
     _ = add_consumer(t, c, group, consumer, now)
+    spec = fn previous -> [{{key, :"$1", previous}, [], [{{{:const, key}, :"$1", owner}}]}] end
 
     case :ets.lookup(t, key) do
       [{^key, _seen, ^owner}] -> false
-      [{^key, _seen, _other}] -> :ets.update_element(t, key, {3, owner})
+      # Taken from the owner read, unless another fetch took it first.
+      [{^key, _seen, other}] -> :ets.select_replace(t, spec.(other)) == 1 && {:owned, other}
       # Past the bound of consumers: fetches all the same, unwatched.
       [] -> false
     end

@@ -122,6 +122,16 @@ defmodule Ringbus.Group.TableOwner do
   end
 
   @doc """
+  Whether an owner is known to have exited: a process of this node that
+  is not alive, or one of a node this node is not connected to. (Of a
+  connected node it cannot tell without asking; its monitor will.)
+  """
+  @spec gone?(pid() | nil) :: boolean()
+  def gone?(nil), do: false
+  def gone?(pid) when node(pid) == node(), do: not Process.alive?(pid)
+  def gone?(pid), do: node(pid) not in Node.list()
+
+  @doc """
   Makes a consumer's pending entries due at `now` and wakes the channel's
   waiting fetches: for its removal, or its owner's exit. Returns how many.
   """

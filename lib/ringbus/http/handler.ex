@@ -53,7 +53,7 @@ defmodule Ringbus.HTTP.Handler do
   defp respond(method, path, config) when method in [~c"GET", ~c"HEAD"] do
     case path do
       "/metrics" ->
-        ok("text/plain; version=0.0.4; charset=utf-8", Metrics.prometheus(Metrics.snapshot()))
+        ok("text/plain; version=0.0.4; charset=utf-8", Metrics.prometheus(snapshot(config)))
 
       "/connections.json" ->
         ok("application/json", JSON.encode(connections()))
@@ -95,8 +95,11 @@ defmodule Ringbus.HTTP.Handler do
   defp status(config) do
     table = :httpd_util.lookup(config, :ringbus_history)
     interval = :httpd_util.lookup(config, :ringbus_interval, 1000)
-    Status.build(Metrics.snapshot(), History.read(table), interval)
+    Status.build(snapshot(config), History.read(table), interval)
   end
+
+  defp snapshot(config),
+    do: Metrics.snapshot(:httpd_util.lookup(config, :ringbus_bounds, []))
 
   defp connections do
     %{

@@ -41,6 +41,8 @@ defmodule Ringbus.HTTP.StatusPage do
       "<h2>Subscriptions</h2>\n",
       subscriptions(status.subscriptions),
       "<h2>Consumer groups</h2>\n",
+      channel_groups(status),
+      "<h3>RESP consumer groups</h3>\n",
       groups(status.groups),
       "<h2>Connections</h2>\n",
       servers(status.servers, status.sample_interval_ms),
@@ -102,13 +104,45 @@ defmodule Ringbus.HTTP.StatusPage do
     table("subscriptions", ~w(channel subscriber via lag credit lost), rows, 3)
   end
 
+  defp channel_groups(%{channel_groups: [], group_omitted: %{groups: 0}}),
+    do: none("channel-groups", "No consumer groups.")
+
+  defp channel_groups(%{channel_groups: groups, group_consumers: consumers} = status) do
+    rows =
+      for g <- groups do
+        [g.channel, g.group, g.delivered, g.pending, g.lag, g.acked, g.redelivered, g.dead] ++
+          [g.lost, g.held, g.consumers]
+      end
+
+    consumer_rows =
+      for k <- consumers, do: [k.channel, k.group, k.consumer, k.pending, idle(k.idle_ms)]
+
+    header = ~w(channel group delivered pending lag acked redelivered dead lost held consumers)
+
+    [
+      table("channel-groups", header, rows, 2),
+      omitted(status.group_omitted),
+      "<h3>Their consumers</h3>\n",
+      table("group-consumers", ~w(channel group consumer pending idle), consumer_rows, 3)
+    ]
+  end
+
+  defp omitted(%{groups: 0, consumers: 0}), do: []
+
+  defp omitted(%{groups: groups, consumers: consumers}) do
+    [
+      "<p class=\"none\" id=\"group-omitted\">Past the page's bounds: #{groups} groups and ",
+      "#{consumers} consumers not shown.</p>\n"
+    ]
+  end
+
   defp groups([]), do: none("groups", "No RESP consumer groups.")
 
   defp groups(groups) do
     rows =
       for g <- groups do
-        idle = if g.idle_ms, do: "#{Float.round(g.idle_ms / 1000, 1)} s"
-        [g.stream, g.group, g.port, g.consumers, g.pending, g.lag, idle, g.lost, g.dropped]
+        [g.stream, g.group, g.port, g.consumers, g.pending, g.lag, idle(g.idle_ms), g.lost] ++
+          [g.dropped]
       end
 
     header = ~w(stream group port consumers pending lag) ++ ["max idle", "lost", "dropped"]

@@ -19,6 +19,8 @@ defmodule Ringbus.HTTP.StatusText do
       replicas(Map.get(s, :replicas, [])),
       subscriptions(s.subscriptions),
       "\n",
+      channel_groups(s),
+      "\n",
       groups(s.groups),
       "\n",
       servers(s.servers),
@@ -73,14 +75,40 @@ defmodule Ringbus.HTTP.StatusText do
     )
   end
 
+  defp channel_groups(%{channel_groups: [], group_omitted: %{groups: 0}}),
+    do: "No consumer groups.\n"
+
+  defp channel_groups(%{channel_groups: groups, group_consumers: consumers} = s) do
+    [
+      table(
+        ~w(CHANNEL GROUP DELIVERED PENDING LAG ACKED REDELIVERED DEAD LOST HELD CONSUMERS),
+        for g <- groups do
+          [g.channel, g.group, g.delivered, g.pending, g.lag, g.acked, g.redelivered, g.dead] ++
+            [g.lost, g.held, g.consumers]
+        end
+      ),
+      omitted(s.group_omitted),
+      "\n",
+      table(
+        ~w(CHANNEL GROUP CONSUMER PENDING IDLE),
+        for(k <- consumers, do: [k.channel, k.group, k.consumer, k.pending, idle(k.idle_ms)])
+      )
+    ]
+  end
+
+  defp omitted(%{groups: 0, consumers: 0}), do: []
+
+  defp omitted(%{groups: groups, consumers: consumers}),
+    do: "Past the bounds: #{groups} groups and #{consumers} consumers not shown.\n"
+
   defp groups([]), do: "No RESP consumer groups.\n"
 
   defp groups(groups) do
     table(
       ~w(STREAM GROUP PORT CONSUMERS PENDING LAG MAX_IDLE LOST DROPPED),
       for g <- groups do
-        idle = if g.idle_ms, do: "#{Float.round(g.idle_ms / 1000, 1)} s"
-        [g.stream, g.group, g.port, g.consumers, g.pending, g.lag, idle, g.lost, g.dropped]
+        [g.stream, g.group, g.port, g.consumers, g.pending, g.lag, idle(g.idle_ms), g.lost] ++
+          [g.dropped]
       end
     )
   end

@@ -22,6 +22,11 @@ defmodule Ringbus.HTTP.Units do
   def duration(s) when s < 7200, do: "#{div(s, 60)} min"
   def duration(s), do: "#{div(s, 3600)} h #{rem(div(s, 60), 60)} min"
 
+  @doc "An idle time in ms, in seconds to a tenth: `2.5 s`."
+  @spec idle(non_neg_integer() | nil) :: String.t() | nil
+  def idle(nil), do: nil
+  def idle(ms), do: "#{Float.round(ms / 1000, 1)} s"
+
   @doc "What the sparklines span: 60 samples."
   @spec window(pos_integer()) :: String.t()
   def window(interval_ms), do: "last #{duration(div(interval_ms * 60, 1000))}"

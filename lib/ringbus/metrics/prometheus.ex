@@ -122,6 +122,17 @@ defmodule Ringbus.Metrics.Prometheus do
     {"ringbus_group_held_total", :counter,
      "Fetches that took fewer new messages than asked: max_pending were pending.",
      ~w(channel group)},
+    {"ringbus_group_delivered_seq", :gauge,
+     "Seq of the last new message the group delivered (-1: none yet).", ~w(channel group)},
+    {"ringbus_group_consumer_pending_messages", :gauge,
+     "Messages delivered to the consumer and not acked.", ~w(channel group consumer)},
+    {"ringbus_group_consumer_idle_seconds", :gauge,
+     "Seconds since the consumer last fetched, read or claimed.", ~w(channel group consumer)},
+    {"ringbus_group_omitted", :gauge,
+     "Consumer groups this scrape left out: past its bound of groups.", []},
+    {"ringbus_group_consumers_omitted", :gauge,
+     "Consumers this scrape left out: past its bound of consumers (ringbus_group_consumers counts them).",
+     []},
     # RESP consumer groups, per RESP listener (port), stream and group.
     {"ringbus_resp_group_pending_entries", :gauge,
      "Entries delivered to the group's consumers and not acked (its PEL).",
@@ -186,7 +197,8 @@ defmodule Ringbus.Metrics.Prometheus do
     {"ringbus_group_redelivered_total", :redelivered},
     {"ringbus_group_dead_total", :dead},
     {"ringbus_group_lost_total", :lost},
-    {"ringbus_group_held_total", :held}
+    {"ringbus_group_held_total", :held},
+    {"ringbus_group_delivered_seq", :delivered}
   ]
 
   @channel_fields [
@@ -359,14 +371,25 @@ defmodule Ringbus.Metrics.Prometheus do
   end
 
   defp samples(:consumer_groups, snapshot) do
-    for %{label: channel} = c <- snapshot.channels,
-        g <- Map.get(c, :groups, []),
-        labels = [channel: channel, group: group_label(g.name)],
-        sample <- [
-          {"ringbus_group_consumers", labels, length(g.consumers)}
-          | for({family, key} <- @group_fields, do: {family, labels, g[key]})
-        ],
-        do: sample
+    omitted = Map.get(snapshot, :group_omitted, %{groups: 0, consumers: 0})
+
+    groups =
+      for %{label: channel} = c <- snapshot.channels,
+          g <- Map.get(c, :groups, []),
+          labels = [channel: channel, group: label(g.name)],
+          consumers = Enum.count(g.consumers) + Map.get(g, :consumers_omitted, 0),
+          sample <-
+            [
+              {"ringbus_group_consumers", labels, consumers}
+              | for({family, key} <- @group_fields, do: {family, labels, g[key]})
+            ] ++ consumer_samples(labels, g.consumers),
+          do: sample
+
+    groups ++
+      [
+        {"ringbus_group_omitted", [], omitted.groups},
+        {"ringbus_group_consumers_omitted", [], omitted.consumers}
+      ]
   end
 
   defp samples(:groups, snapshot) do
@@ -423,6 +446,16 @@ defmodule Ringbus.Metrics.Prometheus do
     ]
   end
 
+  defp consumer_samples(labels, consumers) do
+    for c <- consumers,
+        labels = labels ++ [consumer: label(c.name)],
+        sample <- [
+          {"ringbus_group_consumer_pending_messages", labels, c.pending},
+          {"ringbus_group_consumer_idle_seconds", labels, c.idle_ms / 1000}
+        ],
+        do: sample
+  end
+
   # A histogram of µs counts, in seconds: cumulative buckets, sum, count.
   defp histogram(_family, _labels, nil), do: []
 
@@ -473,9 +506,14 @@ defmodule Ringbus.Metrics.Prometheus do
   defp escape(value) when is_atom(value), do: value |> Atom.to_string() |> escape()
   defp escape(value), do: value |> to_string() |> escape()
 
-  # Labels take UTF-8 without control characters: any other name reads as Elixir prints it.
-  defp group_label(name) do
-    if String.valid?(name) and not String.match?(name, ~r/[\x00-\x1f\x7f]/),
+  @doc """
+  A name (a channel's, a group's, a consumer's) as labels and pages show
+  it: UTF-8 without control characters as is; any other term as Elixir
+  prints it.
+  """
+  @spec label(term()) :: String.t()
+  def label(name) do
+    if is_binary(name) and String.valid?(name) and not String.match?(name, ~r/[\x00-\x1f\x7f]/),
       do: name,
       else: inspect(name)
   end

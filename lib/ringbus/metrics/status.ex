@@ -5,7 +5,7 @@ defmodule Ringbus.Metrics.Status do
   # strings and numbers, so the HTML page, the JSON and the terminal table
   # hold the same data by construction.
 
-  alias Ringbus.Metrics.{Cluster, History}
+  alias Ringbus.Metrics.{Cluster, History, Prometheus}
 
   @doc "The status of a snapshot, with the history recorded every `interval_ms`."
   @spec build(map(), History.t(), pos_integer()) :: map()
@@ -28,6 +28,9 @@ defmodule Ringbus.Metrics.Status do
       subscriptions: subscriptions(snapshot.channels),
       servers: Enum.map(snapshot.servers, &server(&1, history)),
       groups: Map.get(snapshot, :groups, []),
+      channel_groups: channel_groups(snapshot.channels),
+      group_consumers: group_consumers(snapshot.channels),
+      group_omitted: Map.get(snapshot, :group_omitted, %{groups: 0, consumers: 0}),
       clients: snapshot |> Map.get(:connections, []) |> Enum.map(&client/1),
       cluster: cluster(snapshot.cluster, history)
     }
@@ -86,6 +89,32 @@ defmodule Ringbus.Metrics.Status do
         lag: sub.lag,
         credit: sub.credit,
         lost: sub.lost
+      }
+    end
+  end
+
+  # Every consumer group of a channel (`Ringbus.Groups.info/1`), whichever
+  # front end made it, and then its consumers.
+  defp channel_groups(channels) do
+    for %{label: label} = c <- channels, g <- Map.get(c, :groups, []) do
+      g
+      |> Map.take(~w(delivered pending lag acked redelivered dead lost held)a)
+      |> Map.merge(%{
+        channel: label,
+        group: Prometheus.label(g.name),
+        consumers: Enum.count(g.consumers) + Map.get(g, :consumers_omitted, 0)
+      })
+    end
+  end
+
+  defp group_consumers(channels) do
+    for %{label: label} = c <- channels, g <- Map.get(c, :groups, []), k <- g.consumers do
+      %{
+        channel: label,
+        group: Prometheus.label(g.name),
+        consumer: Prometheus.label(k.name),
+        pending: k.pending,
+        idle_ms: k.idle_ms
       }
     end
   end

@@ -2,8 +2,8 @@ defmodule Ringbus.Cluster.GroupsTest do
   # Consumer groups (`Ringbus.Groups`) on two real nodes (`:peer`): a
   # channel homed on one, its group used from the other, where each call
   # is one request through the link, a fetch that waits waits at the home,
-  # and a consumer whose process exits on the other node has its message
-  # delivered again at once.
+  # and a consumer whose process exits on the other node, or whose node
+  # is killed, has its messages delivered again at once.
   use ExUnit.Case, async: true
 
   import Ringbus.Test.Eventually
@@ -52,6 +52,40 @@ defmodule Ringbus.Cluster.GroupsTest do
     true = Nodes.call(b, Process, :exit, [pid, :kill])
     fetch = ["cg-exit", "g", "w2", 1, [timeout: 10_000]]
     assert Nodes.call(a, Ringbus.Groups, :fetch, fetch, 15_000) == {:ok, [{0, "job", 2}]}
+  end
+
+  test "a consumer whose whole node is killed (kill -9): its messages are delivered again at once, not after ack_wait" do
+    [home, doomed] =
+      Peers.start_joined(2, "cgdown", net_ticktime: 4, cluster: [call_timeout: 2_000])
+
+    :ok = Nodes.call(home, Ringbus, :create, ["cg-down", [capacity: 100]])
+    :ok = Nodes.call(home, Ringbus.Groups, :create, ["cg-down", "g", [from: :earliest]])
+    {:ok, 0} = Nodes.call(home, Ringbus, :push_many, ["cg-down", ["a", "b"]])
+
+    {_pid, answer} = Nodes.call(doomed, Probe, :group_fetcher, ["cg-down", "g", "w1", 2])
+    assert answer == {:ok, [{0, "a", 1}, {1, "b", 1}]}
+    assert Nodes.call(home, Ringbus.Groups, :fetch, ["cg-down", "g", "w2", 2]) == {:ok, []}
+
+    waiting =
+      Task.async(fn -> timed_fetch(home, ["cg-down", "g", "w2", 2, [timeout: 10_000]]) end)
+
+    # Killed once that fetch waits at the home, in the waiters table.
+    %{waiters: waiters} = Nodes.call(home, Ringbus.Test.Internals, :channel!, ["cg-down"])
+    assert eventually(fn -> Nodes.call(home, :ets, :info, [waiters, :size]) > 0 end)
+    :ok = Nodes.signal(doomed, :kill)
+    {ms, answer} = Task.await(waiting, 15_000)
+    # ack_wait is 30 s by default: the owner's node going, seen at the home,
+    # made them due and woke the fetch.
+    assert answer == {:ok, [{0, "a", 2}, {1, "b", 2}]}
+    assert ms < 5_000
+
+    assert {:ok, [%{pending: 2, redelivered: 2}]} =
+             Nodes.call(home, Ringbus.Groups, :info, ["cg-down"])
+  end
+
+  defp timed_fetch(node, args) do
+    {us, answer} = :timer.tc(fn -> Nodes.call(node, Ringbus.Groups, :fetch, args, 15_000) end)
+    {div(us, 1000), answer}
   end
 
   defp calls(from, to) do
