@@ -30,7 +30,7 @@ defmodule Ringbus.Group do
 
   alias Ringbus.Channel
   alias Ringbus.Channel.Ring
-  alias Ringbus.Group.{Claims, Fetch, Reads, At, Table, TableOwner}
+  alias Ringbus.Group.{Claims, Fetch, Push, Reads, At, Table, TableOwner}
 
   @typedoc """
   Part of an incarnation: `{mask, bits}` fits incarnation `i` when
@@ -111,6 +111,18 @@ defmodule Ringbus.Group do
       channel leave the group: `{:ok, buried}`
     * `:figures` - `{:ok, [map]}`, each group's (`Ringbus.Group.Redelivery.figures/6`)
 
+  A push subscription's (`Ringbus.Group.Push`):
+
+    * `{:attach, group, consumer, owner, pid, ref}` - `owner` owns the
+      consumer, and `pid` is told its acks: `:ok`
+    * `{:push_fetch, group, consumer, owner, max}` - a `:fetch` that does
+      not wait, while `owner` still owns the consumer, else `{:error,
+      :owner_gone}`
+    * `{:detach, group, consumer, pid}` - no more: `{:ok, detached?}`
+    * `{:held, group, consumer, [{seq, deliveries}]}` - those still the
+      consumer's at that delivery and not due: `{:ok, [{seq, deliveries, due_ms}]}`
+    * `{:next_due, group}` - `{:ok, due_ms | nil}`
+
   Every request on a group that does not exist answers `{:error,
   :no_group}`, except `:ack` (`{:ok, 0}`), `:destroy` and `:figures`.
   """
@@ -140,6 +152,11 @@ defmodule Ringbus.Group do
           | {:remove_consumer, binary(), binary()}
           | {:bury, binary(), [non_neg_integer()]}
           | :figures
+          | {:attach, binary(), binary(), pid(), pid(), reference()}
+          | {:push_fetch, binary(), binary(), pid(), pos_integer()}
+          | {:detach, binary(), binary(), pid()}
+          | {:held, binary(), binary(), [{non_neg_integer(), pos_integer()}]}
+          | {:next_due, binary()}
 
   @doc """
   Runs `request` on the groups of `channel`; `room` bounds the entries it
@@ -196,6 +213,16 @@ defmodule Ringbus.Group do
 
   defp request(at, {:bury, group, seqs}), do: Fetch.bury(at, group, seqs)
   defp request(at, :figures), do: {:ok, Fetch.figures(at)}
+
+  defp request(at, {:attach, group, consumer, owner, pid, ref}),
+    do: Push.attach(at, group, consumer, owner, pid, ref)
+
+  defp request(at, {:push_fetch, group, consumer, owner, max}),
+    do: Push.fetch(at, group, consumer, owner, max)
+
+  defp request(at, {:detach, group, consumer, pid}), do: Push.detach(at, group, consumer, pid)
+  defp request(at, {:held, group, consumer, held}), do: Push.held(at, group, consumer, held)
+  defp request(at, {:next_due, group}), do: Push.next_due(at, group)
 
   defp request(at, {:create, group, from, entries_read}),
     do: request(at, {:create, group, from, entries_read, Table.config()})

@@ -66,6 +66,36 @@ defmodule Ringbus.Groups do
   table in the caller, and a fetch that waits (`timeout:`) waits in the
   caller, woken by the next push.
 
+  ## Push
+
+  `subscribe/4` delivers a consumer's messages to the calling process, as
+  `Ringbus.subscribe/2` delivers a channel's: `{:ringbus, sub, [{seq,
+  payload}], 0}` batches (`lost` is 0: the group counts what it lost,
+  `info/1`), at most `:max_credit` messages delivered and not acked. Each
+  message is acked by seq with `ack/3`, from any process and any node,
+  and that gives its credit back; `Ringbus.ack/2` gives none. A message
+  that comes due again unacked (after `ack_wait`, a nack, a claim) no
+  longer counts against the credit either, and goes to whichever consumer
+  fetches first, this one included.
+
+      {:ok, sub} = Ringbus.Groups.subscribe("jobs", "workers", "w1", max_credit: 10)
+
+      receive do
+        {:ringbus, ^sub, messages, _lost} ->
+          # ... the work ...
+          {:ok, _} = Ringbus.Groups.ack("jobs", "workers", Enum.map(messages, &elem(&1, 0)))
+      end
+
+  The subscriber is the consumer's owner, as a fetching process is: when
+  it exits, its pending messages are due at once. `Ringbus.unsubscribe/1`
+  ends the deliveries; the messages it had stay pending, for it to ack
+  (or for `ack_wait`, or its exit). The subscription lives where the
+  channel lives and waits there for pushes, as a fetch that waits does;
+  it ends with `{:ringbus_closed, sub, reason}` as a channel's
+  subscription does, with `:no_group` when its group is deleted, and with
+  `:owner_gone` when another process fetched for its consumer (and so
+  took it over).
+
   ## Dead letters
 
   A message delivered `max_deliver` times and due again is dead. Without
@@ -250,9 +280,54 @@ defmodule Ringbus.Groups do
     end
   end
 
+  @typedoc "`subscribe/4`'s options."
+  @type subscribe_options :: [max_credit: pos_integer(), max_batch: pos_integer()]
+
+  @doc """
+  Subscribes the calling process to `consumer`'s messages of `group` (see
+  "Push"): due ones first, then new ones, as `fetch/5` takes them.
+
+    * `:max_credit` - messages delivered and not acked (`ack/3`), at most.
+      Defaults to `1000`.
+    * `:max_batch` - messages in one batch, at most. Defaults to `256`.
+
+  Errors: `:no_group`, `:no_channel`, or a cluster error. Bad options
+  raise `ArgumentError`.
+
+      iex> Ringbus.create("doc-groups-push", capacity: 10)
+      iex> :ok = Ringbus.Groups.create("doc-groups-push", "g")
+      iex> {:ok, sub} = Ringbus.Groups.subscribe("doc-groups-push", "g", "w1", max_credit: 2)
+      iex> {:ok, _} = Ringbus.push_many("doc-groups-push", ["a", "b", "c"])
+      iex> receive do {:ringbus, ^sub, messages, 0} -> messages end
+      [{0, "a"}, {1, "b"}]
+      iex> Ringbus.Groups.ack("doc-groups-push", "g", [0, 1])
+      {:ok, 2}
+      iex> receive do {:ringbus, ^sub, messages, 0} -> messages end
+      [{2, "c"}]
+      iex> Ringbus.unsubscribe(sub)
+      :ok
+      iex> Ringbus.delete("doc-groups-push")
+      :ok
+  """
+  @spec subscribe(Ringbus.name(), name(), name(), subscribe_options()) ::
+          {:ok, Ringbus.subscription()} | {:error, reason()}
+  def subscribe(channel, group, consumer, opts \\ []) do
+    names!(group, consumer)
+    opts = Options.validate!(opts, [max_credit: 1000, max_batch: 256], "group subscription")
+    positive!(:max_credit, opts[:max_credit])
+    positive!(:max_batch, opts[:max_batch])
+
+    opts = [group: {group, consumer}, owner: self(), channel: channel, bury: &bury/4] ++ opts
+
+    Ringbus.run(channel, {:subscribe, opts, self()})
+  end
+
+  @doc false
   # Dead messages go to the dead-letter channel, then leave the group; if
-  # the push fails they stay pending, and a later fetch tries again.
-  defp bury(channel, group, dead_letter, dead) do
+  # the push fails they stay pending, and a later fetch tries again. A push
+  # subscription (`Ringbus.Group.Push`) is handed this, to do as a fetch's
+  # caller does.
+  def bury(channel, group, dead_letter, dead) do
     letters = for {seq, payload, n} <- dead, do: dead_letter(channel, group, seq, n, payload)
 
     with {:ok, _} <- Ringbus.push_many(dead_letter, letters) do

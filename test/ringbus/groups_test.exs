@@ -103,7 +103,12 @@ defmodule Ringbus.GroupsTest do
     :ok = Groups.create(name, "g", from: :earliest)
     first = Task.async(fn -> Groups.fetch(name, "g", "c", 1) end)
     assert Task.await(first) == {:ok, [{0, "m0", 1}]}
-    # The first owner has exited, so 0 was due; the new owner gets it.
+    # Once the group has heard that the first owner exited (a fetch before
+    # would take the consumer over, and 0 would wait for ack_wait)...
+    {:ok, %{incarnation: c}} = Ringbus.info(name)
+    owner = fn -> :ets.lookup_element(:ringbus_groups, {:consumer, c, "g", "c"}, 3) end
+    assert Ringbus.Test.Eventually.eventually(fn -> owner.() == nil end)
+    # ... 0 is due; the new owner gets it.
     assert Groups.fetch(name, "g", "c", 1, timeout: 5_000) == {:ok, [{0, "m0", 2}]}
     assert Groups.fetch(name, "g", "c", 1) == {:ok, [{1, "m1", 1}]}
     assert Groups.remove_consumer(name, "g", "c") == {:ok, 2}

@@ -45,8 +45,8 @@ defmodule Ringbus.Group.Fetch do
     end
   end
 
-  # The consumer is seen now, and `owner`'s; a new owner is watched.
-  defp own(%{table: t, c: c} = at, group, consumer, owner) do
+  @doc "The consumer is seen now, and `owner`'s; a new owner is watched."
+  def own(%{table: t, c: c} = at, group, consumer, owner) do
     if Table.own(t, c, group, consumer, owner, at.now),
       do: TableOwner.own(owner, {c, group, consumer}, at.channel)
 

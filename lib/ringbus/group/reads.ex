@@ -103,9 +103,19 @@ defmodule Ringbus.Group.Reads do
   defp less(:infinity, _payload), do: :infinity
   defp less(left, payload), do: left - byte_size(payload)
 
-  @doc "Acks the entries `refs` names; those of another incarnation name none."
+  @doc """
+  Acks the entries `refs` names; those of another incarnation name none.
+  A consumer with a push subscription is told its seqs acked
+  (`Ringbus.Group.Push`): its credit comes back.
+  """
   def ack(%{table: t, c: c} = at, group, refs) do
     seqs = for ref <- refs, {:ok, seq} <- [At.entry(at, ref)], do: seq
-    {:ok, Table.ack(t, c, group, seqs)}
+    {n, by_consumer} = Table.ack(t, c, group, seqs)
+
+    for {consumer, acked} <- by_consumer,
+        {pid, ref} <- [Table.push_of(t, c, group, consumer)],
+        do: send(pid, {:ringbus_group_acked, ref, acked})
+
+    {:ok, n}
   end
 end

@@ -24,6 +24,9 @@ defmodule Ringbus.Group.Table do
   #   {{:consumer, c, group, consumer}, seen_ms, owner}
   #   {{:pending, c, group, seq}, consumer, delivered_ms, deliveries, due_ms}
   #   {{:due, c, group, due_ms, seq}}     the PEL by due time (an index)
+  #   {{:push, c, group, consumer}, pid, ref}
+  #                                       the consumer's push subscription
+  #                                       (`Ringbus.Group.Push`), told of acks
   #
   # `last` is the seq of the last entry delivered (-1: none yet); `lost`
   # counts the entries that left the ring before the group got to them (or
@@ -153,6 +156,7 @@ defmodule Ringbus.Group.Table do
     :ets.select_delete(t, [{{{:consumer, c, :_, :_}, :_, :_}, [], [true]}])
     :ets.select_delete(t, [{{{:pending, c, :_, :_}, :_, :_, :_, :_}, [], [true]}])
     :ets.select_delete(t, [{{{:due, c, :_, :_, :_}}, [], [true]}])
+    :ets.select_delete(t, [{{{:push, c, :_, :_}, :_, :_}, [], [true]}])
     :ok
   end
 
@@ -245,6 +249,7 @@ defmodule Ringbus.Group.Table do
         :ets.select_delete(t, [{{{:consumer, c, group, :_}, :_, :_}, [], [true]}])
         :ets.select_delete(t, [{{{:pending, c, group, :_}, :_, :_, :_, :_}, [], [true]}])
         :ets.select_delete(t, [{{{:due, c, group, :_, :_}}, [], [true]}])
+        :ets.select_delete(t, [{{{:push, c, group, :_}, :_, :_}, [], [true]}])
         true
 
       [] ->
@@ -335,6 +340,14 @@ defmodule Ringbus.Group.Table do
       # Past the bound of consumers: fetches all the same, unwatched.
       [] -> false
     end
+  end
+
+  @doc "The consumer's owner, or nil."
+  @spec owner(table(), c(), binary(), binary()) :: pid() | nil
+  def owner(t, c, group, consumer) do
+    :ets.lookup_element(t, {:consumer, c, group, consumer}, 3)
+  rescue
+    ArgumentError -> nil
   end
 
   @doc "The consumer is no longer `owner`'s, if it still was: true then."
@@ -463,18 +476,54 @@ defmodule Ringbus.Group.Table do
     end
   end
 
-  @doc "Removes seqs from a group's PEL, counted acked; returns how many were there."
-  @spec ack(table(), c(), binary(), [non_neg_integer()]) :: non_neg_integer()
+  @doc """
+  Removes seqs from a group's PEL, counted acked: returns how many were
+  there, and the seqs taken by consumer.
+  """
+  @spec ack(table(), c(), binary(), [non_neg_integer()]) ::
+          {non_neg_integer(), %{binary() => [non_neg_integer()]}}
   def ack(t, c, group, seqs) do
-    taken = Enum.count(seqs, fn seq -> take(t, c, group, seq) end)
+    {taken, by} =
+      Enum.reduce(seqs, {0, %{}}, fn seq, {n, by} ->
+        case :ets.take(t, {:pending, c, group, seq}) do
+          [{_, consumer, _, _, _} = row] ->
+            unindex(t, row)
+            {n + 1, Map.update(by, consumer, [seq], &[seq | &1])}
+
+          [] ->
+            {n, by}
+        end
+      end)
+
     bump(t, c, group, [{@pending, -taken}, {@acked, taken}])
-    taken
+    {taken, by}
   end
 
   defp take(t, c, group, seq) do
     case :ets.take(t, {:pending, c, group, seq}) do
       [row] -> unindex(t, row)
       [] -> false
+    end
+  end
+
+  ## Push subscriptions
+
+  @doc "Makes `pid` (tagged `ref`) the consumer's push subscription, in place of any other."
+  @spec attach(table(), c(), binary(), binary(), pid(), reference()) :: true
+  def attach(t, c, group, consumer, pid, ref),
+    do: :ets.insert(t, {{:push, c, group, consumer}, pid, ref})
+
+  @doc "The consumer has no push subscription any more, if `pid` was still it."
+  @spec detach(table(), c(), binary(), binary(), pid()) :: boolean()
+  def detach(t, c, group, consumer, pid),
+    do: :ets.select_delete(t, [{{{:push, c, group, consumer}, pid, :_}, [], [true]}]) == 1
+
+  @doc "The consumer's push subscription, `{pid, ref}`, or nil."
+  @spec push_of(table(), c(), binary(), binary()) :: {pid(), reference()} | nil
+  def push_of(t, c, group, consumer) do
+    case :ets.lookup(t, {:push, c, group, consumer}) do
+      [{_, pid, ref}] -> {pid, ref}
+      [] -> nil
     end
   end
 
