@@ -30,7 +30,7 @@ defmodule Ringbus.Group do
 
   alias Ringbus.Channel
   alias Ringbus.Channel.Ring
-  alias Ringbus.Group.{Claims, Fetch, Push, Reads, At, Table, TableOwner}
+  alias Ringbus.Group.{Claims, Fetch, Hold, Push, Reads, At, Table, TableOwner}
 
   @typedoc """
   Part of an incarnation: `{mask, bits}` fits incarnation `i` when
@@ -95,7 +95,9 @@ defmodule Ringbus.Group do
 
     * `{:create, group, from, entries_read, config}` - as `:create`, with
       `Ringbus.Group.Table.config()`; `from` may also be `:first`, before
-      the oldest entry the channel holds
+      the oldest entry the channel holds. A holding group (`hold: true`,
+      `Ringbus.Group.Hold`) needs a memory channel that rejects, else
+      `{:error, :hold_needs_memory_channel | :hold_needs_reject_channel}`
     * `{:fetch, group, consumer, owner, max, wait_ms}` - up to `max`
       entries, due ones first, then new ones: `{:ok, [{seq, payload,
       deliveries}], dead}`, `dead` the entries for the dead-letter channel
@@ -169,9 +171,10 @@ defmodule Ringbus.Group do
     at = At.new(channel, room)
     if Table.watch(at.table, c, anchor), do: TableOwner.watch(c, anchor)
 
+    # A channel with holding groups learns their floor after each request.
     case request(at, request) do
-      {:wait, fun} -> {:wait, fun}
-      answer -> {:reply, answer}
+      {:wait, fun} -> {:wait, fn -> then(fun.(), &(Hold.publish(at) && &1)) end}
+      answer -> Hold.publish(at) && {:reply, answer}
     end
   end
 
@@ -228,11 +231,12 @@ defmodule Ringbus.Group do
     do: request(at, {:create, group, from, entries_read, Table.config()})
 
   defp request(at, {:create, group, from, entries_read, config}) do
-    with {:ok, last} <- At.position(at, from) do
+    with :ok <- Hold.check(at, config),
+         {:ok, last} <- At.position(at, from) do
       read = entries_read || max(last + 1, 0)
 
       case Table.create(at.table, at.c, group, last, read, config) do
-        :ok -> :ok
+        :ok -> Hold.made(at, group, config)
         {:error, :exists} -> {:error, :exists}
         {:error, :too_many} -> {:error, {:too_many_groups, Table.limits().groups}}
       end
@@ -247,7 +251,15 @@ defmodule Ringbus.Group do
     end
   end
 
-  defp request(at, {:destroy, group}), do: {:ok, Table.destroy(at.table, at.c, group)}
+  defp request(at, {:destroy, group}) do
+    with {:ok, g} <- At.fetch(at, group),
+         true <- Table.destroy(at.table, at.c, group) do
+      Hold.gone(at, g.config)
+      {:ok, true}
+    else
+      _ -> {:ok, false}
+    end
+  end
 
   defp request(at, {:create_consumer, group, consumer}) do
     with {:ok, _} <- At.fetch(at, group) do

@@ -96,6 +96,46 @@ defmodule Ringbus.Groups do
   `:owner_gone` when another process fetched for its consumer (and so
   took it over).
 
+  ## Holding
+
+  By default a group only reads its channel: a ring that is full
+  overwrites (`:drop_oldest`) or refuses pushes (`:reject`) whatever the
+  group has done, and a group that falls behind loses messages (`lost`).
+  A work queue wants the opposite: on a channel with `overflow: :reject`,
+  a group made with `hold: true` keeps every message in the ring until it
+  has acked it (or it is dead), as RabbitMQ's queues and JetStream's
+  work-queue streams do:
+
+      :ok = Ringbus.create("tasks", capacity: 2, overflow: :reject)
+      :ok = Ringbus.Groups.create("tasks", "workers", from: :earliest, hold: true)
+      {:ok, _} = Ringbus.push_many("tasks", ["t0", "t1"])
+      {:error, :full} = Ringbus.push("tasks", "t2")       # nothing acked yet
+      {:ok, [{0, "t0", 1}]} = Ringbus.Groups.fetch("tasks", "workers", "w", 1)
+      {:ok, 1} = Ringbus.Groups.ack("tasks", "workers", [0])
+      {:ok, 2} = Ringbus.push("tasks", "t2")              # t0 made room
+
+  The rules, with one holding group or several:
+
+    * a push that needs room frees the oldest messages every holding group
+      has acked (or given up dead), and is refused `:full` only when the
+      ring is still full: nothing a holding group has not acked leaves it.
+      So `info/1` of the channel reads `pushed == pulled + len` with
+      `overwritten` 0, `pulled` counting the messages freed; they go
+      when room is needed, so `len` counts acked ones until then;
+    * `Ringbus.pull/1` answers `:empty`: the holding groups are the
+      channel's consumers, and hand each message out themselves. A trim
+      (RESP's `XTRIM`, `XADD MAXLEN`) takes only messages every holding
+      group acked;
+    * a group without `hold` on the same channel reads as before, and
+      loses (`lost`) what the holding groups' acks freed before it read it;
+    * a holding group made after others starts no earlier than the oldest
+      message one of them has not acked: what all acked is consumed;
+    * only a memory channel with `overflow: :reject` takes one
+      (`:hold_needs_reject_channel`); a replicated channel refuses it
+      (`:hold_needs_memory_channel`) for now. RESP's `XGROUP SETID`
+      moving a holding group back, and `XCLAIM ... FORCE`, can name
+      messages already freed.
+
   ## Dead letters
 
   A message delivered `max_deliver` times and due again is dead. Without
@@ -175,20 +215,24 @@ defmodule Ringbus.Groups do
       letters"), or nil. Defaults to `nil`.
     * `:max_pending` - pending messages at most (1 to 1,000,000). Defaults
       to `10_000`.
+    * `:hold` - whether the channel keeps each message until this group
+      has acked it (see "Holding"). Defaults to `false`.
   """
   @type options :: [
           from: :earliest | :latest | Ringbus.seq(),
           ack_wait: pos_integer(),
           max_deliver: pos_integer() | :infinity,
           dead_letter: Ringbus.name() | nil,
-          max_pending: pos_integer()
+          max_pending: pos_integer(),
+          hold: boolean()
         ]
 
   @doc """
   Creates group `group` of `channel`. Bad options raise `ArgumentError`.
 
   Errors: `:exists`, `{:too_many_groups, 64}`, `:no_channel`, or a
-  cluster error.
+  cluster error; with `hold: true`, `:hold_needs_reject_channel` or
+  `:hold_needs_memory_channel` (see "Holding").
 
       iex> Ringbus.create("doc-groups-create", capacity: 10)
       iex> Ringbus.Groups.create("doc-groups-create", "g", ack_wait: 1_000)
@@ -203,7 +247,8 @@ defmodule Ringbus.Groups do
   def create(channel, group, opts \\ []) do
     name!(:group, group)
     defaults = [from: :latest, ack_wait: 30_000, max_deliver: :infinity, dead_letter: nil]
-    opts = Options.validate!(opts, defaults ++ [max_pending: 10_000], "group")
+    opts = Options.validate!(opts, defaults ++ [max_pending: 10_000, hold: false], "group")
+    Options.check!(:hold, opts[:hold], &is_boolean/1, "a boolean")
 
     Options.check!(:from, opts[:from], &from?/1, ":earliest, :latest or a non-negative integer")
     Options.check!(:ack_wait, opts[:ack_wait], &Options.positive?/1, "a positive integer")
@@ -470,7 +515,7 @@ defmodule Ringbus.Groups do
       `max_pending` messages were pending
     * `:dropped` - pending messages RESP's reads dropped at `max_pending`
       (Redis's semantics; a fetch holds instead)
-    * `:config` - `ack_wait`, `max_deliver`, `dead_letter`, `max_pending`
+    * `:config` - `ack_wait`, `max_deliver`, `dead_letter`, `max_pending`, `hold`
     * `:consumers` - each `%{name, pending, idle_ms}`: `idle_ms` since it
       last fetched or claimed
   """

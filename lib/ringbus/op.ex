@@ -25,7 +25,7 @@ defmodule Ringbus.Op do
 
   alias Ringbus.{Channel, Group, Replica}
   alias Ringbus.Group.Push
-  alias Ringbus.Channel.{Producers, Ring, Subscription, Trim}
+  alias Ringbus.Channel.{Hold, Producers, Ring, Subscription, Trim}
 
   # What a message costs in an answer beyond its payload, as a link counts it.
   @message_bytes 16
@@ -218,7 +218,12 @@ defmodule Ringbus.Op do
   # stays in the ring. (One that another puller's take puts at the head
   # between the look and the pull still goes, whole.)
   defp memory(channel, :pull, room) do
-    if too_large_head?(channel, room), do: {:error, :too_large}, else: Ring.pull(channel)
+    cond do
+      # Its holding groups are its consumers: a pull takes nothing (`Ringbus.Groups`, "Holding").
+      Hold.held?(channel) -> :empty
+      too_large_head?(channel, room) -> {:error, :too_large}
+      true -> Ring.pull(channel)
+    end
   end
 
   defp memory(channel, {:read, from, max, incarnation}, room) do

@@ -37,7 +37,7 @@ defmodule Ringbus.Group.Table do
   # `dead` count entries acked, delivered again, and given up after
   # `max_deliver` deliveries; `held` counts fetches that took fewer new
   # entries than asked because the PEL was at `max_pending`. `config` is
-  # `%{ack_wait, max_deliver, dead_letter, max_pending}` (`config/1`).
+  # `%{ack_wait, max_deliver, dead_letter, max_pending, hold}` (`config/1`).
   #
   # A consumer's `owner` is the process that fetched for it last through
   # the Elixir API (`Ringbus.Groups`), or nil: `Ringbus.Group.TableOwner`
@@ -76,7 +76,8 @@ defmodule Ringbus.Group.Table do
     ack_wait: 30_000,
     max_deliver: :infinity,
     dead_letter: nil,
-    max_pending: 10_000
+    max_pending: 10_000,
+    hold: false
   }
 
   # Match patterns of each kind of row.
@@ -101,13 +102,14 @@ defmodule Ringbus.Group.Table do
   @typedoc """
   How a group delivers (see `Ringbus.Groups`): `ack_wait` (ms), `max_deliver`
   (deliveries, or `:infinity`), `dead_letter` (a channel name, or nil) and
-  `max_pending`.
+  `max_pending`, and `hold` (a holding group, `Ringbus.Group.Hold`).
   """
   @type config :: %{
           ack_wait: pos_integer(),
           max_deliver: pos_integer() | :infinity,
           dead_letter: term(),
-          max_pending: pos_integer()
+          max_pending: pos_integer(),
+          hold: boolean()
         }
 
   @typedoc "A PEL row: seq, consumer, delivery time, deliveries, due time (ms)."
@@ -386,8 +388,17 @@ defmodule Ringbus.Group.Table do
   def add_pending(_t, _c, _group, _consumer, [], _now), do: :ok
 
   def add_pending(t, c, group, consumer, seqs, now) do
-    %{ack_wait: wait, max_pending: max} = group_config(t, c, group)
-    n = insert_pending(t, c, group, consumer, seqs, now, now + wait)
+    wait = config_of(t, c, group).ack_wait
+    count_pending(t, c, group, insert_pending(t, c, group, consumer, seqs, now, now + wait))
+  end
+
+  @doc """
+  Counts `n` rows added to a group's PEL (by `stage/6`), dropping its
+  oldest past `max_pending` as `add_pending/6` does.
+  """
+  @spec count_pending(table(), c(), binary(), non_neg_integer()) :: :ok
+  def count_pending(t, c, group, n) do
+    max = config_of(t, c, group).max_pending
 
     case bump(t, c, group, {@pending, n}) do
       pending when pending > max -> drop_oldest(t, c, group, pending - max)
@@ -409,18 +420,43 @@ defmodule Ringbus.Group.Table do
     do: insert_pending(t, c, group, consumer, seqs, now, due)
 
   defp insert_pending(t, c, group, consumer, seqs, now, due) do
-    {rows, index, n} =
-      Enum.reduce(seqs, {[], [], 0}, fn seq, {rows, index, n} ->
-        {[{{:pending, c, group, seq}, consumer, now, 1, due} | rows],
-         [{{:due, c, group, due, seq}} | index], n + 1}
-      end)
-
+    {rows, index, n} = pending_rows(c, group, consumer, seqs, now, due)
     :ets.insert(t, rows)
     :ets.insert(t, index)
     n
   end
 
-  defp group_config(t, c, group) do
+  defp pending_rows(c, group, consumer, seqs, now, due) do
+    Enum.reduce(seqs, {[], [], 0}, fn seq, {rows, index, n} ->
+      {[{{:pending, c, group, seq}, consumer, now, 1, due} | rows],
+       [{{:due, c, group, due, seq}} | index], n + 1}
+    end)
+  end
+
+  @doc """
+  Adds seqs to a group's PEL, delivered at `now` and due at `due`, before
+  its position moves past them (a holding group's reads, so that every seq
+  it passed is pending or acked): `{:ok, added}`, or `:taken` with nothing
+  added when a row of one is there already. Not counted: `count_pending/4`
+  or a reservation counts them.
+  """
+  @spec stage(table(), c(), binary(), binary(), [non_neg_integer()], {integer(), integer()}) ::
+          {:ok, non_neg_integer()} | :taken
+  def stage(t, c, group, consumer, seqs, {now, due}) do
+    {rows, index, n} = pending_rows(c, group, consumer, seqs, now, due)
+    if :ets.insert_new(t, rows) and :ets.insert(t, index), do: {:ok, n}, else: :taken
+  end
+
+  @doc "Takes back the rows `stage/6` added, the position having moved first."
+  @spec unstage(table(), c(), binary(), binary(), [non_neg_integer()], {integer(), integer()}) ::
+          :ok
+  def unstage(t, c, group, consumer, seqs, {now, due}) do
+    Enum.each(seqs, &take_row(t, {{:pending, c, group, &1}, consumer, now, 1, due}))
+  end
+
+  @doc "A group's configuration (the default one if it is gone)."
+  @spec config_of(table(), c(), binary()) :: config()
+  def config_of(t, c, group) do
     :ets.lookup_element(t, {:group, c, group}, @config)
   rescue
     ArgumentError -> @default_config
@@ -682,50 +718,6 @@ defmodule Ringbus.Group.Table do
       {low, high}
     else
       _ -> nil
-    end
-  end
-
-  @doc """
-  Gives a PEL row to `consumer` if it is still as read (same owner and
-  delivery time), delivered at `at` and due `ack_wait` after: true if this
-  caller got it.
-  """
-  @spec claim(
-          table(),
-          c(),
-          binary(),
-          {non_neg_integer(), binary(), integer(), pos_integer()},
-          binary(),
-          integer(),
-          boolean()
-        ) ::
-          boolean()
-  def claim(t, c, group, {seq, owner, delivered, deliveries}, consumer, at, count?) do
-    deliveries = if count?, do: deliveries + 1, else: deliveries
-
-    case row(t, c, group, seq) do
-      {^seq, ^owner, ^delivered, _n, _due} = row ->
-        due = at + group_config(t, c, group).ack_wait
-        replace(t, c, group, row, {seq, consumer, at, deliveries, due})
-
-      _ ->
-        false
-    end
-  end
-
-  @doc """
-  A consumer read its pending entry again: one more delivery, delivered
-  now. False if the entry is no longer that consumer's.
-  """
-  @spec redeliver(table(), c(), binary(), non_neg_integer(), binary(), integer()) :: boolean()
-  def redeliver(t, c, group, seq, consumer, now) do
-    case row(t, c, group, seq) do
-      {^seq, ^consumer, _at, n, _due} = row ->
-        due = now + group_config(t, c, group).ack_wait
-        replace(t, c, group, row, {seq, consumer, now, n + 1, due})
-
-      _ ->
-        false
     end
   end
 
