@@ -243,7 +243,13 @@ defmodule Ringbus.Groups do
       :ok
   """
   @spec create(Ringbus.name(), name(), options()) ::
-          :ok | {:error, :exists | {:too_many_groups, pos_integer()} | reason()}
+          :ok
+          | {:error,
+             :exists
+             | {:too_many_groups, pos_integer()}
+             | :hold_needs_reject_channel
+             | :hold_needs_memory_channel
+             | reason()}
   def create(channel, group, opts \\ []) do
     name!(:group, group)
     defaults = [from: :latest, ack_wait: 30_000, max_deliver: :infinity, dead_letter: nil]
