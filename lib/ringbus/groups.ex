@@ -132,9 +132,11 @@ defmodule Ringbus.Groups do
       message one of them has not acked: what all acked is consumed;
     * only a memory channel with `overflow: :reject` takes one
       (`:hold_needs_reject_channel`); a replicated channel refuses it
-      (`:hold_needs_memory_channel`) for now. RESP's `XGROUP SETID`
-      moving a holding group back, and `XCLAIM ... FORCE`, can name
-      messages already freed.
+      (`:hold_needs_memory_channel`) for now. RESP's commands that drop
+      pending entries on purpose (`XGROUP DELCONSUMER`, an `XREADGROUP`
+      past `max_pending`, counted `dropped`) release them as acks do;
+      `XGROUP SETID` moving a holding group back, and `XCLAIM ... FORCE`,
+      can name messages already freed.
 
   ## Dead letters
 
@@ -349,11 +351,11 @@ defmodule Ringbus.Groups do
       iex> :ok = Ringbus.Groups.create("doc-groups-push", "g")
       iex> {:ok, sub} = Ringbus.Groups.subscribe("doc-groups-push", "g", "w1", max_credit: 2)
       iex> {:ok, _} = Ringbus.push_many("doc-groups-push", ["a", "b", "c"])
-      iex> receive do {:ringbus, ^sub, messages, 0} -> messages end
+      iex> receive do {:ringbus, ^sub, messages, 0} -> messages after 5_000 -> :none end
       [{0, "a"}, {1, "b"}]
       iex> Ringbus.Groups.ack("doc-groups-push", "g", [0, 1])
       {:ok, 2}
-      iex> receive do {:ringbus, ^sub, messages, 0} -> messages end
+      iex> receive do {:ringbus, ^sub, messages, 0} -> messages after 5_000 -> :none end
       [{2, "c"}]
       iex> Ringbus.unsubscribe(sub)
       :ok

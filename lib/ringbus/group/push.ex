@@ -173,8 +173,8 @@ defmodule Ringbus.Group.Push do
   # The waker removed it from the waiters already.
   def handle_info(:ringbus_wake, state), do: deliver(%{state | waiting?: false})
 
-  def handle_info({:ringbus_due, timer}, %{timer: timer} = state),
-    do: deliver(unwait(%{state | timer: nil}))
+  def handle_info({:ringbus_due, tag}, %{timer: {tag, _timer}} = state),
+    do: deliver(%{state | timer: nil})
 
   def handle_info({:ringbus_group_acked, ref, seqs}, %{handle: {_, ref}} = state) do
     held = Map.drop(state.held, seqs)
@@ -297,13 +297,18 @@ defmodule Ringbus.Group.Push do
     ArgumentError -> {:error, :no_channel}
   end
 
+  # One timer at a time: a wake cancels it, so a stream of wakes leaves none behind.
   defp timer(state, ms) do
-    timer = make_ref()
-    Process.send_after(self(), {:ringbus_due, timer}, max(ms, 1))
-    %{state | timer: timer}
+    tag = make_ref()
+    %{state | timer: {tag, Process.send_after(self(), {:ringbus_due, tag}, max(ms, 1))}}
   end
 
-  defp unwait(state), do: disarm(%{state | timer: nil})
+  defp unwait(%{timer: {_tag, timer}} = state) do
+    Process.cancel_timer(timer, async: true, info: false)
+    disarm(%{state | timer: nil})
+  end
+
+  defp unwait(state), do: disarm(state)
 
   defp disarm(%{waiting?: false} = state), do: state
 

@@ -110,6 +110,19 @@ defmodule Ringbus.Group.PushTest do
     assert {:ok, [%{redelivered: 1, acked: 1, pending: 1}]} = Groups.info(name)
   end
 
+  test "a message nacked with a delay reaches a waiting subscription when it comes due" do
+    name = channel()
+    :ok = Groups.create(name, "g", from: :earliest)
+    push(name, ["a"])
+    {:ok, [{0, "a", 1}]} = Groups.fetch(name, "g", "other", 1)
+    {:ok, sub} = Groups.subscribe(name, "g", "w")
+    assert batches(sub, 50) == []
+    {:ok, 1} = Groups.nack(name, "g", [0], delay: 100)
+    refute_receive {:ringbus, ^sub, _, _}, 50
+    assert_receive {:ringbus, ^sub, [{0, "a"}], 0}, 5_000
+    assert {:ok, [%{redelivered: 1}]} = Groups.info(name)
+  end
+
   test "dead letters: pushed by the subscription as a fetch's caller pushes them" do
     name = channel()
     dead = channel()
