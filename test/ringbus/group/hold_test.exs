@@ -119,6 +119,62 @@ defmodule Ringbus.Group.HoldTest do
     end
   end
 
+  test "under concurrent producers and consumers, a holding group loses nothing" do
+    name = channel(capacity: 32, overflow: :reject)
+    for g <- ["a", "b"], do: :ok = Groups.create(name, g, from: :earliest, hold: true)
+    deadline = System.monotonic_time(:millisecond) + 30_000
+    parent = self()
+
+    # Each message is given back once, then acked: a message freed while
+    # pending would be lost to its redelivery, and counted.
+    consumers =
+      for g <- ["a", "b"], c <- ["c1", "c2"] do
+        spawn_link(fn -> consume(name, g, c, deadline, 0, parent) end)
+      end
+
+    producers =
+      for p <- 1..2 do
+        Task.async(fn -> for i <- 1..300, do: produce(name, "p#{p}-#{i}", deadline) end)
+      end
+
+    assert Enum.flat_map(producers, &Task.await(&1, 35_000)) |> Enum.all?(&(&1 == :ok))
+    acked = for _ <- consumers, do: receive(do: ({:acked, n} -> n))
+    assert Enum.sum(acked) == 2 * 600
+
+    {:ok, groups} = Groups.info(name)
+    assert [%{acked: 600, lost: 0, dead: 0}, %{acked: 600, lost: 0, dead: 0}] = groups
+    assert %{pushed: 600, overwritten: 0, pulled: pulled, len: len} = info(name)
+    assert pulled + len == 600
+  end
+
+  defp produce(name, payload, deadline) do
+    case Ringbus.push(name, payload) do
+      {:ok, _seq} ->
+        :ok
+
+      {:error, :full} ->
+        if System.monotonic_time(:millisecond) < deadline,
+          do: Process.sleep(1) && produce(name, payload, deadline),
+          else: :timeout
+    end
+  end
+
+  # Until its group has acked every message (or the deadline): reports how many it acked.
+  defp consume(name, group, consumer, deadline, acked, parent) do
+    {:ok, groups} = Groups.info(name)
+    %{acked: all} = Enum.find(groups, &(&1.name == group))
+
+    if all >= 600 or System.monotonic_time(:millisecond) > deadline do
+      send(parent, {:acked, acked})
+    else
+      {:ok, messages} = Groups.fetch(name, group, consumer, 8, timeout: 20)
+      {first, again} = Enum.split_with(messages, fn {_, _, n} -> n == 1 end)
+      if first != [], do: {:ok, _} = Groups.nack(name, group, Enum.map(first, &elem(&1, 0)))
+      {:ok, n} = Groups.ack(name, group, Enum.map(again, &elem(&1, 0)))
+      consume(name, group, consumer, deadline, acked + n, parent)
+    end
+  end
+
   ## The model
 
   test "a reject ring with holding groups against a model: nothing unacked leaves it" do
