@@ -35,7 +35,7 @@ defmodule Ringbus.Group.Push do
 
   use GenServer
 
-  alias Ringbus.Channel.Ring
+  alias Ringbus.Channel.{Ring, Subscription}
   alias Ringbus.Group.{At, Fetch, Table}
 
   @doc """
@@ -49,13 +49,8 @@ defmodule Ringbus.Group.Push do
 
     with {:ok, g} <- run.({:info, group}) do
       args = {channel, subscriber, opts, run, g.config.ack_wait}
-      pid = :proc_lib.spawn_opt(__MODULE__, :enter_loop, [args], message_queue_data: :off_heap)
-      # A call waits on a fresh monitor reference: no scan of a caller's backlog.
-      GenServer.call(pid, :ringbus_started, :infinity)
+      Subscription.start_process(__MODULE__, args)
     end
-  catch
-    :exit, {{:shutdown, reason}, {GenServer, :call, _}} -> {:error, reason}
-    :exit, {reason, {GenServer, :call, _}} -> {:error, reason}
   end
 
   @doc false
@@ -156,13 +151,7 @@ defmodule Ringbus.Group.Push do
   end
 
   @impl true
-  def handle_call(:ringbus_started, _from, state), do: {:reply, {:ok, state.handle}, state}
-
-  def handle_call({:ringbus_unsubscribe, ref}, _from, %{handle: {_, ref}} = state),
-    do: {:stop, :normal, :ok, state}
-
-  def handle_call({:ringbus_unsubscribe, _other}, _from, state),
-    do: {:reply, {:error, :no_subscription}, state}
+  def handle_call(request, _from, state), do: Subscription.control(request, state)
 
   @impl true
   def handle_continue(:deliver, state), do: deliver(state)
@@ -190,10 +179,8 @@ defmodule Ringbus.Group.Push do
   def handle_info({:DOWN, ref, :process, _, _}, %{owner_monitor: ref} = state),
     do: {:stop, :normal, state}
 
-  def handle_info({:DOWN, _, :process, anchor, reason}, %{channel: %{anchor: anchor}} = state) do
-    reason = if reason in [:channel_deleted, :noproc], do: :channel_deleted, else: reason
-    close(state, reason)
-  end
+  def handle_info({:DOWN, _, :process, anchor, reason}, %{channel: %{anchor: anchor}} = state),
+    do: Subscription.control({:anchor_down, reason}, state)
 
   # Credit by count (`Ringbus.ack/2`) is not this subscription's: acks by seq are.
   def handle_info(_other, state), do: noreply(state)
@@ -219,26 +206,25 @@ defmodule Ringbus.Group.Push do
   defp deliver(state) do
     state = unwait(state)
     credit = state.max_credit - map_size(state.held)
-    if credit > 0, do: fetch(state, min(credit, state.max_batch), false), else: recount(state)
+    if credit > 0, do: fetch(state, min(credit, state.max_batch)), else: recount(state)
   end
 
-  # `armed?`: registered as a waiter before this fetch, so that a push
-  # between an empty fetch and the wait is not missed.
-  defp fetch(state, max, armed?) do
+  # Registered as a waiter (`waiting?`) before its last fetch, so that a
+  # push between an empty fetch and the wait is not missed.
+  defp fetch(state, max) do
     %{group: group, consumer: consumer} = state
 
     case request(state, {:push_fetch, group, consumer, state.owner, max}) do
-      {:ok, {[], _dead_letter, []}} when armed? ->
-        sleep(%{state | waiting?: true})
+      {:ok, {[], _dead_letter, []}} when state.waiting? ->
+        sleep(state)
 
       {:ok, {[], _dead_letter, []}} ->
         Ring.arm_wake(state.channel)
-        fetch(state, max, true)
+        fetch(%{state | waiting?: true}, max)
 
       {:ok, {entries, dead_letter, dead}} ->
         if dead != [], do: state.bury.(state.name, group, dead_letter, dead)
-        state = if armed?, do: disarm(state), else: state
-        send_batch(state, entries)
+        send_batch(Subscription.unwait(state), entries)
 
       {:error, reason} ->
         close(state, reason)
@@ -305,17 +291,8 @@ defmodule Ringbus.Group.Push do
 
   defp unwait(%{timer: {_tag, timer}} = state) do
     Process.cancel_timer(timer, async: true, info: false)
-    disarm(%{state | timer: nil})
+    Subscription.unwait(%{state | timer: nil})
   end
 
-  defp unwait(state), do: disarm(state)
-
-  defp disarm(%{waiting?: false} = state), do: state
-
-  defp disarm(state) do
-    Ring.disarm(state.channel)
-    %{state | waiting?: false}
-  rescue
-    ArgumentError -> %{state | waiting?: false}
-  end
+  defp unwait(state), do: Subscription.unwait(state)
 end

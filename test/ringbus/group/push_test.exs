@@ -34,6 +34,9 @@ defmodule Ringbus.Group.PushTest do
     {:ok, sub} = Groups.subscribe(name, "g", "w", max_credit: 3, max_batch: 2)
 
     assert batches(sub, 100) == [{0, "m0"}, {1, "m1"}, {2, "m2"}]
+    # Without credit it does not wait for pushes: none wakes it for nothing.
+    %{waiters: waiters} = Ringbus.Test.Internals.channel!(name)
+    assert :ets.info(waiters, :size) == 0
     # Credit by count is not a group subscription's.
     :ok = Ringbus.ack(sub, 3)
     assert batches(sub, 50) == []
@@ -50,7 +53,8 @@ defmodule Ringbus.Group.PushTest do
     assert seqs(batches(sub, 100)) == [7, 8, 9]
     {:ok, 3} = Groups.ack(name, "g", [7, 8, 9])
     assert batches(sub, 100) == [{10, "m10"}]
-    # Caught up: the next push wakes it.
+    # Caught up, it waits for a push, which wakes it.
+    assert Ringbus.Test.Eventually.eventually(fn -> :ets.info(waiters, :size) == 1 end)
     push(name, ["m11"])
     assert batches(sub, 100) == [{11, "m11"}]
 
