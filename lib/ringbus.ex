@@ -596,7 +596,9 @@ defmodule Ringbus do
 
   @doc """
   Takes the oldest message out of the channel. Each message is pulled at most
-  once, however many processes pull at the same time.
+  once, however many processes pull at the same time. A channel with a
+  holding consumer group answers `:empty`: its groups hand its messages out
+  (`Ringbus.Groups`, "Holding").
   """
   @spec pull(name()) ::
           {:ok, seq(), binary()} | :empty | {:error, :no_channel | :too_large | node_error()}

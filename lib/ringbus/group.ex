@@ -39,7 +39,7 @@ defmodule Ringbus.Group do
 
   alias Ringbus.Channel
   alias Ringbus.Channel.Ring
-  alias Ringbus.Group.{Claims, Fetch, Reads, At, Table, TableOwner}
+  alias Ringbus.Group.{Claims, Fetch, Hold, Push, Reads, At, Table, TableOwner}
 
   @typedoc """
   Part of an incarnation: `{mask, bits}` fits incarnation `i` when
@@ -105,7 +105,9 @@ defmodule Ringbus.Group do
 
     * `{:create, group, from, entries_read, config}` - as `:create`, with
       `Ringbus.Group.Table.config()`; `from` may also be `:first`, before
-      the oldest entry the channel holds
+      the oldest entry the channel holds. A holding group (`hold: true`,
+      `Ringbus.Group.Hold`) needs a memory channel that rejects, else
+      `{:error, :hold_needs_memory_channel | :hold_needs_reject_channel}`
     * `{:fetch, group, consumer, owner, max, wait_ms}` - up to `max`
       entries, due ones first, then new ones: `{:ok, {[{seq, payload,
       deliveries}], dead_letter, dead}}`, `dead` the entries for the
@@ -128,6 +130,18 @@ defmodule Ringbus.Group do
       groups and the first `consumers` consumers among them, each group's
       with `consumers_omitted`: `{:ok, [map], %{groups: omitted, consumers:
       omitted}}` (the metrics' bounded scrape)
+
+  A push subscription's (`Ringbus.Group.Push`):
+
+    * `{:attach, group, consumer, owner, pid, ref}` - `owner` owns the
+      consumer, and `pid` is told its acks: `:ok`
+    * `{:push_fetch, group, consumer, owner, max}` - a `:fetch` that does
+      not wait, while `owner` still owns the consumer, else `{:error,
+      :owner_gone}`
+    * `{:detach, group, consumer, pid}` - no more: `{:ok, detached?}`
+    * `{:held, group, consumer, [{seq, deliveries}]}` - those still the
+      consumer's at that delivery and not due: `{:ok, [{seq, deliveries, due_ms}]}`
+    * `{:next_due, group}` - `{:ok, due_ms | nil}`
 
   Every request on a group that does not exist answers `{:error,
   :no_group}`, except `:ack` (`{:ok, 0}`), `:destroy` and both `:figures`.
@@ -160,6 +174,11 @@ defmodule Ringbus.Group do
           | :figures
           | {:orphan, binary(), binary(), pid()}
           | {:figures, non_neg_integer(), non_neg_integer()}
+          | {:attach, binary(), binary(), pid(), pid(), reference()}
+          | {:push_fetch, binary(), binary(), pid(), pos_integer()}
+          | {:detach, binary(), binary(), pid()}
+          | {:held, binary(), binary(), [{non_neg_integer(), pos_integer()}]}
+          | {:next_due, binary()}
 
   @doc """
   Runs `request` on the groups of `channel`; `room` bounds the entries it
@@ -169,9 +188,12 @@ defmodule Ringbus.Group do
   @spec run(Channel.t(), request(), pos_integer() | :infinity) ::
           {:reply, term()} | {:wait, (() -> term())}
   def run(%Channel{} = channel, request, room) do
-    case request(at(channel, room, nil), request) do
-      {:wait, fun} -> {:wait, fun}
-      answer -> {:reply, answer}
+    at = at(channel, room, nil)
+
+    # A channel with holding groups learns their floor after each request.
+    case request(at, request) do
+      {:wait, fun} -> {:wait, fn -> then(fun.(), &(Hold.publish(at) && &1)) end}
+      answer -> Hold.publish(at) && {:reply, answer}
     end
   end
 
@@ -259,15 +281,26 @@ defmodule Ringbus.Group do
       else: {:ok, 0}
   end
 
+  defp request(at, {:attach, group, consumer, owner, pid, ref}),
+    do: Push.attach(at, group, consumer, owner, pid, ref)
+
+  defp request(at, {:push_fetch, group, consumer, owner, max}),
+    do: Push.fetch(at, group, consumer, owner, max)
+
+  defp request(at, {:detach, group, consumer, pid}), do: Push.detach(at, group, consumer, pid)
+  defp request(at, {:held, group, consumer, held}), do: Push.held(at, group, consumer, held)
+  defp request(at, {:next_due, group}), do: Push.next_due(at, group)
+
   defp request(at, {:create, group, from, entries_read}),
     do: request(at, {:create, group, from, entries_read, Table.config()})
 
   defp request(at, {:create, group, from, entries_read, config}) do
-    with {:ok, last} <- At.position(at, from) do
+    with :ok <- Hold.check(at, config),
+         {:ok, last} <- At.position(at, from) do
       read = entries_read || max(last + 1, 0)
 
       case Table.create(at.table, at.c, group, last, read, config) do
-        :ok -> :ok
+        :ok -> Hold.made(at, group, config)
         {:error, :exists} -> {:error, :exists}
         {:error, :too_many} -> {:error, {:too_many_groups, Table.limits().groups}}
       end
@@ -282,7 +315,15 @@ defmodule Ringbus.Group do
     end
   end
 
-  defp request(at, {:destroy, group}), do: {:ok, Table.destroy(at.table, at.c, group)}
+  defp request(at, {:destroy, group}) do
+    with {:ok, g} <- At.fetch(at, group),
+         true <- Table.destroy(at.table, at.c, group) do
+      Hold.gone(at, g.config)
+      {:ok, true}
+    else
+      _ -> {:ok, false}
+    end
+  end
 
   defp request(at, {:create_consumer, group, consumer}) do
     with {:ok, _} <- At.fetch(at, group) do

@@ -66,6 +66,78 @@ defmodule Ringbus.Groups do
   table in the caller, and a fetch that waits (`timeout:`) waits in the
   caller, woken by the next push.
 
+  ## Push
+
+  `subscribe/4` delivers a consumer's messages to the calling process, as
+  `Ringbus.subscribe/2` delivers a channel's: `{:ringbus, sub, [{seq,
+  payload}], 0}` batches (`lost` is 0: the group counts what it lost,
+  `info/1`), at most `:max_credit` messages delivered and not acked. Each
+  message is acked by seq with `ack/3`, from any process and any node,
+  and that gives its credit back; `Ringbus.ack/2` gives none. A message
+  that comes due again unacked (after `ack_wait`, a nack, a claim) no
+  longer counts against the credit either, and goes to whichever consumer
+  fetches first, this one included.
+
+      {:ok, sub} = Ringbus.Groups.subscribe("jobs", "workers", "w1", max_credit: 10)
+
+      receive do
+        {:ringbus, ^sub, messages, _lost} ->
+          # ... the work ...
+          {:ok, _} = Ringbus.Groups.ack("jobs", "workers", Enum.map(messages, &elem(&1, 0)))
+      end
+
+  The subscriber is the consumer's owner, as a fetching process is: when
+  it exits, its pending messages are due at once. `Ringbus.unsubscribe/1`
+  ends the deliveries; the messages it had stay pending, for it to ack
+  (or for `ack_wait`, or its exit). The subscription lives where the
+  channel lives and waits there for pushes, as a fetch that waits does;
+  it ends with `{:ringbus_closed, sub, reason}` as a channel's
+  subscription does, with `:no_group` when its group is deleted, and with
+  `:owner_gone` when another process fetched for its consumer (and so
+  took it over).
+
+  ## Holding
+
+  By default a group only reads its channel: a ring that is full
+  overwrites (`:drop_oldest`) or refuses pushes (`:reject`) whatever the
+  group has done, and a group that falls behind loses messages (`lost`).
+  A work queue wants the opposite: on a channel with `overflow: :reject`,
+  a group made with `hold: true` keeps every message in the ring until it
+  has acked it (or it is dead), as RabbitMQ's queues and JetStream's
+  work-queue streams do:
+
+      :ok = Ringbus.create("tasks", capacity: 2, overflow: :reject)
+      :ok = Ringbus.Groups.create("tasks", "workers", from: :earliest, hold: true)
+      {:ok, _} = Ringbus.push_many("tasks", ["t0", "t1"])
+      {:error, :full} = Ringbus.push("tasks", "t2")       # nothing acked yet
+      {:ok, [{0, "t0", 1}]} = Ringbus.Groups.fetch("tasks", "workers", "w", 1)
+      {:ok, 1} = Ringbus.Groups.ack("tasks", "workers", [0])
+      {:ok, 2} = Ringbus.push("tasks", "t2")              # t0 made room
+
+  The rules, with one holding group or several:
+
+    * a push that needs room frees the oldest messages every holding group
+      has acked (or given up dead), and is refused `:full` only when the
+      ring is still full: nothing a holding group has not acked leaves it.
+      So `info/1` of the channel reads `pushed == pulled + len` with
+      `overwritten` 0, `pulled` counting the messages freed; they go
+      when room is needed, so `len` counts acked ones until then;
+    * `Ringbus.pull/1` answers `:empty`: the holding groups are the
+      channel's consumers, and hand each message out themselves. A trim
+      (RESP's `XTRIM`, `XADD MAXLEN`) takes only messages every holding
+      group acked;
+    * a group without `hold` on the same channel reads as before, and
+      loses (`lost`) what the holding groups' acks freed before it read it;
+    * a holding group made after others starts no earlier than the oldest
+      message one of them has not acked: what all acked is consumed;
+    * only a memory channel with `overflow: :reject` takes one
+      (`:hold_needs_reject_channel`); a replicated channel refuses it
+      (`:hold_needs_memory_channel`) for now. RESP's commands that drop
+      pending entries on purpose (`XGROUP DELCONSUMER`, an `XREADGROUP`
+      past `max_pending`, counted `dropped`) release them as acks do;
+      `XGROUP SETID` moving a holding group back, and `XCLAIM ... FORCE`,
+      can name messages already freed.
+
   ## Dead letters
 
   A message delivered `max_deliver` times and due again is dead. Without
@@ -151,20 +223,24 @@ defmodule Ringbus.Groups do
       letters"), or nil. Defaults to `nil`.
     * `:max_pending` - pending messages at most (1 to 1,000,000). Defaults
       to `10_000`.
+    * `:hold` - whether the channel keeps each message until this group
+      has acked it (see "Holding"). Defaults to `false`.
   """
   @type options :: [
           from: :earliest | :latest | Ringbus.seq(),
           ack_wait: pos_integer(),
           max_deliver: pos_integer() | :infinity,
           dead_letter: Ringbus.name() | nil,
-          max_pending: pos_integer()
+          max_pending: pos_integer(),
+          hold: boolean()
         ]
 
   @doc """
   Creates group `group` of `channel`. Bad options raise `ArgumentError`.
 
   Errors: `:exists`, `{:too_many_groups, 64}`, `:no_channel`, or a
-  cluster error.
+  cluster error; with `hold: true`, `:hold_needs_reject_channel` or
+  `:hold_needs_memory_channel` (see "Holding").
 
       iex> Ringbus.create("doc-groups-create", capacity: 10)
       iex> Ringbus.Groups.create("doc-groups-create", "g", ack_wait: 1_000)
@@ -175,11 +251,18 @@ defmodule Ringbus.Groups do
       :ok
   """
   @spec create(Ringbus.name(), name(), options()) ::
-          :ok | {:error, :exists | {:too_many_groups, pos_integer()} | reason()}
+          :ok
+          | {:error,
+             :exists
+             | {:too_many_groups, pos_integer()}
+             | :hold_needs_reject_channel
+             | :hold_needs_memory_channel
+             | reason()}
   def create(channel, group, opts \\ []) do
     name!(:group, group)
     defaults = [from: :latest, ack_wait: 30_000, max_deliver: :infinity, dead_letter: nil]
-    opts = Options.validate!(opts, defaults ++ [max_pending: 10_000], "group")
+    opts = Options.validate!(opts, defaults ++ [max_pending: 10_000, hold: false], "group")
+    Options.check!(:hold, opts[:hold], &is_boolean/1, "a boolean")
 
     Options.check!(:from, opts[:from], &from?/1, ":earliest, :latest or a non-negative integer")
     Options.check!(:ack_wait, opts[:ack_wait], &Options.positive?/1, "a positive integer")
@@ -256,9 +339,54 @@ defmodule Ringbus.Groups do
     end
   end
 
+  @typedoc "`subscribe/4`'s options."
+  @type subscribe_options :: [max_credit: pos_integer(), max_batch: pos_integer()]
+
+  @doc """
+  Subscribes the calling process to `consumer`'s messages of `group` (see
+  "Push"): due ones first, then new ones, as `fetch/5` takes them.
+
+    * `:max_credit` - messages delivered and not acked (`ack/3`), at most.
+      Defaults to `1000`.
+    * `:max_batch` - messages in one batch, at most. Defaults to `256`.
+
+  Errors: `:no_group`, `:no_channel`, or a cluster error. Bad options
+  raise `ArgumentError`.
+
+      iex> Ringbus.create("doc-groups-push", capacity: 10)
+      iex> :ok = Ringbus.Groups.create("doc-groups-push", "g")
+      iex> {:ok, sub} = Ringbus.Groups.subscribe("doc-groups-push", "g", "w1", max_credit: 2)
+      iex> {:ok, _} = Ringbus.push_many("doc-groups-push", ["a", "b", "c"])
+      iex> receive do {:ringbus, ^sub, messages, 0} -> messages after 5_000 -> :none end
+      [{0, "a"}, {1, "b"}]
+      iex> Ringbus.Groups.ack("doc-groups-push", "g", [0, 1])
+      {:ok, 2}
+      iex> receive do {:ringbus, ^sub, messages, 0} -> messages after 5_000 -> :none end
+      [{2, "c"}]
+      iex> Ringbus.unsubscribe(sub)
+      :ok
+      iex> Ringbus.delete("doc-groups-push")
+      :ok
+  """
+  @spec subscribe(Ringbus.name(), name(), name(), subscribe_options()) ::
+          {:ok, Ringbus.subscription()} | {:error, reason()}
+  def subscribe(channel, group, consumer, opts \\ []) do
+    names!(group, consumer)
+    opts = Options.validate!(opts, [max_credit: 1000, max_batch: 256], "group subscription")
+    positive!(:max_credit, opts[:max_credit])
+    positive!(:max_batch, opts[:max_batch])
+
+    opts = [group: {group, consumer}, owner: self(), channel: channel, bury: &bury/4] ++ opts
+
+    Ringbus.run(channel, {:subscribe, opts, self()})
+  end
+
+  @doc false
   # Dead messages go to the dead-letter channel, then leave the group; if
-  # the push fails they stay pending, and a later fetch tries again.
-  defp bury(channel, group, dead_letter, dead) do
+  # the push fails they stay pending, and a later fetch tries again. A push
+  # subscription (`Ringbus.Group.Push`) is handed this, to do as a fetch's
+  # caller does.
+  def bury(channel, group, dead_letter, dead) do
     letters = for {seq, payload, n} <- dead, do: dead_letter(channel, group, seq, n, payload)
 
     with {:ok, _} <- Ringbus.push_many(dead_letter, letters) do
@@ -401,7 +529,7 @@ defmodule Ringbus.Groups do
       `max_pending` messages were pending
     * `:dropped` - pending messages RESP's reads dropped at `max_pending`
       (Redis's semantics; a fetch holds instead)
-    * `:config` - `ack_wait`, `max_deliver`, `dead_letter`, `max_pending`
+    * `:config` - `ack_wait`, `max_deliver`, `dead_letter`, `max_pending`, `hold`
     * `:consumers` - each `%{name, pending, idle_ms}`: `idle_ms` since it
       last fetched or claimed
   """

@@ -24,7 +24,8 @@ defmodule Ringbus.Op do
   # `{:error, :too_large}` and stays in the ring.
 
   alias Ringbus.{Channel, Group, Replica}
-  alias Ringbus.Channel.{Producers, Ring, Subscription, Trim}
+  alias Ringbus.Group.Push
+  alias Ringbus.Channel.{Hold, Producers, Ring, Subscription, Trim}
 
   # What a message costs in an answer beyond its payload, as a link counts it.
   @message_bytes 16
@@ -52,7 +53,9 @@ defmodule Ringbus.Op do
       `:incarnation`
     * `{:trim, trim}` - removes the oldest messages `Ringbus.Channel.Trim`
       names: one operation (one Raft entry) however many it removes
-    * `{:subscribe, opts, subscriber}`, `{:subscriptions, timeout, limit}`
+    * `{:subscribe, opts, subscriber}`, `{:subscriptions, timeout, limit}`;
+      with `opts[:group]`, a push subscription to a consumer group
+      (`Ringbus.Group.Push`), whose group requests run here
     * `{:stamped, op}` - `op`, answered with the channel's incarnation:
       `{:ok, incarnation, answer}`, so that a front end learns both in one
       request
@@ -222,7 +225,12 @@ defmodule Ringbus.Op do
   # stays in the ring. (One that another puller's take puts at the head
   # between the look and the pull still goes, whole.)
   defp memory(channel, :pull, room) do
-    if too_large_head?(channel, room), do: {:error, :too_large}, else: Ring.pull(channel)
+    cond do
+      # Its holding groups are its consumers: a pull takes nothing (`Ringbus.Groups`, "Holding").
+      Hold.held?(channel) -> :empty
+      too_large_head?(channel, room) -> {:error, :too_large}
+      true -> Ring.pull(channel)
+    end
   end
 
   defp memory(channel, {:read, from, max, incarnation}, room) do
@@ -233,8 +241,11 @@ defmodule Ringbus.Op do
   defp memory(channel, :info, _room), do: {:ok, Ring.info(channel)}
   defp memory(channel, :incarnation, _room), do: {:ok, channel.incarnation}
 
-  defp memory(channel, {:subscribe, opts, subscriber}, _room),
-    do: Subscription.start(channel, subscriber, opts)
+  defp memory(channel, {:subscribe, opts, subscriber}, _room) do
+    if opts[:group],
+      do: Push.start(channel, subscriber, opts, &run!(channel, {:group, &1})),
+      else: Subscription.start(channel, subscriber, opts)
+  end
 
   defp laps?(%Channel{capacity: capacity}, len, _push) when len > capacity, do: true
   defp laps?(%Channel{max_bytes: nil}, _len, _push), do: false

@@ -22,6 +22,7 @@ defmodule Ringbus.GroupsPropertyTest do
   import Ringbus.Test.Eventually
 
   alias Ringbus.Groups
+  alias Ringbus.Test.Property
 
   @numtests 60
   @consumers ~w(a b c)
@@ -30,21 +31,18 @@ defmodule Ringbus.GroupsPropertyTest do
     property =
       :proper.forall(scenario(), fn {capacity, max_pending, max_deliver, commands} ->
         name = "groups-prop-#{System.unique_integer([:positive])}"
-        :ok = Ringbus.create(name, capacity: capacity)
 
-        try do
+        Property.on_channel(name, [capacity: capacity], fn name ->
           opts = [from: :earliest, max_pending: max_pending, max_deliver: max_deliver]
           :ok = Groups.create(name, "g", opts)
           model = new(name, capacity, max_pending, max_deliver)
           model = Enum.reduce(commands, model, &step(&2, &1))
           drain(model)
           true
-        after
-          Ringbus.delete(name)
-        end
+        end)
       end)
 
-    assert :proper.quickcheck(property, [{:numtests, @numtests}, {:to_file, :user}]) == true
+    assert Property.check(property, @numtests) == true
   end
 
   ## Generators

@@ -448,6 +448,57 @@ defmodule Ringbus.Test.ClusterProbe do
     end
   end
 
+  @doc """
+  Starts a process that subscribes to consumer group `group` for `consumer`
+  (`Ringbus.Groups.subscribe/4`) and keeps the messages of its batches for
+  `group_batches/2`. Returns `{pid, answer}`, the subscribe's answer.
+  """
+  def group_subscriber(name, group, consumer, opts) do
+    caller = self()
+
+    pid =
+      spawn(fn ->
+        send(caller, {:subscribed, self(), Ringbus.Groups.subscribe(name, group, consumer, opts)})
+        group_subscriber_loop([])
+      end)
+
+    receive do
+      {:subscribed, ^pid, answer} -> {pid, answer}
+    after
+      5_000 -> :timeout
+    end
+  end
+
+  defp group_subscriber_loop(acc) do
+    receive do
+      {:ringbus, _sub, messages, _lost} ->
+        group_subscriber_loop(acc ++ messages)
+
+      {:take, from} ->
+        send(from, {:taken, self(), acc})
+        group_subscriber_loop([])
+    end
+  end
+
+  @doc """
+  The messages `group_subscriber/4`'s process `pid` got since the last
+  call, once there are `count` of them or `wait` ms have passed.
+  """
+  def group_batches(pid, count, wait \\ 5_000),
+    do: group_batches(pid, count, System.monotonic_time(:millisecond) + wait, [])
+
+  defp group_batches(pid, count, deadline, acc) do
+    send(pid, {:take, self()})
+    acc = acc ++ receive(do: ({:taken, ^pid, messages} -> messages))
+
+    if length(acc) >= count or System.monotonic_time(:millisecond) >= deadline do
+      acc
+    else
+      Process.sleep(20)
+      group_batches(pid, count, deadline, acc)
+    end
+  end
+
   @doc "Starts a process that records this node's nodeup and nodedown events with their os_time (µs)."
   def node_watcher do
     parent = self()

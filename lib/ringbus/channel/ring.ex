@@ -98,7 +98,7 @@ defmodule Ringbus.Channel.Ring do
   # a push reported stored is readable, pulled, or counted overwritten.
 
   alias Ringbus.Channel
-  alias Ringbus.Channel.{Anchor, Trim}
+  alias Ringbus.Channel.{Anchor, Hold, Trim}
 
   @head 1
   @tail 2
@@ -110,7 +110,8 @@ defmodule Ringbus.Channel.Ring do
   @waiting 8
   @chunked 9
   @dropped 10
-  @slots 10
+  # Slots 11 and 12 are `Ringbus.Channel.Hold`'s.
+  @slots 12
 
   # How long a reader waits for a reserved seq whose producer has not stored it.
   @stall_ms 5
@@ -365,17 +366,26 @@ defmodule Ringbus.Channel.Ring do
   Pulls by others meanwhile can make it fewer.
   """
   @spec trim(Channel.t(), Trim.t()) :: {:ok, non_neg_integer()}
-  def trim(ch, trim), do: {:ok, take_oldest(ch, Trim.count(trim, first_seq(ch), next_seq(ch)))}
+  def trim(ch, trim) do
+    # With holding groups, only what they all acked.
+    limit = if Hold.held?(ch), do: Hold.floor(ch), else: :infinity
+    {:ok, take(ch, Trim.count(trim, first_seq(ch), next_seq(ch)), limit, 0)}
+  end
 
   @doc "Pulls up to `count` of the oldest messages; answers how many it got."
   @spec take_oldest(Channel.t(), non_neg_integer()) :: non_neg_integer()
-  def take_oldest(ch, count), do: take(ch, count, 0)
+  def take_oldest(ch, count), do: take(ch, count, :infinity, 0)
 
-  defp take(_ch, left, taken) when left <= 0, do: taken
+  # With holding groups, a full ring frees what they all acked: how many.
+  defp free_held(ch),
+    do: if(Hold.held?(ch), do: take(ch, Hold.floor(ch), Hold.floor(ch), 0), else: 0)
 
-  defp take(ch, left, taken) do
-    case pull(ch) do
-      {:ok, _seq, _payload} -> take(ch, left - 1, taken + 1)
+  # Pulls up to `left` of the oldest messages, those below `limit`.
+  defp take(_ch, left, _limit, taken) when left <= 0, do: taken
+
+  defp take(ch, left, limit, taken) do
+    case pull_to(ch, limit, @stall_ms) do
+      {:ok, _seq, _payload} -> take(ch, left - 1, limit, taken + 1)
       _empty -> taken
     end
   end
@@ -390,7 +400,15 @@ defmodule Ringbus.Channel.Ring do
     {:ok, :atomics.add_get(a, @head, count) - count}
   end
 
+  # Full, a channel with holding groups frees what they all acked, and tries again.
   def reserve(%Channel{overflow: :reject} = ch, count, bytes) do
+    case reserve_room(ch, count, bytes) do
+      {:error, :full} = full -> if free_held(ch) > 0, do: reserve(ch, count, bytes), else: full
+      reserved -> reserved
+    end
+  end
+
+  defp reserve_room(ch, count, bytes) do
     with :ok <- reserve_bytes(ch, bytes) do
       case reserve_seqs(ch, count) do
         {:ok, first} ->
@@ -668,15 +686,18 @@ defmodule Ringbus.Channel.Ring do
   @doc false
   # `pull/1` with the wait for a stalled producer given, in milliseconds.
   @spec pull(Channel.t(), non_neg_integer()) :: {:ok, seq, binary()} | :empty
-  def pull(%Channel{atomics: a} = ch, stall_ms) do
+  def pull(ch, stall_ms), do: pull_to(ch, :infinity, stall_ms)
+
+  # Pulls the oldest message if its seq is below `limit`.
+  defp pull_to(%Channel{atomics: a} = ch, limit, stall_ms) do
     tail = :atomics.get(a, @tail)
 
     cond do
-      tail >= :atomics.get(a, @head) ->
+      tail >= min(:atomics.get(a, @head), limit) ->
         :empty
 
       :atomics.compare_exchange(a, @tail, tail, tail + 1) != :ok ->
-        pull(ch, stall_ms)
+        pull_to(ch, limit, stall_ms)
 
       true ->
         case take_claimed(ch, tail, stall_ms, nil) do
@@ -685,7 +706,7 @@ defmodule Ringbus.Channel.Ring do
             {:ok, tail, payload}
 
           :gone ->
-            pull(ch, stall_ms)
+            pull_to(ch, limit, stall_ms)
         end
     end
   end

@@ -142,10 +142,17 @@ defmodule Ringbus.Channel.Subscription do
          do: spawn_subscription(channel, subscriber, opts)
   end
 
-  defp spawn_subscription(channel, subscriber, opts) do
-    sub = make_ref()
-    args = {channel, subscriber, sub, opts}
-    pid = :proc_lib.spawn_opt(__MODULE__, :enter_loop, [args], message_queue_data: :off_heap)
+  defp spawn_subscription(channel, subscriber, opts),
+    do: start_process(__MODULE__, {channel, subscriber, make_ref(), opts})
+
+  @doc """
+  Spawns a subscription's process, `module.enter_loop(args)` with its queue
+  off the heap, and waits until it answers `:ringbus_started`: its answer,
+  or `{:error, reason}` when it ends first (`{:shutdown, reason}` too).
+  """
+  @spec start_process(module(), term()) :: term()
+  def start_process(module, args) do
+    pid = :proc_lib.spawn_opt(module, :enter_loop, [args], message_queue_data: :off_heap)
 
     # Not `GenServer.start/3`: proc_lib's start waits for an ack that carries
     # no reference, so the runtime finds it by scanning the caller's mailbox,
@@ -153,8 +160,8 @@ defmodule Ringbus.Channel.Subscription do
     # waits on a fresh monitor reference, which the runtime matches without
     # scanning.
     GenServer.call(pid, :ringbus_started, :infinity)
-    {:ok, {pid, sub}}
   catch
+    :exit, {{:shutdown, reason}, {GenServer, :call, _}} -> {:error, reason}
     :exit, {reason, {GenServer, :call, _}} -> {:error, reason}
   end
 
@@ -273,15 +280,29 @@ defmodule Ringbus.Channel.Subscription do
     {:ok, state, {:continue, :deliver}}
   end
 
-  @impl true
-  def handle_call(:ringbus_started, _from, state), do: {:reply, :ok, state}
+  @doc """
+  What every subscription process (this one, a consumer group's push,
+  `Ringbus.Group.Push`) answers alike, on its `state.handle`: the start's
+  call, an unsubscribe (`stop/1`), and its channel's anchor going down,
+  which it tells its subscriber.
+  """
+  @spec control(term(), map()) ::
+          {:reply, term(), map()} | {:stop, :normal, map()} | {:stop, :normal, :ok, map()}
+  def control(:ringbus_started, state), do: {:reply, {:ok, state.handle}, state}
 
-  def handle_call({:ringbus_unsubscribe, sub}, _from, %{handle: {_, sub}} = state),
+  def control({:ringbus_unsubscribe, sub}, %{handle: {_, sub}} = state),
     do: {:stop, :normal, :ok, state}
 
-  def handle_call({:ringbus_unsubscribe, _other}, _from, state),
+  def control({:ringbus_unsubscribe, _other}, state),
     do: {:reply, {:error, :no_subscription}, state}
 
+  def control({:anchor_down, reason}, state) do
+    reason = if reason in [:channel_deleted, :noproc], do: :channel_deleted, else: reason
+    send(state.subscriber, {:ringbus_closed, state.handle, reason})
+    {:stop, :normal, state}
+  end
+
+  @impl true
   def handle_call(:ringbus_survey, _from, state) do
     figures = %{
       subscription: self(),
@@ -295,6 +316,8 @@ defmodule Ringbus.Channel.Subscription do
 
     {:reply, figures, state}
   end
+
+  def handle_call(request, _from, state), do: control(request, state)
 
   @impl true
   def handle_continue(:deliver, state), do: {:noreply, deliver(state)}
@@ -323,11 +346,8 @@ defmodule Ringbus.Channel.Subscription do
 
   # The channel's anchor: the channel is deleted (or was before this
   # subscription could monitor it), or Ringbus is stopping.
-  def handle_info({:DOWN, _, :process, anchor, reason}, %{channel: %{anchor: anchor}} = state) do
-    reason = if reason in [:channel_deleted, :noproc], do: :channel_deleted, else: reason
-    send(state.subscriber, {:ringbus_closed, state.handle, reason})
-    {:stop, :normal, state}
-  end
+  def handle_info({:DOWN, _, :process, anchor, reason}, %{channel: %{anchor: anchor}} = state),
+    do: control({:anchor_down, reason}, state)
 
   def handle_info(_other, state), do: {:noreply, state}
 
@@ -376,9 +396,14 @@ defmodule Ringbus.Channel.Subscription do
     ArgumentError -> state
   end
 
-  defp unwait(%{waiting?: false} = state), do: state
+  @doc """
+  Takes a subscription process out of its channel's waiters, if
+  `state.waiting?`, a channel gone or not.
+  """
+  @spec unwait(map()) :: map()
+  def unwait(%{waiting?: false} = state), do: state
 
-  defp unwait(state) do
+  def unwait(state) do
     Ring.disarm(state.channel)
     %{state | waiting?: false}
   rescue

@@ -73,7 +73,7 @@ defmodule Ringbus.Group.Claims do
           true ->
             case Ring.read(at.channel, seq, 1) do
               {[{^seq, payload}], _, _, _} ->
-                if Table.claim(t, c, group, row, consumer, now, not justid),
+                if claim_row(t, c, group, row, consumer, now, not justid),
                   do: {[claimed(seq, payload, justid) | claimed], deleted, n + 1},
                   else: {claimed, deleted, n}
 
@@ -162,7 +162,7 @@ defmodule Ringbus.Group.Claims do
       check? and claim.min_idle > 0 and claim.now - delivered < claim.min_idle ->
         nil
 
-      Table.claim(
+      claim_row(
         t,
         c,
         group,
@@ -177,6 +177,22 @@ defmodule Ringbus.Group.Claims do
 
       true ->
         nil
+    end
+  end
+
+  # Gives a PEL row to `consumer` if it is still as read (same owner and
+  # delivery time), delivered at `at` and due `ack_wait` after: true if this
+  # caller got it.
+  defp claim_row(t, c, group, {seq, owner, delivered, deliveries}, consumer, at, count?) do
+    deliveries = if count?, do: deliveries + 1, else: deliveries
+
+    case Table.row(t, c, group, seq) do
+      {^seq, ^owner, ^delivered, _n, _due} = row ->
+        due = at + Table.config_of(t, c, group).ack_wait
+        Table.replace(t, c, group, row, {seq, consumer, at, deliveries, due})
+
+      _ ->
+        false
     end
   end
 end

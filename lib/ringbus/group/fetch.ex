@@ -52,7 +52,8 @@ defmodule Ringbus.Group.Fetch do
   # When a replicated channel's log carries the request, the node that
   # sent it watches instead (`Ringbus.Group.Logged`): what this node knows
   # of processes is not the same on every member.
-  defp own(%{table: t, c: c} = at, group, consumer, owner) do
+  @doc false
+  def own(%{table: t, c: c} = at, group, consumer, owner) do
     case Table.own(t, c, group, consumer, owner, at.now) do
       {:owned, _previous} when at.logged ->
         :ok
@@ -233,12 +234,20 @@ defmodule Ringbus.Group.Fetch do
     entries
   end
 
+  # A holding group's are pending before its position moves past them.
   defp take_reserved(at, config, group, consumer, n, bytes, some?) do
-    messages = Reads.advance(at, group, n, &cut(&1, bytes, some?))
-    seqs = for {seq, _} <- messages, do: seq
     {_, _, now, _, due} = Redelivery.deliver(0, consumer, config, at.now)
-    taken = Table.add_reserved(at.table, at.c, group, consumer, seqs, {now, due})
-    {for({seq, payload} <- messages, do: {seq, payload, 1}), taken}
+    entries = &for({seq, payload} <- &1, do: {seq, payload, 1})
+
+    if Map.get(config, :hold, false) do
+      messages = Reads.advance(at, group, n, &cut(&1, bytes, some?), {consumer, {now, due}})
+      {entries.(messages), Enum.count(messages)}
+    else
+      messages = Reads.advance(at, group, n, &cut(&1, bytes, some?))
+      seqs = for {seq, _} <- messages, do: seq
+      taken = Table.add_reserved(at.table, at.c, group, consumer, seqs, {now, due})
+      {entries.(messages), taken}
+    end
   end
 
   # Within the bytes left: the first entry of an answer always, as a read's.

@@ -24,6 +24,9 @@ defmodule Ringbus.Group.Table do
   #   {{:consumer, c, group, consumer}, seen_ms, owner}
   #   {{:pending, c, group, seq}, consumer, delivered_ms, deliveries, due_ms}
   #   {{:due, c, group, due_ms, seq}}     the PEL by due time (an index)
+  #   {{:push, c, group, consumer}, pid, ref}
+  #                                       the consumer's push subscription
+  #                                       (`Ringbus.Group.Push`), told of acks
   #
   # `last` is the seq of the last entry delivered (-1: none yet); `lost`
   # counts the entries that left the ring before the group got to them (or
@@ -34,7 +37,7 @@ defmodule Ringbus.Group.Table do
   # `dead` count entries acked, delivered again, and given up after
   # `max_deliver` deliveries; `held` counts fetches that took fewer new
   # entries than asked because the PEL was at `max_pending`. `config` is
-  # `%{ack_wait, max_deliver, dead_letter, max_pending}` (`config/1`).
+  # `%{ack_wait, max_deliver, dead_letter, max_pending, hold}` (`config/1`).
   #
   # A consumer's `owner` is the process that fetched for it last through
   # the Elixir API (`Ringbus.Groups`), or nil: `Ringbus.Group.TableOwner`
@@ -75,7 +78,8 @@ defmodule Ringbus.Group.Table do
     ack_wait: 30_000,
     max_deliver: :infinity,
     dead_letter: nil,
-    max_pending: 10_000
+    max_pending: 10_000,
+    hold: false
   }
 
   # Match patterns of each kind of row.
@@ -100,13 +104,14 @@ defmodule Ringbus.Group.Table do
   @typedoc """
   How a group delivers (see `Ringbus.Groups`): `ack_wait` (ms), `max_deliver`
   (deliveries, or `:infinity`), `dead_letter` (a channel name, or nil) and
-  `max_pending`.
+  `max_pending`, and `hold` (a holding group, `Ringbus.Group.Hold`).
   """
   @type config :: %{
           ack_wait: pos_integer(),
           max_deliver: pos_integer() | :infinity,
           dead_letter: term(),
-          max_pending: pos_integer()
+          max_pending: pos_integer(),
+          hold: boolean()
         }
 
   @typedoc "A PEL row: seq, consumer, delivery time, deliveries, due time (ms)."
@@ -155,6 +160,7 @@ defmodule Ringbus.Group.Table do
     :ets.select_delete(t, [{{{:consumer, c, :_, :_}, :_, :_}, [], [true]}])
     :ets.select_delete(t, [{{{:pending, c, :_, :_}, :_, :_, :_, :_}, [], [true]}])
     :ets.select_delete(t, [{{{:due, c, :_, :_, :_}}, [], [true]}])
+    :ets.select_delete(t, [{{{:push, c, :_, :_}, :_, :_}, [], [true]}])
     :ok
   end
 
@@ -279,6 +285,7 @@ defmodule Ringbus.Group.Table do
         :ets.select_delete(t, [{{{:consumer, c, group, :_}, :_, :_}, [], [true]}])
         :ets.select_delete(t, [{{{:pending, c, group, :_}, :_, :_, :_, :_}, [], [true]}])
         :ets.select_delete(t, [{{{:due, c, group, :_, :_}}, [], [true]}])
+        :ets.select_delete(t, [{{{:push, c, group, :_}, :_, :_}, [], [true]}])
         true
 
       [] ->
@@ -394,6 +401,14 @@ defmodule Ringbus.Group.Table do
     end
   end
 
+  @doc "The consumer's owner, or nil."
+  @spec owner(table(), c(), binary(), binary()) :: pid() | nil
+  def owner(t, c, group, consumer) do
+    :ets.lookup_element(t, {:consumer, c, group, consumer}, 3)
+  rescue
+    ArgumentError -> nil
+  end
+
   @doc "The consumer is no longer `owner`'s, if it still was: true then."
   @spec disown(table(), c(), binary(), binary(), pid()) :: boolean()
   def disown(t, c, group, consumer, owner) do
@@ -430,8 +445,17 @@ defmodule Ringbus.Group.Table do
   def add_pending(_t, _c, _group, _consumer, [], _now), do: :ok
 
   def add_pending(t, c, group, consumer, seqs, now) do
-    %{ack_wait: wait, max_pending: max} = group_config(t, c, group)
-    n = insert_pending(t, c, group, consumer, seqs, now, now + wait)
+    wait = config_of(t, c, group).ack_wait
+    count_pending(t, c, group, insert_pending(t, c, group, consumer, seqs, now, now + wait))
+  end
+
+  @doc """
+  Counts `n` rows added to a group's PEL (by `stage/6`), dropping its
+  oldest past `max_pending` as `add_pending/6` does.
+  """
+  @spec count_pending(table(), c(), binary(), non_neg_integer()) :: :ok
+  def count_pending(t, c, group, n) do
+    max = config_of(t, c, group).max_pending
 
     case bump(t, c, group, {@pending, n}) do
       pending when pending > max -> drop_oldest(t, c, group, pending - max)
@@ -453,18 +477,43 @@ defmodule Ringbus.Group.Table do
     do: insert_pending(t, c, group, consumer, seqs, now, due)
 
   defp insert_pending(t, c, group, consumer, seqs, now, due) do
-    {rows, index, n} =
-      Enum.reduce(seqs, {[], [], 0}, fn seq, {rows, index, n} ->
-        {[{{:pending, c, group, seq}, consumer, now, 1, due} | rows],
-         [{{:due, c, group, due, seq}} | index], n + 1}
-      end)
-
+    {rows, index, n} = pending_rows(c, group, consumer, seqs, now, due)
     :ets.insert(t, rows)
     :ets.insert(t, index)
     n
   end
 
-  defp group_config(t, c, group) do
+  defp pending_rows(c, group, consumer, seqs, now, due) do
+    Enum.reduce(seqs, {[], [], 0}, fn seq, {rows, index, n} ->
+      {[{{:pending, c, group, seq}, consumer, now, 1, due} | rows],
+       [{{:due, c, group, due, seq}} | index], n + 1}
+    end)
+  end
+
+  @doc """
+  Adds seqs to a group's PEL, delivered at `now` and due at `due`, before
+  its position moves past them (a holding group's reads, so that every seq
+  it passed is pending or acked): `{:ok, added}`, or `:taken` with nothing
+  added when a row of one is there already. Not counted: `count_pending/4`
+  or a reservation counts them.
+  """
+  @spec stage(table(), c(), binary(), binary(), [non_neg_integer()], {integer(), integer()}) ::
+          {:ok, non_neg_integer()} | :taken
+  def stage(t, c, group, consumer, seqs, {now, due}) do
+    {rows, index, n} = pending_rows(c, group, consumer, seqs, now, due)
+    if :ets.insert_new(t, rows) and :ets.insert(t, index), do: {:ok, n}, else: :taken
+  end
+
+  @doc "Takes back the rows `stage/6` added, the position having moved first."
+  @spec unstage(table(), c(), binary(), binary(), [non_neg_integer()], {integer(), integer()}) ::
+          :ok
+  def unstage(t, c, group, consumer, seqs, {now, due}) do
+    Enum.each(seqs, &take_row(t, {{:pending, c, group, &1}, consumer, now, 1, due}))
+  end
+
+  @doc "A group's configuration (the default one if it is gone)."
+  @spec config_of(table(), c(), binary()) :: config()
+  def config_of(t, c, group) do
     :ets.lookup_element(t, {:group, c, group}, @config)
   rescue
     ArgumentError -> @default_config
@@ -520,18 +569,54 @@ defmodule Ringbus.Group.Table do
     end
   end
 
-  @doc "Removes seqs from a group's PEL, counted acked; returns how many were there."
-  @spec ack(table(), c(), binary(), [non_neg_integer()]) :: non_neg_integer()
+  @doc """
+  Removes seqs from a group's PEL, counted acked: returns how many were
+  there, and the seqs taken by consumer.
+  """
+  @spec ack(table(), c(), binary(), [non_neg_integer()]) ::
+          {non_neg_integer(), %{binary() => [non_neg_integer()]}}
   def ack(t, c, group, seqs) do
-    taken = Enum.count(seqs, fn seq -> take(t, c, group, seq) end)
+    {taken, by} =
+      Enum.reduce(seqs, {0, %{}}, fn seq, {n, by} ->
+        case :ets.take(t, {:pending, c, group, seq}) do
+          [{_, consumer, _, _, _} = row] ->
+            unindex(t, row)
+            {n + 1, Map.update(by, consumer, [seq], &[seq | &1])}
+
+          [] ->
+            {n, by}
+        end
+      end)
+
     bump(t, c, group, [{@pending, -taken}, {@acked, taken}])
-    taken
+    {taken, by}
   end
 
   defp take(t, c, group, seq) do
     case :ets.take(t, {:pending, c, group, seq}) do
       [row] -> unindex(t, row)
       [] -> false
+    end
+  end
+
+  ## Push subscriptions
+
+  @doc "Makes `pid` (tagged `ref`) the consumer's push subscription, in place of any other."
+  @spec attach(table(), c(), binary(), binary(), pid(), reference()) :: true
+  def attach(t, c, group, consumer, pid, ref),
+    do: :ets.insert(t, {{:push, c, group, consumer}, pid, ref})
+
+  @doc "The consumer has no push subscription any more, if `pid` was still it."
+  @spec detach(table(), c(), binary(), binary(), pid()) :: boolean()
+  def detach(t, c, group, consumer, pid),
+    do: :ets.select_delete(t, [{{{:push, c, group, consumer}, pid, :_}, [], [true]}]) == 1
+
+  @doc "The consumer's push subscription, `{pid, ref}`, or nil."
+  @spec push_of(table(), c(), binary(), binary()) :: {pid(), reference()} | nil
+  def push_of(t, c, group, consumer) do
+    case :ets.lookup(t, {:push, c, group, consumer}) do
+      [{_, pid, ref}] -> {pid, ref}
+      [] -> nil
     end
   end
 
@@ -690,50 +775,6 @@ defmodule Ringbus.Group.Table do
       {low, high}
     else
       _ -> nil
-    end
-  end
-
-  @doc """
-  Gives a PEL row to `consumer` if it is still as read (same owner and
-  delivery time), delivered at `at` and due `ack_wait` after: true if this
-  caller got it.
-  """
-  @spec claim(
-          table(),
-          c(),
-          binary(),
-          {non_neg_integer(), binary(), integer(), pos_integer()},
-          binary(),
-          integer(),
-          boolean()
-        ) ::
-          boolean()
-  def claim(t, c, group, {seq, owner, delivered, deliveries}, consumer, at, count?) do
-    deliveries = if count?, do: deliveries + 1, else: deliveries
-
-    case row(t, c, group, seq) do
-      {^seq, ^owner, ^delivered, _n, _due} = row ->
-        due = at + group_config(t, c, group).ack_wait
-        replace(t, c, group, row, {seq, consumer, at, deliveries, due})
-
-      _ ->
-        false
-    end
-  end
-
-  @doc """
-  A consumer read its pending entry again: one more delivery, delivered
-  now. False if the entry is no longer that consumer's.
-  """
-  @spec redeliver(table(), c(), binary(), non_neg_integer(), binary(), integer()) :: boolean()
-  def redeliver(t, c, group, seq, consumer, now) do
-    case row(t, c, group, seq) do
-      {^seq, ^consumer, _at, n, _due} = row ->
-        due = now + group_config(t, c, group).ack_wait
-        replace(t, c, group, row, {seq, consumer, now, n + 1, due})
-
-      _ ->
-        false
     end
   end
 

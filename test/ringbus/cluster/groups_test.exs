@@ -88,6 +88,35 @@ defmodule Ringbus.Cluster.GroupsTest do
     {div(us, 1000), answer}
   end
 
+  test "a push subscription from another node: credit back by acks there; its exit frees its messages",
+       %{a: a, b: b} do
+    :ok = Nodes.call(a, Ringbus, :create, ["cg-push", [capacity: 100]])
+    :ok = Nodes.call(a, Ringbus.Groups, :create, ["cg-push", "g", [from: :earliest]])
+    {:ok, _} = Nodes.call(a, Ringbus, :push_many, ["cg-push", ["a", "b", "c"]])
+
+    {pid, {:ok, _sub}} =
+      Nodes.call(b, Probe, :group_subscriber, ["cg-push", "g", "w1", [max_credit: 2]])
+
+    # At most its credit: a third message does not come within 200 ms.
+    assert batches(b, pid, 3, 200) == [{0, "a"}, {1, "b"}]
+
+    assert Nodes.call(b, Ringbus.Groups, :ack, ["cg-push", "g", [0]]) == {:ok, 1}
+    assert batches(b, pid, 1) == [{2, "c"}]
+    # Woken at the home by a push there, once it has credit.
+    {:ok, 3} = Nodes.call(a, Ringbus, :push, ["cg-push", "d"])
+    assert batches(b, pid, 1, 200) == []
+    assert Nodes.call(b, Ringbus.Groups, :ack, ["cg-push", "g", [1, 2]]) == {:ok, 2}
+    assert batches(b, pid, 1) == [{3, "d"}]
+
+    assert Nodes.call(a, Ringbus.Groups, :fetch, ["cg-push", "g", "w2", 10]) == {:ok, []}
+    true = Nodes.call(b, Process, :exit, [pid, :kill])
+    fetch = ["cg-push", "g", "w2", 10, [timeout: 10_000]]
+    assert Nodes.call(a, Ringbus.Groups, :fetch, fetch, 15_000) == {:ok, [{3, "d", 2}]}
+  end
+
+  defp batches(node, pid, count, wait \\ 5_000),
+    do: Nodes.call(node, Probe, :group_batches, [pid, count, wait], wait + 5_000)
+
   defp calls(from, to) do
     %{links: %{^to => link}} = Nodes.call(from, Ringbus.Cluster, :info, [])
     link.calls_ok + link.calls_refused + link.calls_timeout
