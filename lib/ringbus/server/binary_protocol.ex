@@ -6,7 +6,10 @@ defmodule Ringbus.Server.BinaryProtocol do
   # to one channel grouped, large batches packed), the session `Ringbus.Server.Session`, which
   # holds the subscriptions and their credit. Output is frames. It never
   # waits: subscription batches become DELIVER frames as they come, each
-  # subscription sending at most the credit its client gave.
+  # subscription sending at most the credit its client gave, and a
+  # GROUP_FETCH that waits (version 5) waits in a process of its own, linked
+  # to the connection, which sends its answer here and is killed if the
+  # connection ends first. The connection stays its consumer's owner.
 
   @behaviour Ringbus.Server.Protocol
 
@@ -57,9 +60,19 @@ defmodule Ringbus.Server.BinaryProtocol do
   @impl true
   def handle_items(frames, session) do
     case Session.handle(frames, session) do
-      {:ok, out, session} -> {:continue, out, session}
-      {{:close, _reason} = close, out, session} -> {close, out, session}
+      {:ok, out, session} -> {:continue, out, start_fetches(session)}
+      {{:close, _reason} = close, out, session} -> {close, out, start_fetches(session)}
     end
+  end
+
+  defp start_fetches(session) do
+    {starts, session} = Session.take_starts(session)
+    connection = self()
+
+    Enum.reduce(starts, session, fn {corr, fun}, session ->
+      pid = spawn_link(fn -> send(connection, {:ringbus_fetched, self(), fun.()}) end)
+      Session.started(session, pid, corr)
+    end)
   end
 
   @impl true
@@ -68,6 +81,18 @@ defmodule Ringbus.Server.BinaryProtocol do
 
   def handle_message({:ringbus_closed, sub, reason}, session) do
     {out, session} = Session.closed(session, sub, reason)
+    {:continue, out, session}
+  end
+
+  def handle_message({:ringbus_fetched, pid, frames}, session) do
+    {out, session} = Session.fetched(session, pid, {:ok, frames})
+    {:continue, out, session}
+  end
+
+  # A waiting fetch's process that died before it answered; one that
+  # answered is no longer the session's.
+  def handle_message({:EXIT, pid, reason}, session) do
+    {out, session} = Session.fetched(session, pid, reason)
     {:continue, out, session}
   end
 
@@ -95,5 +120,8 @@ defmodule Ringbus.Server.BinaryProtocol do
   defp encode([], acc, bytes, tally), do: {acc, bytes, tally}
 
   @impl true
-  def terminate(_session), do: :ok
+  def terminate(session) do
+    for pid <- Session.fetch_pids(session), do: Process.exit(pid, :kill)
+    :ok
+  end
 end

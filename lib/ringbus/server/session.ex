@@ -19,8 +19,11 @@ defmodule Ringbus.Server.Session do
   # by one PUSH_ACKS frame after the other answers of that read (more than
   # one only when one would pass `max_frame_size`).
 
-  alias Ringbus.Server.{Auth, Config, PushRun}
-  alias Ringbus.Wire.{Decoder, Entries, ErrorCode, Frame}
+  alias Ringbus.Server.{Auth, Config, GroupRequests, PushRun}
+  alias Ringbus.Wire.{Decoder, Entries, ErrorCode, Frame, GroupFrame}
+
+  # Version 5's consumer-group requests (`Ringbus.Server.GroupRequests`).
+  @group_requests Keyword.keys(GroupFrame.requests())
 
   # What INFO_OK carries; `Ringbus.info/1` has more (a replicated channel's
   # Raft figures) that the protocol does not. Version 4 adds `:replicas`
@@ -60,7 +63,12 @@ defmodule Ringbus.Server.Session do
     # sub_id => subscription handle, and handle => sub_id
     subs: %{},
     refs: %{},
-    next_sub: 1
+    next_sub: 1,
+    # Fetches that wait: those to start ({corr, fun}, newest first), and
+    # those started, pid => corr; `waiting` counts both.
+    starts: [],
+    fetches: %{},
+    waiting: 0
   ]
 
   @type t :: %__MODULE__{config: Config.t()}
@@ -95,12 +103,25 @@ defmodule Ringbus.Server.Session do
   def fatal_frame(_session, :shutting_down),
     do: fatal(:shutting_down, "the server is stopping")
 
+  # A version 3 or 4 connection has no group frames: a malformed one is an
+  # unknown opcode to it, as it was before version 5.
+  def fatal_frame(%__MODULE__{version: v}, decode_error)
+      when v in [3, 4] and is_tuple(decode_error) and
+             elem(decode_error, 1) in @group_requests do
+    unknown_opcode(elem(decode_error, 1))
+  end
+
   def fatal_frame(_session, decode_error) do
     reason = Decoder.error_code(decode_error)
     fatal(reason, "cannot decode frame: #{inspect(decode_error)}")
   end
 
   defp fatal(reason, message), do: {reason, {:error, 0, reason, message}}
+
+  defp unknown_opcode(type) do
+    message = "cannot decode frame: #{inspect({:unknown_opcode, Frame.opcode(type)})}"
+    fatal(:unknown_opcode, message)
+  end
 
   @doc """
   What a stopping server writes last: `SUB_CLOSED shutting_down` for each
@@ -340,6 +361,18 @@ defmodule Ringbus.Server.Session do
     end
   end
 
+  defp request(%{version: version}, frame)
+       when elem(frame, 0) in @group_requests and version in [3, 4] do
+    {reason, error} = unknown_opcode(elem(frame, 0))
+    {:close, reason, error}
+  end
+
+  defp request(session, frame) when elem(frame, 0) in @group_requests do
+    {access, channel} = GroupRequests.access(frame)
+    corr = elem(frame, 1)
+    guarded(session, corr, access, channel, fn -> GroupRequests.run(frame, session.config) end)
+  end
+
   defp request(_session, frame),
     do: close(:unknown_opcode, "not a request: #{elem(frame, 0)}", 0)
 
@@ -449,11 +482,19 @@ defmodule Ringbus.Server.Session do
       case fun.() do
         {:error, reason, message} -> error(session, corr, reason, message)
         {:error, reason} -> error(session, corr, reason)
+        {:frames, frames} -> {:ok, frames, session}
+        {:wait, fun} -> wait(session, corr, fun)
         frame -> reply(session, frame)
       end
     else
       forbidden(session, corr, access, name)
     end
+  end
+
+  defp wait(%{waiting: waiting} = session, corr, fun) do
+    if waiting < Frame.max_waiting_fetches(),
+      do: {:ok, [], %{session | starts: [{corr, fun} | session.starts], waiting: waiting + 1}},
+      else: error(session, corr, :too_many_fetches)
   end
 
   defp forbidden(session, corr, access, name),
@@ -535,4 +576,48 @@ defmodule Ringbus.Server.Session do
          fit(rest, max, count + 1, bytes + byte_size(payload) + @message_overhead, [message | acc])
 
   defp fit(rest, _max, count, _bytes, acc), do: {count, :lists.reverse(acc), rest}
+
+  ## Fetches that wait
+
+  @doc """
+  The fetches that wait, for the connection to start each in a process of
+  its own (`started/3`), oldest first: `[{corr, fun}]`.
+  """
+  @spec take_starts(t()) :: {[{Frame.corr(), (() -> [Frame.t()])}], t()}
+  def take_starts(%__MODULE__{starts: starts} = session),
+    do: {:lists.reverse(starts), %{session | starts: []}}
+
+  @doc "The fetch of `corr` waits in process `pid`."
+  @spec started(t(), pid(), Frame.corr()) :: t()
+  def started(%__MODULE__{} = session, pid, corr),
+    do: %{session | fetches: Map.put(session.fetches, pid, corr)}
+
+  @doc """
+  A waiting fetch's process ended: with its answer (`{:ok, frames}`) or
+  not (any other reason, answered `internal`). The frames to write; none
+  for a process that is not a fetch of this session.
+  """
+  @spec fetched(t(), pid(), {:ok, [Frame.t()]} | term()) :: {[Frame.t()], t()}
+  def fetched(%__MODULE__{} = session, pid, result) do
+    case Map.pop(session.fetches, pid) do
+      {nil, _} ->
+        {[], session}
+
+      {corr, fetches} ->
+        session = %{session | fetches: fetches, waiting: session.waiting - 1}
+
+        case result do
+          {:ok, frames} ->
+            {frames, session}
+
+          reason ->
+            {[GroupRequests.error(corr, :internal, "the fetch failed: #{inspect(reason)}")],
+             session}
+        end
+    end
+  end
+
+  @doc "The processes of the fetches waiting, for the connection to stop as it ends."
+  @spec fetch_pids(t()) :: [pid()]
+  def fetch_pids(%__MODULE__{fetches: fetches}), do: Map.keys(fetches)
 end
