@@ -94,6 +94,13 @@ defmodule Ringbus.Groups do
   A fetch answered `{:error, :timeout}` may have delivered messages: they
   come due after `ack_wait`.
 
+  ## Over the binary protocol
+
+  `Ringbus.Client.Groups` (protocol version 5, docs/PROTOCOL.md section
+  11) offers these groups over a connection, which the server runs as
+  calls of this module: the connection is the owner of the consumers it
+  fetches for.
+
   ## Over RESP
 
   These are the groups RESP's `XGROUP`, `XREADGROUP`, `XACK`, `XCLAIM`...

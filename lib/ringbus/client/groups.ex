@@ -46,7 +46,7 @@ defmodule Ringbus.Client.Groups do
   """
 
   alias Ringbus.{Client, Options}
-  alias Ringbus.Wire.Frame
+  alias Ringbus.Wire.{Frame, GroupFrame}
 
   @type client :: Client.t()
   @type channel :: binary()
@@ -233,7 +233,7 @@ defmodule Ringbus.Client.Groups do
   end
 
   defp max!(max) do
-    limit = Frame.max_fetch()
+    limit = GroupFrame.max_fetch()
 
     Options.check!(
       :max,

@@ -13,7 +13,7 @@ defmodule Ringbus.Server.BinaryProtocol do
 
   @behaviour Ringbus.Server.Protocol
 
-  alias Ringbus.Server.{Protocol, Session, Stats}
+  alias Ringbus.Server.{Fetches, Protocol, Session, Stats}
   alias Ringbus.Wire.{Decoder, Frame}
 
   # A PUSH_BATCH of more payloads than this stays the bytes it came in
@@ -65,14 +65,22 @@ defmodule Ringbus.Server.BinaryProtocol do
     end
   end
 
-  defp start_fetches(session) do
-    {starts, session} = Session.take_starts(session)
+  defp start_fetches(%Session{fetches: fetches} = session) do
+    {starts, fetches} = Fetches.take_starts(fetches)
     connection = self()
 
-    Enum.reduce(starts, session, fn {corr, fun}, session ->
-      pid = spawn_link(fn -> send(connection, {:ringbus_fetched, self(), fun.()}) end)
-      Session.started(session, pid, corr)
-    end)
+    fetches =
+      Enum.reduce(starts, fetches, fn {corr, fun}, fetches ->
+        pid = spawn_link(fn -> send(connection, {:ringbus_fetched, self(), fun.()}) end)
+        Fetches.started(fetches, pid, corr)
+      end)
+
+    %{session | fetches: fetches}
+  end
+
+  defp fetched(session, pid, result) do
+    {out, fetches} = Fetches.finished(session.fetches, pid, result)
+    {:continue, out, %{session | fetches: fetches}}
   end
 
   @impl true
@@ -84,17 +92,12 @@ defmodule Ringbus.Server.BinaryProtocol do
     {:continue, out, session}
   end
 
-  def handle_message({:ringbus_fetched, pid, frames}, session) do
-    {out, session} = Session.fetched(session, pid, {:ok, frames})
-    {:continue, out, session}
-  end
+  def handle_message({:ringbus_fetched, pid, frames}, session),
+    do: fetched(session, pid, {:ok, frames})
 
   # A waiting fetch's process that died before it answered; one that
   # answered is no longer the session's.
-  def handle_message({:EXIT, pid, reason}, session) do
-    {out, session} = Session.fetched(session, pid, reason)
-    {:continue, out, session}
-  end
+  def handle_message({:EXIT, pid, reason}, session), do: fetched(session, pid, reason)
 
   def handle_message(_unexpected, session), do: {:continue, [], session}
 
@@ -121,7 +124,7 @@ defmodule Ringbus.Server.BinaryProtocol do
 
   @impl true
   def terminate(session) do
-    for pid <- Session.fetch_pids(session), do: Process.exit(pid, :kill)
+    for pid <- Fetches.pids(session.fetches), do: Process.exit(pid, :kill)
     :ok
   end
 end

@@ -103,7 +103,7 @@ defmodule Ringbus.Server.GroupRequests do
   end
 
   defp count(key, n) do
-    max = Frame.max_fetch()
+    max = GroupFrame.max_fetch()
     if n in 1..max, do: :ok, else: {:error, :bad_argument, "#{key} must be 1 to #{max}, got #{n}"}
   end
 

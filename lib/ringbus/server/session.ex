@@ -19,7 +19,7 @@ defmodule Ringbus.Server.Session do
   # by one PUSH_ACKS frame after the other answers of that read (more than
   # one only when one would pass `max_frame_size`).
 
-  alias Ringbus.Server.{Auth, Config, GroupRequests, PushRun}
+  alias Ringbus.Server.{Auth, Config, Fetches, GroupRequests, PushRun}
   alias Ringbus.Wire.{Decoder, Entries, ErrorCode, Frame, GroupFrame}
 
   # Version 5's consumer-group requests (`Ringbus.Server.GroupRequests`).
@@ -64,11 +64,8 @@ defmodule Ringbus.Server.Session do
     subs: %{},
     refs: %{},
     next_sub: 1,
-    # Fetches that wait: those to start ({corr, fun}, newest first), and
-    # those started, pid => corr; `waiting` counts both.
-    starts: [],
-    fetches: %{},
-    waiting: 0
+    # GROUP_FETCHes that wait (`Ringbus.Server.Fetches`).
+    fetches: Fetches.new()
   ]
 
   @type t :: %__MODULE__{config: Config.t()}
@@ -456,7 +453,10 @@ defmodule Ringbus.Server.Session do
     end
   end
 
-  defp versions, do: Enum.join(Frame.versions(), " and ")
+  defp versions do
+    {last, others} = List.pop_at(Frame.versions(), -1)
+    Enum.join(others, ", ") <> " and #{last}"
+  end
 
   # Version 4's INFO_OK also says how many members the channel has (nil:
   # a memory channel) and how many nodes this server's node reaches, itself
@@ -491,10 +491,11 @@ defmodule Ringbus.Server.Session do
     end
   end
 
-  defp wait(%{waiting: waiting} = session, corr, fun) do
-    if waiting < Frame.max_waiting_fetches(),
-      do: {:ok, [], %{session | starts: [{corr, fun} | session.starts], waiting: waiting + 1}},
-      else: error(session, corr, :too_many_fetches)
+  defp wait(session, corr, fun) do
+    case Fetches.add(session.fetches, corr, fun) do
+      {:ok, fetches} -> {:ok, [], %{session | fetches: fetches}}
+      :full -> error(session, corr, :too_many_fetches)
+    end
   end
 
   defp forbidden(session, corr, access, name),
@@ -576,48 +577,4 @@ defmodule Ringbus.Server.Session do
          fit(rest, max, count + 1, bytes + byte_size(payload) + @message_overhead, [message | acc])
 
   defp fit(rest, _max, count, _bytes, acc), do: {count, :lists.reverse(acc), rest}
-
-  ## Fetches that wait
-
-  @doc """
-  The fetches that wait, for the connection to start each in a process of
-  its own (`started/3`), oldest first: `[{corr, fun}]`.
-  """
-  @spec take_starts(t()) :: {[{Frame.corr(), (() -> [Frame.t()])}], t()}
-  def take_starts(%__MODULE__{starts: starts} = session),
-    do: {:lists.reverse(starts), %{session | starts: []}}
-
-  @doc "The fetch of `corr` waits in process `pid`."
-  @spec started(t(), pid(), Frame.corr()) :: t()
-  def started(%__MODULE__{} = session, pid, corr),
-    do: %{session | fetches: Map.put(session.fetches, pid, corr)}
-
-  @doc """
-  A waiting fetch's process ended: with its answer (`{:ok, frames}`) or
-  not (any other reason, answered `internal`). The frames to write; none
-  for a process that is not a fetch of this session.
-  """
-  @spec fetched(t(), pid(), {:ok, [Frame.t()]} | term()) :: {[Frame.t()], t()}
-  def fetched(%__MODULE__{} = session, pid, result) do
-    case Map.pop(session.fetches, pid) do
-      {nil, _} ->
-        {[], session}
-
-      {corr, fetches} ->
-        session = %{session | fetches: fetches, waiting: session.waiting - 1}
-
-        case result do
-          {:ok, frames} ->
-            {frames, session}
-
-          reason ->
-            {[GroupRequests.error(corr, :internal, "the fetch failed: #{inspect(reason)}")],
-             session}
-        end
-    end
-  end
-
-  @doc "The processes of the fetches waiting, for the connection to stop as it ends."
-  @spec fetch_pids(t()) :: [pid()]
-  def fetch_pids(%__MODULE__{fetches: fetches}), do: Map.keys(fetches)
 end

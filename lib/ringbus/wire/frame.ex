@@ -2,8 +2,7 @@ defmodule Ringbus.Wire.Frame do
   @moduledoc """
   Encoding and decoding of single frames of the Ringbus protocol, version 5
   (and versions 3 and 4: version 4 is version 5 without the consumer-group
-  frames of `Ringbus.Wire.GroupFrame`, and version 3 differs from version 4
-  only in `INFO_OK`).
+  frames, and version 3 differs from version 4 only in `INFO_OK`).
 
   `docs/PROTOCOL.md` is the specification; this module is its reference
   implementation. Every frame is a `u32` length (the bytes of opcode and body),
@@ -38,7 +37,7 @@ defmodule Ringbus.Wire.Frame do
       {:ping, corr}
 
   and version 5's consumer-group requests, `{:group_create, ...}` to
-  `{:group_info, ...}` (`Ringbus.Wire.GroupFrame`).
+  `{:group_info, ...}`, laid out in `Ringbus.Wire.GroupFrame`.
 
   ## Responses and server-initiated frames (server to client)
 
@@ -153,10 +152,6 @@ defmodule Ringbus.Wire.Frame do
   @payload_headroom 64
   @max_capacity 0xFFFF_FFFF
   @max_replicas 255
-  # Consumer groups (version 5): the most messages one GROUP_FETCH or
-  # GROUP_AUTOCLAIM asks for, and the fetches one connection has waiting.
-  @max_fetch 1000
-  @max_waiting_fetches 64
 
   # Requests
   @hello 0x01
@@ -217,14 +212,12 @@ defmodule Ringbus.Wire.Frame do
     error: @error
   ]
 
-  # Version 5's consumer-group frames (`Ringbus.Wire.GroupFrame`).
-  @group_requests GroupFrame.requests()
-  @group_responses GroupFrame.responses()
-  @group_types Keyword.keys(@group_requests ++ @group_responses)
-  @group_opcodes Keyword.values(@group_requests ++ @group_responses)
-  @opcodes Enum.take_while(@opcodes, &(elem(&1, 1) < 0x80)) ++
-             @group_requests ++
-             Enum.drop_while(@opcodes, &(elem(&1, 1) < 0x80)) ++ @group_responses
+  # Version 5's consumer-group frames (`Ringbus.Wire.GroupFrame`), among
+  # the others in opcode order.
+  @groups GroupFrame.requests() ++ GroupFrame.responses()
+  @group_types Keyword.keys(@groups)
+  @group_opcodes Keyword.values(@groups)
+  @opcodes Enum.sort_by(@opcodes ++ @groups, &elem(&1, 1))
 
   # Body sizes of the frames that have no variable-length field.
   @fixed_sizes [
@@ -331,46 +324,8 @@ defmodule Ringbus.Wire.Frame do
 
   @type t :: request() | response()
 
-  @type type ::
-          :hello
-          | :create
-          | :delete
-          | :push
-          | :push_batch
-          | :pull
-          | :read
-          | :len
-          | :info
-          | :subscribe
-          | :credit
-          | :unsubscribe
-          | :ping
-          | :hello_ok
-          | :ok
-          | :push_acks
-          | :pull_ok
-          | :empty
-          | :read_ok
-          | :len_ok
-          | :info_ok
-          | :subscribed
-          | :deliver
-          | :sub_closed
-          | :pong
-          | :error
-          | :group_create
-          | :group_fetch
-          | :group_ack
-          | :group_nack
-          | :group_in_progress
-          | :group_claim
-          | :group_autoclaim
-          | :group_remove_consumer
-          | :group_delete
-          | :group_info
-          | :group_messages
-          | :group_count
-          | :group_info_ok
+  @typedoc "A frame type: a key of `opcodes/0`."
+  @type type :: unquote(@opcodes |> Keyword.keys() |> Enum.reduce(&{:|, [], [&1, &2]}))
 
   @typedoc "Which frames a receiver takes: a server `:requests`, a client `:responses`."
   @type direction :: :requests | :responses | :any
@@ -474,20 +429,6 @@ defmodule Ringbus.Wire.Frame do
   @doc "The most replicas `CREATE` asks for, a u8: 255."
   @spec max_replicas() :: pos_integer()
   def max_replicas, do: @max_replicas
-
-  @doc """
-  The most messages a `GROUP_FETCH` or `GROUP_AUTOCLAIM` may ask for, 1,000;
-  more is answered `bad_argument`.
-  """
-  @spec max_fetch() :: pos_integer()
-  def max_fetch, do: @max_fetch
-
-  @doc """
-  The most `GROUP_FETCH`es that wait at once on one connection, 64; one more
-  is answered `too_many_fetches`.
-  """
-  @spec max_waiting_fetches() :: pos_integer()
-  def max_waiting_fetches, do: @max_waiting_fetches
 
   @doc "Every frame type with its opcode, requests first."
   @spec opcodes() :: [{type(), byte()}]
@@ -841,12 +782,7 @@ defmodule Ringbus.Wire.Frame do
     {@error, [<<corr::32, ErrorCode.code(reason)::16, byte_size(message)::16>>, message]}
   end
 
-  defp body(frame) when elem(frame, 0) in @group_types do
-    case GroupFrame.body(frame) do
-      :error -> body(nil)
-      encoded -> encoded
-    end
-  end
+  defp body(frame) when elem(frame, 0) in @group_types, do: GroupFrame.body(frame) || body(nil)
 
   defp body(frame) do
     raise ArgumentError,

@@ -68,6 +68,11 @@ defmodule Ringbus.Wire.GroupFrame do
     group_info_ok: @group_info_ok
   ]
 
+  # The most messages one GROUP_FETCH or GROUP_AUTOCLAIM asks for, and the
+  # fetches one connection has waiting.
+  @max_fetch 1000
+  @max_waiting_fetches 64
+
   @more_flag 0x01
   @from_seq 0
   @from_earliest 1
@@ -79,6 +84,22 @@ defmodule Ringbus.Wire.GroupFrame do
   @messages_header 1 + 4 + 1 + 4
 
   @type corr :: 0..0xFFFF_FFFF
+
+  @typedoc "A group frame's type, its first element."
+  @type type ::
+          :group_create
+          | :group_fetch
+          | :group_ack
+          | :group_nack
+          | :group_in_progress
+          | :group_claim
+          | :group_autoclaim
+          | :group_remove_consumer
+          | :group_delete
+          | :group_info
+          | :group_messages
+          | :group_count
+          | :group_info_ok
   @type message :: {non_neg_integer(), binary(), pos_integer()}
 
   @type t ::
@@ -114,6 +135,20 @@ defmodule Ringbus.Wire.GroupFrame do
   @spec responses() :: [{atom(), byte()}]
   def responses, do: @responses
 
+  @doc """
+  The most messages a `GROUP_FETCH` or `GROUP_AUTOCLAIM` may ask for, 1,000;
+  more is answered `bad_argument`.
+  """
+  @spec max_fetch() :: pos_integer()
+  def max_fetch, do: @max_fetch
+
+  @doc """
+  The most `GROUP_FETCH`es that wait at once on one connection, 64; one more
+  is answered `too_many_fetches`.
+  """
+  @spec max_waiting_fetches() :: pos_integer()
+  def max_waiting_fetches, do: @max_waiting_fetches
+
   @doc "The bytes a message takes in `GROUP_MESSAGES` besides its payload: 16."
   @spec message_overhead() :: pos_integer()
   def message_overhead, do: @message_overhead
@@ -124,8 +159,8 @@ defmodule Ringbus.Wire.GroupFrame do
 
   ## Encoding
 
-  @doc "`{opcode, body}` of a group frame, or `:error` when it is not one in range."
-  @spec body(tuple()) :: {byte(), iodata()} | :error
+  @doc "`{opcode, body}` of a group frame, or nil when it is not one in range."
+  @spec body(tuple()) :: {byte(), iodata()} | nil
   def body({:group_create, corr, channel, group, from, ack_wait, max_deliver, max_pending, dl})
       when is_u32(corr) and is_name(channel) and is_id(group) and
              (from in [:earliest, :latest] or is_u64(from)) and is_u32(ack_wait) and
@@ -195,7 +230,7 @@ defmodule Ringbus.Wire.GroupFrame do
     {@group_info_ok, [<<corr::32, count::16>> | body]}
   end
 
-  def body(_frame), do: :error
+  def body(_frame), do: nil
 
   defp head(corr, channel, group), do: [<<corr::32>>, id(channel), id(group)]
 
@@ -208,7 +243,7 @@ defmodule Ringbus.Wire.GroupFrame do
   defp seqs_body(opcode, head, count, seqs) when is_u32(count) and is_list(seqs),
     do: {opcode, [head, <<count::32>> | seqs(seqs, count, 0, <<>>)]}
 
-  defp seqs_body(_opcode, _head, _count, _seqs), do: :error
+  defp seqs_body(_opcode, _head, _count, _seqs), do: nil
 
   defp seqs([seq | rest], count, n, acc) when is_u64(seq),
     do: seqs(rest, count, n + 1, <<acc::binary, seq::64>>)

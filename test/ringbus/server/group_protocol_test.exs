@@ -8,7 +8,7 @@ defmodule Ringbus.Server.GroupProtocolTest do
   import Ringbus.Test.Eventually
 
   alias Ringbus.Test.RawClient
-  alias Ringbus.Wire.Frame
+  alias Ringbus.Wire.GroupFrame
 
   @timeout 5_000
 
@@ -232,9 +232,9 @@ defmodule Ringbus.Server.GroupProtocolTest do
 
     bad = [
       {{:group_fetch, 2, "bad", "nope", "w", 1, 0}, :no_group},
-      {{:group_fetch, 3, "bad", "g", "w", Frame.max_fetch() + 1, 0}, :bad_argument},
+      {{:group_fetch, 3, "bad", "g", "w", GroupFrame.max_fetch() + 1, 0}, :bad_argument},
       {{:group_fetch, 4, "bad", "g", "w", 0, 0}, :bad_argument},
-      {{:group_autoclaim, 5, "bad", "g", "w", 0, Frame.max_fetch() + 1}, :bad_argument},
+      {{:group_autoclaim, 5, "bad", "g", "w", 0, GroupFrame.max_fetch() + 1}, :bad_argument},
       {{:group_create, 6, "bad", "g2", :earliest, 1000, :infinity, 0, nil}, :bad_argument},
       {{:group_create, 7, "bad", "g", :earliest, 1000, :infinity, 10, nil}, :exists},
       {{:group_fetch, 8, "none", "g", "w", 1, 0}, :no_channel},
@@ -266,7 +266,7 @@ defmodule Ringbus.Server.GroupProtocolTest do
   test "a connection has at most max_waiting_fetches fetches waiting", %{port: port} do
     group!("many")
     client = hello(port)
-    n = Frame.max_waiting_fetches()
+    n = GroupFrame.max_waiting_fetches()
 
     RawClient.send_frames(
       client,
