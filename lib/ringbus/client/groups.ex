@@ -243,17 +243,18 @@ defmodule Ringbus.Client.Groups do
     )
   end
 
-  # The list and its count, counted once here for the frame.
-  defp seqs!(seqs) do
-    Options.check!(
-      :seqs,
-      seqs,
-      &(is_list(&1) and Enum.all?(&1, fn s -> u64?(s) end)),
-      "a list of seqs (non-negative integers below 2^64)"
-    )
+  # The list and its count for the frame, checked and counted in one walk.
+  defp seqs!(seqs) when is_list(seqs) do
+    n =
+      Enum.reduce(seqs, 0, fn seq, n ->
+        Options.check!(:seqs, seq, &u64?/1, "seqs: non-negative integers below 2^64")
+        n + 1
+      end)
 
-    {length(seqs), seqs}
+    {n, seqs}
   end
+
+  defp seqs!(other), do: Options.check!(:seqs, other, &is_list/1, "a list of seqs")
 
   defp u32?(n), do: is_integer(n) and n in 0..0xFFFF_FFFF
   defp u32_positive?(n), do: is_integer(n) and n in 1..0xFFFF_FFFF

@@ -250,6 +250,12 @@ defmodule Ringbus.Server.GroupProtocolTest do
         client
       end)
 
+    # An ack of a group nobody has acks nothing; in_progress says no_group.
+    {reply, client} = RawClient.call(client, {:group_ack, 14, "bad", "nope", 1, [0]})
+    assert reply == {:group_count, 14, 0}
+    {reply, client} = RawClient.call(client, {:group_in_progress, 15, "bad", "nope", 1, [0]})
+    assert {:error, 15, :no_group, _} = reply
+
     {reply, client} = RawClient.call(client, {:ping, 11})
     assert reply == {:pong, 11}
 
@@ -306,5 +312,79 @@ defmodule Ringbus.Server.GroupProtocolTest do
 
     assert {:ok, %{seq: 0, deliveries: 1, group: "g", payload: "poison"}} =
              Ringbus.Groups.decode_dead_letter(letter)
+  end
+
+  test "a fetch that waits on a connection that closes takes nothing", %{port: port} do
+    group!("gone")
+    a = hello(port)
+    RawClient.send_frames(a, [{:group_fetch, 2, "gone", "g", "wa", 1, 30_000}])
+    waiters = Ringbus.Test.Internals.channel!("gone").waiters
+    assert eventually(fn -> :ets.info(waiters, :size) > 0 end)
+    [connection] = for c <- Ringbus.Server.clients(), c.port == port, do: c.pid
+    ref = Process.monitor(connection)
+    RawClient.close(a)
+
+    # Its process ends with the connection: the next push wakes no one of a's.
+    assert_receive {:DOWN, ^ref, :process, _, _}, 5_000
+    {:ok, 0} = Ringbus.push("gone", "job")
+    b = hello(port)
+    {reply, _b} = RawClient.call(b, {:group_fetch, 3, "gone", "g", "wb", 1, 0})
+    assert reply == {:group_messages, 3, false, 1, [{0, "job", 1}]}
+  end
+
+  test "GROUP_INFO larger than max_frame_size is too_large" do
+    server = start_supervised!({Ringbus.Server, [port: 0, max_frame_size: 1024]}, id: :small)
+    group!("crowded")
+    for i <- 1..50, do: {:ok, []} = Ringbus.Groups.fetch("crowded", "g", "consumer-#{i}", 1)
+
+    client = hello(Ringbus.Server.port(server))
+    {reply, _client} = RawClient.call(client, {:group_info, 2, "crowded"})
+    assert {:error, 2, :too_large, message} = reply
+    assert message =~ "max_frame_size"
+  end
+
+  describe "rights" do
+    setup do
+      tokens = %{"reader" => [read: :all], "writer" => [read: :all, write: :all], "root" => :all}
+      server = start_supervised!({Ringbus.Server, [port: 0, tokens: tokens]}, id: :tokens)
+      %{port: Ringbus.Server.port(server)}
+    end
+
+    # Each group request with the right docs/PROTOCOL.md (section 3) says it needs.
+    @requests [
+      {{:group_create, 2, "r", "g2", :latest, 1000, :infinity, 10, nil}, :manage},
+      {{:group_fetch, 2, "r", "g", "w", 1, 0}, :write},
+      {{:group_ack, 2, "r", "g", 1, [0]}, :write},
+      {{:group_nack, 2, "r", "g", 0, 1, [0]}, :write},
+      {{:group_in_progress, 2, "r", "g", 1, [0]}, :write},
+      {{:group_claim, 2, "r", "g", "w", 1, [0]}, :write},
+      {{:group_autoclaim, 2, "r", "g", "w", 0, 1}, :write},
+      {{:group_remove_consumer, 2, "r", "g", "w"}, :write},
+      {{:group_delete, 2, "r", "g"}, :manage},
+      {{:group_info, 2, "r"}, :read}
+    ]
+
+    test "a group request needs read, write or manage as the rights table says", %{port: port} do
+      rights = %{
+        "reader" => [:read],
+        "writer" => [:read, :write],
+        "root" => [:read, :write, :manage]
+      }
+
+      for {token, granted} <- rights, {frame, access} <- @requests do
+        Ringbus.delete("r")
+        group!("r")
+        client = RawClient.connect!(port)
+        RawClient.send_frames(client, [{:hello, 1, 5, 0, token}])
+        {[{:hello_ok, 1, 5, _}], client} = RawClient.recv(client, 1)
+        {reply, _client} = RawClient.call(client, frame)
+        RawClient.close(client)
+
+        forbidden? = match?({:error, 2, :forbidden, _}, reply)
+
+        assert forbidden? == access not in granted,
+               "#{token} #{elem(frame, 0)}: #{inspect(reply)}"
+      end
+    end
   end
 end
