@@ -109,8 +109,9 @@ defmodule Layers do
     # layer; replicated channels' deletes, memberships and leaders are the
     # replica layer's.
     cluster: [:op, :channel, :store, :replica, :leaf],
-    # Replicated channels: a Ra machine applying into the channel layer's rings.
-    replica: [:channel, :store, :leaf],
+    # Replicated channels: a Ra machine applying into the channel layer's
+    # rings and the group layer's tables.
+    replica: [:channel, :store, :group, :leaf],
     # lib/ringbus.ex: creates, deletes and names the store lacks go to the cluster.
     api: [:op, :channel, :store, :cluster, :replica, :leaf],
     # The client uses the wire only, never the server.

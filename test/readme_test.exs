@@ -15,9 +15,30 @@ defmodule Ringbus.ReadmeTest do
   end
 
   test "the work queue: a worker killed mid-message, whose message another worker gets" do
+    work_queue(work_queue_code())
+  end
+
+  test "the work queue on a replicated channel, as README says it runs" do
+    code = work_queue_code()
+    [_, section] = String.split(File.read!("README.md"), "## Work queue", parts: 2)
+    assert section =~ ~s[Ringbus.create("jobs", capacity: 1_000,\nreplicas: 1)]
+    create = ~s[Ringbus.create("jobs", capacity: 1_000)]
+    assert code =~ create
+
+    work_queue(
+      String.replace(code, create, ~s[Ringbus.create("jobs", capacity: 1_000, replicas: 1)])
+    )
+
+    assert {:ok, %{replicas: 1}} = Ringbus.info("jobs")
+  end
+
+  defp work_queue_code do
     [_, after_heading] = String.split(File.read!("README.md"), "## Work queue", parts: 2)
     [_, code, _] = String.split(after_heading, ["```elixir\n", "```\n"], parts: 3)
+    code
+  end
 
+  defp work_queue(code) do
     Ringbus.delete("jobs")
     on_exit(fn -> Ringbus.delete("jobs") end)
 

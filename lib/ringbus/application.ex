@@ -4,6 +4,10 @@ defmodule Ringbus.Application do
   # ├── Ringbus.Store               owns every ETS table; links to each
   # │                               channel's Ringbus.Channel.Anchor, which its
   # │                               subscriptions monitor
+  # ├── Ringbus.Group.TableOwner    owns the consumer groups of the channels
+  # │                               this node holds (Ringbus.Release.node_children/0),
+  # │                               before the replicated channels, whose
+  # │                               machines put their groups in it
   # ├── Ringbus.Replica.Supervisor  Ra and the replicated channels of this
   # │                               node (lib/ringbus/replica/README.md);
   # │                               restarts with the store, and remakes
@@ -12,8 +16,6 @@ defmodule Ringbus.Application do
   # │                               restarts with the store, whose channels
   # │                               it announces
   # ├── Ringbus.Server.Directory    the servers listening on this node (a Registry)
-  # ├── Ringbus.Group.TableOwner    owns the consumer groups of the channels
-  # │                               this node homes (Ringbus.Release.node_children/0)
   # └── in a release: the channels, servers and HTTP endpoint its runtime
   #     configuration declares (`Ringbus.Release`)
   #
@@ -27,13 +29,9 @@ defmodule Ringbus.Application do
   @impl true
   def start(_type, _args) do
     children =
-      [
-        Ringbus.Store,
-        Ringbus.Replica.Supervisor,
-        Ringbus.Cluster.Supervisor,
-        Ringbus.Server.Directory
-      ] ++
+      [Ringbus.Store] ++
         Ringbus.Release.node_children() ++
+        [Ringbus.Replica.Supervisor, Ringbus.Cluster.Supervisor, Ringbus.Server.Directory] ++
         Ringbus.Release.children(Application.get_env(:ringbus, :release))
 
     Supervisor.start_link(children, strategy: :rest_for_one, name: Ringbus.Supervisor)

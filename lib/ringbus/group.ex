@@ -21,8 +21,12 @@ defmodule Ringbus.Group do
   # Time: each request reads the clock once (`now/0`, system ms) and every
   # decision that depends on it takes that `now` (`Ringbus.Group.Redelivery`).
   #
-  # Known limit: a replicated channel's groups are those of the member that
-  # runs the request (its ring and this node's table), not kept in its log.
+  # A replicated channel's groups are kept in its log: every group request
+  # on it is a command that each member's machine applies with `decided/4`
+  # to its own ring and table, at the time the leader stamped in it, so
+  # every member holds the same groups and a new leader carries on
+  # (`Ringbus.Group.Logged` sends them and waits). A snapshot of the
+  # channel carries its rows (`rows/1`, `load/2`).
   #
   # The seqs a caller gives (`ref`) may say which incarnation of the channel
   # they are of, so that a position kept from a creation gone is refused
@@ -110,6 +114,8 @@ defmodule Ringbus.Group do
     * `{:bury, group, [seq]}` - dead entries pushed to the dead-letter
       channel leave the group: `{:ok, buried}`
     * `:figures` - `{:ok, [map]}`, each group's (`Ringbus.Group.Redelivery.figures/6`)
+    * `{:orphan, group, consumer, owner}` - the consumer's pending entries
+      are due at once if `owner` still owns it (it exited): `{:ok, due}`
 
   Every request on a group that does not exist answers `{:error,
   :no_group}`, except `:ack` (`{:ok, 0}`), `:destroy` and `:figures`.
@@ -140,6 +146,7 @@ defmodule Ringbus.Group do
           | {:remove_consumer, binary(), binary()}
           | {:bury, binary(), [non_neg_integer()]}
           | :figures
+          | {:orphan, binary(), binary(), pid()}
 
   @doc """
   Runs `request` on the groups of `channel`; `room` bounds the entries it
@@ -148,15 +155,42 @@ defmodule Ringbus.Group do
   """
   @spec run(Channel.t(), request(), pos_integer() | :infinity) ::
           {:reply, term()} | {:wait, (() -> term())}
-  def run(%Channel{incarnation: c, anchor: anchor} = channel, request, room) do
-    at = At.new(channel, room)
-    if Table.watch(at.table, c, anchor), do: TableOwner.watch(c, anchor)
-
-    case request(at, request) do
+  def run(%Channel{} = channel, request, room) do
+    case request(at(channel, room, nil), request) do
       {:wait, fun} -> {:wait, fun}
       answer -> {:reply, answer}
     end
   end
+
+  @doc """
+  Runs `request` as a replicated channel's machine applies it from the
+  log, at `now` (the leader's stamp, system ms): the same on every member,
+  so it never waits (a fetch's wait is its sender's, `Ringbus.Group.Logged`)
+  and watches no owner from here.
+  """
+  @spec decided(Channel.t(), request(), pos_integer() | :infinity, integer()) :: term()
+  def decided(channel, {:fetch, group, consumer, owner, max, _wait}, room, now),
+    do: request(at(channel, room, now), {:fetch, group, consumer, owner, max, 0})
+
+  def decided(channel, request, room, now), do: request(at(channel, room, now), request)
+
+  defp at(%Channel{incarnation: c, anchor: anchor} = channel, room, now) do
+    at = At.new(channel, room, now)
+    if Table.watch(at.table, c, anchor), do: TableOwner.watch(c, anchor)
+    at
+  end
+
+  @doc "The channel's group rows, for its snapshot."
+  @spec rows(Channel.t()) :: [tuple()]
+  def rows(%Channel{incarnation: c}), do: Table.dump(Table.table(), c)
+
+  @doc "Whether the channel has a group."
+  @spec any?(Channel.t()) :: boolean()
+  def any?(%Channel{incarnation: c}), do: Table.any?(Table.table(), c)
+
+  @doc "The channel's groups become those of `rows` (`rows/1`, from a snapshot)."
+  @spec load(Channel.t(), [tuple()]) :: :ok
+  def load(%Channel{incarnation: c}, rows), do: Table.restore(Table.table(), c, rows)
 
   defp request(at, {:read, group, consumer, count, noack}),
     do: Reads.read(at, group, consumer, count, noack, true)
@@ -196,6 +230,12 @@ defmodule Ringbus.Group do
 
   defp request(at, {:bury, group, seqs}), do: Fetch.bury(at, group, seqs)
   defp request(at, :figures), do: {:ok, Fetch.figures(at)}
+
+  defp request(%{table: t, c: c} = at, {:orphan, group, consumer, owner}) do
+    if Table.disown(t, c, group, consumer, owner),
+      do: {:ok, TableOwner.orphan(t, at.channel, {c, group, consumer}, at.now)},
+      else: {:ok, 0}
+  end
 
   defp request(at, {:create, group, from, entries_read}),
     do: request(at, {:create, group, from, entries_read, Table.config()})

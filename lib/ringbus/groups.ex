@@ -115,13 +115,19 @@ defmodule Ringbus.Groups do
 
   Each request reads the home node's system clock once, and every
   decision that depends on time (what is due, what is dead) is taken
-  with that reading.
+  with that reading; on a replicated channel, the time the leader stamped
+  in the request's log entry.
 
-  ## Known limit
+  ## Replicated channels
 
-  A replicated channel's groups are kept on the member that runs the
-  request (in that node's table), not in the channel's Raft log: a new
-  leader does not know them.
+  A replicated channel's groups are kept in its Raft log: every request
+  here is a command of the log (many requests go as one), applied alike by
+  every member, so every member holds the same groups, a new leader carries
+  on where the old one stood, and the groups come back with the channel
+  after a restart. A fetch that waits, waits on the member that runs it;
+  the exit of the process that fetched is sent through the log from there
+  (if that member's node goes down too, the consumer's messages are due
+  after `ack_wait`).
   """
 
   alias Ringbus.Options

@@ -95,8 +95,15 @@ defmodule Ringbus.Op do
   def run(channel, {:subscriptions, timeout, limit}, _room, _timeout),
     do: {:wait, fn -> {:ok, Subscription.survey(channel, timeout, limit)} end}
 
-  # A group request answers now, or (a fetch that waits for entries) waits.
-  def run(channel, {:group, request}, room, _timeout), do: Group.run(channel, request, room)
+  # A group request answers now, or (a fetch that waits for entries) waits;
+  # on a replicated channel it goes through the log, and the caller waits.
+  def run(%Channel{replica: nil} = channel, {:group, request}, room, _timeout),
+    do: Group.run(channel, request, room)
+
+  def run(channel, {:group, request}, room, timeout) do
+    log = &Replica.group(channel, &1, room, timeout)
+    {:wait, fn -> Group.Logged.run(channel, request, log) end}
+  end
 
   def run(channel, {:stamped, {:group, _} = op}, room, timeout),
     do: stamp(channel, run(channel, op, room, timeout))
@@ -122,7 +129,7 @@ defmodule Ringbus.Op do
   @spec write?(t()) :: boolean()
   def write?(:pull), do: true
   def write?({:stamped, op}), do: write?(op)
-  def write?(op) when is_tuple(op), do: elem(op, 0) in [:trim | pushes()]
+  def write?(op) when is_tuple(op), do: elem(op, 0) in [:trim, :group | pushes()]
   def write?(_op), do: false
 
   defp pushes, do: [:push, :push_many, :push_run, :push_tagged, :push_batches, :push_trim]

@@ -83,8 +83,9 @@ defmodule Ringbus.Release do
   @type boot :: Ringbus.Release.Config.boot()
 
   @doc """
-  What every node runs for its front ends, release or not, before any
-  server: the owner of the consumer groups of the channels it homes
+  What every node runs, release or not, after the store and before the
+  replicated channels (whose machines put their consumer groups in it) and
+  any server: the owner of the consumer groups of the channels it holds
   (`Ringbus.Group.TableOwner`).
   """
   @spec node_children() :: [module()]

@@ -234,6 +234,15 @@ defmodule Ringbus.Replica do
   def trim(channel, trim), do: call(channel, {:trim, trim}, @default_timeout)
 
   @doc """
+  Runs a consumer group request (`Ringbus.Group.request()`) through Ra:
+  every member's machine applies it to its own groups, and this answers
+  what it answered (`room` bounds its payloads).
+  """
+  @spec group(Channel.t(), term(), pos_integer() | :infinity, pos_integer() | nil) :: term()
+  def group(channel, request, room, timeout),
+    do: call(channel, {:group, room, request}, timeout || @default_timeout)
+
+  @doc """
   Many batches (the server's), each through Ra on its own, in one
   command; one answer per batch. Once one answers `:node_busy` (no leader
   took it in time), the rest answer it too, untried.

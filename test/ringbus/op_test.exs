@@ -47,13 +47,14 @@ defmodule Ringbus.OpTest do
     assert {:ok, %{len: 5, next_seq: 7}} = Ringbus.info(name)
   end
 
-  test "writes are the pushes, pulls and trims, stamped or not" do
+  test "writes are the pushes, pulls, trims and group requests, stamped or not" do
     assert Op.write?({:push, "a"})
     assert Op.write?(:pull)
     assert Op.write?({:trim, maxlen(1)})
     assert Op.write?({:stamped, {:push_trim, {:push, "a"}, maxlen(1)}})
     refute Op.write?({:read, 0, 1, nil})
     refute Op.write?(:info)
-    refute Op.write?({:stamped, {:group, {:groups, false}}})
+    # A replicated channel runs every group request through its log.
+    assert Op.write?({:stamped, {:group, {:info, "g"}}})
   end
 end

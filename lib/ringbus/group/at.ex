@@ -3,8 +3,10 @@ defmodule Ringbus.Group.At do
   # What every group request needs where it runs: `at`, the request's
   # context as `new/2` makes it for `Ringbus.Group.run/3` (the channel's
   # handle, the node's table, the channel's incarnation `c`, the payload
-  # bytes its answer may carry, and `now`, the one reading of the clock
-  # every decision of the request takes); the group's row; a position or
+  # bytes its answer may carry, `now`, the one reading of the clock every
+  # decision of the request takes, and `logged`: whether it runs as a
+  # replicated channel's machine applies its log, where `now` is the
+  # leader's stamp and nothing is watched from here); the group's row; a position or
   # entry checked against the channel's incarnation; a cut of entries to a
   # room.
 
@@ -16,18 +18,24 @@ defmodule Ringbus.Group.At do
           table: Table.table(),
           c: Table.c(),
           bytes: non_neg_integer() | :infinity,
-          now: integer()
+          now: integer(),
+          logged: boolean()
         }
 
-  @doc "A request on `channel`'s groups whose answer may carry `room` bytes."
-  @spec new(Ringbus.Channel.t(), pos_integer() | :infinity) :: t()
-  def new(channel, room),
+  @doc """
+  A request on `channel`'s groups whose answer may carry `room` bytes; one
+  that a replicated channel's log carries gives the time the leader stamped
+  in it (`now`).
+  """
+  @spec new(Ringbus.Channel.t(), pos_integer() | :infinity, integer() | nil) :: t()
+  def new(channel, room, logged_at \\ nil),
     do: %{
       channel: channel,
       table: Table.table(),
       c: channel.incarnation,
       bytes: bytes(room),
-      now: now()
+      now: logged_at || now(),
+      logged: logged_at != nil
     }
 
   defp bytes(:infinity), do: :infinity

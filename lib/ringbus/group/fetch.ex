@@ -45,9 +45,11 @@ defmodule Ringbus.Group.Fetch do
     end
   end
 
-  # The consumer is seen now, and `owner`'s; a new owner is watched.
+  # The consumer is seen now, and `owner`'s; a new owner is watched, here
+  # unless a replicated channel's log carries the request (then the node
+  # that sent it watches, `Ringbus.Group.Logged`).
   defp own(%{table: t, c: c} = at, group, consumer, owner) do
-    if Table.own(t, c, group, consumer, owner, at.now),
+    if Table.own(t, c, group, consumer, owner, at.now) and not at.logged,
       do: TableOwner.own(owner, {c, group, consumer}, at.channel)
 
     Table.seen(t, c, group, consumer, at.now)

@@ -156,6 +156,38 @@ defmodule Ringbus.Group.Table do
     :ok
   end
 
+  @doc """
+  Channel `c`'s groups, consumers and PEL, as rows to `restore/3` elsewhere
+  (a replicated channel's snapshot); the due index is rebuilt from the PEL.
+  """
+  @spec dump(table(), c()) :: [tuple()]
+  # One select a kind of row: each key's bound prefix is one range of the
+  # ordered set, where a spec of many patterns would read the whole table.
+  def dump(t, c) do
+    :ets.select(t, [{group_row({:group, c, :_}), [], [:"$_"]}]) ++
+      :ets.select(t, [{{{:consumer, c, :_, :_}, :_, :_}, [], [:"$_"]}]) ++
+      :ets.select(t, [{{{:pending, c, :_, :_}, :_, :_, :_, :_}, [], [:"$_"]}])
+  end
+
+  @doc "Whether channel `c` has a group."
+  @spec any?(table(), c()) :: boolean()
+  def any?(t, c),
+    do: :ets.select(t, [{group_row({:group, c, :_}), [], [true]}], 1) != :"$end_of_table"
+
+  @doc "Channel `c`'s rows become `rows` (from `dump/2`); whether it is watched is kept."
+  @spec restore(table(), c(), [tuple()]) :: :ok
+  def restore(t, c, rows) do
+    watched = :ets.lookup(t, {:channel, c})
+    drop(t, c)
+    :ets.insert(t, watched)
+
+    due = for {{:pending, ^c, group, seq}, _, _, _, due} <- rows, do: {{:due, c, group, due, seq}}
+
+    :ets.insert(t, rows)
+    :ets.insert(t, due)
+    :ok
+  end
+
   ## Groups
 
   @spec create(table(), c(), binary(), integer(), non_neg_integer(), config()) ::

@@ -6,14 +6,19 @@ defmodule Ringbus.Group.TableOwner do
   # group request on a channel asks it to watch the channel's anchor
   # (`watch/2`), which stops when the channel is deleted, by any API and
   # from any node. One per node, started with the application
-  # (`Ringbus.Release.node_children/0`), after the store: a store that
-  # restarts loses its channels, and this its groups with them.
+  # (`Ringbus.Release.node_children/0`), after the store and before the
+  # replicated channels, whose machines put their groups here: a store that
+  # restarts loses its channels, and this its groups with them (a memory
+  # channel's; the replicated channels restart after it, and their machines
+  # put their groups back from their logs).
   #
   # It also watches the owners of the Elixir API's consumers (the process
   # that fetches for each, `Ringbus.Group.Fetch`): a fetch by a new owner
   # casts `own/3` once, and when that process exits (or its node goes) the
   # consumers it still owns have their pending entries made due at once,
   # and the channel's waiting fetches woken. A RESP consumer has no owner.
+  # A replicated channel's consumer (`own_logged/3`) is watched on the node
+  # that sent its fetch, and its owner's exit is a request through the log.
 
   use GenServer
 
@@ -37,6 +42,15 @@ defmodule Ringbus.Group.TableOwner do
   @spec own(pid(), {Table.c(), binary(), binary()}, Ringbus.Channel.t()) :: :ok
   def own(owner, consumer, channel),
     do: GenServer.cast(__MODULE__, {:own, owner, consumer, channel})
+
+  @doc """
+  Watches `owner`, which fetches for consumer `{c, group, consumer}` of a
+  replicated channel: when it exits, `on_exit` runs in a process of its
+  own (it sends the `:orphan` request through the channel's log).
+  """
+  @spec own_logged(pid(), {Table.c(), binary(), binary()}, (() -> term())) :: :ok
+  def own_logged(owner, consumer, on_exit),
+    do: GenServer.cast(__MODULE__, {:own, owner, consumer, {:logged, on_exit}})
 
   # `watched`: a monitor on a channel's anchor => its incarnation; `owners`:
   # an owner => its monitor and the consumers it fetched for, with their
@@ -94,9 +108,15 @@ defmodule Ringbus.Group.TableOwner do
     {{_ref, consumers}, owners} = Map.pop(state.owners, owner)
     {t, now} = {Table.table(), At.now()}
 
-    for {{c, group, name} = consumer, channel} <- consumers,
-        Table.disown(t, c, group, name, owner),
-        do: orphan(t, channel, consumer, now)
+    for {{c, group, name} = consumer, channel} <- consumers do
+      case channel do
+        {:logged, on_exit} ->
+          spawn(on_exit)
+
+        channel ->
+          if Table.disown(t, c, group, name, owner), do: orphan(t, channel, consumer, now)
+      end
+    end
 
     %{state | owners: owners}
   end

@@ -7,7 +7,8 @@ defmodule Ringbus.Replica.Commands do
   # A run of pushes is one `{:push_batches, [{tag, payloads}]}` (each batch
   # decided on its own, so one refusal refuses no other); a run of pulls is
   # one `{:pull, n}`, whose messages go to the pullers in order; a trim is
-  # one `{:trim, trim}`, however many messages it removes. Order is
+  # one `{:trim, trim}`, however many messages it removes; a run of group
+  # requests is one `{:groups, [{room, request}]}`, one answer each. Order is
   # kept: a caller waits for each answer, so its requests are never in one
   # queue together, and requests of different callers are not ordered.
 
@@ -19,7 +20,10 @@ defmodule Ringbus.Replica.Commands do
   @typedoc "A queued request: who to answer, and what."
   @type request ::
           {reply_to :: term(),
-           {:push, term(), [binary()], non_neg_integer()} | :pull | {:trim, map()}}
+           {:push, term(), [binary()], non_neg_integer()}
+           | :pull
+           | {:trim, map()}
+           | {:group, pos_integer() | :infinity, term()}}
 
   @typedoc "A machine command, and who to answer, in order."
   @type command :: {term(), [term()]}
@@ -41,6 +45,18 @@ defmodule Ringbus.Replica.Commands do
   end
 
   defp group([{to, {:trim, trim}} | rest], acc), do: group(rest, [{{:trim, trim}, [to]} | acc])
+
+  defp group([{_to, {:group, _, _}} | _] = requests, acc) do
+    {to, group_requests, rest} = group_requests(requests, [], [], 0)
+    group(rest, [{{:groups, group_requests}, to} | acc])
+  end
+
+  defp group_requests([{to, {:group, room, request}} | rest], tos, acc, n)
+       when n < @max_requests,
+       do: group_requests(rest, [to | tos], [{room, request} | acc], n + 1)
+
+  defp group_requests(rest, tos, acc, _n),
+    do: {:lists.reverse(tos), :lists.reverse(acc), rest}
 
   defp pushes([{to, {:push, tag, payloads, bytes}} | rest], batches, tos, n, size)
        when n < @max_requests and (n == 0 or size + bytes <= @max_bytes),
@@ -67,6 +83,9 @@ defmodule Ringbus.Replica.Commands do
     do: pulled(tos, messages, [])
 
   def answers({:trim, _}, [to], {:ok, count}), do: [{to, {:ok, count}}]
+
+  def answers({:groups, _}, tos, {:groups, replies}) when is_list(replies),
+    do: Enum.zip(tos, replies)
 
   def answers(_command, tos, {:error, _} = error), do: for(to <- tos, do: {to, error})
 

@@ -19,6 +19,11 @@ defmodule Ringbus.Replica.Machine do
   #                              {:ok, [{seq, payload}]} (on the node that applies it)
   #   {:trim, trim}              takes the oldest that `Ringbus.Channel.Trim`
   #                              names, as pulls; replies {:ok, count}
+  #   {:groups, [{room, request}]}
+  #                              consumer group requests (`Ringbus.Group`),
+  #                              each applied to this node's ring and group
+  #                              table at the leader's stamp (machine version
+  #                              2); replies {:groups, [answer]}
   #   {:tagged, {writer, n, floor}, command}
   #                              one of the above under a writer's tag (machine
   #                              version 1): applied once however often it is
@@ -53,11 +58,19 @@ defmodule Ringbus.Replica.Machine do
   # entries up to its `index` is dead, and the newest such checkpoint goes out
   # as the cursor. Heads are at most `capacity` apart, so there are at most
   # five checkpoints.
+  #
+  # Groups. A channel's consumer groups are rows of this node's group table
+  # that only the log changes, so each checkpoint carries them (`groups`),
+  # and a state that has them (a snapshot recovered or installed, or a
+  # fresh one: none) puts them in the table before its next command. While
+  # a channel has groups, checkpoints are at least @regroup entries apart,
+  # so that copying the rows costs little per command; the log then keeps
+  # up to that many entries more.
 
   @behaviour :ra_machine
 
   alias Ringbus.Channel.{Ring, Trim}
-  alias Ringbus.Store
+  alias Ringbus.{Group, Store}
 
   # A replicated channel remembers as many tags as a memory channel does.
   @window Ringbus.Channel.Producers.window()
@@ -65,9 +78,12 @@ defmodule Ringbus.Replica.Machine do
   # One writer per member node and start: few, and each with little in flight.
   @writer_window 256
   @max_writers 64
-  # Version 1 adds {:tagged, ...}. Ra elects no member older than the
-  # version in effect, so every member applies a tagged command alike.
-  @version 1
+  # Version 1 adds {:tagged, ...}, version 2 {:groups, ...}. Ra elects no
+  # member older than the version in effect, so every member applies a
+  # command alike; under an older version in effect, a newer command is
+  # refused as that version refuses it.
+  @version 2
+  @regroup 4_096
 
   defstruct [
     :channel,
@@ -90,7 +106,10 @@ defmodule Ringbus.Replica.Machine do
     max_writers: @max_writers,
     # writer_id => {floor, last_index, %{n => reply}}
     writers: %{},
-    checkpoints: :queue.new()
+    checkpoints: :queue.new(),
+    # Group rows to put in this node's table before the next command, or
+    # nil once there.
+    groups: []
   ]
 
   @type tag :: nil | {term(), integer()}
@@ -123,12 +142,11 @@ defmodule Ringbus.Replica.Machine do
 
   @impl :ra_machine
   def apply(%{index: index} = meta, command, state) do
-    state = upgrade(state)
-
-    {state, reply, ops} =
-      decide_in(Map.get(meta, :machine_version, @version), command, index, state)
-
-    reply = carry_out(state.channel, ops, reply)
+    state = state |> upgrade() |> load_groups()
+    version = Map.get(meta, :machine_version, @version)
+    {state, reply, ops} = decide_in(version, command, index, state)
+    now = Map.get_lazy(meta, :system_time, fn -> System.system_time(:millisecond) end)
+    reply = carry_out(state.channel, ops, reply, now)
     state = settle(state, command, reply)
     {state, effects} = checkpoint(state, index)
     {state, reply, effects}
@@ -138,14 +156,36 @@ defmodule Ringbus.Replica.Machine do
   # entry, a tagged command is refused as version 0 refuses it, on every
   # member alike; the writer sends it again untagged.
   defp decide_in(0, {:tagged, _tag, _command}, _index, state), do: {state, {:error, :badarg}, []}
+
+  defp decide_in(1, {:tagged, tag, {:groups, _}}, index, state),
+    do: decide({:tagged, tag, {:unknown_in_version_1}}, index, state)
+
+  defp decide_in(1, {:groups, _}, _index, state), do: {state, {:error, :badarg}, []}
   defp decide_in(_version, command, index, state), do: decide(command, index, state)
 
-  # A state from a snapshot of version 0 has no writers.
-  defp upgrade(%__MODULE__{writers: _} = state), do: state
+  # A state from a snapshot of version 0 has no writers; of version 1, no groups.
+  defp upgrade(%__MODULE__{writers: _, groups: _} = state), do: state
 
-  defp upgrade(state),
-    do:
-      Map.merge(state, %{writers: %{}, writer_window: @writer_window, max_writers: @max_writers})
+  defp upgrade(state) do
+    state
+    |> Map.put_new(:writers, %{})
+    |> Map.put_new(:writer_window, @writer_window)
+    |> Map.put_new(:max_writers, @max_writers)
+    |> Map.put_new(:groups, [])
+  end
+
+  defp load_groups(%__MODULE__{groups: nil} = state), do: state
+
+  defp load_groups(%__MODULE__{groups: rows} = state) do
+    case Store.fetch(state.channel) do
+      {:ok, ch} ->
+        Group.load(ch, rows)
+        %{state | groups: nil}
+
+      {:error, :no_channel} ->
+        state
+    end
+  end
 
   @impl :ra_machine
   def state_enter(_ra_state, _state), do: []
@@ -225,6 +265,9 @@ defmodule Ringbus.Replica.Machine do
         {put_writer(state, writer, {floor, index, replies}), reply, ops}
     end
   end
+
+  def decide({:groups, requests}, _index, state) when is_list(requests),
+    do: {state, {:groups, requests}, [{:groups, requests}]}
 
   # Ra's own command when a leader of a newer version takes over.
   def decide({:machine_version, _from, _to}, _index, state), do: {upgrade(state), :ok, []}
@@ -444,33 +487,73 @@ defmodule Ringbus.Replica.Machine do
 
   defp take_checkpoint(state, index) do
     spacing = max(1, div(state.capacity, 4))
-    cp = {index, state.head, %{state | checkpoints: :queue.new()}}
 
     case :queue.peek_r(state.checkpoints) do
       :empty ->
-        %{state | checkpoints: :queue.in(cp, state.checkpoints)}
+        %{state | checkpoints: :queue.in(checkpoint_at(state, index), state.checkpoints)}
 
       # No seq stored since: the later index releases more of the log.
-      {:value, {_at, head, _}} when head == state.head ->
-        %{state | checkpoints: :queue.in(cp, :queue.drop_r(state.checkpoints))}
+      {:value, {at, head, _}} when head == state.head ->
+        if index - at >= @regroup or not groups?(state.channel) do
+          cp = checkpoint_at(state, index)
+          %{state | checkpoints: :queue.in(cp, :queue.drop_r(state.checkpoints))}
+        else
+          state
+        end
 
-      {:value, {_at, head, _}} when state.head - head >= spacing ->
-        %{state | checkpoints: :queue.in(cp, state.checkpoints)}
+      {:value, {at, head, _}} when state.head - head >= spacing ->
+        if index - at >= @regroup or not groups?(state.channel),
+          do: %{state | checkpoints: :queue.in(checkpoint_at(state, index), state.checkpoints)},
+          else: state
 
       _ ->
         state
     end
   end
 
+  defp checkpoint_at(state, index) do
+    rows =
+      case Store.fetch(state.channel) do
+        {:ok, ch} -> Group.rows(ch)
+        {:error, :no_channel} -> []
+      end
+
+    {index, state.head, %{state | checkpoints: :queue.new(), groups: rows}}
+  end
+
+  defp groups?(channel) do
+    case Store.fetch(channel) do
+      {:ok, ch} -> Group.any?(ch)
+      {:error, :no_channel} -> false
+    end
+  end
+
   ## Carrying decisions out on this node's ring
 
-  defp carry_out(channel, ops, reply) do
+  defp carry_out(channel, ops, reply, now) do
     case Store.fetch(channel) do
-      {:ok, ch} -> Enum.reduce(ops, reply, &carry(ch, &1, &2))
+      {:ok, ch} -> Enum.reduce(ops, reply, &carry(ch, &1, &2, now))
       # The channel is not on this node (yet): the log still holds it.
       {:error, :no_channel} -> pulled_reply(reply, [])
     end
   end
+
+  # Each request alone: one that cannot be carried out answers badarg,
+  # alike on every member, and takes no other down.
+  defp carry(ch, {:groups, requests}, _reply, now) do
+    {:groups,
+     for request <- requests do
+       try do
+         {room, request} = request
+         Group.decided(ch, request, room, now)
+       rescue
+         _ in [FunctionClauseError, MatchError, CaseClauseError, ArgumentError] ->
+           {:error, :badarg}
+       end
+     end}
+  end
+
+  defp carry(ch, op, reply, _now), do: carry(ch, op, reply)
 
   defp carry(ch, {:put, first, payloads, count, bytes}, reply) do
     Ring.put_decided(ch, first, payloads, count, bytes)
@@ -492,5 +575,9 @@ defmodule Ringbus.Replica.Machine do
 
   defp pulled_reply({:pulled, _first, _count}, messages), do: {:ok, messages}
   defp pulled_reply({:trimmed, _first, count}, _messages), do: {:ok, count}
+
+  defp pulled_reply({:groups, requests}, _messages),
+    do: {:groups, for(_ <- requests, do: {:error, :no_channel})}
+
   defp pulled_reply(reply, _messages), do: reply
 end

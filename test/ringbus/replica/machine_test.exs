@@ -387,7 +387,30 @@ defmodule Ringbus.Replica.MachineTest do
       assert {_, [{:ok, 0}], _} = Machine.apply(%{index: 3, machine_version: 1}, push, state)
       # Also with no version change applied: a snapshot taken before it.
       assert {_, [{:ok, 0}], _} = Machine.apply(%{index: 3, machine_version: 1}, push, old)
-      assert Machine.version() == 1
+    end
+
+    test "version 1 refuses group requests, tagged or not, as a machine before groups does" do
+      name = unique()
+      :ok = Ringbus.create(name, capacity: 10)
+      state = machine(channel: name, capacity: 10)
+      groups = {:groups, [{:infinity, {:create, "g", -1, nil}}]}
+
+      assert {_, {:error, :badarg}, _} =
+               Machine.apply(%{index: 1, machine_version: 1}, groups, state)
+
+      tagged = {:tagged, {:w, 0, 0}, groups}
+
+      assert {state, {:error, :badarg}, _} =
+               Machine.apply(%{index: 1, machine_version: 1}, tagged, state)
+
+      # The refusal is the tag's reply: a resend gets it too, even under version 2.
+      assert {state, {:error, :badarg}, _} =
+               Machine.apply(%{index: 2, machine_version: 2}, tagged, state)
+
+      assert {_, {:groups, [:ok]}, _} =
+               Machine.apply(%{index: 3, machine_version: 2, system_time: 5}, groups, state)
+
+      assert Machine.version() == 2
     end
 
     test "a replay from a snapshot onto a new ring rebuilds the live messages" do

@@ -1,0 +1,100 @@
+defmodule Ringbus.Group.Logged do
+  @moduledoc false
+  # A replicated channel's group requests: each goes through the channel's
+  # log (`log`, a function the operation path gives, which sends a request
+  # to the channel's writer and answers what the machine's
+  # `Ringbus.Group.decided/4` answered), and what the log cannot do is done
+  # here, on the member that sends it:
+  #
+  #   * A fetch that finds nothing and may wait sends again whenever this
+  #     member's ring wakes it (a push applied here, a nack) or the earliest
+  #     entry this member knows of comes due, until its deadline. The log
+  #     carries fetches that deliver, never one that waits.
+  #   * The process that fetches for a consumer is watched from this node
+  #     (`Ringbus.Group.TableOwner.own_logged/3`); when it exits, the
+  #     `:orphan` request goes through the log, so every member makes the
+  #     consumer's entries due at once, alike.
+
+  alias Ringbus.Channel
+  alias Ringbus.Channel.Ring
+  alias Ringbus.Group.{At, Redelivery, Table, TableOwner}
+
+  @typedoc "Sends a request through the channel's log and answers the machine's answer."
+  @type log :: (Ringbus.Group.request() -> term())
+
+  @doc "Runs `request` on `channel`'s groups through `log`; waits here if it is a fetch that may."
+  @spec run(Channel.t(), Ringbus.Group.request(), log()) :: term()
+  def run(channel, {:fetch, _, _, _, _, wait} = request, log) when wait > 0 do
+    answer = fetch(channel, request, log, At.now() + wait)
+    disarm(channel)
+    watch(channel, request, answer, log)
+  end
+
+  def run(channel, request, log), do: watch(channel, request, log.(request), log)
+
+  defp fetch(channel, {:fetch, group, consumer, owner, max, _wait} = request, log, deadline) do
+    # Armed before the request, so that a push applied after it wakes us.
+    Ring.arm_wake(channel)
+
+    case log.({:fetch, group, consumer, owner, max, 0}) do
+      {:ok, {[], _dead_letter, []}} = none ->
+        now = At.now()
+
+        if now < deadline do
+          receive do
+            :ringbus_wake -> :ok
+          after
+            sleep(channel, group, deadline, now) -> :ok
+          end
+
+          fetch(channel, request, log, deadline)
+        else
+          none
+        end
+
+      answer ->
+        answer
+    end
+  end
+
+  # Until the deadline, or the earliest due time this member's rows know.
+  defp sleep(%Channel{incarnation: c}, group, deadline, now) do
+    t = Table.table()
+
+    case Table.fetch(t, c, group) do
+      {:ok, g} -> max(Redelivery.sleep(deadline, Table.next_due(t, c, group), g.config, now), 1)
+      :error -> max(deadline - now, 1)
+    end
+  end
+
+  defp disarm(channel) do
+    Ring.disarm(channel)
+
+    receive do
+      :ringbus_wake -> :ok
+    after
+      0 -> :ok
+    end
+  end
+
+  # A process that took entries for a consumer is watched from here.
+  defp watch(%Channel{incarnation: c}, request, {:ok, _} = answer, log) do
+    case owner(request) do
+      {group, consumer, owner} when is_pid(owner) ->
+        orphan = fn -> log.({:orphan, group, consumer, owner}) end
+        TableOwner.own_logged(owner, {c, group, consumer}, orphan)
+
+      _ ->
+        :ok
+    end
+
+    answer
+  end
+
+  defp watch(_channel, _request, answer, _log), do: answer
+
+  defp owner({:fetch, group, consumer, owner, _, _}), do: {group, consumer, owner}
+  defp owner({:reclaim, group, consumer, owner, _}), do: {group, consumer, owner}
+  defp owner({:reclaim_idle, group, consumer, owner, _, _}), do: {group, consumer, owner}
+  defp owner(_request), do: nil
+end
