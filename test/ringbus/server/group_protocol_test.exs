@@ -144,38 +144,42 @@ defmodule Ringbus.Server.GroupProtocolTest do
     client
   end
 
-  defp group!(channel, opts \\ []) do
-    :ok = Ringbus.create(channel, capacity: 100)
+  defp group!(channel, opts \\ [], channel_opts \\ []) do
+    :ok = Ringbus.create(channel, [capacity: 100] ++ channel_opts)
     :ok = Ringbus.Groups.create(channel, "g", [from: :earliest, ack_wait: 60_000] ++ opts)
   end
 
   test "a closed connection's pending message goes to a waiting fetch of another at once, " <>
-         "delivered twice; a fetch that waited in a process of its own is the connection's",
+         "delivered twice; a fetch that waited in a process of its own is the connection's; " <>
+         "on a memory channel and a replicated one",
        %{port: port} do
-    group!("owned")
-    a = hello(port)
-    b = hello(port)
+    for {name, channel_opts} <- [{"owned", []}, {"owned-replicated", [replicas: 1]}] do
+      group!(name, [], channel_opts)
+      a = hello(port)
+      b = hello(port)
 
-    # a's fetch waits (in a process of its own) and gets the push.
-    RawClient.send_frames(a, [{:group_fetch, 2, "owned", "g", "wa", 1, 10_000}])
-    waiters = Ringbus.Test.Internals.channel!("owned").waiters
-    assert eventually(fn -> :ets.info(waiters, :size) > 0 end)
-    {:ok, 0} = Ringbus.push("owned", "job")
-    {[{:group_messages, 2, false, 1, [{0, "job", 1}]}], a} = RawClient.recv(a, 1)
+      # a's fetch waits (in a process of its own) and gets the push.
+      RawClient.send_frames(a, [{:group_fetch, 2, name, "g", "wa", 1, 10_000}])
+      waiters = Ringbus.Test.Internals.channel!(name).waiters
+      assert eventually(fn -> :ets.info(waiters, :size) > 0 end)
+      {:ok, 0} = Ringbus.push(name, "job")
+      {[{:group_messages, 2, false, 1, [{0, "job", 1}]}], a} = RawClient.recv(a, 1)
 
-    # The waiting process has ended, but a lives: its message stays its own.
-    {reply, b} = RawClient.call(b, {:group_fetch, 3, "owned", "g", "wb", 1, 0})
-    assert reply == {:group_messages, 3, false, 0, []}
+      # The waiting process has ended, but a lives: its message stays its own.
+      {reply, b} = RawClient.call(b, {:group_fetch, 3, name, "g", "wb", 1, 0})
+      assert reply == {:group_messages, 3, false, 0, []}, name
 
-    RawClient.send_frames(b, [{:group_fetch, 4, "owned", "g", "wb", 1, 30_000}])
-    assert eventually(fn -> :ets.info(waiters, :size) > 0 end)
-    started = System.monotonic_time(:millisecond)
-    RawClient.close(a)
+      RawClient.send_frames(b, [{:group_fetch, 4, name, "g", "wb", 1, 30_000}])
+      assert eventually(fn -> :ets.info(waiters, :size) > 0 end)
+      started = System.monotonic_time(:millisecond)
+      RawClient.close(a)
 
-    {[reply], _b} = RawClient.recv(b, 1)
-    assert reply == {:group_messages, 4, false, 1, [{0, "job", 2}]}
-    # Long before the 60 s ack_wait, and the 30 s wait.
-    assert System.monotonic_time(:millisecond) - started < 10_000
+      {[reply], b} = RawClient.recv(b, 1)
+      assert reply == {:group_messages, 4, false, 1, [{0, "job", 2}]}, name
+      # Long before the 60 s ack_wait, and the 30 s wait.
+      assert System.monotonic_time(:millisecond) - started < 10_000
+      RawClient.close(b)
+    end
   end
 
   test "a fetch that waits holds up none of the connection's other requests", %{port: port} do
