@@ -336,6 +336,22 @@ defmodule Ringbus.Server.GroupProtocolTest do
     assert reply == {:group_messages, 3, false, 1, [{0, "job", 1}]}
   end
 
+  test "a server that stops: a fetch still waiting gets no answer but ERROR shutting_down" do
+    server = start_supervised!({Ringbus.Server, [port: 0]}, id: :stopping)
+    group!("stopping")
+    client = hello(Ringbus.Server.port(server))
+    RawClient.send_frames(client, [{:group_fetch, 2, "stopping", "g", "w", 1, 30_000}])
+    waiters = Ringbus.Test.Internals.channel!("stopping").waiters
+    assert eventually(fn -> :ets.info(waiters, :size) > 0 end)
+
+    :ok = stop_supervised(:stopping)
+    assert [{:error, 0, :shutting_down, _}] = RawClient.recv_until_closed(client)
+
+    # Its fetch took nothing.
+    {:ok, 0} = Ringbus.push("stopping", "job")
+    assert Ringbus.Groups.fetch("stopping", "g", "w2", 1) == {:ok, [{0, "job", 1}]}
+  end
+
   test "GROUP_INFO larger than max_frame_size is too_large" do
     server = start_supervised!({Ringbus.Server, [port: 0, max_frame_size: 1024]}, id: :small)
     group!("crowded")
