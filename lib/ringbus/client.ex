@@ -107,10 +107,10 @@ defmodule Ringbus.Client do
   ## Consumer groups
 
   `Ringbus.Client.Groups` offers the consumer groups of `Ringbus.Groups`
-  over the connection (protocol version 5): `create/4`, `fetch/6` (which
-  may wait on the server without holding up the client's other requests),
-  `ack/4`, `nack/5`, `claim/5`... The connection owns the consumers it
-  fetches for: when it closes, their pending messages are due at once.
+  over the connection (protocol version 5): `Ringbus.Client.Groups.fetch/6`
+  may wait on the server without holding up the client's other requests,
+  and the connection owns the consumers it fetches for: when it closes,
+  their pending messages are due at once.
 
   ## Subscriptions
 
