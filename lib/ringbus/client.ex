@@ -104,6 +104,14 @@ defmodule Ringbus.Client do
   outgrow the socket buffers and the server's output queue, the server
   stops reading until the client reads, while the client waits to write.
 
+  ## Consumer groups
+
+  `Ringbus.Client.Groups` offers the consumer groups of `Ringbus.Groups`
+  over the connection (protocol version 5): `Ringbus.Client.Groups.fetch/6`
+  may wait on the server without holding up the client's other requests,
+  and the connection owns the consumers it fetches for: when it closes,
+  their pending messages are due at once.
+
   ## Subscriptions
 
   `subscribe/3` streams a channel's messages to the owner, in the shape the
@@ -904,12 +912,18 @@ defmodule Ringbus.Client do
 
   ## Internals
 
+  @doc false
+  # For Ringbus.Client.Groups: a request whose answer may take `extra` ms
+  # beyond the client's `:timeout` (a fetch that waits on the server).
+  def request(client, frame, extra), do: call(client, frame, nil, extra)
+
   # A request that waits for its answer: encoded here, written by the process.
-  defp call(%__MODULE__{} = client, frame, action \\ nil) do
+  defp call(%__MODULE__{} = client, frame, action \\ nil, extra \\ 0) do
     corr = Counters.next_corr(client.counters)
+    timeout = if client.timeout == :infinity, do: :infinity, else: client.timeout + extra
 
     with {:ok, data, bytes} <- encode(client, frame.(corr)) do
-      GenServer.call(client.pid, {:request, corr, data, bytes, action}, client.timeout)
+      GenServer.call(client.pid, {:request, corr, data, bytes, action}, timeout)
     end
   catch
     :exit, {:timeout, _} -> {:error, :timeout}

@@ -166,6 +166,13 @@ defmodule Ringbus.Groups do
   A fetch answered `{:error, :timeout}` may have delivered messages: they
   come due after `ack_wait`.
 
+  ## Over the binary protocol
+
+  `Ringbus.Client.Groups` (protocol version 5, docs/PROTOCOL.md section
+  11) offers these groups over a connection, which the server runs as
+  calls of this module: the connection is the owner of the consumers it
+  fetches for.
+
   ## Over RESP
 
   These are the groups RESP's `XGROUP`, `XREADGROUP`, `XACK`, `XCLAIM`...
@@ -299,6 +306,9 @@ defmodule Ringbus.Groups do
 
   With `timeout: ms` (default `0`), a fetch that finds nothing waits up to
   `ms` for a message, and answers as soon as one is pushed or comes due.
+  `owner: pid` (default the calling process) names another owner: a
+  server's connection that waits in a process of its own stays the owner
+  of the consumers it fetches for.
   A fetch from another node answers at most a quarter of the cluster's
   `:max_buffer_bytes` of payloads (always one message), as `Ringbus.read/3`.
 
@@ -314,17 +324,22 @@ defmodule Ringbus.Groups do
       iex> Ringbus.delete("doc-groups-fetch")
       :ok
   """
-  @spec fetch(Ringbus.name(), name(), name(), pos_integer(), timeout: non_neg_integer()) ::
+  @spec fetch(Ringbus.name(), name(), name(), pos_integer(),
+          timeout: non_neg_integer(),
+          owner: pid()
+        ) ::
           {:ok, [message()]} | {:error, reason()}
   def fetch(channel, group, consumer, max, opts \\ []) do
     names!(group, consumer)
     positive!(:max, max)
-    opts = Options.validate!(opts, [timeout: 0], "fetch")
+    opts = Options.validate!(opts, [timeout: 0, owner: nil], "fetch")
     wait = opts[:timeout]
     Options.check!(:timeout, wait, &(is_integer(&1) and &1 >= 0), "a non-negative integer")
+    owner = opts[:owner] || self()
+    Options.check!(:owner, owner, &is_pid/1, "a pid")
 
     run_opts = if wait > 0, do: [timeout: wait + @reply_ms], else: []
-    op = {:group, {:fetch, group, consumer, self(), max, wait}}
+    op = {:group, {:fetch, group, consumer, owner, max, wait}}
 
     case Ringbus.run(channel, op, run_opts) do
       {:ok, {messages, _dead_letter, []}} ->

@@ -98,6 +98,19 @@ defmodule Ringbus.GroupsTest do
     assert Task.await(waiting, 5_000) == {:ok, [{0, "m0", 2}]}
   end
 
+  test "owner: names the consumer's owner in the caller's stead; its exit makes the message due" do
+    name = channel(1)
+    :ok = Groups.create(name, "g", from: :earliest)
+    owner = spawn(fn -> Process.sleep(:infinity) end)
+
+    assert Groups.fetch(name, "g", "w1", 1, owner: owner) == {:ok, [{0, "m0", 1}]}
+    assert Groups.fetch(name, "g", "w2", 1) == {:ok, []}
+    # The caller lives on; the owner's exit alone makes the message due.
+    Process.exit(owner, :kill)
+    assert Groups.fetch(name, "g", "w2", 1, timeout: 5_000) == {:ok, [{0, "m0", 2}]}
+    assert_raise ArgumentError, fn -> Groups.fetch(name, "g", "w2", 1, owner: :me) end
+  end
+
   test "a consumer fetched for by a new process belongs to it; removed, its messages are due" do
     name = channel(2)
     :ok = Groups.create(name, "g", from: :earliest)

@@ -49,7 +49,7 @@ defmodule Ringbus.Client.Session do
   @type t :: %__MODULE__{}
   @type effect :: {:reply, GenServer.from(), term()} | {:owner, term()}
   @typedoc "What the caller asks the connection to do once the answer comes."
-  @type action :: nil | {:unsubscribe, non_neg_integer()}
+  @type action :: nil | {:unsubscribe, non_neg_integer()} | {:messages, [list()]}
 
   @spec new(Ringbus.Client.t()) :: t()
   def new(client), do: %__MODULE__{client: client}
@@ -213,6 +213,35 @@ defmodule Ringbus.Client.Session do
 
   defp frame({:read_ok, corr, incarnation, lost, _count, messages}, s, effects),
     do: reply(s, corr, {:ok, messages, lost, incarnation}, effects)
+
+  defp frame({:group_count, corr, n}, s, effects), do: reply(s, corr, {:ok, n}, effects)
+
+  defp frame({:group_info_ok, corr, groups}, s, effects),
+    do: reply(s, corr, {:ok, groups}, effects)
+
+  # A fetch's messages may come in several frames, all but the last flagged
+  # `more`: the caller gets them together, with the last.
+  defp frame({:group_messages, corr, true, _count, messages}, session, effects) do
+    case session.pending do
+      %{^corr => {from, action}} ->
+        got = with({:messages, acc} <- action, do: acc, else: (_ -> []))
+        pending = Map.put(session.pending, corr, {from, {:messages, [messages | got]}})
+        {effects, 0, %{session | pending: pending}}
+
+      _ ->
+        {effects, 0, session}
+    end
+  end
+
+  defp frame({:group_messages, corr, false, _count, messages}, session, effects) do
+    got =
+      case session.pending do
+        %{^corr => {_from, {:messages, acc}}} -> acc
+        _ -> []
+      end
+
+    reply(session, corr, {:ok, Enum.concat(:lists.reverse([messages | got]))}, effects)
+  end
 
   defp frame(_other, session, effects), do: {effects, 0, session}
 

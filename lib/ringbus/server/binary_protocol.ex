@@ -6,11 +6,14 @@ defmodule Ringbus.Server.BinaryProtocol do
   # to one channel grouped, large batches packed), the session `Ringbus.Server.Session`, which
   # holds the subscriptions and their credit. Output is frames. It never
   # waits: subscription batches become DELIVER frames as they come, each
-  # subscription sending at most the credit its client gave.
+  # subscription sending at most the credit its client gave, and a
+  # GROUP_FETCH that waits (version 5) waits in a process of its own, linked
+  # to the connection, which sends its answer here and is killed if the
+  # connection ends first. The connection stays its consumer's owner.
 
   @behaviour Ringbus.Server.Protocol
 
-  alias Ringbus.Server.{Protocol, Session, Stats}
+  alias Ringbus.Server.{Fetches, Protocol, Session, Stats}
   alias Ringbus.Wire.{Decoder, Frame}
 
   # A PUSH_BATCH of more payloads than this stays the bytes it came in
@@ -57,9 +60,27 @@ defmodule Ringbus.Server.BinaryProtocol do
   @impl true
   def handle_items(frames, session) do
     case Session.handle(frames, session) do
-      {:ok, out, session} -> {:continue, out, session}
-      {{:close, _reason} = close, out, session} -> {close, out, session}
+      {:ok, out, session} -> {:continue, out, start_fetches(session)}
+      {{:close, _reason} = close, out, session} -> {close, out, start_fetches(session)}
     end
+  end
+
+  defp start_fetches(%Session{fetches: fetches} = session) do
+    {starts, fetches} = Fetches.take_starts(fetches)
+    connection = self()
+
+    fetches =
+      Enum.reduce(starts, fetches, fn {corr, fun}, fetches ->
+        pid = spawn_link(fn -> send(connection, {:ringbus_fetched, self(), fun.()}) end)
+        Fetches.started(fetches, pid, corr)
+      end)
+
+    %{session | fetches: fetches}
+  end
+
+  defp fetched(session, pid, result) do
+    {out, fetches} = Fetches.finished(session.fetches, pid, result)
+    {:continue, out, %{session | fetches: fetches}}
   end
 
   @impl true
@@ -70,6 +91,13 @@ defmodule Ringbus.Server.BinaryProtocol do
     {out, session} = Session.closed(session, sub, reason)
     {:continue, out, session}
   end
+
+  def handle_message({:ringbus_fetched, pid, frames}, session),
+    do: fetched(session, pid, {:ok, frames})
+
+  # A waiting fetch's process that died before it answered; one that
+  # answered is no longer the session's.
+  def handle_message({:EXIT, pid, reason}, session), do: fetched(session, pid, reason)
 
   def handle_message(_unexpected, session), do: {:continue, [], session}
 
@@ -95,5 +123,8 @@ defmodule Ringbus.Server.BinaryProtocol do
   defp encode([], acc, bytes, tally), do: {acc, bytes, tally}
 
   @impl true
-  def terminate(_session), do: :ok
+  def terminate(session) do
+    for pid <- Fetches.pids(session.fetches), do: Process.exit(pid, :kill)
+    :ok
+  end
 end

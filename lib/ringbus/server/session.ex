@@ -19,8 +19,11 @@ defmodule Ringbus.Server.Session do
   # by one PUSH_ACKS frame after the other answers of that read (more than
   # one only when one would pass `max_frame_size`).
 
-  alias Ringbus.Server.{Auth, Config, PushRun}
-  alias Ringbus.Wire.{Decoder, Entries, ErrorCode, Frame}
+  alias Ringbus.Server.{Auth, Config, Fetches, GroupRequests, PushRun}
+  alias Ringbus.Wire.{Decoder, Entries, ErrorCode, Frame, GroupFrame}
+
+  # Version 5's consumer-group requests (`Ringbus.Server.GroupRequests`).
+  @group_requests Keyword.keys(GroupFrame.requests())
 
   # What INFO_OK carries; `Ringbus.info/1` has more (a replicated channel's
   # Raft figures) that the protocol does not. Version 4 adds `:replicas`
@@ -60,7 +63,9 @@ defmodule Ringbus.Server.Session do
     # sub_id => subscription handle, and handle => sub_id
     subs: %{},
     refs: %{},
-    next_sub: 1
+    next_sub: 1,
+    # GROUP_FETCHes that wait (`Ringbus.Server.Fetches`).
+    fetches: Fetches.new()
   ]
 
   @type t :: %__MODULE__{config: Config.t()}
@@ -95,12 +100,25 @@ defmodule Ringbus.Server.Session do
   def fatal_frame(_session, :shutting_down),
     do: fatal(:shutting_down, "the server is stopping")
 
+  # A version 3 or 4 connection has no group frames: a malformed one is an
+  # unknown opcode to it, as it was before version 5.
+  def fatal_frame(%__MODULE__{version: v}, decode_error)
+      when v in [3, 4] and is_tuple(decode_error) and
+             elem(decode_error, 1) in @group_requests do
+    unknown_opcode(elem(decode_error, 1))
+  end
+
   def fatal_frame(_session, decode_error) do
     reason = Decoder.error_code(decode_error)
     fatal(reason, "cannot decode frame: #{inspect(decode_error)}")
   end
 
   defp fatal(reason, message), do: {reason, {:error, 0, reason, message}}
+
+  defp unknown_opcode(type) do
+    message = "cannot decode frame: #{inspect({:unknown_opcode, Frame.opcode(type)})}"
+    fatal(:unknown_opcode, message)
+  end
 
   @doc """
   What a stopping server writes last: `SUB_CLOSED shutting_down` for each
@@ -340,6 +358,18 @@ defmodule Ringbus.Server.Session do
     end
   end
 
+  defp request(%{version: version}, frame)
+       when elem(frame, 0) in @group_requests and version in [3, 4] do
+    {reason, error} = unknown_opcode(elem(frame, 0))
+    {:close, reason, error}
+  end
+
+  defp request(session, frame) when elem(frame, 0) in @group_requests do
+    {access, channel} = GroupRequests.access(frame)
+    corr = elem(frame, 1)
+    guarded(session, corr, access, channel, fn -> GroupRequests.run(frame, session.config) end)
+  end
+
   defp request(_session, frame),
     do: close(:unknown_opcode, "not a request: #{elem(frame, 0)}", 0)
 
@@ -423,7 +453,10 @@ defmodule Ringbus.Server.Session do
     end
   end
 
-  defp versions, do: Enum.join(Frame.versions(), " and ")
+  defp versions do
+    {last, others} = List.pop_at(Frame.versions(), -1)
+    Enum.join(others, ", ") <> " and #{last}"
+  end
 
   # Version 4's INFO_OK also says how many members the channel has (nil:
   # a memory channel) and how many nodes this server's node reaches, itself
@@ -449,10 +482,19 @@ defmodule Ringbus.Server.Session do
       case fun.() do
         {:error, reason, message} -> error(session, corr, reason, message)
         {:error, reason} -> error(session, corr, reason)
+        {:frames, frames} -> {:ok, frames, session}
+        {:wait, fun} -> wait(session, corr, fun)
         frame -> reply(session, frame)
       end
     else
       forbidden(session, corr, access, name)
+    end
+  end
+
+  defp wait(session, corr, fun) do
+    case Fetches.add(session.fetches, corr, fun) do
+      {:ok, fetches} -> {:ok, [], %{session | fetches: fetches}}
+      :full -> error(session, corr, :too_many_fetches)
     end
   end
 

@@ -14,7 +14,8 @@ defmodule Ringbus.Wire.ErrorCode do
     {:shutting_down, 10, "the server is stopping"},
     {:forbidden, 100, "the token does not allow this operation on this channel"},
     {:no_channel, 101, "no channel of that name (in SUB_CLOSED: the channel was deleted)"},
-    {:exists, 102, "a channel of that name exists already"},
+    {:exists, 102,
+     "a channel of that name exists already (GROUP_CREATE: a group of that name, on that channel)"},
     {:full, 103, "the channel rejects pushes and is full"},
     {:too_large, 104,
      "a payload is larger than the server's max_payload_size, " <>
@@ -34,7 +35,12 @@ defmodule Ringbus.Wire.ErrorCode do
      "the producer tag is older than the replicated channel remembers: not stored again"},
     {:new_incarnation, 113,
      "the channel was created again (deleted and created, or its node restarted) " <>
-       "since the incarnation the request names"}
+       "since the incarnation the request names"},
+    {:no_group, 114, "the channel has no consumer group of that name"},
+    {:too_many_groups, 115,
+     "the channel holds its most consumer groups, or the group its most consumers"},
+    {:too_many_fetches, 116,
+     "the connection has its most fetches waiting (max_waiting_fetches) already"}
   ]
 
   @codes for {reason, code, _text} <- @errors, do: {reason, code}
@@ -84,6 +90,9 @@ defmodule Ringbus.Wire.ErrorCode do
           | :timeout
           | :stale_tag
           | :new_incarnation
+          | :no_group
+          | :too_many_groups
+          | :too_many_fetches
 
   @typedoc "An error as frames carry it: a known name, or the bare code of an unknown one."
   @type t :: reason() | 1..0xFFFF

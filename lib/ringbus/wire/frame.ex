@@ -1,7 +1,8 @@
 defmodule Ringbus.Wire.Frame do
   @moduledoc """
-  Encoding and decoding of single frames of the Ringbus protocol, version 4
-  (and version 3, which differs only in `INFO_OK`).
+  Encoding and decoding of single frames of the Ringbus protocol, version 5
+  (and versions 3 and 4: version 4 is version 5 without the consumer-group
+  frames, and version 3 differs from version 4 only in `INFO_OK`).
 
   `docs/PROTOCOL.md` is the specification; this module is its reference
   implementation. Every frame is a `u32` length (the bytes of opcode and body),
@@ -35,6 +36,9 @@ defmodule Ringbus.Wire.Frame do
       {:unsubscribe, corr, sub_id}
       {:ping, corr}
 
+  and version 5's consumer-group requests, `{:group_create, ...}` to
+  `{:group_info, ...}`, laid out in `Ringbus.Wire.GroupFrame`.
+
   ## Responses and server-initiated frames (server to client)
 
       {:hello_ok, corr, version, limits}               # limits: see t:limits/0
@@ -50,6 +54,9 @@ defmodule Ringbus.Wire.Frame do
       {:sub_closed, sub_id, reason}
       {:pong, corr}
       {:error, corr, reason, message}
+
+  and version 5's `{:group_messages, ...}`, `{:group_count, ...}` and
+  `{:group_info_ok, ...}`.
 
   A batch's payloads are a list, or, from a decoder that packs large
   batches (`Ringbus.Wire.Decoder.new/2`'s `:pack_batches`), one
@@ -109,13 +116,14 @@ defmodule Ringbus.Wire.Frame do
       (reserved bits set), `:overflow`, `:from`, `:status`, `:code`
   """
 
-  alias Ringbus.Wire.{Entries, ErrorCode}
+  alias Ringbus.Wire.{Entries, ErrorCode, GroupFrame}
 
   @magic "RBUS"
-  @version 4
+  @version 5
   # The versions a server speaks: a version 3 client gets version 3's
-  # INFO_OK, without `replicas` and `nodes`.
-  @versions [3, 4]
+  # INFO_OK, without `replicas` and `nodes`; versions 3 and 4 have no
+  # consumer-group frames.
+  @versions [3, 4, 5]
   # Ringbus.Channel.max_name_bytes/0, which the wire may not call (it depends
   # on nothing); Ringbus.Resp.ErrorsTest keeps the two equal.
   @max_name 255
@@ -204,6 +212,13 @@ defmodule Ringbus.Wire.Frame do
     error: @error
   ]
 
+  # Version 5's consumer-group frames (`Ringbus.Wire.GroupFrame`), among
+  # the others in opcode order.
+  @groups GroupFrame.requests() ++ GroupFrame.responses()
+  @group_types Keyword.keys(@groups)
+  @group_opcodes Keyword.values(@groups)
+  @opcodes Enum.sort_by(@opcodes ++ @groups, &elem(&1, 1))
+
   # Body sizes of the frames that have no variable-length field.
   @fixed_sizes [
     credit: 12,
@@ -284,6 +299,7 @@ defmodule Ringbus.Wire.Frame do
           | {:credit, corr(), sub_id(), u32()}
           | {:unsubscribe, corr(), sub_id()}
           | {:ping, corr()}
+          | GroupFrame.t()
 
   @typedoc "A producer tag: a producer id of 1 to 255 bytes and its push's number."
   @type tag :: {name(), u64()}
@@ -304,36 +320,12 @@ defmodule Ringbus.Wire.Frame do
           | {:sub_closed, sub_id(), ErrorCode.t()}
           | {:pong, corr()}
           | {:error, corr(), ErrorCode.t(), binary()}
+          | GroupFrame.t()
 
   @type t :: request() | response()
 
-  @type type ::
-          :hello
-          | :create
-          | :delete
-          | :push
-          | :push_batch
-          | :pull
-          | :read
-          | :len
-          | :info
-          | :subscribe
-          | :credit
-          | :unsubscribe
-          | :ping
-          | :hello_ok
-          | :ok
-          | :push_acks
-          | :pull_ok
-          | :empty
-          | :read_ok
-          | :len_ok
-          | :info_ok
-          | :subscribed
-          | :deliver
-          | :sub_closed
-          | :pong
-          | :error
+  @typedoc "A frame type: a key of `opcodes/0`."
+  @type type :: unquote(@opcodes |> Keyword.keys() |> Enum.reduce(&{:|, [], [&1, &2]}))
 
   @typedoc "Which frames a receiver takes: a server `:requests`, a client `:responses`."
   @type direction :: :requests | :responses | :any
@@ -353,14 +345,16 @@ defmodule Ringbus.Wire.Frame do
   defguardp is_ack_mode(x) when x in [:ack, :no_ack]
   defguardp is_overflow(x) when x in [:drop_oldest, :reject]
 
-  @doc "The newest protocol version this module speaks, the one a client says: `4`."
+  @doc "The newest protocol version this module speaks, the one a client says: `5`."
   @spec version() :: pos_integer()
   def version, do: @version
 
   @doc """
-  Every protocol version this module speaks, `[3, 4]`: a server answers a
-  `HELLO` of any of them in that version. They differ only in `INFO_OK`,
-  whose version 4 layout adds `replicas` and `nodes`.
+  Every protocol version this module speaks, `[3, 4, 5]`: a server answers
+  a `HELLO` of any of them in that version. Version 4's `INFO_OK` adds
+  `replicas` and `nodes`; version 5 adds the consumer-group frames
+  (`Ringbus.Wire.GroupFrame`), which a version 3 or 4 connection does not
+  have.
   """
   @spec versions() :: [pos_integer()]
   def versions, do: @versions
@@ -788,6 +782,8 @@ defmodule Ringbus.Wire.Frame do
     {@error, [<<corr::32, ErrorCode.code(reason)::16, byte_size(message)::16>>, message]}
   end
 
+  defp body(frame) when elem(frame, 0) in @group_types, do: GroupFrame.body(frame) || body(nil)
+
   defp body(frame) do
     raise ArgumentError,
           "expected a Ringbus frame with every field in range, got: " <>
@@ -1148,6 +1144,8 @@ defmodule Ringbus.Wire.Frame do
     end
   end
 
+  defp decode_op(opcode, body) when opcode in @group_opcodes, do: GroupFrame.decode(opcode, body)
+
   # A known opcode whose fixed fields did not match: a fixed-size body of the
   # wrong size, or a variable one too short for its fixed part.
   # INFO_OK has two sizes: a body between them is judged against the nearer.
@@ -1156,7 +1154,7 @@ defmodule Ringbus.Wire.Frame do
               byte_size(body) - @info_ok_v3 <= @info_ok_v3 + 3 - byte_size(body),
        do: {:error, {:trailing_bytes, :info_ok}}
 
-  for {type, opcode} <- @opcodes do
+  for {type, opcode} <- @opcodes, type not in @group_types do
     case Keyword.fetch(@fixed_sizes, type) do
       {:ok, size} ->
         defp decode_op(unquote(opcode), body), do: size_error(body, unquote(size), unquote(type))

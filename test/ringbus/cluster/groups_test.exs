@@ -4,6 +4,10 @@ defmodule Ringbus.Cluster.GroupsTest do
   # is one request through the link, a fetch that waits waits at the home,
   # and a consumer whose process exits on the other node, or whose node
   # is killed, has its messages delivered again at once.
+
+  # and a consumer whose process exits on the other node has its message
+  # delivered again at once; the same over the binary protocol, through a
+  # server on the node that is not the home.
   use ExUnit.Case, async: true
 
   import Ringbus.Test.Eventually
@@ -116,6 +120,32 @@ defmodule Ringbus.Cluster.GroupsTest do
 
   defp batches(node, pid, count, wait \\ 5_000),
     do: Nodes.call(node, Probe, :group_batches, [pid, count, wait], wait + 5_000)
+
+  test "over the binary protocol, through a node that is not the home: a fetch that waits, " <>
+         "and the connection as its consumer's owner",
+       %{a: a, b: b} do
+    :ok = Nodes.call(a, Ringbus, :create, ["cg-wire", [capacity: 100]])
+    port = Nodes.call(b, Probe, :start_server, [])
+    c1 = Ringbus.Client.connect!(port: port)
+    c2 = Ringbus.Client.connect!(port: port)
+    :ok = Ringbus.Client.Groups.create(c1, "cg-wire", "g", from: :earliest, ack_wait: 60_000)
+
+    fetch = fn c, consumer, wait ->
+      Ringbus.Client.Groups.fetch(c, "cg-wire", "g", consumer, 1, timeout: wait)
+    end
+
+    waiting = Task.async(fn -> fetch.(c1, "w1", 10_000) end)
+    %{waiters: waiters} = Nodes.call(a, Ringbus.Test.Internals, :channel!, ["cg-wire"])
+    assert eventually(fn -> Nodes.call(a, :ets, :info, [waiters, :size]) > 0 end)
+    {:ok, 0} = Nodes.call(a, Ringbus, :push, ["cg-wire", "x"])
+    assert Task.await(waiting, 15_000) == {:ok, [{0, "x", 1}]}
+
+    # c1's connection, on b, owns w1 at the home, a: the message is not due.
+    assert fetch.(c2, "w2", 0) == {:ok, []}
+    :ok = Ringbus.Client.close(c1)
+    assert fetch.(c2, "w2", 10_000) == {:ok, [{0, "x", 2}]}
+    Ringbus.Client.close(c2)
+  end
 
   defp calls(from, to) do
     %{links: %{^to => link}} = Nodes.call(from, Ringbus.Cluster, :info, [])

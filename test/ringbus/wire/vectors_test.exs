@@ -92,7 +92,9 @@ defmodule Ringbus.Wire.VectorsTest do
         bytes_pushed: 35,
         incarnation: 0x0123_4567_89AB_CDEF
       }}},
-    {"error.hex", {:error, 0, :frame_too_large, "too big"}}
+    {"error.hex", {:error, 0, :frame_too_large, "too big"}},
+    {"group_fetch.hex", {:group_fetch, 5, "q", "g", "worker-15", 10, 5000}},
+    {"group_messages.hex", {:group_messages, 5, true, 2, [{7, "a", 1}, {8, "bc", 3}]}}
   ]
 
   test "the hand-written vectors decode to the frames their comments describe, and back" do

@@ -34,10 +34,13 @@ defmodule Ringbus.Wire.Examples do
                   "bytes_pushed 11, incarnation 0x0123456789abcdef"
 
   @examples [
-    {"hello", {:hello, 1, 4, 0, "s3cret"},
-     "HELLO: corr 1, magic \"RBUS\", version 4, flags 0, token \"s3cret\" (6 bytes)"},
-    {"hello_no_token", {:hello, 1, 4, 0, nil},
-     "HELLO without a token: corr 1, magic \"RBUS\", version 4, flags 0, token of 0 bytes"},
+    {"hello", {:hello, 1, 5, 0, "s3cret"},
+     "HELLO: corr 1, magic \"RBUS\", version 5, flags 0, token \"s3cret\" (6 bytes)"},
+    {"hello_no_token", {:hello, 1, 5, 0, nil},
+     "HELLO without a token: corr 1, magic \"RBUS\", version 5, flags 0, token of 0 bytes"},
+    {"hello_v4", {:hello, 1, 4, 0, nil},
+     "HELLO of a version 4 client: corr 1, magic \"RBUS\", version 4, flags 0, " <>
+       "token of 0 bytes; the connection speaks version 4, without the group frames"},
     {"hello_v3", {:hello, 1, 3, 0, nil},
      "HELLO of a version 3 client: corr 1, magic \"RBUS\", version 3, flags 0, " <>
        "token of 0 bytes; the connection speaks version 3"},
@@ -87,7 +90,7 @@ defmodule Ringbus.Wire.Examples do
     {"unsubscribe", {:unsubscribe, 14, 1}, "UNSUBSCRIBE: corr 14, sub_id 1"},
     {"ping", {:ping, 15}, "PING: corr 15"},
     {"hello_ok",
-     {:hello_ok, 1, 4,
+     {:hello_ok, 1, 5,
       %{
         max_frame_size: 8_388_608,
         max_payload_size: 8_388_544,
@@ -95,11 +98,11 @@ defmodule Ringbus.Wire.Examples do
         max_credit: 100_000,
         idle_timeout: 60_000
       }},
-     "HELLO_OK: corr 1, version 4, max_frame_size 8388608 (8 MiB), " <>
+     "HELLO_OK: corr 1, version 5, max_frame_size 8388608 (8 MiB), " <>
        "max_payload_size 8388544 (8 MiB - 64), max_subscriptions 64, max_credit 100000, " <>
        "idle_timeout 60000 ms"},
     {"hello_ok_no_idle",
-     {:hello_ok, 1, 4,
+     {:hello_ok, 1, 5,
       %{
         max_frame_size: 65_536,
         max_payload_size: 65_472,
@@ -107,7 +110,7 @@ defmodule Ringbus.Wire.Examples do
         max_credit: 1000,
         idle_timeout: :infinity
       }},
-     "HELLO_OK: corr 1, version 4, max_frame_size 65536, max_payload_size 65472, " <>
+     "HELLO_OK: corr 1, version 5, max_frame_size 65536, max_payload_size 65472, " <>
        "max_subscriptions 16, max_credit 1000, idle_timeout 0 (none)"},
     {"ok", {:ok, 2}, "OK: corr 2 (the CREATE)"},
     {"push_acks", {:push_acks, 3, [{4, {:ok, 0}}, {6, {:ok, 1}}, {16, {:error, :full}}]},
@@ -158,6 +161,86 @@ defmodule Ringbus.Wire.Examples do
     {"sub_closed", {:sub_closed, 1, :no_channel},
      "SUB_CLOSED: sub_id 1, code 101 (no_channel: its channel was deleted)"},
     {"pong", {:pong, 15}, "PONG: corr 15"},
+    {"group_create",
+     {:group_create, 20, "jobs", "workers", :earliest, 30_000, 5, 10_000, "jobs-dead"},
+     "GROUP_CREATE: corr 20, name \"jobs\", group \"workers\", from_kind 1 (earliest), " <>
+       "from_seq 0, ack_wait 30000 ms, max_deliver 5, max_pending 10000, " <>
+       "dead_letter \"jobs-dead\""},
+    {"group_create_latest",
+     {:group_create, 21, "jobs", "audit", :latest, 1000, :infinity, 100, nil},
+     "GROUP_CREATE: corr 21, name \"jobs\", group \"audit\", from_kind 2 (latest), " <>
+       "from_seq 0, ack_wait 1000 ms, max_deliver 0 (no bound), max_pending 100, " <>
+       "dead_letter of 0 bytes (none)"},
+    {"group_fetch", {:group_fetch, 22, "jobs", "workers", "w1", 10, 5000},
+     "GROUP_FETCH: corr 22, name \"jobs\", group \"workers\", consumer \"w1\", max 10, " <>
+       "wait 5000 ms"},
+    {"group_ack", {:group_ack, 23, "jobs", "workers", 2, [3, 4]},
+     "GROUP_ACK: corr 23, name \"jobs\", group \"workers\", count 2, seqs 3 and 4"},
+    {"group_nack", {:group_nack, 24, "jobs", "workers", 1000, 1, [5]},
+     "GROUP_NACK: corr 24, name \"jobs\", group \"workers\", delay 1000 ms, count 1, seq 5"},
+    {"group_in_progress", {:group_in_progress, 25, "jobs", "workers", 1, [6]},
+     "GROUP_IN_PROGRESS: corr 25, name \"jobs\", group \"workers\", count 1, seq 6"},
+    {"group_claim", {:group_claim, 26, "jobs", "workers", "w2", 2, [5, 6]},
+     "GROUP_CLAIM: corr 26, name \"jobs\", group \"workers\", consumer \"w2\", count 2, " <>
+       "seqs 5 and 6"},
+    {"group_autoclaim", {:group_autoclaim, 27, "jobs", "workers", "w2", 60_000, 10},
+     "GROUP_AUTOCLAIM: corr 27, name \"jobs\", group \"workers\", consumer \"w2\", " <>
+       "min_idle 60000 ms, max 10"},
+    {"group_remove_consumer", {:group_remove_consumer, 28, "jobs", "workers", "w1"},
+     "GROUP_REMOVE_CONSUMER: corr 28, name \"jobs\", group \"workers\", consumer \"w1\""},
+    {"group_delete", {:group_delete, 29, "jobs", "audit"},
+     "GROUP_DELETE: corr 29, name \"jobs\", group \"audit\""},
+    {"group_info", {:group_info, 30, "jobs"}, "GROUP_INFO: corr 30, name \"jobs\""},
+    {"group_messages", {:group_messages, 22, false, 2, [{3, "a", 1}, {5, "bc", 2}]},
+     "GROUP_MESSAGES: corr 22, flags 0 (the last frame of the answer), count 2; " <>
+       "seq 3, deliveries 1, payload \"a\"; seq 5, deliveries 2 (delivered again), payload \"bc\""},
+    {"group_messages_more", {:group_messages, 22, true, 1, [{7, "def", 1}]},
+     "GROUP_MESSAGES: corr 22, flags 1 (more frames of this answer follow), count 1; " <>
+       "seq 7, deliveries 1, payload \"def\""},
+    {"group_count", {:group_count, 23, 2}, "GROUP_COUNT: corr 23, count 2 (two were pending)"},
+    {"group_info_ok",
+     {:group_info_ok, 30,
+      [
+        %{
+          name: "workers",
+          delivered: 6,
+          pending: 2,
+          lag: 1,
+          redelivered: 1,
+          acked: 4,
+          dead: 0,
+          lost: 0,
+          dropped: 0,
+          held: 0,
+          config: %{
+            ack_wait: 30_000,
+            max_deliver: 5,
+            max_pending: 10_000,
+            dead_letter: "jobs-dead"
+          },
+          consumers: [%{name: "w1", pending: 2, idle_ms: 150}]
+        },
+        %{
+          name: "audit",
+          delivered: -1,
+          pending: 0,
+          lag: 0,
+          redelivered: 0,
+          acked: 0,
+          dead: 0,
+          lost: 0,
+          dropped: 0,
+          held: 0,
+          config: %{ack_wait: 1000, max_deliver: :infinity, max_pending: 100, dead_letter: nil},
+          consumers: []
+        }
+      ]},
+     "GROUP_INFO_OK: corr 30, count 2; group \"workers\": delivered 6, pending 2, lag 1, " <>
+       "redelivered 1, acked 4, dead 0, lost 0, dropped 0, held 0, ack_wait 30000, " <>
+       "max_deliver 5, max_pending 10000, dead_letter \"jobs-dead\", 1 consumer: \"w1\", " <>
+       "pending 2, idle_ms 150; group \"audit\": delivered 2^64 - 1 (none yet), every count 0, " <>
+       "ack_wait 1000, max_deliver 0 (no bound), max_pending 100, dead_letter of 0 bytes, " <>
+       "0 consumers"},
     {"error", {:error, 2, :exists, "channel exists"},
      "ERROR: corr 2, code 102 (exists), message \"channel exists\"; " <>
        "the connection stays open"},

@@ -39,8 +39,102 @@ defmodule Ringbus.Wire.FrameGenerators do
       let({u32(), u32(), u32()}, &Tuple.insert_at(&1, 0, :credit)),
       let({u32(), u32()}, &Tuple.insert_at(&1, 0, :unsubscribe)),
       let(u32(), &{:ping, &1})
+      | group_requests()
     ])
   end
+
+  # Version 5's consumer-group requests.
+  defp group_requests do
+    seqs = :proper_types.list(u64())
+
+    [
+      let(
+        {u32(), name(), id(), from(), positive(), max_deliver(), u32(), nil_or(name())},
+        &Tuple.insert_at(&1, 0, :group_create)
+      ),
+      let({u32(), name(), id(), id(), u32(), u32()}, &Tuple.insert_at(&1, 0, :group_fetch)),
+      let({u32(), name(), id(), seqs}, fn {corr, ch, g, ss} ->
+        {:group_ack, corr, ch, g, length(ss), ss}
+      end),
+      let({u32(), name(), id(), u32(), seqs}, fn {corr, ch, g, delay, ss} ->
+        {:group_nack, corr, ch, g, delay, length(ss), ss}
+      end),
+      let({u32(), name(), id(), seqs}, fn {corr, ch, g, ss} ->
+        {:group_in_progress, corr, ch, g, length(ss), ss}
+      end),
+      let({u32(), name(), id(), id(), seqs}, fn {corr, ch, g, c, ss} ->
+        {:group_claim, corr, ch, g, c, length(ss), ss}
+      end),
+      let({u32(), name(), id(), id(), u32(), u32()}, &Tuple.insert_at(&1, 0, :group_autoclaim)),
+      let({u32(), name(), id(), id()}, &Tuple.insert_at(&1, 0, :group_remove_consumer)),
+      let({u32(), name(), id()}, &Tuple.insert_at(&1, 0, :group_delete)),
+      let({u32(), name()}, &Tuple.insert_at(&1, 0, :group_info))
+    ]
+  end
+
+  defp group_responses do
+    # Small payloads: the large ones are READ_OK's and DELIVER's to test, and
+    # the decoder's split property cuts every byte of them.
+    group_messages = :proper_types.list({u64(), :proper_types.binary(), u32()})
+
+    [
+      let({u32(), :proper_types.boolean(), group_messages}, fn {corr, more, ms} ->
+        {:group_messages, corr, more, length(ms), ms}
+      end),
+      let({u32(), u64()}, &Tuple.insert_at(&1, 0, :group_count)),
+      let(
+        {u32(), :proper_types.resize(4, :proper_types.list(group_info()))},
+        &Tuple.insert_at(&1, 0, :group_info_ok)
+      )
+    ]
+  end
+
+  defp group_info do
+    counts = List.to_tuple(for _ <- 1..8, do: u64())
+    config = {positive(), max_deliver(), u32(), nil_or(name())}
+    consumer = {id(), u64(), u64()}
+    # 2^64 - 1 is how -1 (none delivered) travels.
+    delivered = :proper_types.oneof([-1, :proper_types.integer(0, 0xFFFF_FFFF_FFFF_FFFE)])
+
+    let(
+      {id(), delivered, counts, config, :proper_types.resize(4, :proper_types.list(consumer))},
+      fn {name, delivered, counts, {ack_wait, max_deliver, max_pending, dl}, consumers} ->
+        {pending, lag, redelivered, acked, dead, lost, dropped, held} = counts
+
+        %{
+          name: name,
+          delivered: delivered,
+          pending: pending,
+          lag: lag,
+          redelivered: redelivered,
+          acked: acked,
+          dead: dead,
+          lost: lost,
+          dropped: dropped,
+          held: held,
+          config: %{
+            ack_wait: ack_wait,
+            max_deliver: max_deliver,
+            max_pending: max_pending,
+            dead_letter: dl
+          },
+          consumers: for({c, p, idle} <- consumers, do: %{name: c, pending: p, idle_ms: idle})
+        }
+      end
+    )
+  end
+
+  # A group or consumer name: 1 to 65,535 bytes; longer than a channel's
+  # now and then (the longest would make the decoder's split property slow).
+  defp id do
+    :proper_types.frequency([{20, name()}, {1, let(:proper_types.integer(256, 600), &big_id/1)}])
+  end
+
+  defp big_id(size), do: :binary.copy("g", size)
+
+  defp positive, do: :proper_types.integer(1, 0xFFFF_FFFF)
+  defp max_deliver, do: :proper_types.oneof([:infinity, positive()])
+  defp nil_or(type), do: :proper_types.oneof([nil, type])
 
   def response do
     :proper_types.oneof([
@@ -61,6 +155,7 @@ defmodule Ringbus.Wire.FrameGenerators do
       let({u32(), error_reason()}, &Tuple.insert_at(&1, 0, :sub_closed)),
       let(u32(), &{:pong, &1}),
       let({u32(), error_reason(), :proper_types.binary()}, &Tuple.insert_at(&1, 0, :error))
+      | group_responses()
     ])
   end
 

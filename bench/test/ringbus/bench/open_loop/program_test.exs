@@ -227,7 +227,8 @@ defmodule Ringbus.Bench.OpenLoop.ProgramTest do
 
     test "the bytes of docs/PROTOCOL.md's test vectors, and acks in any grouping", %{exe: exe} do
       parent = self()
-      hello = vector("hello_no_token")
+      # The generator speaks version 4, which has all it sends.
+      hello = vector("hello_v4")
       pushes = for corr <- 1..4, do: Frame.encode({:push, corr, :ack, "events", "vvvvv"})
 
       port =
