@@ -1,0 +1,133 @@
+defmodule Ringbus.Bench.Groups.Report do
+  @moduledoc false
+  # The groups bench's table, ratios and CSV (`Ringbus.Bench.Groups`).
+
+  alias Ringbus.Bench.{CSV, Table}
+
+  @header ~w(system replicas durable mode clients_on payload producers consumers acked msgs_per_s
+             p50_us p99_us max_us redelivered errors crash_first_ms crash_all_ms crash_missing
+             failover_ms)
+
+  @columns [
+    {"system", 17, :left},
+    {"mode", 7, :right},
+    {"payload", 8, :right},
+    {"cons", 5, :right},
+    {"acked/s", 10, :right},
+    {"p50 µs", 9, :right},
+    {"p99 µs", 9, :right},
+    {"max µs", 9, :right},
+    {"redeliv", 8, :right},
+    {"errors", 7, :right},
+    {"crash ms 1st", 13, :right},
+    {"crash ms all", 13, :right},
+    {"failover ms", 12, :right}
+  ]
+
+  @doc "The CSV's columns."
+  @spec header() :: [String.t()]
+  def header, do: @header
+
+  @doc "Prints the table, the ratios the targets name, and what was not run."
+  @spec print([map()]) :: :ok
+  def print(rows) do
+    Table.print(@columns, rows, fn r ->
+      [
+        r.system,
+        r.mode,
+        r.payload,
+        r.consumers,
+        round(r.msgs_per_s),
+        r.p50_us,
+        r.p99_us,
+        r.max_us,
+        r.redelivered,
+        r.errors,
+        fmt(r.crash.first_ms),
+        fmt(r.crash.all_ms),
+        fmt(failover_ms(r))
+      ]
+    end)
+
+    IO.puts("\nRatios (the bench prints them; it does not judge):")
+
+    for {size, consumers} <- rows |> Enum.map(&{&1.payload, &1.consumers}) |> Enum.uniq() do
+      find = fn system ->
+        Enum.find(
+          rows,
+          &(&1.system == system and &1.payload == size and &1.consumers == consumers)
+        )
+      end
+
+      memory = find.("ringbus_memory")
+
+      IO.puts(
+        "  #{size} B, #{consumers} consumer(s): ringbus_r3 / jetstream_r3 " <>
+          "#{ratio(find.("ringbus_r3"), find.("jetstream_r3"))} (target >= 2x); " <>
+          "ringbus_memory / redis_aof_always #{ratio(memory, find.("redis_aof_always"))}" <>
+          "#{if memory, do: " (#{memory.mode}; the target, >= 1x, is per core, with --pin)"}"
+      )
+    end
+
+    for r <- rows,
+        r.crash.missing > 0,
+        do:
+          IO.puts(
+            "  #{r.system} #{r.payload} B: #{r.crash.missing} of a crashed consumer's messages never came back"
+          )
+
+    for %{failover: %{} = f} = r <- rows,
+        do:
+          IO.puts(
+            "  #{r.system} #{r.payload} B failover: #{fmt(f.ms) || "no delivery"} ms " <>
+              "(#{f.push_errors} pushes and #{f.fetch_errors} fetches failed meanwhile)"
+          )
+
+    IO.puts(
+      "\nNot run: RabbitMQ quorum queues (they need an AMQP 0-9-1 client; this project takes " <>
+        "no hex packages and has none of its own).\n" <>
+        "Figures on a machine shared with other work are noisy; compare the rows of one run.\n"
+    )
+  end
+
+  @doc "Writes the rows as CSV to `path`."
+  @spec write!(Path.t(), [map()]) :: :ok
+  def write!(path, rows) do
+    CSV.write!(path, @header, Enum.map(rows, &csv_row/1))
+    IO.puts("wrote #{path}")
+  end
+
+  defp csv_row(r) do
+    [
+      r.system,
+      r.replicas,
+      r.durable,
+      r.mode,
+      r.clients_on,
+      r.payload,
+      r.producers,
+      r.consumers,
+      r.acked,
+      round(r.msgs_per_s),
+      r.p50_us,
+      r.p99_us,
+      r.max_us,
+      r.redelivered,
+      r.errors,
+      r.crash.first_ms,
+      r.crash.all_ms,
+      r.crash.missing,
+      failover_ms(r)
+    ]
+  end
+
+  defp failover_ms(%{failover: %{ms: ms}}), do: ms
+  defp failover_ms(_row), do: nil
+
+  defp ratio(%{msgs_per_s: a}, %{msgs_per_s: b}) when b > 0, do: fmt(a / b) <> "x"
+  defp ratio(_a, _b), do: "n/a"
+
+  defp fmt(nil), do: nil
+  defp fmt(x) when is_float(x), do: :erlang.float_to_binary(x, decimals: 2)
+  defp fmt(x), do: to_string(x)
+end
