@@ -71,7 +71,8 @@ defmodule Ringbus.Bench.Groups.JetStreamClient do
 
   defp pull(conn, inbox, left, acc, deadline) do
     case next(conn, deadline) do
-      {:ok, {:msg, ^inbox, "$JS.ACK." <> _ = ack, payload}, conn} ->
+      # A message keeps its own subject; its reply subject is where it is acked.
+      {:ok, {:msg, _subject, "$JS.ACK." <> _ = ack, payload}, conn} ->
         {seq, deliveries} = ack_fields(ack)
         conn = %{conn | acks: Map.put(conn.acks, seq, ack)}
         pull(conn, inbox, left - 1, [{seq, payload, deliveries} | acc], deadline)
