@@ -153,7 +153,7 @@ defmodule Ringbus.Bench.Groups.JetStreamClient do
 
       iex> Ringbus.Bench.Groups.JetStreamClient.parse("MSG in 1 $JS.ACK.x 2\\r\\nhi\\r\\n")
       {:ok, {:msg, "in", "$JS.ACK.x", "hi"}, ""}
-      iex> Ringbus.Bench.Groups.JetStreamClient.parse("HMSG in 1 28 28\\r\\nNATS/1.0 408 Request Timeout\\r\\n\\r\\n\\r\\n")
+      iex> Ringbus.Bench.Groups.JetStreamClient.parse("HMSG in 1 32 32\\r\\nNATS/1.0 408 Request Timeout\\r\\n\\r\\n\\r\\n")
       {:ok, {:hmsg, "in", nil, "NATS/1.0 408 Request Timeout\\r\\n\\r\\n", ""}, ""}
       iex> Ringbus.Bench.Groups.JetStreamClient.parse("MSG in 1 5\\r\\nhi")
       :more
