@@ -339,14 +339,7 @@ defmodule Ringbus.Bench.Groups do
 
   defp replicated(size, config) do
     progress(config, "ringbus #{size} B: starting 3 nodes")
-    nodes = Nodes.start(3, "bench_groups", net_ticktime: 4)
-
-    try do
-      :ok = Nodes.join(nodes, 30_000)
-      replicated_rows(nodes, size, config)
-    after
-      Nodes.stop(nodes)
-    end
+    Nodes.with_joined(3, "bench_groups", [net_ticktime: 4], &replicated_rows(&1, size, config))
   end
 
   defp replicated_rows([a | _] = nodes, size, config) do

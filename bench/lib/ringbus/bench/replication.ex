@@ -189,14 +189,13 @@ defmodule Ringbus.Bench.Replication do
 
   defp ringbus(payload, config) do
     progress(config, "ringbus #{payload} B: starting 3 nodes")
-    nodes = Nodes.start(3, "bench_replication", net_ticktime: 4)
 
-    try do
-      :ok = Nodes.join(nodes, 30_000)
-      ringbus_rows(nodes, payload, config)
-    after
-      Nodes.stop(nodes)
-    end
+    Nodes.with_joined(
+      3,
+      "bench_replication",
+      [net_ticktime: 4],
+      &ringbus_rows(&1, payload, config)
+    )
   end
 
   defp ringbus_rows([a | _] = nodes, payload, config) do

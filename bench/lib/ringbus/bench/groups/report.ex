@@ -4,24 +4,24 @@ defmodule Ringbus.Bench.Groups.Report do
 
   alias Ringbus.Bench.{CSV, Table}
 
+  # The CSV's columns, and the table's: {CSV column, title, width, side}.
   @header ~w(system replicas durable mode clients_on payload producers consumers acked msgs_per_s
              p50_us p99_us max_us redelivered errors crash_first_ms crash_all_ms crash_missing
              failover_ms)
-
-  @columns [
-    {"system", 17, :left},
-    {"mode", 7, :right},
-    {"payload", 8, :right},
-    {"cons", 5, :right},
-    {"acked/s", 10, :right},
-    {"p50 µs", 9, :right},
-    {"p99 µs", 9, :right},
-    {"max µs", 9, :right},
-    {"redeliv", 8, :right},
-    {"errors", 7, :right},
-    {"crash ms 1st", 13, :right},
-    {"crash ms all", 13, :right},
-    {"failover ms", 12, :right}
+  @table [
+    {"system", "system", 17, :left},
+    {"mode", "mode", 7, :right},
+    {"payload", "payload", 8, :right},
+    {"consumers", "cons", 5, :right},
+    {"msgs_per_s", "acked/s", 10, :right},
+    {"p50_us", "p50 µs", 9, :right},
+    {"p99_us", "p99 µs", 9, :right},
+    {"max_us", "max µs", 9, :right},
+    {"redelivered", "redeliv", 8, :right},
+    {"errors", "errors", 7, :right},
+    {"crash_first_ms", "crash ms 1st", 13, :right},
+    {"crash_all_ms", "crash ms all", 13, :right},
+    {"failover_ms", "failover ms", 12, :right}
   ]
 
   @doc "The CSV's columns."
@@ -31,22 +31,11 @@ defmodule Ringbus.Bench.Groups.Report do
   @doc "Prints the table, the ratios the targets name, and what was not run."
   @spec print([map()]) :: :ok
   def print(rows) do
-    Table.print(@columns, rows, fn r ->
-      [
-        r.system,
-        r.mode,
-        r.payload,
-        r.consumers,
-        round(r.msgs_per_s),
-        r.p50_us,
-        r.p99_us,
-        r.max_us,
-        r.redelivered,
-        r.errors,
-        fmt(r.crash.first_ms),
-        fmt(r.crash.all_ms),
-        fmt(failover_ms(r))
-      ]
+    columns = for {_key, title, width, side} <- @table, do: {title, width, side}
+
+    Table.print(columns, rows, fn r ->
+      fields = fields(r)
+      for {key, _title, _width, _side} <- @table, do: fmt(Map.fetch!(fields, key))
     end)
 
     IO.puts("\nRatios (the bench prints them; it does not judge):")
@@ -98,27 +87,24 @@ defmodule Ringbus.Bench.Groups.Report do
   end
 
   defp csv_row(r) do
-    [
-      r.system,
-      r.replicas,
-      r.durable,
-      r.mode,
-      r.clients_on,
-      r.payload,
-      r.producers,
-      r.consumers,
-      r.acked,
-      round(r.msgs_per_s),
-      r.p50_us,
-      r.p99_us,
-      r.max_us,
-      r.redelivered,
-      r.errors,
-      r.crash.first_ms,
-      r.crash.all_ms,
-      r.crash.missing,
-      failover_ms(r)
-    ]
+    fields = fields(r)
+    for key <- @header, do: Map.fetch!(fields, key)
+  end
+
+  defp fields(r) do
+    r
+    |> Map.take([:system, :replicas, :durable, :mode, :clients_on, :payload, :producers])
+    |> Map.merge(
+      Map.take(r, [:consumers, :acked, :p50_us, :p99_us, :max_us, :redelivered, :errors])
+    )
+    |> Map.merge(%{
+      msgs_per_s: round(r.msgs_per_s),
+      crash_first_ms: r.crash.first_ms,
+      crash_all_ms: r.crash.all_ms,
+      crash_missing: r.crash.missing,
+      failover_ms: failover_ms(r)
+    })
+    |> Map.new(fn {key, value} -> {Atom.to_string(key), value} end)
   end
 
   defp failover_ms(%{failover: %{ms: ms}}), do: ms
