@@ -42,13 +42,17 @@ defmodule Ringbus.Bench.Groups do
       and consumers on one node (`Ringbus.Bench.Groups.Load` run there
       through `:peer`): a member of both channels that is not the
       `replicas: 3` channel's leader when it is created. After the rows of
-      a size, failover: on that node a producer pushes a message every
-      few ms and a consumer fetches, then `kill -9` of the OS process of
-      the leader's node; `failover_ms` is from the kill to the first
-      delivery of a message pushed after it. Today a replicated channel's
-      groups live in the table of the member that runs the request (see
-      `Ringbus.Groups`, "Known limit"), here the surviving node the
-      clients are on, not in the Raft log.
+      a size, failover: on that node (or another member, should the
+      leadership have moved to it) a producer pushes a message every few
+      ms and a consumer of a fresh group fetches, then `kill -9` of the OS
+      process of the leader's node (the leader as that node sees it just
+      before); `failover_ms` is from just before the kill to the first
+      delivery of a message pushed after `kill` returned. Today a
+      replicated channel's groups live in the table of the member that
+      runs the request (see `Ringbus.Groups`, "Known limit"), here the
+      surviving node the clients are on, not in the Raft log: this
+      measures the channel's election and the next push, and a group
+      whose member survives.
     * `redis_aof_always` - one `redis-server` (Debian's) with `appendonly
       yes` and `appendfsync always`, one connection per producer or
       consumer: `XADD` pipelined a batch at a time, `XREADGROUP ... COUNT n
@@ -367,17 +371,36 @@ defmodule Ringbus.Bench.Groups do
 
     if "ringbus_r3" in config.systems do
       [first | rest] = on_load.("ringbus_r3", "r3", 3)
-      r1 ++ [Map.put(first, :failover, failover(load, leader, config)) | rest]
+      r1 ++ [Map.put(first, :failover, failover(nodes, load, config)) | rest]
     else
       r1
     end
   end
 
-  defp failover(load, leader, config) do
+  # The leader as the clients' node sees it now (it may have moved since
+  # the channel's creation); the probe runs on a member that is not it.
+  defp failover(nodes, load, config) do
+    {:ok, info} = Nodes.call(load, Ringbus, :info, ["r3"])
+    leader = Enum.find(nodes, &(&1.node == info.leader)) || raise "r3 has no leader"
+    probe = if load != leader, do: load, else: Enum.find(nodes, &(&1 != leader))
     progress(config, "ringbus_r3: kill -9 of the leader's node #{leader.node}")
-    :ok = Nodes.call(load, __MODULE__, :create_group, ["r3", "failover", config.run], 30_000)
+    :ok = Nodes.call(probe, __MODULE__, :create_group, ["r3", "failover", config.run], 30_000)
     args = ["r3", "failover", leader.os_pid, 30_000]
-    Nodes.call(load, Failover, :run, args, 40_000)
+    result = Nodes.call(probe, Failover, :run, args, 40_000)
+
+    Map.merge(result, %{
+      killed: leader.node,
+      leader_after: new_leader(probe, leader),
+      probe: probe.node
+    })
+  end
+
+  # Ra's info is as of its last tick: a new leader shows within a few seconds.
+  defp new_leader(probe, old) do
+    leader = fn -> elem(Nodes.call(probe, Ringbus, :info, ["r3"]), 1).leader end
+    deadline = System.monotonic_time(:millisecond) + 10_000
+    _ = Nodes.wait_until(deadline, fn -> leader.() not in [nil, old.node] end)
+    leader.()
   end
 
   @doc false

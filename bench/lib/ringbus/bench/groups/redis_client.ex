@@ -13,20 +13,29 @@ defmodule Ringbus.Bench.Groups.RedisClient do
   alias Ringbus.Test.RespClient
 
   @poll_ms 10
+  # A reply later than this is an error (the bench's rows are seconds long).
+  @reply_ms 10_000
 
   @impl true
-  def producer(target, _index), do: Map.put(target, :client, RespClient.connect!(target.port))
+  def producer(target, _index), do: Map.put(target, :client, connect!(target.port))
 
   @impl true
   def consumer(target, name),
-    do: Map.merge(target, %{client: RespClient.connect!(target.port), consumer: name})
+    do: Map.merge(target, %{client: connect!(target.port), consumer: name})
+
+  # Without Nagle's algorithm, as the other systems' clients: a small
+  # command after a reply would otherwise wait for the server's delayed ack.
+  defp connect!(port) do
+    client = RespClient.connect!(port)
+    :ok = :inet.setopts(client.socket, nodelay: true)
+    client
+  end
 
   @impl true
   def push(conn, payloads) do
     maxlen = Integer.to_string(conn.maxlen)
     commands = for p <- payloads, do: ["XADD", conn.stream, "MAXLEN", "~", maxlen, "*", "f", p]
-    {replies, client} = RespClient.calls(conn.client, commands)
-    conn = %{conn | client: client}
+    {replies, conn} = call(conn, commands)
 
     case Enum.find(replies, &match?({:error, _}, &1)) do
       nil -> {:ok, conn}
@@ -40,10 +49,10 @@ defmodule Ringbus.Bench.Groups.RedisClient do
       ["XREADGROUP", "GROUP", conn.group, conn.consumer, "COUNT", "#{max}", "BLOCK", "#{wait_ms}"] ++
         ["STREAMS", conn.stream, ">"]
 
-    case RespClient.call(conn.client, command) do
-      {[nil], client} -> {:ok, [], %{conn | client: client}}
-      {[[[_stream, entries]]], client} -> {:ok, messages(entries, 1), %{conn | client: client}}
-      {[{:error, text}], client} -> {:error, text, %{conn | client: client}}
+    case call(conn, [command]) do
+      {[nil], conn} -> {:ok, [], conn}
+      {[[[_stream, entries]]], conn} -> {:ok, messages(entries, 1), conn}
+      {[{:error, text}], conn} -> {:error, text, conn}
     end
   end
 
@@ -53,9 +62,9 @@ defmodule Ringbus.Bench.Groups.RedisClient do
 
   @impl true
   def ack(conn, ids) do
-    case RespClient.call(conn.client, ["XACK", conn.stream, conn.group | ids]) do
-      {[n], client} when is_integer(n) -> {:ok, n, %{conn | client: client}}
-      {[{:error, text}], client} -> {:error, text, %{conn | client: client}}
+    case call(conn, [["XACK", conn.stream, conn.group | ids]]) do
+      {[n], conn} when is_integer(n) -> {:ok, n, conn}
+      {[{:error, text}], conn} -> {:error, text, conn}
     end
   end
 
@@ -65,19 +74,50 @@ defmodule Ringbus.Bench.Groups.RedisClient do
       ["XAUTOCLAIM", conn.stream, conn.group, conn.consumer, "#{conn.ack_wait}", "0-0"] ++
         ["COUNT", "#{max}"]
 
-    case RespClient.call(conn.client, command) do
-      {[[_next, [], _deleted]], client} ->
+    case call(conn, [command]) do
+      {[[_next, [], _deleted]], conn} ->
         receive after: (@poll_ms -> :ok)
-        {:ok, [], %{conn | client: client}}
+        {:ok, [], conn}
 
-      {[[_next, entries, _deleted]], client} ->
-        {:ok, messages(entries, 2), %{conn | client: client}}
+      {[[_next, entries, _deleted]], conn} ->
+        {:ok, messages(entries, 2), conn}
 
-      {[{:error, text}], client} ->
-        {:error, text, %{conn | client: client}}
+      {[{:error, text}], conn} ->
+        {:error, text, conn}
     end
   end
 
   @impl true
   def close(conn), do: RespClient.close(conn.client)
+
+  # Sends `commands` in one write and reads a reply for each. A reply is
+  # read once all its bytes are in (`RespClient.read/1` starts from the
+  # front each time): every chunk the socket holds is taken before the
+  # next try, so a batch of 1 KB entries is not parsed once per chunk.
+  defp call(conn, commands) do
+    :ok = RespClient.send_commands(conn.client, commands)
+    replies(conn, Enum.count(commands), [])
+  end
+
+  defp replies(conn, 0, acc), do: {Enum.reverse(acc), conn}
+
+  defp replies(%{client: client} = conn, n, acc) do
+    case RespClient.read(client.buffer) do
+      {:ok, reply, rest} ->
+        replies(%{conn | client: %{client | buffer: rest}}, n - 1, [reply | acc])
+
+      :more ->
+        {:ok, data} = :gen_tcp.recv(client.socket, 0, @reply_ms)
+        buffer = IO.iodata_to_binary([client.buffer, data | drain(client.socket)])
+        replies(%{conn | client: %{client | buffer: buffer}}, n, acc)
+    end
+  end
+
+  # What the socket holds now, without waiting.
+  defp drain(socket) do
+    case :gen_tcp.recv(socket, 0, 0) do
+      {:ok, data} -> [data | drain(socket)]
+      {:error, :timeout} -> []
+    end
+  end
 end

@@ -69,7 +69,9 @@ defmodule Ringbus.Bench.Groups.Report do
         do:
           IO.puts(
             "  #{r.system} #{r.payload} B failover: #{fmt(f.ms) || "no delivery"} ms " <>
-              "(#{f.push_errors} pushes and #{f.fetch_errors} fetches failed meanwhile)"
+              "(#{f.push_errors} pushes and #{f.fetch_errors} fetches failed meanwhile; " <>
+              "killed #{f.killed}, the leader; then #{f.leader_after} led, " <>
+              "as #{f.probe} saw it)"
           )
 
     IO.puts(
