@@ -155,7 +155,7 @@ defmodule Ringbus.Bench.Groups do
         "consumers #{Enum.join(config.consumers, ", ")}, producers #{config.run.producers}, " <>
         "batch #{config.run.batch}, backlog #{config.run.backlog}, ack wait #{config.run.ack_wait} ms; " <>
         "#{config.seconds} s or #{config.run.max} messages a row; " <>
-        "#{if config.pin, do: "pinned", else: "shared"} mode; " <>
+        "#{if config.pin, do: "ringbus_memory and redis_aof_always pinned, the rest shared", else: "shared mode"}; " <>
         "OTP #{System.otp_release()}, #{:erlang.system_info(:logical_processors_available)} cores\n"
     )
 
