@@ -154,13 +154,13 @@ defmodule Ringbus.Bench.Groups.Load do
         conn = client.consumer(target, "crashed")
         keys = hold(client, conn, run.batch, Samples.now() + 10_000_000, [])
         send(parent, {:holding, keys})
-        # Holds its messages unacked until it is killed.
-        receive do: (:never -> :ok)
+        # Holds its messages unacked until it is killed (or the crash gives up).
+        receive after: (run.ack_wait + 30_000 -> :ok)
       end)
 
     keys =
       receive do
-        {:holding, keys} -> keys
+        {:holding, [_ | _] = keys} -> keys
       after
         15_000 -> raise "the consumer to crash got none of the messages pushed in 15 s"
       end
@@ -178,10 +178,17 @@ defmodule Ringbus.Bench.Groups.Load do
               parent,
               {:reclaimed, reclaim(client, conn, run, MapSet.new(keys), at, deadline, nil)}
             )
+        after
+          15_000 -> client.close(conn)
         end
       end)
 
-    receive do: (:ready -> :ok)
+    receive do
+      :ready -> :ok
+    after
+      15_000 -> raise "the surviving consumer did not start in 15 s"
+    end
+
     killed_at = System.os_time(:microsecond)
     Process.exit(crashed, :kill)
     send(survivor, {:killed, killed_at})
