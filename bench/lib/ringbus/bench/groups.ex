@@ -47,12 +47,11 @@ defmodule Ringbus.Bench.Groups do
       ms and a consumer of a fresh group fetches, then `kill -9` of the OS
       process of the leader's node (the leader as that node sees it just
       before); `failover_ms` is from just before the kill to the first
-      delivery of a message pushed after `kill` returned. Today a
-      replicated channel's groups live in the table of the member that
-      runs the request (see `Ringbus.Groups`, "Known limit"), here the
-      surviving node the clients are on, not in the Raft log: this
-      measures the channel's election and the next push, and a group
-      whose member survives.
+      delivery of a message pushed after `kill` returned. A replicated
+      channel's groups are kept in its Raft log (`Ringbus.Groups`,
+      "Replicated channels"): every fetch and ack is a command of the
+      log, a consumer's exit is sent through it, and the group carries on
+      under the new leader.
     * `redis_aof_always` - one `redis-server` (Debian's) with `appendonly
       yes` and `appendfsync always`, one connection per producer or
       consumer: `XADD` pipelined a batch at a time, `XREADGROUP ... COUNT n
