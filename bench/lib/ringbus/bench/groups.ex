@@ -82,7 +82,7 @@ defmodule Ringbus.Bench.Groups do
   ## Output
 
   A table and, with `--out`, CSV with the columns
-  `system,replicas,durable,mode,clients_on,payload,producers,consumers,acked,msgs_per_s,p50_us,p99_us,max_us,redelivered,errors,crash_first_ms,crash_all_ms,crash_missing,failover_ms`:
+  `system,replicas,durable,mode,clients_on,payload,producers,consumers,acked,msgs_per_s,p50_us,p99_us,max_us,redelivered,errors,crash_first_ms,crash_all_ms,crash_missing,failover_ms,ratio_to,ratio`:
 
     * `msgs_per_s` - messages acked over the row's time (until its last
       consumer stopped: it stops once all that was pushed is acked, or
@@ -92,7 +92,10 @@ defmodule Ringbus.Bench.Groups do
       message not acked within `--ack-wait`);
     * `errors` - pushes, fetches or acks that failed;
     * `crash_first_ms`, `crash_all_ms`, `crash_missing` - the crash above;
-    * `failover_ms` - on the first `ringbus_r3` row of each size.
+    * `failover_ms` - on the first `ringbus_r3` row of each size;
+    * `ratio_to`, `ratio` - the targets' ratios: `ringbus_r3`'s rate over
+      `jetstream_r3`'s, `ringbus_memory`'s over `redis_aof_always`'s (same
+      size and consumers); empty on the other rows.
 
   Then the ratios the targets name (the bench prints them; it does not
   judge them): `ringbus_r3` over `jetstream_r3` in msgs/s, and

@@ -35,16 +35,18 @@ defmodule Ringbus.Bench.GroupsTest do
 
     assert header ==
              "system,replicas,durable,mode,clients_on,payload,producers,consumers,acked,msgs_per_s," <>
-               "p50_us,p99_us,max_us,redelivered,errors,crash_first_ms,crash_all_ms,crash_missing,failover_ms"
+               "p50_us,p99_us,max_us,redelivered,errors,crash_first_ms,crash_all_ms,crash_missing,failover_ms," <>
+               "ratio_to,ratio"
 
     assert Enum.map(lines, &hd(String.split(&1, ","))) == @systems
+    rates = Map.new(lines, &(&1 |> String.split(",") |> then(fn f -> {hd(f), Enum.at(f, 9)} end)))
 
     # a match in the body, not the generator, so that a malformed row fails instead of being skipped
     for line <- lines do
       [system, replicas, _durable, "shared", _on, "16", "2", "2", acked, rate | rest] =
         String.split(line, ",")
 
-      [p50, p99, max, _redelivered, _errors, first, all, "0", failover] = rest
+      [p50, p99, max, _redelivered, _errors, first, all, "0", failover, ratio_to, ratio] = rest
       assert replicas in ["1", "3"]
       assert String.to_integer(acked) > 0, "#{system} acked nothing"
       assert String.to_integer(rate) > 0, "#{system} has no rate"
@@ -62,6 +64,17 @@ defmodule Ringbus.Bench.GroupsTest do
       if system == "ringbus_r3",
         do: assert(String.to_float(failover) > 0, "ringbus_r3 has no failover"),
         else: assert(failover == "")
+
+      # The targets' ratios, each the row's rate over its baseline's.
+      baseline = %{"ringbus_r3" => "jetstream_r3", "ringbus_memory" => "redis_aof_always"}[system]
+
+      if baseline do
+        assert ratio_to == baseline
+        expected = String.to_integer(rate) / String.to_integer(rates[baseline])
+        assert_in_delta String.to_float(ratio), expected, expected * 0.01 + 0.01
+      else
+        assert [ratio_to, ratio] == ["", ""]
+      end
     end
   end
 

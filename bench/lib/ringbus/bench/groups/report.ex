@@ -7,7 +7,9 @@ defmodule Ringbus.Bench.Groups.Report do
   # The CSV's columns, and the table's: {CSV column, title, width, side}.
   @header ~w(system replicas durable mode clients_on payload producers consumers acked msgs_per_s
              p50_us p99_us max_us redelivered errors crash_first_ms crash_all_ms crash_missing
-             failover_ms)
+             failover_ms ratio_to ratio)
+  # The targets' ratios: a row's rate over its baseline's, same size and consumers.
+  @baselines %{"ringbus_r3" => "jetstream_r3", "ringbus_memory" => "redis_aof_always"}
   @table [
     {"system", "system", 17, :left},
     {"mode", "mode", 7, :right},
@@ -41,19 +43,12 @@ defmodule Ringbus.Bench.Groups.Report do
     IO.puts("\nRatios (the bench prints them; it does not judge):")
 
     for {size, consumers} <- rows |> Enum.map(&{&1.payload, &1.consumers}) |> Enum.uniq() do
-      find = fn system ->
-        Enum.find(
-          rows,
-          &(&1.system == system and &1.payload == size and &1.consumers == consumers)
-        )
-      end
-
-      memory = find.("ringbus_memory")
+      memory = find(rows, "ringbus_memory", size, consumers)
 
       IO.puts(
         "  #{size} B, #{consumers} consumer(s): ringbus_r3 / jetstream_r3 " <>
-          "#{ratio(find.("ringbus_r3"), find.("jetstream_r3"))} (target >= 2x); " <>
-          "ringbus_memory / redis_aof_always #{ratio(memory, find.("redis_aof_always"))}" <>
+          "#{text(ratio(rows, find(rows, "ringbus_r3", size, consumers)))} (target >= 2x); " <>
+          "ringbus_memory / redis_aof_always #{text(ratio(rows, memory))}" <>
           "#{if memory, do: " (#{memory.mode}; the target, >= 1x, is per core, with --pin)"}"
       )
     end
@@ -84,14 +79,33 @@ defmodule Ringbus.Bench.Groups.Report do
   @doc "Writes the rows as CSV to `path`."
   @spec write!(Path.t(), [map()]) :: :ok
   def write!(path, rows) do
-    CSV.write!(path, @header, Enum.map(rows, &csv_row/1))
+    CSV.write!(path, @header, Enum.map(rows, &csv_row(&1, rows)))
     IO.puts("wrote #{path}")
   end
 
-  defp csv_row(r) do
-    fields = fields(r)
+  defp csv_row(r, rows) do
+    fields =
+      Map.merge(fields(r), %{"ratio_to" => @baselines[r.system], "ratio" => ratio(rows, r)})
+
     for key <- @header, do: Map.fetch!(fields, key)
   end
+
+  defp find(rows, system, size, consumers),
+    do:
+      Enum.find(rows, &(&1.system == system and &1.payload == size and &1.consumers == consumers))
+
+  # A row's rate over its baseline's, or nil.
+  defp ratio(_rows, nil), do: nil
+
+  defp ratio(rows, r) do
+    case find(rows, @baselines[r.system], r.payload, r.consumers) do
+      %{msgs_per_s: b} when b > 0 -> r.msgs_per_s / b
+      _ -> nil
+    end
+  end
+
+  defp text(nil), do: "n/a"
+  defp text(ratio), do: fmt(ratio) <> "x"
 
   defp fields(r) do
     r
@@ -111,9 +125,6 @@ defmodule Ringbus.Bench.Groups.Report do
 
   defp failover_ms(%{failover: %{ms: ms}}), do: ms
   defp failover_ms(_row), do: nil
-
-  defp ratio(%{msgs_per_s: a}, %{msgs_per_s: b}) when b > 0, do: fmt(a / b) <> "x"
-  defp ratio(_a, _b), do: "n/a"
 
   defp fmt(nil), do: nil
   defp fmt(x) when is_float(x), do: :erlang.float_to_binary(x, decimals: 2)
