@@ -59,7 +59,7 @@ defmodule Ringbus.MixProject do
   # do, with the tests' helpers.
   defp elixirc_paths(:bench) do
     ["lib", "bench/lib"] ++
-      Enum.map(~w(nodes os_process redis_server), &"test/support/#{&1}.ex")
+      Enum.map(~w(nodes os_process redis_server resp_client), &"test/support/#{&1}.ex")
   end
 
   defp elixirc_paths(_), do: ["lib"]

@@ -50,6 +50,23 @@ defmodule Ringbus.Test.Nodes do
     |> Enum.map(&Task.await(&1, 60_000))
   end
 
+  @doc """
+  Starts `count` nodes as `start/3` does, joins them (`join/2`, 30 s at
+  most), runs `fun` with them and stops them, whatever `fun` does.
+  """
+  @spec with_joined(pos_integer(), String.t(), keyword(), ([t()] -> result)) :: result
+        when result: term()
+  def with_joined(count, prefix, opts, fun) do
+    nodes = start(count, prefix, opts)
+
+    try do
+      :ok = join(nodes, 30_000)
+      fun.(nodes)
+    after
+      stop(nodes)
+    end
+  end
+
   @doc "Starts a node of `name` again (after it was killed), with the same options."
   @spec restart(t()) :: t()
   def restart(%{name: name, opts: opts}),

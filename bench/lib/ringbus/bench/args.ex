@@ -14,21 +14,25 @@ defmodule Ringbus.Bench.Args do
     opts
   end
 
-  @doc "Parses `--sizes N,N,...`: positive and ascending, or `default` when absent."
-  @spec sizes!(String.t() | nil, [pos_integer()]) :: [pos_integer()]
-  def sizes!(nil, default), do: default
+  @doc """
+  Parses `--sizes N,N,...` (or the option `flag` names): positive and
+  ascending, or `default` when absent.
+  """
+  @spec sizes!(String.t() | nil, [pos_integer()], String.t()) :: [pos_integer()]
+  def sizes!(string, default, flag \\ "--sizes")
+  def sizes!(nil, default, _flag), do: default
 
-  def sizes!(string, _default) do
+  def sizes!(string, _default, flag) do
     sizes =
       for part <- String.split(string, ",", trim: true) do
         case Integer.parse(String.trim(part)) do
           {n, ""} when n > 0 -> n
-          _ -> Mix.raise("expected --sizes to be positive integers, got: #{inspect(string)}")
+          _ -> Mix.raise("expected #{flag} to be positive integers, got: #{inspect(string)}")
         end
       end
 
     if sizes == [] or sizes != Enum.sort(sizes),
-      do: Mix.raise("expected --sizes to be ascending, got: #{inspect(string)}")
+      do: Mix.raise("expected #{flag} to be ascending, got: #{inspect(string)}")
 
     sizes
   end

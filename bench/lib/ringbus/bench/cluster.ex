@@ -190,14 +190,13 @@ defmodule Ringbus.Bench.Cluster do
 
   defp run_variant(variant, config) do
     progress(config, "#{variant}: starting 3 nodes")
-    nodes = Nodes.start(3, "bench_cluster_#{variant}", net_ticktime: config.net_ticktime)
 
-    try do
-      :ok = Nodes.join(nodes, 30_000)
-      measure(variant, nodes, config)
-    after
-      Nodes.stop(nodes)
-    end
+    Nodes.with_joined(
+      3,
+      "bench_cluster_#{variant}",
+      [net_ticktime: config.net_ticktime],
+      &measure(variant, &1, config)
+    )
   end
 
   defp measure(variant, [a, b, c], config) do
@@ -282,15 +281,8 @@ defmodule Ringbus.Bench.Cluster do
     progress(config, "throughput: starting 2 nodes")
     cluster = [call_timeout: 5_000, busy_timeout: 5_000]
 
-    nodes =
-      Nodes.start(2, "bench_cluster_link", net_ticktime: config.net_ticktime, cluster: cluster)
-
-    try do
-      :ok = Nodes.join(nodes, 30_000)
-      link_throughput(nodes, config)
-    after
-      Nodes.stop(nodes)
-    end
+    opts = [net_ticktime: config.net_ticktime, cluster: cluster]
+    Nodes.with_joined(2, "bench_cluster_link", opts, &link_throughput(&1, config))
   end
 
   @link_payload 16

@@ -155,7 +155,7 @@ defmodule Ringbus.Bench.Latency do
         )
 
         rows =
-          on_core(config.generator_core, fn ->
+          Pin.on_core(config.generator_core, "generator", fn ->
             for pct <- config.rates, system <- config.systems do
               rate = max(round(peak * pct / 100), 1)
               measure(system, Map.fetch!(ports, system), pct, rate, config)
@@ -204,33 +204,6 @@ defmodule Ringbus.Bench.Latency do
       server_core: if(opts[:pin], do: Pin.server_core()),
       generator_core: if(opts[:pin], do: Pin.generator_core())
     }
-  end
-
-  # Runs `fun` with this VM on `core` alone, one scheduler online; puts both back after.
-  defp on_core(nil, fun), do: fun.()
-
-  defp on_core(core, fun) do
-    os_pid = System.pid()
-    {out, 0} = System.cmd("taskset", ["-c", "-p", os_pid])
-    [_, cpus] = Regex.run(~r/current affinity list: (\S+)/, out)
-    {_, 0} = System.cmd("taskset", ["-a", "-c", "-p", "#{core}", os_pid])
-    schedulers = :erlang.system_flag(:schedulers_online, 1)
-    dirty = :erlang.system_flag(:dirty_cpu_schedulers_online, 1)
-    {now, 0} = System.cmd("taskset", ["-c", "-p", os_pid])
-    [_, pinned] = Regex.run(~r/current affinity list: (\S+)/, now)
-
-    IO.puts(
-      "generator: this VM on core #{pinned}, " <>
-        "#{System.schedulers_online()} scheduler online (was #{cpus} and #{schedulers})"
-    )
-
-    try do
-      fun.()
-    after
-      :erlang.system_flag(:dirty_cpu_schedulers_online, dirty)
-      :erlang.system_flag(:schedulers_online, schedulers)
-      System.cmd("taskset", ["-a", "-c", "-p", cpus, os_pid])
-    end
   end
 
   defp measure_peak(bench, port, config) do

@@ -60,4 +60,36 @@ defmodule Ringbus.Bench.Pin do
     taskset = System.find_executable("taskset") || Mix.raise("--pin needs taskset (util-linux)")
     {taskset, ["-c", "#{core}", exe | args]}
   end
+
+  @doc """
+  Runs `fun` with this VM on `core` alone, one scheduler and one dirty CPU
+  scheduler online, and puts both back after; prints a line, starting with
+  `label`, that says so. With `nil`, just runs `fun`.
+  """
+  @spec on_core(core(), String.t(), (() -> result)) :: result when result: term()
+  def on_core(nil, _label, fun), do: fun.()
+
+  def on_core(core, label, fun) do
+    os_pid = System.pid()
+    {out, 0} = System.cmd("taskset", ["-c", "-p", os_pid])
+    [_, cpus] = Regex.run(~r/current affinity list: (\S+)/, out)
+    {_, 0} = System.cmd("taskset", ["-a", "-c", "-p", "#{core}", os_pid])
+    schedulers = :erlang.system_flag(:schedulers_online, 1)
+    dirty = :erlang.system_flag(:dirty_cpu_schedulers_online, 1)
+    {now, 0} = System.cmd("taskset", ["-c", "-p", os_pid])
+    [_, pinned] = Regex.run(~r/current affinity list: (\S+)/, now)
+
+    IO.puts(
+      "#{label}: this VM on core #{pinned}, " <>
+        "#{System.schedulers_online()} scheduler online (was #{cpus} and #{schedulers})"
+    )
+
+    try do
+      fun.()
+    after
+      :erlang.system_flag(:dirty_cpu_schedulers_online, dirty)
+      :erlang.system_flag(:schedulers_online, schedulers)
+      System.cmd("taskset", ["-a", "-c", "-p", cpus, os_pid])
+    end
+  end
 end

@@ -92,6 +92,7 @@ defmodule Ringbus.Bench.Replication do
   alias Ringbus.Test.Nodes
 
   alias Ringbus.Bench.Replication.{
+    JetStreamAdmin,
     NatsClient,
     NatsServers,
     OsirisLoad,
@@ -188,14 +189,13 @@ defmodule Ringbus.Bench.Replication do
 
   defp ringbus(payload, config) do
     progress(config, "ringbus #{payload} B: starting 3 nodes")
-    nodes = Nodes.start(3, "bench_replication", net_ticktime: 4)
 
-    try do
-      :ok = Nodes.join(nodes, 30_000)
-      ringbus_rows(nodes, payload, config)
-    after
-      Nodes.stop(nodes)
-    end
+    Nodes.with_joined(
+      3,
+      "bench_replication",
+      [net_ticktime: 4],
+      &ringbus_rows(&1, payload, config)
+    )
   end
 
   defp ringbus_rows([a | _] = nodes, payload, config) do
@@ -310,8 +310,9 @@ defmodule Ringbus.Bench.Replication do
         ~s("retention":"limits","discard":"old","max_bytes":#{@retain_bytes},"max_msgs":#{capacity(payload, config)}})
 
     try do
-      :ok = js_create(admin, stream, config_json, Samples.now() + 30_000_000)
-      leader = js_leader(admin, stream, Samples.now() + 30_000_000)
+      api = "$JS.API.STREAM.CREATE.#{stream}"
+      :ok = JetStreamAdmin.create!(admin, api, config_json, Samples.now() + 30_000_000)
+      leader = JetStreamAdmin.leader!(admin, stream, Samples.now() + 30_000_000)
       {:ok, client} = NatsClient.connect(NatsServers.server!(nats, leader).port)
 
       summary =
@@ -343,40 +344,6 @@ defmodule Ringbus.Bench.Replication do
     after
       NatsClient.close(admin)
     end
-  end
-
-  # Right after start, or after a failover, JetStream may answer "temporarily unavailable".
-  defp js_create(admin, stream, json, deadline) do
-    case NatsClient.request(admin, "$JS.API.STREAM.CREATE.#{stream}", json, 5_000) do
-      {:ok, reply} ->
-        cond do
-          not (reply =~ ~s("error")) -> :ok
-          Samples.now() > deadline -> raise "JetStream refused stream #{stream}: #{reply}"
-          true -> retry(fn -> js_create(admin, stream, json, deadline) end)
-        end
-
-      {:error, reason} ->
-        if Samples.now() > deadline,
-          do: raise("JetStream did not answer: #{inspect(reason)}"),
-          else: retry(fn -> js_create(admin, stream, json, deadline) end)
-    end
-  end
-
-  defp js_leader(admin, stream, deadline) do
-    with {:ok, reply} <- NatsClient.request(admin, "$JS.API.STREAM.INFO.#{stream}", "", 5_000),
-         [_, leader] <- Regex.run(~r/"leader":"([^"]+)"/, reply) do
-      leader
-    else
-      other ->
-        if Samples.now() > deadline,
-          do: raise("no leader for stream #{stream}: #{inspect(other)}"),
-          else: retry(fn -> js_leader(admin, stream, deadline) end)
-    end
-  end
-
-  defp retry(fun) do
-    receive after: (100 -> :ok)
-    fun.()
   end
 
   defp jetstream_failover(nats, r3, config) do
@@ -412,7 +379,7 @@ defmodule Ringbus.Bench.Replication do
   defp js_retry(client, subject, deadline) do
     if Samples.now() > deadline,
       do: nil,
-      else: retry(fn -> js_first_ack(client, subject, deadline) end)
+      else: JetStreamAdmin.retry(fn -> js_first_ack(client, subject, deadline) end)
   end
 
   ## Osiris

@@ -9,26 +9,32 @@ defmodule Ringbus.Bench.Replication.NatsClient do
 
   alias Ringbus.Bench.Replication.{Samples, Window}
 
-  @type t :: %{socket: :gen_tcp.socket(), buffer: binary()}
+  @type t :: %{socket: :gen_tcp.socket(), buffer: binary(), inbox: binary()}
   @type frame ::
           {:msg, subject :: binary(), payload :: binary()}
           | :ping
           | {:line, binary()}
 
-  @inbox "_INBOX.ringbus_bench"
-
-  @doc "Connects to a server on 127.0.0.1 and completes the handshake."
-  @spec connect(:inet.port_number()) :: {:ok, t()} | {:error, term()}
-  def connect(port) do
+  @doc """
+  Connects to a server on 127.0.0.1 and completes the handshake. The
+  connection's replies come on subjects under its own inbox (`inbox.*`,
+  unique to it). With `headers: true` the server may send `HMSG`s (a
+  JetStream pull request ends with one, a status), which `parse/1` does
+  not read: that caller parses the frames itself.
+  """
+  @spec connect(:inet.port_number(), headers: boolean()) :: {:ok, t()} | {:error, term()}
+  def connect(port, opts \\ []) do
+    headers = Keyword.get(opts, :headers, false)
+    inbox = "_INBOX.ringbus_bench.#{System.unique_integer([:positive])}"
     opts = [:binary, active: false, nodelay: true, sndbuf: 1_048_576, recbuf: 1_048_576]
 
     with {:ok, socket} <- :gen_tcp.connect({127, 0, 0, 1}, port, opts, 1_000),
          :ok <-
            :gen_tcp.send(socket, [
-             ~s(CONNECT {"verbose":false,"pedantic":false,"headers":false}\r\n),
-             "SUB #{@inbox}.* 1\r\nPING\r\n"
+             ~s(CONNECT {"verbose":false,"pedantic":false,"headers":#{headers}}\r\n),
+             "SUB #{inbox}.* 1\r\nPING\r\n"
            ]),
-         {:ok, client} <- await_pong(%{socket: socket, buffer: ""}, 2_000) do
+         {:ok, client} <- await_pong(%{socket: socket, buffer: "", inbox: inbox}, 2_000) do
       {:ok, client}
     else
       {:error, _} = error -> error
@@ -51,8 +57,8 @@ defmodule Ringbus.Bench.Replication.NatsClient do
   @spec request(t(), binary(), iodata(), timeout()) :: {:ok, binary()} | {:error, term()}
   def request(client, subject, payload, timeout) do
     id = System.unique_integer([:positive])
-    :ok = :gen_tcp.send(client.socket, pub(subject, "#{@inbox}.r#{id}", payload))
-    await_reply(client, "#{@inbox}.r#{id}", Samples.now() + timeout * 1_000)
+    :ok = :gen_tcp.send(client.socket, pub(subject, "#{client.inbox}.r#{id}", payload))
+    await_reply(client, "#{client.inbox}.r#{id}", Samples.now() + timeout * 1_000)
   end
 
   defp await_reply(client, reply_to, deadline) do
@@ -88,7 +94,7 @@ defmodule Ringbus.Bench.Replication.NatsClient do
     send = fn ids ->
       :gen_tcp.send(
         client.socket,
-        Enum.map(ids, &pub(run.subject, "#{@inbox}.#{&1}", run.payload))
+        Enum.map(ids, &pub(run.subject, "#{client.inbox}.#{&1}", run.payload))
       )
     end
 
@@ -123,10 +129,10 @@ defmodule Ringbus.Bench.Replication.NatsClient do
 
   defp take_frames(client, run, pending) do
     case parse(client.buffer) do
-      {:ok, {:msg, @inbox <> "." <> id, reply}, rest} ->
+      {:ok, {:msg, subject, reply}, rest} ->
         client = %{client | buffer: rest}
 
-        case Integer.parse(id) do
+        case Integer.parse(reply_id(subject, client.inbox)) do
           {id, ""} ->
             {sent_at, pending} = Map.pop(pending, id)
 
@@ -156,6 +162,16 @@ defmodule Ringbus.Bench.Replication.NatsClient do
 
       :more ->
         {client, pending}
+    end
+  end
+
+  # What follows `inbox.` in a reply's subject ("" for another subject).
+  defp reply_id(subject, inbox) do
+    size = byte_size(inbox)
+
+    case subject do
+      <<^inbox::binary-size(size), ".", id::binary>> -> id
+      _ -> ""
     end
   end
 
