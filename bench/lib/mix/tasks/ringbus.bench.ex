@@ -1,5 +1,5 @@
 defmodule Mix.Tasks.Ringbus.Bench do
-  @shortdoc "Runs a Ringbus benchmark: buffer, len, backlog, ingest, frames, resp, latency, openloop, cluster or replication"
+  @shortdoc "Runs a Ringbus benchmark: buffer, len, backlog, ingest, frames, resp, latency, openloop, cluster, replication or footprint"
 
   @moduledoc """
   Runs one of Ringbus's benchmarks. Each one reproduces a field report and
@@ -16,6 +16,7 @@ defmodule Mix.Tasks.Ringbus.Bench do
       mix ringbus.bench openloop [options]  # the same with a generator in C, down to µs tails
       mix ringbus.bench cluster [options]   # a silent node: naive sends vs links
       mix ringbus.bench replication [options] # replicas: 3 vs JetStream R3, Osiris, Redis AOF
+      mix ringbus.bench footprint [options]   # a replicated channel's memory and disk vs its bounds
 
   Run `mix help ringbus.bench` and see each bench module
   (`Ringbus.Bench.Buffer`, ...) for its options.
@@ -37,7 +38,8 @@ defmodule Mix.Tasks.Ringbus.Bench do
     "latency" => Ringbus.Bench.Latency,
     "openloop" => Ringbus.Bench.OpenLoop,
     "cluster" => Ringbus.Bench.Cluster,
-    "replication" => Ringbus.Bench.Replication
+    "replication" => Ringbus.Bench.Replication,
+    "footprint" => Ringbus.Bench.Footprint
   }
 
   @impl Mix.Task
