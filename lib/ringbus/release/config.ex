@@ -89,8 +89,7 @@ defmodule Ringbus.Release.Config do
     {"RINGBUS_DATA_DIR", :data_dir, :dir, "`ringbus_data/NODE` under the current directory",
      "Where replicated channels (`replicas:`) keep their Raft logs; made if missing."},
     {"RINGBUS_WAL_MAX_BYTES", :wal_max_bytes, :positive, "32000000",
-     "The size at which the node's Raft WAL rolls over: Ra keeps the entries it holds in " <>
-       "memory too, so it bounds that memory (README, \"Memory and disk\")."},
+     "Bytes at which the Raft WAL rolls over; Ra holds its entries in ETS too until then."},
     {"RINGBUS_LOG_LEVEL", :log_level, :log_level, "`info`",
      "`debug`, `info`, `notice`, `warning` or `error`: `info` logs each connection " <>
        "opened and closed, `warning` only limits hit."}
