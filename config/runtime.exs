@@ -13,6 +13,7 @@ if System.get_env("RELEASE_NAME") do
       if boot.join != [], do: config(:ringbus, :cluster, join: boot.join)
       # The replica layer reads its data dir when Ringbus starts.
       if boot.data_dir, do: config(:ringbus, :data_dir, boot.data_dir)
+      if boot.wal_max_bytes, do: config(:ringbus, :raft, wal_max_bytes: boot.wal_max_bytes)
 
     {:error, line} ->
       IO.puts(:stderr, line)

@@ -166,11 +166,14 @@ defmodule Ringbus do
     * `:elections`: terms it went through since its node first saw it
       (its node's start, or the channel's creation);
     * `:log_bytes`: every file of its Raft directory on disk (segments,
-      snapshots, its config), and `:snapshot_bytes`, those of its
-      snapshots; neither counts the WAL;
+      snapshots, its config), `:segment_bytes`, those of its segments, and
+      `:snapshot_bytes`, those of its snapshots; none counts the WAL;
+    * `:mem_bytes`: its Raft log's entries in memory, Ra's ETS tables of
+      the entries the WAL holds and its segments do not yet;
     * `:wal_bytes`, `:ets_bytes`: its node's, the same for every
       replicated channel there: the node's Raft WAL files, which every
-      channel writes to until Ra rolls them over (at 256 MB) into each
+      channel writes to until Ra rolls them over (the application env
+      `:raft`'s `:wal_max_bytes`, README "Memory and disk") into each
       channel's segments, and Ra's ETS tables (the entries the WAL holds
       that no segment does yet, and their indexes; not the binaries over
       64 bytes they refer to, which the VM counts as `:binary` memory).

@@ -195,7 +195,7 @@ defmodule Ringbus.ReleaseBuildTest do
   end
 
   @tag :tmp_dir
-  test "RINGBUS_NAME, RINGBUS_COOKIE, RINGBUS_NET_TICKTIME and RINGBUS_DATA_DIR are the node's",
+  test "RINGBUS_NAME, RINGBUS_COOKIE, RINGBUS_NET_TICKTIME, RINGBUS_DATA_DIR and RINGBUS_WAL_MAX_BYTES are the node's",
        %{tmp_dir: tmp} do
     name = "ringbus_named_#{System.unique_integer([:positive])}@127.0.0.1"
     data_dir = Path.join(tmp, "data")
@@ -205,16 +205,18 @@ defmodule Ringbus.ReleaseBuildTest do
         {"RINGBUS_NAME", name},
         {"RINGBUS_COOKIE", "ringbus_test_cookie"},
         {"RINGBUS_NET_TICKTIME", "17"},
-        {"RINGBUS_DATA_DIR", data_dir}
+        {"RINGBUS_DATA_DIR", data_dir},
+        {"RINGBUS_WAL_MAX_BYTES", "5000000"}
       ])
 
     # rpc reads the same variables, so it reaches the same node.
     expression =
       "IO.inspect({node(), Node.get_cookie(), :net_kernel.get_net_ticktime(), " <>
-        "Ringbus.Replica.Config.data_dir()}, width: :infinity)"
+        "Ringbus.Replica.Config.data_dir(), Ringbus.Replica.Config.raft()[:wal_max_bytes]}, " <>
+        "width: :infinity)"
 
     assert {out, 0} = run(["rpc", expression], node.env)
-    assert out == "{:\"#{name}\", :ringbus_test_cookie, 17, #{inspect(data_dir)}}\n"
+    assert out == "{:\"#{name}\", :ringbus_test_cookie, 17, #{inspect(data_dir)}, 5000000}\n"
 
     assert {_, 0} = run(["stop"], node.env)
     release = node.release

@@ -99,6 +99,10 @@ defmodule Mix.Tasks.Ringbus.Server do
     listen_check!(boot)
     start_node!(cluster)
     if boot.data_dir, do: Application.put_env(:ringbus, :data_dir, boot.data_dir)
+
+    if boot.wal_max_bytes,
+      do: Application.put_env(:ringbus, :raft, wal_max_bytes: boot.wal_max_bytes)
+
     Mix.Task.run("app.start")
     join!(cluster)
     Logger.configure(level: boot.log_level)

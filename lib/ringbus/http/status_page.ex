@@ -202,6 +202,7 @@ defmodule Ringbus.HTTP.StatusPage do
       for m <- members do
         [m.channel, m.node, m.role, m.term, m.commit_index, m.applied_index, m.applied_seq] ++
           [m.lag_entries, m.lag_seconds, m.elections, bytes(m.snapshot_bytes), bytes(m.log_bytes)] ++
+          [bytes(m[:segment_bytes]), bytes(m[:mem_bytes])] ++
           [bytes(m[:wal_bytes]), bytes(m[:ets_bytes])]
       end
 
@@ -210,7 +211,7 @@ defmodule Ringbus.HTTP.StatusPage do
       table(
         "replicas",
         ~w(channel node role term commit applied applied_seq lag lag_s elections snapshot log) ++
-          ["node wal", "node ets"],
+          ["segments", "mem", "node wal", "node ets"],
         rows,
         3
       )

@@ -48,7 +48,7 @@ defmodule Ringbus.HTTP.StatusText do
     [
       table(
         ~w(CHANNEL NODE ROLE TERM COMMIT APPLIED APPLIED_SEQ LAG LAG_S ELECTIONS SNAPSHOT LOG) ++
-          ~w(NODE_WAL NODE_ETS),
+          ~w(SEGMENTS MEM NODE_WAL NODE_ETS),
         for m <- members do
           [m.channel, m.node, m.role, m.term, m.commit_index, m.applied_index, m.applied_seq] ++
             [
@@ -57,6 +57,8 @@ defmodule Ringbus.HTTP.StatusText do
               m.elections,
               bytes(m.snapshot_bytes),
               bytes(m.log_bytes),
+              bytes(m[:segment_bytes]),
+              bytes(m[:mem_bytes]),
               bytes(m[:wal_bytes]),
               bytes(m[:ets_bytes])
             ]

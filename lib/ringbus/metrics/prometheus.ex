@@ -56,6 +56,11 @@ defmodule Ringbus.Metrics.Prometheus do
     {"ringbus_replica_log_bytes", :gauge,
      "Bytes in this member's Raft directory on disk (segments, snapshots), " <>
        "not counting the node's shared WAL.", ~w(channel)},
+    {"ringbus_replica_segment_bytes", :gauge,
+     "Bytes of this member's Raft segment files on disk.", ~w(channel)},
+    {"ringbus_replica_mem_bytes", :gauge,
+     "Bytes of Ra's ETS tables of this member's log: the entries the node's WAL holds " <>
+       "that no segment of this member does yet.", ~w(channel)},
     # This node's Raft system, shared by its replicated channels.
     {"ringbus_replica_wal_bytes", :gauge,
      "Bytes of this node's Raft WAL files, which every replicated channel of the node " <>
@@ -221,7 +226,9 @@ defmodule Ringbus.Metrics.Prometheus do
     {"ringbus_replica_lag_entries", :lag_entries},
     {"ringbus_replica_elections_total", :elections},
     {"ringbus_replica_snapshot_bytes", :snapshot_bytes},
-    {"ringbus_replica_log_bytes", :log_bytes}
+    {"ringbus_replica_log_bytes", :log_bytes},
+    {"ringbus_replica_segment_bytes", :segment_bytes},
+    {"ringbus_replica_mem_bytes", :mem_bytes}
   ]
 
   @server_fields [

@@ -74,6 +74,8 @@ defmodule Ringbus.Metrics.Status do
         lag_seconds: m.lag_ms && m.lag_ms / 1000,
         snapshot_bytes: m.snapshot_bytes,
         log_bytes: m.log_bytes,
+        segment_bytes: Map.get(m, :segment_bytes),
+        mem_bytes: Map.get(m, :mem_bytes),
         wal_bytes: Map.get(m, :wal_bytes),
         ets_bytes: Map.get(m, :ets_bytes)
       })

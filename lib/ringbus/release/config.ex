@@ -88,6 +88,8 @@ defmodule Ringbus.Release.Config do
        "The release's `rel/env.sh` gives it to the VM (`-kernel net_ticktime`)."},
     {"RINGBUS_DATA_DIR", :data_dir, :dir, "`ringbus_data/NODE` under the current directory",
      "Where replicated channels (`replicas:`) keep their Raft logs; made if missing."},
+    {"RINGBUS_WAL_MAX_BYTES", :wal_max_bytes, :positive, "32000000",
+     "Bytes at which the Raft WAL rolls over; Ra holds its entries in ETS too until then."},
     {"RINGBUS_LOG_LEVEL", :log_level, :log_level, "`info`",
      "`debug`, `info`, `notice`, `warning` or `error`: `info` logs each connection " <>
        "opened and closed, `warning` only limits hit."}
@@ -105,6 +107,7 @@ defmodule Ringbus.Release.Config do
           cookie: atom() | nil,
           net_ticktime: pos_integer() | nil,
           data_dir: Path.t() | nil,
+          wal_max_bytes: pos_integer() | nil,
           log_level: Logger.level(),
           given: %{atom() => String.t()}
         }
@@ -442,6 +445,7 @@ defmodule Ringbus.Release.Config do
          cookie: fetch(values, :cookie, nil),
          net_ticktime: fetch(values, :net_ticktime, nil),
          data_dir: fetch(values, :data_dir, nil),
+         wal_max_bytes: fetch(values, :wal_max_bytes, nil),
          log_level: fetch(values, :log_level, :info)
        }}
     end

@@ -176,7 +176,7 @@ defmodule Ringbus.Replica.Catalogue do
       id: replica.server,
       uid: uid,
       initial_members: replica.members,
-      log_init_args: %{uid: uid},
+      log_init_args: %{uid: uid, snapshot_interval: Config.raft()[:snapshot_interval]},
       machine: {:module, Ringbus.Replica.Machine, machine_config(name, opts)}
     }
   end

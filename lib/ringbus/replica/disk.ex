@@ -28,15 +28,17 @@ defmodule Ringbus.Replica.Disk do
   end
 
   @doc """
-  The bytes of the WAL files (`*.wal`) directly in `dir`, the Ra system's
-  WAL directory, shared by every server of the node; a missing dir is 0.
+  The bytes of the files whose names end in `suffix` directly in `dir`:
+  the WAL files (`.wal`) of the Ra system's WAL directory, shared by every
+  server of the node, or a server's segments (`.segment`). The first
+  #{@max_entries} such files count; a missing dir is 0.
   """
-  @spec wal_bytes(Path.t()) :: non_neg_integer()
-  def wal_bytes(dir) do
+  @spec files_bytes(Path.t(), String.t()) :: non_neg_integer()
+  def files_bytes(dir, suffix) do
     case File.ls(dir) do
       {:ok, names} ->
-        wals = for name <- names, String.ends_with?(name, ".wal"), do: Path.join(dir, name)
-        {bytes, _left} = walk(Enum.take(wals, @max_entries), 0, @max_entries)
+        files = for name <- names, String.ends_with?(name, suffix), do: Path.join(dir, name)
+        {bytes, _left} = walk(Enum.take(files, @max_entries), 0, @max_entries)
         bytes
 
       {:error, _} ->

@@ -35,6 +35,8 @@ defmodule Ringbus.Replica.Member do
           elections: non_neg_integer() | nil,
           snapshot_bytes: non_neg_integer() | nil,
           log_bytes: non_neg_integer() | nil,
+          segment_bytes: non_neg_integer() | nil,
+          mem_bytes: non_neg_integer() | nil,
           wal_bytes: non_neg_integer() | nil,
           ets_bytes: non_neg_integer() | nil,
           age_ms: non_neg_integer() | nil
@@ -60,13 +62,24 @@ defmodule Ringbus.Replica.Member do
     :elections,
     :snapshot_bytes,
     :log_bytes,
+    :segment_bytes,
+    :mem_bytes,
     :wal_bytes,
     :ets_bytes
   ]
 
   # What the reporter measures beside Ra: the ring's newest seq, the
-  # member's directory on disk, and its node's WAL and Ra's ETS tables.
-  @extra [:applied_seq, :snapshot_bytes, :log_bytes, :wal_bytes, :ets_bytes]
+  # member's directory on disk and mem tables, and its node's WAL and Ra's
+  # ETS tables.
+  @extra [
+    :applied_seq,
+    :snapshot_bytes,
+    :log_bytes,
+    :segment_bytes,
+    :mem_bytes,
+    :wal_bytes,
+    :ets_bytes
+  ]
 
   @doc "Ra's state names as the four roles a reader needs (`:down`: no server)."
   @spec role(atom() | nil) :: role()
@@ -84,7 +97,8 @@ defmodule Ringbus.Replica.Member do
   gives it: `lags/2`). `ra` holds Ra's (`role`, `term`, `commit_index`,
   `applied_index`, `snapshot_index`, or nil with no server), `seen` what
   the reporter kept from its last report, and `extra` the rest
-  (`applied_seq`, `snapshot_bytes`, `log_bytes`, and its node's
+  (`applied_seq`, `snapshot_bytes`, `log_bytes`, `segment_bytes`,
+  `mem_bytes`, and its node's
   `wal_bytes` and `ets_bytes`). Returns the figures and
   what to keep: `:first_term`, and `:applied`, the last applied index
   known (kept while the server is down, so its lag still counts).

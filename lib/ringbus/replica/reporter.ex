@@ -28,7 +28,7 @@ defmodule Ringbus.Replica.Reporter do
 
   alias Ringbus.Store
   alias Ringbus.Channel.Ring
-  alias Ringbus.Replica.{Commits, Config, Disk, Member}
+  alias Ringbus.Replica.{Commits, Footprint, Member}
 
   @table :ringbus_replica_reports
   @interval_ms 1_000
@@ -111,10 +111,9 @@ defmodule Ringbus.Replica.Reporter do
   defp report(state) do
     now = now()
     replicas = for {_name, %{replica: r} = ch} <- Store.replicated(), do: {r, ch}
-    system = ra_system()
-    dir = system[:data_dir]
+    system = Footprint.system()
     # The node's, shared by its channels: measured once, given to each member.
-    shared = %{wal_bytes: wal_bytes(system), ets_bytes: ets_bytes(system)}
+    shared = Footprint.node(system)
 
     reports =
       for {replica, channel} <- replicas do
@@ -125,7 +124,7 @@ defmodule Ringbus.Replica.Reporter do
           Member.figures(
             ra,
             Map.get(state.seen, cluster, %{}),
-            Map.merge(extra(replica, channel, dir), shared)
+            Map.merge(extra(replica, channel, system), shared)
           )
 
         commits =
@@ -205,65 +204,11 @@ defmodule Ringbus.Replica.Reporter do
     ArgumentError -> nil
   end
 
-  defp extra(%{server: {local, _}}, channel, root) do
-    {log, snapshot} =
-      case root && uid(local) do
-        uid when is_binary(uid) -> Disk.usage(Path.join(root, uid))
-        _ -> {nil, nil}
-      end
-
-    %{applied_seq: Ring.next_seq(channel) - 1, log_bytes: log, snapshot_bytes: snapshot}
+  defp extra(%{server: {local, _}}, channel, system) do
+    local
+    |> Footprint.member(system)
+    |> Map.put(:applied_seq, Ring.next_seq(channel) - 1)
   end
-
-  defp uid(local) do
-    case :ra_directory.uid_of(Config.system(), local) do
-      uid when is_binary(uid) -> uid
-      _ -> nil
-    end
-  catch
-    _, _ -> nil
-  end
-
-  # The running Ra system's directories and table names (an empty map when
-  # it is not running).
-  defp ra_system do
-    case :ra_system.fetch(Config.system()) do
-      %{data_dir: dir, wal_data_dir: wal, names: names} ->
-        %{data_dir: to_string(dir), wal_data_dir: to_string(wal), names: names}
-
-      _ ->
-        %{}
-    end
-  catch
-    _, _ -> %{}
-  end
-
-  defp wal_bytes(%{wal_data_dir: dir}), do: Disk.wal_bytes(dir)
-  defp wal_bytes(_not_running), do: nil
-
-  # Ra's ETS tables of the system: each server's mem tables (the entries the
-  # WAL holds that no segment does yet), found in the open and closed
-  # tables, which index them, and the directory of servers. The tables'
-  # own memory: a payload over 64 bytes is a binary they refer to, which
-  # the VM counts apart (`:erlang.memory(:binary)`).
-  defp ets_bytes(%{names: %{open_mem_tbls: open, closed_mem_tbls: closed} = names}) do
-    tids =
-      :ets.select(open, [{{:_, :_, :_, :"$1"}, [], [:"$1"]}]) ++
-        :ets.select(closed, [{{:_, :_, :_, :_, :"$1"}, [], [:"$1"]}])
-
-    words =
-      for table <- [open, closed, names.directory | Enum.uniq(tids)],
-          words = :ets.info(table, :memory),
-          is_integer(words),
-          reduce: 0,
-          do: (sum -> sum + words)
-
-    words * :erlang.system_info(:wordsize)
-  rescue
-    ArgumentError -> nil
-  end
-
-  defp ets_bytes(_not_running), do: nil
 
   defp now, do: System.monotonic_time(:millisecond)
 end

@@ -223,6 +223,12 @@ defmodule Ringbus.Release.ConfigTest do
              ~r/^ringbus: RINGBUS_DATA_DIR cannot be made a directory: /
   end
 
+  test "RINGBUS_WAL_MAX_BYTES: where the Raft WAL rolls over, a positive integer" do
+    assert %{wal_max_bytes: 5_000_000} = load!(%{"RINGBUS_WAL_MAX_BYTES" => "5000000"})
+    assert %{wal_max_bytes: nil} = load!(%{})
+    assert error(%{"RINGBUS_WAL_MAX_BYTES" => "0"}) =~ ~r/^ringbus: RINGBUS_WAL_MAX_BYTES /
+  end
+
   test "the node's name, cookie and net_ticktime: the variables mix ringbus.server reads too" do
     boot =
       load!(%{

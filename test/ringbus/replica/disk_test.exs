@@ -35,7 +35,8 @@ defmodule Ringbus.Replica.DiskTest do
     File.mkdir_p!(Path.join(dir, "SERVER_UID"))
     File.write!(Path.join([dir, "SERVER_UID", "00000001.segment"]), "segment")
 
-    assert Disk.wal_bytes(dir) == 1000
-    assert Disk.wal_bytes(Path.join(dir, "gone")) == 0
+    assert Disk.files_bytes(dir, ".wal") == 1000
+    assert Disk.files_bytes(Path.join(dir, "gone"), ".wal") == 0
+    assert Disk.files_bytes(Path.join(dir, "SERVER_UID"), ".segment") == 7
   end
 end

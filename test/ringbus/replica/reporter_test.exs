@@ -67,8 +67,11 @@ defmodule Ringbus.Replica.ReporterTest do
 
     for m <- Map.values(members) do
       assert is_integer(m.elections) and m.log_bytes > 0 and m.snapshot_bytes >= 0
-      # Its node's WAL and Ra's ETS tables, shared by the node's channels.
+      assert m.segment_bytes >= 0 and m.segment_bytes + m.snapshot_bytes <= m.log_bytes
+      # Its node's WAL and Ra's ETS tables, shared by the node's channels;
+      # its own entries in memory, which are among the latter.
       assert m.wal_bytes > 0 and m.ets_bytes > 0
+      assert m.mem_bytes > 0 and m.mem_bytes < m.ets_bytes
     end
 
     # cluster_info/0 lists the channel with the same members.
@@ -86,7 +89,8 @@ defmodule Ringbus.Replica.ReporterTest do
       assert [_] = Regex.scan(~r/^ringbus_replica_term\{/m, text)
 
       for family <-
-            ~w(commit_index applied_index lag_entries lag_seconds elections_total snapshot_bytes log_bytes),
+            ~w(commit_index applied_index lag_entries lag_seconds elections_total snapshot_bytes log_bytes) ++
+              ~w(segment_bytes mem_bytes),
           do: assert(text =~ ~r/^ringbus_replica_#{family}\{channel="obs"\} \d/m)
 
       # The node's own, once, with no channel.

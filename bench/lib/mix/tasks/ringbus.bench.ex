@@ -1,5 +1,5 @@
 defmodule Mix.Tasks.Ringbus.Bench do
-  @shortdoc "Runs a Ringbus benchmark: buffer, len, backlog, ingest, frames, resp, latency, openloop, cluster, replication or groups"
+  @shortdoc "Runs a Ringbus benchmark: buffer, len, backlog, ingest, frames, resp, latency, openloop, cluster, replication, groups or footprint"
 
   @moduledoc """
   Runs one of Ringbus's benchmarks. Each one reproduces a field report and
@@ -17,6 +17,7 @@ defmodule Mix.Tasks.Ringbus.Bench do
       mix ringbus.bench cluster [options]   # a silent node: naive sends vs links
       mix ringbus.bench replication [options] # replicas: 3 vs JetStream R3, Osiris, Redis AOF
       mix ringbus.bench groups [options]    # consumer groups vs Redis XREADGROUP, JetStream R3
+      mix ringbus.bench footprint [options]   # a replicated channel's memory and disk vs its bounds
 
   Run `mix help ringbus.bench` and see each bench module
   (`Ringbus.Bench.Buffer`, ...) for its options.
@@ -39,7 +40,8 @@ defmodule Mix.Tasks.Ringbus.Bench do
     "openloop" => Ringbus.Bench.OpenLoop,
     "cluster" => Ringbus.Bench.Cluster,
     "replication" => Ringbus.Bench.Replication,
-    "groups" => Ringbus.Bench.Groups
+    "groups" => Ringbus.Bench.Groups,
+    "footprint" => Ringbus.Bench.Footprint
   }
 
   @impl Mix.Task
