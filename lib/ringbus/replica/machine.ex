@@ -69,7 +69,7 @@ defmodule Ringbus.Replica.Machine do
 
   @behaviour :ra_machine
 
-  alias Ringbus.Channel.{Ring, Trim}
+  alias Ringbus.Channel.{Ring, Times, Trim}
   alias Ringbus.{Group, Store}
 
   # A replicated channel remembers as many tags as a memory channel does.
@@ -107,6 +107,10 @@ defmodule Ringbus.Replica.Machine do
     # writer_id => {floor, last_index, %{n => reply}}
     writers: %{},
     checkpoints: :queue.new(),
+    # The stamp (system ms) of the last command: a command's messages are
+    # stamped the later of it and the leader's time in the entry, so that
+    # times never decrease even when leaders' clocks differ.
+    stamp: 0,
     # Group rows to put in this node's table before the next command, or
     # nil once there.
     groups: []
@@ -144,8 +148,14 @@ defmodule Ringbus.Replica.Machine do
   def apply(%{index: index} = meta, command, state) do
     state = state |> upgrade() |> load_groups()
     version = Map.get(meta, :machine_version, @version)
-    {state, reply, ops} = decide_in(version, command, index, state)
-    now = Map.get_lazy(meta, :system_time, fn -> System.system_time(:millisecond) end)
+
+    now =
+      max(
+        Map.get_lazy(meta, :system_time, fn -> System.system_time(:millisecond) end),
+        state.stamp
+      )
+
+    {state, reply, ops} = decide_in(version, command, index, %{state | stamp: now})
     reply = carry_out(state.channel, ops, reply, now)
     state = settle(state, command, reply)
     {state, effects} = checkpoint(state, index)
@@ -163,8 +173,9 @@ defmodule Ringbus.Replica.Machine do
   defp decide_in(1, {:groups, _}, _index, state), do: {state, {:error, :badarg}, []}
   defp decide_in(_version, command, index, state), do: decide(command, index, state)
 
-  # A state from a snapshot of version 0 has no writers; of version 1, no groups.
-  defp upgrade(%__MODULE__{writers: _, groups: _} = state), do: state
+  # A state from a snapshot of version 0 has no writers; of version 1, no
+  # groups; before messages had times, no stamp.
+  defp upgrade(%__MODULE__{writers: _, groups: _, stamp: _} = state), do: state
 
   defp upgrade(state) do
     state
@@ -172,6 +183,7 @@ defmodule Ringbus.Replica.Machine do
     |> Map.put_new(:writer_window, @writer_window)
     |> Map.put_new(:max_writers, @max_writers)
     |> Map.put_new(:groups, [])
+    |> Map.put_new(:stamp, 0)
   end
 
   defp load_groups(%__MODULE__{groups: nil} = state), do: state
@@ -553,12 +565,14 @@ defmodule Ringbus.Replica.Machine do
      end}
   end
 
-  defp carry(ch, op, reply, _now), do: carry(ch, op, reply)
-
-  defp carry(ch, {:put, first, payloads, count, bytes}, reply) do
-    Ring.put_decided(ch, first, payloads, count, bytes)
+  # Stored at the command's stamp, on this node's clock: every member gives
+  # the messages the same time.
+  defp carry(ch, {:put, first, payloads, count, bytes}, reply, now) do
+    Ring.put_decided(ch, first, payloads, count, bytes, Times.at_of(now))
     reply
   end
+
+  defp carry(ch, op, reply, _now), do: carry(ch, op, reply)
 
   defp carry(ch, {:drop, tail}, reply) do
     Ring.drop_decided(ch, tail)
