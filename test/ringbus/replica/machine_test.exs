@@ -413,6 +413,25 @@ defmodule Ringbus.Replica.MachineTest do
       assert Machine.version() == 2
     end
 
+    test "a command's messages carry its stamp, never less than the one before" do
+      name = unique()
+      :ok = Ringbus.create(name, capacity: 10)
+      on_exit(fn -> Ringbus.delete(name) end)
+      state = machine(channel: name, capacity: 10)
+      t = System.system_time(:millisecond) - 1_000
+
+      {state, _, _} = Machine.apply(%{index: 1, system_time: t}, {:push, nil, ["a", "b"]}, state)
+      # A leader whose clock is behind stamps as the last command did.
+      {state, _, _} = Machine.apply(%{index: 2, system_time: t - 50}, {:push, nil, ["c"]}, state)
+      {state, _, _} = Machine.apply(%{index: 3, system_time: t + 7}, {:push, nil, ["d"]}, state)
+      # A state from a snapshot taken before messages had times has no stamp.
+      old = Map.delete(state, :stamp)
+      {_, _, _} = Machine.apply(%{index: 4, system_time: t + 3}, {:push, nil, ["e"]}, old)
+
+      assert {:ok, timed, 0} = Ringbus.read(name, 0, 10, times: true)
+      assert timed == [{0, "a", t}, {1, "b", t}, {2, "c", t}, {3, "d", t + 7}, {4, "e", t + 3}]
+    end
+
     test "a replay from a snapshot onto a new ring rebuilds the live messages" do
       name = unique()
       :ok = Ringbus.create(name, capacity: 3, overflow: :reject)
@@ -470,8 +489,9 @@ defmodule Ringbus.Replica.MachineTest do
         # A local drop-oldest batch is one chunk, whose bytes count until it
         # goes whole; the replicated ring stores messages one by one.
         chunked? = opts[:max_bytes] == nil and opts[:overflow] != :reject
-        # Two channels, two creations.
-        ignore = if chunked?, do: [:bytes, :incarnation], else: [:incarnation]
+        # Two channels, two creations, each with its own push times.
+        ignore = [:incarnation, :oldest_time, :newest_time]
+        ignore = if chunked?, do: [:bytes | ignore], else: ignore
         {:ok, info} = Ringbus.info(replicated)
         {:ok, expected} = Ringbus.info(local)
         assert Map.drop(info, ignore) == Map.drop(expected, ignore)
