@@ -302,7 +302,6 @@ defmodule Ringbus do
     * `:pushed` - messages taken in
     * `:pulled` - messages handed out by `pull/1`
     * `:overwritten` - messages dropped to make room for newer ones
-    * `:rejected` - messages refused because the ring was full
     * `:rejected` - messages refused: the ring was full (by count, or by
       `:max_bytes` under reject), or a payload was larger than `:max_bytes`
     * `:skipped` - seqs given up on because their producer stalled between
@@ -313,6 +312,9 @@ defmodule Ringbus do
       drops the seq counts as overwritten instead (a late producer then
       reports that seq pushed)
     * `:max_bytes` - its configuration: the bound on payload bytes, or nil
+    * `:max_age` - its configuration: the most ms a message stays, or nil
+    * `:expired` - messages that left because they were older than
+      `:max_age` (see "Time")
     * `:bytes` - payload bytes the channel holds now. A batch stored as one
       unit (a drop-oldest batch on a channel without `:max_bytes`) is freed
       whole, when the last of its messages leaves
@@ -323,7 +325,7 @@ defmodule Ringbus do
     * `:oldest_time`, `:newest_time` - the times (system ms) of the oldest
       and newest messages held, nil when it holds none (see "Time")
 
-  At rest, `pushed == pulled + overwritten + len`.
+  At rest, `pushed == pulled + overwritten + expired + len`.
   """
   @type info :: %{
           capacity: pos_integer(),
@@ -337,6 +339,8 @@ defmodule Ringbus do
           rejected: non_neg_integer(),
           skipped: non_neg_integer(),
           max_bytes: pos_integer() | nil,
+          max_age: pos_integer() | nil,
+          expired: non_neg_integer(),
           bytes: non_neg_integer(),
           bytes_pushed: non_neg_integer(),
           incarnation: pos_integer(),

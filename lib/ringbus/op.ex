@@ -104,8 +104,10 @@ defmodule Ringbus.Op do
 
   # A group request answers now, or (a fetch that waits for entries) waits;
   # on a replicated channel it goes through the log, and the caller waits.
-  def run(%Channel{replica: nil} = channel, {:group, request}, room, _timeout),
-    do: Group.run(channel, request, room)
+  def run(%Channel{replica: nil} = channel, {:group, request}, room, _timeout) do
+    Ring.expire(channel)
+    Group.run(channel, request, room)
+  end
 
   def run(channel, {:group, request}, room, timeout) do
     log = &Replica.group(channel, &1, room, timeout)
@@ -115,8 +117,11 @@ defmodule Ringbus.Op do
   def run(channel, {:stamped, {:group, _} = op}, room, timeout),
     do: stamp(channel, run(channel, op, room, timeout))
 
-  def run(%Channel{replica: nil} = channel, op, room, _timeout),
-    do: {:reply, memory(channel, op, room)}
+  # Under max_age, what expired leaves first, so no operation sees it.
+  def run(%Channel{replica: nil} = channel, op, room, _timeout) do
+    Ring.expire(channel)
+    {:reply, memory(channel, op, room)}
+  end
 
   def run(channel, op, room, timeout), do: replicated(channel, op, room, timeout)
 

@@ -50,7 +50,12 @@ defmodule Ringbus.Channel.Ring do
   #
   #   len         = head - tail
   #   pushed      = head - skipped
-  #   overwritten = tail - pulled - skipped
+  #   overwritten = tail - pulled - skipped - expired
+  #
+  # Under `max_age`, a message older than it is claimed as a pull claims
+  # it, and counted `expired` (`expire/1`): the oldest one's time is
+  # looked at before each push reserves and before reads, so the ring is
+  # never scanned for it.
   #
   # A pull that claimed a seq a push has since dropped finds it gone: that
   # message was overwritten, and the formula already says so.
@@ -117,7 +122,8 @@ defmodule Ringbus.Channel.Ring do
   @waiting 8
   @chunked 9
   @dropped 10
-  @slots 10
+  @expired 11
+  @slots 11
 
   # How long a reader waits for a reserved seq whose producer has not stored it.
   @stall_ms 5
@@ -140,6 +146,7 @@ defmodule Ringbus.Channel.Ring do
       capacity: Keyword.fetch!(opts, :capacity),
       overflow: Keyword.fetch!(opts, :overflow),
       max_bytes: Keyword.get(opts, :max_bytes),
+      max_age: Keyword.get(opts, :max_age),
       replica: Keyword.get(opts, :replica),
       incarnation: Keyword.get_lazy(opts, :incarnation, &new_incarnation/0)
     }
@@ -363,7 +370,35 @@ defmodule Ringbus.Channel.Ring do
   # overwrite its own first messages. Counts nothing. Answers the first seq
   # and the batch's time, read within the reservation.
   defp reserve_for(ch, count, bytes) do
+    expire(ch)
     if too_large?(ch, bytes), do: {:error, :too_large}, else: reserve_at(ch, count, bytes)
+  end
+
+  @doc """
+  Under `max_age`, claims the oldest messages stored longer ago than it,
+  one at a time while the oldest is that old, each counted `expired`: one
+  look at the oldest message's time when none is.
+  """
+  @spec expire(Channel.t()) :: :ok
+  def expire(%Channel{max_age: nil}), do: :ok
+  # A replicated channel's expiry is its machine's decision (`expire_decided/2`).
+  def expire(%Channel{replica: replica}) when replica != nil, do: :ok
+  def expire(%Channel{max_age: age} = ch), do: expire_before(ch, now_us() - age * 1000)
+
+  defp expire_before(%Channel{atomics: a} = ch, cutoff) do
+    tail = :atomics.get(a, @tail)
+
+    with true <- tail < :atomics.get(a, @head),
+         at when is_integer(at) and at < cutoff <- stored_at(ch, tail) do
+      # Stored, so no wait: taken, or gone if a lapping push dropped it.
+      if :atomics.compare_exchange(a, @tail, tail, tail + 1) == :ok do
+        with {:ok, _} <- take_claimed(ch, tail, 0, nil), do: :atomics.add(a, @expired, 1)
+      end
+
+      expire_before(ch, cutoff)
+    else
+      _none_old_enough -> :ok
+    end
   end
 
   defp too_large?(%Channel{max_bytes: nil}, _bytes), do: false
@@ -1045,6 +1080,25 @@ defmodule Ringbus.Channel.Ring do
   end
 
   @doc false
+  # Claims every seq below `bound` not claimed yet, each counted expired.
+  @spec expire_decided(Channel.t(), seq) :: :ok
+  def expire_decided(%Channel{atomics: a} = ch, bound) do
+    tail = :atomics.get(a, @tail)
+
+    cond do
+      tail >= bound or tail >= :atomics.get(a, @head) ->
+        :ok
+
+      :atomics.compare_exchange(a, @tail, tail, tail + 1) == :ok ->
+        with {:ok, _} <- take_claimed(ch, tail, 0, nil), do: :atomics.add(a, @expired, 1)
+        expire_decided(ch, bound)
+
+      true ->
+        expire_decided(ch, bound)
+    end
+  end
+
+  @doc false
   # Raises the rejected count to `total`, the machine's own count: a replay
   # that sets it again changes nothing.
   @spec rejected_decided(Channel.t(), non_neg_integer()) :: :ok
@@ -1083,6 +1137,7 @@ defmodule Ringbus.Channel.Ring do
     tail = :atomics.get(a, @tail)
     pulled = :atomics.get(a, @pulled)
     skipped = :atomics.get(a, @skipped)
+    expired = :atomics.get(a, @expired)
 
     %{
       capacity: cap,
@@ -1094,7 +1149,9 @@ defmodule Ringbus.Channel.Ring do
       next_seq: head,
       pushed: head - skipped,
       pulled: pulled,
-      overwritten: max(tail - pulled - skipped, 0),
+      overwritten: max(tail - pulled - skipped - expired, 0),
+      expired: expired,
+      max_age: ch.max_age,
       rejected: :atomics.get(a, @rejected),
       skipped: skipped,
       bytes: bytes(ch),

@@ -397,6 +397,7 @@ defmodule Ringbus.Channel.Subscription do
   end
 
   defp read(state) do
+    Ring.expire(state.channel)
     Ring.read_timed(state.channel, state.cursor, min(state.credit, state.max_batch))
   rescue
     # The channel's table is gone: the delete notice is on its way.

@@ -90,6 +90,7 @@ defmodule Ringbus.Replica.Machine do
     :capacity,
     :overflow,
     :max_bytes,
+    max_age: nil,
     window: @window,
     max_producers: @max_producers,
     # The next seq to store, and the oldest live one.
@@ -111,6 +112,9 @@ defmodule Ringbus.Replica.Machine do
     # stamped the later of it and the leader's time in the entry, so that
     # times never decrease even when leaders' clocks differ.
     stamp: 0,
+    # Only under max_age: {first_seq, stamp} per stamp that stored
+    # messages still live, oldest first.
+    times: :queue.new(),
     # Group rows to put in this node's table before the next command, or
     # nil once there.
     groups: []
@@ -123,6 +127,7 @@ defmodule Ringbus.Replica.Machine do
           | {:drop, non_neg_integer()}
           | {:pull, non_neg_integer(), non_neg_integer()}
           | {:rejected, non_neg_integer()}
+          | {:expire, non_neg_integer()}
 
   @impl :ra_machine
   def init(config) do
@@ -131,6 +136,7 @@ defmodule Ringbus.Replica.Machine do
       capacity: Map.fetch!(config, :capacity),
       overflow: Map.get(config, :overflow, :drop_oldest),
       max_bytes: Map.get(config, :max_bytes),
+      max_age: Map.get(config, :max_age),
       window: Map.get(config, :window, @window),
       max_producers: Map.get(config, :max_producers, @max_producers),
       writer_window: Map.get(config, :writer_window, @writer_window),
@@ -155,7 +161,9 @@ defmodule Ringbus.Replica.Machine do
         state.stamp
       )
 
-    {state, reply, ops} = decide_in(version, command, index, %{state | stamp: now})
+    {state, expired} = expire(%{state | stamp: now})
+    {state, reply, ops} = decide_in(version, command, index, state)
+    ops = expired ++ ops
     reply = carry_out(state.channel, ops, reply, now)
     state = settle(state, command, reply)
     {state, effects} = checkpoint(state, index)
@@ -175,7 +183,7 @@ defmodule Ringbus.Replica.Machine do
 
   # A state from a snapshot of version 0 has no writers; of version 1, no
   # groups; before messages had times, no stamp.
-  defp upgrade(%__MODULE__{writers: _, groups: _, stamp: _} = state), do: state
+  defp upgrade(%__MODULE__{writers: _, groups: _, stamp: _, times: _} = state), do: state
 
   defp upgrade(state) do
     state
@@ -184,6 +192,8 @@ defmodule Ringbus.Replica.Machine do
     |> Map.put_new(:max_writers, @max_writers)
     |> Map.put_new(:groups, [])
     |> Map.put_new(:stamp, 0)
+    |> Map.put_new(:max_age, nil)
+    |> Map.put_new(:times, :queue.new())
   end
 
   defp load_groups(%__MODULE__{groups: nil} = state), do: state
@@ -391,7 +401,12 @@ defmodule Ringbus.Replica.Machine do
 
           true ->
             first = state.head
-            state = %{state | head: first + count} |> keep_sizes(first, payloads, bytes)
+
+            state =
+              %{state | head: first + count}
+              |> keep_time(first)
+              |> keep_sizes(first, payloads, bytes)
+
             {state, {:ok, first}, [{:put, first, payloads, count, bytes}]}
         end
     end
@@ -424,6 +439,69 @@ defmodule Ringbus.Replica.Machine do
   end
 
   defp finish(ops, _state), do: ops
+
+  ## Times, under max_age
+
+  defp keep_time(%__MODULE__{max_age: nil} = state, _first), do: state
+
+  defp keep_time(%__MODULE__{stamp: stamp, times: times} = state, first) do
+    case :queue.peek_r(times) do
+      {:value, {_, ^stamp}} -> state
+      _ -> %{state | times: :queue.in({first, stamp}, times)}
+    end
+  end
+
+  @doc """
+  Under max_age, at the state's stamp: the live messages stored longer
+  ago than it are claimed (the tail passes them) and the ring is told to
+  count them `expired`. Pure, and decided in log order, so alike on every
+  member.
+  """
+  @spec expire(%__MODULE__{}) :: {%__MODULE__{}, [op]}
+  def expire(%__MODULE__{max_age: nil} = state), do: {state, []}
+
+  def expire(state) do
+    {bound, times} = expired_below(state.times, state.stamp - state.max_age, state.head)
+    times = drop_dead(times, state.tail)
+
+    if bound > state.tail do
+      count = bound - state.tail
+      state = %{state | tail: bound, times: times} |> forget_sizes(count)
+      {state, [{:expire, bound}]}
+    else
+      {%{state | times: times}, []}
+    end
+  end
+
+  # The first seq stored at `cutoff` or later (or `head`), and the runs from it.
+  defp expired_below(times, cutoff, head) do
+    case :queue.peek(times) do
+      {:value, {_first, stamp}} when stamp < cutoff ->
+        times = :queue.drop(times)
+
+        case :queue.peek(times) do
+          {:value, _} -> expired_below(times, cutoff, head)
+          :empty -> {head, times}
+        end
+
+      {:value, {first, _stamp}} ->
+        {first, times}
+
+      :empty ->
+        {0, times}
+    end
+  end
+
+  # Runs all of whose seqs are below the tail (pulled, overwritten) go.
+  defp drop_dead(times, tail) do
+    with {:value, _} <- :queue.peek(times),
+         rest = :queue.drop(times),
+         {:value, {next, _}} when next <= tail <- :queue.peek(rest) do
+      drop_dead(rest, tail)
+    else
+      _ -> times
+    end
+  end
 
   ## Sizes, under max_bytes
 
@@ -573,6 +651,11 @@ defmodule Ringbus.Replica.Machine do
   end
 
   defp carry(ch, op, reply, _now), do: carry(ch, op, reply)
+
+  defp carry(ch, {:expire, bound}, reply) do
+    Ring.expire_decided(ch, bound)
+    reply
+  end
 
   defp carry(ch, {:drop, tail}, reply) do
     Ring.drop_decided(ch, tail)
