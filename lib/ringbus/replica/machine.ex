@@ -19,6 +19,8 @@ defmodule Ringbus.Replica.Machine do
   #                              {:ok, [{seq, payload}]} (on the node that applies it)
   #   {:trim, trim}              takes the oldest that `Ringbus.Channel.Trim`
   #                              names, as pulls; replies {:ok, count}
+  #   {:timeout, :expire}       the leader's timer under max_age: nothing but
+  #                              the expiry every command starts with
   #   {:groups, [{room, request}]}
   #                              consumer group requests (`Ringbus.Group`),
   #                              each applied to this node's ring and group
@@ -167,7 +169,7 @@ defmodule Ringbus.Replica.Machine do
     reply = carry_out(state.channel, ops, reply, now)
     state = settle(state, command, reply)
     {state, effects} = checkpoint(state, index)
-    {state, reply, effects}
+    {state, reply, effects ++ expiry_timer(state)}
   end
 
   # Under version 0, in effect until a leader of version 1 commits its first
@@ -290,6 +292,10 @@ defmodule Ringbus.Replica.Machine do
 
   def decide({:groups, requests}, _index, state) when is_list(requests),
     do: {state, {:groups, requests}, [{:groups, requests}]}
+
+  # The leader's timer for the oldest message's expiry (`expiry_timer/1`):
+  # a command whose stamp `apply/3` expires at, with nothing else to do.
+  def decide({:timeout, :expire}, _index, state), do: {state, :ok, []}
 
   # Ra's own command when a leader of a newer version takes over.
   def decide({:machine_version, _from, _to}, _index, state), do: {upgrade(state), :ok, []}
@@ -470,6 +476,22 @@ defmodule Ringbus.Replica.Machine do
       {state, [{:expire, bound}]}
     else
       {%{state | times: times}, []}
+    end
+  end
+
+  # Under max_age, with messages live: Ra's timer effect (run on the
+  # leader), which appends `{:timeout, :expire}` once the oldest of them is
+  # older than max_age, so that they expire with no other command.
+  defp expiry_timer(%__MODULE__{max_age: nil}), do: []
+  defp expiry_timer(%__MODULE__{tail: tail, head: head}) when tail >= head, do: []
+
+  defp expiry_timer(state) do
+    case :queue.peek(state.times) do
+      {:value, {_first, stamp}} ->
+        [{:timer, :expire, max(stamp + state.max_age - state.stamp + 1, 1)}]
+
+      :empty ->
+        []
     end
   end
 

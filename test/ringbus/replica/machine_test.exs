@@ -432,6 +432,34 @@ defmodule Ringbus.Replica.MachineTest do
       assert timed == [{0, "a", t}, {1, "b", t}, {2, "c", t}, {3, "d", t + 7}, {4, "e", t + 3}]
     end
 
+    test "under max_age, each command first expires what its stamp makes older, counted once" do
+      name = unique()
+      :ok = Ringbus.create(name, capacity: 10)
+      on_exit(fn -> Ringbus.delete(name) end)
+      state = machine(channel: name, capacity: 10, max_age: 15)
+      t = System.system_time(:millisecond) - 1_000
+      apply = fn st, i, at, cmd -> Machine.apply(%{index: i, system_time: at}, cmd, st) end
+
+      {state, _, _} = apply.(state, 1, t, {:push, nil, ["a", "b"]})
+      {state, _, _} = apply.(state, 2, t + 10, {:push, nil, ["c"]})
+      {state, _, _} = apply.(state, 3, t + 12, {:pull, 0})
+      assert {:ok, %{len: 3, expired: 0}} = Ringbus.info(name)
+
+      # At t + 20, what was stored at t is older than 15 ms; at t + 10, not.
+      {state, {:ok, []}, effects} = apply.(state, 4, t + 20, {:pull, 0})
+      assert {:ok, %{len: 1, expired: 2, first_seq: 2} = info} = Ringbus.info(name)
+      assert info.pushed == info.pulled + info.overwritten + info.expired + info.len
+      # The leader's timer for the next expiry: when "c" is 15 ms old.
+      assert {:timer, :expire, 6} in effects
+
+      # The timer's command expires "c"; applying it again changes nothing.
+      {state, :ok, effects} = apply.(state, 5, t + 26, {:timeout, :expire})
+      refute Enum.any?(effects, &match?({:timer, _, _}, &1))
+      {_, _, _} = apply.(state, 5, t + 26, {:timeout, :expire})
+      assert {:ok, %{len: 0, expired: 3}} = Ringbus.info(name)
+      assert Machine.expire(state) == {state, []}
+    end
+
     test "a replay from a snapshot onto a new ring rebuilds the live messages" do
       name = unique()
       :ok = Ringbus.create(name, capacity: 3, overflow: :reject)

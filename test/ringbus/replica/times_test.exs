@@ -1,7 +1,8 @@
 defmodule Ringbus.Replica.TimesTest do
   # A replicated channel's messages carry its leader's stamp: every member
   # gives each message the same time, times never decrease in seq order,
-  # and a read from a time finds the same message on every member.
+  # and a read from a time finds the same message on every member; under
+  # max_age, every member expires the same messages, at the leader's timer.
   use ExUnit.Case, async: true
 
   alias Ringbus.Test.{Nodes, Peers}
@@ -54,5 +55,23 @@ defmodule Ringbus.Replica.TimesTest do
 
       assert {oldest, newest} == {hd(times), List.last(times)}
     end
+
+    # max_age: the leader's timer expires them with no other command, and
+    # every member counts the same.
+    :ok =
+      Nodes.call(b, Ringbus, :create, ["e", [replicas: 3, capacity: 100, max_age: 300]], 30_000)
+
+    {:ok, 0} = Nodes.call(c, Ringbus, :push_many, ["e", ~w(a b c)])
+    {:ok, 3} = Nodes.call(a, Ringbus, :push, ["e", "d"])
+
+    expired? = fn n ->
+      match?(
+        {:ok, %{len: 0, expired: 4, pushed: 4, overwritten: 0}},
+        Nodes.call(n, Ringbus, :info, ["e"])
+      )
+    end
+
+    eventually(fn -> Enum.all?(nodes, expired?) end, 15_000)
+    assert {:ok, [], 4} = Nodes.call(b, Ringbus, :read, ["e", 0, 10])
   end
 end
