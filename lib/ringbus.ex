@@ -33,9 +33,10 @@ defmodule Ringbus do
   ## Messages and loss
 
   Every message a push reported stored is, from then on, readable, pulled, or
-  counted as overwritten. A message leaves a channel in one of three ways, and
-  each is counted in `info/1`: it is pulled (`pulled`), overwritten or dropped
-  to make room (`overwritten`), or it was never taken in (`rejected`). Reads
+  counted as overwritten or expired. A message leaves a channel in one of four
+  ways, and each is counted in `info/1`: it is pulled (`pulled`), overwritten
+  or dropped to make room (`overwritten`), older than the channel's
+  `:max_age` (`expired`, see "Time"), or it was never taken in (`rejected`). Reads
   and subscriptions never remove anything; when the messages they ask for are
   gone they say how many with a `lost` count.
 
@@ -250,6 +251,19 @@ defmodule Ringbus do
       {:ok, [{^seq, "hello", ms}], 0} = Ringbus.read("events", seq, 1, times: true)
       {:ok, [{^seq, "hello"} | _], _lost} = Ringbus.read("events", {:time, ms}, 10)
 
+  A channel created with `max_age: ms` lets messages older than that go,
+  each counted `expired` in `info/1`, so that `pushed == pulled +
+  overwritten + expired + len`; readers, subscribers and consumer groups
+  count those they had not got as `lost`, as they count overwritten ones.
+  A memory channel removes them as it is next used: every push, pull,
+  read, `len/1`, `info/1`, subscription read and group request looks at
+  the oldest message's time first (one look, no scan), so none of them
+  sees an expired message, and a channel nobody uses keeps them until it
+  is used. A replicated channel decides expiry in its log, at each
+  command's stamp and at a timer its leader sets for the oldest message,
+  so every member expires the same messages; a read on a member between
+  the moment a message passes `max_age` and that command may still see it.
+
   ## State kept in the calling process
 
   Every function that takes a channel name finds the channel's handle (its
@@ -390,7 +404,7 @@ defmodule Ringbus do
   Creates a channel.
 
   See `Ringbus.Channel` for the options: `:capacity` (required),
-  `:overflow` and `:max_bytes`. Bad options raise `ArgumentError`. In a
+  `:overflow`, `:max_bytes` and `:max_age`. Bad options raise `ArgumentError`. In a
   cluster (`Ringbus.Cluster`), `node: node` creates the channel on that node
   instead of this one; `{:error, :node_down}` or `{:error, :node_busy}` when
   it cannot be reached, `{:error, :timeout}` when it did not answer in time

@@ -390,15 +390,22 @@ defmodule Ringbus.Channel.Ring do
 
     with true <- tail < :atomics.get(a, @head),
          at when is_integer(at) and at < cutoff <- stored_at(ch, tail) do
-      # Stored, so no wait: taken, or gone if a lapping push dropped it.
-      if :atomics.compare_exchange(a, @tail, tail, tail + 1) == :ok do
-        with {:ok, _} <- take_claimed(ch, tail, 0, nil), do: :atomics.add(a, @expired, 1)
-      end
-
+      take_expired(ch, tail)
       expire_before(ch, cutoff)
     else
       _none_old_enough -> :ok
     end
+  end
+
+  # Claims `seq` if it is still the tail, as a pull would, and takes it as
+  # expired. A stored seq needs no wait: it is taken, or gone if a lapping
+  # push dropped it (then counted overwritten).
+  defp take_expired(%Channel{atomics: a} = ch, seq) do
+    if :atomics.compare_exchange(a, @tail, seq, seq + 1) == :ok do
+      with {:ok, _} <- take_claimed(ch, seq, 0, nil), do: :atomics.add(a, @expired, 1)
+    end
+
+    :ok
   end
 
   defp too_large?(%Channel{max_bytes: nil}, _bytes), do: false
@@ -1085,16 +1092,11 @@ defmodule Ringbus.Channel.Ring do
   def expire_decided(%Channel{atomics: a} = ch, bound) do
     tail = :atomics.get(a, @tail)
 
-    cond do
-      tail >= bound or tail >= :atomics.get(a, @head) ->
-        :ok
-
-      :atomics.compare_exchange(a, @tail, tail, tail + 1) == :ok ->
-        with {:ok, _} <- take_claimed(ch, tail, 0, nil), do: :atomics.add(a, @expired, 1)
-        expire_decided(ch, bound)
-
-      true ->
-        expire_decided(ch, bound)
+    if tail < bound and tail < :atomics.get(a, @head) do
+      take_expired(ch, tail)
+      expire_decided(ch, bound)
+    else
+      :ok
     end
   end
 

@@ -72,6 +72,7 @@ defmodule Ringbus.Replica.Machine do
   @behaviour :ra_machine
 
   alias Ringbus.Channel.{Ring, Times, Trim}
+  alias Ringbus.Replica.Retention
   alias Ringbus.{Group, Store}
 
   # A replicated channel remembers as many tags as a memory channel does.
@@ -163,13 +164,13 @@ defmodule Ringbus.Replica.Machine do
         state.stamp
       )
 
-    {state, expired} = expire(%{state | stamp: now})
+    {state, expired} = Retention.expire(%{state | stamp: now})
     {state, reply, ops} = decide_in(version, command, index, state)
     ops = expired ++ ops
     reply = carry_out(state.channel, ops, reply, now)
     state = settle(state, command, reply)
     {state, effects} = checkpoint(state, index)
-    {state, reply, effects ++ expiry_timer(state)}
+    {state, reply, effects ++ Retention.expiry_timer(state)}
   end
 
   # Under version 0, in effect until a leader of version 1 commits its first
@@ -256,7 +257,7 @@ defmodule Ringbus.Replica.Machine do
   def decide({:pull, max}, _index, state) when is_integer(max) and max >= 0 do
     count = min(max, state.head - state.tail)
     first = state.tail
-    state = %{state | tail: first + count} |> forget_sizes(count)
+    state = %{state | tail: first + count} |> Retention.forget_sizes(count)
     {state, {:pulled, first, count}, [{:pull, first, count}]}
   end
 
@@ -293,7 +294,7 @@ defmodule Ringbus.Replica.Machine do
   def decide({:groups, requests}, _index, state) when is_list(requests),
     do: {state, {:groups, requests}, [{:groups, requests}]}
 
-  # The leader's timer for the oldest message's expiry (`expiry_timer/1`):
+  # The leader's timer for the oldest message's expiry (`Retention.expiry_timer/1`):
   # a command whose stamp `apply/3` expires at, with nothing else to do.
   def decide({:timeout, :expire}, _index, state), do: {state, :ok, []}
 
@@ -410,8 +411,8 @@ defmodule Ringbus.Replica.Machine do
 
             state =
               %{state | head: first + count}
-              |> keep_time(first)
-              |> keep_sizes(first, payloads, bytes)
+              |> Retention.keep_time(first)
+              |> Retention.keep_sizes(first, payloads, bytes)
 
             {state, {:ok, first}, [{:put, first, payloads, count, bytes}]}
         end
@@ -445,125 +446,6 @@ defmodule Ringbus.Replica.Machine do
   end
 
   defp finish(ops, _state), do: ops
-
-  ## Times, under max_age
-
-  defp keep_time(%__MODULE__{max_age: nil} = state, _first), do: state
-
-  defp keep_time(%__MODULE__{stamp: stamp, times: times} = state, first) do
-    case :queue.peek_r(times) do
-      {:value, {_, ^stamp}} -> state
-      _ -> %{state | times: :queue.in({first, stamp}, times)}
-    end
-  end
-
-  @doc """
-  Under max_age, at the state's stamp: the live messages stored longer
-  ago than it are claimed (the tail passes them) and the ring is told to
-  count them `expired`. Pure, and decided in log order, so alike on every
-  member.
-  """
-  @spec expire(%__MODULE__{}) :: {%__MODULE__{}, [op]}
-  def expire(%__MODULE__{max_age: nil} = state), do: {state, []}
-
-  def expire(state) do
-    {bound, times} = expired_below(state.times, state.stamp - state.max_age, state.head)
-    times = drop_dead(times, state.tail)
-
-    if bound > state.tail do
-      count = bound - state.tail
-      state = %{state | tail: bound, times: times} |> forget_sizes(count)
-      {state, [{:expire, bound}]}
-    else
-      {%{state | times: times}, []}
-    end
-  end
-
-  # Under max_age, with messages live: Ra's timer effect (run on the
-  # leader), which appends `{:timeout, :expire}` once the oldest of them is
-  # older than max_age, so that they expire with no other command.
-  defp expiry_timer(%__MODULE__{max_age: nil}), do: []
-  defp expiry_timer(%__MODULE__{tail: tail, head: head}) when tail >= head, do: []
-
-  defp expiry_timer(state) do
-    case :queue.peek(state.times) do
-      {:value, {_first, stamp}} ->
-        [{:timer, :expire, max(stamp + state.max_age - state.stamp + 1, 1)}]
-
-      :empty ->
-        []
-    end
-  end
-
-  # The first seq stored at `cutoff` or later (or `head`), and the runs from it.
-  defp expired_below(times, cutoff, head) do
-    case :queue.peek(times) do
-      {:value, {_first, stamp}} when stamp < cutoff ->
-        times = :queue.drop(times)
-
-        case :queue.peek(times) do
-          {:value, _} -> expired_below(times, cutoff, head)
-          :empty -> {head, times}
-        end
-
-      {:value, {first, _stamp}} ->
-        {first, times}
-
-      :empty ->
-        {0, times}
-    end
-  end
-
-  # Runs all of whose seqs are below the tail (pulled, overwritten) go.
-  defp drop_dead(times, tail) do
-    with {:value, _} <- :queue.peek(times),
-         rest = :queue.drop(times),
-         {:value, {next, _}} when next <= tail <- :queue.peek(rest) do
-      drop_dead(rest, tail)
-    else
-      _ -> times
-    end
-  end
-
-  ## Sizes, under max_bytes
-
-  defp keep_sizes(%__MODULE__{max_bytes: nil} = state, _first, _payloads, _bytes),
-    do: overflow(state)
-
-  defp keep_sizes(state, first, payloads, bytes) do
-    sizes = for p <- payloads, into: <<>>, do: <<byte_size(p)::32>>
-    overflow(%{state | bytes: state.bytes + bytes, sizes: :queue.in({first, sizes}, state.sizes)})
-  end
-
-  # Under drop-oldest: the tail moves past what the capacity, then the bytes,
-  # no longer hold.
-  defp overflow(%__MODULE__{overflow: :drop_oldest} = state) do
-    over = state.head - state.capacity - state.tail
-    state = if over > 0, do: %{state | tail: state.tail + over} |> forget_sizes(over), else: state
-    drop_bytes(state)
-  end
-
-  defp overflow(state), do: state
-
-  defp drop_bytes(%__MODULE__{max_bytes: max, bytes: bytes} = state)
-       when max != nil and bytes > max and state.tail < state.head,
-       do: %{state | tail: state.tail + 1} |> forget_sizes(1) |> drop_bytes()
-
-  defp drop_bytes(state), do: state
-
-  # The oldest `count` live messages are gone: their bytes go with them.
-  defp forget_sizes(%__MODULE__{max_bytes: nil} = state, _count), do: state
-  defp forget_sizes(state, 0), do: state
-
-  defp forget_sizes(state, count) do
-    {{:value, {first, sizes}}, rest} = :queue.out(state.sizes)
-    n = div(byte_size(sizes), 4)
-    take = min(n, count)
-    <<gone::binary-size(4 * take), left::binary>> = sizes
-    freed = for <<s::32 <- gone>>, reduce: 0, do: (acc -> acc + s)
-    rest = if left == <<>>, do: rest, else: :queue.in_r({first + take, left}, rest)
-    forget_sizes(%{state | bytes: state.bytes - freed, sizes: rest}, count - take)
-  end
 
   ## Release cursors
 

@@ -457,7 +457,7 @@ defmodule Ringbus.Replica.MachineTest do
       refute Enum.any?(effects, &match?({:timer, _, _}, &1))
       {_, _, _} = apply.(state, 5, t + 26, {:timeout, :expire})
       assert {:ok, %{len: 0, expired: 3}} = Ringbus.info(name)
-      assert Machine.expire(state) == {state, []}
+      assert Ringbus.Replica.Retention.expire(state) == {state, []}
     end
 
     test "a replay from a snapshot onto a new ring rebuilds the live messages" do
