@@ -81,11 +81,12 @@ defmodule Ringbus.Replica.Machine do
   # One writer per member node and start: few, and each with little in flight.
   @writer_window 256
   @max_writers 64
-  # Version 1 adds {:tagged, ...}, version 2 {:groups, ...}. Ra elects no
+  # Version 1 adds {:tagged, ...}, version 2 {:groups, ...}, version 3 expiry
+  # under max_age (and {:timeout, :expire}). Ra elects no
   # member older than the version in effect, so every member applies a
   # command alike; under an older version in effect, a newer command is
   # refused as that version refuses it.
-  @version 2
+  @version 3
   @regroup 4_096
 
   defstruct [
@@ -164,7 +165,7 @@ defmodule Ringbus.Replica.Machine do
         state.stamp
       )
 
-    {state, expired} = Retention.expire(%{state | stamp: now})
+    {state, expired} = expire_in(version, %{state | stamp: now})
     {state, reply, ops} = decide_in(version, command, index, state)
     ops = expired ++ ops
     reply = carry_out(state.channel, ops, reply, now)
@@ -183,6 +184,10 @@ defmodule Ringbus.Replica.Machine do
 
   defp decide_in(1, {:groups, _}, _index, state), do: {state, {:error, :badarg}, []}
   defp decide_in(_version, command, index, state), do: decide(command, index, state)
+
+  # Under a version before 3 in effect, no member expires anything, alike.
+  defp expire_in(version, state) when version < 3, do: {state, []}
+  defp expire_in(_version, state), do: Retention.expire(state)
 
   # A state from a snapshot of version 0 has no writers; of version 1, no
   # groups; before messages had times, no stamp.
