@@ -389,11 +389,20 @@ defmodule Ringbus.Channel.Ring do
     tail = :atomics.get(a, @tail)
 
     with true <- tail < :atomics.get(a, @head),
-         at when is_integer(at) and at < cutoff <- stored_at(ch, tail) do
+         at when is_integer(at) and at < cutoff <- tail_at(ch, tail) do
       take_expired(ch, tail)
       expire_before(ch, cutoff)
     else
       _none_old_enough -> :ok
+    end
+  end
+
+  # A mark at the tail has no time; the next stored seq's is later than its
+  # reservation was, so a mark goes (as a pull would take it) when that does.
+  defp tail_at(ch, tail) do
+    with nil <- stored_at(ch, tail),
+         mark when is_mark(mark) <- element(ch.table, tail, 2) do
+      stored_at(ch, tail + 1)
     end
   end
 

@@ -79,6 +79,18 @@ defmodule Ringbus.Channel.ExpiryTest do
     assert %{len: 1, expired: 2} = info(name)
   end
 
+  test "a seq given up on at the tail goes with the next message, and stays counted skipped" do
+    name = channel(capacity: 100)
+    ch = Ringbus.Test.Internals.channel!(name)
+    {:ok, 0} = Ringbus.Channel.Ring.reserve(ch, 1)
+    assert Ringbus.Channel.Ring.skip(ch, 0)
+    {:ok, 1} = Ringbus.push_many(name, ~w(a b c))
+    age_past(name)
+
+    assert %{len: 0, expired: 3, skipped: 1, pushed: 3, first_seq: 4} = i = info(name)
+    assert balanced?(i)
+  end
+
   test "a subscriber and a group count what expired before they got it as lost" do
     name = channel(capacity: 100)
     :ok = Ringbus.Groups.create(name, "g", from: :earliest)
