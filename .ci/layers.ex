@@ -248,19 +248,23 @@ defmodule Layers do
        "the client's public API in one module, whose documentation is half its lines; the " <>
          "work is in Client.Connection, Client.Session and Client.Handshake"},
     "lib/ringbus/channel/ring.ex" =>
-      {1160,
+      {1245,
        "one lock-free algorithm over one channel's atomics slots and ETS keys; push, pull, " <>
-         "read and the replicated writes each rely on the others' cursor and chunk invariants"},
+         "read and the replicated writes each rely on the others' cursor and chunk invariants; " <>
+         "a message's time is read inside its seq reservation, and probed and expired through " <>
+         "the same rows, chunks and tail (the search over times is Ringbus.Channel.Times); " <>
+         "a reject push that finds the ring full frees what holding groups acked"},
     "lib/ringbus/cluster/directory/core.ex" =>
       {800,
        "one state machine whose events (claims, syncs, relays, replicated members, forgets) " <>
          "all apply the same stamp and claim rules to the same state; the tests drive it " <>
          "event by event as one"},
     "lib/ringbus/group/table.ex" =>
-      {760,
-       "one ETS table's row layouts (groups, consumers, the PEL and its due index) and " <>
-         "every atomic change to them; the match specs of each row kind must agree, so " <>
-         "they are written in one place"},
+      {815,
+       "one ETS table's row layouts (groups, consumers, the PEL and its due index, push " <>
+         "subscriptions) and every atomic change to them, and a replicated channel's " <>
+         "snapshot of them; the match specs of each row kind must agree, so they are " <>
+         "written in one place"},
     "lib/ringbus/wire/frame.ex" =>
       {1310,
        "each frame's encoder and decoder side by side on one set of opcodes and field " <>

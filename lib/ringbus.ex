@@ -33,9 +33,10 @@ defmodule Ringbus do
   ## Messages and loss
 
   Every message a push reported stored is, from then on, readable, pulled, or
-  counted as overwritten. A message leaves a channel in one of three ways, and
-  each is counted in `info/1`: it is pulled (`pulled`), overwritten or dropped
-  to make room (`overwritten`), or it was never taken in (`rejected`). Reads
+  counted as overwritten or expired. A message leaves a channel in one of four
+  ways, and each is counted in `info/1`: it is pulled (`pulled`), overwritten
+  or dropped to make room (`overwritten`), older than the channel's
+  `:max_age` (`expired`, see "Time"), or it was never taken in (`rejected`). Reads
   and subscriptions never remove anything; when the messages they ask for are
   gone they say how many with a `lost` count.
 
@@ -236,6 +237,36 @@ defmodule Ringbus do
   `Ringbus.Client.read/5`); over RESP, stream IDs carry it
   (`docs/RESP.md`, "IDs").
 
+  ## Time
+
+  Every message carries the time it was stored, in system ms, read where
+  the channel lives as the push reserves its seq, so that times never
+  decrease in seq order, whatever the number of producers. A replicated
+  channel's messages carry its leader's stamp, the same on every member
+  (never less than the previous command's, should leaders' clocks differ).
+  `info/1` gives `:oldest_time` and `:newest_time`; `read/4` and
+  `subscribe/2` give each message's time with `times: true`; `read/3`,
+  `subscribe/2`'s `:from` and `Ringbus.Groups.create/3`'s `:from` take
+  `{:time, ms}`, the first message stored at or after that time, found by
+  binary search over the messages held:
+
+      {:ok, seq} = Ringbus.push("events", "hello")
+      {:ok, [{^seq, "hello", ms}], 0} = Ringbus.read("events", seq, 1, times: true)
+      {:ok, [{^seq, "hello"} | _], _lost} = Ringbus.read("events", {:time, ms}, 10)
+
+  A channel created with `max_age: ms` lets messages older than that go,
+  each counted `expired` in `info/1`, so that `pushed == pulled +
+  overwritten + expired + len`; readers, subscribers and consumer groups
+  count those they had not got as `lost`, as they count overwritten ones.
+  A memory channel removes them as it is next used: every push, pull,
+  read, `len/1`, `info/1`, subscription read and group request looks at
+  the oldest message's time first (one look, no scan), so none of them
+  sees an expired message, and a channel nobody uses keeps them until it
+  is used. A replicated channel decides expiry in its log, at each
+  command's stamp and at a timer its leader sets for the oldest message,
+  so every member expires the same messages; a read on a member between
+  the moment a message passes `max_age` and that command may still see it.
+
   ## State kept in the calling process
 
   Every function that takes a channel name finds the channel's handle (its
@@ -267,6 +298,12 @@ defmodule Ringbus do
   @type seq :: non_neg_integer()
 
   @typedoc """
+  Where a read starts: a seq, or `{:time, ms}`, the first message stored at
+  or after system time `ms` (see "Time").
+  """
+  @type from :: seq() | {:time, non_neg_integer()}
+
+  @typedoc """
   A subscription, as returned by `subscribe/2`. Match batches with `^sub` and
   pass it to `ack/2` and `unsubscribe/1`; its shape is not part of the API.
   """
@@ -282,7 +319,6 @@ defmodule Ringbus do
     * `:pushed` - messages taken in
     * `:pulled` - messages handed out by `pull/1`
     * `:overwritten` - messages dropped to make room for newer ones
-    * `:rejected` - messages refused because the ring was full
     * `:rejected` - messages refused: the ring was full (by count, or by
       `:max_bytes` under reject), or a payload was larger than `:max_bytes`
     * `:skipped` - seqs given up on because their producer stalled between
@@ -293,6 +329,9 @@ defmodule Ringbus do
       drops the seq counts as overwritten instead (a late producer then
       reports that seq pushed)
     * `:max_bytes` - its configuration: the bound on payload bytes, or nil
+    * `:max_age` - its configuration: the most ms a message stays, or nil
+    * `:expired` - messages that left because they were older than
+      `:max_age` (see "Time")
     * `:bytes` - payload bytes the channel holds now. A batch stored as one
       unit (a drop-oldest batch on a channel without `:max_bytes`) is freed
       whole, when the last of its messages leaves
@@ -300,8 +339,10 @@ defmodule Ringbus do
     * `:incarnation` - which creation of the channel this is: a positive
       integer that changes whenever the channel is created again (see
       "Incarnations" above)
+    * `:oldest_time`, `:newest_time` - the times (system ms) of the oldest
+      and newest messages held, nil when it holds none (see "Time")
 
-  At rest, `pushed == pulled + overwritten + len`.
+  At rest, `pushed == pulled + overwritten + expired + len`.
   """
   @type info :: %{
           capacity: pos_integer(),
@@ -315,9 +356,13 @@ defmodule Ringbus do
           rejected: non_neg_integer(),
           skipped: non_neg_integer(),
           max_bytes: pos_integer() | nil,
+          max_age: pos_integer() | nil,
+          expired: non_neg_integer(),
           bytes: non_neg_integer(),
           bytes_pushed: non_neg_integer(),
-          incarnation: pos_integer()
+          incarnation: pos_integer(),
+          oldest_time: integer() | nil,
+          newest_time: integer() | nil
         }
 
   @typedoc """
@@ -362,7 +407,7 @@ defmodule Ringbus do
   Creates a channel.
 
   See `Ringbus.Channel` for the options: `:capacity` (required),
-  `:overflow` and `:max_bytes`. Bad options raise `ArgumentError`. In a
+  `:overflow`, `:max_bytes` and `:max_age`. Bad options raise `ArgumentError`. In a
   cluster (`Ringbus.Cluster`), `node: node` creates the channel on that node
   instead of this one; `{:error, :node_down}` or `{:error, :node_busy}` when
   it cannot be reached, `{:error, :timeout}` when it did not answer in time
@@ -608,10 +653,14 @@ defmodule Ringbus do
   def pull(name), do: on_channel(name, :pull)
 
   @doc """
-  Reads up to `max` messages from `from_seq` on, without removing them.
+  Reads up to `max` messages from `from` on, without removing them.
+
+  `from` is a seq, or `{:time, ms}`: the first message stored at or after
+  that system time (ms, as `System.system_time(:millisecond)`), found by
+  binary search over the messages held (see "Time").
 
   Returns the messages in seq order and `lost`: how many messages at or after
-  `from_seq` were gone (overwritten or pulled) before the first one returned.
+  `from` were gone (overwritten or pulled) before the first one returned.
   The messages returned are contiguous; to go on, read again from the seq
   after the last one. It may return fewer than `max` even when more are
   there: from another node, an answer carries at most a quarter of the
@@ -621,12 +670,11 @@ defmodule Ringbus do
   answers `{:error, :too_large}` (as do `pull/1` and `push/2` for such a
   message); read it on its home node, or skip it.
   """
-  @spec read(name(), seq(), non_neg_integer()) ::
+  @spec read(name(), from(), non_neg_integer()) ::
           {:ok, [{seq(), binary()}], non_neg_integer()}
           | {:error, :no_channel | :too_large | node_error()}
-  def read(name, from_seq, max)
-      when is_integer(from_seq) and from_seq >= 0 and is_integer(max) and max >= 0,
-      do: on_channel(name, {:read, from_seq, max, nil})
+  def read(name, from, max) when is_integer(max) and max >= 0,
+    do: on_channel(name, {:read, from!(from), max, nil})
 
   @doc """
   Like `read/3`, with options:
@@ -636,22 +684,34 @@ defmodule Ringbus do
       (see "Incarnations" above) and the read answers
       `{:error, :new_incarnation}` instead of messages. Defaults to `nil`:
       any.
+    * `:times` - when true, each message comes with its time:
+      `{seq, payload, ms}` (see "Time"). Defaults to `false`.
 
   Bad options raise `ArgumentError`.
   """
-  @spec read(name(), seq(), non_neg_integer(), incarnation: pos_integer() | nil) ::
-          {:ok, [{seq(), binary()}], non_neg_integer()}
+  @spec read(name(), from(), non_neg_integer(), incarnation: pos_integer() | nil, times: boolean()) ::
+          {:ok, [{seq(), binary()} | {seq(), binary(), integer()}], non_neg_integer()}
           | {:error, :no_channel | :new_incarnation | :too_large | node_error()}
-  def read(name, from_seq, max, opts)
-      when is_integer(from_seq) and from_seq >= 0 and is_integer(max) and max >= 0 do
-    opts = Options.validate!(opts, [incarnation: nil], "read")
+  def read(name, from, max, opts) when is_integer(max) and max >= 0 do
+    opts = Options.validate!(opts, [incarnation: nil, times: false], "read")
     incarnation = opts[:incarnation]
     Options.check!(:incarnation, incarnation, &incarnation?/1, "nil or a positive integer")
+    Options.check!(:times, opts[:times], &is_boolean/1, "a boolean")
 
-    on_channel(name, {:read, from_seq, max, incarnation})
+    if opts[:times],
+      do: on_channel(name, {:read, from!(from), max, incarnation, :times}),
+      else: on_channel(name, {:read, from!(from), max, incarnation})
   end
 
   defp incarnation?(i), do: i == nil or Options.positive?(i)
+
+  defp from!(seq) when is_integer(seq) and seq >= 0, do: seq
+  defp from!({:time, ms} = from) when is_integer(ms) and ms >= 0, do: from
+
+  defp from!(other) do
+    raise ArgumentError,
+          "expected a read's start to be a non-negative integer or {:time, ms}, got: #{inspect(other)}"
+  end
 
   @doc "The number of messages the channel holds. Constant time."
   @spec len(name()) :: non_neg_integer() | {:error, :no_channel | node_error()}
@@ -702,8 +762,12 @@ defmodule Ringbus do
 
   ## Options
 
-    * `:from` - where to start: a seq, `:earliest` (the oldest message held)
-      or `:latest` (the next message pushed). Defaults to `:latest`.
+    * `:from` - where to start: a seq, `:earliest` (the oldest message held),
+      `:latest` (the next message pushed) or `{:time, ms}` (the first
+      message stored at or after that system time, see "Time"). Defaults
+      to `:latest`.
+    * `:times` - when true, batches carry each message's time:
+      `{:ringbus, sub, [{seq, payload, ms}], lost}`. Defaults to `false`.
     * `:max_credit` - messages sent and not yet acked, at most.
       Defaults to `1000`.
     * `:credit` - the credit to start with, at most `:max_credit`.

@@ -14,6 +14,20 @@ defmodule Ringbus.ReadmeTest do
     assert {_result, _binding} = Task.await(task, 5_000)
   end
 
+  test "the Time example of README runs" do
+    [_, after_heading] = String.split(File.read!("README.md"), "## Time", parts: 2)
+    [_, code, _] = String.split(after_heading, ["```elixir\n", "```\n"], parts: 3)
+
+    Ringbus.delete("clicks")
+    on_exit(fn -> Ringbus.delete("clicks") end)
+
+    # Run in a process of its own: the example subscribes its caller.
+    task = Task.async(fn -> Code.eval_string(code) end)
+    assert {_result, binding} = Task.await(task, 5_000)
+    assert is_integer(binding[:t])
+    assert {:ok, [%{name: "since-t", lag: 3}]} = Ringbus.Groups.info("clicks")
+  end
+
   test "the work queue: a worker killed mid-message, whose message another worker gets" do
     work_queue(work_queue_code())
   end

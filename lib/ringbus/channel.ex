@@ -25,6 +25,13 @@ defmodule Ringbus.Channel do
       policy, and counted as `rejected`.
       Under `:drop_oldest` such a channel stores batches message by message,
       so that its bytes are freed one message at a time.
+    * `:max_age` - the most milliseconds a message stays, a positive
+      integer, or `nil` (the default) for no bound by age. Older messages
+      leave the channel, counted as `expired`: a memory channel removes
+      them when it is next pushed to, pulled, read, measured or
+      subscribed to (one look at the oldest message's time each, no scan);
+      a replicated channel when its log applies its next command, at the
+      leader's stamp.
 
   A replicated channel's handle carries `:replica`, what its writes go
   through (`Ringbus.Replica`), set by that layer; its ring takes writes
@@ -45,7 +52,7 @@ defmodule Ringbus.Channel do
   alias Ringbus.Options
 
   @enforce_keys [:table, :waiters, :atomics, :anchor, :capacity, :overflow, :incarnation]
-  defstruct @enforce_keys ++ [max_bytes: nil, replica: nil, producers: nil]
+  defstruct @enforce_keys ++ [max_bytes: nil, max_age: nil, replica: nil, producers: nil]
 
   @type name :: term()
 
@@ -55,7 +62,8 @@ defmodule Ringbus.Channel do
   @type options :: [
           capacity: pos_integer(),
           overflow: :drop_oldest | :reject,
-          max_bytes: pos_integer() | nil
+          max_bytes: pos_integer() | nil,
+          max_age: pos_integer() | nil
         ]
 
   @type t :: %__MODULE__{
@@ -66,6 +74,7 @@ defmodule Ringbus.Channel do
           capacity: pos_integer(),
           overflow: :drop_oldest | :reject,
           max_bytes: pos_integer() | nil,
+          max_age: pos_integer() | nil,
           replica: map() | nil,
           producers: :ets.tid() | nil,
           incarnation: pos_integer()
@@ -87,7 +96,8 @@ defmodule Ringbus.Channel do
   """
   @spec validate_options!(keyword()) :: options()
   def validate_options!(opts) do
-    opts = Options.validate!(opts, [:capacity, overflow: :drop_oldest, max_bytes: nil], "channel")
+    defaults = [:capacity, overflow: :drop_oldest, max_bytes: nil, max_age: nil]
+    opts = Options.validate!(opts, defaults, "channel")
 
     if opts[:capacity] == nil, do: raise(ArgumentError, "expected :capacity to be given")
     Options.check!(:capacity, opts[:capacity], &Options.positive?/1, "a positive integer")
@@ -104,6 +114,13 @@ defmodule Ringbus.Channel do
       opts[:max_bytes],
       &(&1 == nil or Options.positive?(&1)),
       "a positive integer or nil"
+    )
+
+    Options.check!(
+      :max_age,
+      opts[:max_age],
+      &(&1 == nil or Options.positive?(&1)),
+      "a positive integer (ms) or nil"
     )
 
     opts

@@ -220,8 +220,10 @@ defmodule Ringbus.Groups do
   `create/3`'s options:
 
     * `:from` - where the group starts: `:earliest` (the oldest message the
-      channel holds), `:latest` (the next message pushed) or a seq (the
-      first message it delivers). Defaults to `:latest`.
+      channel holds), `:latest` (the next message pushed), a seq (the
+      first message it delivers) or `{:time, ms}` (the first message
+      stored at or after that system time, found where the channel lives;
+      see "Time" in `Ringbus`). Defaults to `:latest`.
     * `:ack_wait` - ms a delivered message waits for its ack before it is
       due again. Defaults to `30_000`.
     * `:max_deliver` - deliveries of a message at most, or `:infinity`.
@@ -234,7 +236,7 @@ defmodule Ringbus.Groups do
       has acked it (see "Holding"). Defaults to `false`.
   """
   @type options :: [
-          from: :earliest | :latest | Ringbus.seq(),
+          from: :earliest | :latest | Ringbus.seq() | {:time, non_neg_integer()},
           ack_wait: pos_integer(),
           max_deliver: pos_integer() | :infinity,
           dead_letter: Ringbus.name() | nil,
@@ -271,7 +273,7 @@ defmodule Ringbus.Groups do
     opts = Options.validate!(opts, defaults ++ [max_pending: 10_000, hold: false], "group")
     Options.check!(:hold, opts[:hold], &is_boolean/1, "a boolean")
 
-    Options.check!(:from, opts[:from], &from?/1, ":earliest, :latest or a non-negative integer")
+    Options.check!(:from, opts[:from], &from?/1, ":earliest, :latest, a seq or {:time, ms}")
     Options.check!(:ack_wait, opts[:ack_wait], &Options.positive?/1, "a positive integer")
 
     Options.check!(
@@ -292,10 +294,12 @@ defmodule Ringbus.Groups do
     request(channel, {:create, group, position(opts[:from]), nil, config})
   end
 
+  defp from?({:time, t}), do: is_integer(t) and t >= 0
   defp from?(from), do: from in [:earliest, :latest] or (is_integer(from) and from >= 0)
 
   defp position(:earliest), do: :first
   defp position(:latest), do: :last
+  defp position({:time, _} = time), do: time
   defp position(seq), do: seq - 1
 
   @doc """

@@ -25,7 +25,7 @@ defmodule Ringbus.Op do
 
   alias Ringbus.{Channel, Group, Replica}
   alias Ringbus.Group.Push
-  alias Ringbus.Channel.{Hold, Producers, Ring, Subscription, Trim}
+  alias Ringbus.Channel.{Hold, Producers, Ring, Subscription, Times, Trim}
 
   # What a message costs in an answer beyond its payload, as a link counts it.
   @message_bytes 16
@@ -50,7 +50,10 @@ defmodule Ringbus.Op do
     * `{:push_trim, push, trim}` - a push of the above, then `trim`: what
       RESP's XADD with MAXLEN is, as one operation
     * `:pull`, `{:read, from, max, incarnation | nil}`, `:len`, `:info`,
-      `:incarnation`
+      `:incarnation`; `from` is a seq or `{:time, ms}`, the first message
+      at or after that system time, found where the channel lives
+    * `{:read, from, max, incarnation | nil, :times}` - a read whose
+      messages carry their times: `{seq, payload, ms}`
     * `{:trim, trim}` - removes the oldest messages `Ringbus.Channel.Trim`
       names: one operation (one Raft entry) however many it removes
     * `{:subscribe, opts, subscriber}`, `{:subscriptions, timeout, limit}`;
@@ -74,7 +77,8 @@ defmodule Ringbus.Op do
           | {:push_batches, [{[binary()], non_neg_integer(), non_neg_integer()}]}
           | {:push_trim, t(), Trim.t()}
           | :pull
-          | {:read, non_neg_integer(), non_neg_integer(), pos_integer() | nil}
+          | {:read, from(), non_neg_integer(), pos_integer() | nil}
+          | {:read, from(), non_neg_integer(), pos_integer() | nil, :times}
           | :len
           | :info
           | :incarnation
@@ -83,6 +87,9 @@ defmodule Ringbus.Op do
           | {:subscriptions, timeout(), pos_integer()}
           | {:stamped, t()}
           | {:group, Group.request()}
+
+  @typedoc "Where a read starts: a seq, or the first message at or after a system time (ms)."
+  @type from :: non_neg_integer() | {:time, non_neg_integer()}
 
   @typedoc "What `run/3` decides: the answer now, or a function whose result is the answer."
   @type outcome :: {:reply, term()} | {:wait, (() -> term())}
@@ -100,8 +107,10 @@ defmodule Ringbus.Op do
 
   # A group request answers now, or (a fetch that waits for entries) waits;
   # on a replicated channel it goes through the log, and the caller waits.
-  def run(%Channel{replica: nil} = channel, {:group, request}, room, _timeout),
-    do: Group.run(channel, request, room)
+  def run(%Channel{replica: nil} = channel, {:group, request}, room, _timeout) do
+    Ring.expire(channel)
+    Group.run(channel, request, room)
+  end
 
   def run(channel, {:group, request}, room, timeout) do
     log = &Replica.group(channel, &1, room, timeout)
@@ -111,8 +120,11 @@ defmodule Ringbus.Op do
   def run(channel, {:stamped, {:group, _} = op}, room, timeout),
     do: stamp(channel, run(channel, op, room, timeout))
 
-  def run(%Channel{replica: nil} = channel, op, room, _timeout),
-    do: {:reply, memory(channel, op, room)}
+  # Under max_age, what expired leaves first, so no operation sees it.
+  def run(%Channel{replica: nil} = channel, op, room, _timeout) do
+    Ring.expire(channel)
+    {:reply, memory(channel, op, room)}
+  end
 
   def run(channel, op, room, timeout), do: replicated(channel, op, room, timeout)
 
@@ -171,7 +183,8 @@ defmodule Ringbus.Op do
       else: {:wait, fn -> Replica.pull(channel) end}
   end
 
-  defp replicated(channel, :info, _room, _timeout), do: {:reply, {:ok, Replica.info(channel)}}
+  defp replicated(channel, :info, _room, _timeout),
+    do: {:reply, {:ok, channel |> Replica.info() |> Times.put_info(channel)}}
 
   defp replicated(channel, op, room, _timeout), do: {:reply, memory(channel, op, room)}
 
@@ -234,11 +247,17 @@ defmodule Ringbus.Op do
   end
 
   defp memory(channel, {:read, from, max, incarnation}, room) do
-    with :ok <- Ring.check_incarnation(channel, incarnation), do: read(channel, from, max, room)
+    with :ok <- Ring.check_incarnation(channel, incarnation),
+         do: read(channel, &Ring.read/3, seq(channel, from), max, room)
+  end
+
+  defp memory(channel, {:read, from, max, incarnation, :times}, room) do
+    with :ok <- Ring.check_incarnation(channel, incarnation),
+         do: read(channel, &Times.read/3, seq(channel, from), max, room)
   end
 
   defp memory(channel, :len, _room), do: Ring.len(channel)
-  defp memory(channel, :info, _room), do: {:ok, Ring.info(channel)}
+  defp memory(channel, :info, _room), do: {:ok, channel |> Ring.info() |> Times.put_info(channel)}
   defp memory(channel, :incarnation, _room), do: {:ok, channel.incarnation}
 
   defp memory(channel, {:subscribe, opts, subscriber}, _room) do
@@ -281,13 +300,18 @@ defmodule Ringbus.Op do
   defp too_large_head?(_channel, :infinity), do: false
   defp too_large_head?(channel, room), do: too_large_at?(channel, 0, room)
 
-  defp read(channel, from, max, :infinity) do
-    {messages, _count, lost, _next} = Ring.read(channel, from, max)
+  # A read from a time starts at the first message at or after it.
+  defp seq(channel, {:time, t}), do: Times.seek(channel, t)
+  defp seq(_channel, seq), do: seq
+
+  # `reader` is `Ring.read/3`, or `Times.read/3` for messages with their times.
+  defp read(channel, reader, from, max, :infinity) do
+    {messages, _count, lost, _next} = reader.(channel, from, max)
     {:ok, messages, lost}
   end
 
-  defp read(channel, from, max, room) do
-    case cut_read(channel, from, max, div(room, 4), room) do
+  defp read(channel, reader, from, max, room) do
+    case cut_read(channel, reader, from, max, div(room, 4), room) do
       {[], 0, lost} when max > 0 -> too_large_or_empty(channel, from, lost, room)
       {messages, _bytes, lost} -> {:ok, messages, lost}
     end
@@ -297,22 +321,22 @@ defmodule Ringbus.Op do
   # the first one in `room`: a few at a time, so a large `max` of large
   # messages is not all taken from the ring to be cut. Stops at a gap (what
   # a step finds lost), which the next read from the seq after reports.
-  defp cut_read(channel, from, max, budget, room) do
-    {messages, _n, lost, next} = Ring.read(channel, from, min(max, @read_step))
+  defp cut_read(channel, reader, from, max, budget, room) do
+    {messages, _n, lost, next} = reader.(channel, from, min(max, @read_step))
     {acc, taken, bytes, cut?} = fit(messages, [], 0, 0, budget, room)
     stop? = cut? or taken == 0 or taken < @read_step
-    {acc, bytes} = cut_more(channel, next, max - taken, acc, bytes, budget, stop?)
+    {acc, bytes} = cut_more({channel, reader}, next, max - taken, acc, bytes, budget, stop?)
     {:lists.reverse(acc), bytes, lost}
   end
 
-  defp cut_more(_channel, _from, left, acc, bytes, _budget, stop?) when stop? or left <= 0,
+  defp cut_more(_source, _from, left, acc, bytes, _budget, stop?) when stop? or left <= 0,
     do: {acc, bytes}
 
-  defp cut_more(channel, from, left, acc, bytes, budget, false) do
-    case Ring.read(channel, from, min(left, @read_step)) do
+  defp cut_more({channel, reader} = source, from, left, acc, bytes, budget, false) do
+    case reader.(channel, from, min(left, @read_step)) do
       {[_ | _] = messages, n, 0, next} ->
         {acc, taken, bytes, cut?} = fit(messages, acc, 0, bytes, budget, budget)
-        cut_more(channel, next, left - taken, acc, bytes, budget, cut? or n < @read_step)
+        cut_more(source, next, left - taken, acc, bytes, budget, cut? or n < @read_step)
 
       _ ->
         {acc, bytes}
@@ -322,8 +346,8 @@ defmodule Ringbus.Op do
   # Takes messages while they fit in `budget`, the very first in `room`;
   # returns them newest first, how many, their bytes, and whether one did
   # not fit.
-  defp fit([{_, payload} = message | rest], acc, taken, bytes, budget, room) do
-    cost = byte_size(payload) + @message_bytes
+  defp fit([message | rest], acc, taken, bytes, budget, room) do
+    cost = byte_size(elem(message, 1)) + @message_bytes
 
     if (acc == [] and cost <= room) or (acc != [] and bytes + cost <= budget),
       do: fit(rest, [message | acc], taken + 1, bytes + cost, budget, room),
@@ -396,8 +420,11 @@ defmodule Ringbus.Op do
 
   def answer_bytes(_answer), do: 0
 
-  @doc "The bytes messages `[{seq, payload}]` cost in a link: payloads and overhead."
-  @spec messages_bytes([{non_neg_integer(), binary()}]) :: non_neg_integer()
+  @doc """
+  The bytes messages `[{seq, payload}]` (or `{seq, payload, ms}`) cost in
+  a link: payloads and overhead.
+  """
+  @spec messages_bytes([tuple()]) :: non_neg_integer()
   def messages_bytes(messages) do
     {n, bytes} = measure(messages)
     bytes + @message_bytes * n
@@ -406,8 +433,8 @@ defmodule Ringbus.Op do
   # How many messages `[{seq, payload}]` holds, and their payload bytes, in one pass.
   defp measure(messages), do: measure(messages, 0, 0)
 
-  defp measure([{_, payload} | rest], n, bytes),
-    do: measure(rest, n + 1, bytes + byte_size(payload))
+  defp measure([message | rest], n, bytes),
+    do: measure(rest, n + 1, bytes + byte_size(elem(message, 1)))
 
   defp measure([], n, bytes), do: {n, bytes}
 end

@@ -193,6 +193,7 @@ defmodule Ringbus.Replica do
       capacity: channel.capacity,
       overflow: channel.overflow,
       max_bytes: channel.max_bytes,
+      max_age: channel.max_age,
       incarnation: channel.incarnation
     ]
   end

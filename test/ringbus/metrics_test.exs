@@ -47,6 +47,7 @@ defmodule Ringbus.MetricsTest do
     sample(text, ~s(ringbus_channel_pulled_total{channel="metrics"} 1\n))
     sample(text, ~s(ringbus_channel_overwritten_total{channel="metrics"} 1\n))
     sample(text, ~s(ringbus_channel_rejected_total{channel="rejects"} 1\n))
+    sample(text, ~s(ringbus_channel_expired_total{channel="metrics"} 0\n))
     sample(text, ~s(ringbus_channel_skipped{channel="metrics"} 0\n))
     sample(text, ~s(ringbus_channel_subscriptions{channel="metrics"} 1\n))
     assert text =~ ~r/ringbus_channel_held_bytes\{channel="metrics"\} \d+\n/

@@ -8,6 +8,10 @@ defmodule Ringbus.Test.RingModel do
   refused whole with `:too_large`, under either overflow policy. A drop-oldest batch on a channel without `:max_bytes`
   is stored as one unit and freed whole once none of its messages is left;
   every other message is a unit of its own.
+
+  Times are not modelled; `{:read_time, k, shift}` checks the channel
+  against itself: the messages held are the model's, their times never
+  decrease, and a read from a time finds what a scan of them finds.
   """
 
   defstruct [
@@ -41,6 +45,7 @@ defmodule Ringbus.Test.RingModel do
       {2, {:push_many, :proper_types.list(payload())}},
       {3, :pull},
       {2, {:read, :proper_types.integer(0, 40), :proper_types.integer(0, 8)}},
+      {2, {:read_time, :proper_types.integer(0, 8), :proper_types.integer(-1, 1)}},
       {1, :len},
       {2, :info},
       {1, :recreate}
@@ -91,6 +96,24 @@ defmodule Ringbus.Test.RingModel do
   defp apply_real(name, _m, {:read, from, max}), do: Ringbus.read(name, from, max)
   defp apply_real(name, _m, :len), do: Ringbus.len(name)
 
+  # The messages held with their times, which never decrease; and a read
+  # from the time of the k-th of them (shifted by `shift` ms) starts at the
+  # first held at or after that time: the binary search agrees with a scan.
+  defp apply_real(name, _m, {:read_time, k, shift}) do
+    {:ok, timed, _lost} = Ringbus.read(name, 0, 100, times: true)
+    times = Enum.map(timed, &elem(&1, 2))
+
+    t =
+      case timed do
+        [] -> System.system_time(:millisecond) + shift
+        _ -> elem(Enum.at(timed, rem(k, length(timed))), 2) + shift
+      end
+
+    found = for {seq, p, at} <- timed, at >= t, do: {seq, p}
+    agrees? = Ringbus.read(name, {:time, t}, 100) == {:ok, found, 0}
+    {for({seq, p, _} <- timed, do: {seq, p}), times == Enum.sort(times) and agrees?}
+  end
+
   defp apply_real(name, m, :recreate) do
     :ok = Ringbus.delete(name)
     Ringbus.create(name, capacity: m.capacity, overflow: m.overflow, max_bytes: m.max_bytes)
@@ -135,6 +158,10 @@ defmodule Ringbus.Test.RingModel do
   end
 
   defp apply_model(m, :len), do: {length(m.items), m}
+
+  defp apply_model(m, {:read_time, _k, _shift}),
+    do: {{for({seq, p, _} <- m.items, do: {seq, p}), true}, m}
+
   defp apply_model(m, :recreate), do: {:ok, new(m.capacity, m.overflow, m.max_bytes)}
 
   defp apply_model(m, :info) do

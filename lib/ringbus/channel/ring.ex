@@ -23,9 +23,16 @@ defmodule Ringbus.Channel.Ring do
   #                                   `left` of its messages not yet claimed
   #   {last + 0.25, first, pid}       a reservation: a chunk `pid` is storing
   #
-  # `at` is when the push stored it (monotonic µs), read once per push or
-  # batch, so that `read_timed/3` tells a subscription how long its messages
-  # waited (`Ringbus.Channel.Delivery`). A batch's rows share one `at`.
+  # `at` is the message's time (monotonic µs), read once per push or batch
+  # inside its seq reservation, between reading `head` and the
+  # compare-and-swap that moves it, so that times never decrease in seq
+  # order: if reservation r1 swapped before r2, r2 read `head` after r1's
+  # swap and its clock after that, while r1 read its clock before its swap.
+  # A batch's rows share one `at`. `read_timed/3` gives them to
+  # subscriptions (delivery times, `Ringbus.Channel.Delivery`) and
+  # `Ringbus.Channel.Times` turns them into system ms, probes them
+  # (`stored_at/2`) and searches them. A replicated channel's `at` is its
+  # leader's stamp, given to `put_decided/6`.
   #
   # Cursors and counters, in `:atomics`:
   #
@@ -43,7 +50,12 @@ defmodule Ringbus.Channel.Ring do
   #
   #   len         = head - tail
   #   pushed      = head - skipped
-  #   overwritten = tail - pulled - skipped
+  #   overwritten = tail - pulled - skipped - expired
+  #
+  # Under `max_age`, a message older than it is claimed as a pull claims
+  # it, and counted `expired` (`expire/1`): the oldest one's time is
+  # looked at before each push reserves and before reads, so the ring is
+  # never scanned for it.
   #
   # A pull that claimed a seq a push has since dropped finds it gone: that
   # message was overwritten, and the formula already says so.
@@ -111,7 +123,8 @@ defmodule Ringbus.Channel.Ring do
   @chunked 9
   @dropped 10
   # Slots 11 and 12 are `Ringbus.Channel.Hold`'s.
-  @slots 12
+  @expired 13
+  @slots 13
 
   # How long a reader waits for a reserved seq whose producer has not stored it.
   @stall_ms 5
@@ -134,6 +147,7 @@ defmodule Ringbus.Channel.Ring do
       capacity: Keyword.fetch!(opts, :capacity),
       overflow: Keyword.fetch!(opts, :overflow),
       max_bytes: Keyword.get(opts, :max_bytes),
+      max_age: Keyword.get(opts, :max_age),
       replica: Keyword.get(opts, :replica),
       incarnation: Keyword.get_lazy(opts, :incarnation, &new_incarnation/0)
     }
@@ -159,19 +173,21 @@ defmodule Ringbus.Channel.Ring do
     size = byte_size(payload)
 
     case reserve_for(ch, 1, size) do
-      {:ok, seq} -> commit(ch, seq, payload)
+      {:ok, seq, at} -> commit(ch, seq, payload, at)
       {:error, reason} -> refuse(ch, 1, reason)
     end
   end
 
   @doc false
   # The second half of a push: stores `payload` under `seq`, reserved by the
-  # caller. Tests call it late to play a stalled producer.
-  @spec commit(Channel.t(), seq, binary()) :: {:ok, seq} | {:error, :full | :too_large}
-  def commit(ch, seq, payload) do
+  # caller at `at` (now by default). Tests call it late to play a stalled
+  # producer.
+  @spec commit(Channel.t(), seq, binary(), integer()) ::
+          {:ok, seq} | {:error, :full | :too_large}
+  def commit(ch, seq, payload, at \\ now_us()) do
     size = byte_size(payload)
 
-    if :ets.insert_new(ch.table, {seq, detach(payload), now_us()}) do
+    if :ets.insert_new(ch.table, {seq, detach(payload), at}) do
       stored_bytes(ch, size)
       stored(ch, seq, seq)
       {:ok, seq}
@@ -208,7 +224,7 @@ defmodule Ringbus.Channel.Ring do
 
   def push_measured(ch, payloads, count, bytes) do
     case reserve_for(ch, count, bytes) do
-      {:ok, first} -> commit_batch(ch, first, payloads, count, bytes)
+      {:ok, first, at} -> commit_batch(ch, first, payloads, count, bytes, at)
       {:error, reason} -> refuse(ch, count, reason)
     end
   end
@@ -227,8 +243,8 @@ defmodule Ringbus.Channel.Ring do
   @spec push_run(Channel.t(), [binary()], pos_integer(), non_neg_integer()) ::
           {:ok, seq} | {:error, :full | :too_large}
   def push_run(ch, payloads, count, bytes) do
-    with {:ok, first} <- reserve_for(ch, count, bytes) do
-      case store_batch(ch, first, payloads, count, bytes) do
+    with {:ok, first, at} <- reserve_for(ch, count, bytes) do
+      case store_batch(ch, first, payloads, count, bytes, at) do
         {:ok, first} -> {:ok, first}
         :retry -> push_run(ch, payloads, count, bytes)
       end
@@ -239,10 +255,10 @@ defmodule Ringbus.Channel.Ring do
   # The second half of `push_measured/4`: stores a batch under the `count`
   # seqs from `first`, reserved by the caller; pushes it again under fresh
   # seqs if a reader gave up on part of the range meanwhile.
-  @spec commit_batch(Channel.t(), seq, [binary()], pos_integer(), non_neg_integer()) ::
+  @spec commit_batch(Channel.t(), seq, [binary()], pos_integer(), non_neg_integer(), integer()) ::
           {:ok, seq} | {:error, :full | :too_large}
-  def commit_batch(ch, first, payloads, count, bytes) do
-    case store_batch(ch, first, payloads, count, bytes) do
+  def commit_batch(ch, first, payloads, count, bytes, at \\ now_us()) do
+    case store_batch(ch, first, payloads, count, bytes, at) do
       {:ok, first} -> {:ok, first}
       :retry -> push_measured(ch, payloads, count, bytes)
     end
@@ -250,14 +266,14 @@ defmodule Ringbus.Channel.Ring do
 
   # Stores a batch: {:ok, first}, or :retry when a reader had given up on
   # part of the range, which is then abandoned whole.
-  defp store_batch(%Channel{overflow: :drop_oldest, max_bytes: nil} = ch, first, ps, count, bytes)
-       when count > 1 and bytes < 0x1_0000_0000,
-       do: store_chunk(ch, first, ps, count, bytes)
+  defp store_batch(%Channel{overflow: :drop_oldest, max_bytes: nil} = ch, first, ps, n, bytes, at)
+       when n > 1 and bytes < 0x1_0000_0000,
+       do: store_chunk(ch, first, ps, n, bytes, at)
 
-  defp store_batch(ch, first, payloads, count, bytes) do
+  defp store_batch(ch, first, payloads, count, bytes, at) do
     last = first + count - 1
 
-    if :ets.insert_new(ch.table, objects(payloads, first, now_us(), [])) do
+    if :ets.insert_new(ch.table, objects(payloads, first, at, [])) do
       stored_bytes(ch, bytes)
       stored(ch, first, last)
       {:ok, first}
@@ -270,7 +286,7 @@ defmodule Ringbus.Channel.Ring do
 
   # A drop-oldest batch as one chunk object, behind a reservation (see
   # "Chunks are never shadowed" above).
-  defp store_chunk(%Channel{table: t, atomics: a} = ch, first, payloads, count, bytes) do
+  defp store_chunk(%Channel{table: t, atomics: a} = ch, first, payloads, count, bytes, at) do
     last = first + count - 1
     if :atomics.get(a, @chunked) == 0, do: :atomics.put(a, @chunked, 1)
     :ets.insert(t, {reservation_key(last), first, self()})
@@ -281,7 +297,7 @@ defmodule Ringbus.Channel.Ring do
       :retry
     else
       {data, ends} = chunk(payloads)
-      :ets.insert(t, {chunk_key(last), first, bytes, count, data, ends, now_us()})
+      :ets.insert(t, {chunk_key(last), first, bytes, count, data, ends, at})
       :ets.delete(t, reservation_key(last))
       stored_bytes(ch, bytes)
       stored(ch, first, last)
@@ -352,9 +368,54 @@ defmodule Ringbus.Channel.Ring do
 
   # Reserves seqs (and bytes) for a batch, unless its bytes are more than
   # the channel's whole `max_bytes`: stored, a drop-oldest batch would
-  # overwrite its own first messages. Counts nothing.
+  # overwrite its own first messages. Counts nothing. Answers the first seq
+  # and the batch's time, read within the reservation.
   defp reserve_for(ch, count, bytes) do
-    if too_large?(ch, bytes), do: {:error, :too_large}, else: reserve(ch, count, bytes)
+    expire(ch)
+    if too_large?(ch, bytes), do: {:error, :too_large}, else: reserve_at(ch, count, bytes)
+  end
+
+  @doc """
+  Under `max_age`, claims the oldest messages stored longer ago than it,
+  one at a time while the oldest is that old, each counted `expired`: one
+  look at the oldest message's time when none is.
+  """
+  @spec expire(Channel.t()) :: :ok
+  def expire(%Channel{max_age: nil}), do: :ok
+  # A replicated channel's expiry is its machine's decision (`expire_decided/2`).
+  def expire(%Channel{replica: replica}) when replica != nil, do: :ok
+  def expire(%Channel{max_age: age} = ch), do: expire_before(ch, now_us() - age * 1000)
+
+  defp expire_before(%Channel{atomics: a} = ch, cutoff) do
+    tail = :atomics.get(a, @tail)
+
+    with true <- tail < :atomics.get(a, @head),
+         at when is_integer(at) and at < cutoff <- tail_at(ch, tail) do
+      take_expired(ch, tail)
+      expire_before(ch, cutoff)
+    else
+      _none_old_enough -> :ok
+    end
+  end
+
+  # A mark at the tail has no time; the next stored seq's is later than its
+  # reservation was, so a mark goes (as a pull would take it) when that does.
+  defp tail_at(ch, tail) do
+    with nil <- stored_at(ch, tail),
+         mark when is_mark(mark) <- element(ch.table, tail, 2) do
+      stored_at(ch, tail + 1)
+    end
+  end
+
+  # Claims `seq` if it is still the tail, as a pull would, and takes it as
+  # expired. A stored seq needs no wait: it is taken, or gone if a lapping
+  # push dropped it (then counted overwritten).
+  defp take_expired(%Channel{atomics: a} = ch, seq) do
+    if :atomics.compare_exchange(a, @tail, seq, seq + 1) == :ok do
+      with {:ok, _} <- take_claimed(ch, seq, 0, nil), do: :atomics.add(a, @expired, 1)
+    end
+
+    :ok
   end
 
   defp too_large?(%Channel{max_bytes: nil}, _bytes), do: false
@@ -394,16 +455,17 @@ defmodule Ringbus.Channel.Ring do
   # The first half of a push: reserves `count` seqs (and, under reject,
   # `bytes`) and returns the first seq. Counts nothing as rejected.
   @spec reserve(Channel.t(), pos_integer(), non_neg_integer()) :: {:ok, seq} | {:error, :full}
-  def reserve(ch, count, bytes \\ 0)
-
-  def reserve(%Channel{overflow: :drop_oldest, atomics: a}, count, _bytes) do
-    {:ok, :atomics.add_get(a, @head, count) - count}
+  def reserve(ch, count, bytes \\ 0) do
+    with {:ok, first, _at} <- reserve_at(ch, count, bytes), do: {:ok, first}
   end
 
+  defp reserve_at(%Channel{overflow: :drop_oldest} = ch, count, _bytes),
+    do: reserve_seqs(ch, count)
+
   # Full, a channel with holding groups frees what they all acked, and tries again.
-  def reserve(%Channel{overflow: :reject} = ch, count, bytes) do
+  defp reserve_at(%Channel{overflow: :reject} = ch, count, bytes) do
     case reserve_room(ch, count, bytes) do
-      {:error, :full} = full -> if free_held(ch) > 0, do: reserve(ch, count, bytes), else: full
+      {:error, :full} = full -> if free_held(ch) > 0, do: reserve_at(ch, count, bytes), else: full
       reserved -> reserved
     end
   end
@@ -411,8 +473,8 @@ defmodule Ringbus.Channel.Ring do
   defp reserve_room(ch, count, bytes) do
     with :ok <- reserve_bytes(ch, bytes) do
       case reserve_seqs(ch, count) do
-        {:ok, first} ->
-          {:ok, first}
+        {:ok, first, at} ->
+          {:ok, first, at}
 
         :full ->
           unreserve_bytes(ch, bytes)
@@ -421,12 +483,15 @@ defmodule Ringbus.Channel.Ring do
     end
   end
 
-  defp reserve_seqs(%Channel{atomics: a, capacity: cap} = ch, count) do
+  # The clock is read between the read of head and the swap that moves it
+  # (see `at` in the header): so times never decrease in seq order.
+  defp reserve_seqs(%Channel{atomics: a, capacity: cap, overflow: overflow} = ch, count) do
     head = :atomics.get(a, @head)
+    at = now_us()
 
     cond do
-      head + count - :atomics.get(a, @tail) > cap -> :full
-      :atomics.compare_exchange(a, @head, head, head + count) == :ok -> {:ok, head}
+      overflow == :reject and head + count - :atomics.get(a, @tail) > cap -> :full
+      :atomics.compare_exchange(a, @head, head, head + count) == :ok -> {:ok, head, at}
       true -> reserve_seqs(ch, count)
     end
   end
@@ -968,6 +1033,22 @@ defmodule Ringbus.Channel.Ring do
   defp run([{at, n} | rest], at, count), do: [{at, n + count} | rest]
   defp run(runs, at, count), do: [{at, count} | runs]
 
+  @doc """
+  The time (`at`) of `seq`, read without copying its payload: the `at` of
+  its row or of the chunk that holds it; nil when the ring holds no message
+  under it (a mark, a seq gone, or one its producer has not stored yet).
+  """
+  @spec stored_at(Channel.t(), seq) :: integer() | nil
+  def stored_at(%Channel{table: t} = ch, seq) do
+    with nil <- element(t, seq, 3),
+         {:chunk, key, _first} <- cover(ch, seq) do
+      element(t, key, 7)
+    else
+      at when is_integer(at) -> at
+      _none -> nil
+    end
+  end
+
   ## Decided elsewhere: replicated channels
   #
   # A replicated channel has one writer, its Ra machine
@@ -979,11 +1060,12 @@ defmodule Ringbus.Channel.Ring do
 
   @doc false
   # Stores `count` payloads (`bytes` in all) under the seqs from `first`,
-  # unless the ring is past them. If the ring is behind `first` (it was
-  # created after the log was truncated), the seqs between count as
-  # overwritten.
-  @spec put_decided(Channel.t(), seq, [binary()], non_neg_integer(), non_neg_integer()) :: :ok
-  def put_decided(%Channel{atomics: a} = ch, first, payloads, count, bytes) do
+  # at `at` (monotonic µs: the leader's stamp on this node's clock), unless
+  # the ring is past them. If the ring is behind `first` (it was created
+  # after the log was truncated), the seqs between count as overwritten.
+  @spec put_decided(Channel.t(), seq, [binary()], non_neg_integer(), non_neg_integer(), integer()) ::
+          :ok
+  def put_decided(%Channel{atomics: a} = ch, first, payloads, count, bytes, at) do
     head = :atomics.get(a, @head)
 
     cond do
@@ -992,7 +1074,7 @@ defmodule Ringbus.Channel.Ring do
 
       true ->
         if first > head, do: skip_to(ch, first)
-        :ets.insert(ch.table, objects(payloads, first, now_us(), []))
+        :ets.insert(ch.table, objects(payloads, first, at, []))
         :atomics.add(a, @held, bytes)
         :atomics.add(a, @bytes_pushed, bytes)
         :atomics.put(a, @head, first + count)
@@ -1035,6 +1117,20 @@ defmodule Ringbus.Channel.Ring do
   end
 
   @doc false
+  # Claims every seq below `bound` not claimed yet, each counted expired.
+  @spec expire_decided(Channel.t(), seq) :: :ok
+  def expire_decided(%Channel{atomics: a} = ch, bound) do
+    tail = :atomics.get(a, @tail)
+
+    if tail < bound and tail < :atomics.get(a, @head) do
+      take_expired(ch, tail)
+      expire_decided(ch, bound)
+    else
+      :ok
+    end
+  end
+
+  @doc false
   # Raises the rejected count to `total`, the machine's own count: a replay
   # that sets it again changes nothing.
   @spec rejected_decided(Channel.t(), non_neg_integer()) :: :ok
@@ -1073,6 +1169,7 @@ defmodule Ringbus.Channel.Ring do
     tail = :atomics.get(a, @tail)
     pulled = :atomics.get(a, @pulled)
     skipped = :atomics.get(a, @skipped)
+    expired = :atomics.get(a, @expired)
 
     %{
       capacity: cap,
@@ -1084,7 +1181,9 @@ defmodule Ringbus.Channel.Ring do
       next_seq: head,
       pushed: head - skipped,
       pulled: pulled,
-      overwritten: max(tail - pulled - skipped, 0),
+      overwritten: max(tail - pulled - skipped - expired, 0),
+      expired: expired,
+      max_age: ch.max_age,
       rejected: :atomics.get(a, @rejected),
       skipped: skipped,
       bytes: bytes(ch),

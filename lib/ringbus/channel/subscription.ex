@@ -32,6 +32,8 @@ defmodule Ringbus.Channel.Subscription do
   #
   # Delivery time. Each batch it sends adds its messages' time since their
   # push to the node's histogram for its `:via` (`Ringbus.Channel.Delivery`).
+  # With `times: true` the same read's runs give each message its time
+  # (`Ringbus.Channel.Times`), so the subscriber gets `{seq, payload, ms}`.
   #
   # Its handle, `{pid, ref}`, is all ack and unsubscribe need: no lookup.
   # It ends when its subscriber exits, when it is unsubscribed, and when its
@@ -51,7 +53,8 @@ defmodule Ringbus.Channel.Subscription do
   use GenServer
 
   alias Ringbus.{Channel, Options}
-  alias Ringbus.Channel.{Delivery, Ring}
+  alias Ringbus.Channel.{Delivery, Ring, Times}
+  require Times
 
   @typedoc "A subscription: its process and its reference."
   @type t :: {pid(), reference()}
@@ -68,13 +71,14 @@ defmodule Ringbus.Channel.Subscription do
         }
 
   @type options :: [
-          from: non_neg_integer() | :earliest | :latest,
+          from: non_neg_integer() | :earliest | :latest | {:time, non_neg_integer()},
           max_credit: pos_integer(),
           credit: pos_integer(),
           max_batch: pos_integer(),
           name: String.t() | nil,
           incarnation: pos_integer() | nil,
-          via: :embedded | :binary | :resp
+          via: :embedded | :binary | :resp,
+          times: boolean()
         ]
 
   @doc "Validates subscription options, raising `ArgumentError` on bad ones."
@@ -90,7 +94,8 @@ defmodule Ringbus.Channel.Subscription do
           max_batch: 256,
           name: nil,
           incarnation: nil,
-          via: :embedded
+          via: :embedded,
+          times: false
         ],
         "subscription"
       )
@@ -98,9 +103,11 @@ defmodule Ringbus.Channel.Subscription do
     Options.check!(
       :from,
       opts[:from],
-      &(&1 in [:earliest, :latest] or (is_integer(&1) and &1 >= 0)),
-      "a non-negative integer, :earliest or :latest"
+      &(&1 in [:earliest, :latest] or (is_integer(&1) and &1 >= 0) or Times.is_time(&1)),
+      "a non-negative integer, :earliest, :latest or {:time, ms}"
     )
+
+    Options.check!(:times, opts[:times], &is_boolean/1, "a boolean")
 
     Options.check!(
       :name,
@@ -258,6 +265,7 @@ defmodule Ringbus.Channel.Subscription do
       case opts[:from] do
         :earliest -> Ring.first_seq(channel)
         :latest -> Ring.next_seq(channel)
+        {:time, t} -> Times.seek(channel, t)
         seq -> seq
       end
 
@@ -272,6 +280,7 @@ defmodule Ringbus.Channel.Subscription do
       max_batch: opts[:max_batch],
       name: opts[:name],
       delivery: Delivery.for_protocol(opts[:via]),
+      times?: opts[:times],
       waiting?: false,
       stalled: nil,
       lost: 0
@@ -364,6 +373,7 @@ defmodule Ringbus.Channel.Subscription do
       {items, n, lost, next, runs} ->
         # Timed first: a subscriber that has the batch finds it counted.
         Delivery.delivered(state.delivery, runs)
+        items = if state.times?, do: Times.attach(items, runs), else: items
         send(state.subscriber, {:ringbus, state.handle, items, lost})
         deliver(%{state | cursor: next, credit: state.credit - n, lost: state.lost + lost})
     end
@@ -412,6 +422,7 @@ defmodule Ringbus.Channel.Subscription do
   end
 
   defp read(state) do
+    Ring.expire(state.channel)
     Ring.read_timed(state.channel, state.cursor, min(state.credit, state.max_batch))
   rescue
     # The channel's table is gone: the delete notice is on its way.

@@ -10,7 +10,7 @@ defmodule Ringbus.Group.At do
   # entry checked against the channel's incarnation; a cut of entries to a
   # room.
 
-  alias Ringbus.Channel.Ring
+  alias Ringbus.Channel.{Ring, Times}
   alias Ringbus.Group.Table
 
   @type t :: %{
@@ -51,11 +51,14 @@ defmodule Ringbus.Group.At do
 
   @doc """
   A position: the seq, if the incarnation it is of is the channel's;
-  `:last` is the channel's newest seq, `:first` the one before its oldest.
+  `:last` is the channel's newest seq, `:first` the one before its oldest,
+  `{:time, ms}` the one before its first message at or after that time.
   """
   def position(at, :last), do: {:ok, Ring.next_seq(at.channel) - 1}
   def position(at, :first), do: {:ok, Ring.first_seq(at.channel) - 1}
   def position(_at, seq) when is_integer(seq), do: {:ok, seq}
+  # The seq before the first message at or after system time `t` (ms).
+  def position(at, {:time, t}) when is_integer(t), do: {:ok, Times.seek(at.channel, t) - 1}
 
   def position(at, {seq, mark}),
     do: if(fits?(mark, at.c), do: {:ok, seq}, else: {:error, :new_incarnation})

@@ -165,7 +165,7 @@ defmodule Ringbus.Group.Table do
   end
 
   @doc """
-  Channel `c`'s groups, consumers and PEL, as rows to `restore/3` elsewhere
+  Channel `c`'s groups, consumers, PEL and push subscriptions, as rows to `restore/3` elsewhere
   (a replicated channel's snapshot); the due index is rebuilt from the PEL.
   """
   @spec dump(table(), c()) :: [tuple()]
@@ -174,7 +174,8 @@ defmodule Ringbus.Group.Table do
   def dump(t, c) do
     :ets.select(t, [{group_row({:group, c, :_}), [], [:"$_"]}]) ++
       :ets.select(t, [{{{:consumer, c, :_, :_}, :_, :_}, [], [:"$_"]}]) ++
-      :ets.select(t, [{{{:pending, c, :_, :_}, :_, :_, :_, :_}, [], [:"$_"]}])
+      :ets.select(t, [{{{:pending, c, :_, :_}, :_, :_, :_, :_}, [], [:"$_"]}]) ++
+      :ets.select(t, [{{{:push, c, :_, :_}, :_, :_}, [], [:"$_"]}])
   end
 
   @doc "Whether channel `c` has a group."

@@ -26,6 +26,8 @@ defmodule Ringbus.Metrics.Prometheus do
      "Messages dropped to make room for newer ones.", ~w(channel)},
     {"ringbus_channel_rejected_total", :counter, "Messages refused because the channel was full.",
      ~w(channel)},
+    {"ringbus_channel_expired_total", :counter,
+     "Messages that left because they were older than the channel's max_age.", ~w(channel)},
     {"ringbus_channel_skipped", :gauge,
      "Seqs given up on because their producer stalled; a late producer settles them.",
      ~w(channel)},
@@ -216,6 +218,7 @@ defmodule Ringbus.Metrics.Prometheus do
     {"ringbus_channel_pulled_total", :pulled},
     {"ringbus_channel_overwritten_total", :overwritten},
     {"ringbus_channel_rejected_total", :rejected},
+    {"ringbus_channel_expired_total", :expired},
     {"ringbus_channel_skipped", :skipped}
   ]
 

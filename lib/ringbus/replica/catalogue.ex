@@ -190,7 +190,8 @@ defmodule Ringbus.Replica.Catalogue do
       channel: name,
       capacity: opts[:capacity],
       overflow: opts[:overflow],
-      max_bytes: opts[:max_bytes]
+      max_bytes: opts[:max_bytes],
+      max_age: opts[:max_age]
     }
   end
 

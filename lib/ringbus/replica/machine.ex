@@ -19,6 +19,8 @@ defmodule Ringbus.Replica.Machine do
   #                              {:ok, [{seq, payload}]} (on the node that applies it)
   #   {:trim, trim}              takes the oldest that `Ringbus.Channel.Trim`
   #                              names, as pulls; replies {:ok, count}
+  #   {:timeout, :expire}       the leader's timer under max_age: nothing but
+  #                              the expiry every command starts with
   #   {:groups, [{room, request}]}
   #                              consumer group requests (`Ringbus.Group`),
   #                              each applied to this node's ring and group
@@ -69,7 +71,8 @@ defmodule Ringbus.Replica.Machine do
 
   @behaviour :ra_machine
 
-  alias Ringbus.Channel.{Ring, Trim}
+  alias Ringbus.Channel.{Ring, Times, Trim}
+  alias Ringbus.Replica.Retention
   alias Ringbus.{Group, Store}
 
   # A replicated channel remembers as many tags as a memory channel does.
@@ -78,11 +81,12 @@ defmodule Ringbus.Replica.Machine do
   # One writer per member node and start: few, and each with little in flight.
   @writer_window 256
   @max_writers 64
-  # Version 1 adds {:tagged, ...}, version 2 {:groups, ...}. Ra elects no
+  # Version 1 adds {:tagged, ...}, version 2 {:groups, ...}, version 3 expiry
+  # under max_age (and {:timeout, :expire}). Ra elects no
   # member older than the version in effect, so every member applies a
   # command alike; under an older version in effect, a newer command is
   # refused as that version refuses it.
-  @version 2
+  @version 3
   @regroup 4_096
 
   defstruct [
@@ -90,6 +94,7 @@ defmodule Ringbus.Replica.Machine do
     :capacity,
     :overflow,
     :max_bytes,
+    max_age: nil,
     window: @window,
     max_producers: @max_producers,
     # The next seq to store, and the oldest live one.
@@ -107,6 +112,13 @@ defmodule Ringbus.Replica.Machine do
     # writer_id => {floor, last_index, %{n => reply}}
     writers: %{},
     checkpoints: :queue.new(),
+    # The stamp (system ms) of the last command: a command's messages are
+    # stamped the later of it and the leader's time in the entry, so that
+    # times never decrease even when leaders' clocks differ.
+    stamp: 0,
+    # Only under max_age: {first_seq, stamp} per stamp that stored
+    # messages still live, oldest first.
+    times: :queue.new(),
     # Group rows to put in this node's table before the next command, or
     # nil once there.
     groups: []
@@ -119,6 +131,7 @@ defmodule Ringbus.Replica.Machine do
           | {:drop, non_neg_integer()}
           | {:pull, non_neg_integer(), non_neg_integer()}
           | {:rejected, non_neg_integer()}
+          | {:expire, non_neg_integer()}
 
   @impl :ra_machine
   def init(config) do
@@ -127,6 +140,7 @@ defmodule Ringbus.Replica.Machine do
       capacity: Map.fetch!(config, :capacity),
       overflow: Map.get(config, :overflow, :drop_oldest),
       max_bytes: Map.get(config, :max_bytes),
+      max_age: Map.get(config, :max_age),
       window: Map.get(config, :window, @window),
       max_producers: Map.get(config, :max_producers, @max_producers),
       writer_window: Map.get(config, :writer_window, @writer_window),
@@ -144,12 +158,20 @@ defmodule Ringbus.Replica.Machine do
   def apply(%{index: index} = meta, command, state) do
     state = state |> upgrade() |> load_groups()
     version = Map.get(meta, :machine_version, @version)
+
+    now =
+      max(
+        Map.get_lazy(meta, :system_time, fn -> System.system_time(:millisecond) end),
+        state.stamp
+      )
+
+    {state, expired} = expire_in(version, %{state | stamp: now})
     {state, reply, ops} = decide_in(version, command, index, state)
-    now = Map.get_lazy(meta, :system_time, fn -> System.system_time(:millisecond) end)
+    ops = expired ++ ops
     reply = carry_out(state.channel, ops, reply, now)
     state = settle(state, command, reply)
     {state, effects} = checkpoint(state, index)
-    {state, reply, effects}
+    {state, reply, effects ++ Retention.expiry_timer(state)}
   end
 
   # Under version 0, in effect until a leader of version 1 commits its first
@@ -163,8 +185,13 @@ defmodule Ringbus.Replica.Machine do
   defp decide_in(1, {:groups, _}, _index, state), do: {state, {:error, :badarg}, []}
   defp decide_in(_version, command, index, state), do: decide(command, index, state)
 
-  # A state from a snapshot of version 0 has no writers; of version 1, no groups.
-  defp upgrade(%__MODULE__{writers: _, groups: _} = state), do: state
+  # Under a version before 3 in effect, no member expires anything, alike.
+  defp expire_in(version, state) when version < 3, do: {state, []}
+  defp expire_in(_version, state), do: Retention.expire(state)
+
+  # A state from a snapshot of version 0 has no writers; of version 1, no
+  # groups; before messages had times, no stamp.
+  defp upgrade(%__MODULE__{writers: _, groups: _, stamp: _, times: _} = state), do: state
 
   defp upgrade(state) do
     state
@@ -172,6 +199,9 @@ defmodule Ringbus.Replica.Machine do
     |> Map.put_new(:writer_window, @writer_window)
     |> Map.put_new(:max_writers, @max_writers)
     |> Map.put_new(:groups, [])
+    |> Map.put_new(:stamp, 0)
+    |> Map.put_new(:max_age, nil)
+    |> Map.put_new(:times, :queue.new())
   end
 
   defp load_groups(%__MODULE__{groups: nil} = state), do: state
@@ -232,7 +262,7 @@ defmodule Ringbus.Replica.Machine do
   def decide({:pull, max}, _index, state) when is_integer(max) and max >= 0 do
     count = min(max, state.head - state.tail)
     first = state.tail
-    state = %{state | tail: first + count} |> forget_sizes(count)
+    state = %{state | tail: first + count} |> Retention.forget_sizes(count)
     {state, {:pulled, first, count}, [{:pull, first, count}]}
   end
 
@@ -268,6 +298,10 @@ defmodule Ringbus.Replica.Machine do
 
   def decide({:groups, requests}, _index, state) when is_list(requests),
     do: {state, {:groups, requests}, [{:groups, requests}]}
+
+  # The leader's timer for the oldest message's expiry (`Retention.expiry_timer/1`):
+  # a command whose stamp `apply/3` expires at, with nothing else to do.
+  def decide({:timeout, :expire}, _index, state), do: {state, :ok, []}
 
   # Ra's own command when a leader of a newer version takes over.
   def decide({:machine_version, _from, _to}, _index, state), do: {upgrade(state), :ok, []}
@@ -379,7 +413,12 @@ defmodule Ringbus.Replica.Machine do
 
           true ->
             first = state.head
-            state = %{state | head: first + count} |> keep_sizes(first, payloads, bytes)
+
+            state =
+              %{state | head: first + count}
+              |> Retention.keep_time(first)
+              |> Retention.keep_sizes(first, payloads, bytes)
+
             {state, {:ok, first}, [{:put, first, payloads, count, bytes}]}
         end
     end
@@ -412,46 +451,6 @@ defmodule Ringbus.Replica.Machine do
   end
 
   defp finish(ops, _state), do: ops
-
-  ## Sizes, under max_bytes
-
-  defp keep_sizes(%__MODULE__{max_bytes: nil} = state, _first, _payloads, _bytes),
-    do: overflow(state)
-
-  defp keep_sizes(state, first, payloads, bytes) do
-    sizes = for p <- payloads, into: <<>>, do: <<byte_size(p)::32>>
-    overflow(%{state | bytes: state.bytes + bytes, sizes: :queue.in({first, sizes}, state.sizes)})
-  end
-
-  # Under drop-oldest: the tail moves past what the capacity, then the bytes,
-  # no longer hold.
-  defp overflow(%__MODULE__{overflow: :drop_oldest} = state) do
-    over = state.head - state.capacity - state.tail
-    state = if over > 0, do: %{state | tail: state.tail + over} |> forget_sizes(over), else: state
-    drop_bytes(state)
-  end
-
-  defp overflow(state), do: state
-
-  defp drop_bytes(%__MODULE__{max_bytes: max, bytes: bytes} = state)
-       when max != nil and bytes > max and state.tail < state.head,
-       do: %{state | tail: state.tail + 1} |> forget_sizes(1) |> drop_bytes()
-
-  defp drop_bytes(state), do: state
-
-  # The oldest `count` live messages are gone: their bytes go with them.
-  defp forget_sizes(%__MODULE__{max_bytes: nil} = state, _count), do: state
-  defp forget_sizes(state, 0), do: state
-
-  defp forget_sizes(state, count) do
-    {{:value, {first, sizes}}, rest} = :queue.out(state.sizes)
-    n = div(byte_size(sizes), 4)
-    take = min(n, count)
-    <<gone::binary-size(4 * take), left::binary>> = sizes
-    freed = for <<s::32 <- gone>>, reduce: 0, do: (acc -> acc + s)
-    rest = if left == <<>>, do: rest, else: :queue.in_r({first + take, left}, rest)
-    forget_sizes(%{state | bytes: state.bytes - freed, sizes: rest}, count - take)
-  end
 
   ## Release cursors
 
@@ -553,10 +552,17 @@ defmodule Ringbus.Replica.Machine do
      end}
   end
 
+  # Stored at the command's stamp, on this node's clock: every member gives
+  # the messages the same time.
+  defp carry(ch, {:put, first, payloads, count, bytes}, reply, now) do
+    Ring.put_decided(ch, first, payloads, count, bytes, Times.at_of(now))
+    reply
+  end
+
   defp carry(ch, op, reply, _now), do: carry(ch, op, reply)
 
-  defp carry(ch, {:put, first, payloads, count, bytes}, reply) do
-    Ring.put_decided(ch, first, payloads, count, bytes)
+  defp carry(ch, {:expire, bound}, reply) do
+    Ring.expire_decided(ch, bound)
     reply
   end
 

@@ -40,6 +40,14 @@ defmodule Ringbus.Cluster.AcrossNodesTest do
     assert call(b, Ringbus, :info, ["ops"]) == {:ok, local}
     assert %{pushed: 6, pulled: 1, overwritten: 1, len: 4} = local
 
+    # Times are the home's: a read with times, and from a time, from another node.
+    {:ok, timed, 2} = call(a, Ringbus, :read, ["ops", 0, 10, [times: true]])
+    assert call(c, Ringbus, :read, ["ops", 0, 10, [times: true]]) == {:ok, timed, 2}
+    {_, _, t} = List.last(timed)
+    from_t = for {seq, p, at} <- timed, at >= t, do: {seq, p}
+    assert call(b, Ringbus, :read, ["ops", {:time, t}, 10]) == {:ok, from_t, 0}
+    assert %{newest_time: ^t} = local
+
     # Errors come back as they would locally.
     assert call(b, Ringbus, :create, ["ops", [capacity: 4]]) == {:error, :exists}
     assert call(b, Ringbus, :push, ["nowhere", "x"]) == {:error, :no_channel}

@@ -410,7 +410,54 @@ defmodule Ringbus.Replica.MachineTest do
       assert {_, {:groups, [:ok]}, _} =
                Machine.apply(%{index: 3, machine_version: 2, system_time: 5}, groups, state)
 
-      assert Machine.version() == 2
+      assert Machine.version() == 3
+    end
+
+    test "a command's messages carry its stamp, never less than the one before" do
+      name = unique()
+      :ok = Ringbus.create(name, capacity: 10)
+      on_exit(fn -> Ringbus.delete(name) end)
+      state = machine(channel: name, capacity: 10)
+      t = System.system_time(:millisecond) - 1_000
+
+      {state, _, _} = Machine.apply(%{index: 1, system_time: t}, {:push, nil, ["a", "b"]}, state)
+      # A leader whose clock is behind stamps as the last command did.
+      {state, _, _} = Machine.apply(%{index: 2, system_time: t - 50}, {:push, nil, ["c"]}, state)
+      {state, _, _} = Machine.apply(%{index: 3, system_time: t + 7}, {:push, nil, ["d"]}, state)
+      # A state from a snapshot taken before messages had times has no stamp.
+      old = Map.delete(state, :stamp)
+      {_, _, _} = Machine.apply(%{index: 4, system_time: t + 3}, {:push, nil, ["e"]}, old)
+
+      assert {:ok, timed, 0} = Ringbus.read(name, 0, 10, times: true)
+      assert timed == [{0, "a", t}, {1, "b", t}, {2, "c", t}, {3, "d", t + 7}, {4, "e", t + 3}]
+    end
+
+    test "under max_age, each command first expires what its stamp makes older, counted once" do
+      name = unique()
+      :ok = Ringbus.create(name, capacity: 10)
+      on_exit(fn -> Ringbus.delete(name) end)
+      state = machine(channel: name, capacity: 10, max_age: 15)
+      t = System.system_time(:millisecond) - 1_000
+      apply = fn st, i, at, cmd -> Machine.apply(%{index: i, system_time: at}, cmd, st) end
+
+      {state, _, _} = apply.(state, 1, t, {:push, nil, ["a", "b"]})
+      {state, _, _} = apply.(state, 2, t + 10, {:push, nil, ["c"]})
+      {state, _, _} = apply.(state, 3, t + 12, {:pull, 0})
+      assert {:ok, %{len: 3, expired: 0}} = Ringbus.info(name)
+
+      # At t + 20, what was stored at t is older than 15 ms; at t + 10, not.
+      {state, {:ok, []}, effects} = apply.(state, 4, t + 20, {:pull, 0})
+      assert {:ok, %{len: 1, expired: 2, first_seq: 2} = info} = Ringbus.info(name)
+      assert info.pushed == info.pulled + info.overwritten + info.expired + info.len
+      # The leader's timer for the next expiry: when "c" is 15 ms old.
+      assert {:timer, :expire, 6} in effects
+
+      # The timer's command expires "c"; applying it again changes nothing.
+      {state, :ok, effects} = apply.(state, 5, t + 26, {:timeout, :expire})
+      refute Enum.any?(effects, &match?({:timer, _, _}, &1))
+      {_, _, _} = apply.(state, 5, t + 26, {:timeout, :expire})
+      assert {:ok, %{len: 0, expired: 3}} = Ringbus.info(name)
+      assert Ringbus.Replica.Retention.expire(state) == {state, []}
     end
 
     test "a replay from a snapshot onto a new ring rebuilds the live messages" do
@@ -470,8 +517,9 @@ defmodule Ringbus.Replica.MachineTest do
         # A local drop-oldest batch is one chunk, whose bytes count until it
         # goes whole; the replicated ring stores messages one by one.
         chunked? = opts[:max_bytes] == nil and opts[:overflow] != :reject
-        # Two channels, two creations.
-        ignore = if chunked?, do: [:bytes, :incarnation], else: [:incarnation]
+        # Two channels, two creations, each with its own push times.
+        ignore = [:incarnation, :oldest_time, :newest_time]
+        ignore = if chunked?, do: [:bytes | ignore], else: ignore
         {:ok, info} = Ringbus.info(replicated)
         {:ok, expected} = Ringbus.info(local)
         assert Map.drop(info, ignore) == Map.drop(expected, ignore)

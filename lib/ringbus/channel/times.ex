@@ -1,0 +1,123 @@
+defmodule Ringbus.Channel.Times do
+  @moduledoc false
+  # A channel's messages in time. Each message carries `at`, the monotonic
+  # µs its push read inside its seq reservation (`Ringbus.Channel.Ring`), so
+  # times never decrease in seq order; its time is `at` plus the VM's time
+  # offset, in system ms. A replicated channel's `at` is its leader's stamp
+  # (`at_of/1`), so every member gives a message the same time.
+  #
+  # Nothing here copies a payload: a time is probed with `Ring.stored_at/2`,
+  # and the first message at or after a time is found by binary search over
+  # the seqs the ring holds, O(log n) probes. A seq with no time (a mark, a
+  # seq whose producer has not stored it, one pulled meanwhile) is stepped
+  # over to the next that has one.
+
+  alias Ringbus.Channel
+  alias Ringbus.Channel.Ring
+
+  # Probes at most, from either end, for the oldest and newest times.
+  @edge_probes 64
+
+  @typedoc "System time in milliseconds."
+  @type ms :: integer()
+
+  @doc "A message's time in system ms, from its `at`."
+  @spec ms(integer()) :: ms()
+  def ms(at), do: div(at + :erlang.time_offset(:microsecond), 1000)
+
+  @doc "The `at` on this node's clock of system time `ms`: `ms(at_of(t)) == t`."
+  @spec at_of(ms()) :: integer()
+  def at_of(ms), do: ms * 1000 - :erlang.time_offset(:microsecond)
+
+  @doc "Whether `from` names a time: `{:time, ms}` with ms a non-negative integer."
+  defguard is_time(from)
+           when is_tuple(from) and tuple_size(from) == 2 and
+                  elem(from, 0) == :time and is_integer(elem(from, 1)) and
+                  elem(from, 1) >= 0
+
+  @doc """
+  The seq of the first message at or after system time `t` (ms), by binary
+  search: the channel's next seq when every message held is older.
+  """
+  @spec seek(Channel.t(), ms()) :: non_neg_integer()
+  def seek(ch, t), do: search(ch, at_of(t), Ring.first_seq(ch), Ring.next_seq(ch))
+
+  # Every timed seq below `lo` is older than `at`; the answer is at most `hi`.
+  defp search(_ch, _at, lo, hi) when lo >= hi, do: lo
+
+  defp search(ch, at, lo, hi) do
+    mid = lo + div(hi - lo, 2)
+
+    case timed_from(ch, mid, hi) do
+      {seq, stored} when stored < at -> search(ch, at, seq + 1, hi)
+      # Newer, or no time in mid..hi - 1: the seqs before the timed one have
+      # none, so the answer is at most mid.
+      _newer_or_none -> search(ch, at, lo, mid)
+    end
+  end
+
+  # The first seq in seq..hi - 1 that has a time, with it; nil if none.
+  defp timed_from(_ch, seq, hi) when seq >= hi, do: nil
+
+  defp timed_from(ch, seq, hi) do
+    case Ring.stored_at(ch, seq) do
+      nil ->
+        # Claimed meanwhile (pulled, overwritten): go on from the oldest held.
+        timed_from(ch, max(seq + 1, Ring.first_seq(ch)), hi)
+
+      at ->
+        {seq, at}
+    end
+  end
+
+  @doc """
+  `info` (a channel's figures) with `:oldest_time` and `:newest_time`:
+  the times (system ms) of the oldest and newest messages it holds, nil
+  when it holds none.
+  """
+  @spec put_info(map(), Channel.t()) :: map()
+  def put_info(info, ch) do
+    {first, next} = {Ring.first_seq(ch), Ring.next_seq(ch)}
+    oldest = edge(ch, first, min(next, first + @edge_probes), 1)
+    newest = edge(ch, next - 1, max(first, next - @edge_probes) - 1, -1)
+    Map.merge(info, %{oldest_time: oldest, newest_time: newest})
+  end
+
+  defp edge(_ch, seq, stop, _step) when seq == stop, do: nil
+
+  defp edge(ch, seq, stop, step) do
+    case Ring.stored_at(ch, seq) do
+      nil -> edge(ch, seq + step, stop, step)
+      at -> ms(at)
+    end
+  end
+
+  @doc """
+  `Ring.read/3`, each message with its time: `{seq, payload, ms}`.
+  """
+  @spec read(Channel.t(), non_neg_integer(), non_neg_integer()) ::
+          {[{non_neg_integer(), binary(), ms()}], non_neg_integer(), non_neg_integer(),
+           non_neg_integer()}
+  def read(ch, from, max) do
+    {messages, n, lost, next, runs} = Ring.read_timed(ch, from, max)
+    {attach(messages, runs), n, lost, next}
+  end
+
+  @doc """
+  Messages `[{seq, payload}]` with their times, from the runs
+  (`Ring.read_timed/3`, newest first) they were read with.
+  """
+  @spec attach([{non_neg_integer(), binary()}], [{integer(), pos_integer()}]) ::
+          [{non_neg_integer(), binary(), ms()}]
+  def attach(messages, runs) do
+    offset = :erlang.time_offset(:microsecond)
+    attach(messages, :lists.reverse(runs), offset, [])
+  end
+
+  defp attach([{seq, payload} | rest], [{at, n} | runs], offset, acc) do
+    runs = if n == 1, do: runs, else: [{at, n - 1} | runs]
+    attach(rest, runs, offset, [{seq, payload, div(at + offset, 1000)} | acc])
+  end
+
+  defp attach([], _runs, _offset, acc), do: :lists.reverse(acc)
+end
