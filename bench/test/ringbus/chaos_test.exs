@@ -48,6 +48,16 @@ defmodule Ringbus.ChaosTest do
     # tag, which the channel's home stores once.
     assert report.false_failures == 0
     assert report.duplicated == 0
+
+    # The group's consumers fetched, crashed and claimed under the same
+    # faults: every message acked by its producer was acked by a consumer
+    # (or counted dead or lost to the ring), none came back after its ack,
+    # no delivery count went down.
+    assert report.group_deliveries > 0
+    assert report.group_lost == 0
+    assert report.acked_redelivered == 0
+    assert report.delivery_count_down == 0
+    assert report.members_disagreeing == []
   end
 
   test "the replicated schedule comes from its seed: leaders killed and cut, members stalled, every node restarted" do
@@ -94,5 +104,13 @@ defmodule Ringbus.ChaosTest do
     # Every member reads alike, and every member's writer answers.
     assert divergent == []
     assert stuck == []
+
+    # Known limit (Ringbus.Groups): a replicated channel's groups live in
+    # the table of the member that runs the request, not in its Raft log,
+    # so this seed's restart of every node takes the group with it and the
+    # messages pushed after are acked by no consumer. Once group state is
+    # in the log this is 0, as for memory channels.
+    assert report.group_lost > 0
+    assert report.acked_redelivered == 0
   end
 end

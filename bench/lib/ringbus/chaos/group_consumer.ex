@@ -21,8 +21,9 @@ defmodule Ringbus.Chaos.GroupConsumer do
       the process exits holding `seqs`, unacked.
 
   After the producers stop (and the workload's `:drain_ms`), it stops once
-  a fetch finds nothing and the group has nothing pending nor unread (or
-  is gone), or at `:group_drain_ms` after the producers stopped.
+  a fetch finds nothing (or fails) and the group has nothing pending nor
+  unread (or is gone), or at `:group_drain_ms` after the producers
+  stopped.
   """
 
   alias Ringbus.Chaos.{History, Payload}
@@ -79,8 +80,13 @@ defmodule Ringbus.Chaos.GroupConsumer do
 
       {:error, reason} ->
         History.record(spec.history, who.id, type, op, {who.ch, who.group, consumer, reason})
-        Process.sleep(50)
-        loop(spec, who, ops + 1)
+
+        if draining and drained?(who) do
+          {:done, ops + 1}
+        else
+          Process.sleep(50)
+          loop(spec, who, ops + 1)
+        end
     end
   end
 

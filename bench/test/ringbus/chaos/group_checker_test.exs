@@ -90,6 +90,24 @@ defmodule Ringbus.Chaos.GroupCheckerTest do
     assert %{group_lost: 1, group_left: 1} = report
   end
 
+  test "lost: an ack of unknown outcome excuses as many as the group acked beyond the oks" do
+    history =
+      push(0, 1) ++
+        push(1, 3) ++
+        fetch(7, [{0, 1}, {1, 1}], 10) ++
+        [
+          {7, :invoke, :group_ack, {@ch, @g, 0}, 20},
+          {7, :info, :group_ack, {@ch, @g, 0, :timeout}, 21}
+        ] ++ ack(7, 1, 1, 30)
+
+    report = GroupChecker.check(history, groups(figures(acked: 2)))
+    assert %{group_lost: 0, group_acks: 1, group_acks_unknown: 1} = report
+
+    # The group counts one ack: the unknown one was not applied.
+    report = GroupChecker.check(history, groups(figures(acked: 1)))
+    assert %{group_lost: 1, group_unacked: [{@ch, @g, 0}]} = report
+  end
+
   test "lost: an ack answered 0 (not pending) acks nothing" do
     history = push(0, 1) ++ fetch(7, [{0, 1}], 10) ++ ack(7, 0, 0, 20)
     assert %{group_lost: 1, group_acks: 0} = GroupChecker.check(history, groups(figures()))
