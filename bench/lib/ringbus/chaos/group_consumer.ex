@@ -109,7 +109,15 @@ defmodule Ringbus.Chaos.GroupConsumer do
 
       r < @crash_ratio ->
         seqs = for {seq, _, _} <- messages, do: seq
-        History.record(spec.history, who.id, :info, :crash, {who.ch, who.group, who.id, seqs})
+
+        History.record(
+          spec.history,
+          who.id,
+          :info,
+          :crash,
+          {who.ch, who.group, who.consumer, seqs}
+        )
+
         {:crashed, ops}
 
       true ->
