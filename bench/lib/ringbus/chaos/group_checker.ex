@@ -37,6 +37,8 @@ defmodule Ringbus.Chaos.GroupChecker do
       claims and faults cause them; not an error);
     * `:group_deliveries`, `:group_acks`, `:group_acks_unknown` -
       deliveries, acks answered `{:ok, 1}`, and acks of unknown outcome;
+    * `:group_counted` - what the groups' figures count `acked`, `dead`
+      and `lost` (to the ring), summed;
     * `:group_errors` - fetches, claims and acks answered an error, by
       reason.
   """
@@ -50,6 +52,11 @@ defmodule Ringbus.Chaos.GroupChecker do
           group_errors: %{term() => pos_integer()},
           group_lost: non_neg_integer(),
           group_left: non_neg_integer(),
+          group_counted: %{
+            acked: non_neg_integer(),
+            dead: non_neg_integer(),
+            lost: non_neg_integer()
+          },
           group_unacked: [{term(), binary(), non_neg_integer()}],
           acked_redelivered: non_neg_integer(),
           delivery_count_down: non_neg_integer(),
@@ -76,6 +83,7 @@ defmodule Ringbus.Chaos.GroupChecker do
       group_lost: lost,
       group_unacked: unacked,
       group_left: left(groups),
+      group_counted: counted(groups),
       acked_redelivered: Enum.count(by_message, &acked_redelivered?(&1, acks)),
       delivery_count_down: Enum.count(by_message, fn {_, ds} -> count_down?(ds) end),
       members_disagreeing: disagreeing(groups),
@@ -166,6 +174,13 @@ defmodule Ringbus.Chaos.GroupChecker do
     end)
   end
 
+  defp counted(groups) do
+    for {_, %{figures: %{} = figures}} <- groups,
+        key <- [:acked, :dead, :lost],
+        reduce: %{acked: 0, dead: 0, lost: 0},
+        do: (counts -> Map.update!(counts, key, &(&1 + figures[key])))
+  end
+
   defp acked_redelivered?({message, deliveries}, acks) do
     case Map.fetch(acks, message) do
       {:ok, times} ->
@@ -201,6 +216,7 @@ defmodule Ringbus.Chaos.GroupChecker do
   def rows(report) do
     disagreeing = Enum.map_join(report.members_disagreeing, ", ", &inspect/1)
     unacked = Enum.map_join(report.group_unacked, ", ", &inspect/1)
+    counted = report.group_counted
     errors = Enum.map_join(Enum.sort(report.group_errors), ", ", fn {r, n} -> "#{r}: #{n}" end)
 
     [
@@ -212,6 +228,9 @@ defmodule Ringbus.Chaos.GroupChecker do
       {"group lost", report.group_lost,
        "pushed to a group's channel, never acked, beyond dead + lost to the ring (#{unacked})"},
       {"group left", report.group_left, "pending + lag of the groups at the end"},
+      {"group dead + lost", counted.dead + counted.lost,
+       "what the groups count dead (#{counted.dead}) and lost to the ring (#{counted.lost}); " <>
+         "acked #{counted.acked}"},
       {"acked redelivered", report.acked_redelivered, "messages delivered after an ack of them"},
       {"delivery count down", report.delivery_count_down,
        "messages delivered with a count not above an earlier delivery's"},
