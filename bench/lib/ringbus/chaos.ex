@@ -10,7 +10,10 @@ defmodule Ringbus.Chaos do
 
     * `h1.drop`, `h2.drop` - drop-oldest, on the home nodes;
     * `h1.reject` - reject, on the first home node, emptied by a puller;
-    * `c2.drop` - drop-oldest, on the second client node.
+    * `c2.drop` - drop-oldest, on the second client node;
+    * `c2.group` - drop-oldest, on the second client node, with a
+      consumer group (`Ringbus.Groups`, dead letters to `c2.dead`) whose
+      consumers (`Ringbus.Chaos.GroupConsumer`) run on both client nodes.
 
   The nemesis (`Ringbus.Chaos.Nemesis`) stalls and partitions any node but
   kills only the home nodes, whose channels live in memory: what was acked
@@ -27,6 +30,8 @@ defmodule Ringbus.Chaos do
   partitions; and a client node, never struck, whose producers push under
   producer tags through the members and retry until acked. The channels
   are read on every member once their logs are applied alike, and the
+  group of `r1.drop` (its consumers on the client node, through the
+  members) on every member; the
   result adds `:divergent`, the `{channel, node}` whose messages differ
   from the leader's, and `:stuck`, the `{channel, node}` through which a
   push got no answer in 15 s after the final reads (docs/FAULTS.md,
@@ -45,6 +50,7 @@ defmodule Ringbus.Chaos do
   alias Ringbus.Chaos.{Checker, History, Nemesis, Workload}
 
   @history :ringbus_chaos_history
+  @group "workers"
 
   @doc "Runs the chaos test; returns the checker's report, its table, the faults and the ops."
   @spec run(keyword()) :: %{
@@ -92,11 +98,16 @@ defmodule Ringbus.Chaos do
       {"h1.drop", h1, [capacity: 2_000, max_bytes: 8_000_000]},
       {"h2.drop", h2, [capacity: 2_000, max_bytes: 8_000_000]},
       {"h1.reject", h1, [capacity: 500, overflow: :reject, max_bytes: 8_000_000]},
-      {"c2.drop", c2, [capacity: 2_000, max_bytes: 8_000_000]}
+      {"c2.drop", c2, [capacity: 2_000, max_bytes: 8_000_000]},
+      # Room for every message of a default run, the large ones aside: the
+      # group's `lost` counts what the ring overwrites before it delivers.
+      {"c2.group", c2, [capacity: 100_000, max_bytes: 64_000_000]}
     ]
 
     for {name, home, ch_opts} <- channels,
         do: :ok = Nodes.call(c1, Ringbus, :create, [name, ch_opts ++ [node: home.node]])
+
+    :ok = create_group(c1, "c2.group", c2)
 
     names = for {name, _, _} <- channels, do: name
     ms = opts[:seconds] * 1_000
@@ -104,19 +115,22 @@ defmodule Ringbus.Chaos do
 
     clients = [
       {c1, [{1, names}, {2, names}],
-       [{101, :subscribe, "h2.drop"}, {102, :subscribe, "c2.drop"}, {103, :read, "h1.drop"}]},
+       [{101, :subscribe, "h2.drop"}, {102, :subscribe, "c2.drop"}, {103, :read, "h1.drop"}],
+       [{111, "c2.group", @group}, {112, "c2.group", @group}]},
       {c2, [{3, names}, {4, names}],
-       [{201, :subscribe, "h1.drop"}, {202, :pull, "h1.reject"}, {203, :read, "h2.drop"}]}
+       [{201, :subscribe, "h1.drop"}, {202, :pull, "h1.reject"}, {203, :read, "h2.drop"}],
+       [{211, "c2.group", @group}, {212, "c2.group", @group}]}
     ]
 
     loads =
-      for {node, producers, consumers} <- clients do
+      for {node, producers, consumers, group_consumers} <- clients do
         %History{} = Nodes.call(node, History, :new, [opts[:max_history], @history])
 
         spec = %{
           history: @history,
           producers: producers,
           consumers: consumers,
+          group_consumers: group_consumers,
           seed: opts[:seed],
           until: until,
           tagged: opts[:tagged]
@@ -140,12 +154,15 @@ defmodule Ringbus.Chaos do
         {name, Map.put(final, :restarts, Map.get(restarts, home.name, []))}
       end)
 
+    c2 = Map.fetch!(by_name, c2.name)
+    groups = %{{"c2.group", @group} => group_final([c2], c2, "c2.group")}
+
     history =
       Enum.flat_map(loads, fn {node, _} -> history(node) end)
       # Stable: each node's entries stay in the order they were recorded.
       |> Enum.sort_by(&elem(&1, 4))
 
-    report = Checker.check(history, finals)
+    report = Checker.check(history, finals, groups)
 
     %{
       report: report,
@@ -173,6 +190,9 @@ defmodule Ringbus.Chaos do
     for {name, creator, ch_opts} <- channels,
         do: :ok = Nodes.call(creator, Ringbus, :create, [name, [replicas: 3] ++ ch_opts], 30_000)
 
+    # The group of r1.drop, whose ring holds every message of a run.
+    :ok = create_group(r1, "r1.drop", r1, replicas: 3)
+
     names = for {name, _, _} <- channels, do: name
     member_nodes = Enum.map(members, & &1.node)
     ms = opts[:seconds] * 1_000
@@ -189,6 +209,7 @@ defmodule Ringbus.Chaos do
         {104, :read, "r2.drop"},
         {105, :pull, "r3.reject"}
       ],
+      group_consumers: for(id <- 106..108, do: {id, "r1.drop", @group}),
       seed: opts[:seed],
       until: until,
       members: Map.new(names, &{&1, member_nodes}),
@@ -217,8 +238,10 @@ defmodule Ringbus.Chaos do
     # After the final reads: a push through each member's writer answers.
     stuck = for {name, _, _} <- channels, n <- members, not answers?(n, name), do: {name, n.name}
     history = history(client)
+    leader = Enum.find(members, hd(members), &leader?(&1, "r1.drop"))
+    groups = %{{"r1.drop", @group} => group_final(members, leader, "r1.drop")}
 
-    report = Checker.check(history, finals)
+    report = Checker.check(history, finals, groups)
 
     %{
       report: report,
@@ -236,6 +259,34 @@ defmodule Ringbus.Chaos do
       stuck: stuck
     }
   end
+
+  # The group every run's consumers share, with a dead-letter channel
+  # beside its channel (not one the producers push to, nor the checker
+  # reads: its payloads are dead letters). A short `ack_wait`, so that
+  # messages held by a stalled consumer come back within the run.
+  defp create_group(node, ch, home, dead_opts \\ []) do
+    dead = ch <> ".dead"
+    dead_opts = if dead_opts == [], do: [node: home.node], else: dead_opts
+    :ok = Nodes.call(node, Ringbus, :create, [dead, [capacity: 10_000] ++ dead_opts], 30_000)
+    group_opts = [from: :earliest, ack_wait: 2_000, max_deliver: 6, dead_letter: dead]
+    Nodes.call(node, Ringbus.Groups, :create, [ch, @group, group_opts])
+  end
+
+  # The group as `reference` sees it, and as each of `nodes` does.
+  defp group_final(nodes, reference, ch) do
+    view = fn node ->
+      case Nodes.call(node, Ringbus.Groups, :info, [ch], 30_000) do
+        {:ok, groups} -> Enum.find(groups, &(&1.name == @group))
+        error -> error
+      end
+    end
+
+    views = for n <- nodes, do: {n.name, view.(n)}
+    %{figures: :proplists.get_value(reference.name, views), views: views}
+  end
+
+  defp leader?(node, ch),
+    do: match?({:ok, %{role: :leader}}, Nodes.call(node, Ringbus, :info, [ch]))
 
   # The channel's final state on its leader, once every member has applied
   # the same log (the same next seq and length on two reads 500 ms apart),

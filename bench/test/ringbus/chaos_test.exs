@@ -48,6 +48,16 @@ defmodule Ringbus.ChaosTest do
     # tag, which the channel's home stores once.
     assert report.false_failures == 0
     assert report.duplicated == 0
+
+    # The group's consumers fetched, crashed and claimed under the same
+    # faults: every message acked by its producer was acked by a consumer
+    # (or counted dead or lost to the ring), none came back after its ack,
+    # no delivery count went down.
+    assert report.group_deliveries > 0
+    assert report.group_lost == 0
+    assert report.acked_redelivered == 0
+    assert report.delivery_count_down == 0
+    assert report.members_disagreeing == []
   end
 
   test "the replicated schedule comes from its seed: leaders killed and cut, members stalled, every node restarted" do
@@ -94,5 +104,13 @@ defmodule Ringbus.ChaosTest do
     # Every member reads alike, and every member's writer answers.
     assert divergent == []
     assert stuck == []
+
+    # The group is kept in the channel's Raft log: it outlives the kills
+    # and the restart of every node, and its consumers ack every message.
+    assert report.group_deliveries > 0
+    assert report.group_lost == 0
+    assert report.delivery_count_down == 0
+    assert report.members_disagreeing == []
+    assert report.acked_redelivered == 0
   end
 end

@@ -6,7 +6,9 @@ defmodule Mix.Tasks.Ringbus.Chaos do
   record every operation, a nemesis that stalls (SIGSTOP), kills (SIGKILL,
   then a restart) and partitions nodes on a schedule drawn from the seed,
   then the checker's table: lost, lost to a crash, duplicated, unexpected,
-  false failures, unknown outcomes, order. See `docs/FAULTS.md`.
+  false failures, unknown outcomes, order; and for the consumer group's
+  consumers, lost, acked redelivered, delivery count down, members
+  disagreeing and redeliveries. See `docs/FAULTS.md`.
 
       mix ringbus.chaos --seconds 60 --seed 1..3 --out chaos.csv
       mix ringbus.chaos --replicated --seconds 60 --seed 1
@@ -47,7 +49,15 @@ defmodule Mix.Tasks.Ringbus.Chaos do
     :order,
     :subscriber_gaps,
     :counter_mismatches,
-    :unchecked
+    :unchecked,
+    :group_deliveries,
+    :group_acks,
+    :group_lost,
+    :group_left,
+    :acked_redelivered,
+    :delivery_count_down,
+    :members_disagreeing,
+    :redeliveries
   ]
 
   @impl Mix.Task

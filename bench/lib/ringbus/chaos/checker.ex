@@ -43,9 +43,14 @@ defmodule Ringbus.Chaos.Checker do
     * `:counter_mismatches` - channels where `pushed != pulled +
       overwritten + len`, or `len` differs from the messages read.
     * `:unchecked` - acked messages of a channel with no final state.
+
+  With the final state of consumer groups (`check/3`), the report adds
+  `Ringbus.Chaos.GroupChecker`'s counts: `:group_lost`,
+  `:acked_redelivered`, `:delivery_count_down`, `:members_disagreeing`,
+  `:redeliveries` and the figures beside them.
   """
 
-  alias Ringbus.Chaos.History
+  alias Ringbus.Chaos.{GroupChecker, History}
 
   @type final :: %{
           messages: [{non_neg_integer(), term()}],
@@ -71,7 +76,15 @@ defmodule Ringbus.Chaos.Checker do
           subscriber_gaps: non_neg_integer(),
           counter_mismatches: [term()],
           unchecked: non_neg_integer(),
-          examples: %{order: [tuple()]}
+          examples: %{order: [tuple()]},
+          group_deliveries: non_neg_integer(),
+          group_acks: non_neg_integer(),
+          group_lost: non_neg_integer(),
+          group_left: non_neg_integer(),
+          acked_redelivered: non_neg_integer(),
+          delivery_count_down: non_neg_integer(),
+          members_disagreeing: [{term(), term(), term()}],
+          redeliveries: non_neg_integer()
         }
 
   @push_ops [:push, :push_many]
@@ -81,9 +94,14 @@ defmodule Ringbus.Chaos.Checker do
   # channel, {seq, counter}, {seq, counter}}` or `{:delivered, {process,
   # sub}, expected_seq, first_seq}`.
 
-  @doc "Checks `history` against the final state of each channel (`%{channel => final}`)."
-  @spec check([History.entry()], %{term() => final()}) :: report()
-  def check(history, finals) do
+  @doc """
+  Checks `history` against the final state of each channel (`%{channel =>
+  final}`) and of each consumer group (`%{{channel, group} =>
+  GroupChecker.final()}`).
+  """
+  @spec check([History.entry()], %{term() => final()}, %{term() => GroupChecker.final()}) ::
+          report()
+  def check(history, finals, groups \\ %{}) do
     {attempts, observed, deliveries} = scan(history)
     finals = Map.new(finals, fn {ch, final} -> {ch, prepare(final)} end)
     observed = observed ++ for({ch, f} <- finals, {seq, key} <- f.messages, do: {ch, seq, key})
@@ -123,7 +141,9 @@ defmodule Ringbus.Chaos.Checker do
       |> check_deliveries(deliveries)
       |> check_counters(finals)
 
-    %{report | info_not_stored: report.info - report.info_stored}
+    report
+    |> Map.put(:info_not_stored, report.info - report.info_stored)
+    |> Map.merge(GroupChecker.check(history, groups))
   end
 
   # Attempts of pushes (completed, or invoked and never completed: :info),
@@ -426,6 +446,7 @@ defmodule Ringbus.Chaos.Checker do
       {"counter mismatches", Enum.count(report.counter_mismatches),
        "channels where pushed != pulled + overwritten + len (#{Enum.join(report.counter_mismatches, ", ")})"},
       {"unchecked", report.unchecked, "acked messages of a channel with no final read"}
+      | GroupChecker.rows(report)
     ]
 
     lines =

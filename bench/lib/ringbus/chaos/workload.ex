@@ -28,6 +28,10 @@ defmodule Ringbus.Chaos.Workload do
     * `:history` - the name of the `Ringbus.Chaos.History` to record into;
     * `:producers` - `[{id, channels}]`: a producer pushes to these;
     * `:consumers` - `[{id, :subscribe | :read | :pull, channel}]`;
+    * `:group_consumers` - `[{id, channel, group}]`: each a
+      `Ringbus.Chaos.GroupConsumer` of that group (it records its own ops:
+      `:fetch`, `:autoclaim`, `:group_ack`, `:crash`), which drains for at
+      most `:group_drain_ms` after `:until`;
     * `:seed` - each producer seeds `:rand` with it and its id;
     * `:until` - `System.os_time(:millisecond)` at which producers stop;
       consumers go on `:drain_ms` more;
@@ -43,10 +47,12 @@ defmodule Ringbus.Chaos.Workload do
       push; `:push_timeout` is its `:timeout`.
   """
 
-  alias Ringbus.Chaos.{History, Payload}
+  alias Ringbus.Chaos.{GroupConsumer, History, Payload}
 
   @defaults %{
     drain_ms: 1_000,
+    group_consumers: [],
+    group_drain_ms: 20_000,
     large_bytes: 1_000_000,
     large_ratio: 0.002,
     small_bytes: 64,
@@ -65,11 +71,14 @@ defmodule Ringbus.Chaos.Workload do
 
     workers =
       for({id, channels} <- spec.producers, do: {id, fn -> producer(spec, id, channels) end}) ++
-        for({id, kind, ch} <- spec.consumers, do: {id, fn -> consumer(spec, id, kind, ch) end})
+        for({id, kind, ch} <- spec.consumers, do: {id, fn -> consumer(spec, id, kind, ch) end}) ++
+        for {id, ch, group} <- spec.group_consumers,
+            do: {id, fn -> GroupConsumer.run(spec, id, ch, group) end}
 
     parent = self()
     # Every loop is bounded in time; this is only in case one is not.
-    limit = spec.until + spec.drain_ms + 30_000 - System.os_time(:millisecond)
+    drain = max(spec.drain_ms, spec.group_drain_ms)
+    limit = spec.until + drain + 30_000 - System.os_time(:millisecond)
 
     monitors =
       for {id, fun} <- workers do
