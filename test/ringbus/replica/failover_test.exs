@@ -57,7 +57,9 @@ defmodule Ringbus.Replica.FailoverTest do
     started = System.monotonic_time(:millisecond)
     opts = [producer: {"p", 1}, timeout: 1_000]
     assert {:error, :node_busy} = Nodes.call(left, Ringbus, :push, ["f", "b", opts])
-    assert (System.monotonic_time(:millisecond) - started) in 900..1_000
+    # Timed here, around the call to the peer node: its own round trip
+    # (milliseconds on a loaded machine) comes on top of the 1 s.
+    assert (System.monotonic_time(:millisecond) - started) in 900..1_200
     assert {:error, :node_busy} = Nodes.call(left, Ringbus, :pull, ["f"])
 
     # The server's batches: once one is not done, the rest are not tried.
