@@ -105,9 +105,12 @@ defmodule Ringbus.Group.Fetch do
     answer
   end
 
-  # Out of the waiters, and a wake that came meanwhile taken out of the mailbox.
-  defp unwait(at) do
-    Ring.disarm(at.channel)
+  defp unwait(at), do: disarm(at.channel)
+
+  @doc "Out of the channel's waiters, and a wake that came meanwhile taken out of the mailbox."
+  @spec disarm(Ringbus.Channel.t()) :: :ok
+  def disarm(channel) do
+    Ring.disarm(channel)
 
     receive do
       :ringbus_wake -> :ok

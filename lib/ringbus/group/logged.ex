@@ -17,7 +17,7 @@ defmodule Ringbus.Group.Logged do
 
   alias Ringbus.Channel
   alias Ringbus.Channel.Ring
-  alias Ringbus.Group.{At, Redelivery, Table, TableOwner}
+  alias Ringbus.Group.{At, Fetch, Redelivery, Table, TableOwner}
 
   @typedoc "Sends a request through the channel's log and answers the machine's answer."
   @type log :: (Ringbus.Group.request() -> term())
@@ -26,7 +26,7 @@ defmodule Ringbus.Group.Logged do
   @spec run(Channel.t(), Ringbus.Group.request(), log()) :: term()
   def run(channel, {:fetch, _, _, _, _, wait} = request, log) when wait > 0 do
     answer = fetch(channel, request, log, At.now() + wait)
-    disarm(channel)
+    Fetch.disarm(channel)
     watch(channel, request, answer, log)
   end
 
@@ -64,16 +64,6 @@ defmodule Ringbus.Group.Logged do
     case Table.fetch(t, c, group) do
       {:ok, g} -> max(Redelivery.sleep(deadline, Table.next_due(t, c, group), g.config, now), 1)
       :error -> max(deadline - now, 1)
-    end
-  end
-
-  defp disarm(channel) do
-    Ring.disarm(channel)
-
-    receive do
-      :ringbus_wake -> :ok
-    after
-      0 -> :ok
     end
   end
 
