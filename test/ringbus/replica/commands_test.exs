@@ -21,6 +21,28 @@ defmodule Ringbus.Replica.CommandsTest do
            ]
   end
 
+  test "a run of group requests becomes one command, one answer each, in order" do
+    requests = [
+      {:a, {:group, 100, {:ack, "g", [1]}}},
+      {:b, {:group, :infinity, {:info, "g"}}},
+      {:c, :pull},
+      {:d, {:group, 100, {:ack, "g", [2]}}}
+    ]
+
+    assert [
+             {{:groups, [{100, {:ack, "g", [1]}}, {:infinity, {:info, "g"}}]} = first, [:a, :b]},
+             {{:pull, 1}, [:c]},
+             {{:groups, [{100, {:ack, "g", [2]}}]}, [:d]}
+           ] = Commands.group(requests)
+
+    assert Commands.answers(first, [:a, :b], {:groups, [{:ok, 1}, {:error, :no_group}]}) ==
+             [{:a, {:ok, 1}}, {:b, {:error, :no_group}}]
+
+    many = for i <- 1..600, do: {i, {:group, 100, {:ack, "g", [i]}}}
+    assert [{{:groups, first}, _}, {{:groups, rest}, _}] = Commands.group(many)
+    assert {length(first), length(rest)} == {512, 88}
+  end
+
   test "a command holds at most 512 requests and 4 MiB, but always one" do
     many = for i <- 1..600, do: {i, {:push, nil, ["x"], 1}}
     assert [{{:push_batches, first}, _}, {{:push_batches, rest}, _}] = Commands.group(many)

@@ -32,7 +32,8 @@ defmodule Ringbus.Replica.GroupsTest do
     assert {:ok, [{0, "a", 1}, {1, "b", 1}]} = Groups.fetch(name, "g", "c1", 2)
     assert last_index(server) - before == 2
 
-    # Concurrent acks go as few commands as the writer's queue allows.
+    # Concurrent acks, each answered for its own seq (how the writer groups
+    # them: `Ringbus.Replica.CommandsTest`).
     tasks = for seq <- [0, 1], do: Task.async(fn -> Groups.ack(name, "g", [seq]) end)
     assert Enum.map(tasks, &Task.await/1) == [{:ok, 1}, {:ok, 1}]
     assert {:ok, [%{name: "g", pending: 0, acked: 2}]} = Groups.info(name)
