@@ -82,11 +82,12 @@ defmodule Ringbus.Replica.Machine do
   @writer_window 256
   @max_writers 64
   # Version 1 adds {:tagged, ...}, version 2 {:groups, ...}, version 3 expiry
-  # under max_age (and {:timeout, :expire}). Ra elects no
+  # under max_age (and {:timeout, :expire}), version 4 a trim's `:run` (the
+  # trim of a run of pushes, `Ringbus.Channel.Trim.of_run/2`). Ra elects no
   # member older than the version in effect, so every member applies a
   # command alike; under an older version in effect, a newer command is
   # refused as that version refuses it.
-  @version 3
+  @version 4
   @regroup 4_096
 
   defstruct [
@@ -183,6 +184,14 @@ defmodule Ringbus.Replica.Machine do
     do: decide({:tagged, tag, {:unknown_in_version_1}}, index, state)
 
   defp decide_in(1, {:groups, _}, _index, state), do: {state, {:error, :badarg}, []}
+
+  # Under a version before 4, a trim is one push's, as those versions run it.
+  defp decide_in(version, {:tagged, tag, {:trim, trim}}, index, state) when version < 4,
+    do: decide({:tagged, tag, {:trim, Map.delete(trim, :run)}}, index, state)
+
+  defp decide_in(version, {:trim, trim}, index, state) when version < 4,
+    do: decide({:trim, Map.delete(trim, :run)}, index, state)
+
   defp decide_in(_version, command, index, state), do: decide(command, index, state)
 
   # Under a version before 3 in effect, no member expires anything, alike.

@@ -11,6 +11,7 @@ defmodule Ringbus.Resp.StreamCommands do
   # `pulled` figure counts what they remove. XDEL deletes the IDs given when
   # they are the stream's oldest entries, and refuses to punch a hole.
 
+  alias Ringbus.Channel.Trim
   alias Ringbus.Resp.{Args, BlockingRead, Encoder, Entry, Errors, Keys}
 
   # A read with no COUNT: everything, as in Redis; the ring bounds it.
@@ -31,8 +32,6 @@ defmodule Ringbus.Resp.StreamCommands do
     with true <- xadd?(name),
          true <- Keys.authenticated?(s),
          {:ok, %{id: :auto, producer: nil} = add} <- Args.parse_xadd(args),
-         # `~` with its LIMIT trims per XADD, as Redis does.
-         true <- add.trim == nil or not add.trim.approx,
          true <- Keys.allowed?(s, :write, add.key) do
       {:ok, add.key, {add.nomkstream, add.trim}, Entry.encode(add.pairs)}
     else
@@ -100,7 +99,7 @@ defmodule Ringbus.Resp.StreamCommands do
 
     if n == 1,
       do: [store_one(payloads, key, nomkstream, trim, s)],
-      else: store_run(key, payloads, n, bytes, nomkstream, trim, s)
+      else: store_run(key, payloads, n, bytes, nomkstream, Trim.of_run(trim, n), s)
   end
 
   defp store_run(key, payloads, n, bytes, nomkstream, trim, s) do
