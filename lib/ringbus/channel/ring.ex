@@ -441,13 +441,36 @@ defmodule Ringbus.Channel.Ring do
   defp free_held(ch),
     do: if(Hold.held?(ch), do: take(ch, Hold.floor(ch), Hold.floor(ch), 0), else: 0)
 
-  # Pulls up to `left` of the oldest messages, those below `limit`.
+  # Pulls up to `left` of the oldest messages, those below `limit`: claims
+  # as many seqs as are left with one swap of tail, as that many pulls in a
+  # row would claim them, then takes each; a seq that held no message (gone,
+  # abandoned) leaves one more to claim.
   defp take(_ch, left, _limit, taken) when left <= 0, do: taken
 
-  defp take(ch, left, limit, taken) do
-    case pull_to(ch, limit, @stall_ms) do
-      {:ok, _seq, _payload} -> take(ch, left - 1, limit, taken + 1)
-      _empty -> taken
+  defp take(%Channel{atomics: a} = ch, left, limit, taken) do
+    tail = :atomics.get(a, @tail)
+    count = min(left, min(:atomics.get(a, @head), limit) - tail)
+
+    cond do
+      count <= 0 ->
+        taken
+
+      :atomics.compare_exchange(a, @tail, tail, tail + count) != :ok ->
+        take(ch, left, limit, taken)
+
+      true ->
+        got = take_range(ch, tail, tail + count, 0)
+        :atomics.add(a, @pulled, got)
+        take(ch, left - got, limit, taken + got)
+    end
+  end
+
+  defp take_range(_ch, seq, stop, got) when seq >= stop, do: got
+
+  defp take_range(ch, seq, stop, got) do
+    case take_claimed(ch, seq, @stall_ms, nil) do
+      {:ok, _payload} -> take_range(ch, seq + 1, stop, got + 1)
+      :gone -> take_range(ch, seq + 1, stop, got)
     end
   end
 
