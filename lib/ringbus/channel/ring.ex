@@ -442,11 +442,8 @@ defmodule Ringbus.Channel.Ring do
     do: if(Hold.held?(ch), do: take(ch, Hold.floor(ch), Hold.floor(ch), 0), else: 0)
 
   # Pulls up to `left` of the oldest messages, those below `limit`: claims
-  # as many seqs as are left with one swap of tail, as that many pulls in a
-  # row would claim them, then takes each; a seq that held no message (gone,
-  # abandoned) leaves one more to claim.
-  defp take(_ch, left, _limit, taken) when left <= 0, do: taken
-
+  # the seqs with one swap of tail, as that many pulls in a row would, then
+  # takes each; a seq that held nothing (gone, abandoned) leaves one more.
   defp take(%Channel{atomics: a} = ch, left, limit, taken) do
     tail = :atomics.get(a, @tail)
     count = min(left, min(:atomics.get(a, @head), limit) - tail)
@@ -455,22 +452,15 @@ defmodule Ringbus.Channel.Ring do
       count <= 0 ->
         taken
 
-      :atomics.compare_exchange(a, @tail, tail, tail + count) != :ok ->
-        take(ch, left, limit, taken)
+      :atomics.compare_exchange(a, @tail, tail, tail + count) == :ok ->
+        got =
+          Enum.count(tail..(tail + count - 1), &(take_claimed(ch, &1, @stall_ms, nil) != :gone))
 
-      true ->
-        got = take_range(ch, tail, tail + count, 0)
         :atomics.add(a, @pulled, got)
         take(ch, left - got, limit, taken + got)
-    end
-  end
 
-  defp take_range(_ch, seq, stop, got) when seq >= stop, do: got
-
-  defp take_range(ch, seq, stop, got) do
-    case take_claimed(ch, seq, @stall_ms, nil) do
-      {:ok, _payload} -> take_range(ch, seq + 1, stop, got + 1)
-      :gone -> take_range(ch, seq + 1, stop, got)
+      true ->
+        take(ch, left, limit, taken)
     end
   end
 
