@@ -162,17 +162,25 @@ defmodule Ringbus.Resp.StreamCommands do
   # a stream no node has is made first, unless NOMKSTREAM. Errors are
   # answers here, never thrown: a batch is stored outside any one command.
   defp push(key, op, nomkstream, trim, s) do
-    op = if trim, do: {:push_trim, op, seq_trim(key, trim)}, else: op
-    create = if nomkstream, do: nil, else: Keys.stream_options(s.config) || nil
+    op = {:stamped, if(trim, do: {:push_trim, op, seq_trim(key, trim)}, else: op)}
 
-    case Ringbus.run(key, {:stamped, op}, create: create) do
+    case made(Ringbus.run(key, op), key, op, nomkstream, s) do
       {:ok, inc, {:ok, seq}} -> {:ok, seq, Entry.tag(inc)}
       {:ok, _inc, {:error, _} = error} -> error
       {:error, :no_channel} when nomkstream -> {:error, :nomkstream}
-      {:error, :no_channel} when create == nil -> {:error, :no_create}
       {:error, _} = error -> error
     end
   end
+
+  # A new stream's options are worked out only when the stream is missing.
+  defp made({:error, :no_channel}, key, op, false, s) do
+    case Keys.stream_options(s.config) do
+      false -> {:error, :no_create}
+      create -> Ringbus.run(key, op, create: create)
+    end
+  end
+
+  defp made(answer, _key, _op, _nomkstream, _s), do: answer
 
   @doc "The tag of stream `key`'s IDs (`Ringbus.Resp.Entry.tag/1`), or nil when it does not exist."
   @spec tag(binary()) :: Entry.tag() | nil
