@@ -106,8 +106,8 @@ defmodule Ringbus.Group do
     * `{:create, group, from, entries_read, config}` - as `:create`, with
       `Ringbus.Group.Table.config()`; `from` may also be `:first`, before
       the oldest entry the channel holds. A holding group (`hold: true`,
-      `Ringbus.Group.Hold`) needs a memory channel that rejects, else
-      `{:error, :hold_needs_memory_channel | :hold_needs_reject_channel}`
+      `Ringbus.Group.Hold`) needs a channel that rejects, else
+      `{:error, :hold_needs_reject_channel}`
     * `{:fetch, group, consumer, owner, max, wait_ms}` - up to `max`
       entries, due ones first, then new ones: `{:ok, {[{seq, payload,
       deliveries}], dead_letter, dead}}`, `dead` the entries for the
@@ -205,9 +205,18 @@ defmodule Ringbus.Group do
   """
   @spec decided(Channel.t(), request(), pos_integer() | :infinity, integer()) :: term()
   def decided(channel, {:fetch, group, consumer, owner, max, _wait}, room, now),
-    do: request(at(channel, room, now), {:fetch, group, consumer, owner, max, 0})
+    do: apply_decided(channel, {:fetch, group, consumer, owner, max, 0}, room, now)
 
-  def decided(channel, request, room, now), do: request(at(channel, room, now), request)
+  def decided(channel, request, room, now), do: apply_decided(channel, request, room, now)
+
+  # The channel's holding groups publish their floor, which the machine's
+  # next push reads (`Ringbus.Replica.Machine`).
+  defp apply_decided(channel, request, room, now) do
+    at = at(channel, room, now)
+    answer = request(at, request)
+    Hold.publish(at)
+    answer
+  end
 
   defp at(%Channel{incarnation: c, anchor: anchor} = channel, room, now) do
     at = At.new(channel, room, now)
@@ -225,7 +234,10 @@ defmodule Ringbus.Group do
 
   @doc "The channel's groups become those of `rows` (`rows/1`, from a snapshot)."
   @spec load(Channel.t(), [tuple()]) :: :ok
-  def load(%Channel{incarnation: c}, rows), do: Table.restore(Table.table(), c, rows)
+  def load(%Channel{incarnation: c} = channel, rows) do
+    :ok = Table.restore(Table.table(), c, rows)
+    Hold.loaded(at(channel, :infinity, nil))
+  end
 
   defp request(at, {:read, group, consumer, count, noack}),
     do: Reads.read(at, group, consumer, count, noack, true)

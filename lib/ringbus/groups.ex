@@ -130,9 +130,11 @@ defmodule Ringbus.Groups do
       loses (`lost`) what the holding groups' acks freed before it read it;
     * a holding group made after others starts no earlier than the oldest
       message one of them has not acked: what all acked is consumed;
-    * only a memory channel with `overflow: :reject` takes one
-      (`:hold_needs_reject_channel`); a replicated channel refuses it
-      (`:hold_needs_memory_channel`) for now. RESP's commands that drop
+    * only a channel with `overflow: :reject` takes one
+      (`:hold_needs_reject_channel`), memory or replicated: on a
+      replicated channel the log decides what a push frees, from the
+      floor every member's groups reached by then, so every member frees
+      alike. RESP's commands that drop
       pending entries on purpose (`XGROUP DELCONSUMER`, an `XREADGROUP`
       past `max_pending`, counted `dropped`) release them as acks do;
       `XGROUP SETID` moving a holding group back, and `XCLAIM ... FORCE`,
@@ -248,8 +250,8 @@ defmodule Ringbus.Groups do
   Creates group `group` of `channel`. Bad options raise `ArgumentError`.
 
   Errors: `:exists`, `{:too_many_groups, 64}`, `:no_channel`, or a
-  cluster error; with `hold: true`, `:hold_needs_reject_channel` or
-  `:hold_needs_memory_channel` (see "Holding").
+  cluster error; with `hold: true`, `:hold_needs_reject_channel` (see
+  "Holding").
 
       iex> Ringbus.create("doc-groups-create", capacity: 10)
       iex> Ringbus.Groups.create("doc-groups-create", "g", ack_wait: 1_000)
@@ -265,7 +267,6 @@ defmodule Ringbus.Groups do
              :exists
              | {:too_many_groups, pos_integer()}
              | :hold_needs_reject_channel
-             | :hold_needs_memory_channel
              | reason()}
   def create(channel, group, opts \\ []) do
     name!(:group, group)

@@ -441,13 +441,26 @@ defmodule Ringbus.Channel.Ring do
   defp free_held(ch),
     do: if(Hold.held?(ch), do: take(ch, Hold.floor(ch), Hold.floor(ch), 0), else: 0)
 
-  # Pulls up to `left` of the oldest messages, those below `limit`.
-  defp take(_ch, left, _limit, taken) when left <= 0, do: taken
+  # Pulls up to `left` of the oldest messages, those below `limit`: claims
+  # the seqs with one swap of tail, as that many pulls in a row would, then
+  # takes each; a seq that held nothing (gone, abandoned) leaves one more.
+  defp take(%Channel{atomics: a} = ch, left, limit, taken) do
+    tail = :atomics.get(a, @tail)
+    count = min(left, min(:atomics.get(a, @head), limit) - tail)
 
-  defp take(ch, left, limit, taken) do
-    case pull_to(ch, limit, @stall_ms) do
-      {:ok, _seq, _payload} -> take(ch, left - 1, limit, taken + 1)
-      _empty -> taken
+    cond do
+      count <= 0 ->
+        taken
+
+      :atomics.compare_exchange(a, @tail, tail, tail + count) == :ok ->
+        got =
+          Enum.count(tail..(tail + count - 1), &(take_claimed(ch, &1, @stall_ms, nil) != :gone))
+
+        :atomics.add(a, @pulled, got)
+        take(ch, left - got, limit, taken + got)
+
+      true ->
+        take(ch, left, limit, taken)
     end
   end
 

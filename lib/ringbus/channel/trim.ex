@@ -22,6 +22,7 @@ defmodule Ringbus.Channel.Trim do
 
   @typedoc "A trim as the commands parse it."
   @type t :: %{
+          optional(:run) => pos_integer(),
           strategy: {:maxlen, non_neg_integer()} | {:min_seq, non_neg_integer()},
           approx: boolean(),
           limit: non_neg_integer() | nil
@@ -36,10 +37,36 @@ defmodule Ringbus.Channel.Trim do
       0
   """
   @spec count(t(), Ringbus.seq(), Ringbus.seq()) :: non_neg_integer()
+  def count(%{run: n} = trim, first, next) do
+    # Each push of the run trims the stream as it was then: `first` as the
+    # earlier ones left it, and the end just past its own entry.
+    one = Map.delete(trim, :run)
+
+    Enum.reduce((next - n + 1)..next//1, 0, fn end_at, removed ->
+      removed + count(one, first + removed, end_at)
+    end)
+  end
+
   def count(%{strategy: strategy, approx: approx} = trim, first, next) do
     limit = limit(trim)
     walk(strategy, approx, limit, first, next, 0)
   end
+
+  @doc """
+  The trim of a run of `n` pushes that each carry `trim`, run once after
+  them all, removing what the pushes trimming one by one would have.
+  Only `~` needs to know the run: with it (and with LIMIT), what a push
+  removes depends on where the stream's end was at that push.
+
+      iex> trim = Ringbus.Channel.Trim.of_run(%{strategy: {:maxlen, 10}, approx: true, limit: 150}, 2)
+      iex> Ringbus.Channel.Trim.count(trim, 0, 1000)
+      200
+      iex> Ringbus.Channel.Trim.count(%{trim | limit: 300}, 0, 1000)
+      600
+  """
+  @spec of_run(t() | nil, pos_integer()) :: t() | nil
+  def of_run(%{approx: true} = trim, n) when n > 1, do: Map.put(trim, :run, n)
+  def of_run(trim, _n), do: trim
 
   # As Redis: `~` without LIMIT may remove 100 nodes' worth; LIMIT 0 is no bound.
   defp limit(%{approx: true, limit: nil}), do: @node * 100

@@ -1,7 +1,7 @@
 defmodule Ringbus.Group.Hold do
   @moduledoc false
   # Holding groups (`hold: true`, `Ringbus.Groups.create/3`): work-queue
-  # retention on a reject memory channel. A message leaves the ring only
+  # retention on a reject channel. A message leaves the ring only
   # once every holding group has acked it (or given it up dead): each
   # request on such a channel ends by publishing the groups' floor to the
   # channel (`Ringbus.Channel.Hold`), which a push that finds the ring full
@@ -24,15 +24,12 @@ defmodule Ringbus.Group.Hold do
 
   @doc """
   `:ok` when a group of `config` may be made on `at`'s channel: a holding
-  group needs a memory channel that rejects.
+  group needs a channel that rejects.
   """
   def check(%{channel: channel}, config) do
-    cond do
-      not Map.get(config, :hold, false) -> :ok
-      channel.replica != nil -> {:error, :hold_needs_memory_channel}
-      channel.overflow != :reject -> {:error, :hold_needs_reject_channel}
-      true -> :ok
-    end
+    if Map.get(config, :hold, false) and channel.overflow != :reject,
+      do: {:error, :hold_needs_reject_channel},
+      else: :ok
   end
 
   @doc "Group `group`, of `config`, was made: counted, and started at the floor."
@@ -54,6 +51,18 @@ defmodule Ringbus.Group.Hold do
   def gone(%{channel: channel}, config) do
     if Map.get(config, :hold, false), do: Hold.hold(channel, -1)
     :ok
+  end
+
+  @doc """
+  The channel's groups were loaded from a snapshot: its holding groups are
+  counted anew, and their floor published.
+  """
+  def loaded(%{channel: channel, table: t, c: c} = at) do
+    holding = Enum.count(Table.groups(t, c), fn {_name, g} -> Map.get(g.config, :hold, false) end)
+    known = Hold.hold(channel, 0)
+    if holding != known, do: Hold.hold(channel, holding - known)
+    if holding > 0, do: Hold.raise_floor(channel, nil, nil)
+    publish(at)
   end
 
   @doc "Publishes the floor of the channel's holding groups, if it has any."

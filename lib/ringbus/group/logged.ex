@@ -10,7 +10,8 @@ defmodule Ringbus.Group.Logged do
   #     member's ring wakes it (a push applied here, a nack) or the earliest
   #     entry this member knows of comes due, until its deadline. The log
   #     carries fetches that deliver, never one that waits.
-  #   * The process that fetches for a consumer is watched from this node
+  #   * The process that fetches for a consumer (or that a push
+  #     subscription fetches for) is watched from this node
   #     (`Ringbus.Group.TableOwner.own_logged/3`); when it exits, the
   #     `:orphan` request goes through the log, so every member makes the
   #     consumer's entries due at once, alike.
@@ -84,6 +85,8 @@ defmodule Ringbus.Group.Logged do
   defp watch(_channel, _request, answer, _log), do: answer
 
   defp owner({:fetch, group, consumer, owner, _, _}), do: {group, consumer, owner}
+  # A push subscription (`Ringbus.Group.Push`) fetches for its subscriber.
+  defp owner({:push_fetch, group, consumer, owner, _}), do: {group, consumer, owner}
   defp owner({:reclaim, group, consumer, owner, _}), do: {group, consumer, owner}
   defp owner({:reclaim_idle, group, consumer, owner, _, _}), do: {group, consumer, owner}
   defp owner(_request), do: nil

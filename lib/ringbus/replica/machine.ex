@@ -53,26 +53,18 @@ defmodule Ringbus.Replica.Machine do
   #
   # The log. Ra may drop the entries before a `release_cursor`, and on
   # recovery rebuilds the ring from the snapshot's state and the entries after
-  # it, so a cursor may only pass entries whose messages are all dead
-  # (overwritten or pulled). The state keeps a few checkpoints
-  # `{index, head, state}`, at least a quarter of the capacity of seqs apart:
-  # once `tail` reaches a checkpoint's `head`, every message stored by the
-  # entries up to its `index` is dead, and the newest such checkpoint goes out
-  # as the cursor. Heads are at most `capacity` apart, so there are at most
-  # five checkpoints.
+  # it: `Ringbus.Replica.Checkpoints` says when, and what a snapshot holds.
   #
   # Groups. A channel's consumer groups are rows of this node's group table
-  # that only the log changes, so each checkpoint carries them (`groups`),
-  # and a state that has them (a snapshot recovered or installed, or a
-  # fresh one: none) puts them in the table before its next command. While
-  # a channel has groups, checkpoints are at least @regroup entries apart,
-  # so that copying the rows costs little per command; the log then keeps
-  # up to that many entries more.
+  # that only the log changes, so a snapshot carries them (`groups`), and
+  # a state that has them (a snapshot recovered or installed, or a fresh
+  # one: none) puts them in the table before its next command; so too the
+  # messages a snapshot of a channel with groups holds (`messages`).
 
   @behaviour :ra_machine
 
-  alias Ringbus.Channel.{Ring, Times, Trim}
-  alias Ringbus.Replica.Retention
+  alias Ringbus.Channel.{Hold, Ring, Times, Trim}
+  alias Ringbus.Replica.{Checkpoints, Retention}
   alias Ringbus.{Group, Store}
 
   # A replicated channel remembers as many tags as a memory channel does.
@@ -82,12 +74,12 @@ defmodule Ringbus.Replica.Machine do
   @writer_window 256
   @max_writers 64
   # Version 1 adds {:tagged, ...}, version 2 {:groups, ...}, version 3 expiry
-  # under max_age (and {:timeout, :expire}). Ra elects no
+  # under max_age (and {:timeout, :expire}), version 4 a trim's `:run` (the
+  # trim of a run of pushes, `Ringbus.Channel.Trim.of_run/2`). Ra elects no
   # member older than the version in effect, so every member applies a
   # command alike; under an older version in effect, a newer command is
   # refused as that version refuses it.
-  @version 3
-  @regroup 4_096
+  @version 4
 
   defstruct [
     :channel,
@@ -121,7 +113,12 @@ defmodule Ringbus.Replica.Machine do
     times: :queue.new(),
     # Group rows to put in this node's table before the next command, or
     # nil once there.
-    groups: []
+    groups: [],
+    # Messages to put in this node's ring before the next command, or nil
+    # once there (`Ringbus.Replica.Checkpoints`).
+    messages: nil,
+    # The index of the last snapshot of the state as it stood.
+    released: 0
   ]
 
   @type tag :: nil | {term(), integer()}
@@ -156,7 +153,7 @@ defmodule Ringbus.Replica.Machine do
 
   @impl :ra_machine
   def apply(%{index: index} = meta, command, state) do
-    state = state |> upgrade() |> load_groups()
+    state = state |> upgrade() |> load()
     version = Map.get(meta, :machine_version, @version)
 
     now =
@@ -170,7 +167,7 @@ defmodule Ringbus.Replica.Machine do
     ops = expired ++ ops
     reply = carry_out(state.channel, ops, reply, now)
     state = settle(state, command, reply)
-    {state, effects} = checkpoint(state, index)
+    {state, effects} = checkpoint(state, index, version)
     {state, reply, effects ++ Retention.expiry_timer(state)}
   end
 
@@ -183,6 +180,14 @@ defmodule Ringbus.Replica.Machine do
     do: decide({:tagged, tag, {:unknown_in_version_1}}, index, state)
 
   defp decide_in(1, {:groups, _}, _index, state), do: {state, {:error, :badarg}, []}
+
+  # Under a version before 4, a trim is one push's, as those versions run it.
+  defp decide_in(version, {:tagged, tag, {:trim, trim}}, index, state) when version < 4,
+    do: decide({:tagged, tag, {:trim, Map.delete(trim, :run)}}, index, state)
+
+  defp decide_in(version, {:trim, trim}, index, state) when version < 4,
+    do: decide({:trim, Map.delete(trim, :run)}, index, state)
+
   defp decide_in(_version, command, index, state), do: decide(command, index, state)
 
   # Under a version before 3 in effect, no member expires anything, alike.
@@ -191,7 +196,8 @@ defmodule Ringbus.Replica.Machine do
 
   # A state from a snapshot of version 0 has no writers; of version 1, no
   # groups; before messages had times, no stamp.
-  defp upgrade(%__MODULE__{writers: _, groups: _, stamp: _, times: _} = state), do: state
+  defp upgrade(%__MODULE__{writers: _, groups: _, stamp: _, times: _, messages: _} = state),
+    do: state
 
   defp upgrade(state) do
     state
@@ -202,7 +208,13 @@ defmodule Ringbus.Replica.Machine do
     |> Map.put_new(:stamp, 0)
     |> Map.put_new(:max_age, nil)
     |> Map.put_new(:times, :queue.new())
+    |> Map.put_new(:messages, nil)
+    |> Map.put_new(:released, 0)
   end
+
+  # A snapshot's messages go in the ring before its groups read it.
+  defp load(state),
+    do: load_groups(%{state | messages: Checkpoints.load(state.channel, state.messages)})
 
   defp load_groups(%__MODULE__{groups: nil} = state), do: state
 
@@ -217,8 +229,13 @@ defmodule Ringbus.Replica.Machine do
     end
   end
 
+  # A member that starts from a snapshot holds its messages and groups at
+  # once, not only from its next command. (Loading twice puts nothing twice.)
   @impl :ra_machine
-  def state_enter(_ra_state, _state), do: []
+  def state_enter(_ra_state, state) do
+    _ = state |> upgrade() |> load()
+    []
+  end
 
   @impl :ra_machine
   def overview(state) do
@@ -259,17 +276,16 @@ defmodule Ringbus.Replica.Machine do
     {state, Enum.reverse(replies), ops |> Enum.reverse() |> Enum.concat() |> finish(state)}
   end
 
+  # A channel with holding groups has them for consumers: a pull takes nothing.
   def decide({:pull, max}, _index, state) when is_integer(max) and max >= 0 do
-    count = min(max, state.head - state.tail)
-    first = state.tail
-    state = %{state | tail: first + count} |> Retention.forget_sizes(count)
-    {state, {:pulled, first, count}, [{:pull, first, count}]}
+    if hold_floor(state), do: take(state, 0), else: take(state, max)
   end
 
-  def decide({:trim, %{strategy: _} = trim}, index, state) do
-    {state, {:pulled, first, count}, ops} =
-      decide({:pull, Trim.count(trim, state.tail, state.head)}, index, state)
-
+  # With holding groups, a trim takes only what they all acked.
+  def decide({:trim, %{strategy: _} = trim}, _index, state) do
+    count = Trim.count(trim, state.tail, state.head)
+    count = if floor = hold_floor(state), do: min(count, max(floor - state.tail, 0)), else: count
+    {state, {:pulled, first, count}, ops} = take(state, count)
     {state, {:trimmed, first, count}, ops}
   end
 
@@ -404,23 +420,63 @@ defmodule Ringbus.Replica.Machine do
         {state, {:ok, state.head}, []}
 
       {count, bytes} ->
-        cond do
-          state.max_bytes != nil and bytes > state.max_bytes ->
-            refuse(state, count, :too_large)
+        {state, freed} = free_held(state, count, bytes)
+        {state, reply, ops} = store(state, payloads, count, bytes)
+        {state, reply, freed ++ ops}
+    end
+  end
 
-          state.overflow == :reject and not fits?(state, count, bytes) ->
-            refuse(state, count, :full)
+  defp store(state, payloads, count, bytes) do
+    cond do
+      state.max_bytes != nil and bytes > state.max_bytes ->
+        refuse(state, count, :too_large)
 
-          true ->
-            first = state.head
+      state.overflow == :reject and not fits?(state, count, bytes) ->
+        refuse(state, count, :full)
 
-            state =
-              %{state | head: first + count}
-              |> Retention.keep_time(first)
-              |> Retention.keep_sizes(first, payloads, bytes)
+      true ->
+        first = state.head
 
-            {state, {:ok, first}, [{:put, first, payloads, count, bytes}]}
-        end
+        state =
+          %{state | head: first + count}
+          |> Retention.keep_time(first)
+          |> Retention.keep_sizes(first, payloads, bytes)
+
+        {state, {:ok, first}, [{:put, first, payloads, count, bytes}]}
+    end
+  end
+
+  # Takes the `count` oldest messages (fewer if the ring holds fewer).
+  defp take(state, count) do
+    count = min(count, state.head - state.tail)
+    first = state.tail
+    state = %{state | tail: first + count} |> Retention.forget_sizes(count)
+    {state, {:pulled, first, count}, [{:pull, first, count}]}
+  end
+
+  # A full reject channel with holding groups frees what they all acked
+  # first, as a memory channel's push does (`Ringbus.Channel.Hold`). The
+  # floor is the one this member's groups published as it applied the
+  # group requests before this command, the same on every member.
+  defp free_held(%__MODULE__{overflow: :reject} = state, count, bytes) do
+    with false <- fits?(state, count, bytes),
+         floor when is_integer(floor) and floor > state.tail <- hold_floor(state) do
+      {state, _pulled, ops} = take(state, floor - state.tail)
+      {state, ops}
+    else
+      _ -> {state, []}
+    end
+  end
+
+  defp free_held(state, _count, _bytes), do: {state, []}
+
+  # The floor of the channel's holding groups, or nil when it has none.
+  defp hold_floor(state) do
+    with {:ok, channel} <- Store.fetch(state.channel),
+         true <- Hold.held?(channel) do
+      Hold.floor(channel)
+    else
+      _ -> nil
     end
   end
 
@@ -456,76 +512,12 @@ defmodule Ringbus.Replica.Machine do
 
   @doc """
   Takes a checkpoint of `state` at `index` when due, and returns the
-  `release_cursor` effect of the newest checkpoint whose entries hold no live
-  message, if there is one.
+  `release_cursor` effect to keep, if there is one (`Ringbus.Replica.Checkpoints`).
   """
-  @spec checkpoint(%__MODULE__{}, non_neg_integer()) :: {%__MODULE__{}, list()}
-  def checkpoint(state, index) do
-    state = take_checkpoint(state, index)
-    {released, checkpoints} = released(state.checkpoints, state.tail, nil)
-    state = %{state | checkpoints: checkpoints}
-
-    effects =
-      case released do
-        nil -> []
-        {at, _head, snapshot} -> [{:release_cursor, at, snapshot}]
-      end
-
-    {state, effects}
-  end
-
-  defp released(checkpoints, tail, last) do
-    case :queue.peek(checkpoints) do
-      {:value, {_at, head, _snapshot} = cp} when head <= tail ->
-        released(:queue.drop(checkpoints), tail, cp)
-
-      _ ->
-        {last, checkpoints}
-    end
-  end
-
-  defp take_checkpoint(state, index) do
-    spacing = max(1, div(state.capacity, 4))
-
-    case :queue.peek_r(state.checkpoints) do
-      :empty ->
-        %{state | checkpoints: :queue.in(checkpoint_at(state, index), state.checkpoints)}
-
-      # No seq stored since: the later index releases more of the log.
-      {:value, {at, head, _}} when head == state.head ->
-        if index - at >= @regroup or not groups?(state.channel) do
-          cp = checkpoint_at(state, index)
-          %{state | checkpoints: :queue.in(cp, :queue.drop_r(state.checkpoints))}
-        else
-          state
-        end
-
-      {:value, {at, head, _}} when state.head - head >= spacing ->
-        if index - at >= @regroup or not groups?(state.channel),
-          do: %{state | checkpoints: :queue.in(checkpoint_at(state, index), state.checkpoints)},
-          else: state
-
-      _ ->
-        state
-    end
-  end
-
-  defp checkpoint_at(state, index) do
-    rows =
-      case Store.fetch(state.channel) do
-        {:ok, ch} -> Group.rows(ch)
-        {:error, :no_channel} -> []
-      end
-
-    {index, state.head, %{state | checkpoints: :queue.new(), groups: rows}}
-  end
-
-  defp groups?(channel) do
-    case Store.fetch(channel) do
-      {:ok, ch} -> Group.any?(ch)
-      {:error, :no_channel} -> false
-    end
-  end
+  @spec checkpoint(%__MODULE__{}, non_neg_integer(), non_neg_integer()) ::
+          {%__MODULE__{}, list()}
+  def checkpoint(state, index, version \\ @version),
+    do: Checkpoints.checkpoint(state, index, version)
 
   ## Carrying decisions out on this node's ring
 

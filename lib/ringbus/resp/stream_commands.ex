@@ -11,6 +11,7 @@ defmodule Ringbus.Resp.StreamCommands do
   # `pulled` figure counts what they remove. XDEL deletes the IDs given when
   # they are the stream's oldest entries, and refuses to punch a hole.
 
+  alias Ringbus.Channel.Trim
   alias Ringbus.Resp.{Args, BlockingRead, Encoder, Entry, Errors, Keys}
 
   # A read with no COUNT: everything, as in Redis; the ring bounds it.
@@ -31,8 +32,6 @@ defmodule Ringbus.Resp.StreamCommands do
     with true <- xadd?(name),
          true <- Keys.authenticated?(s),
          {:ok, %{id: :auto, producer: nil} = add} <- Args.parse_xadd(args),
-         # `~` with its LIMIT trims per XADD, as Redis does.
-         true <- add.trim == nil or not add.trim.approx,
          true <- Keys.allowed?(s, :write, add.key) do
       {:ok, add.key, {add.nomkstream, add.trim}, Entry.encode(add.pairs)}
     else
@@ -100,7 +99,7 @@ defmodule Ringbus.Resp.StreamCommands do
 
     if n == 1,
       do: [store_one(payloads, key, nomkstream, trim, s)],
-      else: store_run(key, payloads, n, bytes, nomkstream, trim, s)
+      else: store_run(key, payloads, n, bytes, nomkstream, Trim.of_run(trim, n), s)
   end
 
   defp store_run(key, payloads, n, bytes, nomkstream, trim, s) do
@@ -163,17 +162,25 @@ defmodule Ringbus.Resp.StreamCommands do
   # a stream no node has is made first, unless NOMKSTREAM. Errors are
   # answers here, never thrown: a batch is stored outside any one command.
   defp push(key, op, nomkstream, trim, s) do
-    op = if trim, do: {:push_trim, op, seq_trim(key, trim)}, else: op
-    create = if nomkstream, do: nil, else: Keys.stream_options(s.config) || nil
+    op = {:stamped, if(trim, do: {:push_trim, op, seq_trim(key, trim)}, else: op)}
 
-    case Ringbus.run(key, {:stamped, op}, create: create) do
+    case made(Ringbus.run(key, op), key, op, nomkstream, s) do
       {:ok, inc, {:ok, seq}} -> {:ok, seq, Entry.tag(inc)}
       {:ok, _inc, {:error, _} = error} -> error
       {:error, :no_channel} when nomkstream -> {:error, :nomkstream}
-      {:error, :no_channel} when create == nil -> {:error, :no_create}
       {:error, _} = error -> error
     end
   end
+
+  # A new stream's options are worked out only when the stream is missing.
+  defp made({:error, :no_channel}, key, op, false, s) do
+    case Keys.stream_options(s.config) do
+      false -> {:error, :no_create}
+      create -> Ringbus.run(key, op, create: create)
+    end
+  end
+
+  defp made(answer, _key, _op, _nomkstream, _s), do: answer
 
   @doc "The tag of stream `key`'s IDs (`Ringbus.Resp.Entry.tag/1`), or nil when it does not exist."
   @spec tag(binary()) :: Entry.tag() | nil

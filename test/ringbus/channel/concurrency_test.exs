@@ -20,6 +20,10 @@ defmodule Ringbus.Channel.ConcurrencyTest do
       subscribers = for _ <- 1..2, do: Load.start_subscriber(name, max_credit: 16)
       readers = for _ <- 1..2, do: Load.start_reader(name)
       pullers = for _ <- 1..3, do: Load.start_puller(name)
+      # A trim takes many of the oldest at once: it must claim as pulls do.
+      # (With the pullers keeping the ring near empty it may find nothing;
+      # the test below makes trims and pulls race on a full ring.)
+      trimmer = start_trimmer(name, 0)
       pushes = Load.run_producers(name, @producers, @per_producer, batch: batch)
 
       # Per-producer order: each producer's seqs rise with its index.
@@ -29,6 +33,7 @@ defmodule Ringbus.Channel.ConcurrencyTest do
 
       next_seq = Ringbus.info(name) |> elem(1) |> Map.fetch!(:next_seq)
       pulled = Enum.map(pullers, &Load.stop(&1, next_seq))
+      trimmed = stop_trimmer(trimmer)
       all_pulled = Enum.concat(pulled)
       pulled_seqs = Enum.map(all_pulled, fn {seq, _} -> seq end)
 
@@ -50,9 +55,9 @@ defmodule Ringbus.Channel.ConcurrencyTest do
       {:ok, info} = Ringbus.info(name)
       assert info.pushed == pushes.ok
       assert info.rejected == pushes.full
-      assert info.pulled == length(all_pulled)
+      assert info.pulled == length(all_pulled) + trimmed
       assert info.len == length(held)
-      assert info.overwritten == pushes.ok - length(all_pulled) - length(held)
+      assert info.overwritten == pushes.ok - length(all_pulled) - trimmed - length(held)
       if overflow == :reject, do: assert(info.overwritten == 0)
 
       # Readers and subscribers account for every seq: seen or counted lost.
@@ -89,5 +94,49 @@ defmodule Ringbus.Channel.ConcurrencyTest do
       assert cursor == next_seq
       assert seen == pushes.by_seq
     end
+  end
+
+  test "trims and pulls racing on a full ring take every message once" do
+    name = {__MODULE__, :trims}
+    :ok = Ringbus.create(name, capacity: 20_000)
+    on_exit(fn -> Ringbus.delete(name) end)
+    for i <- 0..9_999, do: {:ok, ^i} = Ringbus.push(name, "m#{i}")
+    # Whole nodes of 100 at a time, and one trim before the race begins.
+    trim = %{strategy: {:maxlen, 0}, approx: true, limit: 100}
+    {:ok, first} = Ringbus.run(name, {:trim, trim})
+    assert first == 100
+
+    trimmer = start_trimmer(name, first, trim)
+    pullers = for _ <- 1..3, do: Load.start_puller(name)
+    pulled = Enum.flat_map(pullers, &Load.stop(&1, 10_000))
+    trimmed = stop_trimmer(trimmer)
+
+    seqs = Enum.map(pulled, &elem(&1, 0))
+    assert length(seqs) == length(Enum.uniq(seqs))
+    for {seq, payload} <- pulled, do: assert(payload == "m#{seq}")
+    assert length(pulled) + trimmed == 10_000
+    {:ok, info} = Ringbus.info(name)
+    assert {info.pulled, info.len, info.overwritten} == {10_000, 0, 0}
+  end
+
+  # Trims the channel (to nothing), again and again until stopped; answers
+  # how many it took in all, from `taken`.
+  defp start_trimmer(name, taken, trim \\ %{strategy: {:maxlen, 0}, approx: false, limit: nil}),
+    do: spawn_link(fn -> trim_loop(name, trim, taken) end)
+
+  defp trim_loop(name, trim, taken) do
+    {:ok, n} = Ringbus.run(name, {:trim, trim})
+
+    receive do
+      {:stop, from} -> send(from, {:trimmed, taken + n})
+    after
+      0 -> trim_loop(name, trim, taken + n)
+    end
+  end
+
+  defp stop_trimmer(pid) do
+    send(pid, {:stop, self()})
+    assert_receive {:trimmed, taken}, 5_000
+    taken
   end
 end

@@ -103,17 +103,17 @@ defmodule Ringbus.Group.HoldTest do
     assert Groups.fetch(name, "b", "w", 10) == {:ok, [{2, "m2", 1}]}
   end
 
-  test "only a memory channel that rejects takes a holding group" do
+  test "only a channel that rejects takes a holding group" do
     drop = channel(capacity: 4)
     assert Groups.create(drop, "g", hold: true) == {:error, :hold_needs_reject_channel}
     assert Groups.create(drop, "g") == :ok
     assert_raise ArgumentError, fn -> Groups.create(drop, "h", hold: 1) end
 
     name = "hold-test-replicated-#{System.unique_integer([:positive])}"
-    :ok = Ringbus.create(name, replicas: 1, capacity: 4, overflow: :reject)
+    :ok = Ringbus.create(name, replicas: 1, capacity: 4)
 
     try do
-      assert Groups.create(name, "g", hold: true) == {:error, :hold_needs_memory_channel}
+      assert Groups.create(name, "g", hold: true) == {:error, :hold_needs_reject_channel}
     after
       Ringbus.delete(name)
     end

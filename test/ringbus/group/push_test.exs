@@ -61,25 +61,34 @@ defmodule Ringbus.Group.PushTest do
     assert {:ok, [%{delivered: 11, pending: 2, acked: 10, redelivered: 0}]} = Groups.info(name)
   end
 
-  test "the subscriber owns the consumer: when it exits, its messages go to another at once" do
-    name = channel()
-    :ok = Groups.create(name, "g", from: :earliest)
-    push(name, ["a", "b"])
-    parent = self()
+  for kind <- [:memory, :replicated] do
+    @tag kind: kind
+    test "the subscriber owns the consumer: when it exits, its messages go to another at once (#{kind})",
+         %{kind: kind} do
+      name =
+        if kind == :memory,
+          do: channel(),
+          else: channel(replicas: 1, capacity: 1_000)
 
-    subscriber =
-      spawn(fn ->
-        {:ok, sub} = Groups.subscribe(name, "g", "w1")
-        send(parent, {:got, batches(sub, 100)})
-        Process.sleep(:infinity)
-      end)
+      :ok = Groups.create(name, "g", from: :earliest)
+      push(name, ["a", "b"])
+      parent = self()
 
-    assert_receive {:got, [{0, "a"}, {1, "b"}]}, 5_000
-    assert Groups.fetch(name, "g", "w2", 10) == {:ok, []}
-    waiting = Task.async(fn -> Groups.fetch(name, "g", "w2", 10, timeout: 10_000) end)
-    Process.exit(subscriber, :kill)
-    # Well within the default ack_wait of 30 s.
-    assert Task.await(waiting, 5_000) == {:ok, [{0, "a", 2}, {1, "b", 2}]}
+      subscriber =
+        spawn(fn ->
+          {:ok, sub} = Groups.subscribe(name, "g", "w1")
+          send(parent, {:got, batches(sub, 100)})
+          Process.sleep(:infinity)
+        end)
+
+      assert_receive {:got, [{0, "a"}, {1, "b"}]}, 5_000
+      assert Groups.fetch(name, "g", "w2", 10) == {:ok, []}
+      waiting = Task.async(fn -> Groups.fetch(name, "g", "w2", 10, timeout: 10_000) end)
+      Process.exit(subscriber, :kill)
+      # Well within the default ack_wait of 30 s; on a replicated channel the
+      # owner's exit goes through the log.
+      assert Task.await(waiting, 5_000) == {:ok, [{0, "a", 2}, {1, "b", 2}]}
+    end
   end
 
   test "unsubscribe ends the deliveries; what it had stays pending, to ack" do

@@ -65,6 +65,78 @@ defmodule Ringbus.Replica.GroupsTest do
     assert {:ok, 2} = Groups.ack(name, "g", [2, 4])
   end
 
+  test "a group reading behind the newest messages comes back from a snapshot as it was" do
+    name = unique()
+    :ok = Ringbus.create(name, replicas: 1, capacity: 100)
+    :ok = Groups.create(name, "g", from: :earliest, ack_wait: 600_000)
+    {:ok, 0} = Ringbus.push_many(name, for(i <- 0..49, do: "m#{i}"))
+
+    # A consumer 50 messages behind, one pending at a time: every fetch
+    # reads a message stored 50 pushes before, so fetches after a snapshot
+    # read messages stored before it.
+    # Three entries each: past the 4,096 entries a snapshot waits for.
+    for i <- 50..1_500 do
+      {:ok, [{seq, _, 1}]} = Groups.fetch(name, "g", "w", 1)
+      if seq > 0, do: {:ok, 1} = Groups.ack(name, "g", [seq - 1])
+      {:ok, ^i} = Ringbus.push(name, "m#{i}")
+    end
+
+    server = Internals.channel!(name).replica.server
+    Ringbus.Test.Peers.eventually(fn -> snapshot_index(server) > 4_096 end, 5_000)
+    before = {figures(name), Ringbus.read(name, 0, 200)}
+    assert {%{pending: 1, lost: 0}, _} = before
+
+    :ok = Supervisor.terminate_child(Ringbus.Supervisor, Ringbus.Replica.Supervisor)
+    :ok = Ringbus.Store.delete(name)
+    {:ok, _} = Supervisor.restart_child(Ringbus.Supervisor, Ringbus.Replica.Supervisor)
+
+    assert {figures(name), Ringbus.read(name, 0, 200)} == before
+    # The one pending entry is the one the consumer had, and the next
+    # fetch goes on from where it stood.
+    {:ok, [{next, "m" <> _, 1}]} = Groups.fetch(name, "g", "w", 1)
+    assert {:ok, 1} = Groups.ack(name, "g", [next - 1])
+  end
+
+  test "a holding group keeps a replicated reject channel's messages until it acked them, across a restart" do
+    name = unique()
+    :ok = Ringbus.create(name, replicas: 1, capacity: 2, overflow: :reject)
+    :ok = Groups.create(name, "workers", from: :earliest, hold: true)
+    {:ok, 0} = Ringbus.push_many(name, ["t0", "t1"])
+    assert {:error, :full} = Ringbus.push(name, "t2")
+    # The group is the channel's consumer: a pull takes nothing, a trim
+    # nothing unacked.
+    assert :empty = Ringbus.pull(name)
+
+    assert {:ok, 0} =
+             Ringbus.run(name, {:trim, %{strategy: {:maxlen, 0}, approx: false, limit: nil}})
+
+    assert {:ok, [{0, "t0", 1}]} = Groups.fetch(name, "workers", "w", 1)
+    assert {:ok, 1} = Groups.ack(name, "workers", [0])
+    # t0 made room.
+    assert {:ok, 2} = Ringbus.push(name, "t2")
+    assert {:ok, %{pushed: 3, pulled: 1, len: 2, overwritten: 0}} = Ringbus.info(name)
+
+    # Enough acked work that the log is released past the group's
+    # commands: the group comes back from a snapshot, and holds still.
+    for i <- 3..1_450 do
+      {:ok, [{seq, _, 1}]} = Groups.fetch(name, "workers", "w", 1)
+      {:ok, 1} = Groups.ack(name, "workers", [seq])
+      {:ok, ^i} = Ringbus.push(name, "t#{i}")
+    end
+
+    server = Internals.channel!(name).replica.server
+    Ringbus.Test.Peers.eventually(fn -> snapshot_index(server) > 100 end, 5_000)
+    :ok = Supervisor.terminate_child(Ringbus.Supervisor, Ringbus.Replica.Supervisor)
+    :ok = Ringbus.Store.delete(name)
+    {:ok, _} = Supervisor.restart_child(Ringbus.Supervisor, Ringbus.Replica.Supervisor)
+
+    assert {:error, :full} = Ringbus.push(name, "late")
+    assert :empty = Ringbus.pull(name)
+    assert {:ok, [{seq, _, 1}]} = Groups.fetch(name, "workers", "w", 1)
+    assert {:ok, 1} = Groups.ack(name, "workers", [seq])
+    assert {:ok, 1_451} = Ringbus.push(name, "late")
+  end
+
   defp figures(name) do
     {:ok, [g]} = Groups.info(name)
     Map.take(g, [:pending, :acked, :delivered, :lost, :redelivered, :dead])

@@ -4,6 +4,7 @@ defmodule Ringbus.Replica.MachineTest do
   # `apply/3` on a real ring of this node, replayed.
   use ExUnit.Case, async: true
 
+  alias Ringbus.Channel.Trim
   alias Ringbus.Replica.Machine
   alias Ringbus.Test.Internals
 
@@ -410,7 +411,24 @@ defmodule Ringbus.Replica.MachineTest do
       assert {_, {:groups, [:ok]}, _} =
                Machine.apply(%{index: 3, machine_version: 2, system_time: 5}, groups, state)
 
-      assert Machine.version() == 3
+      assert Machine.version() == 4
+    end
+
+    test "a trim of a run of pushes removes what the pushes trimming one by one would, from version 4" do
+      name = unique()
+      :ok = Ringbus.create(name, capacity: 2_000)
+      on_exit(fn -> Ringbus.delete(name) end)
+      state = machine(channel: name, capacity: 2_000)
+      push = {:push, nil, List.duplicate("m", 1_000)}
+      {state, _, _} = Machine.apply(%{index: 1, system_time: 5}, push, state)
+      # Two pushes' `~` trim, LIMIT 150: each removes one whole node of 100.
+      trim = Trim.of_run(%{strategy: {:maxlen, 10}, approx: true, limit: 150}, 2)
+
+      assert {_, {:ok, 100}, _} =
+               Machine.apply(%{index: 2, machine_version: 3}, {:trim, trim}, state)
+
+      assert {_, {:ok, 200}, _} =
+               Machine.apply(%{index: 2, machine_version: 4}, {:trim, trim}, state)
     end
 
     test "a command's messages carry its stamp, never less than the one before" do

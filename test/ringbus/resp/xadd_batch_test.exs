@@ -86,6 +86,25 @@ defmodule Ringbus.Resp.XaddBatchTest do
       for(i <- 1..20, do: ["XADD", "xb-a", "MAXLEN", "=", "4", "*", "f", "#{i}"]) ++
         [~w(XRANGE xb-a - +)],
     maxlen_over_batch: for(i <- 1..6, do: ["XADD", "xb-a", "MAXLEN", "2", "*", "f", "#{i}"]),
+    # `~` removes whole nodes of 100 entries: these runs cross several, and
+    # LIMIT stops each XADD's trim short of what the bound allows.
+    approx_over_nodes:
+      for(i <- 1..450, do: ["XADD", "xb-a", "MAXLEN", "~", "120", "*", "f", "#{i}"]) ++
+        [~w(XLEN xb-a)],
+    approx_with_limit:
+      for(i <- 1..300, do: ["XADD", "xb-a", "*", "f", "#{i}"]) ++
+        for(
+          i <- 1..40,
+          do: ["XADD", "xb-a", "MAXLEN", "~", "10", "LIMIT", "100", "*", "f", "#{i}"]
+        ) ++
+        [~w(XLEN xb-a)],
+    approx_with_limit_within_nodes:
+      for(i <- 1..600, do: ["XADD", "xb-a", "*", "f", "#{i}"]) ++
+        for(
+          i <- 1..3,
+          do: ["XADD", "xb-a", "MAXLEN", "~", "10", "LIMIT", "150", "*", "f", "#{i}"]
+        ) ++
+        [~w(XLEN xb-a)],
     maxlen_changes: [
       ~w(XADD xb-a MAXLEN 1 * f 1),
       ~w(XADD xb-a MAXLEN 1 * f 2),
