@@ -13,7 +13,7 @@ defmodule Ringbus.Resp.DifferentialTest do
   #   * HELLO: `server` is "ringbus", `version` the Redis API level (7.0.0),
   #     and `id` differs; INFO's and XINFO STREAM's figures differ (radix
   #     tree sizes are 0, `capacity` and `overflow` are added).
-  #   * XINFO GROUPS adds `lost` and `pending-dropped`; XPENDING's extended
+  #   * XINFO STREAM FULL adds `lost` and `pending-dropped`; XPENDING's extended
   #     form and XINFO CONSUMERS give idle times, which differ by nature.
   #   * XREAD BLOCK on a missing stream makes the stream (Redis waits for it).
   #   * SELECT: Ringbus has one database, 0; Redis has 16.

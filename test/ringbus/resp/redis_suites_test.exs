@@ -128,6 +128,9 @@ defmodule Ringbus.Resp.RedisSuitesTest do
       RespClient.call(c.ours, ~w(CONFIG SET stream-node-max-entries 9 save x))
 
     {[[_, "100"]], _} = RespClient.call(c.ours, ~w(CONFIG GET stream-node-max-entries))
+
+    {[{:error, "ERR Ringbus runs no functions (FUNCTION LOAD)"}], _} =
+      RespClient.call(c.ours, ["FUNCTION", "LOAD", "#!lua name=x\nreturn 1"])
   end
 
   test "CONFIG RESETSTAT sets INFO's statistics back to 0", ctx do
@@ -266,6 +269,21 @@ defmodule Ringbus.Resp.RedisSuitesTest do
       for {who, _} <- readers, do: blocked!(ctx.ports[who], 0)
       same!(c, [~w(DEL rs-s)])
     end
+  end
+
+  test "a blocked XREADGROUP whose group went unannounced answers -NOGROUP when a push wakes it",
+       ctx do
+    c = RespClient.connect!(ctx.ports.ours)
+    {_, c} = RespClient.calls(c, [~w(XADD rs-s 1-0 f 1), ~w(XGROUP CREATE rs-s g $)])
+    reader = RespClient.connect!(ctx.ports.ours)
+    :ok = RespClient.send_commands(reader, [~w(XREADGROUP GROUP g alice BLOCK 0 STREAMS rs-s >)])
+    blocked!(ctx.ports.ours, 1)
+    # The Elixir API's destroy tells no RESP reader.
+    :ok = Ringbus.Groups.delete("rs-s", "g")
+    {_, _} = RespClient.call(c, ~w(XADD rs-s * f 2))
+
+    assert {[{:error, "NOGROUP the consumer group this client was blocked on no longer exists"}],
+            _} = RespClient.recv(reader, 1)
   end
 
   test "a blocked XREAD on $ waits on through a DEL and answers the next XADD", ctx do
