@@ -23,10 +23,14 @@
 #                     mirror will do); without it, cloned from GitHub
 #   REDIS_PY_GIT_DIR  the same for redis/redis-py and tag v4.3.4
 #
-# Skipped in the Tcl units: the tests tagged needs:debug (they reload the
-# AOF with DEBUG LOADAOF) and, by the suite itself in external mode, those
-# tagged external:skip. Each server gets FLUSHALL before each block of
-# tests, so give it no data you want to keep.
+# Skipped in the Tcl units, on both servers: the tests tagged needs:debug
+# (they reload the AOF with DEBUG LOADAOF); by the suite itself in external
+# mode, those tagged external:skip; and the two tests that send a command
+# of another key type (LPUSH, SADD) inside MULTI: Ringbus, which has no such
+# keys, refuses it there, and the test stops before its EXEC, leaving the
+# suite's client in the transaction, so every later test of the unit would
+# fail with QUEUED. Each server gets FLUSHALL before each block of tests,
+# so give it no data you want to keep.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -44,6 +48,12 @@ while [ $# -gt 0 ]; do
 done
 
 redis_tag=7.0.15
+skip_tests=(
+  "XREAD: XADD + DEL + LPUSH should not awake client"
+  "Blocking XREADGROUP: key type changed with transaction"
+)
+skip_args=()
+for t in "${skip_tests[@]}"; do skip_args+=(--skiptest "$t"); done
 redis_py_tag=v4.3.4
 suites_dir=${SUITES_DIR:-$root/_build/redis_suites}
 python=/usr/bin/python3
@@ -135,12 +145,13 @@ tcl_suites() {
   (cd "$redis_src" && timeout 1200 ./runtest --host 127.0.0.1 --port "$port" \
     --single unit/type/stream --single unit/type/stream-cgroups \
     --singledb --ignore-encoding --ignore-digest --durable --timeout 120 \
-    --tags -needs:debug) >"$logs/$name.tcl.log" 2>&1 || true
+    --tags -needs:debug "${skip_args[@]}") >"$logs/$name.tcl.log" 2>&1 || true
   sed 's/\x1b\[[0-9;]*m//g' "$logs/$name.tcl.log" | awk '
     /^Testing unit\// { unit = $2; next }
     /^\[ok\]: /        { sub(/^\[ok\]: /, ""); sub(/ \([0-9]+ ms\)$/, ""); print unit "\tpassed\t" $0; next }
     /^\[err\]: /       { sub(/^\[err\]: /, ""); sub(/ in tests\/unit\/.*$/, ""); print unit "\tfailed\t" $0; next }
     /^\[exception\]: / { sub(/^\[exception\]: /, ""); print unit "\tfailed\texception: " $0; next }
+    / => \(IN PROGRESS\) / { sub(/^.* => \(IN PROGRESS\) /, ""); print unit "\tfailed\ttimed out: " $0; next }
   ' >"$logs/$name.tcl.txt"
 }
 
@@ -184,6 +195,18 @@ summary() {
     done
     echo
   done
+  # A unit that stops (a hung test, an exception outside a test) runs
+  # fewer tests than redis-server ran.
+  if [ "$with_redis" = 1 ]; then
+    for suite in unit/type/stream unit/type/stream-cgroups redis-py; do
+      ours=$(awk -F'\t' -v s="$suite" '$1 == s' "$logs/ringbus.txt" | wc -l)
+      theirs=$(awk -F'\t' -v s="$suite" '$1 == s' "$logs/redis-server.txt" | wc -l)
+      [ "$ours" -lt "$theirs" ] && echo "$suite: $((theirs - ours)) of redis-server's tests not run on ringbus"
+    done
+  fi
+  echo
+  echo "skipped on both:"
+  printf '  %s\n' "${skip_tests[@]}"
   for server in "${servers[@]}"; do
     echo
     echo "failing on $server:"

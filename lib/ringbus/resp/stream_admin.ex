@@ -11,6 +11,7 @@ defmodule Ringbus.Resp.StreamAdmin do
   # XINFO reads a stream's groups at its home, one group request each
   # (`Ringbus.Resp.GroupRequest`).
 
+  alias Ringbus.Channel.Trim
   alias Ringbus.Resp.{Args, Encoder, Entry, Errors, GroupRequest, Keys, StreamCommands}
 
   @all 4_611_686_018_427_387_904
@@ -155,8 +156,8 @@ defmodule Ringbus.Resp.StreamAdmin do
         {:map,
          [
            {"length", len},
-           {"radix-tree-keys", 0},
-           {"radix-tree-nodes", 0},
+           {"radix-tree-keys", Trim.nodes(first_seq, next_seq)},
+           {"radix-tree-nodes", Trim.nodes(first_seq, next_seq)},
            {"last-generated-id", last},
            {"max-deleted-entry-id", deleted},
            {"entries-added", next_seq},
@@ -349,8 +350,8 @@ defmodule Ringbus.Resp.StreamAdmin do
     {:map,
      [
        {"length", len},
-       {"radix-tree-keys", 0},
-       {"radix-tree-nodes", 0},
+       {"radix-tree-keys", Trim.nodes(info.first_seq, info.next_seq)},
+       {"radix-tree-nodes", Trim.nodes(info.first_seq, info.next_seq)},
        {"last-generated-id",
         if(info.next_seq > 0, do: Entry.id(info.next_seq - 1, tag), else: "0-0")},
        {"max-deleted-entry-id",
