@@ -249,6 +249,23 @@ defmodule Ringbus.Resp.RedisSuitesTest do
     ])
   end
 
+  test "XINFO STREAM's radix-tree-keys and -nodes count the stream's nodes of 100 seqs", ctx do
+    c = RespClient.connect!(ctx.ports.ours)
+    {_, c} = RespClient.calls(c, for(i <- 0..249, do: ~w(XADD rs-s * n #{i})))
+    assert radix(c) == {3, 3}
+    # Seqs 130 to 249 are left: nodes 1 and 2.
+    {[130], c} = RespClient.call(c, ~w(XTRIM rs-s MAXLEN 120))
+    assert radix(c) == {2, 2}
+    {[120], c} = RespClient.call(c, ~w(XTRIM rs-s MAXLEN 0))
+    assert radix(c) == {0, 0}
+  end
+
+  defp radix(c) do
+    {[info], _} = RespClient.call(c, ~w(XINFO STREAM rs-s))
+    info = info |> Enum.chunk_every(2) |> Map.new(fn [k, v] -> {k, v} end)
+    {info["radix-tree-keys"], info["radix-tree-nodes"]}
+  end
+
   test "a blocked XREADGROUP gets -NOGROUP at XGROUP DESTROY, -UNBLOCKED at DEL and FLUSHALL",
        ctx do
     c = clients(ctx)
