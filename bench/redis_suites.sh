@@ -42,7 +42,7 @@ while [ $# -gt 0 ]; do
     --redis-port) redis_port="$2"; shift 2 ;;
     --no-redis) with_redis=0; shift ;;
     --out) out="$2"; shift 2 ;;
-    -h|--help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "redis_suites: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
