@@ -57,7 +57,8 @@ defmodule Ringbus.Group do
 
     * `{:create, group, from, entries_read}` - a group whose last delivered
       seq is `from` (-1: none; `:last`: the channel's last) and which has
-      read `entries_read` (nil: `from` + 1): `:ok`, or `{:error, :exists |
+      read `entries_read` (nil: `from` + 1; -1: unknown, as Redis's until a
+      read passes the first entry or reaches the last): `:ok`, or `{:error, :exists |
       {:too_many_groups, limit} | :new_incarnation}`
     * `{:set_id, group, from, entries_read}` - moves a group (nil
       `entries_read` keeps it): `:ok` or `{:error, :no_group | :new_incarnation}`
@@ -70,6 +71,7 @@ defmodule Ringbus.Group do
     * `:count` - `{:ok, groups}`
     * `{:groups, count}` - `{:ok, [group]}`, each a map: `name`, `last`,
       `entries_read`, `lag`, `lost`, `pending` (how many), `dropped`,
+      `first` and `next` (the channel's first and next seqs),
       `entries` (its first `count` pending, `{seq, consumer, delivered,
       deliveries}`), `consumers` (`name`, `seen`, `pending`, `entries`:
       their first `count`, `{seq, delivered, deliveries}`)
@@ -363,7 +365,7 @@ defmodule Ringbus.Group do
   end
 
   defp groups(%{table: t, c: c} = at, count) do
-    next = Ring.next_seq(at.channel)
+    {first, next} = {Ring.first_seq(at.channel), Ring.next_seq(at.channel)}
 
     for {name, g} <- Table.groups(t, c) do
       consumers =
@@ -381,6 +383,8 @@ defmodule Ringbus.Group do
         lost: g.lost,
         pending: g.pending,
         dropped: g.dropped,
+        first: first,
+        next: next,
         entries: Table.pending(t, c, name, 0, At.all(), count),
         consumers: consumers
       }

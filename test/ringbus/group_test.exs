@@ -94,7 +94,8 @@ defmodule Ringbus.GroupTest do
     for i <- 3..4, do: {:ok, ^i} = Ringbus.push(name, "m#{i}")
 
     assert run(name, {:history, "g", "c", 0, 10}) == {:ok, [{0, nil}, {1, nil}, {2, "m2"}]}
-    assert run(name, {:autoclaim, "g", "d", 0, 0, 1, false}) == {:ok, {nil, [], [0]}}
+    # The cursor is the pending entry after the last looked at, as Redis's.
+    assert run(name, {:autoclaim, "g", "d", 0, 0, 1, false}) == {:ok, {1, [], [0]}}
     opts = %{time: nil, retry: nil, force: false, justid: false, last: nil}
     assert run(name, {:claim, "g", "d", [1, 2], 0, opts}) == {:ok, [{2, "m2"}]}
     assert run(name, {:pending, "g"}) == {:ok, {1, 2, 2, [{"d", 1}]}}
@@ -124,7 +125,7 @@ defmodule Ringbus.GroupTest do
     assert {:ok, %{last: 40}} = run(name, {:info, "g"})
 
     # Autoclaim: at most `count` of the entries idle enough.
-    assert run(name, {:autoclaim, "g", "e", 0, 0, 1, false}) == {:ok, {nil, [{0, "m0"}], []}}
+    assert run(name, {:autoclaim, "g", "e", 0, 0, 1, false}) == {:ok, {1, [{0, "m0"}], []}}
     assert run(name, {:autoclaim, "g", "e", 0, 2, 10, true}) == {:ok, {nil, [2, 3], []}}
   end
 
@@ -133,7 +134,8 @@ defmodule Ringbus.GroupTest do
     :ok = run(name, {:create, "g", -1, nil})
     {:ok, _} = run(name, {:read, "g", "a", 12, false})
     assert run(name, {:autoclaim, "g", "b", 60_000, 0, 1, true}) == {:ok, {10, [], []}}
-    assert run(name, {:autoclaim, "g", "b", 0, 10, 1, true}) == {:ok, {nil, [10], []}}
+    assert run(name, {:autoclaim, "g", "b", 0, 10, 1, true}) == {:ok, {11, [10], []}}
+    assert run(name, {:autoclaim, "g", "b", 0, 11, 1, true}) == {:ok, {nil, [11], []}}
   end
 
   test "seqs of another incarnation: a position is refused, an entry names nothing" do

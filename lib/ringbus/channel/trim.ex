@@ -28,6 +28,11 @@ defmodule Ringbus.Channel.Trim do
           limit: non_neg_integer() | nil
         }
 
+  @doc "How many nodes, as `count/3` cuts them, hold the seqs from `first` to `next - 1`."
+  @spec nodes(non_neg_integer(), non_neg_integer()) :: non_neg_integer()
+  def nodes(first, next) when next > first, do: div(next - 1, @node) - div(first, @node) + 1
+  def nodes(_first, _next), do: 0
+
   @doc """
   How many entries to remove from a stream holding the seqs `first..next - 1`.
 

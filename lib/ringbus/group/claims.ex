@@ -55,36 +55,48 @@ defmodule Ringbus.Group.Claims do
     end
   end
 
+  # As Redis's XAUTOCLAIM: looks at up to `count * 10` pending entries from
+  # `from`, until `count` are claimed or found gone; the cursor is the
+  # pending entry after the last looked at (nil: none left).
   defp claim_idle(%{table: t, c: c} = at, group, consumer, min_idle, from, count, justid) do
-    now = at.now
     rows = Table.pending(t, c, group, from, At.all(), count * 10 + 1)
-
-    {rows, next} =
-      if Enum.count(rows) > count * 10,
-        do: {Enum.take(rows, count * 10), elem(List.last(rows), 0)},
-        else: {rows, nil}
-
-    {claimed, deleted, _n} =
-      Enum.reduce(rows, {[], [], 0}, fn {seq, _, time, _} = row, {claimed, deleted, n} ->
-        cond do
-          n >= count or now - time < min_idle ->
-            {claimed, deleted, n}
-
-          true ->
-            case Ring.read(at.channel, seq, 1) do
-              {[{^seq, payload}], _, _, _} ->
-                if claim_row(t, c, group, row, consumer, now, not justid),
-                  do: {[claimed(seq, payload, justid) | claimed], deleted, n + 1},
-                  else: {claimed, deleted, n}
-
-              _ ->
-                Table.forget(t, c, group, seq)
-                {claimed, [seq | deleted], n + 1}
-            end
-        end
-      end)
-
+    claim = %{consumer: consumer, min_idle: min_idle, justid: justid}
+    {claimed, deleted, rest} = claim_idle(at, group, claim, rows, count * 10, count, [], [])
+    next = with [{seq, _, _, _} | _] <- rest, do: seq, else: (_ -> nil)
     {next, :lists.reverse(claimed), :lists.reverse(deleted)}
+  end
+
+  defp claim_idle(_at, _group, _claim, rows, attempts, left, claimed, deleted)
+       when rows == [] or attempts == 0 or left == 0,
+       do: {claimed, deleted, rows}
+
+  defp claim_idle(
+         %{table: t, c: c} = at,
+         group,
+         claim,
+         [row | rows],
+         attempts,
+         left,
+         claimed,
+         deleted
+       ) do
+    {seq, _, time, _} = row
+    next = &claim_idle(at, group, claim, rows, attempts - 1, &1, &2, &3)
+
+    # As Redis, an entry gone leaves the PEL whatever its idle time.
+    case Ring.read(at.channel, seq, 1) do
+      {[{^seq, _payload}], _, _, _} when at.now - time < claim.min_idle ->
+        next.(left, claimed, deleted)
+
+      {[{^seq, payload}], _, _, _} ->
+        if claim_row(t, c, group, row, claim.consumer, at.now, not claim.justid),
+          do: next.(left - 1, [claimed(seq, payload, claim.justid) | claimed], deleted),
+          else: next.(left, claimed, deleted)
+
+      _ ->
+        Table.forget(t, c, group, seq)
+        next.(left - 1, claimed, [seq | deleted])
+    end
   end
 
   defp claimed(seq, _payload, true), do: seq

@@ -65,10 +65,11 @@ defmodule Ringbus.Group.Reads do
 
   def advance(%{table: t, c: c} = at, group, max, cut, stage, tries) do
     case Table.fetch(t, c, group) do
-      {:ok, %{last: last}} ->
+      {:ok, %{last: last, entries_read: read}} ->
         {messages, _n, lost, _next} = Ring.read(at.channel, last + 1, max)
         messages = cut.(messages)
         {count, new_last} = span(messages, last + lost)
+        new_read = entries_read(at, read, last, new_last, count)
 
         cond do
           count == 0 and lost == 0 ->
@@ -77,7 +78,7 @@ defmodule Ringbus.Group.Reads do
           not stage(at, group, stage, messages) ->
             advance(at, group, max, cut, stage, tries - 1)
 
-          Table.advance(t, c, group, last, new_last, count, lost) ->
+          Table.advance(t, c, group, {last, read}, new_last, new_read, lost) ->
             messages
 
           true ->
@@ -88,6 +89,20 @@ defmodule Ringbus.Group.Reads do
       :error ->
         []
     end
+  end
+
+  # A known count grows by the entries read. An unknown one (-1: a group
+  # made or moved over RESP without ENTRIESREAD) becomes known as Redis's
+  # estimate makes it: once a read passes the stream's first entry or
+  # reaches its last.
+  defp entries_read(_at, read, _last, _new_last, count) when read >= 0, do: read + count
+
+  defp entries_read(at, read, last, new_last, _count) do
+    first = Ring.first_seq(at.channel)
+
+    if (last < first and new_last >= first) or new_last + 1 >= Ring.next_seq(at.channel),
+      do: new_last + 1,
+      else: read
   end
 
   defp stage(_at, _group, nil, _messages), do: true

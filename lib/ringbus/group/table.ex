@@ -90,7 +90,7 @@ defmodule Ringbus.Group.Table do
   @type c :: term()
   @type group :: %{
           last: integer(),
-          entries_read: non_neg_integer(),
+          entries_read: integer(),
           lost: non_neg_integer(),
           pending: non_neg_integer(),
           dropped: non_neg_integer(),
@@ -199,7 +199,7 @@ defmodule Ringbus.Group.Table do
 
   ## Groups
 
-  @spec create(table(), c(), binary(), integer(), non_neg_integer(), config()) ::
+  @spec create(table(), c(), binary(), integer(), integer(), config()) ::
           :ok | {:error, :exists | :too_many}
   def create(t, c, group, last, entries_read, config \\ @default_config) do
     row = {{:group, c, group}, last, entries_read, 0, 0, 0, 0, 0, 0, 0, config}
@@ -295,7 +295,7 @@ defmodule Ringbus.Group.Table do
   end
 
   @doc "Sets where a group stands (entries_read nil: as it was)."
-  @spec set_last(table(), c(), binary(), integer(), non_neg_integer() | nil) :: boolean()
+  @spec set_last(table(), c(), binary(), integer(), integer() | nil) :: boolean()
   def set_last(t, c, group, last, entries_read) do
     key = {:group, c, group}
     updates = [{@last, last}] ++ if(entries_read, do: [{@entries_read, entries_read}], else: [])
@@ -303,28 +303,28 @@ defmodule Ringbus.Group.Table do
   end
 
   @doc """
-  Moves a group from `last` (as read) to `new_last`, counting `delivered`
-  entries read and `lost` entries missed. False if another consumer moved
-  it first: read again from where it stands.
+  Moves a group from `last` with `entries_read` (as read) to `new_last`
+  with `new_read`, counting `lost` entries missed. False if another
+  request moved it first: read again from where it stands.
   """
   @spec advance(
           table(),
           c(),
           binary(),
+          {integer(), integer()},
           integer(),
           integer(),
-          non_neg_integer(),
           non_neg_integer()
         ) ::
           boolean()
-  def advance(t, c, group, last, new_last, delivered, lost) do
+  def advance(t, c, group, {last, read}, new_last, new_read, lost) do
     key = {:group, c, group}
 
     spec = [
-      {{key, last, :"$1", :"$2", :"$3", :"$4", :"$5", :"$6", :"$7", :"$8", :"$9"}, [],
+      {{key, last, read, :"$2", :"$3", :"$4", :"$5", :"$6", :"$7", :"$8", :"$9"}, [],
        [
-         {{{:const, key}, new_last, {:+, :"$1", delivered}, {:+, :"$2", lost}, :"$3", :"$4",
-           :"$5", :"$6", :"$7", :"$8", :"$9"}}
+         {{{:const, key}, new_last, new_read, {:+, :"$2", lost}, :"$3", :"$4", :"$5", :"$6",
+           :"$7", :"$8", :"$9"}}
        ]}
     ]
 

@@ -9,6 +9,7 @@ defmodule Ringbus.Resp.BlockingRead do
   # process in between.
 
   alias Ringbus.Resp.{Entry, Errors, Keys}
+  alias Ringbus.Server.Directory
 
   # Entries a waiting read takes at once, when it has no COUNT.
   @block_batch 1_000
@@ -19,7 +20,8 @@ defmodule Ringbus.Resp.BlockingRead do
   the incarnation of that tag, nil for a stream that did not exist). A
   missing stream is made (as XADD would make it), so that an XADD that
   comes later finds the reader waiting. `block` is the wait's state, to
-  which the subscriptions are added: `subs`, sub => `{key, tag}`.
+  which the subscriptions are added: `subs`, sub => `{key, tag}` (those
+  it has already are kept).
   """
   def block(starts, count, block, s) do
     batch = if count > 0, do: min(count, @block_batch), else: @block_batch
@@ -36,7 +38,7 @@ defmodule Ringbus.Resp.BlockingRead do
 
     case result do
       {:ok, subs} ->
-        {:block, Map.put(block, :subs, subs), s}
+        {:block, Map.update(block, :subs, subs, &Map.merge(&1, subs)), s}
 
       {:error, reply, subs} ->
         Enum.each(Map.keys(subs), &Ringbus.unsubscribe/1)
@@ -72,6 +74,26 @@ defmodule Ringbus.Resp.BlockingRead do
   defp same_tag(nil, _tag), do: :ok
   defp same_tag(tag, tag), do: :ok
   defp same_tag(_read, _now), do: {:error, :new_incarnation}
+
+  @doc """
+  Ends a wait: its subscriptions, and its registration as a waiter on a
+  group (`block.watch`, `{key, group}` pairs, for XREADGROUP).
+  """
+  def release(block) do
+    Enum.each(Map.keys(block.subs), &Ringbus.unsubscribe/1)
+    for {key, group} <- Map.get(block, :watch, []), do: Directory.unwait_group(key, group)
+    :ok
+  end
+
+  @doc """
+  A subscription of the wait has ended for `reason`, not for the stream's
+  deletion: the wait goes on with the others, and answers null when none
+  is left.
+  """
+  def drop(block, sub, s) do
+    block = %{block | subs: Map.delete(block.subs, sub)}
+    if map_size(block.subs) == 0, do: {:reply, :null_array, s}, else: {:wait, block}
+  end
 
   @doc "A BLOCK argument as a timeout: 0 waits for ever."
   def timeout(0), do: :infinity

@@ -9,6 +9,8 @@ defmodule Ringbus.Resp.ClaimCommands do
 
   alias Ringbus.Resp.{Args, Encoder, Entry, Errors, GroupRequest, StreamCommands}
 
+  @max_u64 18_446_744_073_709_551_615
+
   ## XPENDING, XAUTOCLAIM
 
   def xpending([key, group | []], s) do
@@ -42,11 +44,8 @@ defmodule Ringbus.Resp.ClaimCommands do
 
     with {:ok, idle} <- idle,
          [start, stop, count | consumer] when length(consumer) <= 1 <- args,
-         {:ok, low} <- Entry.parse(strip(start), 0) |> id_or_bound(start),
-         {:ok, high} <- Entry.parse(strip(stop), Entry.max_u64()) |> id_or_bound(stop) do
-      low = Entry.position(low, &Entry.seq_from/1)
-      high = Entry.position(high, &Entry.seq_through/1)
-
+         {:ok, low} <- pending_bound(start, :start),
+         {:ok, high} <- pending_bound(stop, :end) do
       # A count that is no integer is answered once the IDs are found of the
       # stream's incarnation, as Redis checks them first: asked for none.
       {count, reply} =
@@ -62,6 +61,38 @@ defmodule Ringbus.Resp.ClaimCommands do
       _ -> unless_no_group(key, group, Errors.syntax_error())
     end
   end
+
+  # A bound of XPENDING's range as a position: an ID, `-`, `+`, or `(` and
+  # an ID for an exclusive one, as Redis's streamParseIntervalIDOrReply.
+  defp pending_bound("(" <> text, side) do
+    case {Entry.parse(strip(text), missing(side)), side} do
+      {{:ok, {@max_u64, @max_u64}}, :start} ->
+        {:error, Encoder.error("ERR invalid start ID for the interval")}
+
+      {{:ok, {0, 0}}, :end} ->
+        {:error, Encoder.error("ERR invalid end ID for the interval")}
+
+      {{:ok, id}, :start} ->
+        {:ok, Entry.position(id, &Entry.seq_after/1)}
+
+      {{:ok, id}, :end} ->
+        {:ok, Entry.position(id, &Entry.seq_before/1)}
+
+      {:error, _side} ->
+        {:error, Args.invalid_id()}
+    end
+  end
+
+  defp pending_bound(text, side) do
+    case Entry.parse(strip(text), missing(side)) do
+      {:ok, id} when side == :start -> {:ok, Entry.position(id, &Entry.seq_from/1)}
+      {:ok, id} -> {:ok, Entry.position(id, &Entry.seq_through/1)}
+      :error -> {:error, Args.invalid_id()}
+    end
+  end
+
+  defp missing(:start), do: 0
+  defp missing(:end), do: @max_u64
 
   defp pending_rows(tag, rows) do
     for {seq, owner, idle, deliveries} <- rows,

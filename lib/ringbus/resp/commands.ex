@@ -6,7 +6,15 @@ defmodule Ringbus.Resp.Commands do
   # command's handler; what the handlers share is below them (`Ringbus.Resp.Args`, `Ringbus.Resp.Keys`,
   # `Ringbus.Resp.Errors`), so that nothing calls back up into the table.
 
-  alias Ringbus.Resp.{ClaimCommands, Errors, GroupCommands, KeyCommands, ServerCommands}
+  alias Ringbus.Resp.{
+    ClaimCommands,
+    ConfigCommands,
+    Errors,
+    GroupCommands,
+    KeyCommands,
+    ServerCommands
+  }
+
   alias Ringbus.Resp.{StreamAdmin, StreamCommands, Transaction}
 
   import Ringbus.Resp.Args, only: [upcase: 1]
@@ -32,7 +40,8 @@ defmodule Ringbus.Resp.Commands do
     "WATCH" => {{Transaction, :watch}, -2, :none, :none},
     "UNWATCH" => {{Transaction, :unwatch}, 1, :none, :none},
     "COMMAND" => {{__MODULE__, :command}, -1, :none, :none},
-    "CONFIG" => {{ServerCommands, :config}, -2, :none, :none},
+    "CONFIG" => {{ConfigCommands, :config}, -2, :none, :none},
+    "FUNCTION" => {{ConfigCommands, :function}, -2, :none, :none},
     "INFO" => {{ServerCommands, :info}, -1, :none, :none},
     "DBSIZE" => {{KeyCommands, :dbsize}, 1, :none, :none},
     "EXISTS" => {{KeyCommands, :exists}, -2, :read, :all},
@@ -73,6 +82,7 @@ defmodule Ringbus.Resp.Commands do
     "QUIT" => {~w(noscript loading stale fast no_auth allow_busy), 0, 0, 0},
     "COMMAND" => {~w(loading stale), 0, 0, 0},
     "CONFIG" => {[], 0, 0, 0},
+    "FUNCTION" => {[], 0, 0, 0},
     "INFO" => {~w(loading stale), 0, 0, 0},
     "DBSIZE" => {~w(readonly fast), 0, 0, 0},
     "KEYS" => {~w(readonly), 0, 0, 0},

@@ -83,6 +83,10 @@ defmodule Ringbus.Resp.Errors do
   def bad_name,
     do: Encoder.error("ERR Ringbus stream names are 1 to #{Channel.max_name_bytes()} bytes")
 
+  @doc "Redis's answer to an XREADGROUP BLOCK whose group was destroyed while it waited."
+  def group_gone,
+    do: Encoder.error("NOGROUP the consumer group this client was blocked on no longer exists")
+
   @doc "Redis's reply to a command on keys the user may not touch."
   def no_permission,
     do:

@@ -24,6 +24,8 @@ defmodule Ringbus.Resp.GroupCommands do
     StreamCommands
   }
 
+  alias Ringbus.Server.Directory
+
   @all 4_611_686_018_427_387_904
   # The access XGROUP and XREADGROUP need on their keys, as the command
   # table (`Ringbus.Resp.Commands`) gives them: they check their keys here.
@@ -79,12 +81,34 @@ defmodule Ringbus.Resp.GroupCommands do
     if match?({:ok, _}, Errors.check!(Ringbus.info(key), key)), do: reply, else: key_required()
   end
 
-  defp destroy(key, group),
-    do:
-      run(key, {:destroy, group}, fn _tag, {:ok, destroyed} -> if(destroyed, do: 1, else: 0) end)
+  defp destroy(key, group) do
+    run(key, {:destroy, group}, fn
+      _tag, {:ok, true} ->
+        group_destroyed(key, group)
+        1
+
+      _tag, {:ok, false} ->
+        0
+    end)
+  end
+
+  # Tells the XREADGROUPs that wait on the group, through any node, that it
+  # is gone (`Ringbus.Resp.Session.group_destroyed/3`).
+  defp group_destroyed(key, group) do
+    :erpc.multicast(Node.list(), __MODULE__, :tell_waiters, [key, group])
+    tell_waiters(key, group)
+  end
+
+  @doc false
+  def tell_waiters(key, group) do
+    for pid <- Directory.group_waiters(key, group),
+        do: send(pid, {:resp_group_destroyed, key, group})
+
+    :ok
+  end
 
   defp create(key, group, id, opts, s) do
-    with {:ok, mkstream, entries_read} <- create_options(opts, false, nil),
+    with {:ok, mkstream, entries_read} <- create_options(opts, false, -1),
          :ok <- ensure_stream(key, mkstream, s),
          {:ok, from} <- group_position(id) do
       run(key, {:create, group, from, entries_read}, fn
@@ -126,7 +150,7 @@ defmodule Ringbus.Resp.GroupCommands do
 
   defp entries_read(n) do
     case Args.integer(n) do
-      {:ok, n} when n >= -1 -> {:ok, max(n, 0)}
+      {:ok, n} when n >= -1 -> {:ok, n}
       _ -> {:error, Encoder.error("ERR value for ENTRIESREAD must be positive or -1")}
     end
   end
@@ -168,9 +192,10 @@ defmodule Ringbus.Resp.GroupCommands do
     end
   end
 
+  # SETID takes `-` for 0-0, as Redis (CREATE does not).
   defp setid(key, group, id, opts) do
     with {:ok, read} <- setid_options(opts),
-         {:ok, from} <- group_position(id) do
+         {:ok, from} <- group_position(if(id == "-", do: "0-0", else: id)) do
       run(key, {:set_id, group, from, read}, fn
         _tag, :ok -> {:simple, "OK"}
         _tag, {:error, :no_group} -> Errors.no_group(key, group)
@@ -181,7 +206,8 @@ defmodule Ringbus.Resp.GroupCommands do
     end
   end
 
-  defp setid_options([]), do: {:ok, nil}
+  # Without ENTRIESREAD, Redis forgets what the group has read.
+  defp setid_options([]), do: {:ok, -1}
 
   defp setid_options([opt, n]) do
     if Args.upcase(opt) == "ENTRIESREAD",
@@ -369,13 +395,17 @@ defmodule Ringbus.Resp.GroupCommands do
   defp history_entry(seq, nil, tag), do: [Entry.id(seq, tag), nil]
   defp history_entry(seq, payload, tag), do: [Entry.id(seq, tag), Entry.decode(payload)]
 
+  # The wait is listed as the group's before the group is looked up, so
+  # that an XGROUP DESTROY after the look-up reaches it.
   defp wait(reads, group, consumer, opts, s) do
+    keys = for {key, :new} <- reads, do: key
+    Enum.each(keys, &Directory.wait_group(&1, group))
+
     starts =
-      for {key, :new} <- reads do
-        GroupRequest.run(key, {:info, group}, {key, 0}, fn
+      for key <- keys do
+        GroupRequest.run(key, {:info, group}, {key, :no_group}, fn
           _tag, {:ok, %{last: last}} -> {key, last + 1}
-          # Destroyed meanwhile: wait from the start; a take finds no group.
-          _tag, {:error, :no_group} -> {key, 0}
+          _tag, {:error, :no_group} -> {key, :no_group}
         end)
       end
 
@@ -385,11 +415,32 @@ defmodule Ringbus.Resp.GroupCommands do
       group: group,
       consumer: consumer,
       count: if(opts.count > 0, do: opts.count, else: @all),
-      noack: opts.noack
+      noack: opts.noack,
+      subs: %{},
+      watch: for(key <- keys, do: {key, group})
     }
 
-    BlockingRead.block(starts, opts.count, block, s)
+    case Enum.find(starts, &match?({_, :no_group}, &1)) do
+      # Destroyed since it was read.
+      {key, :no_group} ->
+        BlockingRead.release(block)
+        {no_group(key, group), s}
+
+      nil ->
+        with {reply, s} <- BlockingRead.block(starts, opts.count, block, s) do
+          BlockingRead.release(block)
+          {reply, s}
+        end
+    end
   end
+
+  @doc false
+  # A stream the XREADGROUP waits on was deleted: Redis's -UNBLOCKED, as
+  # its group went with it.
+  def closed(_block, _sub, :channel_deleted, s),
+    do: {:reply, Encoder.error("UNBLOCKED the stream key no longer exists"), s}
+
+  def closed(block, sub, _reason, s), do: BlockingRead.drop(block, sub, s)
 
   @doc false
   # New entries on a stream the XREADGROUP waits on: take them for the
@@ -402,10 +453,13 @@ defmodule Ringbus.Resp.GroupCommands do
     taken =
       GroupRequest.run(key, request, [], fn
         tag, {:ok, messages} -> StreamCommands.entries(messages, tag)
-        _tag, {:error, :no_group} -> []
+        _tag, {:error, :no_group} -> :no_group
       end)
 
     case taken do
+      :no_group ->
+        {:reply, Errors.group_gone(), s}
+
       [] ->
         n = Enum.count(messages)
         if n > 0, do: Ringbus.ack(sub, n)

@@ -132,6 +132,9 @@ defmodule Ringbus.Resp.Protocol do
   def handle_message({:ringbus_closed, sub, reason}, state),
     do: after_session(state, Session.closed(state.session, sub, reason))
 
+  def handle_message({:resp_group_destroyed, key, group}, state),
+    do: after_session(state, Session.group_destroyed(state.session, key, group))
+
   def handle_message({:resp_timeout, token}, state),
     do: after_session(state, Session.timeout(state.session, token))
 

@@ -1,7 +1,7 @@
 defmodule Ringbus.Resp.ServerCommands do
   @moduledoc false
   # The connection and server commands of `Ringbus.Resp.Session`: PING,
-  # ECHO, QUIT, HELLO, AUTH, SELECT, CLIENT, CONFIG and INFO. Each takes the
+  # ECHO, QUIT, HELLO, AUTH, SELECT, CLIENT and INFO. Each takes the
   # command's arguments (its name aside) and the session, and returns
   # `{reply, session}` (QUIT: `{:close, reply, session}`).
 
@@ -160,55 +160,7 @@ defmodule Ringbus.Resp.ServerCommands do
   # The Redis version whose commands this front end follows.
   defp redis_version, do: "7.0.0"
 
-  def config([sub | args], s), do: config(upcase(sub), sub, args, s)
-
-  defp config("GET", _, [], s), do: {wrong_arity("config|get"), s}
-
-  defp config("GET", _, patterns, s) do
-    params = config_params(s.config)
-    pairs = for {key, value} <- params, Enum.any?(patterns, &glob?(&1, key)), do: {key, value}
-    {{:map, pairs}, s}
-  end
-
-  defp config(upper, sub, _args, s) when upper in ["SET", "RESETSTAT", "REWRITE"],
-    do:
-      {Encoder.error([
-         "ERR Ringbus does not change its configuration over RESP (CONFIG ",
-         sub,
-         ")"
-       ]), s}
-
-  defp config(_upper, sub, _args, s), do: {unknown_subcommand(sub, "CONFIG"), s}
-
-  defp config_params(config) do
-    idle = if config.idle_timeout == :infinity, do: 0, else: div(config.idle_timeout, 1000)
-
-    [
-      {"appendonly", "no"},
-      {"databases", "1"},
-      {"maxclients", Integer.to_string(config.max_connections)},
-      {"proto-max-bulk-len", Integer.to_string(config.max_frame_size)},
-      {"save", ""},
-      {"timeout", Integer.to_string(idle)}
-    ]
-  end
-
-  defp glob?(pattern, key), do: Regex.match?(glob_regex(String.downcase(pattern)), key)
-
-  defp glob_regex(pattern) do
-    body =
-      pattern
-      |> String.graphemes()
-      |> Enum.map_join(fn
-        "*" -> ".*"
-        "?" -> "."
-        char -> Regex.escape(char)
-      end)
-
-    Regex.compile!("\\A" <> body <> "\\z", "s")
-  end
-
-  @sections ["server", "clients", "memory", "stats", "keyspace"]
+  @sections ["server", "clients", "memory", "stats", "cluster", "keyspace"]
 
   def info(args, s), do: {{:verbatim, info_text(args, s)}, s}
 
@@ -231,6 +183,7 @@ defmodule Ringbus.Resp.ServerCommands do
       "ringbus_version:#{Application.spec(:ringbus, :vsn)}",
       "redis_mode:standalone",
       "os:#{:erlang.system_info(:system_architecture)}",
+      "arch_bits:#{:erlang.system_info(:wordsize) * 8}",
       "process_id:#{System.pid()}",
       "uptime_in_seconds:#{div(:erlang.statistics(:wall_clock) |> elem(0), 1000)}"
     ])
@@ -274,6 +227,9 @@ defmodule Ringbus.Resp.ServerCommands do
       "total_commands_processed:#{Counters.get(s.context.stats, :commands_processed)}"
     ])
   end
+
+  # Redis Cluster's slots are not Ringbus's cluster: clients see one server.
+  defp info_section("cluster", _s), do: lines(["# Cluster", "cluster_enabled:0"])
 
   defp info_section("keyspace", _s) do
     case KeyCommands.count_streams() do

@@ -35,7 +35,7 @@ defmodule Ringbus.Resp.Session do
   # other options, and is stored before that command runs: a command of the
   # read sees every XADD before it, as one by one.
 
-  alias Ringbus.Resp.{Args, Commands, Counters, Encoder, Errors, Keys}
+  alias Ringbus.Resp.{Args, BlockingRead, Commands, Counters, Encoder, Errors, Keys}
   alias Ringbus.Resp.{StreamCommands, Transaction}
   alias Ringbus.Server.{Auth, Config}
 
@@ -298,7 +298,7 @@ defmodule Ringbus.Resp.Session do
   defp exec_one(command, s) do
     case execute(command, s) do
       {:block, block, s} ->
-        Enum.each(Map.keys(block.subs), &Ringbus.unsubscribe/1)
+        BlockingRead.release(block)
         {:null_array, s}
 
       {reply, s} ->
@@ -316,28 +316,44 @@ defmodule Ringbus.Resp.Session do
           {status(), iodata(), t()}
   def deliver(%__MODULE__{blocked: %{subs: subs} = block} = s, sub, messages, lost)
       when is_map_key(subs, sub) do
-    case guarded(fn -> block.module.woken(block, sub, messages, lost, s) end, s) do
-      {{:error, _} = reply, s} -> resume(s, reply)
-      {:reply, reply, s} -> resume(s, reply)
-      {:wait, block} -> {blocked_status(s), [], %{s | blocked: block}}
-    end
+    answer_or_wait(s, fn -> block.module.woken(block, sub, messages, lost, s) end)
   end
 
   # A batch for a wait that has ended: dropped, the wait was answered.
   def deliver(s, _sub, _messages, _lost), do: {status(s), [], s}
 
-  @doc "A subscription of the waiting command has ended (its stream was deleted)."
+  @doc """
+  A subscription of the waiting command has ended (its stream was deleted,
+  or its node went): the command's handler (`closed/4`) says whether it
+  answers or waits on.
+  """
   @spec closed(t(), term(), term()) :: {status(), iodata(), t()}
-  def closed(%__MODULE__{blocked: %{subs: subs} = block} = s, sub, _reason)
-      when is_map_key(subs, sub) do
-    block = %{block | subs: Map.delete(subs, sub)}
-
-    if map_size(block.subs) == 0,
-      do: resume(%{s | blocked: block}, :null_array),
-      else: {blocked_status(s), [], %{s | blocked: block}}
-  end
+  def closed(%__MODULE__{blocked: %{subs: subs} = block} = s, sub, reason)
+      when is_map_key(subs, sub),
+      do: answer_or_wait(s, fn -> block.module.closed(block, sub, reason, s) end)
 
   def closed(s, _sub, _reason), do: {status(s), [], s}
+
+  @doc """
+  Group `group` of stream `key` was destroyed: an XREADGROUP waiting on it
+  gets Redis's -NOGROUP at once.
+  """
+  @spec group_destroyed(t(), binary(), binary()) :: {status(), iodata(), t()}
+  def group_destroyed(%__MODULE__{blocked: %{watch: watch}} = s, key, group) do
+    if {key, group} in watch,
+      do: resume(s, Errors.group_gone()),
+      else: {status(s), [], s}
+  end
+
+  def group_destroyed(s, _key, _group), do: {status(s), [], s}
+
+  defp answer_or_wait(s, handler) do
+    case guarded(handler, s) do
+      {{:error, _} = reply, s} -> resume(s, reply)
+      {:reply, reply, s} -> resume(s, reply)
+      {:wait, block} -> {blocked_status(s), [], %{s | blocked: block}}
+    end
+  end
 
   @doc "The waiting command's time is up: it gets the null reply, as in Redis."
   @spec timeout(t(), reference()) :: {status(), iodata(), t()}
@@ -350,7 +366,7 @@ defmodule Ringbus.Resp.Session do
 
   def cancel(s) do
     Counters.sub(s.context.stats, :blocked_clients, 1)
-    Enum.each(Map.keys(s.blocked.subs), &Ringbus.unsubscribe/1)
+    BlockingRead.release(s.blocked)
     %{s | blocked: nil, queued: []}
   end
 

@@ -11,6 +11,7 @@ defmodule Ringbus.Resp.StreamAdmin do
   # XINFO reads a stream's groups at its home, one group request each
   # (`Ringbus.Resp.GroupRequest`).
 
+  alias Ringbus.Channel.Trim
   alias Ringbus.Resp.{Args, Encoder, Entry, Errors, GroupRequest, Keys, StreamCommands}
 
   @all 4_611_686_018_427_387_904
@@ -155,8 +156,8 @@ defmodule Ringbus.Resp.StreamAdmin do
         {:map,
          [
            {"length", len},
-           {"radix-tree-keys", 0},
-           {"radix-tree-nodes", 0},
+           {"radix-tree-keys", Trim.nodes(first_seq, next_seq)},
+           {"radix-tree-nodes", Trim.nodes(first_seq, next_seq)},
            {"last-generated-id", last},
            {"max-deleted-entry-id", deleted},
            {"entries-added", next_seq},
@@ -186,13 +187,34 @@ defmodule Ringbus.Resp.StreamAdmin do
            {"consumers", Enum.count(g.consumers)},
            {"pending", g.pending},
            {"last-delivered-id", last_id(g.last, tag)},
-           {"entries-read", g.entries_read},
-           {"lag", g.lag},
-           {"lost", g.lost},
-           {"pending-dropped", g.dropped}
+           {"entries-read", entries_read(g)},
+           {"lag", lag(g)}
          ]}
       end
     end)
+  end
+
+  # -1: a count Redis does not know yet (`Ringbus.Group`'s `:create`).
+  defp entries_read(%{entries_read: -1}), do: nil
+  defp entries_read(%{entries_read: read}), do: read
+
+  # Redis 7.0's lag (streamReplyWithCGLag): entries added less the group's
+  # entries read, or, that unknown, less what Redis can tell of the group's
+  # position (streamEstimateDistanceFromFirstEverEntry); nil when it cannot.
+  # A ring has no deleted entries between its first and last, so none of
+  # Redis's tombstones.
+  defp lag(%{next: 0}), do: 0
+  defp lag(%{entries_read: read, next: next}) when read >= 0, do: next - read
+
+  defp lag(%{last: last, first: first, next: next}) do
+    cond do
+      last == next - 1 -> 0
+      last > next - 1 -> nil
+      first == next -> 0
+      last < first -> next - first
+      last == first -> next - first - 1
+      true -> nil
+    end
   end
 
   defp last_id(last, tag) when last >= 0, do: Entry.id(last, tag)
@@ -310,11 +332,13 @@ defmodule Ringbus.Resp.StreamAdmin do
        [
          {"name", g.name},
          {"last-delivered-id", last_id(g.last, tag)},
-         {"entries-read", g.entries_read},
-         {"lag", g.lag},
+         {"entries-read", entries_read(g)},
+         {"lag", lag(g)},
          {"pel-count", g.pending},
          {"pending", for({seq, c, time, n} <- g.entries, do: [Entry.id(seq, tag), c, time, n])},
-         {"consumers", consumers}
+         {"consumers", consumers},
+         {"lost", g.lost},
+         {"pending-dropped", g.dropped}
        ]}
     end
   end
@@ -326,8 +350,8 @@ defmodule Ringbus.Resp.StreamAdmin do
     {:map,
      [
        {"length", len},
-       {"radix-tree-keys", 0},
-       {"radix-tree-nodes", 0},
+       {"radix-tree-keys", Trim.nodes(info.first_seq, info.next_seq)},
+       {"radix-tree-nodes", Trim.nodes(info.first_seq, info.next_seq)},
        {"last-generated-id",
         if(info.next_seq > 0, do: Entry.id(info.next_seq - 1, tag), else: "0-0")},
        {"max-deleted-entry-id",

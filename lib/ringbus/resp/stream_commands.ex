@@ -490,7 +490,7 @@ defmodule Ringbus.Resp.StreamCommands do
   def streams_reply(found), do: {:pairs, found}
 
   defp wait(starts, opts, s) do
-    block = %{module: __MODULE__, timeout: BlockingRead.timeout(opts.block)}
+    block = %{module: __MODULE__, timeout: BlockingRead.timeout(opts.block), count: opts.count}
     starts = for {key, {:ok, from, tag}} <- starts, do: {key, from, tag}
     BlockingRead.block(starts, opts.count, block, s)
   end
@@ -507,4 +507,20 @@ defmodule Ringbus.Resp.StreamCommands do
         {:reply, streams_reply([{key, entries(messages, tag)}]), s}
     end
   end
+
+  @doc false
+  # A stream the XREAD waits on was deleted: as Redis, it waits on for the
+  # stream's next entry, from the start of the stream made again (made now,
+  # as XREAD BLOCK makes a missing stream).
+  def closed(block, sub, :channel_deleted, s) do
+    {key, _tag} = Map.fetch!(block.subs, sub)
+    block = %{block | subs: Map.delete(block.subs, sub)}
+
+    case BlockingRead.block([{key, 0}], block.count, block, s) do
+      {:block, block, _s} -> {:wait, block}
+      {reply, s} -> {:reply, reply, s}
+    end
+  end
+
+  def closed(block, sub, _reason, s), do: BlockingRead.drop(block, sub, s)
 end

@@ -6,7 +6,9 @@ defmodule Ringbus.Server.Directory do
   # `Ringbus.Server.Stats` counters and its protocol's figures function
   # (`Ringbus.Server.Protocol`);
   # each connection registers once it has its socket, with its peer and the
-  # counters it publishes. Both drop out when their process exits. A
+  # counters it publishes. A RESP connection whose XREADGROUP BLOCK waits
+  # on a group registers too, so that the group's destruction reaches it.
+  # All drop out when their process exits. A
   # `Registry`: written when a process starts, read from ETS by the caller,
   # so a scrape asks no process.
 
@@ -55,6 +57,25 @@ defmodule Ringbus.Server.Directory do
   @doc "The connections registered now: `{pid, info}`."
   @spec connections() :: [{pid(), map()}]
   def connections, do: Registry.lookup(__MODULE__, :connections)
+
+  @doc """
+  Lists the calling connection as waiting on group `group` of stream `key`
+  (an XREADGROUP BLOCK), until `unwait_group/2` or its exit.
+  """
+  @spec wait_group(binary(), binary()) :: :ok
+  def wait_group(key, group) do
+    {:ok, _owner} = Registry.register(__MODULE__, {:group_wait, key, group}, nil)
+    :ok
+  end
+
+  @doc "Ends `wait_group/2`."
+  @spec unwait_group(binary(), binary()) :: :ok
+  def unwait_group(key, group), do: Registry.unregister(__MODULE__, {:group_wait, key, group})
+
+  @doc "The connections of this node that wait on group `group` of stream `key`."
+  @spec group_waiters(binary(), binary()) :: [pid()]
+  def group_waiters(key, group),
+    do: for({pid, _} <- Registry.lookup(__MODULE__, {:group_wait, key, group}), do: pid)
 
   @doc "The servers listening now, by protocol and port."
   @spec servers() :: [

@@ -157,7 +157,7 @@ defmodule Ringbus.Resp.ClientsTest do
   # ...and the group is told of the five it never saw when it reads again.
   got = r.xreadgroup("workers", "alice", {"rc-g": ">"})
   assert [e[0] for e in got[0][1]] == [(b"11-" + T), (b"12-" + T), (b"13-" + T), (b"14-" + T), (b"15-" + T)], got
-  groups = r.xinfo_groups("rc-g")
+  groups = r.xinfo_stream("rc-g", full=True)["groups"]
   assert groups[0]["lost"] == 5 and groups[0]["last-delivered-id"] == (b"15-" + T), groups
   print("ok")
   """

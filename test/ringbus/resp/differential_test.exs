@@ -12,8 +12,8 @@ defmodule Ringbus.Resp.DifferentialTest do
   #   * XDEL of an entry that is not the oldest: refused by a ring.
   #   * HELLO: `server` is "ringbus", `version` the Redis API level (7.0.0),
   #     and `id` differs; INFO's and XINFO STREAM's figures differ (radix
-  #     tree sizes are 0, `capacity` and `overflow` are added).
-  #   * XINFO GROUPS adds `lost` and `pending-dropped`; XPENDING's extended
+  #     tree sizes are Ringbus's nodes of 100 seqs, `capacity` and `overflow` are added).
+  #   * XINFO STREAM FULL adds `lost` and `pending-dropped`; XPENDING's extended
   #     form and XINFO CONSUMERS give idle times, which differ by nature.
   #   * XREAD BLOCK on a missing stream makes the stream (Redis waits for it).
   #   * SELECT: Ringbus has one database, 0; Redis has 16.

@@ -118,6 +118,37 @@ defmodule Ringbus.Resp.GroupHomeTest do
     {[[2, ^id2, ^id3, _]], _} = RespClient.call(w, ~w(XPENDING gh-block g))
   end
 
+  test "XGROUP DESTROY through either node answers the XREADGROUPs waiting on the group through both",
+       ctx do
+    for {destroy_port, name} <- [{ctx.port_a, "gh-destroy-a"}, {ctx.port_b, "gh-destroy-b"}] do
+      c = RespClient.connect!(ctx.port_a)
+
+      {[_, {:simple, "OK"}], c} =
+        RespClient.calls(c, [~w(XADD #{name} * n 0), ~w(XGROUP CREATE #{name} g $)])
+
+      readers =
+        for port <- [ctx.port_a, ctx.port_b] do
+          r = RespClient.connect!(port)
+          :ok = RespClient.send_commands(r, [~w(XREADGROUP GROUP g c BLOCK 0 STREAMS #{name} >)])
+
+          assert eventually(fn -> RespClient.info!(port, "clients") =~ "blocked_clients:1\r\n" end)
+
+          r
+        end
+
+      {[1], _} = RespClient.call(RespClient.connect!(destroy_port), ~w(XGROUP DESTROY #{name} g))
+
+      for r <- readers do
+        assert {[
+                  {:error,
+                   "NOGROUP the consumer group this client was blocked on no longer exists"}
+                ], _} = RespClient.recv(r, 1)
+      end
+
+      RespClient.call(c, ~w(DEL #{name}))
+    end
+  end
+
   test "XREADGROUP through another node answers what fits its link, and the rest next", ctx do
     ca = RespClient.connect!(ctx.port_a)
     big = String.duplicate("x", 600_000)

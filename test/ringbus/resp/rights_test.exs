@@ -20,6 +20,7 @@ defmodule Ringbus.Resp.RightsTest do
     "CLIENT" => ~w(CLIENT ID),
     "COMMAND" => ~w(COMMAND COUNT),
     "CONFIG" => ~w(CONFIG GET save),
+    "FUNCTION" => ~w(FUNCTION LIST),
     "INFO" => ~w(INFO server),
     "DBSIZE" => ~w(DBSIZE),
     "KEYS" => ~w(KEYS rt-*),
