@@ -235,11 +235,13 @@ defmodule Ringbus.Chaos do
         {Map.put(finals, name, Map.put(final, :restarts, [])), divergent ++ others}
       end)
 
+    # The group's figures before the pushes below, which its consumers,
+    # stopped by then, would count as lag.
+    leader = Enum.find(members, hd(members), &leader?(&1, "r1.drop"))
+    groups = %{{"r1.drop", @group} => group_final(members, leader, "r1.drop")}
     # After the final reads: a push through each member's writer answers.
     stuck = for {name, _, _} <- channels, n <- members, not answers?(n, name), do: {name, n.name}
     history = history(client)
-    leader = Enum.find(members, hd(members), &leader?(&1, "r1.drop"))
-    groups = %{{"r1.drop", @group} => group_final(members, leader, "r1.drop")}
 
     report = Checker.check(history, finals, groups)
 
