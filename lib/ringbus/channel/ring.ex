@@ -1072,6 +1072,15 @@ defmodule Ringbus.Channel.Ring do
   # ring lives on) finds its seqs stored or claimed already and does nothing.
 
   @doc false
+  # The messages from `from` on, `{seq, payload, at}` in seq order, for a
+  # snapshot: one select, as a replicated ring holds single rows only.
+  @spec dump_decided(Channel.t(), seq) :: [{seq, binary(), integer()}]
+  def dump_decided(ch, from) do
+    spec = {{:"$1", :"$2", :_}, [{:is_binary, :"$2"}, {:>=, :"$1", from}], [:"$_"]}
+    :ets.select(ch.table, [spec])
+  end
+
+  @doc false
   # Stores `count` payloads (`bytes` in all) under the seqs from `first`,
   # at `at` (monotonic µs: the leader's stamp on this node's clock), unless
   # the ring is past them. If the ring is behind `first` (it was created

@@ -68,9 +68,9 @@ defmodule Ringbus.Replica.Checkpoints do
 
   # The messages the ring holds from `tail`: `{seq, payload, ms}`.
   defp messages(ch, state) do
-    {messages, _n, _lost, _next, runs} = Ring.read_timed(ch, state.tail, state.head - state.tail)
-    times = for {at, n} <- :lists.reverse(runs), _ <- 1..n, do: Times.ms(at)
-    Enum.zip_with(messages, times, fn {seq, payload}, ms -> {seq, payload, ms} end)
+    for {seq, payload, at} <- Ring.dump_decided(ch, state.tail),
+        seq < state.head,
+        do: {seq, payload, Times.ms(at)}
   end
 
   @doc """
