@@ -107,9 +107,18 @@ defmodule Ringbus.Replica.MachineTest do
         )
 
       assert reply == [{:ok, 0}, {:error, :badarg}, {:error, :badarg}, {:ok, 1}]
-      assert ops == [{:put, 0, ["a"], 1, 1}, {:put, 1, ["b", "c"], 2, 2}, {:drop, 0}]
+      # The batches stored are one put, at the first one's seq.
+      assert ops == [{:put, 0, ["a", "b", "c"], 3, 3}, {:drop, 0}]
       assert state.head == 3
       assert {_, {:error, :badarg}, []} = Machine.decide(:what, 2, state)
+    end
+
+    test "a refusal between batches of one command keeps the puts apart, in order" do
+      command = {:push_batches, [{nil, ["a"]}, {nil, ["b", "c", "d", "e"]}, {nil, ["f"]}]}
+      {state, reply, ops} = Machine.decide(command, 1, machine(capacity: 4, overflow: :reject))
+      assert reply == [{:ok, 0}, {:error, :full}, {:ok, 1}]
+      assert ops == [{:put, 0, ["a"], 1, 1}, {:rejected, 4}, {:put, 1, ["f"], 1, 1}]
+      assert {state.head, state.rejected} == {2, 4}
     end
   end
 
@@ -191,7 +200,7 @@ defmodule Ringbus.Replica.MachineTest do
       push = {:tagged, {:w, 0, 0}, {:push_batches, [{nil, ["a"]}, {{:p, 1}, ["b", "c"]}]}}
       {state, first, ops} = Machine.decide(push, 1, state)
       assert first == [{:ok, 0}, {:ok, 1}]
-      assert [{:put, 0, ["a"], 1, 1}, {:put, 1, ["b", "c"], 2, 2}, {:drop, 0}] = ops
+      assert [{:put, 0, ["a", "b", "c"], 3, 3}, {:drop, 0}] = ops
 
       # The same command again (the writer's resend after a failover).
       assert {state, ^first, []} = Machine.decide(push, 2, state)
