@@ -51,28 +51,13 @@ defmodule Ringbus.Replica.Machine do
   # `stale_tag` answers a tag below the floor that is not kept, and nothing
   # is applied. A refusal is a reply like any other: a resend gets it too.
   #
-  # The log. Ra may drop the entries before a `release_cursor`, and on
-  # recovery rebuilds the ring from the snapshot's state and the entries after
-  # it, so a cursor may only pass entries whose messages are all dead
-  # (overwritten or pulled). The state keeps a few checkpoints
-  # `{index, head, state}`, at least a quarter of the capacity of seqs apart:
-  # once `tail` reaches a checkpoint's `head`, every message stored by the
-  # entries up to its `index` is dead, and the newest such checkpoint goes out
-  # as the cursor. Heads are at most `capacity` apart, so there are at most
-  # five checkpoints.
-  #
-  # Groups. A channel's consumer groups are rows of this node's group table
-  # that only the log changes, so each checkpoint carries them (`groups`),
-  # and a state that has them (a snapshot recovered or installed, or a
-  # fresh one: none) puts them in the table before its next command. While
-  # a channel has groups, checkpoints are at least @regroup entries apart,
-  # so that copying the rows costs little per command; the log then keeps
-  # up to that many entries more.
+  # The log and the groups' rows: `Ringbus.Replica.Checkpoints` decides
+  # what Ra may release, and carries the groups with each checkpoint.
 
   @behaviour :ra_machine
 
   alias Ringbus.Channel.{Ring, Times, Trim}
-  alias Ringbus.Replica.Retention
+  alias Ringbus.Replica.{Checkpoints, Retention}
   alias Ringbus.{Group, Store}
 
   # A replicated channel remembers as many tags as a memory channel does.
@@ -87,7 +72,6 @@ defmodule Ringbus.Replica.Machine do
   # command alike; under an older version in effect, a newer command is
   # refused as that version refuses it.
   @version 3
-  @regroup 4_096
 
   defstruct [
     :channel,
@@ -170,7 +154,7 @@ defmodule Ringbus.Replica.Machine do
     ops = expired ++ ops
     reply = carry_out(state.channel, ops, reply, now)
     state = settle(state, command, reply)
-    {state, effects} = checkpoint(state, index)
+    {state, effects} = Checkpoints.checkpoint(state, index)
     {state, reply, effects ++ Retention.expiry_timer(state)}
   end
 
@@ -469,81 +453,6 @@ defmodule Ringbus.Replica.Machine do
   end
 
   defp finish(ops, _state), do: ops
-
-  ## Release cursors
-
-  @doc """
-  Takes a checkpoint of `state` at `index` when due, and returns the
-  `release_cursor` effect of the newest checkpoint whose entries hold no live
-  message, if there is one.
-  """
-  @spec checkpoint(%__MODULE__{}, non_neg_integer()) :: {%__MODULE__{}, list()}
-  def checkpoint(state, index) do
-    state = take_checkpoint(state, index)
-    {released, checkpoints} = released(state.checkpoints, state.tail, nil)
-    state = %{state | checkpoints: checkpoints}
-
-    effects =
-      case released do
-        nil -> []
-        {at, _head, snapshot} -> [{:release_cursor, at, snapshot}]
-      end
-
-    {state, effects}
-  end
-
-  defp released(checkpoints, tail, last) do
-    case :queue.peek(checkpoints) do
-      {:value, {_at, head, _snapshot} = cp} when head <= tail ->
-        released(:queue.drop(checkpoints), tail, cp)
-
-      _ ->
-        {last, checkpoints}
-    end
-  end
-
-  defp take_checkpoint(state, index) do
-    spacing = max(1, div(state.capacity, 4))
-
-    case :queue.peek_r(state.checkpoints) do
-      :empty ->
-        %{state | checkpoints: :queue.in(checkpoint_at(state, index), state.checkpoints)}
-
-      # No seq stored since: the later index releases more of the log.
-      {:value, {at, head, _}} when head == state.head ->
-        if index - at >= @regroup or not groups?(state.channel) do
-          cp = checkpoint_at(state, index)
-          %{state | checkpoints: :queue.in(cp, :queue.drop_r(state.checkpoints))}
-        else
-          state
-        end
-
-      {:value, {at, head, _}} when state.head - head >= spacing ->
-        if index - at >= @regroup or not groups?(state.channel),
-          do: %{state | checkpoints: :queue.in(checkpoint_at(state, index), state.checkpoints)},
-          else: state
-
-      _ ->
-        state
-    end
-  end
-
-  defp checkpoint_at(state, index) do
-    rows =
-      case Store.fetch(state.channel) do
-        {:ok, ch} -> Group.rows(ch)
-        {:error, :no_channel} -> []
-      end
-
-    {index, state.head, %{state | checkpoints: :queue.new(), groups: rows}}
-  end
-
-  defp groups?(channel) do
-    case Store.fetch(channel) do
-      {:ok, ch} -> Group.any?(ch)
-      {:error, :no_channel} -> false
-    end
-  end
 
   ## Carrying decisions out on this node's ring
 

@@ -4,7 +4,7 @@ defmodule Ringbus.Replica.MachineTest do
   # `apply/3` on a real ring of this node, replayed.
   use ExUnit.Case, async: true
 
-  alias Ringbus.Replica.Machine
+  alias Ringbus.Replica.{Checkpoints, Machine}
   alias Ringbus.Test.Internals
 
   # The channels these tests create, gone after each (the status page test
@@ -295,23 +295,23 @@ defmodule Ringbus.Replica.MachineTest do
     test "a cursor passes only entries whose messages are all dead" do
       state = machine(capacity: 4)
       # Nothing stored yet: the log so far can go.
-      assert {state, [{:release_cursor, 0, _}]} = Machine.checkpoint(state, 0)
+      assert {state, [{:release_cursor, 0, _}]} = Checkpoints.checkpoint(state, 0)
 
       # Entries 1 and 2 store seqs 0..3: all live, nothing to release.
       {state, _, _} = Machine.decide({:push, nil, ["a", "b"]}, 1, state)
-      {state, []} = Machine.checkpoint(state, 1)
+      {state, []} = Checkpoints.checkpoint(state, 1)
       {state, _, _} = Machine.decide({:push, nil, ["c", "d"]}, 2, state)
-      {state, []} = Machine.checkpoint(state, 2)
+      {state, []} = Checkpoints.checkpoint(state, 2)
 
       # Entry 3 overwrites seqs 0 and 1, entry 1's: the log up to 1 can go,
       # with the state as it was after entry 1.
       {state, _, _} = Machine.decide({:push, nil, ["e", "f"]}, 3, state)
-      assert {state, [{:release_cursor, 1, snapshot}]} = Machine.checkpoint(state, 3)
+      assert {state, [{:release_cursor, 1, snapshot}]} = Checkpoints.checkpoint(state, 3)
       assert {snapshot.head, snapshot.tail} == {2, 0}
 
       # Pulling everything releases up to the last entry that stored.
       {state, _, _} = Machine.decide({:pull, 10}, 4, state)
-      assert {_state, [{:release_cursor, 4, snapshot}]} = Machine.checkpoint(state, 4)
+      assert {_state, [{:release_cursor, 4, snapshot}]} = Checkpoints.checkpoint(state, 4)
       assert {snapshot.head, snapshot.tail} == {6, 6}
     end
 
@@ -320,7 +320,7 @@ defmodule Ringbus.Replica.MachineTest do
         Enum.reduce(1..10_000, machine(capacity: 1000, overflow: :reject), fn i, st ->
           cmd = if rem(i, 3) == 0, do: {:pull, 1}, else: {:push, nil, ["x"]}
           {st, _, _} = Machine.decide(cmd, i, st)
-          {st, _} = Machine.checkpoint(st, i)
+          {st, _} = Checkpoints.checkpoint(st, i)
           st
         end)
 
