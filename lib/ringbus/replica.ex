@@ -205,6 +205,14 @@ defmodule Ringbus.Replica do
   @spec push(Channel.t(), [binary()], non_neg_integer(), keyword()) ::
           {:ok, non_neg_integer()}
           | {:error, :full | :too_large | :stale_tag | :node_busy | :timeout}
+  # The options of a plain push (`Ringbus.push/2`): nothing to validate.
+  def push(channel, payloads, bytes, []) when is_list(payloads),
+    do: call(channel, {:push, nil, payloads, bytes}, @default_timeout)
+
+  def push(channel, payloads, bytes, timeout: timeout)
+      when is_list(payloads) and is_integer(timeout) and timeout > 0,
+      do: call(channel, {:push, nil, payloads, bytes}, timeout)
+
   def push(channel, payloads, bytes, opts) do
     opts = Options.validate!(opts, [producer: nil, timeout: @default_timeout], "push")
 

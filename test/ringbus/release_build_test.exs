@@ -161,6 +161,7 @@ defmodule Ringbus.ReleaseBuildTest do
   defp refute_crash_dump, do: for(dump <- crash_dumps(), do: refute(File.exists?(dump)))
 
   test "a port in use stops the boot with one line that names its variable, and status 1" do
+    remove_crash_dumps()
     {:ok, taken} = :gen_tcp.listen(0, ip: {127, 0, 0, 1})
     {:ok, port} = :inet.port(taken)
 

@@ -273,7 +273,8 @@ defmodule Ringbus.Replica.Machine do
           {st, [{:error, :badarg} | replies], ops}
       end)
 
-    {state, Enum.reverse(replies), ops |> Enum.reverse() |> Enum.concat() |> finish(state)}
+    ops = ops |> Enum.reverse() |> Enum.concat() |> merge_puts()
+    {state, Enum.reverse(replies), finish(ops, state)}
   end
 
   # A channel with holding groups has them for consumers: a pull takes nothing.
@@ -497,6 +498,23 @@ defmodule Ringbus.Replica.Machine do
   end
 
   defp measure(_payloads), do: :error
+
+  # Batches stored one after another are one put: the ring inserts them at
+  # once and wakes its readers once, on every member.
+  defp merge_puts([{:put, first, payloads, count, bytes} | rest]),
+    do: merge_puts(rest, first, [payloads], count, bytes)
+
+  defp merge_puts([op | rest]), do: [op | merge_puts(rest)]
+  defp merge_puts([]), do: []
+
+  defp merge_puts([{:put, next, payloads, n, b} | rest], first, runs, count, bytes)
+       when next == first + count,
+       do: merge_puts(rest, first, [payloads | runs], count + n, bytes + b)
+
+  defp merge_puts(rest, first, runs, count, bytes),
+    do: [
+      {:put, first, runs |> :lists.reverse() |> :lists.append(), count, bytes} | merge_puts(rest)
+    ]
 
   # After a command's pushes: a drop-oldest channel drops what the capacity
   # and max_bytes no longer hold, once, after all of its batches.

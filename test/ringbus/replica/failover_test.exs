@@ -79,7 +79,10 @@ defmodule Ringbus.Replica.FailoverTest do
     :ok = Nodes.join(nodes)
     await_leader(nodes)
     assert {:ok, 1} = Nodes.call(left, Ringbus, :push, ["f", "b", opts], 15_000)
-    assert {:ok, [{0, "a"}, {1, "b"}], 0} = Nodes.call(left, Ringbus, :read, ["f", 0, 10])
+    # `left` may follow now: its ring has the push once it applies the entry.
+    eventually(fn ->
+      Nodes.call(left, Ringbus, :read, ["f", 0, 10]) == {:ok, [{0, "a"}, {1, "b"}], 0}
+    end)
   end
 
   defp kill_rounds(prefix, rounds) do

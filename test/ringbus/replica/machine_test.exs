@@ -5,7 +5,7 @@ defmodule Ringbus.Replica.MachineTest do
   use ExUnit.Case, async: true
 
   alias Ringbus.Channel.Trim
-  alias Ringbus.Replica.Machine
+  alias Ringbus.Replica.{Checkpoints, Machine}
   alias Ringbus.Test.Internals
 
   # The channels these tests create, gone after each (the status page test
@@ -108,9 +108,18 @@ defmodule Ringbus.Replica.MachineTest do
         )
 
       assert reply == [{:ok, 0}, {:error, :badarg}, {:error, :badarg}, {:ok, 1}]
-      assert ops == [{:put, 0, ["a"], 1, 1}, {:put, 1, ["b", "c"], 2, 2}, {:drop, 0}]
+      # The batches stored are one put, at the first one's seq.
+      assert ops == [{:put, 0, ["a", "b", "c"], 3, 3}, {:drop, 0}]
       assert state.head == 3
       assert {_, {:error, :badarg}, []} = Machine.decide(:what, 2, state)
+    end
+
+    test "a refusal between batches of one command keeps the puts apart, in order" do
+      command = {:push_batches, [{nil, ["a"]}, {nil, ["b", "c", "d", "e"]}, {nil, ["f"]}]}
+      {state, reply, ops} = Machine.decide(command, 1, machine(capacity: 4, overflow: :reject))
+      assert reply == [{:ok, 0}, {:error, :full}, {:ok, 1}]
+      assert ops == [{:put, 0, ["a"], 1, 1}, {:rejected, 4}, {:put, 1, ["f"], 1, 1}]
+      assert {state.head, state.rejected} == {2, 4}
     end
   end
 
@@ -192,7 +201,7 @@ defmodule Ringbus.Replica.MachineTest do
       push = {:tagged, {:w, 0, 0}, {:push_batches, [{nil, ["a"]}, {{:p, 1}, ["b", "c"]}]}}
       {state, first, ops} = Machine.decide(push, 1, state)
       assert first == [{:ok, 0}, {:ok, 1}]
-      assert [{:put, 0, ["a"], 1, 1}, {:put, 1, ["b", "c"], 2, 2}, {:drop, 0}] = ops
+      assert [{:put, 0, ["a", "b", "c"], 3, 3}, {:drop, 0}] = ops
 
       # The same command again (the writer's resend after a failover).
       assert {state, ^first, []} = Machine.decide(push, 2, state)
@@ -287,23 +296,23 @@ defmodule Ringbus.Replica.MachineTest do
     test "a cursor passes only entries whose messages are all dead" do
       state = machine(capacity: 4)
       # Nothing stored yet: the log so far can go.
-      assert {state, [{:release_cursor, 0, _}]} = Machine.checkpoint(state, 0)
+      assert {state, [{:release_cursor, 0, _}]} = Checkpoints.checkpoint(state, 0, 4)
 
       # Entries 1 and 2 store seqs 0..3: all live, nothing to release.
       {state, _, _} = Machine.decide({:push, nil, ["a", "b"]}, 1, state)
-      {state, []} = Machine.checkpoint(state, 1)
+      {state, []} = Checkpoints.checkpoint(state, 1, 4)
       {state, _, _} = Machine.decide({:push, nil, ["c", "d"]}, 2, state)
-      {state, []} = Machine.checkpoint(state, 2)
+      {state, []} = Checkpoints.checkpoint(state, 2, 4)
 
       # Entry 3 overwrites seqs 0 and 1, entry 1's: the log up to 1 can go,
       # with the state as it was after entry 1.
       {state, _, _} = Machine.decide({:push, nil, ["e", "f"]}, 3, state)
-      assert {state, [{:release_cursor, 1, snapshot}]} = Machine.checkpoint(state, 3)
+      assert {state, [{:release_cursor, 1, snapshot}]} = Checkpoints.checkpoint(state, 3, 4)
       assert {snapshot.head, snapshot.tail} == {2, 0}
 
       # Pulling everything releases up to the last entry that stored.
       {state, _, _} = Machine.decide({:pull, 10}, 4, state)
-      assert {_state, [{:release_cursor, 4, snapshot}]} = Machine.checkpoint(state, 4)
+      assert {_state, [{:release_cursor, 4, snapshot}]} = Checkpoints.checkpoint(state, 4, 4)
       assert {snapshot.head, snapshot.tail} == {6, 6}
     end
 
@@ -312,7 +321,7 @@ defmodule Ringbus.Replica.MachineTest do
         Enum.reduce(1..10_000, machine(capacity: 1000, overflow: :reject), fn i, st ->
           cmd = if rem(i, 3) == 0, do: {:pull, 1}, else: {:push, nil, ["x"]}
           {st, _, _} = Machine.decide(cmd, i, st)
-          {st, _} = Machine.checkpoint(st, i)
+          {st, _} = Checkpoints.checkpoint(st, i, 4)
           st
         end)
 
