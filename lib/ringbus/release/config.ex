@@ -68,9 +68,10 @@ defmodule Ringbus.Release.Config do
      "Socket buffer sizes and the size of one read, in bytes."},
     {"RINGBUS_CHANNELS", :channels, :channels, "none",
      "Channels created at boot, comma-separated: " <>
-       "`NAME:CAPACITY[:OVERFLOW[:MAX_BYTES]][@replicas=N]`, OVERFLOW `drop_oldest` or " <>
-       "`reject`; `@replicas=N` makes it replicated and durable (`Ringbus.create/2`'s " <>
-       "`replicas:`), on this node and N - 1 connected ones."},
+       "`NAME:CAPACITY[:OVERFLOW[:MAX_BYTES]][@replicas=N][@max_age=MS]`, OVERFLOW " <>
+       "`drop_oldest` or `reject`; `@replicas=N` makes it replicated and durable " <>
+       "(`Ringbus.create/2`'s `replicas:`), on this node and N - 1 connected ones; " <>
+       "`@max_age=MS` lets messages older than MS ms go (`max_age:`)."},
     {"RINGBUS_HTTP_HOST", {:http, :host}, :ip, "`127.0.0.1`",
      "The address the HTTP endpoint (`/metrics`, `/status`) binds."},
     {"RINGBUS_HTTP_PORT", {:http, :port}, :port_or_off, "`9171`",
@@ -355,15 +356,15 @@ defmodule Ringbus.Release.Config do
     end
   end
 
-  @channel_syntax "NAME:CAPACITY[:OVERFLOW[:MAX_BYTES]][@replicas=N]"
+  @channel_syntax "NAME:CAPACITY[:OVERFLOW[:MAX_BYTES]][@replicas=N][@max_age=MS]"
 
   defp channel(spec) do
-    {spec, suffix} = suffix(spec)
+    {spec, suffixes} = suffixes(spec, [])
 
     case String.split(spec, ":") do
       [name | opts] when name != "" and opts != [] ->
         with {:ok, opts} <- channel_options(opts),
-             {:ok, opts} <- replicas(opts, suffix) do
+             {:ok, opts} <- suffix_options(opts, suffixes) do
           {:ok, {name, opts}}
         else
           {:error, message} -> {:error, "#{inspect(name)}: #{message}"}
@@ -374,24 +375,44 @@ defmodule Ringbus.Release.Config do
     end
   end
 
-  # The text after the last `@`, when it holds no `:` (a name may hold `@`,
-  # the options after it always hold the `:` before CAPACITY).
-  defp suffix(spec) do
+  # The texts after each trailing `@` that hold no `:`, in order (a name may
+  # hold `@`, the options after it always hold the `:` before CAPACITY).
+  defp suffixes(spec, acc) do
     case Regex.run(~r/^(.*)@([^@:]*)$/s, spec) do
-      [_, spec, suffix] -> {spec, suffix}
-      nil -> {spec, nil}
+      [_, spec, suffix] -> suffixes(spec, [suffix | acc])
+      nil -> {spec, acc}
     end
   end
 
-  defp replicas(opts, nil), do: {:ok, opts}
+  defp suffix_options(opts, suffixes) do
+    Enum.reduce_while(suffixes, {:ok, opts}, fn suffix, {:ok, opts} ->
+      case suffix_option(suffix) do
+        {:ok, {key, value}} ->
+          if Keyword.has_key?(opts, key),
+            do: {:halt, {:error, "@#{key} given twice"}},
+            else: {:cont, {:ok, opts ++ [{key, value}]}}
 
-  defp replicas(opts, "replicas=" <> n) do
-    with {:ok, n} <- option(:replicas, integer(n, 1..(2 ** 62), "a positive integer")),
-         do: {:ok, opts ++ [replicas: n]}
+        error ->
+          {:halt, error}
+      end
+    end)
   end
 
-  defp replicas(_opts, suffix),
-    do: {:error, "expected @replicas=N after the options, got: #{inspect("@" <> suffix)}"}
+  defp suffix_option("replicas=" <> n),
+    do: positive_option(:replicas, n)
+
+  defp suffix_option("max_age=" <> ms),
+    do: positive_option(:max_age, ms)
+
+  defp suffix_option(suffix),
+    do:
+      {:error,
+       "expected @replicas=N or @max_age=MS after the options, got: #{inspect("@" <> suffix)}"}
+
+  defp positive_option(key, text) do
+    with {:ok, n} <- option(key, integer(text, 1..(2 ** 62), "a positive integer")),
+         do: {:ok, {key, n}}
+  end
 
   defp channel_options([capacity | rest]) when length(rest) <= 2 do
     with {:ok, capacity} <-
