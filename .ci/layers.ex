@@ -52,6 +52,7 @@ defmodule Layers do
     {"lib/ringbus/group/", :group},
     {"lib/ringbus/application.ex", :application},
     {"lib/ringbus/store.ex", :store},
+    {"lib/ringbus/store/", :store},
     {"lib/ringbus/channel.ex", :channel},
     {"lib/ringbus/channel/", :channel},
     {"lib/ringbus/wire/", :wire},

@@ -261,9 +261,12 @@ defmodule Ringbus do
   A memory channel removes them as it is next used: every push, pull,
   read, `len/1`, `info/1`, subscription read and group request looks at
   the oldest message's time first (one look, no scan), so none of them
-  sees an expired message, and a channel nobody uses keeps them until it
-  is used. A replicated channel decides expiry in its log, at each
-  command's stamp and at a timer its leader sets for the oldest message,
+  sees an expired message; and the node's sweep lets them go from
+  channels nobody uses, a bounded amount of work a sweep, as the
+  application env `:expiry_sweep` sets it: every `interval:` ms (1000 by
+  default) the next `channels:` such channels (100), at most `messages:`
+  messages of each (1000). A replicated channel decides expiry in its
+  log, at each command's stamp and at a timer its leader sets for the oldest message,
   so every member expires the same messages; a read on a member between
   the moment a message passes `max_age` and that command may still see it.
 
