@@ -244,8 +244,9 @@ defmodule Ringbus do
   decrease in seq order, whatever the number of producers. A replicated
   channel's messages carry its leader's stamp, the same on every member
   (never less than the previous command's, should leaders' clocks differ).
-  `info/1` gives `:oldest_time` and `:newest_time`; `read/4` and
-  `subscribe/2` give each message's time with `times: true`; `read/3`,
+  `info/1` gives `:oldest_time` and `:newest_time`; `read/4`,
+  `subscribe/2` and `Ringbus.Groups.fetch/5` give each message's time
+  with `times: true`; `read/3`,
   `subscribe/2`'s `:from` and `Ringbus.Groups.create/3`'s `:from` take
   `{:time, ms}`, the first message stored at or after that time, found by
   binary search over the messages held:
