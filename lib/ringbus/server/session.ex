@@ -268,21 +268,10 @@ defmodule Ringbus.Server.Session do
     do: close(:bad_frame, "a version 6 CREATE ends with max_age", 0)
 
   defp request(session, {:create, corr, name, capacity, overflow, max_bytes, replicas}),
-    do: request(session, {:create, corr, name, capacity, overflow, max_bytes, replicas, nil})
+    do: create(session, {corr, name}, {capacity, overflow, max_bytes, replicas, nil})
 
-  defp request(session, {:create, corr, name, capacity, overflow, max_bytes, replicas, age}) do
-    guarded(session, corr, :manage, name, fn ->
-      opts = [capacity: capacity, overflow: overflow, max_bytes: max_bytes, replicas: replicas]
-      opts = if age, do: opts ++ [max_age: age], else: opts
-
-      case capacity > 0 and Ringbus.create(name, opts) do
-        false -> {:error, :bad_argument, "capacity must be positive"}
-        :ok -> {:ok, corr}
-        {:error, :node_down} when replicas != nil -> {:error, :node_down, needs(replicas)}
-        error -> error
-      end
-    end)
-  end
+  defp request(session, {:create, corr, name, capacity, overflow, max_bytes, replicas, age}),
+    do: create(session, {corr, name}, {capacity, overflow, max_bytes, replicas, age})
 
   defp request(session, {:delete, corr, name}) do
     guarded(session, corr, :manage, name, fn ->
@@ -323,18 +312,13 @@ defmodule Ringbus.Server.Session do
   end
 
   defp request(session, {:subscribe, corr, name, from, credit, max_batch}),
-    do: request(session, {:subscribe, corr, name, from, credit, max_batch, nil, false})
+    do: subscribe(session, {corr, name, from, credit, max_batch}, nil, false)
 
   defp request(session, {:subscribe, corr, name, from, credit, max_batch, incarnation}),
-    do: request(session, {:subscribe, corr, name, from, credit, max_batch, incarnation, false})
+    do: subscribe(session, {corr, name, from, credit, max_batch}, incarnation, false)
 
-  defp request(session, {:subscribe, corr, name, from, credit, max_batch, incarnation, times?}) do
-    if Auth.allowed?(session.grants, :read, name) do
-      subscribe(session, corr, name, {from, incarnation, times?}, credit, max_batch)
-    else
-      forbidden(session, corr, :read, name)
-    end
-  end
+  defp request(session, {:subscribe, corr, name, from, credit, max_batch, incarnation, times?}),
+    do: subscribe(session, {corr, name, from, credit, max_batch}, incarnation, times?)
 
   defp request(session, {:credit, corr, sub_id, credit}) do
     case session.subs do
@@ -376,6 +360,20 @@ defmodule Ringbus.Server.Session do
   defp request(_session, frame),
     do: close(:unknown_opcode, "not a request: #{elem(frame, 0)}", 0)
 
+  defp create(session, {corr, name}, {capacity, overflow, max_bytes, replicas, age}) do
+    guarded(session, corr, :manage, name, fn ->
+      opts = [capacity: capacity, overflow: overflow, max_bytes: max_bytes, replicas: replicas]
+      opts = if age, do: opts ++ [max_age: age], else: opts
+
+      case capacity > 0 and Ringbus.create(name, opts) do
+        false -> {:error, :bad_argument, "capacity must be positive"}
+        :ok -> {:ok, corr}
+        {:error, :node_down} when replicas != nil -> {:error, :node_down, needs(replicas)}
+        error -> error
+      end
+    end)
+  end
+
   # READ_OK names the incarnation its seqs are of: the one stated, or the
   # channel's, which the read answers with its messages (one request).
   defp read(session, corr, name, {from, max}, incarnation, times?) do
@@ -415,6 +413,14 @@ defmodule Ringbus.Server.Session do
   end
 
   defp at_incarnation(_name, incarnation, fun, _tries), do: fun.(incarnation)
+
+  defp subscribe(session, {corr, name, from, credit, max_batch}, incarnation, times?) do
+    if Auth.allowed?(session.grants, :read, name) do
+      subscribe(session, corr, name, {from, incarnation, times?}, credit, max_batch)
+    else
+      forbidden(session, corr, :read, name)
+    end
+  end
 
   defp subscribe(session, corr, name, {from, incarnation, times?}, credit, max_batch) do
     max_credit = session.config.max_credit
