@@ -264,6 +264,12 @@ defmodule Ringbus.Server.Session do
   defp request(%{version: v}, {:read, _, _, _, _, _, _}) when v < 6,
     do: close(:bad_frame, "read with time needs protocol version 6", 0)
 
+  defp request(%{version: v}, {:group_create, _, _, _, {:time, _}, _, _, _, _}) when v < 6,
+    do: close(:bad_frame, "group_create with time needs protocol version 6", 0)
+
+  defp request(%{version: v}, {:group_fetch_timed, _, _, _, _, _, _} = frame) when v < 6,
+    do: close(:unknown_opcode, "not a request: #{elem(frame, 0)}", 0)
+
   defp request(%{version: 6}, {:create, _, _, _, _, _, _}),
     do: close(:bad_frame, "a version 6 CREATE ends with max_age", 0)
 

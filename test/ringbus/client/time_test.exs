@@ -52,6 +52,32 @@ defmodule Ringbus.Client.TimeTest do
     end
   end
 
+  for {kind, opts} <- [memory: [], replicated: [replicas: 1]] do
+    test "a group created at a time, fetched with times (#{kind})", %{client: client} do
+      name = "client-time-group-#{unquote(kind)}"
+      :ok = Client.create(client, name, [capacity: 100] ++ unquote(opts))
+      {:ok, 0} = Client.push_many(client, name, ~w(a b))
+      {:ok, 2} = Client.push(client, name, "c")
+      {:ok, timed, 0} = Ringbus.read(name, 0, 3, times: true)
+      {2, "c", t2} = List.last(timed)
+      first = Enum.find(timed, fn {_, _, ms} -> ms >= t2 end)
+
+      assert :ok = Client.Groups.create(client, name, "since", from: {:time, t2})
+      {seq, payload, ^t2} = first
+
+      assert {:ok, [{^seq, ^payload, 1, ^t2} | _]} =
+               Client.Groups.fetch(client, name, "since", "c1", 10, times: true)
+
+      :ok = Client.Groups.create(client, name, "all", from: :earliest)
+      expected = for {seq, payload, ms} <- timed, do: {seq, payload, 1, ms}
+      assert {:ok, ^expected} = Client.Groups.fetch(client, name, "all", "c1", 10, times: true)
+      {:ok, 3} = Client.Groups.nack(client, name, "all", [0, 1, 2])
+      # Without times, as before.
+      assert {:ok, [{0, "a", 2}, {1, "b", 2}, {2, "c", 2}]} =
+               Client.Groups.fetch(client, name, "all", "c1", 10)
+    end
+  end
+
   test "max_age over the wire: what is older leaves, counted expired", %{client: client} do
     :ok = Client.create(client, "client-time-age", capacity: 10, max_age: 50)
     {:ok, 0} = Client.push(client, "client-time-age", "old")

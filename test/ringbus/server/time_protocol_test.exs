@@ -67,6 +67,16 @@ defmodule Ringbus.Server.TimeProtocolTest do
     RawClient.send_frames(client, [{:create, 5, "t5b", 10, :reject, nil, nil, 1000}])
     assert [{:error, 0, :bad_frame, _}] = RawClient.recv_until_closed(client)
 
+    client = hello!(port, 5)
+    RawClient.send_frames(client, [{:group_fetch_timed, 7, "t5", "g", "c", 1, 0}])
+    assert [{:error, 0, :unknown_opcode, _}] = RawClient.recv_until_closed(client)
+
+    client = hello!(port, 5)
+    create = {:group_create, 8, "t5", "g", {:time, 0}, 1000, :infinity, 10, nil}
+    RawClient.send_frames(client, [create])
+    assert [{:error, 0, :bad_frame, _}] = RawClient.recv_until_closed(client)
+    assert Ringbus.Groups.info("t5") == {:ok, []}
+
     client = hello!(port, 4)
     RawClient.send_frames(client, [{:subscribe, 6, "t5", 0, 1, 1, nil, true}])
     assert [{:error, 0, :bad_frame, _}] = RawClient.recv_until_closed(client)

@@ -59,7 +59,7 @@ defmodule Ringbus.Wire.FrameTest do
     end
 
     test "unknown opcodes" do
-      for opcode <- [0x00, 0x0E, 0x0F, 0x1A, 0x7F, 0x80, 0x92, 0xFE] do
+      for opcode <- [0x00, 0x0E, 0x0F, 0x1B, 0x7F, 0x80, 0x92, 0xFE] do
         assert Frame.decode(<<1::32, opcode>>, @max) == {:error, {:unknown_opcode, opcode}}
       end
     end

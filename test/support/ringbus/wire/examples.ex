@@ -206,6 +206,14 @@ defmodule Ringbus.Wire.Examples do
      "GROUP_CREATE: corr 21, name \"jobs\", group \"audit\", from_kind 2 (latest), " <>
        "from_seq 0, ack_wait 1000 ms, max_deliver 0 (no bound), max_pending 100, " <>
        "dead_letter of 0 bytes (none)"},
+    {"group_create_time",
+     {:group_create, 24, "jobs", "since", {:time, 1_767_225_600_000}, 1000, :infinity, 100, nil},
+     "GROUP_CREATE of version 6 from a time: corr 24, name \"jobs\", group \"since\", " <>
+       "from_kind 3 (a time), from_seq 1767225600000 (ms), ack_wait 1000 ms, " <>
+       "max_deliver 0 (no bound), max_pending 100, dead_letter of 0 bytes (none)"},
+    {"group_fetch_timed", {:group_fetch_timed, 25, "jobs", "workers", "w1", 10, 0},
+     "GROUP_FETCH_TIMED: corr 25, name \"jobs\", group \"workers\", consumer \"w1\", " <>
+       "max 10, wait 0 ms (answer at once)"},
     {"group_fetch", {:group_fetch, 22, "jobs", "workers", "w1", 10, 5000},
      "GROUP_FETCH: corr 22, name \"jobs\", group \"workers\", consumer \"w1\", max 10, " <>
        "wait 5000 ms"},
@@ -232,6 +240,9 @@ defmodule Ringbus.Wire.Examples do
     {"group_messages_more", {:group_messages, 22, true, 1, [{7, "def", 1}]},
      "GROUP_MESSAGES: corr 22, flags 1 (more frames of this answer follow), count 1; " <>
        "seq 7, deliveries 1, payload \"def\""},
+    {"group_messages_times", {:group_messages, 25, false, 1, [{7, "def", 2, 1_767_225_600_003}]},
+     "GROUP_MESSAGES with times: corr 25, flags 2 (times), count 1; " <>
+       "seq 7, deliveries 2, time 1767225600003, payload \"def\""},
     {"group_count", {:group_count, 23, 2}, "GROUP_COUNT: corr 23, count 2 (two were pending)"},
     {"group_info_ok",
      {:group_info_ok, 30,

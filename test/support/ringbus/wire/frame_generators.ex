@@ -71,10 +71,12 @@ defmodule Ringbus.Wire.FrameGenerators do
 
     [
       let(
-        {u32(), name(), id(), from(), positive(), max_deliver(), u32(), nil_or(name())},
+        {u32(), name(), id(), :proper_types.oneof([from(), {:time, u64()}]), positive(),
+         max_deliver(), u32(), nil_or(name())},
         &Tuple.insert_at(&1, 0, :group_create)
       ),
       let({u32(), name(), id(), id(), u32(), u32()}, &Tuple.insert_at(&1, 0, :group_fetch)),
+      let({u32(), name(), id(), id(), u32(), u32()}, &Tuple.insert_at(&1, 0, :group_fetch_timed)),
       let({u32(), name(), id(), seqs}, fn {corr, ch, g, ss} ->
         {:group_ack, corr, ch, g, length(ss), ss}
       end),
@@ -101,6 +103,9 @@ defmodule Ringbus.Wire.FrameGenerators do
 
     [
       let({u32(), :proper_types.boolean(), group_messages}, fn {corr, more, ms} ->
+        {:group_messages, corr, more, length(ms), ms}
+      end),
+      let({u32(), :proper_types.boolean(), timed_group_messages()}, fn {corr, more, ms} ->
         {:group_messages, corr, more, length(ms), ms}
       end),
       let({u32(), u64()}, &Tuple.insert_at(&1, 0, :group_count)),
@@ -309,6 +314,10 @@ defmodule Ringbus.Wire.FrameGenerators do
 
   defp messages, do: :proper_types.list({u64(), payload()})
   defp timed_messages, do: :proper_types.list({u64(), payload(), u64()})
+
+  defp timed_group_messages,
+    do: :proper_types.non_empty(:proper_types.list({u64(), payload(), u32(), u64()}))
+
   defp ack_mode, do: :proper_types.elements([:ack, :no_ack])
   defp overflow, do: :proper_types.elements([:drop_oldest, :reject])
 
