@@ -47,8 +47,12 @@ defmodule Ringbus.Client.TimeTest do
       assert_receive {:ringbus, ^sub, [{3, "d", t3}], 0}, 5_000
       assert t3 >= t2
 
+      # From d's time: d, and any message stored in the same ms before it.
+      {:ok, all, 0} = Ringbus.read(name, 0, 4, times: true)
+      expected = for {seq, payload, ms} <- all, ms >= t3, do: {seq, payload}
       {:ok, plain} = Client.subscribe(client, name, from: {:time, t3})
-      assert_receive {:ringbus, ^plain, [{3, "d"}], 0}, 5_000
+      assert_receive {:ringbus, ^plain, ^expected, 0}, 5_000
+      assert List.last(expected) == {3, "d"}
     end
   end
 
