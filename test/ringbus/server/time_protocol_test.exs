@@ -80,6 +80,6 @@ defmodule Ringbus.Server.TimeProtocolTest do
     client = hello!(port, 4)
     RawClient.send_frames(client, [{:subscribe, 6, "t5", 0, 1, 1, nil, true}])
     assert [{:error, 0, :bad_frame, _}] = RawClient.recv_until_closed(client)
-    assert Ringbus.channels() |> Enum.sort() == ["t5"]
+    refute "t5b" in Ringbus.channels()
   end
 end
