@@ -244,8 +244,9 @@ defmodule Ringbus do
   decrease in seq order, whatever the number of producers. A replicated
   channel's messages carry its leader's stamp, the same on every member
   (never less than the previous command's, should leaders' clocks differ).
-  `info/1` gives `:oldest_time` and `:newest_time`; `read/4` and
-  `subscribe/2` give each message's time with `times: true`; `read/3`,
+  `info/1` gives `:oldest_time` and `:newest_time`; `read/4`,
+  `subscribe/2` and `Ringbus.Groups.fetch/5` give each message's time
+  with `times: true`; `read/3`,
   `subscribe/2`'s `:from` and `Ringbus.Groups.create/3`'s `:from` take
   `{:time, ms}`, the first message stored at or after that time, found by
   binary search over the messages held:
@@ -261,9 +262,12 @@ defmodule Ringbus do
   A memory channel removes them as it is next used: every push, pull,
   read, `len/1`, `info/1`, subscription read and group request looks at
   the oldest message's time first (one look, no scan), so none of them
-  sees an expired message, and a channel nobody uses keeps them until it
-  is used. A replicated channel decides expiry in its log, at each
-  command's stamp and at a timer its leader sets for the oldest message,
+  sees an expired message; and the node's sweep lets them go from
+  channels nobody uses, a bounded amount of work a sweep, as the
+  application env `:expiry_sweep` sets it: every `interval:` ms (1000 by
+  default) the next `channels:` such channels (100), at most `messages:`
+  messages of each (1000). A replicated channel decides expiry in its
+  log, at each command's stamp and at a timer its leader sets for the oldest message,
   so every member expires the same messages; a read on a member between
   the moment a message passes `max_age` and that command may still see it.
 

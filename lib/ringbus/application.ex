@@ -4,6 +4,9 @@ defmodule Ringbus.Application do
   # ├── Ringbus.Store               owns every ETS table; links to each
   # │                               channel's Ringbus.Channel.Anchor, which its
   # │                               subscriptions monitor
+  # ├── Ringbus.Store.Sweep         every second, expires what is older than
+  # │                               max_age in idle memory channels (bounded
+  # │                               work a sweep); app env :expiry_sweep
   # ├── Ringbus.Group.TableOwner    owns the consumer groups of the channels
   # │                               this node holds (Ringbus.Release.node_children/0),
   # │                               before the replicated channels, whose
@@ -29,7 +32,7 @@ defmodule Ringbus.Application do
   @impl true
   def start(_type, _args) do
     children =
-      [Ringbus.Store] ++
+      [Ringbus.Store, {Ringbus.Store.Sweep, Application.get_env(:ringbus, :expiry_sweep, [])}] ++
         Ringbus.Release.node_children() ++
         [Ringbus.Replica.Supervisor, Ringbus.Cluster.Supervisor, Ringbus.Server.Directory] ++
         Ringbus.Release.children(Application.get_env(:ringbus, :release))

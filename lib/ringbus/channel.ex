@@ -29,7 +29,9 @@ defmodule Ringbus.Channel do
       integer, or `nil` (the default) for no bound by age. Older messages
       leave the channel, counted as `expired`: a memory channel removes
       them when it is next pushed to, pulled, read, measured or
-      subscribed to (one look at the oldest message's time each, no scan);
+      subscribed to (one look at the oldest message's time each, no scan),
+      and the node's sweep those of a channel nobody uses (see "Time" in
+      `Ringbus`);
       a replicated channel when its log applies its next command, at the
       leader's stamp.
 

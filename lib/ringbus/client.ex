@@ -216,7 +216,7 @@ defmodule Ringbus.Client do
   See `lib/ringbus/client/README.md`.
   """
 
-  alias Ringbus.Client.{Connection, Counters, Error, Handshake, Socket}
+  alias Ringbus.Client.{Connection, Counters, Error, Handshake, Request, Socket}
   alias Ringbus.Options
   alias Ringbus.Wire.Frame
 
@@ -437,12 +437,15 @@ defmodule Ringbus.Client do
       cluster (see "Replicated channels" in `Ringbus`); `nil` for a memory
       channel. A server with fewer nodes connected answers
       `{:error, :node_down}`. Default `nil`.
+    * `:max_age` - the most ms a message stays (see "Time" in `Ringbus`),
+      or `nil` for no bound by age. Default `nil`.
   """
   @type create_options :: [
           capacity: pos_integer(),
           overflow: :drop_oldest | :reject,
           max_bytes: pos_integer() | nil,
-          replicas: 1..255 | nil
+          replicas: 1..255 | nil,
+          max_age: pos_integer() | nil
         ]
 
   @doc """
@@ -453,48 +456,9 @@ defmodule Ringbus.Client do
   """
   @spec create(t(), channel(), create_options()) :: :ok | {:error, reason()}
   def create(client, channel, opts) do
-    opts =
-      Options.validate!(
-        opts,
-        [:capacity, overflow: :drop_oldest, max_bytes: nil, replicas: nil],
-        "create"
-      )
-
-    capacity = opts[:capacity]
-
-    Options.check!(
-      :capacity,
-      capacity,
-      &(is_integer(&1) and &1 in 1..Frame.max_capacity()),
-      "a positive integer below 2^32"
-    )
-
-    Options.check!(
-      :overflow,
-      opts[:overflow],
-      &(&1 in [:drop_oldest, :reject]),
-      ":drop_oldest or :reject"
-    )
-
-    Options.check!(
-      :max_bytes,
-      opts[:max_bytes],
-      &(&1 == nil or (is_integer(&1) and &1 in 1..0xFFFF_FFFF_FFFF_FFFF)),
-      "a positive integer below 2^64, or nil"
-    )
-
-    Options.check!(
-      :replicas,
-      opts[:replicas],
-      &(&1 == nil or (is_integer(&1) and &1 in 1..Frame.max_replicas())),
-      "an integer in 1..#{Frame.max_replicas()}, or nil"
-    )
-
-    call(
-      client,
-      &{:create, &1, channel!(channel), capacity, opts[:overflow], opts[:max_bytes],
-       opts[:replicas]}
-    )
+    {capacity, overflow, max_bytes, replicas, max_age} = Request.create_options!(opts)
+    name = channel!(channel)
+    call(client, &{:create, &1, name, capacity, overflow, max_bytes, replicas, max_age})
   end
 
   @doc "Like `create/3`, but raises `Ringbus.Client.Error` on failure."
@@ -732,15 +696,14 @@ defmodule Ringbus.Client do
   than `max` (it caps a read at 1,000 messages and at its max frame size); to
   go on, read again from the seq after the last one returned.
   """
-  @spec read(t(), channel(), Ringbus.seq(), non_neg_integer()) ::
+  @spec read(t(), channel(), from(), non_neg_integer()) ::
           {:ok, [{Ringbus.seq(), binary()}], non_neg_integer()} | {:error, reason()}
-  def read(client, channel, from, max)
-      when is_integer(from) and from >= 0 and is_integer(max) and max in 0..0xFFFF_FFFF,
-      do:
-        with(
-          {:ok, messages, lost, _inc} <- read(client, channel, from, max, []),
-          do: {:ok, messages, lost}
-        )
+  def read(client, channel, from, max) when is_integer(max) and max in 0..0xFFFF_FFFF,
+    do:
+      with(
+        {:ok, messages, lost, _inc} <- read(client, channel, from, max, []),
+        do: {:ok, messages, lost}
+      )
 
   @doc """
   Like `read/4`, with options, and answers with the channel's incarnation:
@@ -750,19 +713,38 @@ defmodule Ringbus.Client do
       answer or `info/2`), or `:any`. When the channel has another, it was
       created again since (see "Incarnations") and the read answers
       `{:error, :new_incarnation}`. Defaults to `:any`.
+    * `:times` - when true, each message comes with the time it was
+      stored: `{seq, payload, ms}` (see "Time" in `Ringbus`). Default `false`.
 
-  Bad options raise `ArgumentError`.
+  `from` may be `{:time, ms}`: the first message stored at or after that
+  system time. Bad options raise `ArgumentError`.
   """
-  @spec read(t(), channel(), Ringbus.seq(), non_neg_integer(), incarnation: pos_integer() | :any) ::
-          {:ok, [{Ringbus.seq(), binary()}], non_neg_integer(), pos_integer()}
+  @spec read(t(), channel(), from(), non_neg_integer(),
+          incarnation: pos_integer() | :any,
+          times: boolean()
+        ) ::
+          {:ok, [{Ringbus.seq(), binary()} | {Ringbus.seq(), binary(), integer()}],
+           non_neg_integer(), pos_integer()}
           | {:error, reason()}
-  def read(client, channel, from, max, opts)
-      when is_integer(from) and from >= 0 and is_integer(max) and max in 0..0xFFFF_FFFF do
-    case incarnation!(opts) do
-      :any -> call(client, &{:read, &1, channel!(channel), from, max})
-      inc -> call(client, &{:read, &1, channel!(channel), from, max, inc})
+  def read(client, channel, from, max, opts) when is_integer(max) and max in 0..0xFFFF_FFFF do
+    Request.from!(from, "a seq or {:time, ms}")
+    {times?, opts} = Keyword.pop(opts, :times, false)
+    Options.check!(:times, times?, &is_boolean/1, "a boolean")
+
+    case {incarnation!(opts), times? or not is_integer(from)} do
+      {:any, false} ->
+        call(client, &{:read, &1, channel!(channel), from, max})
+
+      {inc, false} ->
+        call(client, &{:read, &1, channel!(channel), from, max, inc})
+
+      {inc, true} ->
+        call(client, &{:read, &1, channel!(channel), from, max, Request.any(inc), times?})
     end
   end
+
+  @typedoc "Where a read or subscription starts: a seq, or `{:time, ms}` (system ms)."
+  @type from :: Ringbus.seq() | {:time, non_neg_integer()}
 
   @doc "Like `read/4`, but returns `{messages, lost}` or raises `Ringbus.Client.Error`."
   @spec read!(t(), channel(), Ringbus.seq(), non_neg_integer()) ::
@@ -785,7 +767,8 @@ defmodule Ringbus.Client do
   @doc """
   A channel's figures, as `Ringbus.info/1` gives them (see `t:Ringbus.info/0`),
   with its `:incarnation`, but for a replicated channel's Raft figures, which
-  the protocol does not carry. Two more keys (protocol version 4):
+  the protocol does not carry (`:oldest_time`, `:newest_time`, `:max_age`
+  and `:expired` are there, protocol version 6). Two more keys:
 
     * `:replicas` - the channel's members, for a replicated channel; `nil`
       for a memory channel
@@ -811,8 +794,11 @@ defmodule Ringbus.Client do
   @typedoc """
   Options of `subscribe/3`:
 
-    * `:from` - where to start: a seq, `:earliest` (the oldest message held)
-      or `:latest` (the next message pushed). Default `:latest`.
+    * `:from` - where to start: a seq, `:earliest` (the oldest message held),
+      `:latest` (the next message pushed) or `{:time, ms}` (the first
+      message stored at or after that system time). Default `:latest`.
+    * `:times` - when true, each delivered message comes with the time it
+      was stored: `{seq, payload, ms}`. Default `false`.
     * `:credit` - messages the server may send before `ack/3` returns
       credit; the server caps it at its `max_credit`. Default `1000`.
     * `:max_batch` - messages in one delivery, at most. Default `256`.
@@ -823,7 +809,8 @@ defmodule Ringbus.Client do
       subscription's seqs are of. Default: not given, `{:ok, sub_id}`.
   """
   @type subscribe_options :: [
-          from: Ringbus.seq() | :earliest | :latest,
+          from: from() | :earliest | :latest,
+          times: boolean(),
           credit: pos_integer(),
           max_batch: pos_integer(),
           incarnation: pos_integer() | :any
@@ -839,15 +826,13 @@ defmodule Ringbus.Client do
   def subscribe(client, channel, opts \\ []) do
     {pin, opts} = Keyword.pop(opts, :incarnation)
     inc = if pin == nil, do: :any, else: incarnation!(incarnation: pin)
-    opts = Keyword.validate!(opts, from: :latest, credit: 1000, max_batch: 256)
+    opts = Keyword.validate!(opts, from: :latest, credit: 1000, max_batch: 256, times: false)
     from = opts[:from]
 
-    Options.check!(
-      :from,
-      from,
-      &(&1 in [:earliest, :latest] or (is_integer(&1) and &1 >= 0)),
-      "a seq, :earliest or :latest"
-    )
+    if from not in [:earliest, :latest],
+      do: Request.from!(from, "a seq, :earliest, :latest or {:time, ms}")
+
+    Options.check!(:times, opts[:times], &is_boolean/1, "a boolean")
 
     Options.check!(:credit, opts[:credit], &u32_positive?/1, "a positive integer below 2^32")
 
@@ -858,10 +843,19 @@ defmodule Ringbus.Client do
       "a positive integer below 2^32"
     )
 
+    {credit, max_batch} = {opts[:credit], opts[:max_batch]}
+
     request =
-      case inc do
-        :any -> &{:subscribe, &1, channel!(channel), from, opts[:credit], opts[:max_batch]}
-        inc -> &{:subscribe, &1, channel!(channel), from, opts[:credit], opts[:max_batch], inc}
+      case {inc, opts[:times] or match?({:time, _}, from)} do
+        {:any, false} ->
+          &{:subscribe, &1, channel!(channel), from, credit, max_batch}
+
+        {inc, false} ->
+          &{:subscribe, &1, channel!(channel), from, credit, max_batch, inc}
+
+        {inc, true} ->
+          &{:subscribe, &1, channel!(channel), from, credit, max_batch, Request.any(inc),
+           opts[:times]}
       end
 
     case call(client, request) do

@@ -131,14 +131,12 @@ defmodule Ringbus.Groups do
     * a holding group made after others starts no earlier than the oldest
       message one of them has not acked: what all acked is consumed;
     * only a channel with `overflow: :reject` takes one
-      (`:hold_needs_reject_channel`), memory or replicated: on a
-      replicated channel the log decides what a push frees, from the
-      floor every member's groups reached by then, so every member frees
-      alike. RESP's commands that drop
-      pending entries on purpose (`XGROUP DELCONSUMER`, an `XREADGROUP`
-      past `max_pending`, counted `dropped`) release them as acks do;
-      `XGROUP SETID` moving a holding group back, and `XCLAIM ... FORCE`,
-      can name messages already freed.
+      (`:hold_needs_reject_channel`), memory or replicated (its log decides
+      what a push frees, from the floor its groups reached, alike on every
+      member). RESP's commands that drop pending entries on purpose
+      (`XGROUP DELCONSUMER`, an `XREADGROUP` past `max_pending`, counted
+      `dropped`) release them as acks do; `XGROUP SETID` moving a holding
+      group back, and `XCLAIM ... FORCE`, can name messages already freed.
 
   ## Dead letters
 
@@ -214,6 +212,12 @@ defmodule Ringbus.Groups do
 
   @typedoc "A delivered message: its seq, payload and how many times it was delivered."
   @type message :: {Ringbus.seq(), binary(), pos_integer()}
+
+  @typedoc """
+  A delivered message with the time it was stored (system ms), nil if it
+  left the ring before that was read: `fetch/5`'s `times: true`.
+  """
+  @type timed_message :: {Ringbus.seq(), binary(), pos_integer(), integer() | nil}
 
   @typedoc "Why a request failed: the group does not exist, or `t:Ringbus.reason/0`."
   @type reason :: :no_group | :no_channel | Ringbus.node_error()
@@ -313,7 +317,11 @@ defmodule Ringbus.Groups do
   `ms` for a message, and answers as soon as one is pushed or comes due.
   `owner: pid` (default the calling process) names another owner: a
   server's connection that waits in a process of its own stays the owner
-  of the consumers it fetches for.
+  of the consumers it fetches for. With `times: true` (default `false`),
+  each message comes with the time it was stored (system ms, see "Time" in
+  `Ringbus`): `{seq, payload, deliveries, ms}`, read where the channel
+  lives once the fetch has answered, so `ms` is nil for a message that
+  left the ring in between (overwritten, expired).
   A fetch from another node answers at most a quarter of the cluster's
   `:max_buffer_bytes` of payloads (always one message), as `Ringbus.read/3`.
 
@@ -331,13 +339,15 @@ defmodule Ringbus.Groups do
   """
   @spec fetch(Ringbus.name(), name(), name(), pos_integer(),
           timeout: non_neg_integer(),
-          owner: pid()
+          owner: pid(),
+          times: boolean()
         ) ::
-          {:ok, [message()]} | {:error, reason()}
+          {:ok, [message() | timed_message()]} | {:error, reason()}
   def fetch(channel, group, consumer, max, opts \\ []) do
     names!(group, consumer)
     positive!(:max, max)
-    opts = Options.validate!(opts, [timeout: 0, owner: nil], "fetch")
+    opts = Options.validate!(opts, [timeout: 0, owner: nil, times: false], "fetch")
+    Options.check!(:times, opts[:times], &is_boolean/1, "a boolean")
     wait = opts[:timeout]
     Options.check!(:timeout, wait, &(is_integer(&1) and &1 >= 0), "a non-negative integer")
     owner = opts[:owner] || self()
@@ -345,6 +355,7 @@ defmodule Ringbus.Groups do
 
     run_opts = if wait > 0, do: [timeout: wait + @reply_ms], else: []
     op = {:group, {:fetch, group, consumer, owner, max, wait}}
+    op = if opts[:times], do: {:times, op}, else: op
 
     case Ringbus.run(channel, op, run_opts) do
       {:ok, {messages, _dead_letter, []}} ->

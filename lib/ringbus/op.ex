@@ -62,6 +62,9 @@ defmodule Ringbus.Op do
     * `{:stamped, op}` - `op`, answered with the channel's incarnation:
       `{:ok, incarnation, answer}`, so that a front end learns both in one
       request
+    * `{:times, {:group, fetch}}` - a group fetch (`:fetch`) whose
+      messages carry their times: `{seq, payload, deliveries, ms}`, ms
+      nil for one the ring no longer held when its time was read
     * `{:group, request}` - a request on the channel's consumer groups
       (`Ringbus.Group.request()`), run where the channel lives; a replicated
       channel's run on the member's ring and that node's groups, for now
@@ -86,6 +89,7 @@ defmodule Ringbus.Op do
           | {:subscribe, keyword(), pid()}
           | {:subscriptions, timeout(), pos_integer()}
           | {:stamped, t()}
+          | {:times, {:group, Group.request()}}
           | {:group, Group.request()}
 
   @typedoc "Where a read starts: a seq, or the first message at or after a system time (ms)."
@@ -120,6 +124,14 @@ defmodule Ringbus.Op do
   def run(channel, {:stamped, {:group, _} = op}, room, timeout),
     do: stamp(channel, run(channel, op, room, timeout))
 
+  # The times are read from this member's ring once the fetch has answered:
+  # one probe a message, no payload copied.
+  def run(channel, {:times, {:group, {:fetch, _, _, _, _, _}} = op}, room, timeout),
+    do: timed(channel, run(channel, op, room, timeout))
+
+  def run(channel, {:stamped, {:times, _} = op}, room, timeout),
+    do: stamp(channel, run(channel, op, room, timeout))
+
   # Under max_age, what expired leaves first, so no operation sees it.
   def run(%Channel{replica: nil} = channel, op, room, _timeout) do
     Ring.expire(channel)
@@ -144,6 +156,7 @@ defmodule Ringbus.Op do
   @spec write?(t()) :: boolean()
   def write?(:pull), do: true
   def write?({:stamped, op}), do: write?(op)
+  def write?({:times, op}), do: write?(op)
   def write?(op) when is_tuple(op), do: elem(op, 0) in [:trim, :group | pushes()]
   def write?(_op), do: false
 
@@ -295,6 +308,16 @@ defmodule Ringbus.Op do
 
   defp stamped(channel, answer), do: {:ok, channel.incarnation, answer}
 
+  defp timed(channel, {:reply, answer}), do: {:reply, fetched_times(channel, answer)}
+  defp timed(channel, {:wait, fun}), do: {:wait, fn -> fetched_times(channel, fun.()) end}
+
+  defp fetched_times(channel, {:ok, {messages, dead_letter, dead}}) do
+    timed = for {seq, payload, n} <- messages, do: {seq, payload, n, Times.at_seq(channel, seq)}
+    {:ok, {timed, dead_letter, dead}}
+  end
+
+  defp fetched_times(_channel, error), do: error
+
   ## Reads within a room
 
   defp too_large_head?(_channel, :infinity), do: false
@@ -398,6 +421,7 @@ defmodule Ringbus.Op do
 
   def request_bytes({:push_trim, push, _trim}), do: request_bytes(push)
   def request_bytes({:stamped, op}), do: request_bytes(op)
+  def request_bytes({:times, op}), do: request_bytes(op)
   def request_bytes({:group, request}), do: :erlang.external_size(request)
   def request_bytes(_op), do: 0
 

@@ -49,7 +49,8 @@ defmodule Ringbus.Release do
   The server's limits are those of `Ringbus.Server`; `RINGBUS_CHANNELS`
   creates channels before the server accepts its first connection: one
   with `@replicas=N` as `Ringbus.create/2` with `replicas: N` (on this node
-  and the first N - 1 connected ones, its log under `RINGBUS_DATA_DIR`).
+  and the first N - 1 connected ones, its log under `RINGBUS_DATA_DIR`),
+  one with `@max_age=MS` as with `max_age: MS`.
   Such a channel that exists already, restored from its log by a restart,
   is kept; one that cannot be created stops the boot with one line:
 

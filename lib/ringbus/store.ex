@@ -104,6 +104,23 @@ defmodule Ringbus.Store do
   def replicated,
     do: :ets.select(@channels, [{{:_, %{replica: :"$1"}}, [{:"/=", :"$1", nil}], [:"$_"]}])
 
+  @doc """
+  Up to `limit` memory channels under `max_age`, as `{name, channel}`, and a
+  continuation that gives the next ones; `:"$end_of_table"` after the last.
+  A channel created or deleted meanwhile may be missed or given twice.
+  """
+  @spec aging(pos_integer() | :ets.continuation()) ::
+          {[{Channel.name(), Channel.t()}], :ets.continuation()} | :"$end_of_table"
+  def aging(limit) when is_integer(limit) and limit > 0,
+    do:
+      :ets.select(
+        @channels,
+        [{{:_, %{max_age: :"$1", replica: nil}}, [{:"/=", :"$1", nil}], [:"$_"]}],
+        limit
+      )
+
+  def aging(continuation), do: :ets.select(continuation)
+
   @impl true
   def init(:ok) do
     :ets.new(@channels, [:named_table, :set, :protected, read_concurrency: true])

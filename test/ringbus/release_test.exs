@@ -20,7 +20,7 @@ defmodule Ringbus.ReleaseTest do
       Release.Config.load(%{
         "RINGBUS_PORT" => "0",
         "RINGBUS_HTTP_PORT" => "0",
-        "RINGBUS_CHANNELS" => "release-a:10,release-b:5:reject"
+        "RINGBUS_CHANNELS" => "release-a:10,release-b:5:reject@max_age=60000"
       })
 
     log =
@@ -36,7 +36,8 @@ defmodule Ringbus.ReleaseTest do
       end)
 
     assert {:ok, %{capacity: 10, overflow: :drop_oldest}} = Ringbus.info("release-a")
-    assert {:ok, %{capacity: 5, overflow: :reject}} = Ringbus.info("release-b")
+    assert {:ok, %{capacity: 5, overflow: :reject, max_age: 60_000}} = Ringbus.info("release-b")
+    assert {:ok, %{max_age: nil}} = Ringbus.info("release-a")
     port = Ringbus.Server.port(Ringbus.Server)
     http = Ringbus.HTTP.port(Ringbus.HTTP)
 

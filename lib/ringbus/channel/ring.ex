@@ -376,23 +376,25 @@ defmodule Ringbus.Channel.Ring do
   end
 
   @doc """
-  Under `max_age`, claims the oldest messages stored longer ago than it,
-  one at a time while the oldest is that old, each counted `expired`: one
-  look at the oldest message's time when none is.
+  Under `max_age`, claims the oldest messages stored longer ago than it (at
+  most `max`, `:more` when it stopped there), one at a time while the oldest
+  is that old, each counted `expired`: one look at the oldest's time when none is.
   """
-  @spec expire(Channel.t()) :: :ok
-  def expire(%Channel{max_age: nil}), do: :ok
+  @spec expire(Channel.t(), pos_integer() | :infinity) :: :ok | :more
+  def expire(ch, max \\ :infinity)
   # A replicated channel's expiry is its machine's decision (`expire_decided/2`).
-  def expire(%Channel{replica: replica}) when replica != nil, do: :ok
-  def expire(%Channel{max_age: age} = ch), do: expire_before(ch, now_us() - age * 1000)
+  def expire(%Channel{max_age: age, replica: r}, _max) when age == nil or r != nil, do: :ok
+  def expire(%Channel{max_age: age} = ch, max), do: expire_before(ch, now_us() - age * 1000, max)
 
-  defp expire_before(%Channel{atomics: a} = ch, cutoff) do
+  defp expire_before(_ch, _cutoff, 0), do: :more
+
+  defp expire_before(%Channel{atomics: a} = ch, cutoff, max) do
     tail = :atomics.get(a, @tail)
 
     with true <- tail < :atomics.get(a, @head),
          at when is_integer(at) and at < cutoff <- tail_at(ch, tail) do
       take_expired(ch, tail)
-      expire_before(ch, cutoff)
+      expire_before(ch, cutoff, if(max == :infinity, do: max, else: max - 1))
     else
       _none_old_enough -> :ok
     end
@@ -1072,11 +1074,10 @@ defmodule Ringbus.Channel.Ring do
   # ring lives on) finds its seqs stored or claimed already and does nothing.
 
   @doc false
-  # The messages from `from` on, `{seq, payload, at}` in seq order, for a
-  # snapshot: one select, as a replicated ring holds single rows only.
+  # A snapshot's messages from `from` on, `{seq, payload, at}`: a replicated ring has single rows.
   @spec dump_decided(Channel.t(), seq) :: [{seq, binary(), integer()}]
   def dump_decided(ch, from) do
-    spec = {{:"$1", :"$2", :_}, [{:is_binary, :"$2"}, {:>=, :"$1", from}], [:"$_"]}
+    spec = {{:"$1", :"$2", :_}, [{:>=, :"$1", from}, {:is_binary, :"$2"}], [:"$_"]}
     :ets.select(ch.table, [spec])
   end
 

@@ -25,6 +25,15 @@ defmodule Ringbus.Channel.Times do
   @spec ms(integer()) :: ms()
   def ms(at), do: div(at + :erlang.time_offset(:microsecond), 1000)
 
+  @doc "The time (system ms) of the message at `seq`, nil if the ring holds none there."
+  @spec at_seq(Channel.t(), non_neg_integer()) :: ms() | nil
+  def at_seq(ch, seq) do
+    case Ring.stored_at(ch, seq) do
+      nil -> nil
+      at -> ms(at)
+    end
+  end
+
   @doc "The `at` on this node's clock of system time `ms`: `ms(at_of(t)) == t`."
   @spec at_of(ms()) :: integer()
   def at_of(ms), do: ms * 1000 - :erlang.time_offset(:microsecond)

@@ -69,8 +69,8 @@ defmodule Ringbus.Client.Groups do
     Options.check!(
       :from,
       from,
-      &(&1 in [:earliest, :latest] or u64?(&1)),
-      ":earliest, :latest or a seq"
+      &(&1 in [:earliest, :latest] or u64?(&1) or match?({:time, t} when is_integer(t), &1)),
+      ":earliest, :latest, a seq or {:time, ms}"
     )
 
     Options.check!(:ack_wait, opts[:ack_wait], &u32_positive?/1, "a positive integer")
@@ -97,19 +97,27 @@ defmodule Ringbus.Client.Groups do
   Up to `max` messages (1 to 1,000) for `consumer`: `{seq, payload,
   deliveries}`, those due again first. With `timeout: ms` (default `0`) a
   fetch that finds nothing waits on the server up to `ms` for a message;
-  the call then waits that long beyond the client's `:timeout`.
+  the call then waits that long beyond the client's `:timeout`. With
+  `times: true` (default `false`, protocol version 6) each message comes
+  with the time it was stored: `{seq, payload, deliveries, ms}`.
   """
-  @spec fetch(client(), channel(), name(), name(), pos_integer(), timeout: non_neg_integer()) ::
-          {:ok, [message()]} | {:error, reason()}
+  @spec fetch(client(), channel(), name(), name(), pos_integer(),
+          timeout: non_neg_integer(),
+          times: boolean()
+        ) ::
+          {:ok, [message() | {non_neg_integer(), binary(), pos_integer(), integer()}]}
+          | {:error, reason()}
   def fetch(client, channel, group, consumer, max, opts \\ []) do
-    opts = Options.validate!(opts, [timeout: 0], "fetch")
+    opts = Options.validate!(opts, [timeout: 0, times: false], "fetch")
     wait = opts[:timeout]
     Options.check!(:timeout, wait, &u32?/1, "a non-negative integer below 2^32")
+    Options.check!(:times, opts[:times], &is_boolean/1, "a boolean")
     max!(max)
+    type = if opts[:times], do: :group_fetch_timed, else: :group_fetch
 
     Client.request(
       client,
-      &{:group_fetch, &1, channel!(channel), name!(group), name!(consumer), max, wait},
+      &{type, &1, channel!(channel), name!(group), name!(consumer), max, wait},
       wait
     )
   end

@@ -154,7 +154,8 @@ defmodule Ringbus.Client.Session do
     end
   end
 
-  defp frame({:deliver, sub_id, lost, _count, messages}, session, effects) do
+  defp frame({deliver, sub_id, lost, _count, messages}, session, effects)
+       when deliver in [:deliver, :deliver_timed] do
     if Map.has_key?(session.subs, sub_id),
       do: {[{:owner, {:ringbus, sub_id, messages, lost}} | effects], 0, session},
       else: {effects, 0, session}
@@ -211,8 +212,9 @@ defmodule Ringbus.Client.Session do
   defp frame({:pull_ok, corr, seq, payload}, s, effects),
     do: reply(s, corr, {:ok, seq, payload}, effects)
 
-  defp frame({:read_ok, corr, incarnation, lost, _count, messages}, s, effects),
-    do: reply(s, corr, {:ok, messages, lost, incarnation}, effects)
+  defp frame({read_ok, corr, incarnation, lost, _count, messages}, s, effects)
+       when read_ok in [:read_ok, :read_timed_ok],
+       do: reply(s, corr, {:ok, messages, lost, incarnation}, effects)
 
   defp frame({:group_count, corr, n}, s, effects), do: reply(s, corr, {:ok, n}, effects)
 

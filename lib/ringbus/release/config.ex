@@ -15,7 +15,7 @@ defmodule Ringbus.Release.Config do
   # parses but the server refuses (a `max_frame_size` under 1024) is still
   # reported under the variable's name.
 
-  alias Ringbus.Release.Files
+  alias Ringbus.Release.{ChannelSpec, Files}
   alias Ringbus.Server.Config, as: ServerConfig
 
   # {variable, where the value goes, its type, its default in words, what it is}
@@ -68,9 +68,10 @@ defmodule Ringbus.Release.Config do
      "Socket buffer sizes and the size of one read, in bytes."},
     {"RINGBUS_CHANNELS", :channels, :channels, "none",
      "Channels created at boot, comma-separated: " <>
-       "`NAME:CAPACITY[:OVERFLOW[:MAX_BYTES]][@replicas=N]`, OVERFLOW `drop_oldest` or " <>
-       "`reject`; `@replicas=N` makes it replicated and durable (`Ringbus.create/2`'s " <>
-       "`replicas:`), on this node and N - 1 connected ones."},
+       "`NAME:CAPACITY[:OVERFLOW[:MAX_BYTES]][@replicas=N][@max_age=MS]`, OVERFLOW " <>
+       "`drop_oldest` or `reject`; `@replicas=N` makes it replicated and durable " <>
+       "(`Ringbus.create/2`'s `replicas:`), on this node and N - 1 connected ones; " <>
+       "`@max_age=MS` lets messages older than MS ms go (`max_age:`)."},
     {"RINGBUS_HTTP_HOST", {:http, :host}, :ip, "`127.0.0.1`",
      "The address the HTTP endpoint (`/metrics`, `/status`) binds."},
     {"RINGBUS_HTTP_PORT", {:http, :port}, :port_or_off, "`9171`",
@@ -301,22 +302,9 @@ defmodule Ringbus.Release.Config do
 
   defp value(:auto_create, "off"), do: {:ok, false}
 
-  defp value(:auto_create, text), do: channel_options(String.split(text, ":"))
+  defp value(:auto_create, text), do: ChannelSpec.options(String.split(text, ":"))
 
-  defp value(:channels, text) do
-    text
-    |> String.split([",", " ", "\n", "\t"], trim: true)
-    |> Enum.reduce_while({:ok, []}, fn spec, {:ok, acc} ->
-      case channel(spec) do
-        {:ok, channel} -> {:cont, {:ok, [channel | acc]}}
-        {:error, message} -> {:halt, {:error, message}}
-      end
-    end)
-    |> case do
-      {:ok, channels} -> duplicates(Enum.reverse(channels))
-      error -> error
-    end
-  end
+  defp value(:channels, text), do: ChannelSpec.parse(text)
 
   defp value(:nodes, text) do
     names = text |> String.split([",", " "], trim: true)
@@ -348,87 +336,7 @@ defmodule Ringbus.Release.Config do
       else: {:error, "must be one of #{Enum.join(levels, ", ")}, got: #{inspect(text)}"}
   end
 
-  defp integer(text, range, expected) do
-    case Integer.parse(text) do
-      {n, ""} -> if n in range, do: {:ok, n}, else: {:error, "must be #{expected}, got: #{text}"}
-      _ -> {:error, "must be #{expected}, got: #{inspect(text)}"}
-    end
-  end
-
-  @channel_syntax "NAME:CAPACITY[:OVERFLOW[:MAX_BYTES]][@replicas=N]"
-
-  defp channel(spec) do
-    {spec, suffix} = suffix(spec)
-
-    case String.split(spec, ":") do
-      [name | opts] when name != "" and opts != [] ->
-        with {:ok, opts} <- channel_options(opts),
-             {:ok, opts} <- replicas(opts, suffix) do
-          {:ok, {name, opts}}
-        else
-          {:error, message} -> {:error, "#{inspect(name)}: #{message}"}
-        end
-
-      _ ->
-        {:error, "expected #{@channel_syntax}, got: #{inspect(spec)}"}
-    end
-  end
-
-  # The text after the last `@`, when it holds no `:` (a name may hold `@`,
-  # the options after it always hold the `:` before CAPACITY).
-  defp suffix(spec) do
-    case Regex.run(~r/^(.*)@([^@:]*)$/s, spec) do
-      [_, spec, suffix] -> {spec, suffix}
-      nil -> {spec, nil}
-    end
-  end
-
-  defp replicas(opts, nil), do: {:ok, opts}
-
-  defp replicas(opts, "replicas=" <> n) do
-    with {:ok, n} <- option(:replicas, integer(n, 1..(2 ** 62), "a positive integer")),
-         do: {:ok, opts ++ [replicas: n]}
-  end
-
-  defp replicas(_opts, suffix),
-    do: {:error, "expected @replicas=N after the options, got: #{inspect("@" <> suffix)}"}
-
-  defp channel_options([capacity | rest]) when length(rest) <= 2 do
-    with {:ok, capacity} <-
-           option(:capacity, integer(capacity, 1..(2 ** 62), "a positive integer")),
-         {:ok, overflow} <- overflow(Enum.at(rest, 0, "drop_oldest")),
-         {:ok, max_bytes} <- option(:max_bytes, max_bytes(Enum.at(rest, 1))) do
-      opts = [capacity: capacity, overflow: overflow]
-      {:ok, if(max_bytes, do: opts ++ [max_bytes: max_bytes], else: opts)}
-    end
-  end
-
-  defp channel_options(parts),
-    do:
-      {:error, "expected CAPACITY[:OVERFLOW[:MAX_BYTES]], got: #{inspect(Enum.join(parts, ":"))}"}
-
-  defp overflow("drop_oldest"), do: {:ok, :drop_oldest}
-  defp overflow("reject"), do: {:ok, :reject}
-
-  defp overflow(other),
-    do: {:error, "overflow must be drop_oldest or reject, got: #{inspect(other)}"}
-
-  defp max_bytes(nil), do: {:ok, nil}
-  defp max_bytes(text), do: integer(text, 1..(2 ** 62), "a positive integer")
-
-  defp option(_key, {:ok, value}), do: {:ok, value}
-  defp option(key, {:error, message}), do: {:error, "#{key} #{message}"}
-
-  defp duplicates(channels) do
-    names = Enum.map(channels, &elem(&1, 0))
-
-    case names -- Enum.uniq(names) do
-      [] -> {:ok, channels}
-      [name | _] -> {:error, "declares #{inspect(name)} twice"}
-    end
-  end
-
-  ## The boot configuration
+  defp integer(text, range, expected), do: ChannelSpec.integer(text, range, expected)
 
   defp build(values) do
     with {:ok, server} <- server(values),

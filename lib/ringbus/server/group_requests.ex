@@ -20,6 +20,8 @@ defmodule Ringbus.Server.GroupRequests do
 
   @header GroupFrame.messages_header_size()
   @message_overhead GroupFrame.message_overhead()
+  # A timed message (version 6) carries its time too.
+  @timed_overhead @message_overhead + 8
 
   @doc "The right a request needs, and the channel it is on."
   @spec access(tuple()) :: {:read | :write | :manage, binary()}
@@ -54,18 +56,12 @@ defmodule Ringbus.Server.GroupRequests do
     with :ok <- result(Groups.create(channel, group, opts)), do: {:ok, corr}
   end
 
-  defp answer({:group_fetch, corr, channel, group, consumer, max, wait}, config) do
-    with :ok <- count(:max, max) do
-      fetch = &Groups.fetch(channel, group, consumer, max, timeout: wait, owner: &1)
+  defp answer({:group_fetch, corr, channel, group, consumer, max, wait}, config),
+    do: fetch(corr, {channel, group, consumer, max}, [timeout: wait], config)
 
-      if wait == 0 do
-        messages(corr, fetch.(self()), config)
-      else
-        owner = self()
-        {:wait, fn -> finish(messages(corr, fetch.(owner), config), corr) end}
-      end
-    end
-  end
+  # Version 6: each message with its time.
+  defp answer({:group_fetch_timed, corr, channel, group, consumer, max, wait}, config),
+    do: fetch(corr, {channel, group, consumer, max}, [timeout: wait, times: true], config)
 
   defp answer({:group_ack, corr, channel, group, _count, seqs}, _config),
     do: counted(corr, Groups.ack(channel, group, seqs))
@@ -99,6 +95,19 @@ defmodule Ringbus.Server.GroupRequests do
       if size <= config.max_frame_size,
         do: frame,
         else: {:error, :too_large, "the channel's groups take #{size} bytes, over max_frame_size"}
+    end
+  end
+
+  defp fetch(corr, {channel, group, consumer, max}, opts, config) do
+    with :ok <- count(:max, max) do
+      fetch = &Groups.fetch(channel, group, consumer, max, [owner: &1] ++ opts)
+
+      if opts[:timeout] == 0 do
+        messages(corr, fetch.(self()), config)
+      else
+        owner = self()
+        {:wait, fn -> finish(messages(corr, fetch.(owner), config), corr) end}
+      end
     end
   end
 
@@ -150,6 +159,10 @@ defmodule Ringbus.Server.GroupRequests do
   defp fit([{_, payload, _} = m | rest], room, n, bytes, acc)
        when n == 0 or bytes + byte_size(payload) + @message_overhead <= room,
        do: fit(rest, room, n + 1, bytes + byte_size(payload) + @message_overhead, [m | acc])
+
+  defp fit([{_, payload, _, _} = m | rest], room, n, bytes, acc)
+       when n == 0 or bytes + byte_size(payload) + @timed_overhead <= room,
+       do: fit(rest, room, n + 1, bytes + byte_size(payload) + @timed_overhead, [m | acc])
 
   defp fit(rest, _room, n, _bytes, acc), do: {n, :lists.reverse(acc), rest}
 

@@ -19,40 +19,22 @@ defmodule Ringbus.Server.Session do
   # by one PUSH_ACKS frame after the other answers of that read (more than
   # one only when one would pass `max_frame_size`).
 
-  alias Ringbus.Server.{Auth, Config, Fetches, GroupRequests, PushRun}
-  alias Ringbus.Wire.{Decoder, Entries, ErrorCode, Frame, GroupFrame}
+  alias Ringbus.Server.{Auth, Config, Fetches, Fit, GroupRequests, PushRun}
+  alias Ringbus.Wire.{Decoder, Entries, ErrorCode, Frame, GroupFrame, InfoFrame}
 
   # Version 5's consumer-group requests (`Ringbus.Server.GroupRequests`).
   @group_requests Keyword.keys(GroupFrame.requests())
 
-  # What INFO_OK carries; `Ringbus.info/1` has more (a replicated channel's
-  # Raft figures) that the protocol does not. Version 4 adds `:replicas`
-  # and `:nodes` (`info/3`).
-  @info_fields [
-    :capacity,
-    :overflow,
-    :max_bytes,
-    :len,
-    :first_seq,
-    :next_seq,
-    :pushed,
-    :pulled,
-    :overwritten,
-    :rejected,
-    :skipped,
-    :bytes,
-    :bytes_pushed,
-    :incarnation
-  ]
+  # What INFO_OK carries of `Ringbus.info/1` (which has more: a replicated
+  # channel's Raft figures); version 4 adds `:replicas` and `:nodes` (`info/2`).
+  @info_fields InfoFrame.keys(3)
+  @time_fields InfoFrame.keys(6) -- InfoFrame.keys(4)
 
   @read_max 1_000
 
   # Every incarnation is drawn non-zero: a READ or SUBSCRIBE stating 0 names
   # none that can exist (docs/PROTOCOL.md, section 5, "Incarnations").
   @zero_incarnation "a stated incarnation must not be 0"
-
-  # A guard compares with it.
-  @message_overhead Frame.message_overhead()
 
   defstruct [
     :config,
@@ -274,18 +256,28 @@ defmodule Ringbus.Server.Session do
 
   defp request(session, {:ping, corr}), do: reply(session, {:pong, corr})
 
-  defp request(session, {:create, corr, name, capacity, overflow, max_bytes, replicas}) do
-    guarded(session, corr, :manage, name, fn ->
-      opts = [capacity: capacity, overflow: overflow, max_bytes: max_bytes, replicas: replicas]
+  # Version 6's forms on an older connection, whose decoder never knew them;
+  # a version 6 CREATE ends with max_age.
+  defp request(%{version: v}, frame) when v < 6 and tuple_size(frame) == 8,
+    do: close(:bad_frame, "#{elem(frame, 0)} with time needs protocol version 6", 0)
 
-      case capacity > 0 and Ringbus.create(name, opts) do
-        false -> {:error, :bad_argument, "capacity must be positive"}
-        :ok -> {:ok, corr}
-        {:error, :node_down} when replicas != nil -> {:error, :node_down, needs(replicas)}
-        error -> error
-      end
-    end)
-  end
+  defp request(%{version: v}, {:read, _, _, _, _, _, _}) when v < 6,
+    do: close(:bad_frame, "read with time needs protocol version 6", 0)
+
+  defp request(%{version: v}, {:group_create, _, _, _, {:time, _}, _, _, _, _}) when v < 6,
+    do: close(:bad_frame, "group_create with time needs protocol version 6", 0)
+
+  defp request(%{version: v}, {:group_fetch_timed, _, _, _, _, _, _} = frame) when v < 6,
+    do: close(:unknown_opcode, "not a request: #{elem(frame, 0)}", 0)
+
+  defp request(%{version: 6}, {:create, _, _, _, _, _, _}),
+    do: close(:bad_frame, "a version 6 CREATE ends with max_age", 0)
+
+  defp request(session, {:create, corr, name, capacity, overflow, max_bytes, replicas}),
+    do: create(session, {corr, name}, {capacity, overflow, max_bytes, replicas, nil})
+
+  defp request(session, {:create, corr, name, capacity, overflow, max_bytes, replicas, age}),
+    do: create(session, {corr, name}, {capacity, overflow, max_bytes, replicas, age})
 
   defp request(session, {:delete, corr, name}) do
     guarded(session, corr, :manage, name, fn ->
@@ -305,10 +297,13 @@ defmodule Ringbus.Server.Session do
   end
 
   defp request(session, {:read, corr, name, from, max}),
-    do: read(session, corr, name, from, max, nil)
+    do: read(session, corr, name, {from, max}, nil, false)
 
   defp request(session, {:read, corr, name, from, max, incarnation}),
-    do: read(session, corr, name, from, max, incarnation)
+    do: read(session, corr, name, {from, max}, incarnation, false)
+
+  defp request(session, {:read, corr, name, from, max, incarnation, times?}),
+    do: read(session, corr, name, {from, max}, incarnation, times?)
 
   defp request(session, {:len, corr, name}) do
     guarded(session, corr, :read, name, fn ->
@@ -323,15 +318,13 @@ defmodule Ringbus.Server.Session do
   end
 
   defp request(session, {:subscribe, corr, name, from, credit, max_batch}),
-    do: request(session, {:subscribe, corr, name, from, credit, max_batch, nil})
+    do: subscribe(session, {corr, name, from, credit, max_batch}, nil, false)
 
-  defp request(session, {:subscribe, corr, name, from, credit, max_batch, incarnation}) do
-    if Auth.allowed?(session.grants, :read, name) do
-      subscribe(session, corr, name, {from, incarnation}, credit, max_batch)
-    else
-      forbidden(session, corr, :read, name)
-    end
-  end
+  defp request(session, {:subscribe, corr, name, from, credit, max_batch, incarnation}),
+    do: subscribe(session, {corr, name, from, credit, max_batch}, incarnation, false)
+
+  defp request(session, {:subscribe, corr, name, from, credit, max_batch, incarnation, times?}),
+    do: subscribe(session, {corr, name, from, credit, max_batch}, incarnation, times?)
 
   defp request(session, {:credit, corr, sub_id, credit}) do
     case session.subs do
@@ -373,15 +366,31 @@ defmodule Ringbus.Server.Session do
   defp request(_session, frame),
     do: close(:unknown_opcode, "not a request: #{elem(frame, 0)}", 0)
 
+  defp create(session, {corr, name}, {capacity, overflow, max_bytes, replicas, age}) do
+    guarded(session, corr, :manage, name, fn ->
+      opts = [capacity: capacity, overflow: overflow, max_bytes: max_bytes, replicas: replicas]
+      opts = if age, do: opts ++ [max_age: age], else: opts
+
+      case capacity > 0 and Ringbus.create(name, opts) do
+        false -> {:error, :bad_argument, "capacity must be positive"}
+        :ok -> {:ok, corr}
+        {:error, :node_down} when replicas != nil -> {:error, :node_down, needs(replicas)}
+        error -> error
+      end
+    end)
+  end
+
   # READ_OK names the incarnation its seqs are of: the one stated, or the
   # channel's, which the read answers with its messages (one request).
-  defp read(session, corr, name, from, max, incarnation) do
+  defp read(session, corr, name, {from, max}, incarnation, times?) do
+    read = {:read, from, min(max, @read_max), incarnation}
+    read = if times?, do: Tuple.append(read, :times), else: read
+
     guarded(session, corr, :read, name, fn ->
-      case incarnation != 0 and
-             Ringbus.run(name, {:stamped, {:read, from, min(max, @read_max), incarnation}}) do
+      case incarnation != 0 and Ringbus.run(name, {:stamped, read}) do
         {:ok, inc, {:ok, messages, lost}} ->
           {count, messages, _rest} = fit(messages, session.config.max_payload_size)
-          {:read_ok, corr, inc, lost, count, messages}
+          {if(times?, do: :read_timed_ok, else: :read_ok), corr, inc, lost, count, messages}
 
         false ->
           {:error, :bad_argument, @zero_incarnation}
@@ -411,7 +420,15 @@ defmodule Ringbus.Server.Session do
 
   defp at_incarnation(_name, incarnation, fun, _tries), do: fun.(incarnation)
 
-  defp subscribe(session, corr, name, {from, incarnation}, credit, max_batch) do
+  defp subscribe(session, {corr, name, from, credit, max_batch}, incarnation, times?) do
+    if Auth.allowed?(session.grants, :read, name) do
+      subscribe(session, corr, name, {from, incarnation, times?}, credit, max_batch)
+    else
+      forbidden(session, corr, :read, name)
+    end
+  end
+
+  defp subscribe(session, corr, name, {from, incarnation, times?}, credit, max_batch) do
     max_credit = session.config.max_credit
 
     cond do
@@ -426,6 +443,7 @@ defmodule Ringbus.Server.Session do
 
       true ->
         opts = [from: from, max_credit: max_credit, credit: min(credit, max_credit), via: :binary]
+        opts = if times?, do: [times: true] ++ opts, else: opts
 
         subscribed =
           at_incarnation(name, incarnation, fn inc ->
@@ -463,11 +481,12 @@ defmodule Ringbus.Server.Session do
   # included: the most `replicas` a CREATE through it can ask for now.
   defp info(%{version: 3}, info), do: Map.take(info, @info_fields)
 
-  defp info(_session, info) do
+  defp info(%{version: v}, info) do
     replicas = if n = info[:replicas], do: min(n, Frame.max_replicas())
+    fields = if v >= 6, do: @info_fields ++ @time_fields, else: @info_fields
 
     info
-    |> Map.take(@info_fields)
+    |> Map.take(fields)
     |> Map.merge(%{replicas: replicas, nodes: min(nodes(), 0xFFFF)})
   end
 
@@ -536,12 +555,18 @@ defmodule Ringbus.Server.Session do
   defp deliveries(id, messages, lost, max, frames) do
     case fit(messages, max) do
       {count, fitted, []} ->
-        :lists.reverse(frames, [{:deliver, id, lost, count, fitted}])
+        :lists.reverse(frames, [delivery(id, lost, count, fitted)])
 
       {count, fitted, rest} ->
-        deliveries(id, rest, 0, max, [{:deliver, id, lost, count, fitted} | frames])
+        deliveries(id, rest, 0, max, [delivery(id, lost, count, fitted) | frames])
     end
   end
+
+  # A subscription with times delivers its messages `{seq, payload, ms}`.
+  defp delivery(id, lost, count, [{_, _, _} | _] = timed),
+    do: {:deliver_timed, id, lost, count, timed}
+
+  defp delivery(id, lost, count, messages), do: {:deliver, id, lost, count, messages}
 
   @doc """
   Subscription `sub` has ended for `reason` (as `Ringbus.subscribe/2` gives
@@ -567,14 +592,5 @@ defmodule Ringbus.Server.Session do
   defp closed_code(:shutdown), do: :shutting_down
   defp closed_code(_other), do: :internal
 
-  # Takes messages while their payloads fit in one frame (at least one);
-  # returns them, their count, and the rest.
-  defp fit(messages, max), do: fit(messages, max, 0, 0, [])
-
-  defp fit([{_, payload} = message | rest], max, count, bytes, acc)
-       when count == 0 or bytes + byte_size(payload) + @message_overhead <= max,
-       do:
-         fit(rest, max, count + 1, bytes + byte_size(payload) + @message_overhead, [message | acc])
-
-  defp fit(rest, _max, count, _bytes, acc), do: {count, :lists.reverse(acc), rest}
+  defp fit(messages, max), do: Fit.fit(messages, max)
 end

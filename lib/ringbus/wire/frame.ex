@@ -1,8 +1,8 @@
 defmodule Ringbus.Wire.Frame do
   @moduledoc """
-  Encoding and decoding of single frames of the Ringbus protocol, version 5
-  (and versions 3 and 4: version 4 is version 5 without the consumer-group
-  frames, and version 3 differs from version 4 only in `INFO_OK`).
+  Encoding and decoding of single frames of the Ringbus protocol, version 6
+  (and 3 to 5: 5 is 6 without time, 4 is 5 without the consumer-group
+  frames, and 3 differs from 4 only in `INFO_OK`).
 
   `docs/PROTOCOL.md` is the specification; this module is its reference
   implementation. Every frame is a `u32` length (the bytes of opcode and body),
@@ -20,6 +20,7 @@ defmodule Ringbus.Wire.Frame do
       {:hello, corr, version, flags, token}            # token: binary | nil
       {:create, corr, name, capacity, overflow, max_bytes, replicas}
                                                        # max_bytes: pos | nil; replicas: 1..255 | nil
+      {:create, corr, name, capacity, overflow, max_bytes, replicas, max_age}  # version 6
       {:delete, corr, name}
       {:push, corr, ack_mode, name, payload}           # ack_mode: :ack | :no_ack
       {:push_batch, corr, ack_mode, name, count, payloads}
@@ -28,10 +29,12 @@ defmodule Ringbus.Wire.Frame do
       {:pull, corr, name}
       {:read, corr, name, from_seq, max}
       {:read, corr, name, from_seq, max, incarnation}  # incarnation stated
+      {:read, corr, name, from, max, incarnation, times?}  # version 6: from: seq | {:time, ms}
       {:len, corr, name}
       {:info, corr, name}
       {:subscribe, corr, name, from, credit, max_batch} # from: seq | :earliest | :latest
       {:subscribe, corr, name, from, credit, max_batch, incarnation}
+      {:subscribe, corr, name, from, credit, max_batch, incarnation, times?}  # version 6
       {:credit, corr, sub_id, credit}
       {:unsubscribe, corr, sub_id}
       {:ping, corr}
@@ -56,7 +59,10 @@ defmodule Ringbus.Wire.Frame do
       {:error, corr, reason, message}
 
   and version 5's `{:group_messages, ...}`, `{:group_count, ...}` and
-  `{:group_info_ok, ...}`.
+  `{:group_info_ok, ...}`, and version 6's `{:read_timed_ok, ...}` and
+  `{:deliver_timed, ...}` (`Ringbus.Wire.TimeFrame`). Version 6's `:read`
+  and `:subscribe` may start `from` `{:time, ms}`; without it and times
+  they decode to the older forms. `INFO_OK` is `Ringbus.Wire.InfoFrame`'s.
 
   A batch's payloads are a list, or, from a decoder that packs large
   batches (`Ringbus.Wire.Decoder.new/2`'s `:pack_batches`), one
@@ -116,14 +122,14 @@ defmodule Ringbus.Wire.Frame do
       (reserved bits set), `:overflow`, `:from`, `:status`, `:code`
   """
 
-  alias Ringbus.Wire.{Entries, ErrorCode, GroupFrame}
+  alias Ringbus.Wire.{Entries, ErrorCode, GroupFrame, InfoFrame, TimeFrame}
 
   @magic "RBUS"
-  @version 5
+  @version 6
   # The versions a server speaks: a version 3 client gets version 3's
   # INFO_OK, without `replicas` and `nodes`; versions 3 and 4 have no
-  # consumer-group frames.
-  @versions [3, 4, 5]
+  # consumer-group frames; versions 3 to 5 have no time.
+  @versions [3, 4, 5, 6]
   # Ringbus.Channel.max_name_bytes/0, which the wire may not call (it depends
   # on nothing); Ringbus.Resp.ErrorsTest keeps the two equal.
   @max_name 255
@@ -217,7 +223,10 @@ defmodule Ringbus.Wire.Frame do
   @groups GroupFrame.requests() ++ GroupFrame.responses()
   @group_types Keyword.keys(@groups)
   @group_opcodes Keyword.values(@groups)
-  @opcodes Enum.sort_by(@opcodes ++ @groups, &elem(&1, 1))
+  @timed TimeFrame.responses()
+  @timed_types Keyword.keys(@timed)
+  @timed_opcodes Keyword.values(@timed)
+  @opcodes Enum.sort_by(@opcodes ++ @groups ++ @timed, &elem(&1, 1))
 
   # Body sizes of the frames that have no variable-length field.
   @fixed_sizes [
@@ -228,27 +237,23 @@ defmodule Ringbus.Wire.Frame do
     ok: 4,
     empty: 4,
     len_ok: 12,
-    # corr, capacity, overflow, then max_bytes, len, first_seq, next_seq,
-    # pushed, pulled, overwritten, rejected, skipped, bytes, bytes_pushed and
-    # incarnation as u64; in version 4, replicas (u8) and nodes (u16). (A
-    # body of neither size is judged against the nearer.)
-    info_ok: 4 + 4 + 1 + 12 * 8 + 1 + 2,
     subscribed: 16,
     sub_closed: 6,
     pong: 4
   ]
 
-  # Version 3's INFO_OK body.
-  @info_ok_v3 4 + 4 + 1 + 12 * 8
-
   @no_ack_flag 0x01
   @tagged_flag 0x02
-  # READ and SUBSCRIBE: an incarnation follows the name.
+  # READ and SUBSCRIBE: an incarnation follows the name; (version 6) READ's
+  # `from` is a time; the messages carry their times.
   @incarnation_flag 0x01
+  @time_flag 0x02
+  @times_flag 0x04
 
   @from_seq 0
   @from_earliest 1
   @from_latest 2
+  @from_time 3
 
   @typedoc "A correlation id, chosen by the client; 0 is kept for errors tied to no request."
   @type corr :: 0..0xFFFF_FFFF
@@ -567,6 +572,12 @@ defmodule Ringbus.Wire.Frame do
      ]}
   end
 
+  defp body({:create, corr, name, capacity, overflow, max_bytes, replicas, max_age})
+       when is_nil(max_age) or (is_u64(max_age) and max_age > 0) do
+    {@create, v5} = body({:create, corr, name, capacity, overflow, max_bytes, replicas})
+    {@create, [v5, <<max_age || 0::64>>]}
+  end
+
   defp body({:delete, corr, name}) when is_u32(corr) and is_name(name),
     do: {@delete, [<<corr::32>> | name(name)]}
 
@@ -634,6 +645,15 @@ defmodule Ringbus.Wire.Frame do
     {@read, [<<corr::32, @incarnation_flag>>, name(name), <<incarnation::64, from::64, max::32>>]}
   end
 
+  defp body({:read, corr, name, from, max, incarnation, times?})
+       when is_u32(corr) and is_name(name) and is_u32(max) and is_boolean(times?) and
+              (is_nil(incarnation) or is_u64(incarnation)) do
+    {flags, from} = read_from(from)
+    flags = flags + if(incarnation, do: @incarnation_flag, else: 0) + times_flag(times?)
+    inc = if incarnation, do: <<incarnation::64>>, else: <<>>
+    {@read, [<<corr::32, flags>>, name(name), inc, <<from::64, max::32>>]}
+  end
+
   defp body({:len, corr, name}) when is_u32(corr) and is_name(name),
     do: {@len, [<<corr::32>> | name(name)]}
 
@@ -658,6 +678,16 @@ defmodule Ringbus.Wire.Frame do
        subscribe_from(from),
        <<credit::32, max_batch::32>>
      ]}
+  end
+
+  defp body({:subscribe, corr, name, from, credit, max_batch, incarnation, times?})
+       when is_u32(corr) and is_name(name) and is_u32(credit) and is_u32(max_batch) and
+              is_boolean(times?) and (is_nil(incarnation) or is_u64(incarnation)) do
+    flags = if(incarnation, do: @incarnation_flag, else: 0) + times_flag(times?)
+    inc = if incarnation, do: <<incarnation::64>>, else: <<>>
+
+    {@subscribe,
+     [<<corr::32, flags>>, name(name), inc, subscribe_from(from), <<credit::32, max_batch::32>>]}
   end
 
   defp body({:credit, corr, sub, credit}) when is_u32(corr) and is_u32(sub) and is_u32(credit),
@@ -720,47 +750,8 @@ defmodule Ringbus.Wire.Frame do
   defp body({:len_ok, corr, len}) when is_u32(corr) and is_u64(len),
     do: {@len_ok, [<<corr::32, len::64>>]}
 
-  # Version 4: version 3's fields, then replicas and nodes.
-  defp body({:info_ok, corr, %{replicas: replicas, nodes: nodes} = info})
-       when map_size(info) == 16 and (is_nil(replicas) or replicas in 1..@max_replicas) and
-              is_u16(nodes) do
-    {@info_ok, v3} = body({:info_ok, corr, Map.drop(info, [:replicas, :nodes])})
-    {@info_ok, [v3, <<replicas || 0, nodes::16>>]}
-  end
-
-  defp body(
-         {:info_ok, corr,
-          %{
-            capacity: capacity,
-            overflow: overflow,
-            max_bytes: max_bytes,
-            len: len,
-            first_seq: first_seq,
-            next_seq: next_seq,
-            pushed: pushed,
-            pulled: pulled,
-            overwritten: overwritten,
-            rejected: rejected,
-            skipped: skipped,
-            bytes: bytes,
-            bytes_pushed: bytes_pushed,
-            incarnation: incarnation
-          } = info}
-       )
-       when map_size(info) == 14 and is_u64(incarnation) and is_u32(corr) and is_u32(capacity) and
-              is_overflow(overflow) and (is_nil(max_bytes) or is_u64(max_bytes)) and
-              is_u64(len) and is_u64(first_seq) and is_u64(next_seq) and is_u64(pushed) and
-              is_u64(pulled) and is_u64(overwritten) and is_u64(rejected) and is_u64(skipped) and
-              is_u64(bytes) and is_u64(bytes_pushed) do
-    max_bytes = max_bytes || 0
-
-    {@info_ok,
-     [
-       <<corr::32, capacity::32, overflow(overflow), max_bytes::64, len::64, first_seq::64,
-         next_seq::64, pushed::64, pulled::64, overwritten::64, rejected::64, skipped::64,
-         bytes::64, bytes_pushed::64, incarnation::64>>
-     ]}
-  end
+  defp body({:info_ok, corr, info}) when is_u32(corr) and is_map(info),
+    do: if(body = InfoFrame.body(corr, info), do: {@info_ok, body}, else: body(nil))
 
   defp body({:subscribed, corr, sub, incarnation})
        when is_u32(corr) and is_u32(sub) and is_u64(incarnation),
@@ -783,6 +774,7 @@ defmodule Ringbus.Wire.Frame do
   end
 
   defp body(frame) when elem(frame, 0) in @group_types, do: GroupFrame.body(frame) || body(nil)
+  defp body(frame) when elem(frame, 0) in @timed_types, do: TimeFrame.body(frame) || body(nil)
 
   defp body(frame) do
     raise ArgumentError,
@@ -805,7 +797,14 @@ defmodule Ringbus.Wire.Frame do
 
   defp subscribe_from(:earliest), do: <<@from_earliest, 0::64>>
   defp subscribe_from(:latest), do: <<@from_latest, 0::64>>
+  defp subscribe_from({:time, ms}) when is_u64(ms), do: <<@from_time, ms::64>>
   defp subscribe_from(seq), do: <<@from_seq, seq::64>>
+
+  defp read_from({:time, ms}) when is_u64(ms), do: {@time_flag, ms}
+  defp read_from(seq), do: {0, seq}
+
+  defp times_flag(true), do: @times_flag
+  defp times_flag(false), do: 0
 
   # The entries nest as [[[head, e1], e2], e3]: iodata in order, built without a reverse.
   defp encode_payloads(payloads, count, acc, size, seen \\ 0)
@@ -938,17 +937,23 @@ defmodule Ringbus.Wire.Frame do
   end
 
   defp decode_op(@create, <<corr::32, rest::binary>>) do
+    # Version 6's ends with max_age.
     with {:ok, name, rest} <- name(rest, :create) do
       case rest do
-        <<capacity::32, overflow, max_bytes::64, replicas>> ->
+        <<capacity::32, overflow, max_bytes::64, replicas, age::binary>>
+        when byte_size(age) in [0, 8] ->
           with {:ok, overflow} <- overflow(overflow, :create) do
-            {:ok,
-             {:create, corr, name, capacity, overflow, nil_if_zero(max_bytes),
-              nil_if_zero(replicas)}}
+            v5 =
+              {:create, corr, name, capacity, overflow, nil_if_zero(max_bytes),
+               nil_if_zero(replicas)}
+
+            if age == "",
+              do: {:ok, v5},
+              else: {:ok, Tuple.append(v5, nil_if_zero(:binary.decode_unsigned(age)))}
           end
 
         _ ->
-          size_error(rest, 14, :create)
+          size_error(rest, if(byte_size(rest) > 18, do: 22, else: 14), :create)
       end
     end
   end
@@ -999,6 +1004,22 @@ defmodule Ringbus.Wire.Frame do
 
   defp decode_op(@pull, <<corr::32, rest::binary>>), do: name_only(:pull, corr, rest)
 
+  defp decode_op(@read, <<corr::32, flags, rest::binary>>)
+       when Bitwise.band(flags, @time_flag + @times_flag) != 0 do
+    with :ok <- check(flags < 8, :read, :flags),
+         {:ok, name, rest} <- name(rest, :read),
+         {:ok, inc, rest} <- stated(flags, rest, :read) do
+      case rest do
+        <<from::64, max::32>> ->
+          from = if Bitwise.band(flags, @time_flag) != 0, do: {:time, from}, else: from
+          {:ok, {:read, corr, name, from, max, inc, Bitwise.band(flags, @times_flag) != 0}}
+
+        _ ->
+          size_error(rest, 12, :read)
+      end
+    end
+  end
+
   defp decode_op(@read, <<corr::32, flags, rest::binary>>) do
     with {:ok, stated?} <- incarnation_flag(flags, :read),
          {:ok, name, rest} <- name(rest, :read) do
@@ -1013,6 +1034,26 @@ defmodule Ringbus.Wire.Frame do
 
   defp decode_op(@len, <<corr::32, rest::binary>>), do: name_only(:len, corr, rest)
   defp decode_op(@info, <<corr::32, rest::binary>>), do: name_only(:info, corr, rest)
+
+  defp decode_op(@subscribe, <<corr::32, flags, rest::binary>>)
+       when Bitwise.band(flags, @times_flag) != 0 or
+              (byte_size(rest) > 2 and
+                 binary_part(rest, byte_size(rest) - 17, 1) == <<@from_time>>) do
+    with :ok <- check(flags in [0, 1, 4, 5], :subscribe, :flags),
+         {:ok, name, rest} <- name(rest, :subscribe),
+         {:ok, inc, rest} <- stated(flags, rest, :subscribe) do
+      case rest do
+        <<kind, seq::64, credit::32, max_batch::32>> ->
+          with {:ok, from} <- from(kind, seq) do
+            times? = Bitwise.band(flags, @times_flag) != 0
+            {:ok, {:subscribe, corr, name, from, credit, max_batch, inc, times?}}
+          end
+
+        _ ->
+          size_error(rest, 17, :subscribe)
+      end
+    end
+  end
 
   defp decode_op(@subscribe, <<corr::32, flags, rest::binary>>) do
     with {:ok, stated?} <- incarnation_flag(flags, :subscribe),
@@ -1084,40 +1125,7 @@ defmodule Ringbus.Wire.Frame do
 
   defp decode_op(@len_ok, <<corr::32, len::64>>), do: {:ok, {:len_ok, corr, len}}
 
-  # Version 4's INFO_OK: version 3's, then replicas and nodes.
-  defp decode_op(@info_ok, <<v3::binary-size(@info_ok_v3), replicas, nodes::16>>) do
-    with {:ok, {:info_ok, corr, info}} <- decode_op(@info_ok, v3) do
-      {:ok, {:info_ok, corr, Map.merge(info, %{replicas: nil_if_zero(replicas), nodes: nodes})}}
-    end
-  end
-
-  defp decode_op(
-         @info_ok,
-         <<corr::32, capacity::32, overflow, max_bytes::64, len::64, first_seq::64, next_seq::64,
-           pushed::64, pulled::64, overwritten::64, rejected::64, skipped::64, bytes::64,
-           bytes_pushed::64, incarnation::64>>
-       ) do
-    with {:ok, overflow} <- overflow(overflow, :info_ok) do
-      info = %{
-        capacity: capacity,
-        overflow: overflow,
-        max_bytes: nil_if_zero(max_bytes),
-        len: len,
-        first_seq: first_seq,
-        next_seq: next_seq,
-        pushed: pushed,
-        pulled: pulled,
-        overwritten: overwritten,
-        rejected: rejected,
-        skipped: skipped,
-        bytes: bytes,
-        bytes_pushed: bytes_pushed,
-        incarnation: incarnation
-      }
-
-      {:ok, {:info_ok, corr, info}}
-    end
-  end
+  defp decode_op(@info_ok, body), do: InfoFrame.decode(body)
 
   defp decode_op(@subscribed, <<corr::32, sub::32, incarnation::64>>),
     do: {:ok, {:subscribed, corr, sub, incarnation}}
@@ -1145,16 +1153,11 @@ defmodule Ringbus.Wire.Frame do
   end
 
   defp decode_op(opcode, body) when opcode in @group_opcodes, do: GroupFrame.decode(opcode, body)
+  defp decode_op(opcode, body) when opcode in @timed_opcodes, do: TimeFrame.decode(opcode, body)
 
   # A known opcode whose fixed fields did not match: a fixed-size body of the
   # wrong size, or a variable one too short for its fixed part.
-  # INFO_OK has two sizes: a body between them is judged against the nearer.
-  defp decode_op(@info_ok, body)
-       when byte_size(body) > @info_ok_v3 and
-              byte_size(body) - @info_ok_v3 <= @info_ok_v3 + 3 - byte_size(body),
-       do: {:error, {:trailing_bytes, :info_ok}}
-
-  for {type, opcode} <- @opcodes, type not in @group_types do
+  for {type, opcode} <- @opcodes, type not in (@group_types ++ @timed_types ++ [:info_ok]) do
     case Keyword.fetch(@fixed_sizes, type) do
       {:ok, size} ->
         defp decode_op(unquote(opcode), body), do: size_error(body, unquote(size), unquote(type))
@@ -1245,7 +1248,18 @@ defmodule Ringbus.Wire.Frame do
   defp from(@from_seq, seq), do: {:ok, seq}
   defp from(@from_earliest, 0), do: {:ok, :earliest}
   defp from(@from_latest, 0), do: {:ok, :latest}
+  defp from(@from_time, ms), do: {:ok, {:time, ms}}
   defp from(_, _), do: {:error, {:bad_field, :subscribe, :from}}
+
+  # Version 6's READ and SUBSCRIBE: the incarnation when the flag states one.
+  defp stated(flags, rest, type) when Bitwise.band(flags, @incarnation_flag) != 0 do
+    case rest do
+      <<inc::64, rest::binary>> -> {:ok, inc, rest}
+      _ -> {:error, {:truncated, type}}
+    end
+  end
+
+  defp stated(_flags, rest, _type), do: {:ok, nil, rest}
 
   defp nil_if_zero(0), do: nil
   defp nil_if_zero(n), do: n

@@ -10,6 +10,7 @@ defmodule Ringbus.Wire.GroupFrame do
                                   # from: seq | :earliest | :latest; max_deliver: pos | :infinity;
                                   # dead_letter: name | nil
       {:group_fetch, corr, channel, group, consumer, max, wait}
+      {:group_fetch_timed, corr, channel, group, consumer, max, wait}   # version 6
       {:group_ack, corr, channel, group, count, seqs}
       {:group_nack, corr, channel, group, delay, count, seqs}
       {:group_in_progress, corr, channel, group, count, seqs}
@@ -22,8 +23,13 @@ defmodule Ringbus.Wire.GroupFrame do
   ## Server frames
 
       {:group_messages, corr, more?, count, messages}  # messages: [{seq, payload, deliveries}]
+                                  # or, version 6, [{seq, payload, deliveries, ms}] (the times flag)
       {:group_count, corr, n}
       {:group_info_ok, corr, groups}                   # groups: as Ringbus.Groups.info/1 has them
+
+  Version 6: `GROUP_CREATE` may start `from` `{:time, ms}` (from_kind 3),
+  and `GROUP_FETCH_TIMED` is `GROUP_FETCH` answered by `GROUP_MESSAGES`
+  with the times flag (0x02), each message with the time it was stored.
 
   `group` and `consumer` are 1 to 65,535 bytes (`bytes16`). A group's
   `delivered` of -1 (none yet) travels as 2^64 - 1.
@@ -44,6 +50,7 @@ defmodule Ringbus.Wire.GroupFrame do
   @group_remove_consumer 0x17
   @group_delete 0x18
   @group_info 0x19
+  @group_fetch_timed 0x1A
 
   @group_messages 0x8D
   @group_count 0x8E
@@ -59,7 +66,8 @@ defmodule Ringbus.Wire.GroupFrame do
     group_autoclaim: @group_autoclaim,
     group_remove_consumer: @group_remove_consumer,
     group_delete: @group_delete,
-    group_info: @group_info
+    group_info: @group_info,
+    group_fetch_timed: @group_fetch_timed
   ]
 
   @responses [
@@ -74,9 +82,11 @@ defmodule Ringbus.Wire.GroupFrame do
   @max_waiting_fetches 64
 
   @more_flag 0x01
+  @times_flag 0x02
   @from_seq 0
   @from_earliest 1
   @from_latest 2
+  @from_time 3
 
   # A message in GROUP_MESSAGES: seq, deliveries, payload length.
   @message_overhead 8 + 4 + 4
@@ -163,7 +173,9 @@ defmodule Ringbus.Wire.GroupFrame do
   @spec body(tuple()) :: {byte(), iodata()} | nil
   def body({:group_create, corr, channel, group, from, ack_wait, max_deliver, max_pending, dl})
       when is_u32(corr) and is_name(channel) and is_id(group) and
-             (from in [:earliest, :latest] or is_u64(from)) and is_u32(ack_wait) and
+             (from in [:earliest, :latest] or is_u64(from) or
+                (is_tuple(from) and tuple_size(from) == 2 and elem(from, 0) == :time and
+                   is_u64(elem(from, 1)))) and is_u32(ack_wait) and
              ack_wait > 0 and
              (max_deliver == :infinity or (is_u32(max_deliver) and max_deliver > 0)) and
              is_u32(max_pending) and (is_nil(dl) or is_name(dl)) do
@@ -182,6 +194,11 @@ defmodule Ringbus.Wire.GroupFrame do
       when is_u32(corr) and is_name(channel) and is_id(group) and is_id(consumer) and
              is_u32(max) and is_u32(wait),
       do: {@group_fetch, [head(corr, channel, group), id(consumer), <<max::32, wait::32>>]}
+
+  def body({:group_fetch_timed, corr, channel, group, consumer, max, wait}) do
+    with {@group_fetch, body} <- body({:group_fetch, corr, channel, group, consumer, max, wait}),
+         do: {@group_fetch_timed, body}
+  end
 
   def body({:group_ack, corr, channel, group, count, seqs})
       when is_u32(corr) and is_name(channel) and is_id(group),
@@ -219,6 +236,7 @@ defmodule Ringbus.Wire.GroupFrame do
   def body({:group_messages, corr, more?, count, messages})
       when is_u32(corr) and is_boolean(more?) and is_u32(count) and is_list(messages) do
     flags = if more?, do: @more_flag, else: 0
+    flags = if match?([{_, _, _, _} | _], messages), do: flags + @times_flag, else: flags
     {@group_messages, [<<corr::32, flags, count::32>> | messages(messages, count, 0, [])]}
   end
 
@@ -238,6 +256,7 @@ defmodule Ringbus.Wire.GroupFrame do
 
   defp from(:earliest), do: <<@from_earliest, 0::64>>
   defp from(:latest), do: <<@from_latest, 0::64>>
+  defp from({:time, ms}), do: <<@from_time, ms::64>>
   defp from(seq), do: <<@from_seq, seq::64>>
 
   defp seqs_body(opcode, head, count, seqs) when is_u32(count) and is_list(seqs),
@@ -254,6 +273,12 @@ defmodule Ringbus.Wire.GroupFrame do
   defp messages([{seq, payload, deliveries} | rest], count, n, acc)
        when is_u64(seq) and is_binary(payload) and is_u32(deliveries) do
     entry = [<<seq::64, deliveries::32, byte_size(payload)::32>>, payload]
+    messages(rest, count, n + 1, [acc | entry])
+  end
+
+  defp messages([{seq, payload, deliveries, ms} | rest], count, n, acc)
+       when is_u64(seq) and is_binary(payload) and is_u32(deliveries) and is_u64(ms) do
+    entry = [<<seq::64, deliveries::32, ms::64, byte_size(payload)::32>>, payload]
     messages(rest, count, n + 1, [acc | entry])
   end
 
@@ -327,6 +352,13 @@ defmodule Ringbus.Wire.GroupFrame do
     end
   end
 
+  def decode(@group_fetch_timed, body) do
+    case decode(@group_fetch, body) do
+      {:ok, fetch} -> {:ok, put_elem(fetch, 0, :group_fetch_timed)}
+      {:error, reason} -> {:error, put_elem(reason, 1, :group_fetch_timed)}
+    end
+  end
+
   def decode(@group_ack, <<corr::32, rest::binary>>) do
     with {:ok, channel, group, rest} <- channel_group(rest, :group_ack),
          {:ok, count, seqs} <- seqs(rest, :group_ack),
@@ -385,9 +417,9 @@ defmodule Ringbus.Wire.GroupFrame do
   end
 
   def decode(@group_messages, <<corr::32, flags, count::32, rest::binary>>) do
-    with :ok <- check(flags in [0, @more_flag], :group_messages, :flags),
-         {:ok, messages} <- decode_messages(rest, count, []) do
-      {:ok, {:group_messages, corr, flags == @more_flag, count, messages}}
+    with :ok <- check(flags in 0..(@more_flag + @times_flag), :group_messages, :flags),
+         {:ok, messages} <- decode_messages(rest, count, [], flags >= @times_flag) do
+      {:ok, {:group_messages, corr, rem(flags, 2) == @more_flag, count, messages}}
     end
   end
 
@@ -454,22 +486,33 @@ defmodule Ringbus.Wire.GroupFrame do
   defp from(@from_seq, seq), do: {:ok, seq}
   defp from(@from_earliest, 0), do: {:ok, :earliest}
   defp from(@from_latest, 0), do: {:ok, :latest}
+  defp from(@from_time, ms), do: {:ok, {:time, ms}}
   defp from(_, _), do: {:error, {:bad_field, :group_create, :from}}
 
-  defp decode_messages(<<>>, 0, acc), do: {:ok, :lists.reverse(acc)}
+  defp decode_messages(<<>>, 0, acc, _times?), do: {:ok, :lists.reverse(acc)}
 
   defp decode_messages(
          <<seq::64, n::32, size::32, payload::binary-size(size), rest::binary>>,
          left,
-         acc
+         acc,
+         false
        )
        when left > 0,
-       do: decode_messages(rest, left - 1, [{seq, payload, n} | acc])
+       do: decode_messages(rest, left - 1, [{seq, payload, n} | acc], false)
 
-  defp decode_messages(rest, 0, _acc) when rest != <<>>,
+  defp decode_messages(
+         <<seq::64, n::32, ms::64, size::32, payload::binary-size(size), rest::binary>>,
+         left,
+         acc,
+         true
+       )
+       when left > 0,
+       do: decode_messages(rest, left - 1, [{seq, payload, n, ms} | acc], true)
+
+  defp decode_messages(rest, 0, _acc, _times?) when rest != <<>>,
     do: {:error, {:trailing_bytes, :group_messages}}
 
-  defp decode_messages(_rest, _left, _acc), do: {:error, {:truncated, :group_messages}}
+  defp decode_messages(_rest, _left, _acc, _times?), do: {:error, {:truncated, :group_messages}}
 
   defp decode_each(rest, 0, _fun, acc), do: {:ok, :lists.reverse(acc), rest}
 

@@ -131,12 +131,43 @@ defmodule Ringbus.Channel.TimesTest do
     assert {:ok, [{^first, ^payload, 1} | _]} = Ringbus.Groups.fetch(name, "g", "c", 1)
   end
 
+  for {kind, opts} <- [memory: [], replicated: [replicas: 1]] do
+    test "a group fetch with times: true gives each message its time (#{kind})" do
+      name = "times-test-fetch-#{System.unique_integer([:positive])}"
+      :ok = Ringbus.create(name, [capacity: 100] ++ unquote(opts))
+      on_exit(fn -> Ringbus.delete(name) end)
+      :ok = Ringbus.Groups.create(name, "g", from: :earliest)
+      {:ok, 0} = Ringbus.push_many(name, ~w(a b c))
+      {:ok, timed, 0} = Ringbus.read(name, 0, 3, times: true)
+      expected = for {seq, payload, ms} <- timed, do: {seq, payload, 1, ms}
+
+      assert Ringbus.Groups.fetch(name, "g", "c", 10, times: true) == {:ok, expected}
+      # Delivered again: the same times, one more delivery.
+      assert {:ok, 3} = Ringbus.Groups.nack(name, "g", [0, 1, 2])
+
+      assert Ringbus.Groups.fetch(name, "g", "c", 10, times: true) ==
+               {:ok, for({seq, payload, 1, ms} <- expected, do: {seq, payload, 2, ms})}
+
+      # One that waits gets its time too.
+      task =
+        Task.async(fn -> Ringbus.Groups.fetch(name, "g", "w", 1, timeout: 5_000, times: true) end)
+
+      {:ok, 3} = Ringbus.push(name, "d")
+      assert {:ok, [{3, "d", 1, ms}]} = Task.await(task)
+      assert {:ok, [{3, "d", ^ms}], 0} = Ringbus.read(name, 3, 1, times: true)
+    end
+  end
+
   test "bad times are refused" do
     name = channel(capacity: 10)
 
     assert_raise ArgumentError, ~r/\{:time, ms\}/, fn -> Ringbus.read(name, {:time, -1}, 1) end
     assert_raise ArgumentError, ~r/:from/, fn -> Ringbus.subscribe(name, from: {:time, :x}) end
     assert_raise ArgumentError, ~r/:times/, fn -> Ringbus.read(name, 0, 1, times: 1) end
+
+    assert_raise ArgumentError, ~r/:times/, fn ->
+      Ringbus.Groups.fetch(name, "g", "c", 1, times: :yes)
+    end
 
     assert_raise ArgumentError, ~r/:from/, fn ->
       Ringbus.Groups.create(name, "g", from: {:time, -5})

@@ -130,13 +130,35 @@ defmodule Ringbus.Release.ConfigTest do
              ~s(ringbus: RINGBUS_CHANNELS "a": replicas must be a positive integer, got: "x")
 
     assert error(%{"RINGBUS_CHANNELS" => "a:10@3"}) ==
-             ~s(ringbus: RINGBUS_CHANNELS "a": expected @replicas=N after the options, got: "@3")
+             ~s(ringbus: RINGBUS_CHANNELS "a": expected @replicas=N or @max_age=MS after the options, got: "@3")
 
     assert error(%{"RINGBUS_CHANNELS" => "a:0@replicas=1"}) ==
              ~s(ringbus: RINGBUS_CHANNELS "a": capacity must be a positive integer, got: 0)
 
     assert error(%{"RINGBUS_CHANNELS" => "a@replicas=1"}) ==
-             ~s(ringbus: RINGBUS_CHANNELS expected NAME:CAPACITY[:OVERFLOW[:MAX_BYTES]][@replicas=N], got: "a")
+             ~s(ringbus: RINGBUS_CHANNELS expected NAME:CAPACITY[:OVERFLOW[:MAX_BYTES]][@replicas=N][@max_age=MS], got: "a")
+  end
+
+  test "a channel's @max_age=MS goes to the channel, with or without @replicas=N" do
+    env = %{
+      "RINGBUS_CHANNELS" =>
+        "clicks:100@max_age=60000,orders:10:reject@replicas=1@max_age=5000,a@b:5@max_age=1"
+    }
+
+    assert load!(env).channels == [
+             {"clicks", [capacity: 100, overflow: :drop_oldest, max_age: 60_000]},
+             {"orders", [capacity: 10, overflow: :reject, replicas: 1, max_age: 5000]},
+             {"a@b", [capacity: 5, overflow: :drop_oldest, max_age: 1]}
+           ]
+
+    assert error(%{"RINGBUS_CHANNELS" => "a:10@max_age=0"}) ==
+             ~s(ringbus: RINGBUS_CHANNELS "a": max_age must be a positive integer, got: 0)
+
+    assert error(%{"RINGBUS_CHANNELS" => "a:10@max_age=soon"}) ==
+             ~s(ringbus: RINGBUS_CHANNELS "a": max_age must be a positive integer, got: "soon")
+
+    assert error(%{"RINGBUS_CHANNELS" => "a:10@max_age=5@max_age=6"}) ==
+             ~s(ringbus: RINGBUS_CHANNELS "a": @max_age given twice)
   end
 
   test "RESP and cluster members go on as options" do

@@ -59,7 +59,7 @@ defmodule Ringbus.Wire.FrameTest do
     end
 
     test "unknown opcodes" do
-      for opcode <- [0x00, 0x0E, 0x0F, 0x1A, 0x7F, 0x80, 0x90, 0xFE] do
+      for opcode <- [0x00, 0x0E, 0x0F, 0x1B, 0x7F, 0x80, 0x92, 0xFE] do
         assert Frame.decode(<<1::32, opcode>>, @max) == {:error, {:unknown_opcode, opcode}}
       end
     end
@@ -103,14 +103,18 @@ defmodule Ringbus.Wire.FrameTest do
         {<<0x0C::32, 0x05, 1::32, 0x80, 1::16, "e", 0::32>>, {:bad_field, :push_batch, :flags}},
         {<<22::32, 0x02, 1::32, 1::16, "e", 1::32, 2, 0::64, 0>>,
          {:bad_field, :create, :overflow}},
-        {<<26::32, 0x0A, 1::32, 0, 1::16, "e", 3, 0::64, 1::32, 1::32>>,
+        {<<26::32, 0x0A, 1::32, 0, 1::16, "e", 4, 0::64, 1::32, 1::32>>,
          {:bad_field, :subscribe, :from}},
         {<<26::32, 0x0A, 1::32, 0, 1::16, "e", 1, 5::64, 1::32, 1::32>>,
          {:bad_field, :subscribe, :from}},
-        {<<34::32, 0x0A, 1::32, 1, 1::16, "e", 9::64, 3, 0::64, 1::32, 1::32>>,
+        {<<34::32, 0x0A, 1::32, 1, 1::16, "e", 9::64, 4, 0::64, 1::32, 1::32>>,
          {:bad_field, :subscribe, :from}},
-        # READ and SUBSCRIBE know one flag, the incarnation's (0x01).
-        {<<21::32, 0x07, 1::32, 2, 1::16, "e", 0::64, 1::32>>, {:bad_field, :read, :flags}},
+        # READ knows three flags (incarnation 0x01, time 0x02, times 0x04),
+        # SUBSCRIBE two (incarnation, times 0x04).
+        {<<21::32, 0x07, 1::32, 8, 1::16, "e", 0::64, 1::32>>, {:bad_field, :read, :flags}},
+        {<<21::32, 0x07, 1::32, 0x0C, 1::16, "e", 0::64, 1::32>>, {:bad_field, :read, :flags}},
+        {<<26::32, 0x0A, 1::32, 0x06, 1::16, "e", 1, 0::64, 1::32, 1::32>>,
+         {:bad_field, :subscribe, :flags}},
         {<<26::32, 0x0A, 1::32, 0x81, 1::16, "e", 1, 0::64, 1::32, 1::32>>,
          {:bad_field, :subscribe, :flags}},
         {<<15::32, 0x01, 1::32, "XBUS", 1::16, 0::16, 0::16>>, {:bad_field, :hello, :magic}},

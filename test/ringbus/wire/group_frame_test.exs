@@ -19,7 +19,10 @@ defmodule Ringbus.Wire.GroupFrameTest do
     assert {:ok, {:group_create, 1, "c", "g", 7, 5, :infinity, 9, nil}, ""} =
              create(<<0, 7::64, 5::32, 0::32, 9::32, 0::16>>)
 
-    assert create(<<3, 0::64, 5::32, 0::32, 9::32, 0::16>>) ==
+    assert {:ok, {:group_create, 1, "c", "g", {:time, 3}, 5, :infinity, 9, nil}, ""} =
+             create(<<3, 3::64, 5::32, 0::32, 9::32, 0::16>>)
+
+    assert create(<<4, 0::64, 5::32, 0::32, 9::32, 0::16>>) ==
              {:error, {:bad_field, :group_create, :from}}
 
     assert create(<<1, 4::64, 5::32, 0::32, 9::32, 0::16>>) ==
@@ -59,14 +62,20 @@ defmodule Ringbus.Wire.GroupFrameTest do
     assert_raise ArgumentError, fn -> Frame.encode({:group_ack, 1, "c", "g", 3, [1, 2]}) end
   end
 
-  test "GROUP_MESSAGES: flags other than 0x01 are malformed; a count that lies is truncated" do
+  test "GROUP_MESSAGES: flags other than 0x01 and 0x02 are malformed; a count that lies is truncated" do
     message = <<1::64, 1::32, 1::32, "a">>
 
     assert {:ok, {:group_messages, 1, true, 1, [{1, "a", 1}]}, ""} =
              decode(0x8D, <<1::32, 1, 1::32>> <> message)
 
-    assert decode(0x8D, <<1::32, 2, 1::32>> <> message) ==
+    assert decode(0x8D, <<1::32, 4, 1::32>> <> message) ==
              {:error, {:bad_field, :group_messages, :flags}}
+
+    # With times (0x02), each message's time follows its deliveries.
+    timed = <<1::64, 1::32, 9::64, 1::32, "a">>
+
+    assert {:ok, {:group_messages, 1, false, 1, [{1, "a", 1, 9}]}, ""} =
+             decode(0x8D, <<1::32, 2, 1::32>> <> timed)
 
     assert decode(0x8D, <<1::32, 0, 2::32>> <> message) == {:error, {:truncated, :group_messages}}
 

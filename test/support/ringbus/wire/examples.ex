@@ -34,10 +34,13 @@ defmodule Ringbus.Wire.Examples do
                   "bytes_pushed 11, incarnation 0x0123456789abcdef"
 
   @examples [
-    {"hello", {:hello, 1, 5, 0, "s3cret"},
-     "HELLO: corr 1, magic \"RBUS\", version 5, flags 0, token \"s3cret\" (6 bytes)"},
-    {"hello_no_token", {:hello, 1, 5, 0, nil},
-     "HELLO without a token: corr 1, magic \"RBUS\", version 5, flags 0, token of 0 bytes"},
+    {"hello", {:hello, 1, 6, 0, "s3cret"},
+     "HELLO: corr 1, magic \"RBUS\", version 6, flags 0, token \"s3cret\" (6 bytes)"},
+    {"hello_no_token", {:hello, 1, 6, 0, nil},
+     "HELLO without a token: corr 1, magic \"RBUS\", version 6, flags 0, token of 0 bytes"},
+    {"hello_v5", {:hello, 1, 5, 0, nil},
+     "HELLO of a version 5 client: corr 1, magic \"RBUS\", version 5, flags 0, " <>
+       "token of 0 bytes; the connection speaks version 5, without time"},
     {"hello_v4", {:hello, 1, 4, 0, nil},
      "HELLO of a version 4 client: corr 1, magic \"RBUS\", version 4, flags 0, " <>
        "token of 0 bytes; the connection speaks version 4, without the group frames"},
@@ -53,6 +56,9 @@ defmodule Ringbus.Wire.Examples do
     {"create_replicated", {:create, 2, "orders", 100_000, :reject, nil, 3},
      "CREATE: corr 2, name \"orders\", capacity 100000, overflow 1 (reject), " <>
        "max_bytes 0 (none), replicas 3 (replicated and durable, on three nodes)"},
+    {"create_max_age", {:create, 2, "clicks", 100_000, :drop_oldest, nil, nil, 60_000},
+     "CREATE of version 6: corr 2, name \"clicks\", capacity 100000, overflow 0 (drop_oldest), " <>
+       "max_bytes 0 (none), replicas 0 (a memory channel), max_age 60000 ms (a minute)"},
     {"delete", {:delete, 3, "events"}, "DELETE: corr 3, name \"events\""},
     {"push", {:push, 4, :ack, "events", "hello"},
      "PUSH: corr 4, flags 0 (acked), name \"events\", payload \"hello\" (5 bytes)"},
@@ -74,6 +80,9 @@ defmodule Ringbus.Wire.Examples do
     {"read_incarnation", {:read, 18, "events", 2, 100, 0x0123_4567_89AB_CDEF},
      "READ of a stated incarnation: corr 18, flags 1 (incarnation), name \"events\", " <>
        "incarnation 0x0123456789abcdef, from seq 2, max 100 messages"},
+    {"read_time", {:read, 20, "events", {:time, 1_767_225_600_000}, 100, nil, true},
+     "READ of version 6 from a time, with times: corr 20, flags 6 (from is a time, times), " <>
+       "name \"events\", from 1767225600000 (2026-01-01T00:00:00Z in ms), max 100 messages"},
     {"len", {:len, 9, "events"}, "LEN: corr 9, name \"events\""},
     {"info", {:info, 10, "events"}, "INFO: corr 10, name \"events\""},
     {"subscribe", {:subscribe, 11, "events", :earliest, 1000, 256},
@@ -86,11 +95,16 @@ defmodule Ringbus.Wire.Examples do
      "SUBSCRIBE resuming a stated incarnation: corr 19, flags 1 (incarnation), " <>
        "name \"events\", incarnation 0x0123456789abcdef, from_kind 0 (a seq), from_seq 42, " <>
        "credit 10, max_batch 5"},
+    {"subscribe_time",
+     {:subscribe, 21, "events", {:time, 1_767_225_600_000}, 1000, 256, nil, true},
+     "SUBSCRIBE of version 6 from a time, with times: corr 21, flags 4 (times), " <>
+       "name \"events\", from_kind 3 (a time), from_seq 1767225600000 (ms), " <>
+       "credit 1000, max_batch 256"},
     {"credit", {:credit, 13, 1, 100}, "CREDIT: corr 13, sub_id 1, credit 100"},
     {"unsubscribe", {:unsubscribe, 14, 1}, "UNSUBSCRIBE: corr 14, sub_id 1"},
     {"ping", {:ping, 15}, "PING: corr 15"},
     {"hello_ok",
-     {:hello_ok, 1, 5,
+     {:hello_ok, 1, 6,
       %{
         max_frame_size: 8_388_608,
         max_payload_size: 8_388_544,
@@ -98,11 +112,11 @@ defmodule Ringbus.Wire.Examples do
         max_credit: 100_000,
         idle_timeout: 60_000
       }},
-     "HELLO_OK: corr 1, version 5, max_frame_size 8388608 (8 MiB), " <>
+     "HELLO_OK: corr 1, version 6, max_frame_size 8388608 (8 MiB), " <>
        "max_payload_size 8388544 (8 MiB - 64), max_subscriptions 64, max_credit 100000, " <>
        "idle_timeout 60000 ms"},
     {"hello_ok_no_idle",
-     {:hello_ok, 1, 5,
+     {:hello_ok, 1, 6,
       %{
         max_frame_size: 65_536,
         max_payload_size: 65_472,
@@ -110,7 +124,7 @@ defmodule Ringbus.Wire.Examples do
         max_credit: 1000,
         idle_timeout: :infinity
       }},
-     "HELLO_OK: corr 1, version 5, max_frame_size 65536, max_payload_size 65472, " <>
+     "HELLO_OK: corr 1, version 6, max_frame_size 65536, max_payload_size 65472, " <>
        "max_subscriptions 16, max_credit 1000, idle_timeout 0 (none)"},
     {"ok", {:ok, 2}, "OK: corr 2 (the CREATE)"},
     {"push_acks", {:push_acks, 3, [{4, {:ok, 0}}, {6, {:ok, 1}}, {16, {:error, :full}}]},
@@ -121,6 +135,11 @@ defmodule Ringbus.Wire.Examples do
     {"read_ok", {:read_ok, 8, 0x0123_4567_89AB_CDEF, 1, 2, [{3, "bc"}, {4, "def"}]},
      "READ_OK: corr 8, incarnation 0x0123456789abcdef, lost 1, count 2; " <>
        "seq 3, payload \"bc\"; seq 4, payload \"def\""},
+    {"read_timed_ok",
+     {:read_timed_ok, 20, 0x0123_4567_89AB_CDEF, 0, 2,
+      [{3, "bc", 1_767_225_600_000}, {4, "def", 1_767_225_600_003}]},
+     "READ_TIMED_OK: corr 20, incarnation 0x0123456789abcdef, lost 0, count 2; " <>
+       "seq 3, time 1767225600000, payload \"bc\"; seq 4, time 1767225600003, payload \"def\""},
     {"len_ok", {:len_ok, 9, 4}, "LEN_OK: corr 9, len 4"},
     {"info_ok", {:info_ok, 10, Map.merge(@info_v3, %{replicas: nil, nodes: 3})},
      "INFO_OK of a reject memory channel: " <>
@@ -149,6 +168,20 @@ defmodule Ringbus.Wire.Examples do
      "INFO_OK of a new replicated channel: corr 11, capacity 100000, overflow 0 " <>
        "(drop_oldest), max_bytes 0 (none), every count 0, incarnation 0x0123456789abcdef, " <>
        "replicas 3 (its members), nodes 5"},
+    {"info_ok_times",
+     {:info_ok, 10,
+      Map.merge(@info_v3, %{
+        replicas: nil,
+        nodes: 1,
+        oldest_time: 1_767_225_600_000,
+        newest_time: 1_767_225_660_000,
+        max_age: 3_600_000,
+        expired: 3
+      })},
+     "INFO_OK of version 6: " <>
+       @info_v3_text <>
+       ", replicas 0, nodes 1, oldest_time 1767225600000, newest_time 1767225660000 " <>
+       "(a minute later), max_age 3600000 ms (an hour), expired 3"},
     {"info_ok_v3", {:info_ok, 10, @info_v3},
      "INFO_OK of version 3 (a connection whose HELLO said 3), of a reject channel: " <>
        @info_v3_text},
@@ -156,6 +189,8 @@ defmodule Ringbus.Wire.Examples do
      "SUBSCRIBED: corr 11, sub_id 1, incarnation 0x0123456789abcdef"},
     {"deliver", {:deliver, 1, 0, 2, [{1, "a"}, {2, "bc"}]},
      "DELIVER: sub_id 1, lost 0, count 2; seq 1, payload \"a\"; seq 2, payload \"bc\""},
+    {"deliver_timed", {:deliver_timed, 2, 0, 1, [{5, "a", 1_767_225_600_007}]},
+     "DELIVER_TIMED: sub_id 2, lost 0, count 1; seq 5, time 1767225600007, payload \"a\""},
     {"deliver_lost", {:deliver, 1, 7, 1, [{10, "late"}]},
      "DELIVER: sub_id 1, lost 7, count 1; seq 10, payload \"late\""},
     {"sub_closed", {:sub_closed, 1, :no_channel},
@@ -171,6 +206,14 @@ defmodule Ringbus.Wire.Examples do
      "GROUP_CREATE: corr 21, name \"jobs\", group \"audit\", from_kind 2 (latest), " <>
        "from_seq 0, ack_wait 1000 ms, max_deliver 0 (no bound), max_pending 100, " <>
        "dead_letter of 0 bytes (none)"},
+    {"group_create_time",
+     {:group_create, 24, "jobs", "since", {:time, 1_767_225_600_000}, 1000, :infinity, 100, nil},
+     "GROUP_CREATE of version 6 from a time: corr 24, name \"jobs\", group \"since\", " <>
+       "from_kind 3 (a time), from_seq 1767225600000 (ms), ack_wait 1000 ms, " <>
+       "max_deliver 0 (no bound), max_pending 100, dead_letter of 0 bytes (none)"},
+    {"group_fetch_timed", {:group_fetch_timed, 25, "jobs", "workers", "w1", 10, 0},
+     "GROUP_FETCH_TIMED: corr 25, name \"jobs\", group \"workers\", consumer \"w1\", " <>
+       "max 10, wait 0 ms (answer at once)"},
     {"group_fetch", {:group_fetch, 22, "jobs", "workers", "w1", 10, 5000},
      "GROUP_FETCH: corr 22, name \"jobs\", group \"workers\", consumer \"w1\", max 10, " <>
        "wait 5000 ms"},
@@ -197,6 +240,9 @@ defmodule Ringbus.Wire.Examples do
     {"group_messages_more", {:group_messages, 22, true, 1, [{7, "def", 1}]},
      "GROUP_MESSAGES: corr 22, flags 1 (more frames of this answer follow), count 1; " <>
        "seq 7, deliveries 1, payload \"def\""},
+    {"group_messages_times", {:group_messages, 25, false, 1, [{7, "def", 2, 1_767_225_600_003}]},
+     "GROUP_MESSAGES with times: corr 25, flags 2 (times), count 1; " <>
+       "seq 7, deliveries 2, time 1767225600003, payload \"def\""},
     {"group_count", {:group_count, 23, 2}, "GROUP_COUNT: corr 23, count 2 (two were pending)"},
     {"group_info_ok",
      {:group_info_ok, 30,

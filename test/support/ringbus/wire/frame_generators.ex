@@ -36,6 +36,28 @@ defmodule Ringbus.Wire.FrameGenerators do
       let({u32(), name()}, fn {corr, name} -> {:info, corr, name} end),
       let({u32(), name(), from(), u32(), u32()}, &Tuple.insert_at(&1, 0, :subscribe)),
       let({u32(), name(), from(), u32(), u32(), u64()}, &Tuple.insert_at(&1, 0, :subscribe)),
+      # Version 6's forms: a READ or SUBSCRIBE with neither a time nor the
+      # times flag is the older form.
+      let(
+        {u32(), name(), u32(), overflow(), max_bytes(), replicas(), max_bytes()},
+        &Tuple.insert_at(&1, 0, :create)
+      ),
+      let(
+        {u32(), name(), u64(), u32(), nil_or(u64()), :proper_types.boolean(),
+         :proper_types.boolean()},
+        fn {corr, name, from, max, inc, time?, times?} ->
+          from = if time?, do: {:time, from}, else: from
+          {:read, corr, name, from, max, inc, times? or not time?}
+        end
+      ),
+      let(
+        {u32(), name(), :proper_types.oneof([from(), {:time, u64()}]), u32(), u32(),
+         nil_or(u64()), :proper_types.boolean()},
+        fn {corr, name, from, credit, max_batch, inc, times?} ->
+          times? = times? or not match?({:time, _}, from)
+          {:subscribe, corr, name, from, credit, max_batch, inc, times?}
+        end
+      ),
       let({u32(), u32(), u32()}, &Tuple.insert_at(&1, 0, :credit)),
       let({u32(), u32()}, &Tuple.insert_at(&1, 0, :unsubscribe)),
       let(u32(), &{:ping, &1})
@@ -49,10 +71,12 @@ defmodule Ringbus.Wire.FrameGenerators do
 
     [
       let(
-        {u32(), name(), id(), from(), positive(), max_deliver(), u32(), nil_or(name())},
+        {u32(), name(), id(), :proper_types.oneof([from(), {:time, u64()}]), positive(),
+         max_deliver(), u32(), nil_or(name())},
         &Tuple.insert_at(&1, 0, :group_create)
       ),
       let({u32(), name(), id(), id(), u32(), u32()}, &Tuple.insert_at(&1, 0, :group_fetch)),
+      let({u32(), name(), id(), id(), u32(), u32()}, &Tuple.insert_at(&1, 0, :group_fetch_timed)),
       let({u32(), name(), id(), seqs}, fn {corr, ch, g, ss} ->
         {:group_ack, corr, ch, g, length(ss), ss}
       end),
@@ -79,6 +103,9 @@ defmodule Ringbus.Wire.FrameGenerators do
 
     [
       let({u32(), :proper_types.boolean(), group_messages}, fn {corr, more, ms} ->
+        {:group_messages, corr, more, length(ms), ms}
+      end),
+      let({u32(), :proper_types.boolean(), timed_group_messages()}, fn {corr, more, ms} ->
         {:group_messages, corr, more, length(ms), ms}
       end),
       let({u32(), u64()}, &Tuple.insert_at(&1, 0, :group_count)),
@@ -152,6 +179,13 @@ defmodule Ringbus.Wire.FrameGenerators do
       let({u32(), u64(), messages()}, fn {sub, lost, ms} ->
         {:deliver, sub, lost, length(ms), ms}
       end),
+      let({u32(), u64(), u64(), timed_messages()}, fn {corr, inc, lost, ms} ->
+        {:read_timed_ok, corr, inc, lost, length(ms), ms}
+      end),
+      let({u32(), u64(), timed_messages()}, fn {sub, lost, ms} ->
+        {:deliver_timed, sub, lost, length(ms), ms}
+      end),
+      info_ok_v6(),
       let({u32(), error_reason()}, &Tuple.insert_at(&1, 0, :sub_closed)),
       let(u32(), &{:pong, &1}),
       let({u32(), error_reason(), :proper_types.binary()}, &Tuple.insert_at(&1, 0, :error))
@@ -204,6 +238,16 @@ defmodule Ringbus.Wire.FrameGenerators do
          bytes_pushed: bytes_pushed,
          incarnation: incarnation
        }}
+    end)
+  end
+
+  # Version 6's INFO_OK: version 4's fields, then the times, max_age and expired.
+  defp info_ok_v6 do
+    tail = {replicas(), u16(), max_bytes(), max_bytes(), max_bytes(), u64()}
+
+    let({info_ok(), tail}, fn {{:info_ok, corr, info}, {r, nodes, oldest, newest, age, exp}} ->
+      times = %{oldest_time: oldest, newest_time: newest, max_age: age, expired: exp}
+      {:info_ok, corr, Map.merge(info, Map.put(times, :replicas, r)) |> Map.put(:nodes, nodes)}
     end)
   end
 
@@ -269,6 +313,11 @@ defmodule Ringbus.Wire.FrameGenerators do
   defp big({byte, size}), do: :binary.copy(<<byte>>, size)
 
   defp messages, do: :proper_types.list({u64(), payload()})
+  defp timed_messages, do: :proper_types.list({u64(), payload(), u64()})
+
+  defp timed_group_messages,
+    do: :proper_types.non_empty(:proper_types.list({u64(), payload(), u32(), u64()}))
+
   defp ack_mode, do: :proper_types.elements([:ack, :no_ack])
   defp overflow, do: :proper_types.elements([:drop_oldest, :reject])
 
