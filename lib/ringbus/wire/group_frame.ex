@@ -276,9 +276,13 @@ defmodule Ringbus.Wire.GroupFrame do
     messages(rest, count, n + 1, [acc | entry])
   end
 
+  # A time not known (nil: the message left the ring before its time was
+  # read, `Ringbus.Groups.fetch/5`) goes as 0.
   defp messages([{seq, payload, deliveries, ms} | rest], count, n, acc)
-       when is_u64(seq) and is_binary(payload) and is_u32(deliveries) and is_u64(ms) do
-    entry = [<<seq::64, deliveries::32, ms::64, byte_size(payload)::32>>, payload]
+       when is_u64(seq) and is_binary(payload) and is_u32(deliveries) and
+              (is_nil(ms) or is_u64(ms)) do
+    time = ms || 0
+    entry = [<<seq::64, deliveries::32, time::64, byte_size(payload)::32>>, payload]
     messages(rest, count, n + 1, [acc | entry])
   end
 

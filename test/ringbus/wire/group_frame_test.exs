@@ -82,4 +82,12 @@ defmodule Ringbus.Wire.GroupFrameTest do
     assert decode(0x8D, <<1::32, 0, 0::32>> <> message) ==
              {:error, {:trailing_bytes, :group_messages}}
   end
+
+  test "GROUP_MESSAGES: a time not known (nil, the message left the ring first) goes as 0" do
+    frame = {:group_messages, 1, false, 2, [{1, "a", 1, nil}, {2, "b", 1, 9}]}
+    encoded = IO.iodata_to_binary(Frame.encode(frame))
+
+    assert {:ok, {:group_messages, 1, false, 2, [{1, "a", 1, 0}, {2, "b", 1, 9}]}, ""} =
+             Frame.decode(encoded, 1 <<< 20)
+  end
 end
