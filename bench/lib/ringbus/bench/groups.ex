@@ -69,9 +69,11 @@ defmodule Ringbus.Bench.Groups do
       hold too, a crashed one's among them. JetStream delivers a crashed
       consumer's messages again after `ack_wait`.
 
-  RabbitMQ quorum queues are not run: that needs an AMQP 0-9-1 client,
-  which this project does not have (it takes no hex packages) and which
-  was not written for this bench; the output says so.
+  RabbitMQ quorum queues are not run: that needs a broker cluster of
+  three and an AMQP 0-9-1 client. Debian's rabbitmq-server package has
+  both (the broker, and `amqp_client` beside Ra in the package
+  `bin/setup-ra` downloads), but the bench does not start them yet; the
+  output says so.
 
   With `--pin`, the rows compared per core run pinned (`Ringbus.Bench.Pin`):
   `ringbus_memory` with this VM on core 0 alone, one scheduler online,

@@ -70,8 +70,8 @@ defmodule Ringbus.Bench.Groups.Report do
           )
 
     IO.puts(
-      "\nNot run: RabbitMQ quorum queues (they need an AMQP 0-9-1 client; this project takes " <>
-        "no hex packages and has none of its own).\n" <>
+      "\nNot run: RabbitMQ quorum queues (a broker cluster of three and Debian's amqp_client, " <>
+        "which this bench does not start yet).\n" <>
         "Figures on a machine shared with other work are noisy; compare the rows of one run.\n"
     )
   end
