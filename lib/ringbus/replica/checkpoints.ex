@@ -41,8 +41,8 @@ defmodule Ringbus.Replica.Checkpoints do
     case Store.fetch(state.channel) do
       {:ok, ch} when version >= 4 -> grouped(state, index, ch, Group.any?(ch))
       {:ok, ch} -> checkpoints(state, index, ch)
-      # Not on this node (yet): no rows to copy.
-      {:error, :no_channel} -> checkpoints(state, index, nil)
+      # Not on this node (yet): its groups could not be copied; the log stays.
+      {:error, :no_channel} -> {state, []}
     end
   end
 
@@ -124,7 +124,7 @@ defmodule Ringbus.Replica.Checkpoints do
 
       # No seq stored since: the later index releases more of the log.
       {:value, {at, head, _}} when head == state.head ->
-        if index - at >= @regroup or not groups?(ch) do
+        if index - at >= @regroup or not Group.any?(ch) do
           cp = at(state, index, ch)
           %{state | checkpoints: :queue.in(cp, :queue.drop_r(state.checkpoints))}
         else
@@ -132,7 +132,7 @@ defmodule Ringbus.Replica.Checkpoints do
         end
 
       {:value, {at, head, _}} when state.head - head >= spacing ->
-        if index - at >= @regroup or not groups?(ch),
+        if index - at >= @regroup or not Group.any?(ch),
           do: %{state | checkpoints: :queue.in(at(state, index, ch), state.checkpoints)},
           else: state
 
@@ -142,11 +142,5 @@ defmodule Ringbus.Replica.Checkpoints do
   end
 
   defp at(state, index, ch),
-    do: {index, state.head, %{state | checkpoints: :queue.new(), groups: rows(ch)}}
-
-  defp groups?(nil), do: false
-  defp groups?(ch), do: Group.any?(ch)
-
-  defp rows(nil), do: []
-  defp rows(ch), do: Group.rows(ch)
+    do: {index, state.head, %{state | checkpoints: :queue.new(), groups: Group.rows(ch)}}
 end

@@ -294,7 +294,7 @@ defmodule Ringbus.Replica.MachineTest do
 
   describe "release cursors" do
     test "a cursor passes only entries whose messages are all dead" do
-      state = machine(capacity: 4)
+      state = machine(channel: here(capacity: 4), capacity: 4)
       # Nothing stored yet: the log so far can go.
       assert {state, [{:release_cursor, 0, _}]} = Checkpoints.checkpoint(state, 0, 4)
 
@@ -317,8 +317,10 @@ defmodule Ringbus.Replica.MachineTest do
     end
 
     test "checkpoints stay few however many entries" do
+      reject = [capacity: 1000, overflow: :reject]
+
       state =
-        Enum.reduce(1..10_000, machine(capacity: 1000, overflow: :reject), fn i, st ->
+        Enum.reduce(1..10_000, machine([channel: here(reject)] ++ reject), fn i, st ->
           cmd = if rem(i, 3) == 0, do: {:pull, 1}, else: {:push, nil, ["x"]}
           {st, _, _} = Machine.decide(cmd, i, st)
           {st, _} = Checkpoints.checkpoint(st, i, 4)
@@ -327,6 +329,20 @@ defmodule Ringbus.Replica.MachineTest do
 
       assert :queue.len(state.checkpoints) <= 5
     end
+
+    test "a member whose channel is not on its node releases nothing: it could not copy its groups" do
+      state = machine(capacity: 4)
+      {state, _, _} = Machine.decide({:pull, 10}, 1, state)
+      assert {_state, []} = Checkpoints.checkpoint(state, 1, 4)
+    end
+  end
+
+  # A channel of this node for a machine to checkpoint.
+  defp here(opts) do
+    name = unique()
+    :ok = Ringbus.create(name, opts)
+    on_exit(fn -> Ringbus.delete(name) end)
+    name
   end
 
   describe "apply/3 on this node's ring" do
