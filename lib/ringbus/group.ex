@@ -206,19 +206,19 @@ defmodule Ringbus.Group do
   and watches no owner from here.
   """
   @spec decided(Channel.t(), request(), pos_integer() | :infinity, integer()) :: term()
-  def decided(channel, {:fetch, group, consumer, owner, max, _wait}, room, now),
-    do: apply_decided(channel, {:fetch, group, consumer, owner, max, 0}, room, now)
-
-  def decided(channel, request, room, now), do: apply_decided(channel, request, room, now)
-
-  # The channel's holding groups publish their floor, which the machine's
-  # next push reads (`Ringbus.Replica.Machine`).
-  defp apply_decided(channel, request, room, now) do
+  def decided(channel, request, room, now) do
     at = at(channel, room, now)
-    answer = request(at, request)
+    answer = request(at, without_wait(request))
+    # The channel's holding groups publish their floor, which the machine's
+    # next push reads (`Ringbus.Replica.Machine`).
     Hold.publish(at)
     answer
   end
+
+  defp without_wait({:fetch, group, consumer, owner, max, _wait}),
+    do: {:fetch, group, consumer, owner, max, 0}
+
+  defp without_wait(request), do: request
 
   defp at(%Channel{incarnation: c, anchor: anchor} = channel, room, now) do
     at = At.new(channel, room, now)

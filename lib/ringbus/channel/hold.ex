@@ -27,6 +27,10 @@ defmodule Ringbus.Channel.Hold do
   @spec held?(Channel.t()) :: boolean()
   def held?(%Channel{atomics: a}), do: :atomics.get(a, @holders) > 0
 
+  @doc "Sets how many holding groups the channel has (its groups loaded from a snapshot)."
+  @spec put_holders(Channel.t(), non_neg_integer()) :: :ok
+  def put_holders(%Channel{atomics: a}, n), do: :atomics.put(a, @holders, n)
+
   @doc "Counts a holding group made (`1`) or gone (`-1`)."
   @spec hold(Channel.t(), 1 | -1) :: integer()
   def hold(%Channel{atomics: a}, delta), do: :atomics.add_get(a, @holders, delta)

@@ -59,8 +59,7 @@ defmodule Ringbus.Group.Hold do
   """
   def loaded(%{channel: channel, table: t, c: c} = at) do
     holding = Enum.count(Table.groups(t, c), fn {_name, g} -> Map.get(g.config, :hold, false) end)
-    known = Hold.hold(channel, 0)
-    if holding != known, do: Hold.hold(channel, holding - known)
+    Hold.put_holders(channel, holding)
     if holding > 0, do: Hold.raise_floor(channel, nil, nil)
     publish(at)
   end

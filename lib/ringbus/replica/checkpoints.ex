@@ -50,15 +50,9 @@ defmodule Ringbus.Replica.Checkpoints do
     # Ra writes a snapshot only past its own interval since the last one
     # (`ra_log`): more than @regroup entries, its default.
     if index - state.released > max(@regroup, state.capacity) do
-      snapshot = %{
-        state
-        | checkpoints: :queue.new(),
-          groups: Group.rows(ch),
-          messages: messages(ch, state)
-      }
-
-      {%{state | checkpoints: :queue.new(), released: index},
-       [{:release_cursor, index, snapshot}]}
+      state = %{state | checkpoints: :queue.new(), released: index}
+      snapshot = %{state | groups: Group.rows(ch), messages: messages(ch, state)}
+      {state, [{:release_cursor, index, snapshot}]}
     else
       {%{state | checkpoints: :queue.new()}, []}
     end
@@ -78,7 +72,7 @@ defmodule Ringbus.Replica.Checkpoints do
   `channel`, those it lacks, at their times: nil when done, else the
   messages still to put (the channel is not on this node yet).
   """
-  @spec load(atom() | binary() | term(), [tuple()] | nil) :: [tuple()] | nil
+  @spec load(term(), [tuple()] | nil) :: [tuple()] | nil
   def load(_channel, nil), do: nil
 
   def load(channel, messages) do

@@ -167,7 +167,7 @@ defmodule Ringbus.Replica.Machine do
     ops = expired ++ ops
     reply = carry_out(state.channel, ops, reply, now)
     state = settle(state, command, reply)
-    {state, effects} = checkpoint(state, index, version)
+    {state, effects} = Checkpoints.checkpoint(state, index, version)
     {state, reply, effects ++ Retention.expiry_timer(state)}
   end
 
@@ -196,8 +196,10 @@ defmodule Ringbus.Replica.Machine do
 
   # A state from a snapshot of version 0 has no writers; of version 1, no
   # groups; before messages had times, no stamp.
-  defp upgrade(%__MODULE__{writers: _, groups: _, stamp: _, times: _, messages: _} = state),
-    do: state
+  defp upgrade(
+         %__MODULE__{writers: _, groups: _, stamp: _, times: _, messages: _, released: _} = st
+       ),
+       do: st
 
   defp upgrade(state) do
     state
@@ -525,17 +527,6 @@ defmodule Ringbus.Replica.Machine do
   end
 
   defp finish(ops, _state), do: ops
-
-  ## Release cursors
-
-  @doc """
-  Takes a checkpoint of `state` at `index` when due, and returns the
-  `release_cursor` effect to keep, if there is one (`Ringbus.Replica.Checkpoints`).
-  """
-  @spec checkpoint(%__MODULE__{}, non_neg_integer(), non_neg_integer()) ::
-          {%__MODULE__{}, list()}
-  def checkpoint(state, index, version \\ @version),
-    do: Checkpoints.checkpoint(state, index, version)
 
   ## Carrying decisions out on this node's ring
 

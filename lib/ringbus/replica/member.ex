@@ -51,23 +51,6 @@ defmodule Ringbus.Replica.Member do
   """
   @type report :: {t(), %{node() => lag()} | nil, non_neg_integer()}
 
-  @numbers [
-    :term,
-    :commit_index,
-    :applied_index,
-    :applied_seq,
-    :snapshot_index,
-    :lag_entries,
-    :lag_ms,
-    :elections,
-    :snapshot_bytes,
-    :log_bytes,
-    :segment_bytes,
-    :mem_bytes,
-    :wal_bytes,
-    :ets_bytes
-  ]
-
   # What the reporter measures beside Ra: the ring's newest seq, the
   # member's directory on disk and mem tables, and its node's WAL and Ra's
   # ETS tables.
@@ -79,6 +62,17 @@ defmodule Ringbus.Replica.Member do
     :mem_bytes,
     :wal_bytes,
     :ets_bytes
+  ]
+
+  @numbers [
+    :term,
+    :commit_index,
+    :applied_index,
+    :snapshot_index,
+    :lag_entries,
+    :lag_ms,
+    :elections
+    | @extra
   ]
 
   @doc "Ra's state names as the four roles a reader needs (`:down`: no server)."
