@@ -83,7 +83,7 @@ defmodule Ringbus.ChaosTest do
 
   test "replicated channels under kills, stalls, partitions of the leader and full restarts: nothing acked is lost, nothing stored twice" do
     %{report: report, table: table, faults: faults, divergent: divergent, stuck: stuck} =
-      Ringbus.Chaos.run(seconds: 30, seed: 2, channels: :replicated)
+      Ringbus.Chaos.run(seconds: 20, seed: 2, channels: :replicated)
 
     IO.puts("\n" <> table)
 
