@@ -18,6 +18,7 @@ defmodule Mix.Tasks.Ringbus.Bench do
       mix ringbus.bench replication [options] # replicas: 3 vs JetStream R3, Osiris, Redis AOF
       mix ringbus.bench groups [options]    # consumer groups vs Redis XREADGROUP, JetStream R3
       mix ringbus.bench footprint [options]   # a replicated channel's memory and disk vs its bounds
+      mix ringbus.bench seek [options]        # a read from a time vs from a seq vs a scan, by ring size
 
   Run `mix help ringbus.bench` and see each bench module
   (`Ringbus.Bench.Buffer`, ...) for its options.
@@ -41,7 +42,8 @@ defmodule Mix.Tasks.Ringbus.Bench do
     "cluster" => Ringbus.Bench.Cluster,
     "replication" => Ringbus.Bench.Replication,
     "groups" => Ringbus.Bench.Groups,
-    "footprint" => Ringbus.Bench.Footprint
+    "footprint" => Ringbus.Bench.Footprint,
+    "seek" => Ringbus.Bench.Seek
   }
 
   @impl Mix.Task
