@@ -14,8 +14,8 @@ defmodule Ringbus.Bench.Seek do
   ## What runs
 
   For each size N, a memory channel of capacity N is filled with N 16-byte
-  messages, pushed in 500 batches one millisecond apart, so that the ring
-  holds at least 500 distinct times. Then, for random targets (a time
+  messages, pushed one at a time with a millisecond's pause after every
+  N/500 of them, so that the ring holds at least 500 distinct times. Then, for random targets (a time
   between the oldest and the newest message's, or a seq the ring holds),
   each way reads 10 messages:
 
@@ -47,7 +47,7 @@ defmodule Ringbus.Bench.Seek do
   @default_sizes [1_000, 100_000, 1_000_000]
   @default_reads 2_000
   @rounds 7
-  @batches 500
+  @pauses 500
   @page 1_000
   @max 10
   @switches [sizes: :string, reads: :integer, out: :string]
@@ -112,21 +112,20 @@ defmodule Ringbus.Bench.Seek do
     end
   end
 
+  # Single pushes, so that every size holds the same shape of rows (a
+  # batch would be one chunk, read differently), with a pause every
+  # `n / @pauses` of them.
   defp fill(n) do
     name = {__MODULE__, make_ref()}
     :ok = Ringbus.create(name, capacity: n)
     payload = :binary.copy("x", 16)
-    per = max(1, div(n, @batches))
+    every = max(1, div(n, @pauses))
 
-    Enum.reduce_while(1..@batches, 0, fn _, pushed ->
-      k = min(per, n - pushed)
-      if k > 0, do: {:ok, _} = Ringbus.push_many(name, List.duplicate(payload, k))
-      Process.sleep(1)
-      if pushed + k < n, do: {:cont, pushed + k}, else: {:halt, pushed + k}
-    end)
+    for i <- 1..n do
+      {:ok, _} = Ringbus.push(name, payload)
+      if rem(i, every) == 0, do: Process.sleep(1)
+    end
 
-    rest = n - Ringbus.len(name)
-    if rest > 0, do: {:ok, _} = Ringbus.push_many(name, List.duplicate(payload, rest))
     ^n = Ringbus.len(name)
     name
   end
