@@ -29,7 +29,7 @@ defmodule Ringbus.ChaosTest do
   end
 
   test "a short seeded run: nothing acked is lost but to a crash, no false failure, nothing unexpected, no order broken" do
-    %{report: report, table: table, faults: faults} = Ringbus.Chaos.run(seconds: 20, seed: 7)
+    %{report: report, table: table, faults: faults} = Ringbus.Chaos.run(seconds: 12, seed: 29)
     IO.puts("\n" <> table)
 
     assert report.ok > 0
