@@ -445,7 +445,7 @@ defmodule Ringbus.Channel.Ring do
 
   # Pulls up to `left` of the oldest messages, those below `limit`: claims
   # the seqs with one swap of tail, as that many pulls in a row would, then
-  # takes each; a seq that held nothing (gone, abandoned) leaves one more.
+  # takes them; a seq that held nothing (gone, abandoned) leaves one more.
   defp take(%Channel{atomics: a} = ch, left, limit, taken) do
     tail = :atomics.get(a, @tail)
     count = min(left, min(:atomics.get(a, @head), limit) - tail)
@@ -455,9 +455,7 @@ defmodule Ringbus.Channel.Ring do
         taken
 
       :atomics.compare_exchange(a, @tail, tail, tail + count) == :ok ->
-        got =
-          Enum.count(tail..(tail + count - 1), &(take_claimed(ch, &1, @stall_ms, nil) != :gone))
-
+        got = take_range(ch, tail, tail + count, 0)
         :atomics.add(a, @pulled, got)
         take(ch, left - got, limit, taken + got)
 
@@ -791,34 +789,59 @@ defmodule Ringbus.Channel.Ring do
     end
   end
 
-  defp take_claimed(ch, seq, stall_ms, deadline) do
-    case :ets.take(ch.table, seq) do
-      [{_, payload, _at}] when is_binary(payload) ->
-        release(ch, byte_size(payload))
-        {:ok, payload}
+  # Takes the claimed seqs seq..stop - 1 and answers how many held a
+  # message: the seqs of a chunk among them with one count down, their
+  # payloads not cut out (nobody reads them); the others one by one.
+  defp take_range(_ch, seq, stop, got) when seq >= stop, do: got
 
-      [{_, :abandoned}] ->
-        :gone
+  defp take_range(ch, seq, stop, got) do
+    {n, took} =
+      with [] <- :ets.take(ch.table, seq), {:chunk, key, _first} <- cover(ch, seq) do
+        n = min(trunc(key), stop - 1) - seq + 1
+        {n, if(count_down(ch, key, n) == :gone, do: 0, else: n)}
+      else
+        # A message or a mark, taken: as a pull takes it.
+        [_] = row -> {1, one(taken(ch, seq, row, @stall_ms, nil))}
+        # A producer still storing it, or nothing yet: as a pull waits for it.
+        _ -> {1, one(take_claimed(ch, seq, @stall_ms, nil))}
+      end
 
-      # A subscription gave up on it before we claimed it: the skip is ours,
-      # and the wait was done.
-      [{_, :skipped}] ->
-        :atomics.sub(ch.atomics, @skipped, 1)
-        take_claimed(ch, seq, stall_ms, :expired)
+    take_range(ch, seq + n, stop, got + took)
+  end
 
-      [] ->
-        case cover(ch, seq) do
-          {:chunk, key, _first} ->
-            from_chunk(ch, key, seq, stall_ms, deadline)
+  defp one(:gone), do: 0
+  defp one({:ok, _payload}), do: 1
 
-          # Its producer is storing the chunk right now.
-          :reservation ->
-            :erlang.yield()
-            take_claimed(ch, seq, stall_ms, deadline)
+  defp take_claimed(ch, seq, stall_ms, deadline),
+    do: taken(ch, seq, :ets.take(ch.table, seq), stall_ms, deadline)
 
-          nil ->
-            wait_claimed(ch, seq, stall_ms, deadline)
-        end
+  # What `:ets.take/2` of a claimed seq found.
+  defp taken(ch, _seq, [{_, payload, _at}], _stall_ms, _deadline) when is_binary(payload) do
+    release(ch, byte_size(payload))
+    {:ok, payload}
+  end
+
+  defp taken(_ch, _seq, [{_, :abandoned}], _stall_ms, _deadline), do: :gone
+
+  # A subscription gave up on it before we claimed it: the skip is ours,
+  # and the wait was done.
+  defp taken(ch, seq, [{_, :skipped}], stall_ms, _deadline) do
+    :atomics.sub(ch.atomics, @skipped, 1)
+    take_claimed(ch, seq, stall_ms, :expired)
+  end
+
+  defp taken(ch, seq, [], stall_ms, deadline) do
+    case cover(ch, seq) do
+      {:chunk, key, _first} ->
+        from_chunk(ch, key, seq, stall_ms, deadline)
+
+      # Its producer is storing the chunk right now.
+      :reservation ->
+        :erlang.yield()
+        take_claimed(ch, seq, stall_ms, deadline)
+
+      nil ->
+        wait_claimed(ch, seq, stall_ms, deadline)
     end
   end
 
@@ -834,12 +857,12 @@ defmodule Ringbus.Channel.Ring do
   end
 
   # `count` messages of a chunk were claimed; whoever claims the last one
-  # left deletes it.
+  # left deletes it. `:gone` when a drop deleted it first.
   defp count_down(ch, key, count) do
     if :ets.update_counter(ch.table, key, {4, -count}) == 0, do: drop_chunk(ch, key)
   rescue
     # Dropped meanwhile, whole: its bytes went with it.
-    ArgumentError -> :ok
+    ArgumentError -> :gone
   end
 
   defp wait_claimed(ch, seq, stall_ms, deadline) do

@@ -96,11 +96,26 @@ defmodule Ringbus.Channel.ConcurrencyTest do
     end
   end
 
-  test "trims and pulls racing on a full ring take every message once" do
-    name = {__MODULE__, :trims}
+  # Batches of 64 are stored as chunks, which a trim takes a run of seqs
+  # of at once while pulls take single messages out of them.
+  for batch <- [1, 64] do
+    @tag batch: batch
+    test "trims and pulls racing on a full ring take every message once (batches of #{batch})",
+         %{batch: batch} do
+      trims_and_pulls(batch)
+    end
+  end
+
+  defp trims_and_pulls(batch) do
+    name = {__MODULE__, :trims, batch}
     :ok = Ringbus.create(name, capacity: 20_000)
     on_exit(fn -> Ringbus.delete(name) end)
-    for i <- 0..9_999, do: {:ok, ^i} = Ringbus.push(name, "m#{i}")
+
+    for from <- 0..9_999//batch do
+      to = min(from + batch, 10_000) - 1
+      {:ok, ^from} = Ringbus.push_many(name, Enum.map(from..to, &"m#{&1}"))
+    end
+
     # Whole nodes of 100 at a time, and one trim before the race begins.
     trim = %{strategy: {:maxlen, 0}, approx: true, limit: 100}
     {:ok, first} = Ringbus.run(name, {:trim, trim})
