@@ -1146,6 +1146,19 @@ defmodule Ringbus.Channel.Ring do
   end
 
   @doc false
+  # A trim of the `count` seqs from `from`, which its log decided: claimed
+  # with one swap of tail and taken as `trim/2` takes them, when `from` is
+  # the tail; else each only if it is the tail then (`pull_decided/3`).
+  @spec take_decided(Channel.t(), seq, non_neg_integer()) :: :ok
+  def take_decided(%Channel{atomics: a} = ch, from, count) do
+    if count > 0 and :atomics.compare_exchange(a, @tail, from, from + count) == :ok,
+      do: :atomics.add(a, @pulled, take_range(ch, from, from + count, 0)),
+      else: pull_decided(ch, from, count)
+
+    :ok
+  end
+
+  @doc false
   # Pulls the `count` seqs from `from`, each only if it is the ring's tail
   # (not pulled yet), and returns what it took.
   @spec pull_decided(Channel.t(), seq, non_neg_integer()) :: [{seq, binary()}]

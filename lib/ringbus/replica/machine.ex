@@ -572,6 +572,12 @@ defmodule Ringbus.Replica.Machine do
     reply
   end
 
+  # A trim's messages are thrown away: taken without reading them.
+  defp carry(ch, {:pull, first, count}, {:trimmed, _first, _count} = reply) do
+    Ring.take_decided(ch, first, count)
+    pulled_reply(reply, [])
+  end
+
   defp carry(ch, {:pull, first, count}, reply),
     do: pulled_reply(reply, Ring.pull_decided(ch, first, count))
 
