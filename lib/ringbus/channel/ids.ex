@@ -1,0 +1,253 @@
+defmodule Ringbus.Channel.Ids do
+  @moduledoc false
+  # A channel's Redis stream IDs, `{ms, n}` (both u64): the system ms a
+  # message was stored at and a counter within that ms. A channel keeps the
+  # last ID it gave in `:atomics`, read and advanced by compare-and-swap, so
+  # that pushers reserve IDs from their own processes, as they reserve seqs.
+  #
+  # The stamp. Slot 1 holds the last ID packed as `ms <<< 22 ||| n`: the ms
+  # of any date before 2109 and four million IDs per ms fit one unsigned
+  # 64-bit slot, so one CAS moves it. A reservation of `count` IDs takes the
+  # ones after the stamp, or `{now, 0}` if that is later, and never lets a
+  # batch's counter carry into the next ms (it then starts at the next ms):
+  # a batch's IDs are `{ms, n}, {ms, n + 1}, ...`, so a chunk needs only its
+  # first (`nth/2`). Read between a push's read of `head` and its CAS on it,
+  # the stamp gives IDs that increase in seq order, by the argument that
+  # orders the ring's times (`Ringbus.Channel.Ring`); a failed head CAS
+  # leaves a gap in the counter, which no reader sees.
+  #
+  # Wide IDs. An ID that does not pack (a client's explicit ID with a huge
+  # ms or counter; Redis's own tests use `18446744073709551615-...`) leaves
+  # the stamp saturated: slots 3 and 4 then hold the last ID whole, written
+  # under slot 2, a version that is odd while a writer holds it (readers
+  # retry on a change). Only that pathological state serialises pushers.
+  #
+  # Errors are Redis's: `:not_greater` (an explicit ID at or below the last),
+  # `:zero` (`0-0`), `:exhausted` (no ID after the last).
+
+  import Bitwise
+
+  @n_bits 22
+  @n_max (1 <<< @n_bits) - 1
+  @saturated 0xFFFF_FFFF_FFFF_FFFF
+  @max_u64 0xFFFF_FFFF_FFFF_FFFF
+
+  @stamp 1
+  @version 2
+  @wide_ms 3
+  @wide_n 4
+
+  @typedoc "A stream ID: ms and counter, both u64."
+  @type id :: {non_neg_integer(), non_neg_integer()}
+
+  @typedoc "A refusal, as Redis words it (`Ringbus.Resp.Errors`)."
+  @type error :: :not_greater | :zero | :exhausted
+
+  @doc "A fresh stamp: the last ID is `0-0`."
+  @spec new() :: :atomics.atomics_ref()
+  def new, do: :atomics.new(4, signed: false)
+
+  @doc "The last ID given (or set by `set/2`)."
+  @spec last(:atomics.atomics_ref()) :: id()
+  def last(ids) do
+    case :atomics.get(ids, @stamp) do
+      @saturated -> read_wide(ids)
+      stamp -> unpack(stamp)
+    end
+  end
+
+  @doc """
+  Reserves `count` (≥ 1) consecutive auto IDs at system time `now_ms`:
+  the first of them, later than the last ID given.
+  """
+  @spec reserve(:atomics.atomics_ref(), pos_integer(), non_neg_integer()) ::
+          {:ok, id()} | {:error, error()}
+  def reserve(ids, count, now_ms) do
+    stamp = :atomics.get(ids, @stamp)
+    first = max(stamp + 1, now_ms <<< @n_bits)
+    # A batch never carries its counter into the next ms.
+    first = if (first &&& @n_max) + count - 1 > @n_max, do: (first ||| @n_max) + 1, else: first
+    last = first + count - 1
+
+    cond do
+      stamp == @saturated or last >= @saturated or now_ms > @saturated >>> @n_bits ->
+        wide(ids, fn prev -> auto_after(prev, count, now_ms) end)
+
+      :atomics.compare_exchange(ids, @stamp, stamp, last) == :ok ->
+        {:ok, unpack(first)}
+
+      true ->
+        reserve(ids, count, now_ms)
+    end
+  end
+
+  @doc """
+  Reserves an ID a client gave: `{ms, n}`, or `{ms, :auto}` (Redis's
+  `ms-*`: the next counter in `ms` if the last ID is in it, else `ms-0`).
+  Refused unless above the last ID.
+  """
+  @spec reserve_explicit(:atomics.atomics_ref(), {non_neg_integer(), non_neg_integer() | :auto}) ::
+          {:ok, id()} | {:error, error()}
+  def reserve_explicit(_ids, {0, 0}), do: {:error, :zero}
+
+  def reserve_explicit(ids, {ms, n} = given) do
+    stamp = :atomics.get(ids, @stamp)
+
+    with false <- stamp == @saturated,
+         {:ok, id} <- explicit_after(unpack(stamp), given),
+         packed when packed != :wide <- pack(id) do
+      case :atomics.compare_exchange(ids, @stamp, stamp, packed) do
+        :ok -> {:ok, id}
+        _changed -> reserve_explicit(ids, {ms, n})
+      end
+    else
+      {:error, _} = error -> error
+      _wide -> wide(ids, &explicit_after(&1, given))
+    end
+  end
+
+  @doc """
+  Sets the last ID (XSETID; a re-created stream's start): the caller has
+  checked it against the entries held.
+  """
+  @spec set(:atomics.atomics_ref(), id()) :: :ok
+  def set(ids, id) do
+    case pack(id) do
+      :wide ->
+        {:ok, ^id} = wide(ids, fn _prev -> {:ok, id} end)
+        :ok
+
+      packed ->
+        lock(ids)
+        :atomics.put(ids, @stamp, packed)
+        unlock(ids)
+    end
+  end
+
+  @doc "The `i`-th ID of a batch whose first is `first`, as `reserve/3` numbers them."
+  @spec nth(id(), non_neg_integer()) :: id()
+  def nth({ms, n}, i) when n + i <= @max_u64, do: {ms, n + i}
+  def nth({ms, n}, i), do: {ms + 1, n + i - @max_u64 - 1}
+
+  @doc "Whether `a` is above `b` in Redis's order."
+  @spec above?(id(), id()) :: boolean()
+  def above?({ms_a, n_a}, {ms_b, n_b}), do: ms_a > ms_b or (ms_a == ms_b and n_a > n_b)
+
+  ## Packing
+
+  @doc false
+  @spec pack(id()) :: non_neg_integer() | :wide
+  def pack({ms, n}) when n <= @n_max do
+    packed = ms <<< @n_bits ||| n
+    if packed < @saturated, do: packed, else: :wide
+  end
+
+  def pack(_id), do: :wide
+
+  defp unpack(packed), do: {packed >>> @n_bits, packed &&& @n_max}
+
+  ## Rules, on the last ID
+
+  defp auto_after({ms, _n} = prev, count, now_ms) do
+    first = if ms >= now_ms, do: next(prev), else: {:ok, {now_ms, 0}}
+
+    case first do
+      # The batch would run past the largest ID.
+      {:ok, {f_ms, f_n} = first} when f_ms < @max_u64 or f_n + count - 1 <= @max_u64 ->
+        {:ok, first, nth(first, count - 1)}
+
+      _none_left ->
+        {:error, :exhausted}
+    end
+  end
+
+  defp explicit_after({ms, n}, {ms, :auto}) when n < @max_u64, do: {:ok, {ms, n + 1}}
+  defp explicit_after({last_ms, _n}, {ms, :auto}) when ms > last_ms, do: {:ok, {ms, 0}}
+  defp explicit_after(_last, {_ms, :auto}), do: {:error, :not_greater}
+
+  defp explicit_after(last, id) do
+    if above?(id, last), do: {:ok, id}, else: {:error, :not_greater}
+  end
+
+  defp next({@max_u64, @max_u64}), do: {:error, :not_greater}
+  defp next({ms, @max_u64}), do: {:ok, {ms + 1, 0}}
+  defp next({ms, n}), do: {:ok, {ms, n + 1}}
+
+  ## The saturated stamp
+
+  # Runs `rule` on the last ID under the version lock; stores what it gives
+  # (the last of a reservation) whole, with the stamp saturated.
+  defp wide(ids, rule) do
+    lock(ids)
+    {ms, n} = prev = last_locked(ids)
+    :atomics.put(ids, @wide_ms, ms)
+    :atomics.put(ids, @wide_n, n)
+
+    result =
+      case rule.(prev) do
+        {:ok, first, last} -> {:ok, first, last}
+        {:ok, id} -> {:ok, id, id}
+        {:error, _} = error -> error
+      end
+
+    case result do
+      {:ok, first, {ms, n}} ->
+        :atomics.put(ids, @wide_ms, ms)
+        :atomics.put(ids, @wide_n, n)
+        :atomics.put(ids, @stamp, @saturated)
+        unlock(ids)
+        {:ok, first}
+
+      {:error, _} = error ->
+        unlock(ids)
+        error
+    end
+  end
+
+  # Under the lock the stamp can still move (unlocked packed reservations):
+  # saturating it by CAS would race them, so the lock holder reads the last
+  # ID and then stops them by swapping in the saturated stamp.
+  defp last_locked(ids) do
+    stamp = :atomics.get(ids, @stamp)
+
+    cond do
+      stamp == @saturated ->
+        {:atomics.get(ids, @wide_ms), :atomics.get(ids, @wide_n)}
+
+      :atomics.compare_exchange(ids, @stamp, stamp, @saturated) == :ok ->
+        unpack(stamp)
+
+      true ->
+        last_locked(ids)
+    end
+  end
+
+  defp lock(ids) do
+    v = :atomics.get(ids, @version)
+
+    if (v &&& 1) == 0 and :atomics.compare_exchange(ids, @version, v, v + 1) == :ok do
+      :ok
+    else
+      :erlang.yield()
+      lock(ids)
+    end
+  end
+
+  defp unlock(ids), do: :atomics.add(ids, @version, 1)
+
+  defp read_wide(ids) do
+    v = :atomics.get(ids, @version)
+    id = {:atomics.get(ids, @wide_ms), :atomics.get(ids, @wide_n)}
+
+    cond do
+      (v &&& 1) == 1 or :atomics.get(ids, @version) != v -> retry_read(ids)
+      :atomics.get(ids, @stamp) != @saturated -> last(ids)
+      true -> id
+    end
+  end
+
+  defp retry_read(ids) do
+    :erlang.yield()
+    last(ids)
+  end
+end
