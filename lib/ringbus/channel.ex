@@ -54,7 +54,8 @@ defmodule Ringbus.Channel do
   alias Ringbus.Options
 
   @enforce_keys [:table, :waiters, :atomics, :anchor, :capacity, :overflow, :incarnation]
-  defstruct @enforce_keys ++ [max_bytes: nil, max_age: nil, replica: nil, producers: nil]
+  defstruct @enforce_keys ++
+              [max_bytes: nil, max_age: nil, replica: nil, producers: nil, ids: nil]
 
   @type name :: term()
 
@@ -79,7 +80,8 @@ defmodule Ringbus.Channel do
           max_age: pos_integer() | nil,
           replica: map() | nil,
           producers: :ets.tid() | nil,
-          incarnation: pos_integer()
+          incarnation: pos_integer(),
+          ids: :atomics.atomics_ref() | nil
         }
 
   @doc """

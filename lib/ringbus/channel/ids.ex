@@ -81,6 +81,30 @@ defmodule Ringbus.Channel.Ids do
     end
   end
 
+  @doc "`reserve/3` at `at`, a monotonic µs time (its ms as `Ringbus.Channel.Times.ms/1` has it)."
+  @spec reserve_at(:atomics.atomics_ref(), pos_integer(), integer()) ::
+          {:ok, id()} | {:error, error()}
+  def reserve_at(ids, count, at),
+    do: reserve(ids, count, div(at + :erlang.time_offset(:microsecond), 1000))
+
+  @doc """
+  `{at, first}`: `count` IDs reserved at `at` (`reserve_at/3`), where
+  no ID given before can have exhausted them.
+  """
+  @spec stamp!(:atomics.atomics_ref(), pos_integer(), integer()) :: {integer(), id()}
+  def stamp!(ids, count, at) do
+    {:ok, first} = reserve_at(ids, count, at)
+    {at, first}
+  end
+
+  @doc "Moves the last ID up to the last of `count` given from `first` (a stamp `{at, first}`)."
+  @spec follow(:atomics.atomics_ref(), {integer(), id()}, pos_integer()) :: {integer(), id()}
+  def follow(ids, {_at, first} = stamp, count) do
+    last = nth(first, count - 1)
+    if above?(last, last(ids)), do: set(ids, last)
+    stamp
+  end
+
   @doc """
   Reserves an ID a client gave: `{ms, n}`, or `{ms, :auto}` (Redis's
   `ms-*`: the next counter in `ms` if the last ID is in it, else `ms-0`).

@@ -16,9 +16,9 @@ defmodule Ringbus.Channel.Ring do
   # keys being written and removed at the two ends of one tree, which stays in
   # cache; a hash table scatters them. The table holds:
   #
-  #   {seq, payload, at}              a message stored on its own
+  #   {seq, payload, at, id}          a message stored on its own
   #   {seq, mark}                     a seq given up on (see "Stalls")
-  #   {last + 0.5, first, bytes, left, data, ends, at}
+  #   {last + 0.5, first, bytes, left, data, ends, at, id}
   #                                   a chunk: a drop-oldest batch as one object,
   #                                   `left` of its messages not yet claimed
   #   {last + 0.25, first, pid}       a reservation: a chunk `pid` is storing
@@ -33,6 +33,10 @@ defmodule Ringbus.Channel.Ring do
   # `Ringbus.Channel.Times` turns them into system ms, probes them
   # (`stored_at/2`) and searches them. A replicated channel's `at` is its
   # leader's stamp, given to `put_decided/6`.
+  #
+  # `id` is the message's Redis stream ID (`Ringbus.Channel.Ids`; a chunk's
+  # is its first message's, the others follow it), reserved with `at`,
+  # inside the seq reservation, so IDs increase in seq order.
   #
   # Cursors and counters, in `:atomics`:
   #
@@ -110,7 +114,7 @@ defmodule Ringbus.Channel.Ring do
   # a push reported stored is readable, pulled, or counted overwritten.
 
   alias Ringbus.Channel
-  alias Ringbus.Channel.{Anchor, Hold, Trim}
+  alias Ringbus.Channel.{Anchor, Hold, Ids, Trim}
 
   @head 1
   @tail 2
@@ -130,6 +134,7 @@ defmodule Ringbus.Channel.Ring do
   @stall_ms 5
 
   @typep seq :: non_neg_integer()
+  @typep stamp :: {integer(), Ids.id()}
 
   defguardp is_mark(value) when value in [:skipped, :skipped_claimed, :abandoned]
 
@@ -149,7 +154,8 @@ defmodule Ringbus.Channel.Ring do
       max_bytes: Keyword.get(opts, :max_bytes),
       max_age: Keyword.get(opts, :max_age),
       replica: Keyword.get(opts, :replica),
-      incarnation: Keyword.get_lazy(opts, :incarnation, &new_incarnation/0)
+      incarnation: Keyword.get_lazy(opts, :incarnation, &new_incarnation/0),
+      ids: Ids.new()
     }
   end
 
@@ -182,12 +188,13 @@ defmodule Ringbus.Channel.Ring do
   # The second half of a push: stores `payload` under `seq`, reserved by the
   # caller at `at` (now by default). Tests call it late to play a stalled
   # producer.
-  @spec commit(Channel.t(), seq, binary(), integer()) ::
+  @spec commit(Channel.t(), seq, binary(), stamp() | nil) ::
           {:ok, seq} | {:error, :full | :too_large}
-  def commit(ch, seq, payload, at \\ now_us()) do
+  def commit(ch, seq, payload, stamp \\ nil) do
     size = byte_size(payload)
+    {at, id} = stamp || late_stamp(ch, 1)
 
-    if :ets.insert_new(ch.table, {seq, detach(payload), at}) do
+    if :ets.insert_new(ch.table, {seq, detach(payload), at, id}) do
       stored_bytes(ch, size)
       stored(ch, seq, seq)
       {:ok, seq}
@@ -255,10 +262,17 @@ defmodule Ringbus.Channel.Ring do
   # The second half of `push_measured/4`: stores a batch under the `count`
   # seqs from `first`, reserved by the caller; pushes it again under fresh
   # seqs if a reader gave up on part of the range meanwhile.
-  @spec commit_batch(Channel.t(), seq, [binary()], pos_integer(), non_neg_integer(), integer()) ::
+  @spec commit_batch(
+          Channel.t(),
+          seq,
+          [binary()],
+          pos_integer(),
+          non_neg_integer(),
+          stamp() | nil
+        ) ::
           {:ok, seq} | {:error, :full | :too_large}
-  def commit_batch(ch, first, payloads, count, bytes, at \\ now_us()) do
-    case store_batch(ch, first, payloads, count, bytes, at) do
+  def commit_batch(ch, first, payloads, count, bytes, stamp \\ nil) do
+    case store_batch(ch, first, payloads, count, bytes, stamp || late_stamp(ch, count)) do
       {:ok, first} -> {:ok, first}
       :retry -> push_measured(ch, payloads, count, bytes)
     end
@@ -297,7 +311,8 @@ defmodule Ringbus.Channel.Ring do
       :retry
     else
       {data, ends} = chunk(payloads)
-      :ets.insert(t, {chunk_key(last), first, bytes, count, data, ends, at})
+      {at, id} = at
+      :ets.insert(t, {chunk_key(last), first, bytes, count, data, ends, at, id})
       :ets.delete(t, reservation_key(last))
       stored_bytes(ch, bytes)
       stored(ch, first, last)
@@ -334,21 +349,28 @@ defmodule Ringbus.Channel.Ring do
     is_integer(key) and key <= last
   end
 
-  defp objects([p | rest], seq, at, acc),
-    do: objects(rest, seq + 1, at, [{seq, detach(p), at} | acc])
+  # Rows of a batch stored at `{at, id}`: its IDs follow the first.
+  defp objects(payloads, seq, {at, id}, acc), do: objects(payloads, seq, at, id, 0, acc)
 
-  defp objects([], _seq, _at, acc), do: acc
+  defp objects([p | rest], seq, at, id, i, acc),
+    do: objects(rest, seq + 1, at, id, i + 1, [{seq, detach(p), at, Ids.nth(id, i)} | acc])
 
-  defp objects(payloads, seq, at, acc) do
-    {acc, _seq} =
-      Enum.reduce(payloads, {acc, seq}, fn p, {acc, seq} ->
-        {[{seq, detach(p), at} | acc], seq + 1}
+  defp objects([], _seq, _at, _id, _i, acc), do: acc
+
+  defp objects(payloads, seq, at, id, _i, acc) do
+    {acc, _seq, _i} =
+      Enum.reduce(payloads, {acc, seq, 0}, fn p, {acc, seq, i} ->
+        {[{seq, detach(p), at, Ids.nth(id, i)} | acc], seq + 1, i + 1}
       end)
 
     acc
   end
 
   defp now_us, do: :erlang.monotonic_time(:microsecond)
+
+  # A stamp taken outside a reservation: for tests that play a stalled
+  # producer, whose IDs then need not follow seq order.
+  defp late_stamp(ch, count), do: Ids.stamp!(ch.ids, count, now_us())
 
   # A message stored on its own never keeps more than twice its size alive: a
   # payload that is a small part of a larger binary (a batch read off a
@@ -486,26 +508,35 @@ defmodule Ringbus.Channel.Ring do
   defp reserve_room(ch, count, bytes) do
     with :ok <- reserve_bytes(ch, bytes) do
       case reserve_seqs(ch, count) do
-        {:ok, first, at} ->
-          {:ok, first, at}
+        {:ok, first, stamp} ->
+          {:ok, first, stamp}
 
         :full ->
           unreserve_bytes(ch, bytes)
           {:error, :full}
+
+        {:error, _} = error ->
+          unreserve_bytes(ch, bytes)
+          error
       end
     end
   end
 
-  # The clock is read between the read of head and the swap that moves it
-  # (see `at` in the header): so times never decrease in seq order.
+  # The clock is read, and IDs reserved, between the read of head and the
+  # swap that moves it (see `at` in the header): so times never decrease,
+  # and IDs increase, in seq order. A failed swap leaves a gap in the IDs.
   defp reserve_seqs(%Channel{atomics: a, capacity: cap, overflow: overflow} = ch, count) do
     head = :atomics.get(a, @head)
     at = now_us()
 
-    cond do
-      overflow == :reject and head + count - :atomics.get(a, @tail) > cap -> :full
-      :atomics.compare_exchange(a, @head, head, head + count) == :ok -> {:ok, head, at}
-      true -> reserve_seqs(ch, count)
+    with false <- overflow == :reject and head + count - :atomics.get(a, @tail) > cap,
+         {:ok, id} <- Ids.reserve_at(ch.ids, count, at) do
+      if :atomics.compare_exchange(a, @head, head, head + count) == :ok,
+        do: {:ok, head, {at, id}},
+        else: reserve_seqs(ch, count)
+    else
+      true -> :full
+      {:error, :exhausted} -> {:error, :ids_exhausted}
     end
   end
 
@@ -658,7 +689,7 @@ defmodule Ringbus.Channel.Ring do
   # producer, if it comes back, finds the seq dropped and reports it pushed.
   defp drop_seq(ch, seq) do
     case :ets.take(ch.table, seq) do
-      [{_, payload, _at}] when is_binary(payload) ->
+      [{_, payload, _at, _id}] when is_binary(payload) ->
         release(ch, byte_size(payload))
 
       [{_, mark}] when mark in [:skipped, :skipped_claimed] ->
@@ -673,7 +704,7 @@ defmodule Ringbus.Channel.Ring do
   # callers racing for it, only the one whose delete matched releases them.
   defp drop_chunk(ch, key) do
     with bytes when is_integer(bytes) <- element(ch.table, key, 3) do
-      pattern = {key, :_, :_, :_, :_, :_, :_}
+      pattern = {key, :_, :_, :_, :_, :_, :_, :_}
       if :ets.select_delete(ch.table, [{pattern, [], [true]}]) == 1, do: release(ch, bytes)
     end
 
@@ -684,7 +715,7 @@ defmodule Ringbus.Channel.Ring do
 
   ## Chunks and reservations
   #
-  # A chunk `{last + 0.5, first, bytes, left, data, ends, at}` sorts right after `last`
+  # A chunk `{last + 0.5, first, bytes, left, data, ends, at, id}` sorts right after `last`
   # and a reservation `{last + 0.25, first, pid}` right before it; neither
   # key ever equals a message's integer key, so `:ets.take/2` on a seq only
   # ever finds a single message or a mark. A seq inside a chunk is found with
@@ -735,7 +766,7 @@ defmodule Ringbus.Channel.Ring do
     end
   end
 
-  defp slice({_key, first, _bytes, _left, data, ends, _at}, seq) do
+  defp slice({_key, first, _bytes, _left, data, ends, _at, _id}, seq) do
     <<_::binary-size(4 * (seq - first)), from::32, to::32, _::binary>> = ends
     payload = binary_part(data, from, to - from)
     if to - from <= 64, do: :binary.copy(payload), else: payload
@@ -816,7 +847,7 @@ defmodule Ringbus.Channel.Ring do
     do: taken(ch, seq, :ets.take(ch.table, seq), stall_ms, deadline)
 
   # What `:ets.take/2` of a claimed seq found.
-  defp taken(ch, _seq, [{_, payload, _at}], _stall_ms, _deadline) when is_binary(payload) do
+  defp taken(ch, _seq, [{_, payload, _at, _id}], _stall_ms, _deadline) when is_binary(payload) do
     release(ch, byte_size(payload))
     {:ok, payload}
   end
@@ -1018,7 +1049,7 @@ defmodule Ringbus.Channel.Ring do
 
   defp collect(ch, seq, limit, acc, n, lost, runs) do
     case :ets.lookup(ch.table, seq) do
-      [{_, payload, at}] when is_binary(payload) ->
+      [{_, payload, at, _id}] when is_binary(payload) ->
         collect(ch, seq + 1, limit, [{seq, payload} | acc], n + 1, lost, run(runs, at, 1))
 
       [{_, mark}] when is_mark(mark) ->
@@ -1087,6 +1118,19 @@ defmodule Ringbus.Channel.Ring do
     end
   end
 
+  @doc "The ID of `seq`, probed as `stored_at/2` probes its time; nil when none."
+  @spec stored_id(Channel.t(), seq) :: Ids.id() | nil
+  def stored_id(%Channel{table: t} = ch, seq) do
+    with nil <- element(t, seq, 4),
+         {:chunk, key, first} <- cover(ch, seq),
+         id when id != nil <- element(t, key, 8) do
+      Ids.nth(id, seq - first)
+    else
+      {_ms, _n} = id -> id
+      _none -> nil
+    end
+  end
+
   ## Decided elsewhere: replicated channels
   #
   # A replicated channel has one writer, its Ra machine
@@ -1097,10 +1141,11 @@ defmodule Ringbus.Channel.Ring do
   # ring lives on) finds its seqs stored or claimed already and does nothing.
 
   @doc false
-  # A snapshot's messages from `from` on, `{seq, payload, at}`: a replicated ring has single rows.
-  @spec dump_decided(Channel.t(), seq) :: [{seq, binary(), integer()}]
+  # A snapshot's messages from `from` on, `{seq, payload, at, id}`: a
+  # replicated ring has single rows.
+  @spec dump_decided(Channel.t(), seq) :: [{seq, binary(), integer(), Ids.id()}]
   def dump_decided(ch, from) do
-    spec = {{:"$1", :"$2", :_}, [{:>=, :"$1", from}, {:is_binary, :"$2"}], [:"$_"]}
+    spec = {{:"$1", :"$2", :_, :_}, [{:>=, :"$1", from}, {:is_binary, :"$2"}], [:"$_"]}
     :ets.select(ch.table, [spec])
   end
 
@@ -1109,8 +1154,17 @@ defmodule Ringbus.Channel.Ring do
   # at `at` (monotonic µs: the leader's stamp on this node's clock), unless
   # the ring is past them. If the ring is behind `first` (it was created
   # after the log was truncated), the seqs between count as overwritten.
-  @spec put_decided(Channel.t(), seq, [binary()], non_neg_integer(), non_neg_integer(), integer()) ::
-          :ok
+  # Their IDs are reserved from the leader's stamp, in log order, so every
+  # member gives the same; a snapshot's messages come with theirs
+  # (`{at, id}`), which the stamp then follows.
+  @spec put_decided(
+          Channel.t(),
+          seq,
+          [binary()],
+          non_neg_integer(),
+          non_neg_integer(),
+          integer() | stamp()
+        ) :: :ok
   def put_decided(%Channel{atomics: a} = ch, first, payloads, count, bytes, at) do
     head = :atomics.get(a, @head)
 
@@ -1120,13 +1174,16 @@ defmodule Ringbus.Channel.Ring do
 
       true ->
         if first > head, do: skip_to(ch, first)
-        :ets.insert(ch.table, objects(payloads, first, at, []))
+        :ets.insert(ch.table, objects(payloads, first, decided_stamp(ch, count, at), []))
         :atomics.add(a, @held, bytes)
         :atomics.add(a, @bytes_pushed, bytes)
         :atomics.put(a, @head, first + count)
         wake(ch)
     end
   end
+
+  defp decided_stamp(ch, count, at) when is_integer(at), do: Ids.stamp!(ch.ids, count, at)
+  defp decided_stamp(ch, count, stamp), do: Ids.follow(ch.ids, stamp, count)
 
   defp skip_to(%Channel{atomics: a} = ch, seq) do
     :atomics.put(a, @head, seq)

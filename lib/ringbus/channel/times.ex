@@ -10,10 +10,12 @@ defmodule Ringbus.Channel.Times do
   # and the first message at or after a time is found by binary search over
   # the seqs the ring holds, O(log n) probes. A seq with no time (a mark, a
   # seq whose producer has not stored it, one pulled meanwhile) is stepped
-  # over to the next that has one.
+  # over to the next that has one. A message's Redis stream ID
+  # (`Ringbus.Channel.Ids`), stored with its time and increasing in seq
+  # order, is probed (`Ring.stored_id/2`) and searched the same way.
 
   alias Ringbus.Channel
-  alias Ringbus.Channel.Ring
+  alias Ringbus.Channel.{Ids, Ring}
 
   # Probes at most, from either end, for the oldest and newest times.
   @edge_probes 64
@@ -49,33 +51,49 @@ defmodule Ringbus.Channel.Times do
   search: the channel's next seq when every message held is older.
   """
   @spec seek(Channel.t(), ms()) :: non_neg_integer()
-  def seek(ch, t), do: search(ch, at_of(t), Ring.first_seq(ch), Ring.next_seq(ch))
+  def seek(ch, t) do
+    at = at_of(t)
+    search(ch, &Ring.stored_at/2, &(&1 < at), Ring.first_seq(ch), Ring.next_seq(ch))
+  end
 
-  # Every timed seq below `lo` is older than `at`; the answer is at most `hi`.
-  defp search(_ch, _at, lo, hi) when lo >= hi, do: lo
+  @doc """
+  The seq of the first message whose ID is `id` or above, by binary
+  search: the channel's next seq when every message held is below.
+  """
+  @spec seek_id(Channel.t(), Ids.id()) :: non_neg_integer()
+  def seek_id(ch, id),
+    do: search(ch, &Ring.stored_id/2, &Ids.above?(id, &1), Ring.first_seq(ch), Ring.next_seq(ch))
 
-  defp search(ch, at, lo, hi) do
+  # Every probed seq below `lo` is `below?`; the answer is at most `hi`.
+  defp search(_ch, _probe, _below?, lo, hi) when lo >= hi, do: lo
+
+  defp search(ch, probe, below?, lo, hi) do
     mid = lo + div(hi - lo, 2)
 
-    case timed_from(ch, mid, hi) do
-      {seq, stored} when stored < at -> search(ch, at, seq + 1, hi)
-      # Newer, or no time in mid..hi - 1: the seqs before the timed one have
-      # none, so the answer is at most mid.
-      _newer_or_none -> search(ch, at, lo, mid)
+    case probed_from(ch, probe, mid, hi) do
+      {seq, stored} ->
+        if below?.(stored),
+          do: search(ch, probe, below?, seq + 1, hi),
+          else: search(ch, probe, below?, lo, mid)
+
+      # No value in mid..hi - 1: the seqs before the probed one have none,
+      # so the answer is at most mid.
+      nil ->
+        search(ch, probe, below?, lo, mid)
     end
   end
 
-  # The first seq in seq..hi - 1 that has a time, with it; nil if none.
-  defp timed_from(_ch, seq, hi) when seq >= hi, do: nil
+  # The first seq in seq..hi - 1 that has a value, with it; nil if none.
+  defp probed_from(_ch, _probe, seq, hi) when seq >= hi, do: nil
 
-  defp timed_from(ch, seq, hi) do
-    case Ring.stored_at(ch, seq) do
+  defp probed_from(ch, probe, seq, hi) do
+    case probe.(ch, seq) do
       nil ->
         # Claimed meanwhile (pulled, overwritten): go on from the oldest held.
-        timed_from(ch, max(seq + 1, Ring.first_seq(ch)), hi)
+        probed_from(ch, probe, max(seq + 1, Ring.first_seq(ch)), hi)
 
-      at ->
-        {seq, at}
+      value ->
+        {seq, value}
     end
   end
 

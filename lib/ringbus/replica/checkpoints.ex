@@ -60,11 +60,11 @@ defmodule Ringbus.Replica.Checkpoints do
 
   defp grouped(state, index, ch, false), do: checkpoints(state, index, ch)
 
-  # The messages the ring holds from `tail`: `{seq, payload, ms}`.
+  # The messages the ring holds from `tail`: `{seq, payload, ms, id}`.
   defp messages(ch, state) do
-    for {seq, payload, at} <- Ring.dump_decided(ch, state.tail),
+    for {seq, payload, at, id} <- Ring.dump_decided(ch, state.tail),
         seq < state.head,
-        do: {seq, payload, Times.ms(at)}
+        do: {seq, payload, Times.ms(at), id}
   end
 
   @doc """
@@ -78,8 +78,7 @@ defmodule Ringbus.Replica.Checkpoints do
   def load(channel, messages) do
     case Store.fetch(channel) do
       {:ok, ch} ->
-        for {seq, payload, ms} <- messages,
-            do: Ring.put_decided(ch, seq, [payload], 1, byte_size(payload), Times.at_of(ms))
+        for message <- messages, do: put(ch, message)
 
         nil
 
@@ -87,6 +86,13 @@ defmodule Ringbus.Replica.Checkpoints do
         messages
     end
   end
+
+  # A snapshot's message, with its ID or (a snapshot from before IDs) without.
+  defp put(ch, {seq, payload, ms, id}),
+    do: Ring.put_decided(ch, seq, [payload], 1, byte_size(payload), {Times.at_of(ms), id})
+
+  defp put(ch, {seq, payload, ms}),
+    do: Ring.put_decided(ch, seq, [payload], 1, byte_size(payload), Times.at_of(ms))
 
   defp checkpoints(state, index, ch) do
     state = take(state, index, ch)

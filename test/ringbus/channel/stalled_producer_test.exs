@@ -23,7 +23,7 @@ defmodule Ringbus.Channel.StalledProducerTest do
 
   # Messages stored alone and marks.
   defp integer_keys(ch) do
-    rows = [{:"$1", :_}, {:"$1", :_, :_}]
+    rows = [{:"$1", :_}, {:"$1", :_, :_, :_}]
     :ets.select(ch.table, for(row <- rows, do: {row, [is_integer: :"$1"], [:"$1"]}))
   end
 
@@ -272,7 +272,7 @@ defmodule Ringbus.Channel.StalledProducerTest do
   # The payload bytes the table holds: messages stored alone, and chunks.
   defp table_bytes(ch) do
     Enum.reduce(:ets.tab2list(ch.table), 0, fn
-      {seq, payload, _at}, sum when is_integer(seq) and is_binary(payload) ->
+      {seq, payload, _at, _id}, sum when is_integer(seq) and is_binary(payload) ->
         sum + byte_size(payload)
 
       chunk, sum when is_float(elem(chunk, 0)) and tuple_size(chunk) > 3 ->
