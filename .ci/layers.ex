@@ -249,13 +249,15 @@ defmodule Layers do
        "the client's public API in one module, whose documentation is half its lines; the " <>
          "work is in Client.Connection, Client.Session and Client.Handshake"},
     "lib/ringbus/channel/ring.ex" =>
-      {1305,
+      {1360,
        "one lock-free algorithm over one channel's atomics slots and ETS keys; push, pull, " <>
          "read and the replicated writes each rely on the others' cursor and chunk invariants; " <>
          "a message's time is read inside its seq reservation, and probed and expired through " <>
          "the same rows, chunks and tail (the search over times is Ringbus.Channel.Times); " <>
          "a reject push that finds the ring full frees what holding groups acked; a trim " <>
-         "claims its seqs with one swap of tail and takes a chunk's with one count down, on every member of a replicated channel too; a replicated snapshot reads the ring in one select; an expiry sweep bounds its work"},
+         "claims its seqs with one swap of tail and takes a chunk's with one count down, on every member of a replicated channel too; a replicated snapshot reads the ring in one select; an expiry sweep bounds its work; " <>
+         "a message's Redis stream ID is reserved with its time inside the seq reservation and " <>
+         "stored in the same rows and chunks (the stamp's rules are Ringbus.Channel.Ids)"},
     "lib/ringbus/cluster/directory/core.ex" =>
       {800,
        "one state machine whose events (claims, syncs, relays, replicated members, forgets) " <>
