@@ -105,29 +105,38 @@ defmodule Ringbus.Channel.Ids do
     stamp
   end
 
-  @doc """
-  Reserves an ID a client gave: `{ms, n}`, or `{ms, :auto}` (Redis's
-  `ms-*`: the next counter in `ms` if the last ID is in it, else `ms-0`).
-  Refused unless above the last ID.
-  """
+  @doc "`explicit/3` with nothing to claim: `{:ok, id}`, or the refusal."
   @spec reserve_explicit(:atomics.atomics_ref(), {non_neg_integer(), non_neg_integer() | :auto}) ::
           {:ok, id()} | {:error, error()}
-  def reserve_explicit(_ids, {0, 0}), do: {:error, :zero}
+  def reserve_explicit(ids, given) do
+    with {:ok, id, nil} <- explicit(ids, given, fn _id -> {:ok, nil} end), do: {:ok, id}
+  end
 
-  def reserve_explicit(ids, {ms, n} = given) do
-    stamp = :atomics.get(ids, @stamp)
+  @doc """
+  Takes a client's ID, `{ms, n}` or `{ms, :auto}` (Redis's `ms-*`: the
+  next counter in `ms` if the last ID is in it, else `ms-0`), if above the
+  last ID, and runs `claim` with it while every other reservation waits:
+  the caller reserves its seq there, so no ID reserved meanwhile can take a
+  seq before it. The ID is kept if `claim` answers `{:ok, value}`:
+  `{:ok, id, value}`; else the last ID stays, and `claim`'s error is the
+  answer.
+  """
+  @spec explicit(:atomics.atomics_ref(), {non_neg_integer(), non_neg_integer() | :auto}, fun()) ::
+          {:ok, id(), term()} | {:error, term()}
+  def explicit(_ids, {0, 0}, _claim), do: {:error, :zero}
 
-    with false <- stamp == @saturated,
-         {:ok, id} <- explicit_after(unpack(stamp), given),
-         packed when packed != :wide <- pack(id) do
-      case :atomics.compare_exchange(ids, @stamp, stamp, packed) do
-        :ok -> {:ok, id}
-        _changed -> reserve_explicit(ids, {ms, n})
-      end
-    else
-      {:error, _} = error -> error
-      _wide -> wide(ids, &explicit_after(&1, given))
-    end
+  def explicit(ids, given, claim) do
+    lock(ids)
+    prev = last_locked(ids)
+
+    result =
+      with {:ok, id} <- explicit_after(prev, given),
+           {:ok, value} <- claim.(id),
+           do: {:ok, id, value}
+
+    store(ids, if(match?({:ok, _, _}, result), do: elem(result, 1), else: prev))
+    unlock(ids)
+    result
   end
 
   @doc """
@@ -136,16 +145,10 @@ defmodule Ringbus.Channel.Ids do
   """
   @spec set(:atomics.atomics_ref(), id()) :: :ok
   def set(ids, id) do
-    case pack(id) do
-      :wide ->
-        {:ok, ^id} = wide(ids, fn _prev -> {:ok, id} end)
-        :ok
-
-      packed ->
-        lock(ids)
-        :atomics.put(ids, @stamp, packed)
-        unlock(ids)
-    end
+    lock(ids)
+    _prev = last_locked(ids)
+    store(ids, id)
+    unlock(ids)
   end
 
   @doc "The `i`-th ID of a batch whose first is `first`, as `reserve/3` numbers them."
@@ -199,32 +202,34 @@ defmodule Ringbus.Channel.Ids do
 
   ## The saturated stamp
 
-  # Runs `rule` on the last ID under the version lock; stores what it gives
-  # (the last of a reservation) whole, with the stamp saturated.
+  # Runs `rule` on the last ID under the version lock, and keeps the last
+  # ID it reserves.
   defp wide(ids, rule) do
     lock(ids)
-    {ms, n} = prev = last_locked(ids)
-    :atomics.put(ids, @wide_ms, ms)
-    :atomics.put(ids, @wide_n, n)
+    prev = last_locked(ids)
 
-    result =
+    {result, keep} =
       case rule.(prev) do
-        {:ok, first, last} -> {:ok, first, last}
-        {:ok, id} -> {:ok, id, id}
-        {:error, _} = error -> error
+        {:ok, first, last} -> {{:ok, first}, last}
+        {:error, _} = error -> {error, prev}
       end
 
-    case result do
-      {:ok, first, {ms, n}} ->
+    store(ids, keep)
+    unlock(ids)
+    result
+  end
+
+  # Under the lock: the last ID, packed into the stamp, or whole with the
+  # stamp saturated.
+  defp store(ids, {ms, n} = id) do
+    case pack(id) do
+      :wide ->
         :atomics.put(ids, @wide_ms, ms)
         :atomics.put(ids, @wide_n, n)
         :atomics.put(ids, @stamp, @saturated)
-        unlock(ids)
-        {:ok, first}
 
-      {:error, _} = error ->
-        unlock(ids)
-        error
+      packed ->
+        :atomics.put(ids, @stamp, packed)
     end
   end
 

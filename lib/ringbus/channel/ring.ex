@@ -135,6 +135,7 @@ defmodule Ringbus.Channel.Ring do
 
   @typep seq :: non_neg_integer()
   @typep stamp :: {integer(), Ids.id()}
+  @typep at :: integer() | stamp()
 
   defguardp is_mark(value) when value in [:skipped, :skipped_claimed, :abandoned]
 
@@ -188,9 +189,9 @@ defmodule Ringbus.Channel.Ring do
   # The second half of a push: stores `payload` under `seq`, reserved by the
   # caller at `at` (now by default). Tests call it late to play a stalled
   # producer.
-  @spec commit(Channel.t(), seq, binary(), stamp() | nil) ::
-          {:ok, seq} | {:error, :full | :too_large}
-  def commit(ch, seq, payload, stamp \\ nil) do
+  @spec commit(Channel.t(), seq, binary(), stamp() | nil, fun() | nil) ::
+          {:ok, seq} | {:error, :full | :too_large | :stalled}
+  def commit(ch, seq, payload, stamp \\ nil, retry \\ &push/2) do
     size = byte_size(payload)
     {at, id} = stamp || late_stamp(ch, 1)
 
@@ -201,7 +202,8 @@ defmodule Ringbus.Channel.Ring do
     else
       unreserve_bytes(ch, size)
       abandon(ch, seq)
-      push(ch, payload)
+      # A client's ID cannot be given to a fresh seq: later IDs may be out.
+      if retry, do: retry.(ch, payload), else: {:error, :stalled}
     end
   end
 
@@ -262,14 +264,7 @@ defmodule Ringbus.Channel.Ring do
   # The second half of `push_measured/4`: stores a batch under the `count`
   # seqs from `first`, reserved by the caller; pushes it again under fresh
   # seqs if a reader gave up on part of the range meanwhile.
-  @spec commit_batch(
-          Channel.t(),
-          seq,
-          [binary()],
-          pos_integer(),
-          non_neg_integer(),
-          stamp() | nil
-        ) ::
+  @spec commit_batch(Channel.t(), seq, [binary()], pos_integer(), non_neg_integer(), stamp | nil) ::
           {:ok, seq} | {:error, :full | :too_large}
   def commit_batch(ch, first, payloads, count, bytes, stamp \\ nil) do
     case store_batch(ch, first, payloads, count, bytes, stamp || late_stamp(ch, count)) do
@@ -383,7 +378,9 @@ defmodule Ringbus.Channel.Ring do
       else: payload
   end
 
-  defp refuse(ch, count, reason) do
+  @doc false
+  # Counts a refused push (or batch) of `count` messages.
+  def refuse(ch, count, reason) do
     :atomics.add(ch.atomics, @rejected, count)
     {:error, reason}
   end
@@ -391,8 +388,9 @@ defmodule Ringbus.Channel.Ring do
   # Reserves seqs (and bytes) for a batch, unless its bytes are more than
   # the channel's whole `max_bytes`: stored, a drop-oldest batch would
   # overwrite its own first messages. Counts nothing. Answers the first seq
-  # and the batch's time, read within the reservation.
-  defp reserve_for(ch, count, bytes) do
+  # and the batch's stamp (time and first ID), read within the reservation.
+  @doc false
+  def reserve_for(ch, count, bytes) do
     expire(ch)
     if too_large?(ch, bytes), do: {:error, :too_large}, else: reserve_at(ch, count, bytes)
   end
@@ -530,7 +528,7 @@ defmodule Ringbus.Channel.Ring do
     at = now_us()
 
     with false <- overflow == :reject and head + count - :atomics.get(a, @tail) > cap,
-         {:ok, id} <- Ids.reserve_at(ch.ids, count, at) do
+         {:ok, id} <- reserve_ids(ch.ids, count, at) do
       if :atomics.compare_exchange(a, @head, head, head + count) == :ok,
         do: {:ok, head, {at, id}},
         else: reserve_seqs(ch, count)
@@ -539,6 +537,10 @@ defmodule Ringbus.Channel.Ring do
       {:error, :exhausted} -> {:error, :ids_exhausted}
     end
   end
+
+  # A push of a client's ID (`Ringbus.Channel.GivenIds`) reserves with `ids` `{:given, id}`.
+  defp reserve_ids({:given, id}, 1, _at), do: {:ok, id}
+  defp reserve_ids(ids, count, at), do: Ids.reserve_at(ids, count, at)
 
   defp reserve_bytes(%Channel{max_bytes: nil, atomics: a}, bytes) do
     :atomics.add(a, @held, bytes)
@@ -1157,14 +1159,8 @@ defmodule Ringbus.Channel.Ring do
   # Their IDs are reserved from the leader's stamp, in log order, so every
   # member gives the same; a snapshot's messages come with theirs
   # (`{at, id}`), which the stamp then follows.
-  @spec put_decided(
-          Channel.t(),
-          seq,
-          [binary()],
-          non_neg_integer(),
-          non_neg_integer(),
-          integer() | stamp()
-        ) :: :ok
+  @spec put_decided(Channel.t(), seq, [binary()], non_neg_integer(), non_neg_integer(), at) ::
+          :ok
   def put_decided(%Channel{atomics: a} = ch, first, payloads, count, bytes, at) do
     head = :atomics.get(a, @head)
 

@@ -7,8 +7,10 @@ defmodule Ringbus.Channel.StoredIdsTest do
   # hold the same IDs; a channel created again gives later IDs.
   use ExUnit.Case, async: true
 
-  alias Ringbus.Channel.{Ids, Ring, Times}
+  alias Ringbus.Channel.{GivenIds, Ids, Ring, Times}
   alias Ringbus.Test.Internals
+
+  @max 0xFFFF_FFFF_FFFF_FFFF
 
   defp channel(opts) do
     name = {__MODULE__, make_ref()}
@@ -59,6 +61,62 @@ defmodule Ringbus.Channel.StoredIdsTest do
         assert ms in before..after_
       end
     end
+  end
+
+  test "a client's ID: above the last only, Redis's refusals, auto IDs after it" do
+    name = channel(capacity: 100)
+    ch = Internals.channel!(name)
+    assert GivenIds.push(ch, "a", {0, 0}) == {:error, :zero}
+    assert GivenIds.push(ch, "a", {1, 1}) == {:ok, 0, {1, 1}}
+    assert GivenIds.push(ch, "b", {1, 1}) == {:error, :not_greater}
+    assert GivenIds.push(ch, "b", {1, :auto}) == {:ok, 1, {1, 2}}
+    assert GivenIds.push(ch, "c", {@max, @max - 1}) == {:ok, 2, {@max, @max - 1}}
+    {:ok, 3} = Ringbus.push(name, "d")
+    assert ids(ch, 0..3) == [{1, 1}, {1, 2}, {@max, @max - 1}, {@max, @max}]
+    assert Ringbus.push(name, "e") == {:error, :ids_exhausted}
+    assert GivenIds.push(ch, "e", {@max, :auto}) == {:error, :not_greater}
+    assert {:ok, [{0, "a"}, {1, "b"}, {2, "c"}, {3, "d"}], 0} = Ringbus.read(name, 0, 10)
+    assert {:ok, %{pushed: 4, rejected: 1}} = Ringbus.info(name)
+  end
+
+  test "a client's ID over a full rejecting channel is refused and counted, the ID not taken" do
+    ch = Internals.temp_channel!(capacity: 1, overflow: :reject)
+    assert {:ok, 0, {5, 0}} = GivenIds.push(ch, "a", {5, 0})
+    assert GivenIds.push(ch, "b", {6, 0}) == {:error, :full}
+    assert Ids.last(ch.ids) == {5, 0}
+  end
+
+  test "clients' IDs mixed with auto IDs from concurrent producers increase in seq order" do
+    name = channel(capacity: 200_000)
+    ch = Internals.channel!(name)
+
+    explicit =
+      Task.async(fn ->
+        for _ <- 1..2_000 do
+          ms = System.system_time(:millisecond)
+
+          case GivenIds.push(ch, "x", {ms, :auto}) do
+            {:ok, _seq, _id} -> 1
+            {:error, :not_greater} -> 0
+          end
+        end
+      end)
+
+    for p <- 1..3 do
+      Task.async(fn ->
+        for i <- 1..2_000 do
+          if rem(i + p, 3) == 0,
+            do: {:ok, _} = Ringbus.push_many(name, ["b", "b", "b"]),
+            else: {:ok, _} = Ringbus.push(name, "s")
+        end
+      end)
+    end
+    |> Task.await_many(60_000)
+
+    assert Enum.sum(Task.await(explicit, 60_000)) > 0
+    {:ok, %{len: len}} = Ringbus.info(name)
+    ids = ids(ch, 0..(len - 1))
+    assert Enum.zip(ids, tl(ids)) |> Enum.all?(fn {a, b} -> Ids.above?(b, a) end)
   end
 
   test "seek_id finds the first message at or above an ID, also past the ring's start" do
