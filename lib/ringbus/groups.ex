@@ -193,10 +193,10 @@ defmodule Ringbus.Groups do
   ## Replicated channels
 
   A replicated channel's groups are kept in its Raft log: every request
-  here is a command of the log (many requests go as one), applied alike by
-  every member, so every member holds the same groups, a new leader carries
-  on where the old one stood, and the groups come back with the channel
-  after a restart. A fetch that waits, waits on the member that runs it;
+  here is a command of the log (many requests go as one; `ack_fetch/6`'s
+  acks and fetch are one), applied alike by every member, so every member
+  holds the same groups, a new leader carries on where the old one stood,
+  and the groups come back with the channel after a restart. A fetch that waits, waits on the member that runs it;
   the exit of the process that fetched is sent through the log from there
   (if that member's node goes down too, the consumer's messages are due
   after `ack_wait`).
