@@ -209,6 +209,8 @@ defmodule Ringbus.Groups do
 
   # What a remote fetch that waits waits for its answer beyond its timeout.
   @reply_ms 100
+  # And one that carries acks, for their commit: what `ack/3` is given.
+  @ack_ms 5_000
 
   @typedoc "A group or consumer name: a non-empty binary."
   @type name :: binary()
@@ -390,7 +392,8 @@ defmodule Ringbus.Groups do
     owner = opts[:owner] || self()
     Options.check!(:owner, owner, &is_pid/1, "a pid")
 
-    run_opts = if wait > 0, do: [timeout: wait + @reply_ms], else: []
+    extra = if acks, do: @reply_ms + @ack_ms, else: @reply_ms
+    run_opts = if wait > 0, do: [timeout: wait + extra], else: []
     request = {:fetch, group, consumer, owner, max, wait}
     op = {:group, if(acks, do: {:ack_fetch, acks, request}, else: request)}
     op = if opts[:times], do: {:times, op}, else: op
