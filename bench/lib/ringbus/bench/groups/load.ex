@@ -104,7 +104,11 @@ defmodule Ringbus.Bench.Groups.Load do
   # with the next fetch (`Client.ack_fetch/4`, unless `run.ack_apart`).
   defp consume_once(conn, run, acks) do
     if function_exported?(run.client, :ack_fetch, 4) and not Map.get(run, :ack_apart, false) do
-      case run.client.ack_fetch(conn, acks, run.batch, run.wait_ms) do
+      # A fetch that carries acks does not wait: its answer counts them,
+      # and the producers wait on that count (the backlog).
+      wait_ms = if acks == [], do: run.wait_ms, else: 0
+
+      case run.client.ack_fetch(conn, acks, run.batch, wait_ms) do
         {:ok, acked, messages, conn} ->
           Meter.acked(run.meter, acked)
           {conn, delivered(run, messages)}
