@@ -35,9 +35,10 @@ defmodule Ringbus.Bench.Groups do
 
     * `ringbus_memory` - a memory channel in this VM, producers and
       consumers in it (the embedded API, same node): `Ringbus.push_many/2`,
-      `Ringbus.Groups.ack_fetch/6` with `timeout:` (a batch's acks go
-      with the next fetch, one request: on a replicated channel, one
-      command of its log where a fetch and an ack are two; with
+      `Ringbus.Groups.ack_fetch/6` (a batch's acks go with the next
+      fetch, one request: on a replicated channel, one command of its log
+      where a fetch and an ack are two; a fetch that carries acks does
+      not wait, one with none waits with `timeout:`; with
       `--ack-apart`, `Ringbus.Groups.fetch/5` then `Ringbus.Groups.ack/3`).
       A consumer's process owns its messages, so its exit makes them due
       at once.
