@@ -193,19 +193,24 @@ defmodule Ringbus.Groups do
   ## Replicated channels
 
   A replicated channel's groups are kept in its Raft log: every request
-  here is a command of the log (many requests go as one), applied alike by
-  every member, so every member holds the same groups, a new leader carries
-  on where the old one stood, and the groups come back with the channel
-  after a restart. A fetch that waits, waits on the member that runs it;
+  here is a command of the log (many requests go as one; `ack_fetch/6`'s
+  acks and fetch are one), applied alike by every member, so every member
+  holds the same groups, a new leader carries on where the old one stood,
+  and the groups come back with the channel after a restart. A fetch that waits, waits on the member that runs it;
   the exit of the process that fetched is sent through the log from there
   (if that member's node goes down too, the consumer's messages are due
   after `ack_wait`).
   """
 
+  import Ringbus.Groups.Args
+
+  alias Ringbus.Groups.DeadLetter
   alias Ringbus.Options
 
   # What a remote fetch that waits waits for its answer beyond its timeout.
   @reply_ms 100
+  # And one that carries acks, for their commit: what `ack/3` is given.
+  @ack_ms 5_000
 
   @typedoc "A group or consumer name: a non-empty binary."
   @type name :: binary()
@@ -344,6 +349,40 @@ defmodule Ringbus.Groups do
         ) ::
           {:ok, [message() | timed_message()]} | {:error, reason()}
   def fetch(channel, group, consumer, max, opts \\ []) do
+    with {:ok, {_acked, messages}} <- fetching(channel, group, consumer, nil, max, opts),
+         do: {:ok, messages}
+  end
+
+  @doc """
+  Acks `seqs`, then fetches as `fetch/5` does (same options), in one
+  request: on a replicated channel, one command of its log where `ack/3`
+  and `fetch/5` are two, so a consumer that acks each batch as it fetches
+  the next waits for one commit a batch. Returns how many of `seqs` were
+  pending, as `ack/3`, and the messages fetched. An error says the fetch
+  failed; the acks may have been done (as a timed-out `ack/3`'s may).
+
+      iex> Ringbus.create("doc-groups-ack-fetch", capacity: 10)
+      iex> :ok = Ringbus.Groups.create("doc-groups-ack-fetch", "g", from: :earliest)
+      iex> {:ok, _} = Ringbus.push_many("doc-groups-ack-fetch", ["a", "b"])
+      iex> Ringbus.Groups.fetch("doc-groups-ack-fetch", "g", "c1", 1)
+      {:ok, [{0, "a", 1}]}
+      iex> Ringbus.Groups.ack_fetch("doc-groups-ack-fetch", "g", "c1", [0], 10)
+      {:ok, 1, [{1, "b", 1}]}
+      iex> Ringbus.delete("doc-groups-ack-fetch")
+      :ok
+  """
+  @spec ack_fetch(Ringbus.name(), name(), name(), [Ringbus.seq()], pos_integer(),
+          timeout: non_neg_integer(),
+          owner: pid(),
+          times: boolean()
+        ) ::
+          {:ok, non_neg_integer(), [message() | timed_message()]} | {:error, reason()}
+  def ack_fetch(channel, group, consumer, seqs, max, opts \\ []) do
+    with {:ok, {acked, messages}} <- fetching(channel, group, consumer, seqs!(seqs), max, opts),
+         do: {:ok, acked, messages}
+  end
+
+  defp fetching(channel, group, consumer, acks, max, opts) do
     names!(group, consumer)
     positive!(:max, max)
     opts = Options.validate!(opts, [timeout: 0, owner: nil, times: false], "fetch")
@@ -353,21 +392,24 @@ defmodule Ringbus.Groups do
     owner = opts[:owner] || self()
     Options.check!(:owner, owner, &is_pid/1, "a pid")
 
-    run_opts = if wait > 0, do: [timeout: wait + @reply_ms], else: []
-    op = {:group, {:fetch, group, consumer, owner, max, wait}}
+    extra = if acks, do: @reply_ms + @ack_ms, else: @reply_ms
+    run_opts = if wait > 0, do: [timeout: wait + extra], else: []
+    request = {:fetch, group, consumer, owner, max, wait}
+    op = {:group, if(acks, do: {:ack_fetch, acks, request}, else: request)}
     op = if opts[:times], do: {:times, op}, else: op
 
     case Ringbus.run(channel, op, run_opts) do
-      {:ok, {messages, _dead_letter, []}} ->
-        {:ok, messages}
-
-      {:ok, {messages, dead_letter, dead}} ->
-        bury(channel, group, dead_letter, dead)
-        {:ok, messages}
-
-      error ->
-        error
+      {:ok, {acked, fetched}} -> {:ok, {acked, delivered(channel, group, fetched)}}
+      {:ok, fetched} -> {:ok, {0, delivered(channel, group, fetched)}}
+      error -> error
     end
+  end
+
+  defp delivered(_channel, _group, {messages, _dead_letter, []}), do: messages
+
+  defp delivered(channel, group, {messages, dead_letter, dead}) do
+    bury(channel, group, dead_letter, dead)
+    messages
   end
 
   @typedoc "`subscribe/4`'s options."
@@ -418,18 +460,12 @@ defmodule Ringbus.Groups do
   # subscription (`Ringbus.Group.Push`) is handed this, to do as a fetch's
   # caller does.
   def bury(channel, group, dead_letter, dead) do
-    letters = for {seq, payload, n} <- dead, do: dead_letter(channel, group, seq, n, payload)
+    letters =
+      for {seq, payload, n} <- dead, do: DeadLetter.encode(channel, group, seq, n, payload)
 
     with {:ok, _} <- Ringbus.push_many(dead_letter, letters) do
       request(channel, {:bury, group, for({seq, _, _} <- dead, do: seq)})
     end
-  end
-
-  defp dead_letter(channel, group, seq, deliveries, payload) do
-    name = if is_binary(channel), do: channel, else: inspect(channel)
-
-    <<"rbdl", 1, seq::64, deliveries::32, byte_size(group)::16, group::binary,
-      byte_size(name)::16, name::binary, payload::binary>>
   end
 
   @doc """
@@ -452,15 +488,7 @@ defmodule Ringbus.Groups do
              payload: binary()
            }}
           | :error
-  def decode_dead_letter(
-        <<"rbdl", 1, seq::64, deliveries::32, g::16, group::binary-size(g), n::16,
-          channel::binary-size(n), payload::binary>>
-      ),
-      do:
-        {:ok,
-         %{seq: seq, deliveries: deliveries, group: group, channel: channel, payload: payload}}
-
-  def decode_dead_letter(_other), do: :error
+  defdelegate decode_dead_letter(letter), to: DeadLetter, as: :decode
 
   @doc "Acks messages: they leave the group. Returns how many were pending."
   @spec ack(Ringbus.name(), name(), [Ringbus.seq()]) ::
@@ -568,32 +596,4 @@ defmodule Ringbus.Groups do
   def info(channel), do: request(channel, :figures)
 
   defp request(channel, request), do: Ringbus.run(channel, {:group, request})
-
-  defp names!(group, consumer) do
-    name!(:group, group)
-    name!(:consumer, consumer)
-  end
-
-  defp name!(key, name) do
-    Options.check!(
-      key,
-      name,
-      &(is_binary(&1) and byte_size(&1) in 1..65_535),
-      "a binary of 1 to 65535 bytes"
-    )
-  end
-
-  defp positive!(key, value),
-    do: Options.check!(key, value, &Options.positive?/1, "a positive integer")
-
-  defp seqs!(seqs) do
-    Options.check!(
-      :seqs,
-      seqs,
-      &(is_list(&1) and Enum.all?(&1, fn s -> is_integer(s) and s >= 0 end)),
-      "a list of non-negative integers"
-    )
-
-    seqs
-  end
 end

@@ -20,7 +20,8 @@ defmodule Ringbus.Bench.Groups do
   `--backlog` messages are pushed and not yet acked, so every system runs
   with the same bound on its backlog. A consumer fetches up to `--batch`
   messages (waiting up to 100 ms when there are none) and acks what it got
-  in one request. Each payload starts with its push time (OS µs, which
+  in one request (Ringbus's: with its next fetch, see below; JetStream's
+  acks are not answered). Each payload starts with its push time (OS µs, which
   every process of the machine shares), so a delivery's latency is read
   off the payload; only first deliveries are timed.
 
@@ -34,9 +35,13 @@ defmodule Ringbus.Bench.Groups do
 
     * `ringbus_memory` - a memory channel in this VM, producers and
       consumers in it (the embedded API, same node): `Ringbus.push_many/2`,
-      `Ringbus.Groups.fetch/5` with `timeout:`, `Ringbus.Groups.ack/3`. A
-      consumer's process owns its messages, so its exit makes them due at
-      once.
+      `Ringbus.Groups.ack_fetch/6` (a batch's acks go with the next
+      fetch, one request: on a replicated channel, one command of its log
+      where a fetch and an ack are two; a fetch that carries acks does
+      not wait, one with none waits with `timeout:`; with
+      `--ack-apart`, `Ringbus.Groups.fetch/5` then `Ringbus.Groups.ack/3`).
+      A consumer's process owns its messages, so its exit makes them due
+      at once.
     * `ringbus_r1`, `ringbus_r3` - `replicas: 1` and `replicas: 3` channels
       on three fresh `:peer` nodes (`Ringbus.Test.Nodes`), the producers
       and consumers on one node (`Ringbus.Bench.Groups.Load` run there
@@ -117,6 +122,9 @@ defmodule Ringbus.Bench.Groups do
     * `--backlog` - messages pushed and not acked at most. Defaults to `2000`.
     * `--ack-wait` - ms before an unacked message is delivered again.
       Defaults to `1000`.
+    * `--ack-apart` - Ringbus's consumers ack each batch in a request of
+      its own, as the other systems' do, not with their next fetch (see
+      `ringbus_memory`).
     * `--pin` - the per-core mode (see above).
     * `-o`, `--out` - write the CSV to this file.
     * `-q`, `--quiet` - no progress lines (they go to stderr).
@@ -138,6 +146,7 @@ defmodule Ringbus.Bench.Groups do
     batch: :integer,
     backlog: :integer,
     ack_wait: :integer,
+    ack_apart: :boolean,
     pin: :boolean,
     out: :string,
     quiet: :boolean
@@ -195,6 +204,7 @@ defmodule Ringbus.Bench.Groups do
         batch: Args.positive!(opts, :batch, 100),
         backlog: Args.positive!(opts, :backlog, 2_000),
         ack_wait: Args.positive!(opts, :ack_wait, 1_000),
+        ack_apart: Keyword.get(opts, :ack_apart, false),
         max: Args.positive!(opts, :max_messages, 1_000_000),
         ms: seconds * 1_000,
         wait_ms: @wait_ms
