@@ -202,6 +202,7 @@ defmodule Ringbus.Groups do
   after `ack_wait`).
   """
 
+  alias Ringbus.Group.DeadLetter
   alias Ringbus.Options
 
   # What a remote fetch that waits waits for its answer beyond its timeout.
@@ -371,7 +372,12 @@ defmodule Ringbus.Groups do
   end
 
   @typedoc "`subscribe/4`'s options."
-  @type subscribe_options :: [max_credit: pos_integer(), max_batch: pos_integer()]
+  @type subscribe_options :: [
+          max_credit: pos_integer(),
+          max_batch: pos_integer(),
+          deliveries: boolean(),
+          times: boolean()
+        ]
 
   @doc """
   Subscribes the calling process to `consumer`'s messages of `group` (see
@@ -380,6 +386,12 @@ defmodule Ringbus.Groups do
     * `:max_credit` - messages delivered and not acked (`ack/3`), at most.
       Defaults to `1000`.
     * `:max_batch` - messages in one batch, at most. Defaults to `256`.
+    * `:deliveries` - when true, each message comes with its delivery
+      count, `{seq, payload, deliveries}`, as `fetch/5` has it. Defaults
+      to `false`.
+    * `:times` - when true, each message comes with its delivery count and
+      the time it was stored, `{seq, payload, deliveries, ms}` (ms `nil`
+      when it left the ring before its time was read). Defaults to `false`.
 
   Errors: `:no_group`, `:no_channel`, or a cluster error. Bad options
   raise `ArgumentError`.
@@ -403,9 +415,12 @@ defmodule Ringbus.Groups do
           {:ok, Ringbus.subscription()} | {:error, reason()}
   def subscribe(channel, group, consumer, opts \\ []) do
     names!(group, consumer)
-    opts = Options.validate!(opts, [max_credit: 1000, max_batch: 256], "group subscription")
+    defaults = [max_credit: 1000, max_batch: 256, deliveries: false, times: false]
+    opts = Options.validate!(opts, defaults, "group subscription")
     positive!(:max_credit, opts[:max_credit])
     positive!(:max_batch, opts[:max_batch])
+    Options.check!(:deliveries, opts[:deliveries], &is_boolean/1, "a boolean")
+    Options.check!(:times, opts[:times], &is_boolean/1, "a boolean")
 
     opts = [group: {group, consumer}, owner: self(), channel: channel, bury: &bury/4] ++ opts
 
@@ -418,18 +433,12 @@ defmodule Ringbus.Groups do
   # subscription (`Ringbus.Group.Push`) is handed this, to do as a fetch's
   # caller does.
   def bury(channel, group, dead_letter, dead) do
-    letters = for {seq, payload, n} <- dead, do: dead_letter(channel, group, seq, n, payload)
+    letters =
+      for {seq, payload, n} <- dead, do: DeadLetter.encode(channel, group, seq, n, payload)
 
     with {:ok, _} <- Ringbus.push_many(dead_letter, letters) do
       request(channel, {:bury, group, for({seq, _, _} <- dead, do: seq)})
     end
-  end
-
-  defp dead_letter(channel, group, seq, deliveries, payload) do
-    name = if is_binary(channel), do: channel, else: inspect(channel)
-
-    <<"rbdl", 1, seq::64, deliveries::32, byte_size(group)::16, group::binary,
-      byte_size(name)::16, name::binary, payload::binary>>
   end
 
   @doc """
@@ -452,15 +461,7 @@ defmodule Ringbus.Groups do
              payload: binary()
            }}
           | :error
-  def decode_dead_letter(
-        <<"rbdl", 1, seq::64, deliveries::32, g::16, group::binary-size(g), n::16,
-          channel::binary-size(n), payload::binary>>
-      ),
-      do:
-        {:ok,
-         %{seq: seq, deliveries: deliveries, group: group, channel: channel, payload: payload}}
-
-  def decode_dead_letter(_other), do: :error
+  def decode_dead_letter(letter), do: DeadLetter.decode(letter)
 
   @doc "Acks messages: they leave the group. Returns how many were pending."
   @spec ack(Ringbus.name(), name(), [Ringbus.seq()]) ::
