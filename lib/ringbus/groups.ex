@@ -202,7 +202,7 @@ defmodule Ringbus.Groups do
   after `ack_wait`).
   """
 
-  alias Ringbus.Group.DeadLetter
+  alias Ringbus.Groups.DeadLetter
   alias Ringbus.Options
 
   # What a remote fetch that waits waits for its answer beyond its timeout.

@@ -38,7 +38,7 @@ defmodule Ringbus.Wire.GroupFrame do
   `delivered` of -1 (none yet) travels as 2^64 - 1.
   """
 
-  alias Ringbus.Wire.GroupPushFrame
+  alias Ringbus.Wire.{GroupMessages, GroupPushFrame}
 
   # A channel name's longest, as Ringbus.Wire.Frame has it (the wire
   # depends on nothing, and Frame depends on this module).
@@ -234,7 +234,7 @@ defmodule Ringbus.Wire.GroupFrame do
       when is_u32(corr) and is_boolean(more?) and is_u32(count) and is_list(messages) do
     flags = if more?, do: @more_flag, else: 0
     flags = if match?([{_, _, _, _} | _], messages), do: flags + @times_flag, else: flags
-    {@group_messages, [<<corr::32, flags, count::32>> | messages(messages, count)]}
+    {@group_messages, [<<corr::32, flags, count::32>> | GroupMessages.encode(messages, count)]}
   end
 
   def body({:group_count, corr, n}) when is_u32(corr) and is_u64(n),
@@ -266,31 +266,6 @@ defmodule Ringbus.Wire.GroupFrame do
 
   defp seqs([], count, count, acc), do: [acc]
   defp seqs(_seqs, count, _n, _acc), do: raise(ArgumentError, "expected #{count} seqs")
-
-  @doc false
-  # The messages of GROUP_MESSAGES, as GROUP_DELIVER has them too.
-  def messages(messages, count), do: messages(messages, count, 0, [])
-
-  defp messages([{seq, payload, deliveries} | rest], count, n, acc)
-       when is_u64(seq) and is_binary(payload) and is_u32(deliveries) do
-    entry = [<<seq::64, deliveries::32, byte_size(payload)::32>>, payload]
-    messages(rest, count, n + 1, [acc | entry])
-  end
-
-  # A time not known (nil: the message left the ring before its time was
-  # read, `Ringbus.Groups.fetch/5`) goes as 0.
-  defp messages([{seq, payload, deliveries, ms} | rest], count, n, acc)
-       when is_u64(seq) and is_binary(payload) and is_u32(deliveries) and
-              (is_nil(ms) or is_u64(ms)) do
-    time = ms || 0
-    entry = [<<seq::64, deliveries::32, time::64, byte_size(payload)::32>>, payload]
-    messages(rest, count, n + 1, [acc | entry])
-  end
-
-  defp messages([], count, count, acc), do: acc
-
-  defp messages(_messages, count, _n, _acc),
-    do: raise(ArgumentError, "expected #{count} messages")
 
   # A list of at most a u16's items, counted as it is encoded.
   defp each(items, fun) do
@@ -425,7 +400,7 @@ defmodule Ringbus.Wire.GroupFrame do
 
   def decode(@group_messages, <<corr::32, flags, count::32, rest::binary>>) do
     with :ok <- check(flags in 0..(@more_flag + @times_flag), :group_messages, :flags),
-         {:ok, messages} <- decode_messages(rest, count, [], flags >= @times_flag) do
+         {:ok, messages} <- GroupMessages.decode(rest, count, flags >= @times_flag) do
       {:ok, {:group_messages, corr, rem(flags, 2) == @more_flag, count, messages}}
     end
   end
@@ -495,34 +470,6 @@ defmodule Ringbus.Wire.GroupFrame do
   defp from(@from_latest, 0), do: {:ok, :latest}
   defp from(@from_time, ms), do: {:ok, {:time, ms}}
   defp from(_, _), do: {:error, {:bad_field, :group_create, :from}}
-
-  @doc false
-  def decode_messages(rest, count, times?), do: decode_messages(rest, count, [], times?)
-
-  defp decode_messages(<<>>, 0, acc, _times?), do: {:ok, :lists.reverse(acc)}
-
-  defp decode_messages(
-         <<seq::64, n::32, size::32, payload::binary-size(size), rest::binary>>,
-         left,
-         acc,
-         false
-       )
-       when left > 0,
-       do: decode_messages(rest, left - 1, [{seq, payload, n} | acc], false)
-
-  defp decode_messages(
-         <<seq::64, n::32, ms::64, size::32, payload::binary-size(size), rest::binary>>,
-         left,
-         acc,
-         true
-       )
-       when left > 0,
-       do: decode_messages(rest, left - 1, [{seq, payload, n, ms} | acc], true)
-
-  defp decode_messages(rest, 0, _acc, _times?) when rest != <<>>,
-    do: {:error, {:trailing_bytes, :group_messages}}
-
-  defp decode_messages(_rest, _left, _acc, _times?), do: {:error, {:truncated, :group_messages}}
 
   defp decode_each(rest, 0, _fun, acc), do: {:ok, :lists.reverse(acc), rest}
 

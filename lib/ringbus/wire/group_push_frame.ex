@@ -14,7 +14,7 @@ defmodule Ringbus.Wire.GroupPushFrame do
   and the subscription ends with `UNSUBSCRIBE`.
   """
 
-  alias Ringbus.Wire.GroupFrame
+  alias Ringbus.Wire.GroupMessages
 
   @group_subscribe 0x1B
   @group_deliver 0x92
@@ -57,7 +57,7 @@ defmodule Ringbus.Wire.GroupPushFrame do
   def body({:group_deliver, sub, count, messages})
       when is_u32(sub) and is_u32(count) and is_list(messages) do
     flags = if match?([{_, _, _, _} | _], messages), do: @deliver_times, else: 0
-    {@group_deliver, [<<sub::32, flags, count::32>> | GroupFrame.messages(messages, count)]}
+    {@group_deliver, [<<sub::32, flags, count::32>> | GroupMessages.encode(messages, count)]}
   end
 
   def body(_frame), do: nil
@@ -88,7 +88,7 @@ defmodule Ringbus.Wire.GroupPushFrame do
 
   def decode(@group_deliver, <<sub::32, flags, count::32, rest::binary>>) do
     with :ok <- check(flags in [0, @deliver_times], :flags, :group_deliver) do
-      case GroupFrame.decode_messages(rest, count, flags == @deliver_times) do
+      case GroupMessages.decode(rest, count, flags == @deliver_times) do
         {:ok, messages} -> {:ok, {:group_deliver, sub, count, messages}}
         {:error, {reason, _type}} -> {:error, {reason, :group_deliver}}
       end

@@ -1,4 +1,4 @@
-defmodule Ringbus.Group.DeadLetter do
+defmodule Ringbus.Groups.DeadLetter do
   @moduledoc false
   # The bytes of a dead letter (`Ringbus.Groups`, "Dead letters"), written
   # and read side by side: "rbdl", version 1, the seq, the delivery count,
