@@ -247,7 +247,7 @@ defmodule Ringbus.Server.Session do
   defp request(%{version: v}, {:group_fetch_timed, _, _, _, _, _, _} = frame) when v < 6,
     do: close(:unknown_opcode, "not a request: #{elem(frame, 0)}", 0)
 
-  defp request(%{version: 6}, {:create, _, _, _, _, _, _}),
+  defp request(%{version: v}, {:create, _, _, _, _, _, _}) when v >= 6,
     do: close(:bad_frame, "a version 6 CREATE ends with max_age", 0)
 
   defp request(session, {:create, corr, name, capacity, overflow, max_bytes, replicas}),

@@ -161,6 +161,18 @@ defmodule Ringbus.Server.GroupPushProtocolTest do
     assert [{:error, 0, :bad_frame, _}] = RawClient.recv_until_closed(client)
   end
 
+  test "version 7 is version 6 besides: CREATE ends with max_age, one without is malformed",
+       %{port: port} do
+    client = hello(port)
+    {reply, client} = RawClient.call(client, {:create, 2, "v7", 10, :reject, nil, nil, 60_000})
+    assert reply == {:ok, 2}
+    {{:info_ok, 3, info}, client} = RawClient.call(client, {:info, 3, "v7"})
+    assert info.max_age == 60_000
+
+    RawClient.send_frames(client, [{:create, 4, "v7b", 10, :reject, nil, nil}])
+    assert [{:error, 0, :bad_frame, _}] = RawClient.recv_until_closed(client)
+  end
+
   test "a group subscription needs the right to write", %{port: _port} do
     server =
       start_supervised!(
