@@ -279,38 +279,10 @@ defmodule Ringbus.Groups do
              | reason()}
   def create(channel, group, opts \\ []) do
     name!(:group, group)
-    defaults = [from: :latest, ack_wait: 30_000, max_deliver: :infinity, dead_letter: nil]
-    opts = Options.validate!(opts, defaults ++ [max_pending: 10_000, hold: false], "group")
-    Options.check!(:hold, opts[:hold], &is_boolean/1, "a boolean")
-
-    Options.check!(:from, opts[:from], &from?/1, ":earliest, :latest, a seq or {:time, ms}")
-    Options.check!(:ack_wait, opts[:ack_wait], &Options.positive?/1, "a positive integer")
-
-    Options.check!(
-      :max_deliver,
-      opts[:max_deliver],
-      &(&1 == :infinity or Options.positive?(&1)),
-      "a positive integer or :infinity"
-    )
-
-    Options.check!(
-      :max_pending,
-      opts[:max_pending],
-      &(is_integer(&1) and &1 in 1..1_000_000),
-      "an integer from 1 to 1000000"
-    )
-
+    opts = create_options!(opts)
     config = Map.new(Keyword.delete(opts, :from))
     request(channel, {:create, group, position(opts[:from]), nil, config})
   end
-
-  defp from?({:time, t}), do: is_integer(t) and t >= 0
-  defp from?(from), do: from in [:earliest, :latest] or (is_integer(from) and from >= 0)
-
-  defp position(:earliest), do: :first
-  defp position(:latest), do: :last
-  defp position({:time, _} = time), do: time
-  defp position(seq), do: seq - 1
 
   @doc """
   Up to `max` messages for `consumer` of `group`: first those due again
@@ -413,7 +385,12 @@ defmodule Ringbus.Groups do
   end
 
   @typedoc "`subscribe/4`'s options."
-  @type subscribe_options :: [max_credit: pos_integer(), max_batch: pos_integer()]
+  @type subscribe_options :: [
+          max_credit: pos_integer(),
+          max_batch: pos_integer(),
+          deliveries: boolean(),
+          times: boolean()
+        ]
 
   @doc """
   Subscribes the calling process to `consumer`'s messages of `group` (see
@@ -422,6 +399,12 @@ defmodule Ringbus.Groups do
     * `:max_credit` - messages delivered and not acked (`ack/3`), at most.
       Defaults to `1000`.
     * `:max_batch` - messages in one batch, at most. Defaults to `256`.
+    * `:deliveries` - when true, each message comes with its delivery
+      count, `{seq, payload, deliveries}`, as `fetch/5` has it. Defaults
+      to `false`.
+    * `:times` - when true, each message comes with its delivery count and
+      the time it was stored, `{seq, payload, deliveries, ms}` (ms `nil`
+      when it left the ring before its time was read). Defaults to `false`.
 
   Errors: `:no_group`, `:no_channel`, or a cluster error. Bad options
   raise `ArgumentError`.
@@ -445,9 +428,12 @@ defmodule Ringbus.Groups do
           {:ok, Ringbus.subscription()} | {:error, reason()}
   def subscribe(channel, group, consumer, opts \\ []) do
     names!(group, consumer)
-    opts = Options.validate!(opts, [max_credit: 1000, max_batch: 256], "group subscription")
+    defaults = [max_credit: 1000, max_batch: 256, deliveries: false, times: false]
+    opts = Options.validate!(opts, defaults, "group subscription")
     positive!(:max_credit, opts[:max_credit])
     positive!(:max_batch, opts[:max_batch])
+    Options.check!(:deliveries, opts[:deliveries], &is_boolean/1, "a boolean")
+    Options.check!(:times, opts[:times], &is_boolean/1, "a boolean")
 
     opts = [group: {group, consumer}, owner: self(), channel: channel, bury: &bury/4] ++ opts
 

@@ -1,9 +1,10 @@
 defmodule Ringbus.Groups.DeadLetter do
   @moduledoc false
-  # A dead letter's bytes (`Ringbus.Groups`, "Dead letters"): its seq,
-  # deliveries, group and channel, then the payload.
+  # The bytes of a dead letter (`Ringbus.Groups`, "Dead letters"), written
+  # and read side by side: "rbdl", version 1, the seq, the delivery count,
+  # the group, the channel, then the payload.
 
-  @doc "The dead letter of message `seq` of `channel`'s `group`."
+  @doc "A dead letter of `channel`'s message `seq`, delivered `deliveries` times by `group`."
   @spec encode(term(), binary(), non_neg_integer(), pos_integer(), binary()) :: binary()
   def encode(channel, group, seq, deliveries, payload) do
     name = if is_binary(channel), do: channel, else: inspect(channel)
@@ -12,7 +13,7 @@ defmodule Ringbus.Groups.DeadLetter do
       byte_size(name)::16, name::binary, payload::binary>>
   end
 
-  @doc "`encode/5`'s fields, or `:error`."
+  @doc "A dead letter's fields, or `:error`."
   @spec decode(binary()) :: {:ok, map()} | :error
   def decode(
         <<"rbdl", 1, seq::64, deliveries::32, g::16, group::binary-size(g), n::16,
