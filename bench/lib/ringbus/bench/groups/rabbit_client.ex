@@ -86,7 +86,7 @@ defmodule Ringbus.Bench.Groups.RabbitClient do
     publish = method(:"basic.publish", routing_key: conn.queue)
 
     for p <- payloads,
-        do: :ok = :amqp_channel.call(conn.channel, publish, {:amqp_msg, conn.props, p})
+        do: :ok = :amqp_channel.cast(conn.channel, publish, {:amqp_msg, conn.props, p})
 
     case :amqp_channel.wait_for_confirms(conn.channel, @reply_s) do
       true -> {:ok, conn}

@@ -148,6 +148,10 @@ defmodule Ringbus.Bench.Groups.RabbitServers do
   end
 
   defp await!(cluster, seed, names, deadline) do
+    # Hidden, so that this VM is no part of the cluster's `global`, which
+    # would otherwise warn of partitions as the nodes stop.
+    _ = :net_kernel.hidden_connect_node(seed)
+
     running = :rpc.call(seed, :rabbit_nodes, :all_running, [], 2_000)
 
     cond do
@@ -188,6 +192,7 @@ defmodule Ringbus.Bench.Groups.RabbitServers do
   """
   @spec quorum_members!(t(), String.t()) :: %{members: [node()], leader: node()}
   def quorum_members!(%{nodes: [first | _] = nodes}, queue) do
+    _ = :net_kernel.hidden_connect_node(first.node)
     {:ok, q} = :rpc.call(first.node, :rabbit_amqqueue, :lookup, [{:resource, "/", :queue, queue}])
     members = :rpc.call(first.node, :amqqueue, :get_type_state, [q]).nodes
     {_ra_name, leader} = :rpc.call(first.node, :amqqueue, :get_pid, [q])
@@ -201,6 +206,7 @@ defmodule Ringbus.Bench.Groups.RabbitServers do
   @doc "Stops every node (by OS pid, waiting for each) and removes the dir."
   @spec stop(t()) :: :ok
   def stop(%{dir: dir, nodes: nodes, started_dist: started_dist}) do
+    for %{node: node} <- nodes, do: :erlang.disconnect_node(node)
     for %{os_pid: pid} <- nodes, do: Ringbus.Test.OsProcess.stop(pid)
     if started_dist, do: :net_kernel.stop()
     File.rm_rf!(dir)
