@@ -2,8 +2,8 @@ defmodule Ringbus.Bench.GroupsRabbitTest do
   # The groups bench's RabbitMQ quorum queue rows. A cluster of three
   # brokers takes tens of seconds to boot on a small machine, so the run end
   # to end is a `:long` test (`mix test --include long`); the rest is quick.
-  # All of it needs the broker unpacked by bin/setup-rabbitmq (bin/test runs
-  # it) and is skipped without it.
+  # All of it needs the broker unpacked by bin/setup-rabbitmq: bin/test runs
+  # it, and without it the tests fail, naming it.
   use ExUnit.Case, async: false
 
   import Ringbus.Test.BenchIO
@@ -11,8 +11,13 @@ defmodule Ringbus.Bench.GroupsRabbitTest do
   alias Ringbus.Bench.Groups.{RabbitClient, RabbitServers}
 
   @moduletag timeout: 300_000
-  @moduletag skip:
-               RabbitServers.home() == nil && "RabbitMQ is not unpacked: run bin/setup-rabbitmq"
+
+  setup_all do
+    RabbitServers.home() ||
+      flunk("RabbitMQ is not unpacked: run bin/setup-rabbitmq (bin/test does)")
+
+    :ok
+  end
 
   # The command lines of the broker nodes the bench starts.
   @node_pattern "rb[0-9]+@127.0.0.1 -setcookie ringbus_bench_"
