@@ -46,6 +46,7 @@ defmodule Ringbus.Client.Groups do
   """
 
   alias Ringbus.{Client, Options}
+  alias Ringbus.Client.Request
   alias Ringbus.Wire.{Frame, GroupFrame}
 
   @type client :: Client.t()
@@ -144,16 +145,7 @@ defmodule Ringbus.Client.Groups do
         ) :: {:ok, Client.sub_id()} | {:error, reason()}
   def subscribe(client, channel, group, consumer, opts \\ []) do
     opts = Options.validate!(opts, [credit: 1000, max_batch: 256, times: false], "subscribe")
-    Options.check!(:credit, opts[:credit], &u32_positive?/1, "a positive integer below 2^32")
-
-    Options.check!(
-      :max_batch,
-      opts[:max_batch],
-      &u32_positive?/1,
-      "a positive integer below 2^32"
-    )
-
-    Options.check!(:times, opts[:times], &is_boolean/1, "a boolean")
+    Request.delivery_options!(opts)
 
     request =
       &{:group_subscribe, &1, channel!(channel), name!(group), name!(consumer), opts[:credit],
