@@ -205,12 +205,11 @@ defmodule Ringbus.Groups do
   import Ringbus.Groups.Args
 
   alias Ringbus.Groups.DeadLetter
-  alias Ringbus.Options
+  alias Ringbus.{Options, Replica}
 
-  # What a remote fetch that waits waits for its answer beyond its timeout.
+  # What a remote fetch that waits waits for its answer beyond its timeout
+  # (one that carries acks, also what `ack/3` waits for their commit).
   @reply_ms 100
-  # And one that carries acks, for their commit: what `ack/3` is given.
-  @ack_ms 5_000
 
   @typedoc "A group or consumer name: a non-empty binary."
   @type name :: binary()
@@ -364,7 +363,7 @@ defmodule Ringbus.Groups do
     owner = opts[:owner] || self()
     Options.check!(:owner, owner, &is_pid/1, "a pid")
 
-    extra = if acks, do: @reply_ms + @ack_ms, else: @reply_ms
+    extra = if acks, do: @reply_ms + Replica.default_timeout(), else: @reply_ms
     run_opts = if wait > 0, do: [timeout: wait + extra], else: []
     request = {:fetch, group, consumer, owner, max, wait}
     op = {:group, if(acks, do: {:ack_fetch, acks, request}, else: request)}

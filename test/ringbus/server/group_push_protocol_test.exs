@@ -109,6 +109,25 @@ defmodule Ringbus.Server.GroupPushProtocolTest do
     end
   end
 
+  test "a batch that would pass max_frame_size comes in several GROUP_DELIVERs" do
+    server = start_supervised!({Ringbus.Server, [port: 0, max_frame_size: 1024]}, id: :small)
+    group!("split")
+    payloads = for i <- 0..9, do: String.duplicate(<<?a + i>>, 300)
+    {:ok, 0} = Ringbus.push_many("split", payloads)
+    client = hello(Ringbus.Server.port(server))
+    # Credit and max_batch for all ten, whose 3,000 bytes no frame holds.
+    {sub, client} = subscribe(client, 2, "split", "w", 10)
+    {frames, client} = RawClient.recv(client, 4)
+
+    for {:group_deliver, ^sub, n, messages} <- frames do
+      assert n == length(messages) and n in 1..3
+    end
+
+    messages = Enum.flat_map(frames, fn {:group_deliver, ^sub, _n, messages} -> messages end)
+    assert messages == for({p, seq} <- Enum.with_index(payloads), do: {seq, p, 1})
+    RawClient.close(client)
+  end
+
   test "with the times flag each message carries the time it was stored", %{port: port} do
     group!("timed")
     before = System.system_time(:millisecond)
