@@ -47,6 +47,7 @@ defmodule Layers do
     {"lib/mix/", :mix},
     {"lib/ringbus.ex", :api},
     {"lib/ringbus/groups.ex", :api},
+    {"lib/ringbus/groups/", :api},
     {"lib/ringbus/op.ex", :op},
     {"lib/ringbus/group.ex", :group},
     {"lib/ringbus/group/", :group},

@@ -832,16 +832,7 @@ defmodule Ringbus.Client do
     if from not in [:earliest, :latest],
       do: Request.from!(from, "a seq, :earliest, :latest or {:time, ms}")
 
-    Options.check!(:times, opts[:times], &is_boolean/1, "a boolean")
-
-    Options.check!(:credit, opts[:credit], &u32_positive?/1, "a positive integer below 2^32")
-
-    Options.check!(
-      :max_batch,
-      opts[:max_batch],
-      &u32_positive?/1,
-      "a positive integer below 2^32"
-    )
+    Request.delivery_options!(opts)
 
     {credit, max_batch} = {opts[:credit], opts[:max_batch]}
 
@@ -954,8 +945,6 @@ defmodule Ringbus.Client do
 
   defp timeout?(:infinity), do: true
   defp timeout?(t), do: is_integer(t) and t > 0
-
-  defp u32_positive?(n), do: is_integer(n) and n in 1..0xFFFF_FFFF
 
   defp incarnation!(opts) do
     opts = Keyword.validate!(opts, incarnation: :any)

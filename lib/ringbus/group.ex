@@ -116,6 +116,10 @@ defmodule Ringbus.Group do
       group's `dead_letter` channel (same shape); with none and `wait_ms` >
       0, waits for them. A fetch that takes the consumer from an owner that
       has exited makes that owner's entries due first
+    * `{:ack_fetch, [ref], fetch}` - acks as `:ack` does, then `fetch` (a
+      `:fetch` of the same group): `{:ok, {acked, fetched}}`, `fetched`
+      as the fetch answers, or the fetch's error (on a replicated channel,
+      one command where the two are two)
     * `{:nack, group, [ref], delay_ms}`, `{:in_progress, group, [ref]}` -
       `{:ok, changed}`
     * `{:reclaim, group, consumer, owner, [ref]}`, `{:reclaim_idle, group,
@@ -167,6 +171,7 @@ defmodule Ringbus.Group do
           | {:claim, binary(), binary(), [ref()], non_neg_integer(), map()}
           | {:create, binary(), ref() | :last | :first, nil, Table.config()}
           | {:fetch, binary(), binary(), pid(), pos_integer(), non_neg_integer()}
+          | {:ack_fetch, [ref()], {:fetch, binary(), binary(), pid(), pos_integer(), integer()}}
           | {:nack, binary(), [ref()], non_neg_integer()}
           | {:in_progress, binary(), [ref()]}
           | {:reclaim, binary(), binary(), pid(), [ref()]}
@@ -218,6 +223,7 @@ defmodule Ringbus.Group do
   defp without_wait({:fetch, group, consumer, owner, max, _wait}),
     do: {:fetch, group, consumer, owner, max, 0}
 
+  defp without_wait({:ack_fetch, refs, fetch}), do: {:ack_fetch, refs, without_wait(fetch)}
   defp without_wait(request), do: request
 
   defp at(%Channel{incarnation: c, anchor: anchor} = channel, room, now) do
@@ -264,6 +270,22 @@ defmodule Ringbus.Group do
 
   defp request(at, {:fetch, group, consumer, owner, max, wait}),
     do: Fetch.fetch(at, group, consumer, owner, max, wait)
+
+  # The acks first: what they free counts for the fetch's `max_pending`.
+  defp request(at, {:ack_fetch, refs, {:fetch, group, _, _, _, _} = fetch}) do
+    {:ok, acked} = Reads.ack(at, group, refs)
+
+    case request(at, fetch) do
+      {:ok, fetched} ->
+        {:ok, {acked, fetched}}
+
+      {:wait, fun} ->
+        {:wait, fn -> with({:ok, fetched} <- fun.(), do: {:ok, {acked, fetched}}) end}
+
+      error ->
+        error
+    end
+  end
 
   defp request(at, {:nack, group, refs, delay}), do: Fetch.nack(at, group, refs, delay)
   defp request(at, {:in_progress, group, refs}), do: Fetch.in_progress(at, group, refs)

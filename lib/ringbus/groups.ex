@@ -193,18 +193,22 @@ defmodule Ringbus.Groups do
   ## Replicated channels
 
   A replicated channel's groups are kept in its Raft log: every request
-  here is a command of the log (many requests go as one), applied alike by
-  every member, so every member holds the same groups, a new leader carries
-  on where the old one stood, and the groups come back with the channel
-  after a restart. A fetch that waits, waits on the member that runs it;
+  here is a command of the log (many requests go as one; `ack_fetch/6`'s
+  acks and fetch are one), applied alike by every member, so every member
+  holds the same groups, a new leader carries on where the old one stood,
+  and the groups come back with the channel after a restart. A fetch that waits, waits on the member that runs it;
   the exit of the process that fetched is sent through the log from there
   (if that member's node goes down too, the consumer's messages are due
   after `ack_wait`).
   """
 
-  alias Ringbus.Options
+  import Ringbus.Groups.Args
 
-  # What a remote fetch that waits waits for its answer beyond its timeout.
+  alias Ringbus.Groups.DeadLetter
+  alias Ringbus.{Options, Replica}
+
+  # What a remote fetch that waits waits for its answer beyond its timeout
+  # (one that carries acks, also what `ack/3` waits for their commit).
   @reply_ms 100
 
   @typedoc "A group or consumer name: a non-empty binary."
@@ -274,38 +278,10 @@ defmodule Ringbus.Groups do
              | reason()}
   def create(channel, group, opts \\ []) do
     name!(:group, group)
-    defaults = [from: :latest, ack_wait: 30_000, max_deliver: :infinity, dead_letter: nil]
-    opts = Options.validate!(opts, defaults ++ [max_pending: 10_000, hold: false], "group")
-    Options.check!(:hold, opts[:hold], &is_boolean/1, "a boolean")
-
-    Options.check!(:from, opts[:from], &from?/1, ":earliest, :latest, a seq or {:time, ms}")
-    Options.check!(:ack_wait, opts[:ack_wait], &Options.positive?/1, "a positive integer")
-
-    Options.check!(
-      :max_deliver,
-      opts[:max_deliver],
-      &(&1 == :infinity or Options.positive?(&1)),
-      "a positive integer or :infinity"
-    )
-
-    Options.check!(
-      :max_pending,
-      opts[:max_pending],
-      &(is_integer(&1) and &1 in 1..1_000_000),
-      "an integer from 1 to 1000000"
-    )
-
+    opts = create_options!(opts)
     config = Map.new(Keyword.delete(opts, :from))
     request(channel, {:create, group, position(opts[:from]), nil, config})
   end
-
-  defp from?({:time, t}), do: is_integer(t) and t >= 0
-  defp from?(from), do: from in [:earliest, :latest] or (is_integer(from) and from >= 0)
-
-  defp position(:earliest), do: :first
-  defp position(:latest), do: :last
-  defp position({:time, _} = time), do: time
-  defp position(seq), do: seq - 1
 
   @doc """
   Up to `max` messages for `consumer` of `group`: first those due again
@@ -344,6 +320,40 @@ defmodule Ringbus.Groups do
         ) ::
           {:ok, [message() | timed_message()]} | {:error, reason()}
   def fetch(channel, group, consumer, max, opts \\ []) do
+    with {:ok, {_acked, messages}} <- fetching(channel, group, consumer, nil, max, opts),
+         do: {:ok, messages}
+  end
+
+  @doc """
+  Acks `seqs`, then fetches as `fetch/5` does (same options), in one
+  request: on a replicated channel, one command of its log where `ack/3`
+  and `fetch/5` are two, so a consumer that acks each batch as it fetches
+  the next waits for one commit a batch. Returns how many of `seqs` were
+  pending, as `ack/3`, and the messages fetched. An error says the fetch
+  failed; the acks may have been done (as a timed-out `ack/3`'s may).
+
+      iex> Ringbus.create("doc-groups-ack-fetch", capacity: 10)
+      iex> :ok = Ringbus.Groups.create("doc-groups-ack-fetch", "g", from: :earliest)
+      iex> {:ok, _} = Ringbus.push_many("doc-groups-ack-fetch", ["a", "b"])
+      iex> Ringbus.Groups.fetch("doc-groups-ack-fetch", "g", "c1", 1)
+      {:ok, [{0, "a", 1}]}
+      iex> Ringbus.Groups.ack_fetch("doc-groups-ack-fetch", "g", "c1", [0], 10)
+      {:ok, 1, [{1, "b", 1}]}
+      iex> Ringbus.delete("doc-groups-ack-fetch")
+      :ok
+  """
+  @spec ack_fetch(Ringbus.name(), name(), name(), [Ringbus.seq()], pos_integer(),
+          timeout: non_neg_integer(),
+          owner: pid(),
+          times: boolean()
+        ) ::
+          {:ok, non_neg_integer(), [message() | timed_message()]} | {:error, reason()}
+  def ack_fetch(channel, group, consumer, seqs, max, opts \\ []) do
+    with {:ok, {acked, messages}} <- fetching(channel, group, consumer, seqs!(seqs), max, opts),
+         do: {:ok, acked, messages}
+  end
+
+  defp fetching(channel, group, consumer, acks, max, opts) do
     names!(group, consumer)
     positive!(:max, max)
     opts = Options.validate!(opts, [timeout: 0, owner: nil, times: false], "fetch")
@@ -353,25 +363,33 @@ defmodule Ringbus.Groups do
     owner = opts[:owner] || self()
     Options.check!(:owner, owner, &is_pid/1, "a pid")
 
-    run_opts = if wait > 0, do: [timeout: wait + @reply_ms], else: []
-    op = {:group, {:fetch, group, consumer, owner, max, wait}}
+    extra = if acks, do: @reply_ms + Replica.default_timeout(), else: @reply_ms
+    run_opts = if wait > 0, do: [timeout: wait + extra], else: []
+    request = {:fetch, group, consumer, owner, max, wait}
+    op = {:group, if(acks, do: {:ack_fetch, acks, request}, else: request)}
     op = if opts[:times], do: {:times, op}, else: op
 
     case Ringbus.run(channel, op, run_opts) do
-      {:ok, {messages, _dead_letter, []}} ->
-        {:ok, messages}
-
-      {:ok, {messages, dead_letter, dead}} ->
-        bury(channel, group, dead_letter, dead)
-        {:ok, messages}
-
-      error ->
-        error
+      {:ok, {acked, fetched}} -> {:ok, {acked, delivered(channel, group, fetched)}}
+      {:ok, fetched} -> {:ok, {0, delivered(channel, group, fetched)}}
+      error -> error
     end
   end
 
+  defp delivered(_channel, _group, {messages, _dead_letter, []}), do: messages
+
+  defp delivered(channel, group, {messages, dead_letter, dead}) do
+    bury(channel, group, dead_letter, dead)
+    messages
+  end
+
   @typedoc "`subscribe/4`'s options."
-  @type subscribe_options :: [max_credit: pos_integer(), max_batch: pos_integer()]
+  @type subscribe_options :: [
+          max_credit: pos_integer(),
+          max_batch: pos_integer(),
+          deliveries: boolean(),
+          times: boolean()
+        ]
 
   @doc """
   Subscribes the calling process to `consumer`'s messages of `group` (see
@@ -380,6 +398,12 @@ defmodule Ringbus.Groups do
     * `:max_credit` - messages delivered and not acked (`ack/3`), at most.
       Defaults to `1000`.
     * `:max_batch` - messages in one batch, at most. Defaults to `256`.
+    * `:deliveries` - when true, each message comes with its delivery
+      count, `{seq, payload, deliveries}`, as `fetch/5` has it. Defaults
+      to `false`.
+    * `:times` - when true, each message comes with its delivery count and
+      the time it was stored, `{seq, payload, deliveries, ms}` (ms `nil`
+      when it left the ring before its time was read). Defaults to `false`.
 
   Errors: `:no_group`, `:no_channel`, or a cluster error. Bad options
   raise `ArgumentError`.
@@ -403,9 +427,12 @@ defmodule Ringbus.Groups do
           {:ok, Ringbus.subscription()} | {:error, reason()}
   def subscribe(channel, group, consumer, opts \\ []) do
     names!(group, consumer)
-    opts = Options.validate!(opts, [max_credit: 1000, max_batch: 256], "group subscription")
+    defaults = [max_credit: 1000, max_batch: 256, deliveries: false, times: false]
+    opts = Options.validate!(opts, defaults, "group subscription")
     positive!(:max_credit, opts[:max_credit])
     positive!(:max_batch, opts[:max_batch])
+    Options.check!(:deliveries, opts[:deliveries], &is_boolean/1, "a boolean")
+    Options.check!(:times, opts[:times], &is_boolean/1, "a boolean")
 
     opts = [group: {group, consumer}, owner: self(), channel: channel, bury: &bury/4] ++ opts
 
@@ -418,18 +445,12 @@ defmodule Ringbus.Groups do
   # subscription (`Ringbus.Group.Push`) is handed this, to do as a fetch's
   # caller does.
   def bury(channel, group, dead_letter, dead) do
-    letters = for {seq, payload, n} <- dead, do: dead_letter(channel, group, seq, n, payload)
+    letters =
+      for {seq, payload, n} <- dead, do: DeadLetter.encode(channel, group, seq, n, payload)
 
     with {:ok, _} <- Ringbus.push_many(dead_letter, letters) do
       request(channel, {:bury, group, for({seq, _, _} <- dead, do: seq)})
     end
-  end
-
-  defp dead_letter(channel, group, seq, deliveries, payload) do
-    name = if is_binary(channel), do: channel, else: inspect(channel)
-
-    <<"rbdl", 1, seq::64, deliveries::32, byte_size(group)::16, group::binary,
-      byte_size(name)::16, name::binary, payload::binary>>
   end
 
   @doc """
@@ -452,15 +473,7 @@ defmodule Ringbus.Groups do
              payload: binary()
            }}
           | :error
-  def decode_dead_letter(
-        <<"rbdl", 1, seq::64, deliveries::32, g::16, group::binary-size(g), n::16,
-          channel::binary-size(n), payload::binary>>
-      ),
-      do:
-        {:ok,
-         %{seq: seq, deliveries: deliveries, group: group, channel: channel, payload: payload}}
-
-  def decode_dead_letter(_other), do: :error
+  defdelegate decode_dead_letter(letter), to: DeadLetter, as: :decode
 
   @doc "Acks messages: they leave the group. Returns how many were pending."
   @spec ack(Ringbus.name(), name(), [Ringbus.seq()]) ::
@@ -568,32 +581,4 @@ defmodule Ringbus.Groups do
   def info(channel), do: request(channel, :figures)
 
   defp request(channel, request), do: Ringbus.run(channel, {:group, request})
-
-  defp names!(group, consumer) do
-    name!(:group, group)
-    name!(:consumer, consumer)
-  end
-
-  defp name!(key, name) do
-    Options.check!(
-      key,
-      name,
-      &(is_binary(&1) and byte_size(&1) in 1..65_535),
-      "a binary of 1 to 65535 bytes"
-    )
-  end
-
-  defp positive!(key, value),
-    do: Options.check!(key, value, &Options.positive?/1, "a positive integer")
-
-  defp seqs!(seqs) do
-    Options.check!(
-      :seqs,
-      seqs,
-      &(is_list(&1) and Enum.all?(&1, fn s -> is_integer(s) and s >= 0 end)),
-      "a list of non-negative integers"
-    )
-
-    seqs
-  end
 end

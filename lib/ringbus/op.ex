@@ -62,7 +62,7 @@ defmodule Ringbus.Op do
     * `{:stamped, op}` - `op`, answered with the channel's incarnation:
       `{:ok, incarnation, answer}`, so that a front end learns both in one
       request
-    * `{:times, {:group, fetch}}` - a group fetch (`:fetch`) whose
+    * `{:times, {:group, fetch}}` - a group fetch (`:fetch`, `:ack_fetch`) whose
       messages carry their times: `{seq, payload, deliveries, ms}`, ms
       nil for one the ring no longer held when its time was read
     * `{:group, request}` - a request on the channel's consumer groups
@@ -128,6 +128,14 @@ defmodule Ringbus.Op do
   # one probe a message, no payload copied.
   def run(channel, {:times, {:group, {:fetch, _, _, _, _, _}} = op}, room, timeout),
     do: timed(channel, run(channel, op, room, timeout))
+
+  def run(
+        channel,
+        {:times, {:group, {:ack_fetch, _, {:fetch, _, _, _, _, _}}} = op},
+        room,
+        timeout
+      ),
+      do: timed(channel, run(channel, op, room, timeout))
 
   def run(channel, {:stamped, {:times, _} = op}, room, timeout),
     do: stamp(channel, run(channel, op, room, timeout))
@@ -314,6 +322,11 @@ defmodule Ringbus.Op do
   defp fetched_times(channel, {:ok, {messages, dead_letter, dead}}) do
     timed = for {seq, payload, n} <- messages, do: {seq, payload, n, Times.at_seq(channel, seq)}
     {:ok, {timed, dead_letter, dead}}
+  end
+
+  defp fetched_times(channel, {:ok, {acked, fetched}}) do
+    {:ok, timed} = fetched_times(channel, {:ok, fetched})
+    {:ok, {acked, timed}}
   end
 
   defp fetched_times(_channel, error), do: error

@@ -13,6 +13,10 @@ defmodule Ringbus.Replica do
   # A create or delete waits on each member this long at most.
   @manage_timeout 15_000
 
+  @doc "What a write waits for its commit when its caller names no timeout (ms)."
+  @spec default_timeout() :: pos_integer()
+  def default_timeout, do: @default_timeout
+
   @doc """
   Creates replicated channel `name` on this node and the first
   `replicas - 1` nodes of `Node.list/0`, and waits for its leader.

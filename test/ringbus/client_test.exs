@@ -673,7 +673,8 @@ defmodule Ringbus.ClientTest do
           receive(do: (:stop -> :ok))
         end)
 
-      assert_receive {:client, c}
+      # A connect takes longer than assert_receive's default on a loaded machine.
+      assert_receive {:client, c}, 5_000
       ref = Process.monitor(c.pid)
       send(owner, :stop)
       assert_receive {:DOWN, ^ref, :process, _, :normal}

@@ -223,6 +223,35 @@ defmodule Ringbus.GroupsTest do
     refute_received :ringbus_wake
   end
 
+  test "ack_fetch acks, then fetches as fetch does: its wait, its times" do
+    name = channel(3)
+    :ok = Groups.create(name, "g", from: :earliest)
+    assert {:ok, [{0, "m0", 1}, {1, "m1", 1}]} = Groups.fetch(name, "g", "c", 2)
+    # Counted as ack/3 counts: 7 is not pending.
+    assert Groups.ack_fetch(name, "g", "c", [0, 7], 10) == {:ok, 1, [{2, "m2", 1}]}
+
+    assert {:ok, 2, [{3, "late", 1, ms}]} =
+             (fn ->
+                waiting =
+                  Task.async(fn ->
+                    Groups.ack_fetch(name, "g", "c", [1, 2], 10, timeout: 10_000, times: true)
+                  end)
+
+                Ringbus.Test.Eventually.eventually(fn -> waiting?(name, waiting.pid) end)
+                # The acks were done before the wait.
+                assert %{acked: 3, pending: 0} = group!(name)
+                {:ok, 3} = Ringbus.push(name, "late")
+                Task.await(waiting, 5_000)
+              end).()
+
+    assert is_integer(ms)
+    # Nothing acked comes again.
+    assert Groups.nack(name, "g", [0, 1, 2, 3]) == {:ok, 1}
+    assert Groups.fetch(name, "g", "c", 10) == {:ok, [{3, "late", 2}]}
+    assert Groups.ack_fetch(name, "none", "c", [3], 1) == {:error, :no_group}
+    assert_raise ArgumentError, ~r/:seqs/, fn -> Groups.ack_fetch(name, "g", "c", [-1], 1) end
+  end
+
   defp waiting?(name, pid) do
     channel = Ringbus.Test.Internals.channel!(name)
     :ets.member(channel.waiters, pid)

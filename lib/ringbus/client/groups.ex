@@ -46,6 +46,7 @@ defmodule Ringbus.Client.Groups do
   """
 
   alias Ringbus.{Client, Options}
+  alias Ringbus.Client.Request
   alias Ringbus.Wire.{Frame, GroupFrame}
 
   @type client :: Client.t()
@@ -120,6 +121,37 @@ defmodule Ringbus.Client.Groups do
       &{type, &1, channel!(channel), name!(group), name!(consumer), max, wait},
       wait
     )
+  end
+
+  @doc """
+  Subscribes the client's owner to `consumer`'s messages of `group`
+  (protocol version 7), as `Ringbus.Groups.subscribe/4` does in the
+  embedded API: due ones first, then new ones, in batches `{:ringbus,
+  sub_id, [{seq, payload, deliveries}], 0}` (with `times: true`, `{seq,
+  payload, deliveries, ms}`), as `Ringbus.Client.subscribe/3` delivers a
+  channel's. At most `:credit` messages (default `1000`, capped at the
+  server's `max_credit`) are delivered and not acked: `ack/4` gives their
+  credit back, `Ringbus.Client.ack/3` gives none. `:max_batch` (default
+  `256`) bounds a batch. The connection owns the consumer: when it
+  closes, or `Ringbus.Client.unsubscribe/2` ends the subscription (which
+  removes the consumer), its pending messages are due at once, for any
+  consumer. It ends with `{:ringbus_closed, sub_id, reason}` when the
+  group or channel goes (`:no_group`, `:no_channel`).
+  """
+  @spec subscribe(client(), channel(), name(), name(),
+          credit: pos_integer(),
+          max_batch: pos_integer(),
+          times: boolean()
+        ) :: {:ok, Client.sub_id()} | {:error, reason()}
+  def subscribe(client, channel, group, consumer, opts \\ []) do
+    opts = Options.validate!(opts, [credit: 1000, max_batch: 256, times: false], "subscribe")
+    Request.delivery_options!(opts)
+
+    request =
+      &{:group_subscribe, &1, channel!(channel), name!(group), name!(consumer), opts[:credit],
+       opts[:max_batch], opts[:times]}
+
+    with {:ok, sub_id, _incarnation} <- Client.request(client, request, 0), do: {:ok, sub_id}
   end
 
   @doc "Acks messages: they leave the group. Returns how many were pending."

@@ -38,6 +38,17 @@ defmodule Ringbus.Client.Request do
   defp from?({:time, ms}), do: from?(ms)
   defp from?(seq), do: is_integer(seq) and seq in 0..@u64
 
+  @doc "A subscription's `:credit`, `:max_batch` and `:times`, checked."
+  @spec delivery_options!(keyword()) :: :ok
+  def delivery_options!(opts) do
+    for key <- [:credit, :max_batch] do
+      valid? = &(is_integer(&1) and &1 in 1..0xFFFF_FFFF)
+      Options.check!(key, opts[key], valid?, "a positive integer below 2^32")
+    end
+
+    Options.check!(:times, opts[:times], &is_boolean/1, "a boolean")
+  end
+
   @doc "An incarnation to state: nil for `:any`."
   @spec any(pos_integer() | :any) :: pos_integer() | nil
   def any(:any), do: nil

@@ -161,6 +161,11 @@ defmodule Ringbus.Client.Session do
       else: {effects, 0, session}
   end
 
+  # A group subscription's batch (version 7): `{seq, payload, deliveries}`
+  # messages, and nothing lost (the group counts what it lost).
+  defp frame({:group_deliver, sub_id, _count, messages}, session, effects),
+    do: frame({:deliver, sub_id, 0, 0, messages}, session, effects)
+
   defp frame({:sub_closed, sub_id, reason}, session, effects) do
     case Map.pop(session.subs, sub_id) do
       {nil, _} ->

@@ -10,6 +10,11 @@ defmodule Ringbus.Group.Logged do
   #     member's ring wakes it (a push applied here, a nack) or the earliest
   #     entry this member knows of comes due, until its deadline. The log
   #     carries fetches that deliver, never one that waits.
+  #   * A fetch that carries acks (`:ack_fetch`) sends them with its first
+  #     try, so a consumer's loop waits on one commit a batch; a wait after
+  #     it sends plain fetches. Under a machine version that refuses the
+  #     combined request (`badarg`, alike on every member), the ack and the
+  #     fetch go one after the other, as two commands.
   #   * The process that fetches for a consumer (or that a push
   #     subscription fetches for) is watched from this node
   #     (`Ringbus.Group.TableOwner.own_logged/3`); when it exits, the
@@ -31,6 +36,33 @@ defmodule Ringbus.Group.Logged do
     watch(channel, request, answer, log)
   end
 
+  def run(channel, {:ack_fetch, refs, {:fetch, group, c, owner, max, wait} = fetch}, log) do
+    deadline = At.now() + wait
+    # Armed before the request, so that a push applied after it wakes us.
+    Ring.arm_wake(channel)
+
+    case log.({:ack_fetch, refs, {:fetch, group, c, owner, max, 0}}) do
+      {:ok, {acked, {[], _dead_letter, []} = none}} ->
+        answer =
+          with {:ok, fetched} <- later(channel, fetch, log, deadline, {:ok, none}),
+               do: {:ok, {acked, fetched}}
+
+        Fetch.disarm(channel)
+        watch(channel, fetch, answer, log)
+
+      {:error, :badarg} ->
+        Fetch.disarm(channel)
+
+        with {:ok, acked} <- log.({:ack, group, refs}),
+             {:ok, fetched} <- run(channel, fetch, log),
+             do: {:ok, {acked, fetched}}
+
+      answer ->
+        Fetch.disarm(channel)
+        watch(channel, fetch, answer, log)
+    end
+  end
+
   def run(channel, request, log), do: watch(channel, request, log.(request), log)
 
   defp fetch(channel, {:fetch, group, consumer, owner, max, _wait} = request, log, deadline) do
@@ -38,23 +70,25 @@ defmodule Ringbus.Group.Logged do
     Ring.arm_wake(channel)
 
     case log.({:fetch, group, consumer, owner, max, 0}) do
-      {:ok, {[], _dead_letter, []}} = none ->
-        now = At.now()
+      {:ok, {[], _dead_letter, []}} = none -> later(channel, request, log, deadline, none)
+      answer -> answer
+    end
+  end
 
-        if now < deadline do
-          receive do
-            :ringbus_wake -> :ok
-          after
-            sleep(channel, group, deadline, now) -> :ok
-          end
+  # Nothing yet: a wake, or the earliest due time, then another try.
+  defp later(channel, {:fetch, group, _, _, _, _} = request, log, deadline, none) do
+    now = At.now()
 
-          fetch(channel, request, log, deadline)
-        else
-          none
-        end
+    if now < deadline do
+      receive do
+        :ringbus_wake -> :ok
+      after
+        sleep(channel, group, deadline, now) -> :ok
+      end
 
-      answer ->
-        answer
+      fetch(channel, request, log, deadline)
+    else
+      none
     end
   end
 

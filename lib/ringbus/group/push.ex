@@ -3,7 +3,9 @@ defmodule Ringbus.Group.Push do
   # A push subscription to a consumer group (`Ringbus.Groups.subscribe/4`):
   # one process, where the channel lives, that fetches the group's messages
   # for one consumer and sends them to its subscriber as a subscription
-  # does, `{:ringbus, sub, [{seq, payload}], 0}`, within a credit.
+  # does, `{:ringbus, sub, [{seq, payload}], 0}` (with `opts[:deliveries]`
+  # `{seq, payload, deliveries}`, with `opts[:times]` and the time too),
+  # within a credit.
   #
   # It starts as `{:subscribe, opts, subscriber}` with `opts[:group]`, so a
   # subscriber on another node gets it through the link as any
@@ -35,7 +37,7 @@ defmodule Ringbus.Group.Push do
 
   use GenServer
 
-  alias Ringbus.Channel.{Ring, Subscription}
+  alias Ringbus.Channel.{Ring, Subscription, Times}
   alias Ringbus.Group.{At, Fetch, Table}
 
   @doc """
@@ -138,6 +140,7 @@ defmodule Ringbus.Group.Push do
       owner_monitor: owner_monitor,
       max_credit: opts[:max_credit],
       max_batch: opts[:max_batch],
+      form: form(opts),
       ack_wait: ack_wait,
       held: %{},
       waiting?: false,
@@ -234,11 +237,27 @@ defmodule Ringbus.Group.Push do
   defp send_batch(state, []), do: deliver(state)
 
   defp send_batch(state, entries) do
-    messages = for {seq, payload, _n} <- entries, do: {seq, payload}
-    send(state.subscriber, {:ringbus, state.handle, messages, 0})
+    send(state.subscriber, {:ringbus, state.handle, messages(entries, state), 0})
     held = Enum.reduce(entries, state.held, fn {seq, _, n}, held -> Map.put(held, seq, n) end)
     deliver(%{state | held: held})
   end
+
+  defp form(opts) do
+    cond do
+      opts[:times] -> :timed
+      opts[:deliveries] -> :counted
+      true -> :plain
+    end
+  end
+
+  defp messages(entries, %{form: :plain}),
+    do: for({seq, payload, _n} <- entries, do: {seq, payload})
+
+  defp messages(entries, %{form: :counted}), do: entries
+
+  # Read from this member's ring, one probe a message, as a timed fetch's.
+  defp messages(entries, %{form: :timed, channel: channel}),
+    do: for({seq, payload, n} <- entries, do: {seq, payload, n, Times.at_seq(channel, seq)})
 
   # Waits for a wake, or until the earliest due time it knows of (a message
   # delivered meanwhile comes due `ack_wait` on at the soonest).

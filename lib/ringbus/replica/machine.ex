@@ -64,7 +64,7 @@ defmodule Ringbus.Replica.Machine do
   @behaviour :ra_machine
 
   alias Ringbus.Channel.{Hold, Ring, Times, Trim}
-  alias Ringbus.Replica.{Checkpoints, Retention}
+  alias Ringbus.Replica.{Checkpoints, Retention, Versions}
   alias Ringbus.{Group, Store}
 
   # A replicated channel remembers as many tags as a memory channel does.
@@ -73,13 +73,8 @@ defmodule Ringbus.Replica.Machine do
   # One writer per member node and start: few, and each with little in flight.
   @writer_window 256
   @max_writers 64
-  # Version 1 adds {:tagged, ...}, version 2 {:groups, ...}, version 3 expiry
-  # under max_age (and {:timeout, :expire}), version 4 a trim's `:run` (the
-  # trim of a run of pushes, `Ringbus.Channel.Trim.of_run/2`). Ra elects no
-  # member older than the version in effect, so every member applies a
-  # command alike; under an older version in effect, a newer command is
-  # refused as that version refuses it.
-  @version 4
+  # The versions, and what each makes of a command: `Ringbus.Replica.Versions`.
+  @version Versions.current()
 
   defstruct [
     :channel,
@@ -171,24 +166,8 @@ defmodule Ringbus.Replica.Machine do
     {state, reply, effects ++ Retention.expiry_timer(state)}
   end
 
-  # Under version 0, in effect until a leader of version 1 commits its first
-  # entry, a tagged command is refused as version 0 refuses it, on every
-  # member alike; the writer sends it again untagged.
-  defp decide_in(0, {:tagged, _tag, _command}, _index, state), do: {state, {:error, :badarg}, []}
-
-  defp decide_in(1, {:tagged, tag, {:groups, _}}, index, state),
-    do: decide({:tagged, tag, {:unknown_in_version_1}}, index, state)
-
-  defp decide_in(1, {:groups, _}, _index, state), do: {state, {:error, :badarg}, []}
-
-  # Under a version before 4, a trim is one push's, as those versions run it.
-  defp decide_in(version, {:tagged, tag, {:trim, trim}}, index, state) when version < 4,
-    do: decide({:tagged, tag, {:trim, Map.delete(trim, :run)}}, index, state)
-
-  defp decide_in(version, {:trim, trim}, index, state) when version < 4,
-    do: decide({:trim, Map.delete(trim, :run)}, index, state)
-
-  defp decide_in(_version, command, index, state), do: decide(command, index, state)
+  defp decide_in(version, command, index, state),
+    do: decide(Versions.command(version, command), index, state)
 
   # Under a version before 3 in effect, no member expires anything, alike.
   defp expire_in(version, state) when version < 3, do: {state, []}
@@ -547,6 +526,7 @@ defmodule Ringbus.Replica.Machine do
          {room, request} = request
          Group.decided(ch, request, room, now)
        rescue
+         # So too a request its version refuses (`Versions`), not a pair.
          _ in [FunctionClauseError, MatchError, CaseClauseError, ArgumentError] ->
            {:error, :badarg}
        end

@@ -143,16 +143,14 @@ defmodule Ringbus.Server.GroupRequests do
   # max_frame_size (its first message always), all but the last flagged.
   defp messages(corr, answer, config) do
     with {:ok, messages} <- result(answer),
-         do: {:frames, split(corr, messages, config.max_frame_size - @header, [])}
+         do: {:frames, split(messages, config, &{:group_messages, corr, &3, &1, &2}, [])}
   end
 
-  defp split(corr, messages, room, frames) do
-    case fit(messages, room, 0, 0, []) do
-      {n, taken, []} ->
-        :lists.reverse(frames, [{:group_messages, corr, false, n, taken}])
-
-      {n, taken, rest} ->
-        split(corr, rest, room, [{:group_messages, corr, true, n, taken} | frames])
+  # `frame.(count, messages, more?)` makes each frame.
+  defp split(messages, config, frame, frames) do
+    case fit(messages, config.max_frame_size - @header, 0, 0, []) do
+      {n, taken, []} -> :lists.reverse(frames, [frame.(n, taken, false)])
+      {n, taken, rest} -> split(rest, config, frame, [frame.(n, taken, true) | frames])
     end
   end
 
@@ -165,6 +163,43 @@ defmodule Ringbus.Server.GroupRequests do
        do: fit(rest, room, n + 1, bytes + byte_size(payload) + @timed_overhead, [m | acc])
 
   defp fit(rest, _room, n, _bytes, acc), do: {n, :lists.reverse(acc), rest}
+
+  ## Group subscriptions (version 7)
+  #
+  # The connection subscribes (`Ringbus.Groups.subscribe/4`), so it is the
+  # subscriber and the consumer's owner: its end makes the consumer's
+  # pending messages due at once. The session keeps `{channel, group,
+  # consumer}` of each, to end it.
+
+  @doc """
+  Subscribes the calling connection to a group's consumer, with each
+  message's delivery count (and time): `{:ok, sub, incarnation}` or
+  `{:error, reason}`.
+  """
+  @spec subscribe({binary(), binary(), binary()}, pos_integer(), pos_integer(), boolean()) ::
+          {:ok, Ringbus.subscription(), pos_integer()} | {:error, atom()}
+  def subscribe({channel, group, consumer}, credit, max_batch, times?) do
+    opts = [max_credit: credit, max_batch: max_batch, deliveries: true, times: times?]
+
+    with {:ok, inc} <- Ringbus.incarnation(channel),
+         {:ok, sub} <- Groups.subscribe(channel, group, consumer, opts),
+         do: {:ok, sub, inc}
+  end
+
+  @doc """
+  A group subscription ended by UNSUBSCRIBE: its consumer goes, so its
+  pending messages are due at once, as when the connection closes.
+  """
+  @spec unsubscribed({binary(), binary(), binary()}) :: :ok
+  def unsubscribed({channel, group, consumer}) do
+    _ = Groups.remove_consumer(channel, group, consumer)
+    :ok
+  end
+
+  @doc "The GROUP_DELIVER frames of a batch, each within `max_frame_size`."
+  @spec deliveries(non_neg_integer(), [tuple()], Ringbus.Server.Config.t()) :: [Frame.t()]
+  def deliveries(sub_id, messages, config),
+    do: split(messages, config, fn n, taken, _more? -> {:group_deliver, sub_id, n, taken} end, [])
 
   defp result({:error, {reason, limit}}) when reason in [:too_many_groups, :too_many_consumers],
     do: {:error, :too_many_groups, "#{reason}: the limit is #{limit}"}

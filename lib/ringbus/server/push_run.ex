@@ -17,6 +17,36 @@ defmodule Ringbus.Server.PushRun do
   alias Ringbus.Server.Auth
   alias Ringbus.Wire.Frame
 
+  ## Collecting
+  #
+  # The session hands its frames here while they are pushes to one channel.
+
+  @doc """
+  Starts or extends the run with a PUSH and the acked PUSHes that follow
+  it to the same channel, the common case, taken in a loop of their own:
+  `{frames left, run, acks}`.
+  """
+  def pushes([{:push, corr, mode, name, payload} | rest], s, run, acks) do
+    {{^name, parts, payloads, count, bytes}, acks} =
+      collect(s, run, name, {corr, mode, 1, payload}, acks)
+
+    acked(rest, name, parts, payloads, count, bytes, s.config.max_payload_size, acks)
+  end
+
+  defp acked([{:push, corr, :ack, name, p} | rest], name, parts, ps, count, bytes, max, acks)
+       when byte_size(p) <= max,
+       do: acked(rest, name, [corr | parts], [p | ps], count + 1, bytes + byte_size(p), max, acks)
+
+  defp acked(frames, name, parts, payloads, count, bytes, _max, acks),
+    do: {frames, {name, parts, payloads, count, bytes}, acks}
+
+  @doc "Adds a part to the run of channel `name`, storing the run before when it is another's."
+  def collect(s, {name, parts, payloads, count, bytes}, name, part, acks),
+    do: {add(part, s.config.max_payload_size, name, parts, payloads, count, bytes), acks}
+
+  def collect(s, run, name, part, acks),
+    do: {add(part, s.config.max_payload_size, name, [], [], 0, 0), store(s, run, acks)}
+
   @doc "Adds a PUSH or PUSH_BATCH part to the run of channel `name`."
   def add({corr, mode, 1, payload} = part, max, name, parts, payloads, count, bytes)
       when is_binary(payload) do

@@ -46,6 +46,8 @@ defmodule Ringbus.Server.Session do
     subs: %{},
     refs: %{},
     next_sub: 1,
+    # sub_id => {channel, group, consumer} of a group subscription (version 7)
+    groups: %{},
     # GROUP_FETCHes that wait (`Ringbus.Server.Fetches`).
     fetches: Fetches.new()
   ]
@@ -82,11 +84,12 @@ defmodule Ringbus.Server.Session do
   def fatal_frame(_session, :shutting_down),
     do: fatal(:shutting_down, "the server is stopping")
 
-  # A version 3 or 4 connection has no group frames: a malformed one is an
-  # unknown opcode to it, as it was before version 5.
+  # A version 3 or 4 connection has no group frames, nor one before version
+  # 7 GROUP_SUBSCRIBE: a malformed one is an unknown opcode to it.
   def fatal_frame(%__MODULE__{version: v}, decode_error)
-      when v in [3, 4] and is_tuple(decode_error) and
-             elem(decode_error, 1) in @group_requests do
+      when is_tuple(decode_error) and
+             ((v in [3, 4] and elem(decode_error, 1) in @group_requests) or
+                (v < 7 and elem(decode_error, 1) == :group_subscribe)) do
     unknown_opcode(elem(decode_error, 1))
   end
 
@@ -118,7 +121,7 @@ defmodule Ringbus.Server.Session do
   # `run` collects consecutive pushes to one channel; they are stored before
   # any other frame runs. `out` and `acks` are in reverse.
   defp run([{:push, _, _, _, _} | _] = frames, %{stage: :open} = s, run, out, acks) do
-    {frames, run, acks} = pushes(frames, s, run, acks)
+    {frames, run, acks} = PushRun.pushes(frames, s, run, acks)
     run(frames, s, run, out, acks)
   end
 
@@ -151,7 +154,7 @@ defmodule Ringbus.Server.Session do
   end
 
   defp run([{:push_batch, corr, mode, name, n, ps} | rest], %{stage: :open} = s, run, out, acks) do
-    {run, acks} = collect(s, run, name, {corr, mode, n, ps}, acks)
+    {run, acks} = PushRun.collect(s, run, name, {corr, mode, n, ps}, acks)
     run(rest, s, run, out, acks)
   end
 
@@ -194,35 +197,6 @@ defmodule Ringbus.Server.Session do
   defp run([], session, run, out, acks),
     do: {:ok, out, PushRun.store(session, run, acks), session}
 
-  ## Pushes
-  #
-  # A run of pushes to one channel (`Ringbus.Server.PushRun`, which stores
-  # it and answers its pushes) is collected here.
-
-  # A PUSH starts or extends the run; the acked PUSHes that follow it to the
-  # same channel, the common case, are taken in a loop of their own.
-  defp pushes([{:push, corr, mode, name, payload} | rest], s, run, acks) do
-    {{^name, parts, payloads, count, bytes}, acks} =
-      collect(s, run, name, {corr, mode, 1, payload}, acks)
-
-    acked(rest, name, parts, payloads, count, bytes, s.config.max_payload_size, acks)
-  end
-
-  defp acked([{:push, corr, :ack, name, p} | rest], name, parts, ps, count, bytes, max, acks)
-       when byte_size(p) <= max,
-       do: acked(rest, name, [corr | parts], [p | ps], count + 1, bytes + byte_size(p), max, acks)
-
-  defp acked(frames, name, parts, payloads, count, bytes, _max, acks),
-    do: {frames, {name, parts, payloads, count, bytes}, acks}
-
-  defp collect(s, {name, parts, payloads, count, bytes}, name, part, acks),
-    do: {PushRun.add(part, s.config.max_payload_size, name, parts, payloads, count, bytes), acks}
-
-  defp collect(s, run, name, part, acks),
-    do:
-      {PushRun.add(part, s.config.max_payload_size, name, [], [], 0, 0),
-       PushRun.store(s, run, acks)}
-
   ## Requests
   #
   # Each returns {:ok, frames, session} or {:close, reason, error_frame}.
@@ -256,6 +230,9 @@ defmodule Ringbus.Server.Session do
 
   defp request(session, {:ping, corr}), do: reply(session, {:pong, corr})
 
+  defp request(%{version: v}, {:group_subscribe, _, _, _, _, _, _, _}) when v < 7,
+    do: close(:unknown_opcode, "not a request: group_subscribe (protocol version 7)", 0)
+
   # Version 6's forms on an older connection, whose decoder never knew them;
   # a version 6 CREATE ends with max_age.
   defp request(%{version: v}, frame) when v < 6 and tuple_size(frame) == 8,
@@ -270,7 +247,7 @@ defmodule Ringbus.Server.Session do
   defp request(%{version: v}, {:group_fetch_timed, _, _, _, _, _, _} = frame) when v < 6,
     do: close(:unknown_opcode, "not a request: #{elem(frame, 0)}", 0)
 
-  defp request(%{version: 6}, {:create, _, _, _, _, _, _}),
+  defp request(%{version: v}, {:create, _, _, _, _, _, _}) when v >= 6,
     do: close(:bad_frame, "a version 6 CREATE ends with max_age", 0)
 
   defp request(session, {:create, corr, name, capacity, overflow, max_bytes, replicas}),
@@ -326,8 +303,21 @@ defmodule Ringbus.Server.Session do
   defp request(session, {:subscribe, corr, name, from, credit, max_batch, incarnation, times?}),
     do: subscribe(session, {corr, name, from, credit, max_batch}, incarnation, times?)
 
+  defp request(session, {:group_subscribe, corr, name, group, consumer, credit, max_batch, t?}) do
+    if Auth.allowed?(session.grants, :write, name) do
+      key = {name, group, consumer}
+      start = &GroupRequests.subscribe(key, &1, max_batch, t?)
+      add_sub(session, corr, {credit, max_batch, nil}, key, start)
+    else
+      forbidden(session, corr, :write, name)
+    end
+  end
+
   defp request(session, {:credit, corr, sub_id, credit}) do
     case session.subs do
+      %{^sub_id => _} when is_map_key(session.groups, sub_id) ->
+        error(session, corr, :bad_argument, "a group subscription's credit comes with GROUP_ACK")
+
       %{^sub_id => sub} when credit > 0 ->
         Ringbus.ack(sub, credit)
         {:ok, [], session}
@@ -347,7 +337,10 @@ defmodule Ringbus.Server.Session do
 
       {sub, subs} ->
         Ringbus.unsubscribe(sub)
-        reply(%{session | subs: subs, refs: Map.delete(session.refs, sub)}, {:ok, corr})
+        {group, groups} = Map.pop(session.groups, sub_id)
+        if group, do: GroupRequests.unsubscribed(group)
+        session = %{session | subs: subs, refs: Map.delete(session.refs, sub), groups: groups}
+        reply(session, {:ok, corr})
     end
   end
 
@@ -429,8 +422,23 @@ defmodule Ringbus.Server.Session do
   end
 
   defp subscribe(session, corr, name, {from, incarnation, times?}, credit, max_batch) do
-    max_credit = session.config.max_credit
+    start = fn credit ->
+      opts = [from: from, max_credit: session.config.max_credit, credit: credit, via: :binary]
+      opts = if times?, do: [times: true] ++ opts, else: opts
 
+      at_incarnation(name, incarnation, fn inc ->
+        with {:ok, sub} <-
+               Ringbus.subscribe(name, [max_batch: max_batch, incarnation: inc] ++ opts),
+             do: {:ok, sub, inc}
+      end)
+    end
+
+    add_sub(session, corr, {credit, max_batch, incarnation}, nil, start)
+  end
+
+  # `start.(credit)` subscribes: `{:ok, sub, incarnation}` or an error;
+  # `group` is a group subscription's `{channel, group, consumer}`.
+  defp add_sub(session, corr, {credit, max_batch, incarnation}, group, start) do
     cond do
       map_size(session.subs) >= session.config.max_subscriptions ->
         error(session, corr, :too_many_subscriptions)
@@ -442,17 +450,7 @@ defmodule Ringbus.Server.Session do
         error(session, corr, :bad_argument, @zero_incarnation)
 
       true ->
-        opts = [from: from, max_credit: max_credit, credit: min(credit, max_credit), via: :binary]
-        opts = if times?, do: [times: true] ++ opts, else: opts
-
-        subscribed =
-          at_incarnation(name, incarnation, fn inc ->
-            with {:ok, sub} <-
-                   Ringbus.subscribe(name, [max_batch: max_batch, incarnation: inc] ++ opts),
-                 do: {:ok, sub, inc}
-          end)
-
-        case subscribed do
+        case start.(min(credit, session.config.max_credit)) do
           {:ok, sub, inc} ->
             id = session.next_sub
 
@@ -460,6 +458,7 @@ defmodule Ringbus.Server.Session do
               session
               | subs: Map.put(session.subs, id, sub),
                 refs: Map.put(session.refs, sub, id),
+                groups: if(group, do: Map.put(session.groups, id, group), else: session.groups),
                 next_sub: id + 1
             }
 
@@ -544,8 +543,9 @@ defmodule Ringbus.Server.Session do
   would pass the limit; none when the subscription has ended here already.
   """
   @spec deliver(t(), term(), [{Ringbus.seq(), binary()}], non_neg_integer()) :: [Frame.t()]
-  def deliver(%__MODULE__{refs: refs, config: config}, sub, messages, lost) do
+  def deliver(%__MODULE__{refs: refs, groups: groups, config: config}, sub, messages, lost) do
     case refs do
+      %{^sub => id} when is_map_key(groups, id) -> GroupRequests.deliveries(id, messages, config)
       %{^sub => id} -> deliveries(id, messages, lost, config.max_payload_size, [])
       # Unsubscribed: deliveries already on their way are dropped.
       _ -> []
@@ -579,7 +579,8 @@ defmodule Ringbus.Server.Session do
         {[], session}
 
       {id, refs} ->
-        session = %{session | refs: refs, subs: Map.delete(session.subs, id)}
+        subs = Map.delete(session.subs, id)
+        session = %{session | refs: refs, subs: subs, groups: Map.delete(session.groups, id)}
         {[{:sub_closed, id, closed_code(reason)}], session}
     end
   end
@@ -589,6 +590,7 @@ defmodule Ringbus.Server.Session do
   # subscription could not go on).
   defp closed_code(:channel_deleted), do: :no_channel
   defp closed_code(:node_down), do: :node_down
+  defp closed_code(:no_group), do: :no_group
   defp closed_code(:shutdown), do: :shutting_down
   defp closed_code(_other), do: :internal
 

@@ -1,8 +1,8 @@
 defmodule Ringbus.Wire.Frame do
   @moduledoc """
-  Encoding and decoding of single frames of the Ringbus protocol, version 6
-  (and 3 to 5: 5 is 6 without time, 4 is 5 without the consumer-group
-  frames, and 3 differs from 4 only in `INFO_OK`).
+  Encoding and decoding of single frames of the Ringbus protocol, version 7
+  (and 3 to 6: 6 is 7 without group subscriptions, 5 is 6 without time, 4 is 5
+  without the consumer-group frames, and 3 differs from 4 only in `INFO_OK`).
 
   `docs/PROTOCOL.md` is the specification; this module is its reference
   implementation. Every frame is a `u32` length (the bytes of opcode and body),
@@ -125,11 +125,11 @@ defmodule Ringbus.Wire.Frame do
   alias Ringbus.Wire.{Entries, ErrorCode, GroupFrame, InfoFrame, TimeFrame}
 
   @magic "RBUS"
-  @version 6
+  @version 7
   # The versions a server speaks: a version 3 client gets version 3's
   # INFO_OK, without `replicas` and `nodes`; versions 3 and 4 have no
-  # consumer-group frames; versions 3 to 5 have no time.
-  @versions [3, 4, 5, 6]
+  # consumer-group frames; versions 3 to 5 have no time; 3 to 6 no group subscriptions.
+  @versions [3, 4, 5, 6, 7]
   # Ringbus.Channel.max_name_bytes/0, which the wire may not call (it depends
   # on nothing); Ringbus.Resp.ErrorsTest keeps the two equal.
   @max_name 255
@@ -350,16 +350,16 @@ defmodule Ringbus.Wire.Frame do
   defguardp is_ack_mode(x) when x in [:ack, :no_ack]
   defguardp is_overflow(x) when x in [:drop_oldest, :reject]
 
-  @doc "The newest protocol version this module speaks, the one a client says: `5`."
+  @doc "The newest protocol version this module speaks, the one a client says: `7`."
   @spec version() :: pos_integer()
   def version, do: @version
 
   @doc """
-  Every protocol version this module speaks, `[3, 4, 5]`: a server answers
-  a `HELLO` of any of them in that version. Version 4's `INFO_OK` adds
-  `replicas` and `nodes`; version 5 adds the consumer-group frames
-  (`Ringbus.Wire.GroupFrame`), which a version 3 or 4 connection does not
-  have.
+  Every protocol version this module speaks, `[3, 4, 5, 6, 7]`: a server
+  answers a `HELLO` of any of them in that version. Version 4's `INFO_OK`
+  adds `replicas` and `nodes`; version 5 the consumer-group frames
+  (`Ringbus.Wire.GroupFrame`); version 6 time; version 7 group
+  subscriptions (`Ringbus.Wire.GroupPushFrame`).
   """
   @spec versions() :: [pos_integer()]
   def versions, do: @versions

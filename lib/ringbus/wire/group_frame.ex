@@ -27,6 +27,9 @@ defmodule Ringbus.Wire.GroupFrame do
       {:group_count, corr, n}
       {:group_info_ok, corr, groups}                   # groups: as Ringbus.Groups.info/1 has them
 
+  Version 7's group subscription frames, `{:group_subscribe, ...}` and
+  `{:group_deliver, ...}`, are laid out in `Ringbus.Wire.GroupPushFrame`.
+
   Version 6: `GROUP_CREATE` may start `from` `{:time, ms}` (from_kind 3),
   and `GROUP_FETCH_TIMED` is `GROUP_FETCH` answered by `GROUP_MESSAGES`
   with the times flag (0x02), each message with the time it was stored.
@@ -34,6 +37,8 @@ defmodule Ringbus.Wire.GroupFrame do
   `group` and `consumer` are 1 to 65,535 bytes (`bytes16`). A group's
   `delivered` of -1 (none yet) travels as 2^64 - 1.
   """
+
+  alias Ringbus.Wire.{GroupMessages, GroupPushFrame}
 
   # A channel name's longest, as Ringbus.Wire.Frame has it (the wire
   # depends on nothing, and Frame depends on this module).
@@ -57,24 +62,26 @@ defmodule Ringbus.Wire.GroupFrame do
   @group_info_ok 0x8F
 
   @requests [
-    group_create: @group_create,
-    group_fetch: @group_fetch,
-    group_ack: @group_ack,
-    group_nack: @group_nack,
-    group_in_progress: @group_in_progress,
-    group_claim: @group_claim,
-    group_autoclaim: @group_autoclaim,
-    group_remove_consumer: @group_remove_consumer,
-    group_delete: @group_delete,
-    group_info: @group_info,
-    group_fetch_timed: @group_fetch_timed
-  ]
+              group_create: @group_create,
+              group_fetch: @group_fetch,
+              group_ack: @group_ack,
+              group_nack: @group_nack,
+              group_in_progress: @group_in_progress,
+              group_claim: @group_claim,
+              group_autoclaim: @group_autoclaim,
+              group_remove_consumer: @group_remove_consumer,
+              group_delete: @group_delete,
+              group_info: @group_info,
+              group_fetch_timed: @group_fetch_timed
+            ] ++ GroupPushFrame.requests()
 
   @responses [
-    group_messages: @group_messages,
-    group_count: @group_count,
-    group_info_ok: @group_info_ok
-  ]
+               group_messages: @group_messages,
+               group_count: @group_count,
+               group_info_ok: @group_info_ok
+             ] ++ GroupPushFrame.responses()
+  @push_types Keyword.keys(GroupPushFrame.requests() ++ GroupPushFrame.responses())
+  @push_opcodes Keyword.values(GroupPushFrame.requests() ++ GroupPushFrame.responses())
 
   # The most messages one GROUP_FETCH or GROUP_AUTOCLAIM asks for, and the
   # fetches one connection has waiting.
@@ -95,21 +102,8 @@ defmodule Ringbus.Wire.GroupFrame do
 
   @type corr :: 0..0xFFFF_FFFF
 
-  @typedoc "A group frame's type, its first element."
-  @type type ::
-          :group_create
-          | :group_fetch
-          | :group_ack
-          | :group_nack
-          | :group_in_progress
-          | :group_claim
-          | :group_autoclaim
-          | :group_remove_consumer
-          | :group_delete
-          | :group_info
-          | :group_messages
-          | :group_count
-          | :group_info_ok
+  @typedoc "A group frame's type, its first element: a key of `requests/0` or `responses/0`."
+  @type type :: atom()
   @type message :: {non_neg_integer(), binary(), pos_integer()}
 
   @type t ::
@@ -131,6 +125,7 @@ defmodule Ringbus.Wire.GroupFrame do
           | {:group_messages, corr(), boolean(), non_neg_integer(), [message()]}
           | {:group_count, corr(), non_neg_integer()}
           | {:group_info_ok, corr(), [map()]}
+          | GroupPushFrame.t()
 
   defguardp is_u32(x) when is_integer(x) and x >= 0 and x <= 0xFFFF_FFFF
   defguardp is_u64(x) when is_integer(x) and x >= 0 and x <= 0xFFFF_FFFF_FFFF_FFFF
@@ -171,6 +166,8 @@ defmodule Ringbus.Wire.GroupFrame do
 
   @doc "`{opcode, body}` of a group frame, or nil when it is not one in range."
   @spec body(tuple()) :: {byte(), iodata()} | nil
+  def body(frame) when elem(frame, 0) in @push_types, do: GroupPushFrame.body(frame)
+
   def body({:group_create, corr, channel, group, from, ack_wait, max_deliver, max_pending, dl})
       when is_u32(corr) and is_name(channel) and is_id(group) and
              (from in [:earliest, :latest] or is_u64(from) or
@@ -237,7 +234,7 @@ defmodule Ringbus.Wire.GroupFrame do
       when is_u32(corr) and is_boolean(more?) and is_u32(count) and is_list(messages) do
     flags = if more?, do: @more_flag, else: 0
     flags = if match?([{_, _, _, _} | _], messages), do: flags + @times_flag, else: flags
-    {@group_messages, [<<corr::32, flags, count::32>> | messages(messages, count, 0, [])]}
+    {@group_messages, [<<corr::32, flags, count::32>> | GroupMessages.encode(messages, count)]}
   end
 
   def body({:group_count, corr, n}) when is_u32(corr) and is_u64(n),
@@ -269,27 +266,6 @@ defmodule Ringbus.Wire.GroupFrame do
 
   defp seqs([], count, count, acc), do: [acc]
   defp seqs(_seqs, count, _n, _acc), do: raise(ArgumentError, "expected #{count} seqs")
-
-  defp messages([{seq, payload, deliveries} | rest], count, n, acc)
-       when is_u64(seq) and is_binary(payload) and is_u32(deliveries) do
-    entry = [<<seq::64, deliveries::32, byte_size(payload)::32>>, payload]
-    messages(rest, count, n + 1, [acc | entry])
-  end
-
-  # A time not known (nil: the message left the ring before its time was
-  # read, `Ringbus.Groups.fetch/5`) goes as 0.
-  defp messages([{seq, payload, deliveries, ms} | rest], count, n, acc)
-       when is_u64(seq) and is_binary(payload) and is_u32(deliveries) and
-              (is_nil(ms) or is_u64(ms)) do
-    time = ms || 0
-    entry = [<<seq::64, deliveries::32, time::64, byte_size(payload)::32>>, payload]
-    messages(rest, count, n + 1, [acc | entry])
-  end
-
-  defp messages([], count, count, acc), do: acc
-
-  defp messages(_messages, count, _n, _acc),
-    do: raise(ArgumentError, "expected #{count} messages")
 
   # A list of at most a u16's items, counted as it is encoded.
   defp each(items, fun) do
@@ -327,6 +303,8 @@ defmodule Ringbus.Wire.GroupFrame do
   `{:error, reason}` as `Ringbus.Wire.Frame.decode_body/3` has them.
   """
   @spec decode(byte(), binary()) :: {:ok, t()} | {:error, term()}
+  def decode(opcode, body) when opcode in @push_opcodes, do: GroupPushFrame.decode(opcode, body)
+
   def decode(@group_create, <<corr::32, rest::binary>>) do
     with {:ok, channel, group, rest} <- channel_group(rest, :group_create) do
       case rest do
@@ -422,7 +400,7 @@ defmodule Ringbus.Wire.GroupFrame do
 
   def decode(@group_messages, <<corr::32, flags, count::32, rest::binary>>) do
     with :ok <- check(flags in 0..(@more_flag + @times_flag), :group_messages, :flags),
-         {:ok, messages} <- decode_messages(rest, count, [], flags >= @times_flag) do
+         {:ok, messages} <- GroupMessages.decode(rest, count, flags >= @times_flag) do
       {:ok, {:group_messages, corr, rem(flags, 2) == @more_flag, count, messages}}
     end
   end
@@ -492,31 +470,6 @@ defmodule Ringbus.Wire.GroupFrame do
   defp from(@from_latest, 0), do: {:ok, :latest}
   defp from(@from_time, ms), do: {:ok, {:time, ms}}
   defp from(_, _), do: {:error, {:bad_field, :group_create, :from}}
-
-  defp decode_messages(<<>>, 0, acc, _times?), do: {:ok, :lists.reverse(acc)}
-
-  defp decode_messages(
-         <<seq::64, n::32, size::32, payload::binary-size(size), rest::binary>>,
-         left,
-         acc,
-         false
-       )
-       when left > 0,
-       do: decode_messages(rest, left - 1, [{seq, payload, n} | acc], false)
-
-  defp decode_messages(
-         <<seq::64, n::32, ms::64, size::32, payload::binary-size(size), rest::binary>>,
-         left,
-         acc,
-         true
-       )
-       when left > 0,
-       do: decode_messages(rest, left - 1, [{seq, payload, n, ms} | acc], true)
-
-  defp decode_messages(rest, 0, _acc, _times?) when rest != <<>>,
-    do: {:error, {:trailing_bytes, :group_messages}}
-
-  defp decode_messages(_rest, _left, _acc, _times?), do: {:error, {:truncated, :group_messages}}
 
   defp decode_each(rest, 0, _fun, acc), do: {:ok, :lists.reverse(acc), rest}
 

@@ -49,6 +49,44 @@ defmodule Ringbus.Client.GroupsTest do
     assert Task.await(waiting, 10_000) == {:ok, [{0, "job", 2}]}
   end
 
+  # The messages of a group subscription's batches, until `count` came.
+  defp received(sub, count, acc \\ [])
+  defp received(_sub, count, acc) when length(acc) >= count, do: acc
+
+  defp received(sub, count, acc) do
+    assert_receive {:ringbus, ^sub, messages, 0}, 5_000
+    received(sub, count, acc ++ messages)
+  end
+
+  test "subscribe: batches within the credit acks give back, each with its delivery count; " <>
+         "a closed client's message goes to another subscriber at once; a deleted group ends it",
+       %{port: port} do
+    :ok = Ringbus.create("c-push", capacity: 10)
+    a = connect(port)
+    :ok = Groups.create(a, "c-push", "g", from: :earliest, ack_wait: 60_000)
+    {:ok, 0} = Client.push_many(a, "c-push", ["x", "y", "z"])
+    {:ok, sub} = Groups.subscribe(a, "c-push", "g", "wa", credit: 2, max_batch: 1)
+
+    assert received(sub, 2) == [{0, "x", 1}, {1, "y", 1}]
+    assert eventually(fn -> match?({:ok, [%{pending: 2, lag: 1}]}, Groups.info(a, "c-push")) end)
+    {:ok, [%{pending: 2}]} = Groups.info(a, "c-push")
+
+    assert Groups.ack(a, "c-push", "g", [0]) == {:ok, 1}
+    assert received(sub, 1) == [{2, "z", 1}]
+
+    b = connect(port)
+    {:ok, sub_b} = Groups.subscribe(b, "c-push", "g", "wb", credit: 10, times: true)
+    :ok = Client.close(a)
+    [{1, "y", 2, t1}, {2, "z", 2, t2}] = received(sub_b, 2) |> Enum.sort()
+    assert is_integer(t1) and t1 <= t2
+
+    # The subscription learns of the delete when a push wakes it.
+    :ok = Groups.delete(b, "c-push", "g")
+    {:ok, 3} = Client.push(b, "c-push", "w")
+    assert_receive {:ringbus_closed, ^sub_b, :no_group}, 5_000
+    Client.close(b)
+  end
+
   test "claim, autoclaim, in_progress, remove_consumer, delete and info", %{port: port} do
     :ok = Ringbus.create("c-claims", capacity: 10)
     c = connect(port)

@@ -157,6 +157,22 @@ defmodule Ringbus.Group.PushTest do
     refute_receive {:ringbus, ^sub, _, _}, 100
   end
 
+  test "deliveries: and times: put each message's delivery count, and its time, in the batch" do
+    name = channel()
+    :ok = Groups.create(name, "g", from: :earliest)
+    before = System.system_time(:millisecond)
+    push(name, ["a"])
+    {:ok, sub} = Groups.subscribe(name, "g", "w", deliveries: true)
+    assert_receive {:ringbus, ^sub, [{0, "a", 1}], 0}, 5_000
+    :ok = Ringbus.unsubscribe(sub)
+    {:ok, 1} = Groups.nack(name, "g", [0])
+
+    {:ok, sub} = Groups.subscribe(name, "g", "w", times: true)
+    assert_receive {:ringbus, ^sub, [{0, "a", 2, ms}], 0}, 5_000
+    assert ms >= before and ms <= System.system_time(:millisecond)
+    assert_raise ArgumentError, fn -> Groups.subscribe(name, "g", "w", times: 1) end
+  end
+
   test "ends: the group deleted, the channel deleted; errors" do
     name = channel()
     :ok = Groups.create(name, "g")

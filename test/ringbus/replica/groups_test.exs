@@ -39,6 +39,31 @@ defmodule Ringbus.Replica.GroupsTest do
     assert {:ok, [%{name: "g", pending: 0, acked: 2}]} = Groups.info(name)
   end
 
+  test "an ack_fetch is one command of the log: the acks, then the fetch" do
+    name = unique()
+    :ok = Ringbus.create(name, replicas: 1, capacity: 100)
+    server = Internals.channel!(name).replica.server
+    {:ok, 0} = Ringbus.push_many(name, ["a", "b", "c"])
+    :ok = Groups.create(name, "g", from: :earliest)
+    assert {:ok, [{0, "a", 1}, {1, "b", 1}]} = Groups.fetch(name, "g", "c1", 2)
+
+    before = last_index(server)
+    # Counted as ack/3 counts: 7 is not pending.
+    assert {:ok, 2, [{2, "c", 1}]} = Groups.ack_fetch(name, "g", "c1", [0, 1, 7], 10)
+    assert last_index(server) - before == 1
+    assert %{pending: 1, acked: 2} = figures(name)
+
+    # One that waits: its acks are done before the wait, its answer is the
+    # push that ends it.
+    waiting = Task.async(fn -> Groups.ack_fetch(name, "g", "c1", [2], 10, timeout: 10_000) end)
+    Ringbus.Test.Peers.eventually(fn -> figures(name).acked == 3 end, 5_000)
+    {:ok, 3} = Ringbus.push(name, "d")
+    assert Task.await(waiting, 5_000) == {:ok, 1, [{3, "d", 1}]}
+    # Nothing acked comes again.
+    assert Groups.nack(name, "g", [0, 1, 2, 3]) == {:ok, 1}
+    assert Groups.fetch(name, "g", "c2", 10) == {:ok, [{3, "d", 2}]}
+  end
+
   test "a restart of the replica layer, its ring and groups lost, brings the groups back from the log" do
     name = unique()
     :ok = Ringbus.create(name, replicas: 1, capacity: 8)

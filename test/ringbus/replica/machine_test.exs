@@ -435,8 +435,33 @@ defmodule Ringbus.Replica.MachineTest do
 
       assert {_, {:groups, [:ok]}, _} =
                Machine.apply(%{index: 3, machine_version: 2, system_time: 5}, groups, state)
+    end
 
-      assert Machine.version() == 4
+    test "versions before 5 refuse an ack_fetch, that request alone, tagged or not; version 5 acks, then fetches" do
+      name = unique()
+      :ok = Ringbus.create(name, capacity: 10)
+      on_exit(fn -> Ringbus.delete(name) end)
+      state = machine(channel: name, capacity: 10)
+      {state, _, _} = Machine.apply(%{index: 1, system_time: 5}, {:push, nil, ["a", "b"]}, state)
+      fetch = {:fetch, "g", "c", self(), 1, 0}
+      groups = {:groups, [{:infinity, {:create, "g", -1, nil}}, {:infinity, fetch}]}
+
+      assert {state, {:groups, [:ok, {:ok, {[{0, "a", 1}], nil, []}}]}, _} =
+               Machine.apply(%{index: 2, system_time: 5}, groups, state)
+
+      both = [{:infinity, {:ack_fetch, [0], fetch}}, {:infinity, {:info, "g"}}]
+
+      for version <- [2, 3, 4],
+          command <- [{:groups, both}, {:tagged, {:w, version, 0}, {:groups, both}}] do
+        assert {_, {:groups, [{:error, :badarg}, {:ok, %{pending: 1, acked: 0}}]}, _} =
+                 Machine.apply(%{index: 3, machine_version: version}, command, state)
+      end
+
+      assert {_,
+              {:groups, [{:ok, {1, {[{1, "b", 1}], nil, []}}}, {:ok, %{pending: 1, acked: 1}}]},
+              _} = Machine.apply(%{index: 4, machine_version: 5}, {:groups, both}, state)
+
+      assert Machine.version() == 5
     end
 
     test "a trim of a run of pushes removes what the pushes trimming one by one would, from version 4" do

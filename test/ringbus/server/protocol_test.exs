@@ -29,7 +29,7 @@ defmodule Ringbus.Server.ProtocolTest do
       RawClient.send_frames(client, [{:hello, 4, 2, 0, nil}])
 
       assert [{:error, 4, :bad_version, message}] = RawClient.recv_until_closed(client)
-      assert message =~ "versions 3, 4, 5 and 6"
+      assert message =~ "versions 3, 4, 5, 6 and 7"
     end
 
     # Written from the field tables: INFO_OK's body after corr is 101 bytes

@@ -4,8 +4,8 @@ defmodule Ringbus.Bench.Groups do
   latency and redelivery after a consumer's crash, for Ringbus's groups
   (`Ringbus.Groups`) on a memory channel and on `replicas: 1` and
   `replicas: 3` channels, beside Redis stream groups with an fsynced
-  append-only file and a NATS JetStream R3 pull consumer, in one run on
-  this machine's loopback.
+  append-only file, a NATS JetStream R3 pull consumer and a RabbitMQ quorum
+  queue of three nodes, in one run on this machine's loopback.
 
       mix ringbus.bench groups --out groups.csv
       mix ringbus.bench groups --pin --only ringbus_memory,redis_aof_always
@@ -20,7 +20,8 @@ defmodule Ringbus.Bench.Groups do
   `--backlog` messages are pushed and not yet acked, so every system runs
   with the same bound on its backlog. A consumer fetches up to `--batch`
   messages (waiting up to 100 ms when there are none) and acks what it got
-  in one request. Each payload starts with its push time (OS µs, which
+  in one request (Ringbus's: with its next fetch, see below; JetStream's
+  acks are not answered). Each payload starts with its push time (OS µs, which
   every process of the machine shares), so a delivery's latency is read
   off the payload; only first deliveries are timed.
 
@@ -34,9 +35,13 @@ defmodule Ringbus.Bench.Groups do
 
     * `ringbus_memory` - a memory channel in this VM, producers and
       consumers in it (the embedded API, same node): `Ringbus.push_many/2`,
-      `Ringbus.Groups.fetch/5` with `timeout:`, `Ringbus.Groups.ack/3`. A
-      consumer's process owns its messages, so its exit makes them due at
-      once.
+      `Ringbus.Groups.ack_fetch/6` (a batch's acks go with the next
+      fetch, one request: on a replicated channel, one command of its log
+      where a fetch and an ack are two; a fetch that carries acks does
+      not wait, one with none waits with `timeout:`; with
+      `--ack-apart`, `Ringbus.Groups.fetch/5` then `Ringbus.Groups.ack/3`).
+      A consumer's process owns its messages, so its exit makes them due
+      at once.
     * `ringbus_r1`, `ringbus_r3` - `replicas: 1` and `replicas: 3` channels
       on three fresh `:peer` nodes (`Ringbus.Test.Nodes`), the producers
       and consumers on one node (`Ringbus.Bench.Groups.Load` run there
@@ -69,11 +74,21 @@ defmodule Ringbus.Bench.Groups do
       hold too, a crashed one's among them. JetStream delivers a crashed
       consumer's messages again after `ack_wait`.
 
-  RabbitMQ quorum queues are not run: that needs a broker cluster of
-  three and an AMQP 0-9-1 client. Debian's rabbitmq-server package has
-  both (the broker, and `amqp_client` beside Ra in the package
-  `bin/setup-ra` downloads), but the bench does not start them yet; the
-  output says so.
+    * `rabbitmq_quorum` - a quorum queue (`x-queue-type: quorum`, 3
+      members, its leader on the node it is declared through) on three
+      RabbitMQ 3.10 nodes clustered on loopback
+      (`Ringbus.Bench.Groups.RabbitServers`: Debian's `rabbitmq-server`
+      package, which `bin/setup-rabbitmq` unpacks into `_vendor/rabbitmq/`,
+      run with this machine's `erl`), a queue per row; every connection to
+      the leader's node, with the Erlang AMQP client from the same package
+      (`Ringbus.Bench.Groups.RabbitClient`). A producer publishes a batch
+      on a channel in confirm mode and waits for its confirms; a consumer
+      consumes with manual acks and a prefetch of `--batch`, takes the
+      deliveries that came (waiting up to 100 ms for the first) and acks
+      them with one `basic.ack` (`multiple`). A consumer's connection
+      closes when its process dies, and the queue delivers its unacked
+      messages again at once; `--ack-wait` does not apply (RabbitMQ's
+      `consumer_timeout` is a channel's death, not a redelivery).
 
   With `--pin`, the rows compared per core run pinned (`Ringbus.Bench.Pin`):
   `ringbus_memory` with this VM on core 0 alone, one scheduler online,
@@ -106,7 +121,7 @@ defmodule Ringbus.Bench.Groups do
   ## Command line options
 
     * `--only` - comma-separated, some of
-      `ringbus_memory,ringbus_r1,ringbus_r3,redis_aof_always,jetstream_r3`.
+      `ringbus_memory,ringbus_r1,ringbus_r3,redis_aof_always,jetstream_r3,rabbitmq_quorum`.
       Defaults to all.
     * `--sizes` - payload sizes in bytes, at least 8. Defaults to `16,1024`.
     * `--consumers` - consumer counts. Defaults to `1,4`.
@@ -117,17 +132,33 @@ defmodule Ringbus.Bench.Groups do
     * `--backlog` - messages pushed and not acked at most. Defaults to `2000`.
     * `--ack-wait` - ms before an unacked message is delivered again.
       Defaults to `1000`.
+    * `--ack-apart` - Ringbus's consumers ack each batch in a request of
+      its own, as the other systems' do, not with their next fetch (see
+      `ringbus_memory`).
     * `--pin` - the per-core mode (see above).
     * `-o`, `--out` - write the CSV to this file.
     * `-q`, `--quiet` - no progress lines (they go to stderr).
   """
 
   alias Ringbus.Bench.{Args, Pin, RedisServer}
-  alias Ringbus.Bench.Groups.{Failover, JetStreamClient, Load, RedisClient, Report, RingbusClient}
+
+  alias Ringbus.Bench.Groups.{
+    Failover,
+    JetStreamClient,
+    Load,
+    RabbitClient,
+    RabbitServers,
+    RedisClient,
+    Report,
+    RingbusClient
+  }
+
   alias Ringbus.Bench.Replication.{JetStreamAdmin, NatsClient, NatsServers, Samples}
   alias Ringbus.Test.{Nodes, RespClient}
 
-  @systems ~w(ringbus_memory ringbus_r1 ringbus_r3 redis_aof_always jetstream_r3)
+  @compile {:no_warn_undefined, :amqp_channel}
+
+  @systems ~w(ringbus_memory ringbus_r1 ringbus_r3 redis_aof_always jetstream_r3 rabbitmq_quorum)
   @switches [
     only: :string,
     sizes: :string,
@@ -138,6 +169,7 @@ defmodule Ringbus.Bench.Groups do
     batch: :integer,
     backlog: :integer,
     ack_wait: :integer,
+    ack_apart: :boolean,
     pin: :boolean,
     out: :string,
     quiet: :boolean
@@ -147,6 +179,8 @@ defmodule Ringbus.Bench.Groups do
   @wait_ms 100
   # Every ring, stream or log of a size holds at most this much.
   @retain_bytes 64 * 1_048_576
+  # RabbitMQ's nodes, as many as JetStream's servers and `ringbus_r3`'s members.
+  @rabbit_nodes 3
 
   @doc "Runs the bench with command line `args`; returns the rows."
   @spec run([String.t()]) :: [map()]
@@ -165,7 +199,13 @@ defmodule Ringbus.Bench.Groups do
 
     rows =
       for size <- config.sizes,
-          system <- ["ringbus_memory", "redis_aof_always", "ringbus", "jetstream_r3"],
+          system <- [
+            "ringbus_memory",
+            "redis_aof_always",
+            "ringbus",
+            "jetstream_r3",
+            "rabbitmq_quorum"
+          ],
           row <- run_system(system, size, config),
           do: row
 
@@ -195,6 +235,7 @@ defmodule Ringbus.Bench.Groups do
         batch: Args.positive!(opts, :batch, 100),
         backlog: Args.positive!(opts, :backlog, 2_000),
         ack_wait: Args.positive!(opts, :ack_wait, 1_000),
+        ack_apart: Keyword.get(opts, :ack_apart, false),
         max: Args.positive!(opts, :max_messages, 1_000_000),
         ms: seconds * 1_000,
         wait_ms: @wait_ms
@@ -214,6 +255,16 @@ defmodule Ringbus.Bench.Groups do
         Mix.raise(
           "redis-server is not on the PATH (Debian: redis-server); or leave out redis_aof_always"
         )
+
+    if "rabbitmq_quorum" in config.systems, do: rabbit_available!()
+  end
+
+  defp rabbit_available! do
+    if System.find_executable("erl") == nil, do: Mix.raise("erl is not on the PATH")
+    RabbitServers.ensure!()
+  rescue
+    e in RuntimeError ->
+      Mix.raise("RabbitMQ cannot be started: #{e.message}; or leave out rabbitmq_quorum")
   end
 
   defp run_system("ringbus", size, config) do
@@ -330,6 +381,51 @@ defmodule Ringbus.Bench.Groups do
     after
       NatsServers.stop(nats)
     end
+  end
+
+  ## RabbitMQ quorum queues
+
+  defp run_one("rabbitmq_quorum", size, config) do
+    progress(config, "rabbitmq_quorum #{size} B: starting #{@rabbit_nodes} RabbitMQ nodes")
+    rabbit = RabbitServers.start!(@rabbit_nodes)
+    leader = hd(rabbit.nodes)
+    leader_node = leader.node
+    extra = %{replicas: @rabbit_nodes, durable: "fsync", mode: "shared", clients_on: "bench_vm"}
+
+    try do
+      :ok = RabbitServers.load_client!(RabbitServers.home())
+
+      rows("rabbitmq_quorum", size, config, extra, fn group, run ->
+        queue = "groups_#{size}_#{group}"
+        :ok = declare_quorum!(leader.port, queue, capacity(size, config))
+        %{leader: ^leader_node} = RabbitServers.quorum_members!(rabbit, queue)
+        target = %{port: leader.port, queue: queue, prefetch: run.batch}
+        {Load.run(RabbitClient, target, run), Load.crash(RabbitClient, target, run)}
+      end)
+    after
+      RabbitServers.stop(rabbit)
+    end
+  end
+
+  # A quorum queue of every node, led by the node it is declared through,
+  # bounded as the other systems' streams are (the oldest dropped).
+  defp declare_quorum!(port, queue, capacity) do
+    admin = RabbitClient.producer(%{port: port, queue: queue}, 0)
+
+    arguments = [
+      {"x-queue-type", :longstr, "quorum"},
+      {"x-quorum-initial-group-size", :long, @rabbit_nodes},
+      {"x-queue-leader-locator", :longstr, "client-local"},
+      {"x-max-length", :long, capacity},
+      {"x-max-length-bytes", :long, @retain_bytes}
+    ]
+
+    declare =
+      RabbitClient.method(:"queue.declare", queue: queue, durable: true, arguments: arguments)
+
+    ok = :amqp_channel.call(admin.channel, declare)
+    RabbitClient.close(admin)
+    if elem(ok, 0) == :"queue.declare_ok", do: :ok, else: raise("queue.declare: #{inspect(ok)}")
   end
 
   # A durable pull consumer of the messages published from now on.

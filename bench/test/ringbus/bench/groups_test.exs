@@ -1,7 +1,9 @@
 defmodule Ringbus.Bench.GroupsTest do
-  # Runs the groups bench at a tiny size: every system (bin/test installs
-  # nats-server and redis-server), one short row each, the crashes and the
-  # failover of the replicas: 3 channel's leader.
+  # Runs the groups bench at a tiny size: every system but RabbitMQ (bin/test
+  # installs nats-server and redis-server; a RabbitMQ cluster takes too long
+  # to boot for the suite, groups_rabbit_test.exs runs it with `--include
+  # long`), one short row each, the crashes and the failover of the
+  # replicas: 3 channel's leader.
   use ExUnit.Case, async: false
 
   import Ringbus.Test.BenchIO
@@ -15,12 +17,13 @@ defmodule Ringbus.Bench.GroupsTest do
   @systems ~w(ringbus_memory redis_aof_always ringbus_r1 ringbus_r3 jetstream_r3)
 
   @tag :tmp_dir
-  test "every system gives a row with acks, latencies and a crash's redelivery, in the CSV's columns",
+  test "every system but RabbitMQ gives a row with acks, latencies and a crash's redelivery, in the CSV's columns",
        %{tmp_dir: dir} do
     out = Path.join(dir, "groups.csv")
 
     args =
-      ~w(--seconds 1 --max-messages 3000 --sizes 16 --consumers 2 --batch 50 --ack-wait 300 --out) ++
+      ["--only", Enum.join(@systems, ",")] ++
+        ~w(--seconds 1 --max-messages 3000 --sizes 16 --consumers 2 --batch 50 --ack-wait 300 --out) ++
         [out]
 
     {output, progress} = run_quietly(fn -> Ringbus.Bench.Groups.run(args) end)
@@ -28,7 +31,7 @@ defmodule Ringbus.Bench.GroupsTest do
 
     assert Enum.map(rows, & &1.system) == @systems
     assert output =~ "ringbus_r3 / jetstream_r3"
-    assert output =~ "Not run: RabbitMQ quorum queues"
+    refute output =~ "Not run"
     assert progress =~ "kill -9 of the leader's node"
 
     [header | lines] = out |> File.read!() |> String.split("\n", trim: true)

@@ -34,10 +34,13 @@ defmodule Ringbus.Wire.Examples do
                   "bytes_pushed 11, incarnation 0x0123456789abcdef"
 
   @examples [
-    {"hello", {:hello, 1, 6, 0, "s3cret"},
-     "HELLO: corr 1, magic \"RBUS\", version 6, flags 0, token \"s3cret\" (6 bytes)"},
-    {"hello_no_token", {:hello, 1, 6, 0, nil},
-     "HELLO without a token: corr 1, magic \"RBUS\", version 6, flags 0, token of 0 bytes"},
+    {"hello", {:hello, 1, 7, 0, "s3cret"},
+     "HELLO: corr 1, magic \"RBUS\", version 7, flags 0, token \"s3cret\" (6 bytes)"},
+    {"hello_no_token", {:hello, 1, 7, 0, nil},
+     "HELLO without a token: corr 1, magic \"RBUS\", version 7, flags 0, token of 0 bytes"},
+    {"hello_v6", {:hello, 1, 6, 0, nil},
+     "HELLO of a version 6 client: corr 1, magic \"RBUS\", version 6, flags 0, " <>
+       "token of 0 bytes; the connection speaks version 6, without group subscriptions"},
     {"hello_v5", {:hello, 1, 5, 0, nil},
      "HELLO of a version 5 client: corr 1, magic \"RBUS\", version 5, flags 0, " <>
        "token of 0 bytes; the connection speaks version 5, without time"},
@@ -104,7 +107,7 @@ defmodule Ringbus.Wire.Examples do
     {"unsubscribe", {:unsubscribe, 14, 1}, "UNSUBSCRIBE: corr 14, sub_id 1"},
     {"ping", {:ping, 15}, "PING: corr 15"},
     {"hello_ok",
-     {:hello_ok, 1, 6,
+     {:hello_ok, 1, 7,
       %{
         max_frame_size: 8_388_608,
         max_payload_size: 8_388_544,
@@ -112,11 +115,11 @@ defmodule Ringbus.Wire.Examples do
         max_credit: 100_000,
         idle_timeout: 60_000
       }},
-     "HELLO_OK: corr 1, version 6, max_frame_size 8388608 (8 MiB), " <>
+     "HELLO_OK: corr 1, version 7, max_frame_size 8388608 (8 MiB), " <>
        "max_payload_size 8388544 (8 MiB - 64), max_subscriptions 64, max_credit 100000, " <>
        "idle_timeout 60000 ms"},
     {"hello_ok_no_idle",
-     {:hello_ok, 1, 6,
+     {:hello_ok, 1, 7,
       %{
         max_frame_size: 65_536,
         max_payload_size: 65_472,
@@ -124,7 +127,7 @@ defmodule Ringbus.Wire.Examples do
         max_credit: 1000,
         idle_timeout: :infinity
       }},
-     "HELLO_OK: corr 1, version 6, max_frame_size 65536, max_payload_size 65472, " <>
+     "HELLO_OK: corr 1, version 7, max_frame_size 65536, max_payload_size 65472, " <>
        "max_subscriptions 16, max_credit 1000, idle_timeout 0 (none)"},
     {"ok", {:ok, 2}, "OK: corr 2 (the CREATE)"},
     {"push_acks", {:push_acks, 3, [{4, {:ok, 0}}, {6, {:ok, 1}}, {16, {:error, :full}}]},
@@ -243,6 +246,18 @@ defmodule Ringbus.Wire.Examples do
     {"group_messages_times", {:group_messages, 25, false, 1, [{7, "def", 2, 1_767_225_600_003}]},
      "GROUP_MESSAGES with times: corr 25, flags 2 (times), count 1; " <>
        "seq 7, deliveries 2, time 1767225600003, payload \"def\""},
+    {"group_subscribe", {:group_subscribe, 31, "jobs", "workers", "w1", 100, 10, false},
+     "GROUP_SUBSCRIBE of version 7: corr 31, flags 0, name \"jobs\", group \"workers\", " <>
+       "consumer \"w1\", credit 100, max_batch 10"},
+    {"group_subscribe_times", {:group_subscribe, 32, "jobs", "workers", "w2", 1, 1, true},
+     "GROUP_SUBSCRIBE of version 7 with times: corr 32, flags 4 (times), name \"jobs\", " <>
+       "group \"workers\", consumer \"w2\", credit 1, max_batch 1"},
+    {"group_deliver", {:group_deliver, 3, 2, [{3, "a", 1}, {5, "bc", 2}]},
+     "GROUP_DELIVER: sub_id 3, flags 0, count 2; seq 3, deliveries 1, payload \"a\"; " <>
+       "seq 5, deliveries 2 (delivered again), payload \"bc\""},
+    {"group_deliver_times", {:group_deliver, 4, 1, [{7, "def", 1, 1_767_225_600_003}]},
+     "GROUP_DELIVER with times: sub_id 4, flags 2 (times), count 1; " <>
+       "seq 7, deliveries 1, time 1767225600003, payload \"def\""},
     {"group_count", {:group_count, 23, 2}, "GROUP_COUNT: corr 23, count 2 (two were pending)"},
     {"group_info_ok",
      {:group_info_ok, 30,

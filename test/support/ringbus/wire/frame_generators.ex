@@ -92,7 +92,11 @@ defmodule Ringbus.Wire.FrameGenerators do
       let({u32(), name(), id(), id(), u32(), u32()}, &Tuple.insert_at(&1, 0, :group_autoclaim)),
       let({u32(), name(), id(), id()}, &Tuple.insert_at(&1, 0, :group_remove_consumer)),
       let({u32(), name(), id()}, &Tuple.insert_at(&1, 0, :group_delete)),
-      let({u32(), name()}, &Tuple.insert_at(&1, 0, :group_info))
+      let({u32(), name()}, &Tuple.insert_at(&1, 0, :group_info)),
+      let(
+        {u32(), name(), id(), id(), u32(), u32(), :proper_types.boolean()},
+        &Tuple.insert_at(&1, 0, :group_subscribe)
+      )
     ]
   end
 
@@ -108,6 +112,14 @@ defmodule Ringbus.Wire.FrameGenerators do
       let({u32(), :proper_types.boolean(), timed_group_messages()}, fn {corr, more, ms} ->
         {:group_messages, corr, more, length(ms), ms}
       end),
+      let({u32(), group_messages}, fn {sub, ms} -> {:group_deliver, sub, length(ms), ms} end),
+      let(
+        {u32(),
+         :proper_types.non_empty(
+           :proper_types.list({u64(), :proper_types.binary(), u32(), u64()})
+         )},
+        fn {sub, ms} -> {:group_deliver, sub, length(ms), ms} end
+      ),
       let({u32(), u64()}, &Tuple.insert_at(&1, 0, :group_count)),
       let(
         {u32(), :proper_types.resize(4, :proper_types.list(group_info()))},

@@ -90,40 +90,63 @@ defmodule Ringbus.Bench.Groups.Load do
     run.client.close(conn)
   end
 
-  defp consume(conn, run) do
+  # `acks`: a batch's keys still to ack, when they ride with the next fetch.
+  defp consume(conn, run, acks \\ []) do
     if Meter.drained?(run.meter, run.producers) or Samples.now() > run.deadline + @grace_us do
-      run.client.close(conn)
+      conn |> ack(run, acks) |> run.client.close()
     else
-      conn |> consume_once(run) |> consume(run)
+      {conn, acks} = consume_once(conn, run, acks)
+      consume(conn, run, acks)
     end
   end
 
-  # One fetch, and one ack of what it brought.
-  defp consume_once(conn, run) do
-    case run.client.fetch(conn, run.batch, run.wait_ms) do
-      {:ok, [], conn} ->
+  # One fetch, and one ack of what it brought: in a request of its own, or
+  # with the next fetch (`Client.ack_fetch/4`, unless `run.ack_apart`).
+  defp consume_once(conn, run, acks) do
+    if function_exported?(run.client, :ack_fetch, 4) and not Map.get(run, :ack_apart, false) do
+      # A fetch that carries acks does not wait: its answer counts them,
+      # and the producers wait on that count (the backlog).
+      wait_ms = if acks == [], do: run.wait_ms, else: 0
+
+      case run.client.ack_fetch(conn, acks, run.batch, wait_ms) do
+        {:ok, acked, messages, conn} ->
+          Meter.acked(run.meter, acked)
+          {conn, delivered(run, messages)}
+
+        {:error, _reason, conn} ->
+          fetch_failed(conn, run, acks)
+      end
+    else
+      case run.client.fetch(conn, run.batch, run.wait_ms) do
+        {:ok, messages, conn} -> {ack(conn, run, delivered(run, messages)), []}
+        {:error, _reason, conn} -> fetch_failed(conn, run, [])
+      end
+    end
+  end
+
+  # The acks a failed request carried may not be done: they go again.
+  defp fetch_failed(conn, run, acks) do
+    Meter.error(run.meter)
+    receive after: (5 -> :ok)
+    {conn, acks}
+  end
+
+  # Each message's first delivery is timed; their keys, to ack.
+  defp delivered(run, messages) do
+    now = System.os_time(:microsecond)
+    for {key, payload, n} <- messages, do: Meter.delivered(run.meter, payload, n, now) && key
+  end
+
+  defp ack(conn, _run, []), do: conn
+
+  defp ack(conn, run, keys) do
+    case run.client.ack(conn, keys) do
+      {:ok, acked, conn} ->
+        Meter.acked(run.meter, acked)
         conn
-
-      {:ok, messages, conn} ->
-        now = System.os_time(:microsecond)
-
-        keys =
-          for {key, payload, n} <- messages,
-              do: Meter.delivered(run.meter, payload, n, now) && key
-
-        case run.client.ack(conn, keys) do
-          {:ok, acked, conn} ->
-            Meter.acked(run.meter, acked)
-            conn
-
-          {:error, _reason, conn} ->
-            Meter.error(run.meter)
-            conn
-        end
 
       {:error, _reason, conn} ->
         Meter.error(run.meter)
-        receive after: (5 -> :ok)
         conn
     end
   end

@@ -70,9 +70,7 @@ defmodule Ringbus.Bench.Groups.Report do
           )
 
     IO.puts(
-      "\nNot run: RabbitMQ quorum queues (a broker cluster of three and Debian's amqp_client, " <>
-        "which this bench does not start yet).\n" <>
-        "Figures on a machine shared with other work are noisy; compare the rows of one run.\n"
+      "\nFigures on a machine shared with other work are noisy; compare the rows of one run.\n"
     )
   end
 

@@ -37,6 +37,17 @@ defmodule Ringbus.Bench.Groups.RingbusClient do
     end
   end
 
+  # The acks of a batch ride with the next fetch (`Ringbus.Groups.ack_fetch/6`).
+  @impl true
+  def ack_fetch(conn, keys, max, wait_ms) do
+    case Ringbus.Groups.ack_fetch(conn.channel, conn.group, conn.consumer, keys, max,
+           timeout: wait_ms
+         ) do
+      {:ok, acked, messages} -> {:ok, acked, messages, conn}
+      {:error, reason} -> {:error, reason, conn}
+    end
+  end
+
   @impl true
   def reclaim(conn, max, wait_ms), do: fetch(conn, max, wait_ms)
 
