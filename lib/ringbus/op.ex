@@ -25,12 +25,14 @@ defmodule Ringbus.Op do
 
   alias Ringbus.{Channel, Group, Replica}
   alias Ringbus.Group.Push
-  alias Ringbus.Channel.{Hold, Producers, Ring, Subscription, Times, Trim}
+  alias Ringbus.Channel.{GivenIds, Hold, IdReads, Ids, Producers, Ring, Subscription, Times, Trim}
 
   # What a message costs in an answer beyond its payload, as a link counts it.
   @message_bytes 16
   # Messages a cut read takes from the ring at a time.
   @read_step 64
+  # Waits of 1 ms at most for this member to apply a replicated push.
+  @apply_waits 100
 
   @typedoc "A producer tag (`Ringbus.push/3`), or nil."
   @type tag :: {term(), integer()} | nil
@@ -53,7 +55,20 @@ defmodule Ringbus.Op do
       `:incarnation`; `from` is a seq or `{:time, ms}`, the first message
       at or after that system time, found where the channel lives
     * `{:read, from, max, incarnation | nil, :times}` - a read whose
-      messages carry their times: `{seq, payload, ms}`
+      messages carry their times: `{seq, payload, ms}`; with `:ids`, their
+      Redis stream IDs (`Ringbus.Channel.IdReads`): `{seq, payload, id}`.
+      `from` may also be `{:id, id}`: the first message whose ID is it or above
+    * `{:ids, push}` - a push of the above (not `:push_trim`; that takes
+      `{:ids, push}` as its push), answered with the first message's ID:
+      `{:ok, seq, id}`, or for `:push_batches` each result so
+    * `{:push_id, given, payload}` - one message under a client's Redis
+      stream ID, `{ms, n}` or `{ms, :auto}`, refused unless above the
+      last (`Ringbus.Channel.GivenIds`): `{:ok, seq, id}`
+    * `{:ids_of, seqs}` - `{:ok, ids}`, the ID of each seq (`IdReads.ids_of/2`)
+    * `{:seek_ids, ids}` - `{:ok, [{seq, exact?}]}`, where each ID is
+      (`IdReads.seek/2`)
+    * `{:set_id, id}` - the last ID becomes `id` (Redis's XSETID), unless
+      the newest message held is above it: `:ok` or `{:error, :smaller}`
     * `{:trim, trim}` - removes the oldest messages `Ringbus.Channel.Trim`
       names: one operation (one Raft entry) however many it removes
     * `{:subscribe, opts, subscriber}`, `{:subscriptions, timeout, limit}`;
@@ -81,7 +96,12 @@ defmodule Ringbus.Op do
           | {:push_trim, t(), Trim.t()}
           | :pull
           | {:read, from(), non_neg_integer(), pos_integer() | nil}
-          | {:read, from(), non_neg_integer(), pos_integer() | nil, :times}
+          | {:read, from(), non_neg_integer(), pos_integer() | nil, :times | :ids}
+          | {:ids, t()}
+          | {:push_id, {non_neg_integer(), non_neg_integer() | :auto}, binary()}
+          | {:ids_of, [non_neg_integer()]}
+          | {:seek_ids, [Ids.id()]}
+          | {:set_id, Ids.id()}
           | :len
           | :info
           | :incarnation
@@ -93,7 +113,7 @@ defmodule Ringbus.Op do
           | {:group, Group.request()}
 
   @typedoc "Where a read starts: a seq, or the first message at or after a system time (ms)."
-  @type from :: non_neg_integer() | {:time, non_neg_integer()}
+  @type from :: non_neg_integer() | {:time, non_neg_integer()} | {:id, Ids.id()}
 
   @typedoc "What `run/3` decides: the answer now, or a function whose result is the answer."
   @type outcome :: {:reply, term()} | {:wait, (() -> term())}
@@ -137,6 +157,14 @@ defmodule Ringbus.Op do
       ),
       do: timed(channel, run(channel, op, room, timeout))
 
+  # A group read's messages with their IDs, probed on this member's ring
+  # once it holds them: `{seq, payload, id}`.
+  def run(channel, {:ids, {:group, _} = op}, room, timeout),
+    do: ided(channel, run(channel, op, room, timeout))
+
+  def run(channel, {:stamped, {:ids, {:group, _}} = op}, room, timeout),
+    do: stamp(channel, run(channel, op, room, timeout))
+
   def run(channel, {:stamped, {:times, _} = op}, room, timeout),
     do: stamp(channel, run(channel, op, room, timeout))
 
@@ -165,15 +193,28 @@ defmodule Ringbus.Op do
   def write?(:pull), do: true
   def write?({:stamped, op}), do: write?(op)
   def write?({:times, op}), do: write?(op)
+  def write?({:ids, op}), do: write?(op)
   def write?(op) when is_tuple(op), do: elem(op, 0) in [:trim, :group | pushes()]
   def write?(_op), do: false
 
-  defp pushes, do: [:push, :push_many, :push_run, :push_tagged, :push_batches, :push_trim]
+  defp pushes,
+    do: [:push, :push_many, :push_run, :push_tagged, :push_batches, :push_trim, :push_id, :set_id]
 
   ## A replicated channel: writes through its Raft log, reads on this member's ring
 
   defp replicated(channel, {:stamped, op}, room, timeout),
     do: stamp(channel, replicated(channel, op, room, timeout))
+
+  defp replicated(channel, {:ids, push}, room, timeout) do
+    {:wait, pushed} = replicated(channel, push, room, timeout)
+    {:wait, fn -> replicated_ids(channel, pushed.()) end}
+  end
+
+  defp replicated(_channel, {op, _given, _payload}, _room, _timeout) when op == :push_id,
+    do: {:reply, {:error, :unsupported}}
+
+  defp replicated(_channel, {:set_id, _id}, _room, _timeout),
+    do: {:reply, {:error, :unsupported}}
 
   defp replicated(channel, {:push, payload}, _room, timeout),
     do: {:wait, fn -> Replica.push(channel, [payload], byte_size(payload), within(timeout)) end}
@@ -205,7 +246,7 @@ defmodule Ringbus.Op do
   end
 
   defp replicated(channel, :info, _room, _timeout),
-    do: {:reply, {:ok, channel |> Replica.info() |> Times.put_info(channel)}}
+    do: {:reply, {:ok, channel |> Replica.info() |> Times.put_info(channel) |> IdReads.put_info(channel)}}
 
   defp replicated(channel, op, room, _timeout), do: {:reply, memory(channel, op, room)}
 
@@ -218,6 +259,23 @@ defmodule Ringbus.Op do
     do: stamped(channel, memory(channel, op, room))
 
   defp memory(channel, {:push, payload}, _room), do: Ring.push(channel, payload)
+
+  # Each batch's ID is read as it is stored: a later one may overwrite it.
+  defp memory(channel, {:ids, {:push_batches, batches}}, _room),
+    do:
+      {:ok,
+       Enum.map(batches, fn {payloads, n, bytes} ->
+         with_ids(channel, Ring.push_measured(channel, payloads, n, bytes))
+       end)}
+
+  defp memory(channel, {:ids, push}, room), do: with_ids(channel, memory(channel, push, room))
+
+  defp memory(channel, {:push_id, given, payload}, _room),
+    do: GivenIds.push(channel, payload, given)
+
+  defp memory(channel, {:ids_of, seqs}, _room), do: {:ok, IdReads.ids_of(channel, seqs)}
+  defp memory(channel, {:seek_ids, ids}, _room), do: {:ok, IdReads.seek(channel, ids)}
+  defp memory(channel, {:set_id, id}, _room), do: GivenIds.set(channel, id)
 
   defp memory(channel, {:push_many, payloads, count, bytes}, _room),
     do: Ring.push_measured(channel, payloads, count, bytes)
@@ -277,8 +335,14 @@ defmodule Ringbus.Op do
          do: read(channel, &Times.read/3, seq(channel, from), max, room)
   end
 
+  defp memory(channel, {:read, from, max, incarnation, :ids}, room) do
+    with :ok <- Ring.check_incarnation(channel, incarnation),
+         do: read(channel, &IdReads.read/3, seq(channel, from), max, room)
+  end
+
   defp memory(channel, :len, _room), do: Ring.len(channel)
-  defp memory(channel, :info, _room), do: {:ok, channel |> Ring.info() |> Times.put_info(channel)}
+  defp memory(channel, :info, _room),
+    do: {:ok, channel |> Ring.info() |> Times.put_info(channel) |> IdReads.put_info(channel)}
   defp memory(channel, :incarnation, _room), do: {:ok, channel.incarnation}
 
   defp memory(channel, {:subscribe, opts, subscriber}, _room) do
@@ -293,23 +357,78 @@ defmodule Ringbus.Op do
   defp laps?(%Channel{max_bytes: max} = channel, _len, push),
     do: Ring.bytes(channel) + bytes(push) > max
 
+  defp bytes({:ids, push}), do: bytes(push)
+  defp bytes({:push_id, _given, payload}), do: byte_size(payload)
   defp bytes({:push, payload}), do: byte_size(payload)
   defp bytes({:push_tagged, _tag, _payloads, _count, bytes}), do: bytes
   defp bytes({:push_batches, batches}), do: Enum.reduce(batches, 0, &(elem(&1, 2) + &2))
   defp bytes({_push, _payloads, _count, bytes}), do: bytes
 
+  defp count({:ids, push}), do: count(push)
+  defp count({:push_id, _given, _payload}), do: 1
   defp count({:push, _payload}), do: 1
   defp count({:push_tagged, _tag, _payloads, count, _bytes}), do: count
   defp count({:push_batches, batches}), do: Enum.reduce(batches, 0, &(elem(&1, 1) + &2))
   defp count({_push, _payloads, count, _bytes}), do: count
 
   # A trim after a push that was refused does not run: nothing was added.
-  defp then_trim({:ok, _} = pushed, trim) do
+  defp then_trim(pushed, trim) when elem(pushed, 0) == :ok do
     _ = trim.()
     pushed
   end
 
   defp then_trim(refused, _trim), do: refused
+
+  # A push's first ID, probed where it was stored: a message pulled or
+  # overwritten meanwhile gets `IdReads.gone/1`'s name.
+  defp with_ids(channel, {:ok, seq}) when is_integer(seq),
+    do: {:ok, seq, IdReads.id_of(channel, seq)}
+
+  defp with_ids(channel, {:ok, results}) when is_list(results),
+    do: {:ok, Enum.map(results, &with_ids(channel, &1))}
+
+  defp with_ids(_channel, refused), do: refused
+
+  # A replicated push's answer comes from its leader; this member has
+  # applied it, or soon will: its ID is read here once it has.
+  defp replicated_ids(channel, {:ok, seq} = pushed) when is_integer(seq) do
+    applied(channel, seq, @apply_waits)
+    with_ids(channel, pushed)
+  end
+
+  defp replicated_ids(channel, pushed), do: with_ids(channel, pushed)
+
+  defp applied(channel, seq, waits) do
+    if Ring.next_seq(channel) <= seq and waits > 0 do
+      Process.sleep(1)
+      applied(channel, seq, waits - 1)
+    end
+  end
+
+  defp ided(channel, {:reply, answer}), do: {:reply, message_ids(channel, answer)}
+  defp ided(channel, {:wait, fun}), do: {:wait, fn -> message_ids(channel, fun.()) end}
+
+  defp message_ids(channel, {:ok, {next, claimed, deleted}}) when is_list(claimed),
+    do: {:ok, {next, listed_ids(channel, claimed), deleted}}
+
+  defp message_ids(channel, {:ok, messages}) when is_list(messages),
+    do: {:ok, listed_ids(channel, messages)}
+
+  defp message_ids(_channel, answer), do: answer
+
+  # Messages `{seq, payload}` (payload nil for one gone) with their IDs;
+  # seqs alone stay.
+  defp listed_ids(_channel, []), do: []
+
+  defp listed_ids(channel, messages) do
+    last = List.last(messages)
+    if channel.replica, do: applied(channel, if(is_tuple(last), do: elem(last, 0), else: last), @apply_waits)
+
+    Enum.map(messages, fn
+      {seq, payload} -> {seq, payload, IdReads.id_of(channel, seq)}
+      seq -> seq
+    end)
+  end
 
   defp stamp(channel, {:reply, answer}), do: {:reply, stamped(channel, answer)}
   defp stamp(channel, {:wait, fun}), do: {:wait, fn -> stamped(channel, fun.()) end}
@@ -338,6 +457,7 @@ defmodule Ringbus.Op do
 
   # A read from a time starts at the first message at or after it.
   defp seq(channel, {:time, t}), do: Times.seek(channel, t)
+  defp seq(channel, {:id, id}), do: Times.seek_id(channel, id)
   defp seq(_channel, seq), do: seq
 
   # `reader` is `Ring.read/3`, or `Times.read/3` for messages with their times.
@@ -435,6 +555,8 @@ defmodule Ringbus.Op do
   def request_bytes({:push_trim, push, _trim}), do: request_bytes(push)
   def request_bytes({:stamped, op}), do: request_bytes(op)
   def request_bytes({:times, op}), do: request_bytes(op)
+  def request_bytes({:ids, op}), do: request_bytes(op)
+  def request_bytes({:push_id, _given, payload}), do: byte_size(payload) + @message_bytes
   def request_bytes({:group, request}), do: :erlang.external_size(request)
   def request_bytes(_op), do: 0
 

@@ -39,4 +39,19 @@ defmodule Ringbus.Channel.GivenIds do
         error
     end
   end
+
+  @doc """
+  Sets the channel's last ID to `id` (Redis's XSETID): `:ok`, or `{:error,
+  :smaller}` when the newest message held has a higher ID. Pushes after
+  it take IDs above `id`.
+  """
+  @spec set(Channel.t(), Ids.id()) :: :ok | {:error, :smaller}
+  def set(ch, id) do
+    {first, next} = {Ring.first_seq(ch), Ring.next_seq(ch)}
+    newest = if next > first, do: Ring.stored_id(ch, next - 1)
+
+    if newest != nil and Ids.above?(newest, id),
+      do: {:error, :smaller},
+      else: Ids.set(ch.ids, id)
+  end
 end

@@ -204,7 +204,7 @@ defmodule Ringbus.Resp.Args do
     case :binary.split(text, "-") do
       [ms, "*"] ->
         case Entry.parse(ms) do
-          {:ok, {ms, 0}} -> {:ok, {:ms, ms}}
+          {:ok, {ms, 0}} -> {:ok, {ms, :auto}}
           _ -> {:error, invalid_id()}
         end
 
@@ -257,43 +257,44 @@ defmodule Ringbus.Resp.Args do
   def range_count(_opts), do: {:error, Errors.syntax_error()}
 
   @doc """
-  Redis's streamParseIntervalIDOrReply, with its exclusive `(` form. `pin`
-  checks an ID the client gave against the stream's tag before `(` moves it
-  (`Ringbus.Resp.StreamCommands.pin!/3`).
+  Redis's streamParseIntervalIDOrReply, with its exclusive `(` form: the
+  bound an ID gives a range (`Ringbus.Resp.StreamIds.bounds/2`), `{:from |
+  :after, id}` at its start, `{:through | :before, id}` at its end.
   """
-  def range_id("-", _side, _pin), do: {:ok, {0, 0}}
-  def range_id("+", _side, _pin), do: {:ok, Entry.max_id()}
+  def range_id("-", :start), do: {:ok, {:from, {0, 0}}}
+  def range_id("-", :end), do: {:ok, {:through, {0, 0}}}
+  def range_id("+", :start), do: {:ok, {:from, Entry.max_id()}}
+  def range_id("+", :end), do: {:ok, {:through, Entry.max_id()}}
 
-  def range_id("(" <> text, side, pin),
-    do: exclusive(with({:ok, id} <- Entry.parse(text, missing(side)), do: {:ok, pin.(id)}), side)
+  def range_id("(" <> text, side) do
+    case {Entry.parse(text, missing(side)), side} do
+      {{:ok, id}, :start} when id == {0xFFFF_FFFF_FFFF_FFFF, 0xFFFF_FFFF_FFFF_FFFF} ->
+        {:error, Encoder.error("ERR invalid start ID for the interval")}
 
-  def range_id(text, side, pin) do
+      {{:ok, {0, 0}}, :end} ->
+        {:error, Encoder.error("ERR invalid end ID for the interval")}
+
+      {{:ok, id}, :start} ->
+        {:ok, {:after, id}}
+
+      {{:ok, id}, :end} ->
+        {:ok, {:before, id}}
+
+      {:error, _side} ->
+        {:error, invalid_id()}
+    end
+  end
+
+  def range_id(text, side) do
     case Entry.parse(text, missing(side)) do
-      {:ok, id} -> {:ok, pin.(id)}
+      {:ok, id} when side == :start -> {:ok, {:from, id}}
+      {:ok, id} -> {:ok, {:through, id}}
       :error -> {:error, invalid_id()}
     end
   end
 
   defp missing(:start), do: 0
   defp missing(:end), do: Entry.max_u64()
-
-  defp exclusive({:ok, id}, :start) do
-    if id == Entry.max_id(),
-      do: {:error, Encoder.error("ERR invalid start ID for the interval")},
-      else: {:ok, incr(id)}
-  end
-
-  defp exclusive({:ok, id}, :end) do
-    if id == {0, 0},
-      do: {:error, Encoder.error("ERR invalid end ID for the interval")},
-      else: {:ok, decr(id)}
-  end
-
-  defp exclusive(:error, _side), do: {:error, invalid_id()}
-
-  defp incr({ms, n}), do: if(n == Entry.max_u64(), do: {ms + 1, 0}, else: {ms, n + 1})
-  defp decr({ms, 0}), do: {ms - 1, Entry.max_u64()}
-  defp decr({ms, n}), do: {ms, n - 1}
 
   @doc false
   # XREAD and XREADGROUP options: [COUNT n] [BLOCK ms] [GROUP g c] [NOACK] STREAMS keys... ids...

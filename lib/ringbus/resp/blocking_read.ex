@@ -8,7 +8,7 @@ defmodule Ringbus.Resp.BlockingRead do
   # command's own handler, which answers or waits on. No polling, and no
   # process in between.
 
-  alias Ringbus.Resp.{Entry, Errors, Keys}
+  alias Ringbus.Resp.{Errors, Keys}
   alias Ringbus.Server.Directory
 
   # Entries a waiting read takes at once, when it has no COUNT.
@@ -16,22 +16,18 @@ defmodule Ringbus.Resp.BlockingRead do
 
   @doc """
   Waits for the next entry of any stream: a subscription to each, from
-  the seq given (`{key, from}`, or `{key, from, tag}` where the seq is of
-  the incarnation of that tag, nil for a stream that did not exist). A
-  missing stream is made (as XADD would make it), so that an XADD that
-  comes later finds the reader waiting. `block` is the wait's state, to
-  which the subscriptions are added: `subs`, sub => `{key, tag}` (those
-  it has already are kept).
+  the seq given (`{key, from}`). A missing stream is made (as XADD would
+  make it), so that an XADD that comes later finds the reader waiting.
+  `block` is the wait's state, to which the subscriptions are added:
+  `subs`, sub => key (those it has already are kept).
   """
   def block(starts, count, block, s) do
     batch = if count > 0, do: min(count, @block_batch), else: @block_batch
 
     result =
-      Enum.reduce_while(starts, {:ok, %{}}, fn start, {:ok, subs} ->
-        {key, from, tag} = with({key, from} <- start, do: {key, from, nil})
-
-        case subscribe(key, from, tag, batch, s) do
-          {:ok, sub, tag} -> {:cont, {:ok, Map.put(subs, sub, {key, tag})}}
+      Enum.reduce_while(starts, {:ok, %{}}, fn {key, from}, {:ok, subs} ->
+        case subscribe(key, from, batch, s) do
+          {:ok, sub} -> {:cont, {:ok, Map.put(subs, sub, key)}}
           {:error, reply} -> {:halt, {:error, reply, subs}}
         end
       end)
@@ -46,20 +42,17 @@ defmodule Ringbus.Resp.BlockingRead do
     end
   end
 
-  # The subscription states the incarnation whose tag the read's seq is
-  # of, so a stream made again since is refused rather than waited on.
-  defp subscribe(key, from, tag, batch, s) do
+  defp subscribe(key, from, batch, s) do
     opts = [from: from, max_credit: batch, max_batch: batch, via: :resp]
 
-    with {:ok, inc} <- Ringbus.incarnation(key),
-         :ok <- same_tag(tag, Entry.tag(inc)),
-         {:ok, sub} <- Ringbus.subscribe(key, [incarnation: inc] ++ opts) do
-      {:ok, sub, Entry.tag(inc)}
-    else
+    case Ringbus.subscribe(key, opts) do
+      {:ok, sub} ->
+        {:ok, sub}
+
       {:error, :no_channel} ->
         if Keys.allowed?(s, :write, key) do
           case Keys.create(key, s) do
-            :ok -> subscribe(key, from, nil, batch, s)
+            :ok -> subscribe(key, from, batch, s)
             {:error, reason} -> {:error, create_error(key, reason)}
           end
         else
@@ -70,10 +63,6 @@ defmodule Ringbus.Resp.BlockingRead do
         {:error, Errors.reply(reason, key)}
     end
   end
-
-  defp same_tag(nil, _tag), do: :ok
-  defp same_tag(tag, tag), do: :ok
-  defp same_tag(_read, _now), do: {:error, :new_incarnation}
 
   @doc """
   Ends a wait: its subscriptions, and its registration as a waiter on a

@@ -7,7 +7,7 @@ defmodule Ringbus.Resp.ClaimCommands do
   # stream's home (`Ringbus.Resp.GroupRequest`); an argument's error is
   # answered after the group's checks, as Redis orders them.
 
-  alias Ringbus.Resp.{Args, Encoder, Entry, Errors, GroupRequest, StreamCommands}
+  alias Ringbus.Resp.{Args, Encoder, Entry, Errors, GroupRequest, StreamCommands, StreamIds}
 
   @max_u64 18_446_744_073_709_551_615
 
@@ -16,12 +16,12 @@ defmodule Ringbus.Resp.ClaimCommands do
   def xpending([key, group | []], s) do
     reply =
       run(key, group, {:pending, group}, fn
-        _tag, nil ->
+        nil ->
           [0, nil, nil, :null_array]
 
-        tag, {total, low, high, counts} ->
+        {total, low, high, counts} ->
           consumers = for {name, n} <- counts, do: [name, Integer.to_string(n)]
-          [total, Entry.id(low, tag), Entry.id(high, tag), consumers]
+          [total | StreamIds.formatted(key, [low, high])] ++ [consumers]
       end)
 
     {reply, s}
@@ -46,12 +46,14 @@ defmodule Ringbus.Resp.ClaimCommands do
          [start, stop, count | consumer] when length(consumer) <= 1 <- args,
          {:ok, low} <- pending_bound(start, :start),
          {:ok, high} <- pending_bound(stop, :end) do
+      [low, high] = StreamIds.bounds(key, [low, high])
+
       # A count that is no integer is answered once the IDs are found of the
       # stream's incarnation, as Redis checks them first: asked for none.
       {count, reply} =
         case Args.integer(count) do
-          {:ok, n} -> {n, &pending_rows/2}
-          :error -> {0, fn _tag, _rows -> Errors.not_integer() end}
+          {:ok, n} -> {n, &pending_rows(key, &1)}
+          :error -> {0, fn _rows -> Errors.not_integer() end}
         end
 
       run(key, group, {:pending, group, low, high, count, List.first(consumer), idle}, reply)
@@ -73,10 +75,10 @@ defmodule Ringbus.Resp.ClaimCommands do
         {:error, Encoder.error("ERR invalid end ID for the interval")}
 
       {{:ok, id}, :start} ->
-        {:ok, Entry.position(id, &Entry.seq_after/1)}
+        {:ok, {:after, id}}
 
       {{:ok, id}, :end} ->
-        {:ok, Entry.position(id, &Entry.seq_before/1)}
+        {:ok, {:before, id}}
 
       {:error, _side} ->
         {:error, Args.invalid_id()}
@@ -85,8 +87,8 @@ defmodule Ringbus.Resp.ClaimCommands do
 
   defp pending_bound(text, side) do
     case Entry.parse(strip(text), missing(side)) do
-      {:ok, id} when side == :start -> {:ok, Entry.position(id, &Entry.seq_from/1)}
-      {:ok, id} -> {:ok, Entry.position(id, &Entry.seq_through/1)}
+      {:ok, id} when side == :start -> {:ok, {:from, id}}
+      {:ok, id} -> {:ok, {:through, id}}
       :error -> {:error, Args.invalid_id()}
     end
   end
@@ -94,9 +96,12 @@ defmodule Ringbus.Resp.ClaimCommands do
   defp missing(:start), do: 0
   defp missing(:end), do: @max_u64
 
-  defp pending_rows(tag, rows) do
-    for {seq, owner, idle, deliveries} <- rows,
-        do: [Entry.id(seq, tag), owner, idle, deliveries]
+  defp pending_rows(key, rows) do
+    ids = StreamIds.formatted(key, for({seq, _, _, _} <- rows, do: seq))
+
+    Enum.zip_with(rows, ids, fn {_seq, owner, idle, deliveries}, id ->
+      [id, owner, idle, deliveries]
+    end)
   end
 
   defp strip("-"), do: "0-0"
@@ -111,16 +116,17 @@ defmodule Ringbus.Resp.ClaimCommands do
     with {:ok, min_idle} <- idle_arg(min_idle),
          {:ok, start} <- Entry.parse(strip(start)) |> id_or_bound(start),
          {:ok, count, justid} <- autoclaim_options(opts, 100, false) do
-      # The cursor of an XAUTOCLAIM before is of the stream's incarnation.
-      from = Entry.position(start, &Entry.seq_from/1)
+      [from] = StreamIds.bounds(key, [{:from, start}])
       request = {:autoclaim, group, consumer, min_idle, from, count, justid}
 
       reply =
-        run(key, group, request, fn tag, {next, claimed, deleted} ->
+        run(key, group, request, fn {next, claimed, deleted} ->
+          [next_id | deleted] = StreamIds.formatted(key, [next || 0 | deleted])
+
           [
-            if(next, do: Entry.id(next, tag), else: "0-0"),
-            claimed(claimed, justid, tag),
-            for(seq <- deleted, do: Entry.id(seq, tag))
+            if(next, do: next_id, else: "0-0"),
+            claimed(key, claimed, justid),
+            deleted
           ]
         end)
 
@@ -170,12 +176,12 @@ defmodule Ringbus.Resp.ClaimCommands do
 
     case parsed do
       {:ok, min_idle, opts} ->
-        # IDs of another incarnation name no entry of this one; LASTID is a
-        # position, as XGROUP SETID's: of this incarnation or none.
-        refs = for id <- ids, (ref = Entry.entry(id)) != :none, do: ref
-        opts = %{opts | last: opts.last && Entry.position(opts.last, &Entry.seq_through/1)}
+        # An ID names the entry stored under it, if any; LASTID is a
+        # position, as XGROUP SETID's.
+        {refs, last} = claim_seqs(key, ids, opts.last)
+        opts = %{opts | last: last}
         request = {:claim, group, consumer, refs, min_idle, opts}
-        {run(key, group, request, &claimed(&2, opts.justid, &1)), s}
+        {run(key, group, request, &claimed(key, &1, opts.justid)), s}
 
       {:error, reply} ->
         {unless_no_group(key, group, reply), s}
@@ -232,16 +238,29 @@ defmodule Ringbus.Resp.ClaimCommands do
     end
   end
 
-  # What a claim took: IDs with JUSTID, else entries.
-  defp claimed(claimed, true, tag), do: for(seq <- claimed, do: Entry.id(seq, tag))
-  defp claimed(claimed, false, tag), do: StreamCommands.entries(claimed, tag)
+  # The seqs of the IDs given and of LASTID, in one request.
+  defp claim_seqs(key, ids, nil), do: {seqs(StreamIds.exact(key, ids)), nil}
+
+  defp claim_seqs(key, ids, last) do
+    [{after_last, _} | found] = StreamIds.seek(key, [or_max(Entry.succ(last)) | ids])
+    {seqs(Enum.map(found, fn {seq, exact} -> if exact, do: seq, else: :none end)), after_last - 1}
+  end
+
+  defp or_max(:none), do: Entry.max_id()
+  defp or_max(id), do: id
+
+  defp seqs(found), do: Enum.reject(found, &(&1 == :none))
+
+  # What a claim took: IDs with JUSTID, else entries (with their IDs).
+  defp claimed(key, claimed, true), do: StreamIds.formatted(key, claimed)
+  defp claimed(_key, claimed, false), do: StreamCommands.entries(claimed)
 
   # A request at the home: its answer, or NOGROUP without the stream or the group.
   defp run(key, group, request, reply) do
     GroupRequest.run(key, request, no_group(key, group), fn
-      tag, {:ok, answer} -> reply.(tag, answer)
-      _tag, {:error, :no_group} -> no_group(key, group)
-      _tag, {:error, reason} -> Errors.fail!(reason, key)
+      {:ok, answer} -> reply.(answer)
+      {:error, :no_group} -> no_group(key, group)
+      {:error, reason} -> Errors.fail!(reason, key)
     end)
   end
 

@@ -57,6 +57,21 @@ defmodule Ringbus.Resp.Errors do
   def reply(:new_incarnation, key),
     do: Encoder.error(["ERR stream '", key, "' was created again since that incarnation"])
 
+  # Redis's words for an ID refused (`Ringbus.Channel.Ids`).
+  def reply(:not_greater, _key),
+    do:
+      Encoder.error(
+        "ERR The ID specified in XADD is equal or smaller than the target stream top item"
+      )
+
+  def reply(:zero, _key), do: Encoder.error("ERR The ID specified in XADD must be greater than 0-0")
+
+  def reply(reason, _key) when reason in [:exhausted, :ids_exhausted],
+    do: Encoder.error("ERR The stream has exhausted the last possible ID, unable to add more items")
+
+  def reply(:unsupported, key),
+    do: Encoder.error(["ERR stream '", key, "' does not take that command: it is replicated"])
+
   # A subscription that dies while it starts exits with a reason of its own.
   def reply(other, key),
     do: Encoder.error(["ERR stream '", key, "': ", inspect(other)])

@@ -7,9 +7,8 @@ defmodule Ringbus.Resp.GroupCommands do
   #
   # Each command checks its arguments and rights here, and runs its work as
   # one group request at the stream's home (`Ringbus.Resp.GroupRequest`):
-  # IDs given go as seqs with the incarnations of their tag, so one of
-  # another incarnation is refused there; IDs answered carry the tag of the
-  # incarnation the answer is stamped with. XREADGROUP BLOCK waits here, on
+  # IDs given go as the seqs they bound (`Ringbus.Resp.StreamIds`), and
+  # messages answered come with their IDs. XREADGROUP BLOCK waits here, on
   # a subscription to the stream (wherever it lives, as XREAD BLOCK does),
   # and takes what wakes it at the home.
 
@@ -21,7 +20,8 @@ defmodule Ringbus.Resp.GroupCommands do
     Errors,
     GroupRequest,
     Keys,
-    StreamCommands
+    StreamCommands,
+    StreamIds
   }
 
   alias Ringbus.Server.Directory
@@ -83,11 +83,11 @@ defmodule Ringbus.Resp.GroupCommands do
 
   defp destroy(key, group) do
     run(key, {:destroy, group}, fn
-      _tag, {:ok, true} ->
+      {:ok, true} ->
         group_destroyed(key, group)
         1
 
-      _tag, {:ok, false} ->
+      {:ok, false} ->
         0
     end)
   end
@@ -110,22 +110,22 @@ defmodule Ringbus.Resp.GroupCommands do
   defp create(key, group, id, opts, s) do
     with {:ok, mkstream, entries_read} <- create_options(opts, false, -1),
          :ok <- ensure_stream(key, mkstream, s),
-         {:ok, from} <- group_position(id) do
+         {:ok, from} <- group_position(key, id) do
       run(key, {:create, group, from, entries_read}, fn
-        _tag, :ok ->
+        :ok ->
           {:simple, "OK"}
 
-        _tag, {:error, :exists} ->
+        {:error, :exists} ->
           Encoder.error("BUSYGROUP Consumer Group name already exists")
 
-        _tag, {:error, {:too_many_groups, limit}} ->
+        {:error, {:too_many_groups, limit}} ->
           Encoder.error([
             "ERR stream '",
             key,
             "' has #{limit} groups, the most a Ringbus stream keeps"
           ])
 
-        _tag, {:error, reason} ->
+        {:error, reason} ->
           Errors.reply(reason, key)
       end)
     else
@@ -183,11 +183,12 @@ defmodule Ringbus.Resp.GroupCommands do
   end
 
   # The seq of the last entry a group has had: `$` is the stream's last.
-  defp group_position("$"), do: {:ok, :last}
+  # Else the last seq whose ID is the ID given or below.
+  defp group_position(_key, "$"), do: {:ok, :last}
 
-  defp group_position(id) do
+  defp group_position(key, id) do
     case Entry.parse(id) do
-      {:ok, id} -> {:ok, Entry.position(id, &Entry.seq_through/1)}
+      {:ok, id} -> {:ok, hd(StreamIds.bounds(key, [{:through, id}]))}
       :error -> {:error, Args.invalid_id()}
     end
   end
@@ -195,11 +196,11 @@ defmodule Ringbus.Resp.GroupCommands do
   # SETID takes `-` for 0-0, as Redis (CREATE does not).
   defp setid(key, group, id, opts) do
     with {:ok, read} <- setid_options(opts),
-         {:ok, from} <- group_position(if(id == "-", do: "0-0", else: id)) do
+         {:ok, from} <- group_position(key, if(id == "-", do: "0-0", else: id)) do
       run(key, {:set_id, group, from, read}, fn
-        _tag, :ok -> {:simple, "OK"}
-        _tag, {:error, :no_group} -> Errors.no_group(key, group)
-        _tag, {:error, reason} -> Errors.reply(reason, key)
+        :ok -> {:simple, "OK"}
+        {:error, :no_group} -> Errors.no_group(key, group)
+        {:error, reason} -> Errors.reply(reason, key)
       end)
     else
       {:error, reply} -> unless_missing(key, reply)
@@ -219,17 +220,17 @@ defmodule Ringbus.Resp.GroupCommands do
 
   defp create_consumer(key, group, consumer) do
     run(key, {:create_consumer, group, consumer}, fn
-      _tag, {:ok, :created} -> 1
-      _tag, {:ok, :exists} -> 0
-      _tag, {:error, :no_group} -> Errors.no_group(key, group)
-      _tag, {:error, {:too_many_consumers, limit}} -> too_many_consumers(group, limit)
+      {:ok, :created} -> 1
+      {:ok, :exists} -> 0
+      {:error, :no_group} -> Errors.no_group(key, group)
+      {:error, {:too_many_consumers, limit}} -> too_many_consumers(group, limit)
     end)
   end
 
   defp delete_consumer(key, group, consumer) do
     run(key, {:delete_consumer, group, consumer}, fn
-      _tag, {:ok, dropped} -> dropped
-      _tag, {:error, :no_group} -> Errors.no_group(key, group)
+      {:ok, dropped} -> dropped
+      {:error, :no_group} -> Errors.no_group(key, group)
     end)
   end
 
@@ -305,9 +306,9 @@ defmodule Ringbus.Resp.GroupCommands do
 
         id ->
           case Entry.parse(id) do
-            # Refused at its home if of another incarnation.
             {:ok, id} ->
-              {:cont, {:ok, [{key, {:history, Entry.position(id, &Entry.seq_after/1)}} | acc]}}
+              [from] = StreamIds.bounds(key, [{:after, id}])
+              {:cont, {:ok, [{key, {:history, from}} | acc]}}
 
             :error ->
               {:halt, {:error, Args.invalid_id()}}
@@ -378,22 +379,22 @@ defmodule Ringbus.Resp.GroupCommands do
   # and reads new entries or its own pending ones; :no_group without the group.
   defp read(key, :new, group, consumer, max, noack) do
     GroupRequest.run(key, {:read, group, consumer, max, noack}, :no_group, fn
-      tag, {:ok, messages} -> StreamCommands.entries(messages, tag)
-      _tag, {:error, :no_group} -> :no_group
+      {:ok, messages} -> StreamCommands.entries(messages)
+      {:error, :no_group} -> :no_group
     end)
   end
 
   defp read(key, {:history, from}, group, consumer, max, _noack) do
     GroupRequest.run(key, {:history, group, consumer, from, max}, :no_group, fn
-      tag, {:ok, rows} -> for {seq, payload} <- rows, do: history_entry(seq, payload, tag)
-      _tag, {:error, :no_group} -> :no_group
-      _tag, {:error, reason} -> Errors.fail!(reason, key)
+      {:ok, rows} -> Enum.map(rows, &history_entry/1)
+      {:error, :no_group} -> :no_group
+      {:error, reason} -> Errors.fail!(reason, key)
     end)
   end
 
   # [id, nil] for an entry the ring no longer holds, as Redis answers for a deleted one.
-  defp history_entry(seq, nil, tag), do: [Entry.id(seq, tag), nil]
-  defp history_entry(seq, payload, tag), do: [Entry.id(seq, tag), Entry.decode(payload)]
+  defp history_entry({_seq, nil, id}), do: [Entry.format(id), nil]
+  defp history_entry({_seq, payload, id}), do: [Entry.format(id), Entry.decode(payload)]
 
   # The wait is listed as the group's before the group is looked up, so
   # that an XGROUP DESTROY after the look-up reaches it.
@@ -404,8 +405,8 @@ defmodule Ringbus.Resp.GroupCommands do
     starts =
       for key <- keys do
         GroupRequest.run(key, {:info, group}, {key, :no_group}, fn
-          _tag, {:ok, %{last: last}} -> {key, last + 1}
-          _tag, {:error, :no_group} -> {key, :no_group}
+          {:ok, %{last: last}} -> {key, last + 1}
+          {:error, :no_group} -> {key, :no_group}
         end)
       end
 
@@ -447,13 +448,13 @@ defmodule Ringbus.Resp.GroupCommands do
   # group, at the stream's home. Another consumer may have had them first;
   # then wait on.
   def woken(block, sub, messages, _lost, s) do
-    {key, _tag} = Map.fetch!(block.subs, sub)
+    key = Map.fetch!(block.subs, sub)
     request = {:take, block.group, block.consumer, block.count, block.noack}
 
     taken =
       GroupRequest.run(key, request, [], fn
-        tag, {:ok, messages} -> StreamCommands.entries(messages, tag)
-        _tag, {:error, :no_group} -> :no_group
+        {:ok, messages} -> StreamCommands.entries(messages)
+        {:error, :no_group} -> :no_group
       end)
 
     case taken do
@@ -472,12 +473,12 @@ defmodule Ringbus.Resp.GroupCommands do
 
   ## XACK
 
-  # An ID of another incarnation names no entry of this one: it acks nothing.
+  # An ID that names no entry acks nothing.
   def xack([key, group | ids], s) do
     case parse_ids(ids) do
       {:ok, ids} ->
-        refs = for id <- ids, (ref = Entry.entry(id)) != :none, do: ref
-        {GroupRequest.run(key, {:ack, group, refs}, 0, fn _tag, {:ok, acked} -> acked end), s}
+        refs = for seq <- StreamIds.exact(key, ids), seq != :none, do: seq
+        {GroupRequest.run(key, {:ack, group, refs}, 0, fn {:ok, acked} -> acked end), s}
 
       :error ->
         {Args.invalid_id(), s}

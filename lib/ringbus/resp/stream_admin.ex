@@ -3,16 +3,24 @@ defmodule Ringbus.Resp.StreamAdmin do
   # XSETID and XINFO (STREAM, STREAM FULL, GROUPS, CONSUMERS) for
   # `Ringbus.Resp.Session`.
   #
-  # XSETID. A ring numbers its entries itself, so a stream's last ID is
-  # always `<next seq>-<tag>`: XSETID checks its arguments as Redis 7.0 does and
-  # accepts the stream's own last ID (what clients that copy a stream's
-  # state send), and refuses to move it.
+  # XSETID moves a stream's last ID (`Ringbus.Channel.Ids`), so that the
+  # next XADD's ID is above it.
   #
   # XINFO reads a stream's groups at its home, one group request each
   # (`Ringbus.Resp.GroupRequest`).
 
-  alias Ringbus.Channel.Trim
-  alias Ringbus.Resp.{Args, Encoder, Entry, Errors, GroupRequest, Keys, StreamCommands}
+  alias Ringbus.Channel.{IdReads, Ids, Trim}
+
+  alias Ringbus.Resp.{
+    Args,
+    Encoder,
+    Entry,
+    Errors,
+    GroupRequest,
+    Keys,
+    StreamCommands,
+    StreamIds
+  }
 
   @all 4_611_686_018_427_387_904
   # XINFO STREAM FULL reads again a stream created again meanwhile, this often.
@@ -23,7 +31,7 @@ defmodule Ringbus.Resp.StreamAdmin do
     with {:ok, id} <- parse_id(id),
          {:ok, opts} <- setid_options(opts, %{added: nil, max_deleted: nil}),
          {:ok, info} <- stream(key) do
-      {setid(id, opts, info), s}
+      {setid(key, id, opts, info), s}
     else
       {:error, reply} -> {reply, s}
     end
@@ -69,41 +77,33 @@ defmodule Ringbus.Resp.StreamAdmin do
     end
   end
 
-  # IDs compared without the stream's tag (`Ringbus.Resp.Entry.local/2`).
-  defp setid(id, opts, info) do
-    tag = Entry.tag(info.incarnation)
-    id = Entry.local(id, tag)
-    opts = %{opts | max_deleted: opts.max_deleted && Entry.local(opts.max_deleted, tag)}
-    last = if info.next_seq > 0, do: {info.next_seq, 0}, else: {0, 0}
-
+  # Redis 7.0's checks, then the last ID set where the stream lives. A
+  # ring counts what was added itself: ENTRIESADDED and MAXDELETEDID are
+  # checked and not kept.
+  defp setid(key, id, opts, info) do
     cond do
-      opts.max_deleted != nil and id < opts.max_deleted ->
+      opts.max_deleted != nil and Ids.above?(opts.max_deleted, id) ->
         Encoder.error(
           "ERR The ID specified in XSETID is smaller than the provided max_deleted_entry_id"
         )
-
-      info.len > 0 and id < last ->
-        Encoder.error("ERR The ID specified in XSETID is smaller than the target stream top item")
 
       opts.added != nil and info.len > opts.added ->
         Encoder.error(
           "ERR The entries_added specified in XSETID is smaller than the target stream length"
         )
 
-      id == last and opts.added in [nil, info.next_seq] ->
-        {:simple, "OK"}
-
       true ->
-        Encoder.error([
-          "ERR a Ringbus stream numbers its entries itself: XSETID can only give its last ID, ",
-          if(last == {0, 0}, do: "0-0", else: Entry.id(info.next_seq - 1, tag)),
-          if(info.next_seq > 0,
-            do: [", and ENTRIESADDED ", Integer.to_string(info.next_seq)],
-            else: []
-          )
-        ])
+        case Errors.check!(Ringbus.run(key, {:set_id, id}), key) do
+          :ok -> {:simple, "OK"}
+          {:error, :smaller} -> smaller()
+          {:error, :no_channel} -> no_key()
+          {:error, reason} -> Errors.reply(reason, key)
+        end
     end
   end
+
+  defp smaller,
+    do: Encoder.error("ERR The ID specified in XSETID is smaller than the target stream top item")
 
   ## XINFO
 
@@ -139,16 +139,13 @@ defmodule Ringbus.Resp.StreamAdmin do
   defp stream_info(key) do
     case Errors.check!(Ringbus.info(key), key) do
       {:ok, info} ->
-        tag = Entry.tag(info.incarnation)
         first_seq = Map.fetch!(info, :first_seq)
         next_seq = Map.fetch!(info, :next_seq)
         len = Map.fetch!(info, :len)
-        last = if next_seq > 0, do: Entry.id(next_seq - 1, tag), else: "0-0"
-        deleted = if first_seq > 0, do: Entry.id(first_seq - 1, tag), else: "0-0"
 
         edge = fn seq ->
           case StreamCommands.read(key, seq, 1) do
-            [message] -> hd(StreamCommands.entries([message], tag))
+            [message] -> hd(StreamCommands.entries([message]))
             [] -> nil
           end
         end
@@ -158,11 +155,11 @@ defmodule Ringbus.Resp.StreamAdmin do
            {"length", len},
            {"radix-tree-keys", Trim.nodes(first_seq, next_seq)},
            {"radix-tree-nodes", Trim.nodes(first_seq, next_seq)},
-           {"last-generated-id", last},
-           {"max-deleted-entry-id", deleted},
+           {"last-generated-id", Entry.format(info.last_id)},
+           {"max-deleted-entry-id", max_deleted(info)},
            {"entries-added", next_seq},
-           {"recorded-first-entry-id", if(len > 0, do: Entry.id(first_seq, tag), else: "0-0")},
-           {"groups", GroupRequest.run(key, :count, 0, fn _tag, {:ok, n} -> n end)},
+           {"recorded-first-entry-id", first_id(info)},
+           {"groups", GroupRequest.run(key, :count, 0, fn {:ok, n} -> n end)},
            {"first-entry", if(len > 0, do: edge.(first_seq), else: nil)},
            {"last-entry", if(len > 0, do: edge.(next_seq - 1), else: nil)},
            {"capacity", Map.fetch!(info, :capacity)},
@@ -179,14 +176,16 @@ defmodule Ringbus.Resp.StreamAdmin do
   end
 
   defp groups(key) do
-    GroupRequest.run(key, {:groups, 0}, no_key(), fn tag, {:ok, groups} ->
-      for g <- groups do
+    GroupRequest.run(key, {:groups, 0}, no_key(), fn {:ok, groups} ->
+      lasts = last_ids(key, groups)
+
+      for {g, last} <- Enum.zip(groups, lasts) do
         {:map,
          [
            {"name", g.name},
            {"consumers", Enum.count(g.consumers)},
            {"pending", g.pending},
-           {"last-delivered-id", last_id(g.last, tag)},
+           {"last-delivered-id", last},
            {"entries-read", entries_read(g)},
            {"lag", lag(g)}
          ]}
@@ -217,16 +216,33 @@ defmodule Ringbus.Resp.StreamAdmin do
     end
   end
 
-  defp last_id(last, tag) when last >= 0, do: Entry.id(last, tag)
-  defp last_id(_none, _tag), do: "0-0"
+  # Each group's last delivered entry's ID: `0-0` before any.
+  defp last_ids(key, groups) do
+    ids = StreamIds.formatted(key, for(%{last: last} <- groups, last >= 0, do: last))
+    last_ids(groups, ids, [])
+  end
+
+  defp last_ids([%{last: last} | rest], [id | ids], acc) when last >= 0,
+    do: last_ids(rest, ids, [id | acc])
+
+  defp last_ids([_none | rest], ids, acc), do: last_ids(rest, ids, ["0-0" | acc])
+  defp last_ids([], _ids, acc), do: :lists.reverse(acc)
+
+  defp first_id(%{first_id: nil}), do: "0-0"
+  defp first_id(%{first_id: id}), do: Entry.format(id)
+
+  # The ring keeps no ID of what it removed: the entry before its oldest
+  # is named as `Ringbus.Resp.StreamIds` names a seq it no longer holds.
+  defp max_deleted(%{first_seq: 0}), do: "0-0"
+  defp max_deleted(%{first_seq: first}), do: Entry.format(IdReads.gone(first - 1))
 
   defp consumers(key, group) do
     GroupRequest.run(key, {:consumers, group}, no_key(), fn
-      _tag, {:ok, consumers} ->
+      {:ok, consumers} ->
         for {name, pending, idle} <- consumers,
             do: {:map, [{"name", name}, {"pending", pending}, {"idle", idle}]}
 
-      _tag, {:error, :no_group} ->
+      {:error, :no_group} ->
         Errors.no_group(key, group)
     end)
   end
@@ -294,9 +310,11 @@ defmodule Ringbus.Resp.StreamAdmin do
   end
 
   defp full_entries(key, info, count) do
-    case Ringbus.read(key, info.first_seq, min(count, info.len), incarnation: info.incarnation) do
+    op = {:read, info.first_seq, min(count, info.len), info.incarnation, :ids}
+
+    case Ringbus.run(key, op) do
       {:ok, messages, _lost} ->
-        {:ok, StreamCommands.entries(messages, Entry.tag(info.incarnation))}
+        {:ok, StreamCommands.entries(messages)}
 
       {:error, :new_incarnation} ->
         {:error, :new_incarnation}
@@ -308,34 +326,38 @@ defmodule Ringbus.Resp.StreamAdmin do
 
   defp full_groups(key, %{incarnation: incarnation}, count) do
     case Ringbus.run(key, {:stamped, {:group, {:groups, count}}}) do
-      {:ok, ^incarnation, {:ok, groups}} -> {:ok, full_groups(groups, Entry.tag(incarnation))}
+      {:ok, ^incarnation, {:ok, groups}} -> {:ok, full_groups(key, groups)}
       {:ok, _other, _answer} -> {:error, :new_incarnation}
       {:error, :no_channel} -> {:error, :no_channel}
       {:error, reason} -> Errors.fail!(reason, key)
     end
   end
 
-  defp full_groups(groups, tag) do
-    for g <- groups do
+  defp full_groups(key, groups) do
+    for {g, last} <- Enum.zip(groups, last_ids(key, groups)) do
       consumers =
         for c <- g.consumers do
+          ids = StreamIds.formatted(key, for({seq, _, _} <- c.entries, do: seq))
+
           {:map,
            [
              {"name", c.name},
              {"seen-time", c.seen},
              {"pel-count", c.pending},
-             {"pending", for({seq, time, n} <- c.entries, do: [Entry.id(seq, tag), time, n])}
+             {"pending", Enum.zip_with(c.entries, ids, fn {_, time, n}, id -> [id, time, n] end)}
            ]}
         end
+
+      ids = StreamIds.formatted(key, for({seq, _, _, _} <- g.entries, do: seq))
 
       {:map,
        [
          {"name", g.name},
-         {"last-delivered-id", last_id(g.last, tag)},
+         {"last-delivered-id", last},
          {"entries-read", entries_read(g)},
          {"lag", lag(g)},
          {"pel-count", g.pending},
-         {"pending", for({seq, c, time, n} <- g.entries, do: [Entry.id(seq, tag), c, time, n])},
+         {"pending", Enum.zip_with(g.entries, ids, fn {_, c, time, n}, id -> [id, c, time, n] end)},
          {"consumers", consumers},
          {"lost", g.lost},
          {"pending-dropped", g.dropped}
@@ -344,7 +366,6 @@ defmodule Ringbus.Resp.StreamAdmin do
   end
 
   defp full_map(info, entries, groups) do
-    tag = Entry.tag(info.incarnation)
     len = info.len
 
     {:map,
@@ -352,12 +373,10 @@ defmodule Ringbus.Resp.StreamAdmin do
        {"length", len},
        {"radix-tree-keys", Trim.nodes(info.first_seq, info.next_seq)},
        {"radix-tree-nodes", Trim.nodes(info.first_seq, info.next_seq)},
-       {"last-generated-id",
-        if(info.next_seq > 0, do: Entry.id(info.next_seq - 1, tag), else: "0-0")},
-       {"max-deleted-entry-id",
-        if(info.first_seq > 0, do: Entry.id(info.first_seq - 1, tag), else: "0-0")},
+       {"last-generated-id", Entry.format(info.last_id)},
+       {"max-deleted-entry-id", max_deleted(info)},
        {"entries-added", info.next_seq},
-       {"recorded-first-entry-id", if(len > 0, do: Entry.id(info.first_seq, tag), else: "0-0")},
+       {"recorded-first-entry-id", first_id(info)},
        {"entries", entries},
        {"groups", groups},
        {"capacity", info.capacity},

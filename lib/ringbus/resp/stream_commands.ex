@@ -10,9 +10,15 @@ defmodule Ringbus.Resp.StreamCommands do
   # trim where the stream lives (`Ringbus.Channel.Trim`), and the stream's
   # `pulled` figure counts what they remove. XDEL deletes the IDs given when
   # they are the stream's oldest entries, and refuses to punch a hole.
+  #
+  # IDs. Every entry has the ID it was stored under (`Ringbus.Channel.Ids`):
+  # a push answers it where the stream lives (`Ringbus.Op`'s `{:ids,
+  # push}`), the IDs of one push's batch are consecutive from its first, and
+  # the IDs a client gives are turned into seqs there too
+  # (`Ringbus.Resp.StreamIds`).
 
-  alias Ringbus.Channel.Trim
-  alias Ringbus.Resp.{Args, BlockingRead, Encoder, Entry, Errors, Keys}
+  alias Ringbus.Channel.{Ids, Trim}
+  alias Ringbus.Resp.{Args, BlockingRead, Encoder, Entry, Errors, Keys, StreamIds}
 
   # A read with no COUNT: everything, as in Redis; the ring bounds it.
   @all 4_611_686_018_427_387_904
@@ -104,20 +110,17 @@ defmodule Ringbus.Resp.StreamCommands do
 
   defp store_run(key, payloads, n, bytes, nomkstream, trim, s) do
     case push(key, {:push_run, payloads, n, bytes}, nomkstream, trim, s) do
-      {:ok, first, tag} ->
-        ids(first, n, tag, [])
+      {:ok, _first, id} ->
+        ids(id, n, 0, [])
 
       {:error, reason} when reason in [:full, :too_large] and trim == nil ->
         # A rejecting stream, or entries over max_bytes: each XADD goes in
         # on its own or not at all, in one operation.
         batches = Enum.map(payloads, &{[&1], 1, byte_size(&1)})
 
-        case Ringbus.run(key, {:stamped, {:push_batches, batches}}) do
-          {:ok, inc, {:ok, results}} ->
-            Enum.map(results, &stored(key, Entry.tag(inc), &1))
-
-          {:ok, _inc, {:error, reason}} ->
-            one_by_one(key, payloads, n, nomkstream, nil, reason, s)
+        case Ringbus.run(key, {:ids, {:push_batches, batches}}) do
+          {:ok, results} ->
+            Enum.map(results, &stored(key, &1))
 
           {:error, reason} ->
             one_by_one(key, payloads, n, nomkstream, nil, reason, s)
@@ -140,8 +143,8 @@ defmodule Ringbus.Resp.StreamCommands do
   defp one_by_one(key, _payloads, n, _nomkstream, _trim, reason, _s),
     do: List.duplicate(push_error(key, reason), n)
 
-  defp stored(_key, tag, {:ok, seq}), do: Entry.id(seq, tag)
-  defp stored(key, _tag, {:error, reason}), do: push_error(key, reason)
+  defp stored(_key, {:ok, _seq, id}), do: Entry.format(id)
+  defp stored(key, {:error, reason}), do: push_error(key, reason)
 
   defp store_one([payload], key, nomkstream, trim, s),
     do: store_one_with({:push_many, [payload], 1, byte_size(payload)}, key, nomkstream, trim, s)
@@ -149,28 +152,33 @@ defmodule Ringbus.Resp.StreamCommands do
   # One push and its trim: its ID, or the error as a reply.
   defp store_one_with(op, key, nomkstream, trim, s) do
     case push(key, op, nomkstream, trim, s) do
-      {:ok, seq, tag} -> Entry.id(seq, tag)
+      {:ok, _seq, id} -> Entry.format(id)
       {:error, reason} -> push_error(key, reason)
     end
   end
 
-  defp ids(_first, 0, _tag, acc), do: :lists.reverse(acc)
-  defp ids(first, n, tag, acc), do: ids(first + 1, n - 1, tag, [Entry.id(first, tag) | acc])
+  # A batch's IDs are consecutive from its first (`Ringbus.Channel.Ids`).
+  defp ids(_first, n, n, acc), do: :lists.reverse(acc)
+  defp ids(first, n, i, acc), do: ids(first, n, i + 1, [Entry.format(Ids.nth(first, i)) | acc])
 
-  # One request to where the stream lives: the push, its trim, and the
-  # incarnation its IDs are tagged with, which the home reads with the push;
-  # a stream no node has is made first, unless NOMKSTREAM. Errors are
-  # answers here, never thrown: a batch is stored outside any one command.
+  # One request to where the stream lives: the push, its trim, answered
+  # with the first ID stored; a stream no node has is made first, unless
+  # NOMKSTREAM. Errors are answers here, never thrown: a batch is stored
+  # outside any one command.
   defp push(key, op, nomkstream, trim, s) do
-    op = {:stamped, if(trim, do: {:push_trim, op, seq_trim(key, trim)}, else: op)}
+    op = with_ids(op)
+    op = if trim, do: {:push_trim, op, seq_trim(key, trim)}, else: op
 
     case made(Ringbus.run(key, op), key, op, nomkstream, s) do
-      {:ok, inc, {:ok, seq}} -> {:ok, seq, Entry.tag(inc)}
-      {:ok, _inc, {:error, _} = error} -> error
+      {:ok, seq, id} -> {:ok, seq, id}
       {:error, :no_channel} when nomkstream -> {:error, :nomkstream}
       {:error, _} = error -> error
     end
   end
+
+  # A client's ID is answered as it is stored; any other push, with its first ID.
+  defp with_ids({:push_id, _given, _payload} = op), do: op
+  defp with_ids(op), do: {:ids, op}
 
   # A new stream's options are worked out only when the stream is missing.
   defp made({:error, :no_channel}, key, op, false, s) do
@@ -181,26 +189,6 @@ defmodule Ringbus.Resp.StreamCommands do
   end
 
   defp made(answer, _key, _op, _nomkstream, _s), do: answer
-
-  @doc "The tag of stream `key`'s IDs (`Ringbus.Resp.Entry.tag/1`), or nil when it does not exist."
-  @spec tag(binary()) :: Entry.tag() | nil
-  def tag(key) do
-    case Errors.check!(Ringbus.incarnation(key), key) do
-      {:ok, inc} -> Entry.tag(inc)
-      {:error, :no_channel} -> nil
-    end
-  end
-
-  @doc """
-  An ID a client resumes from, pinned to stream `key`'s tag
-  (`Ringbus.Resp.Entry.pin/2`); an ID of another incarnation ends the
-  command with the `new_incarnation` error.
-  """
-  @spec pin!(Entry.id(), Entry.tag() | nil, binary()) :: Entry.id()
-  def pin!(id, tag, key) do
-    {:ok, id} = Errors.check!(Entry.pin(id, tag), key)
-    id
-  end
 
   defp push_error(_key, :nomkstream), do: nil
 
@@ -233,65 +221,18 @@ defmodule Ringbus.Resp.StreamCommands do
     store_one_with(op, add.key, add.nomkstream, add.trim, s)
   end
 
-  # A ring numbers its entries itself: an explicit ID must be the next one.
-  defp explicit(add, id, payload, s) do
-    {next, tag} =
-      case Errors.check!(Ringbus.info(add.key), add.key) do
-        {:ok, info} -> {info.next_seq, Entry.tag(info.incarnation)}
-        {:error, :no_channel} -> {0, nil}
-      end
-
-    # Compared as IDs without a tag: an ID of another tag is not the next one.
-    next_id = {next + 1, 0}
-    id = if is_tuple(id) and elem(id, 0) != :ms, do: Entry.local(id, tag), else: id
-
-    cond do
-      id == {0, 0} ->
-        Encoder.error("ERR The ID specified in XADD must be greater than 0-0")
-
-      match?({:ms, _}, id) and elem(id, 1) == elem(next_id, 0) ->
-        store_one([payload], add.key, add.nomkstream, add.trim, s)
-
-      match?({:ms, _}, id) and elem(id, 1) < elem(next_id, 0) ->
-        too_small()
-
-      match?({:ms, _}, id) ->
-        not_next(next_id, tag)
-
-      id < next_id ->
-        too_small()
-
-      id == next_id ->
-        store_one([payload], add.key, add.nomkstream, add.trim, s)
-
-      true ->
-        not_next(next_id, tag)
-    end
-  end
-
-  defp too_small,
-    do:
-      Encoder.error(
-        "ERR The ID specified in XADD is equal or smaller than the target stream top item"
-      )
-
-  defp not_next({ms, 0}, tag) do
-    Encoder.error([
-      "ERR The ID specified in XADD must be the stream's next ID, ",
-      Entry.format({ms, tag || 0}),
-      ": a Ringbus stream numbers its entries itself"
-    ])
-  end
+  # A client's ID: stored under it if it is above the stream's last
+  # (Redis's rules, where the stream lives).
+  defp explicit(add, id, payload, s),
+    do: store_one_with({:push_id, id, payload}, add.key, add.nomkstream, add.trim, s)
 
   ## Trimming
 
-  # A trim as the channel runs it: MINID's ID as the seq it names, which
-  # takes the stream's tag (one more request, whose error leaves the ID as
-  # it is: the trim then meets the error); MAXLEN as it is.
+  # A trim as the channel runs it: MINID's ID as the first seq it keeps,
+  # found where the stream lives (one more request); MAXLEN as it is.
   defp seq_trim(key, %{strategy: {:minid, id}} = trim) do
-    tag = with {:ok, inc} <- Ringbus.incarnation(key), do: Entry.tag(inc)
-    id = if is_integer(tag), do: Entry.local(id, tag), else: id
-    %{trim | strategy: {:min_seq, Entry.seq_from(id)}}
+    [from] = StreamIds.bounds(key, [{:from, id}])
+    %{trim | strategy: {:min_seq, from}}
   end
 
   defp seq_trim(_key, trim), do: trim
@@ -310,8 +251,7 @@ defmodule Ringbus.Resp.StreamCommands do
       {:ok, ids} ->
         case Errors.check!(Ringbus.info(key), key) do
           {:ok, info} ->
-            tag = Entry.tag(info.incarnation)
-            {delete_oldest(key, Enum.map(ids, &Entry.local(&1, tag)), info), s}
+            {delete_oldest(key, StreamIds.exact(key, ids), info), s}
 
           {:error, :no_channel} ->
             {0, s}
@@ -323,15 +263,10 @@ defmodule Ringbus.Resp.StreamCommands do
   end
 
   # The IDs of entries the stream holds must be its oldest ones.
-  defp delete_oldest(key, ids, info) do
+  defp delete_oldest(key, seqs, info) do
     held =
-      ids
-      |> Enum.flat_map(fn id ->
-        case Entry.seq(id) do
-          {:ok, seq} when seq >= info.first_seq and seq < info.next_seq -> [seq]
-          _ -> []
-        end
-      end)
+      seqs
+      |> Enum.filter(&(is_integer(&1) and &1 >= info.first_seq and &1 < info.next_seq))
       |> Enum.uniq()
 
     count = Enum.count(held)
@@ -371,13 +306,11 @@ defmodule Ringbus.Resp.StreamCommands do
   def xrevrange([key, stop, start | opts], s), do: {range(key, start, stop, opts, :reverse), s}
 
   defp range(key, start, stop, opts, direction) do
-    tag = tag(key)
-    pin = &pin!(&1, tag, key)
-
     with {:ok, count} <- Args.range_count(opts),
-         {:ok, low} <- Args.range_id(start, :start, pin),
-         {:ok, high} <- Args.range_id(stop, :end, pin) do
-      read_range(key, Entry.seq_from(low), Entry.seq_through(high), count, direction)
+         {:ok, low} <- Args.range_id(start, :start),
+         {:ok, high} <- Args.range_id(stop, :end) do
+      [low, high] = StreamIds.bounds(key, [low, high])
+      read_range(key, low, high, count, direction)
     else
       {:error, reply} -> reply
     end
@@ -389,7 +322,6 @@ defmodule Ringbus.Resp.StreamCommands do
   defp read_range(key, low, high, count, direction) do
     case Errors.check!(Ringbus.info(key), key) do
       {:ok, info} ->
-        tag = Entry.tag(info.incarnation)
         low = max(low, info.first_seq)
         high = min(high, info.next_seq - 1)
 
@@ -398,13 +330,13 @@ defmodule Ringbus.Resp.StreamCommands do
             []
 
           direction == :forward ->
-            key |> read(low, min(count, high - low + 1)) |> entries(tag)
+            key |> read(low, min(count, high - low + 1)) |> entries()
 
           true ->
             key
             |> read(max(low, high - count + 1), min(count, high - low + 1))
             |> :lists.reverse()
-            |> entries(tag)
+            |> entries()
         end
 
       {:error, :no_channel} ->
@@ -413,18 +345,26 @@ defmodule Ringbus.Resp.StreamCommands do
   end
 
   @doc false
-  # A read of `key` for a reply: a missing stream holds nothing.
+  # A read of `key` for a reply, each message with its ID: a missing
+  # stream holds nothing.
   def read(key, from, max) do
-    case Errors.check!(Ringbus.read(key, from, max), key) do
+    case Errors.check!(Ringbus.run(key, {:read, from, max, nil, :ids}), key) do
       {:ok, messages, _lost} -> messages
       {:error, :no_channel} -> []
     end
   end
 
-  @doc "Channel messages as entries of a stream of tag `tag`."
-  @spec entries([{Ringbus.seq(), binary()}], Entry.tag()) :: [Encoder.reply()]
-  def entries(messages, tag),
-    do: Enum.map(messages, fn {seq, payload} -> [Entry.id(seq, tag), Entry.decode(payload)] end)
+  @doc "Channel messages with their IDs (`{seq, payload, id}`) as stream entries."
+  @spec entries([{Ringbus.seq(), binary(), Entry.id()}]) :: [Encoder.reply()]
+  def entries(messages),
+    do: Enum.map(messages, fn {_seq, payload, id} -> [Entry.format(id), Entry.decode(payload)] end)
+
+  @doc "Messages `{seq, payload}` of stream `key` with their IDs, asked where it lives."
+  @spec with_ids(binary(), [{Ringbus.seq(), binary()}]) :: [{Ringbus.seq(), binary(), Entry.id()}]
+  def with_ids(key, messages) do
+    ids = StreamIds.ids_of(key, Enum.map(messages, &elem(&1, 0)))
+    Enum.zip_with(messages, ids, fn {seq, payload}, id -> {seq, payload, id} end)
+  end
 
   ## XREAD
 
@@ -443,11 +383,11 @@ defmodule Ringbus.Resp.StreamCommands do
     end
   end
 
-  # Where a stream's read starts, with the tag looked up before it reads.
+  # Where a stream's read starts: the seq after the ID given.
   defp read_start(key, "$") do
     case Errors.check!(Ringbus.info(key), key) do
-      {:ok, info} -> {:ok, info.next_seq, Entry.tag(info.incarnation)}
-      {:error, :no_channel} -> {:ok, 0, nil}
+      {:ok, info} -> {:ok, info.next_seq}
+      {:error, :no_channel} -> {:ok, 0}
     end
   end
 
@@ -456,8 +396,8 @@ defmodule Ringbus.Resp.StreamCommands do
   defp read_start(key, id) do
     case Entry.parse(id) do
       {:ok, id} ->
-        tag = tag(key)
-        {:ok, Entry.seq_after(pin!(id, tag, key)), tag}
+        [from] = StreamIds.bounds(key, [{:after, id}])
+        {:ok, from}
 
       :error ->
         :error
@@ -473,10 +413,9 @@ defmodule Ringbus.Resp.StreamCommands do
       max = if opts.count > 0, do: opts.count, else: @all
 
       found =
-        for {key, {:ok, from, tag}} <- starts,
+        for {key, {:ok, from}} <- starts,
             (messages = read(key, from, max)) != [],
-            # A stream made since it was looked up: its tag now.
-            do: {key, entries(messages, tag || tag(key))}
+            do: {key, entries(messages)}
 
       cond do
         found != [] -> {streams_reply(found), s}
@@ -491,7 +430,7 @@ defmodule Ringbus.Resp.StreamCommands do
 
   defp wait(starts, opts, s) do
     block = %{module: __MODULE__, timeout: BlockingRead.timeout(opts.block), count: opts.count}
-    starts = for {key, {:ok, from, tag}} <- starts, do: {key, from, tag}
+    starts = for {key, {:ok, from}} <- starts, do: {key, from}
     BlockingRead.block(starts, opts.count, block, s)
   end
 
@@ -503,8 +442,8 @@ defmodule Ringbus.Resp.StreamCommands do
         {:wait, block}
 
       _ ->
-        {key, tag} = Map.fetch!(block.subs, sub)
-        {:reply, streams_reply([{key, entries(messages, tag)}]), s}
+        key = Map.fetch!(block.subs, sub)
+        {:reply, streams_reply([{key, key |> with_ids(messages) |> entries()}]), s}
     end
   end
 
@@ -513,7 +452,7 @@ defmodule Ringbus.Resp.StreamCommands do
   # stream's next entry, from the start of the stream made again (made now,
   # as XREAD BLOCK makes a missing stream).
   def closed(block, sub, :channel_deleted, s) do
-    {key, _tag} = Map.fetch!(block.subs, sub)
+    key = Map.fetch!(block.subs, sub)
     block = %{block | subs: Map.delete(block.subs, sub)}
 
     case BlockingRead.block([{key, 0}], block.count, block, s) do
