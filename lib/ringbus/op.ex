@@ -24,7 +24,7 @@ defmodule Ringbus.Op do
   # `{:error, :too_large}` and stays in the ring.
 
   alias Ringbus.{Channel, Group, Replica}
-  alias Ringbus.Group.Push
+  alias Ringbus.Group.{ByIds, Push}
   alias Ringbus.Channel.{GivenIds, Hold, IdReads, Ids, Producers, Ring, Subscription, Times, Trim}
 
   # What a message costs in an answer beyond its payload, as a link counts it.
@@ -65,8 +65,10 @@ defmodule Ringbus.Op do
       stream ID, `{ms, n}` or `{ms, :auto}`, refused unless above the
       last (`Ringbus.Channel.GivenIds`): `{:ok, seq, id}`
     * `{:ids_of, seqs}` - `{:ok, ids}`, the ID of each seq (`IdReads.ids_of/2`)
-    * `{:seek_ids, ids}` - `{:ok, [{seq, exact?}]}`, where each ID is
-      (`IdReads.seek/2`)
+    * `{:id_bounds, [{side, id}]}` - `{:ok, seqs}`, the seq each ID bounds
+      (`IdReads.bounds/2`)
+    * `{:ids, {:group, request}}` - a group request whose positions are
+      IDs and whose answer gives IDs for seqs (`Ringbus.Group.ByIds`)
     * `{:set_id, id}` - the last ID becomes `id` (Redis's XSETID), unless
       the newest message held is above it: `:ok` or `{:error, :smaller}`
     * `{:trim, trim}` - removes the oldest messages `Ringbus.Channel.Trim`
@@ -100,7 +102,7 @@ defmodule Ringbus.Op do
           | {:ids, t()}
           | {:push_id, {non_neg_integer(), non_neg_integer() | :auto}, binary()}
           | {:ids_of, [non_neg_integer()]}
-          | {:seek_ids, [Ids.id()]}
+          | {:id_bounds, [{IdReads.side(), Ids.id()}]}
           | {:set_id, Ids.id()}
           | :len
           | :info
@@ -157,10 +159,13 @@ defmodule Ringbus.Op do
       ),
       do: timed(channel, run(channel, op, room, timeout))
 
-  # A group read's messages with their IDs, probed on this member's ring
-  # once it holds them: `{seq, payload, id}`.
-  def run(channel, {:ids, {:group, _} = op}, room, timeout),
-    do: ided(channel, run(channel, op, room, timeout))
+  # A group request in Redis stream IDs (`Ringbus.Group.ByIds`): its IDs
+  # found here, its answer's seqs made IDs on this member's ring once it
+  # holds what the answer names.
+  def run(channel, {:ids, {:group, request}}, room, timeout) do
+    request = ByIds.resolve(channel, request)
+    ided(channel, request, run(channel, {:group, request}, room, timeout))
+  end
 
   def run(channel, {:stamped, {:ids, {:group, _}} = op}, room, timeout),
     do: stamp(channel, run(channel, op, room, timeout))
@@ -274,7 +279,7 @@ defmodule Ringbus.Op do
     do: GivenIds.push(channel, payload, given)
 
   defp memory(channel, {:ids_of, seqs}, _room), do: {:ok, IdReads.ids_of(channel, seqs)}
-  defp memory(channel, {:seek_ids, ids}, _room), do: {:ok, IdReads.seek(channel, ids)}
+  defp memory(channel, {:id_bounds, bounds}, _room), do: {:ok, IdReads.bounds(channel, bounds)}
   defp memory(channel, {:set_id, id}, _room), do: GivenIds.set(channel, id)
 
   defp memory(channel, {:push_many, payloads, count, bytes}, _room),
@@ -311,7 +316,7 @@ defmodule Ringbus.Op do
   defp memory(channel, {:push_trim, push, trim}, room),
     do: then_trim(memory(channel, push, room), fn -> Ring.trim(channel, trim) end)
 
-  defp memory(channel, {:trim, trim}, _room), do: Ring.trim(channel, trim)
+  defp memory(channel, {:trim, trim}, _room), do: IdReads.trim(channel, trim)
 
   # The oldest message is looked at first, so one too large for the room
   # stays in the ring. (One that another puller's take puts at the head
@@ -405,30 +410,24 @@ defmodule Ringbus.Op do
     end
   end
 
-  defp ided(channel, {:reply, answer}), do: {:reply, message_ids(channel, answer)}
-  defp ided(channel, {:wait, fun}), do: {:wait, fn -> message_ids(channel, fun.()) end}
+  defp ided(channel, request, {:reply, answer}),
+    do: {:reply, ByIds.answer(channel, request, answer)}
 
-  defp message_ids(channel, {:ok, {next, claimed, deleted}}) when is_list(claimed),
-    do: {:ok, {next, listed_ids(channel, claimed), deleted}}
-
-  defp message_ids(channel, {:ok, messages}) when is_list(messages),
-    do: {:ok, listed_ids(channel, messages)}
-
-  defp message_ids(_channel, answer), do: answer
-
-  # Messages `{seq, payload}` (payload nil for one gone) with their IDs;
-  # seqs alone stay.
-  defp listed_ids(_channel, []), do: []
-
-  defp listed_ids(channel, messages) do
-    last = List.last(messages)
-    if channel.replica, do: applied(channel, if(is_tuple(last), do: elem(last, 0), else: last), @apply_waits)
-
-    Enum.map(messages, fn
-      {seq, payload} -> {seq, payload, IdReads.id_of(channel, seq)}
-      seq -> seq
-    end)
+  defp ided(channel, request, {:wait, fun}) do
+    {:wait,
+     fn ->
+       answer = fun.()
+       if channel.replica, do: applied(channel, newest(answer), @apply_waits)
+       ByIds.answer(channel, request, answer)
+     end}
   end
+
+  # The newest seq of a group answer's messages, -1 for none.
+  defp newest({:ok, messages}) when is_list(messages),
+    do: Enum.reduce(messages, -1, fn m, max -> max(max, if(is_tuple(m), do: elem(m, 0), else: m)) end)
+
+  defp newest({:ok, {_next, claimed, _deleted}}) when is_list(claimed), do: newest({:ok, claimed})
+  defp newest(_answer), do: -1
 
   defp stamp(channel, {:reply, answer}), do: {:reply, stamped(channel, answer)}
   defp stamp(channel, {:wait, fun}), do: {:wait, fn -> stamped(channel, fun.()) end}

@@ -16,6 +16,8 @@ defmodule Ringbus.Channel.IdReads do
   alias Ringbus.Channel
   alias Ringbus.Channel.{Ids, Ring, Times}
 
+  @max_u64 0xFFFF_FFFF_FFFF_FFFF
+
   @doc "The ID named for seq `seq`, which the ring no longer holds."
   @spec gone(non_neg_integer()) :: Ids.id()
   def gone(seq), do: {0, seq + 1}
@@ -48,6 +50,50 @@ defmodule Ringbus.Channel.IdReads do
     {seq, Ring.stored_id(ch, seq) == id}
   end
 
+  @typedoc """
+  A bound an ID gives a range: `:from` (the first seq at or above it),
+  `:after` (the first above), `:through` (the last at or below),
+  `:before` (the last below); `:entry`, the seq of the message stored
+  under it, or :none.
+  """
+  @type side :: :from | :after | :through | :before | :entry
+
+  @doc "The seq each `{side, id}` bounds (`t:side/0`)."
+  @spec bounds(Channel.t(), [{side(), Ids.id()}]) :: [integer() | :none]
+  def bounds(ch, bounds), do: Enum.map(bounds, fn {side, id} -> bound(ch, side, id) end)
+
+  @doc "The seq `id` bounds on `side` (`t:side/0`)."
+  @spec bound(Channel.t(), side(), Ids.id()) :: integer() | :none
+  def bound(ch, :entry, id), do: entry(ch, id)
+  def bound(ch, :from, id), do: ch |> exact(id) |> elem(0)
+  def bound(ch, :before, id), do: elem(exact(ch, id), 0) - 1
+  def bound(ch, :after, id), do: beyond(ch, id)
+  def bound(ch, :through, id), do: beyond(ch, id) - 1
+
+  # The first seq above `id`.
+  defp beyond(ch, {ms, n} = id) do
+    case {ms, n} do
+      {@max_u64, @max_u64} ->
+        {seq, exact} = exact(ch, id)
+        if exact, do: seq + 1, else: seq
+
+      {ms, @max_u64} ->
+        ch |> exact({ms + 1, 0}) |> elem(0)
+
+      {ms, n} ->
+        ch |> exact({ms, n + 1}) |> elem(0)
+    end
+  end
+
+  @doc "The seq of the message whose ID is `id`, or :none (`seek/2`)."
+  @spec entry(Channel.t(), Ids.id()) :: non_neg_integer() | :none
+  def entry(ch, id) do
+    case exact(ch, id) do
+      {seq, true} -> seq
+      {_seq, false} -> :none
+    end
+  end
+
   @doc """
   `Ring.read/3`, each message with its ID: `{seq, payload, id}`. A message
   pulled between the read and the probe of its ID gets `gone/1`'s name.
@@ -61,13 +107,34 @@ defmodule Ringbus.Channel.IdReads do
   end
 
   @doc """
-  `info` with `:last_id` (the last ID the channel gave, `0-0` before any)
-  and `:first_id` (the oldest held message's ID, nil when none).
+  `info` with `:last_id` (the last ID the channel gave, `0-0` before any),
+  `:first_id` (the oldest held message's ID, nil when none) and
+  `:max_removed_id` (`trim/2`'s highest, `0-0` before any).
   """
   @spec put_info(map(), Channel.t()) :: map()
   def put_info(info, ch) do
     first = Ring.first_seq(ch)
     first_id = if first < Ring.next_seq(ch), do: Ring.stored_id(ch, first)
-    Map.merge(info, %{last_id: Ids.last(ch.ids), first_id: first_id})
+
+    Map.merge(info, %{
+      last_id: Ids.last(ch.ids),
+      first_id: first_id,
+      max_removed_id: Ids.max_removed(ch.ids)
+    })
+  end
+
+  @doc """
+  `Ring.trim/2`, noting the highest ID it removes: the ID of the last seq
+  the trim names, read before it goes (an entry a holding group keeps
+  makes the trim stop short, and then nothing is noted).
+  """
+  @spec trim(Channel.t(), Ringbus.Channel.Trim.t()) :: {:ok, non_neg_integer()}
+  def trim(ch, trim) do
+    first = Ring.first_seq(ch)
+    n = Ringbus.Channel.Trim.count(trim, first, Ring.next_seq(ch))
+    last = if n > 0, do: Ring.stored_id(ch, first + n - 1)
+    {:ok, removed} = Ring.trim(ch, trim)
+    if last && removed == n, do: Ids.removed(ch.ids, last)
+    {:ok, removed}
   end
 end

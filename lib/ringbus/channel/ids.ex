@@ -36,6 +36,8 @@ defmodule Ringbus.Channel.Ids do
   @version 2
   @wide_ms 3
   @wide_n 4
+  @deleted_ms 5
+  @deleted_n 6
 
   @typedoc "A stream ID: ms and counter, both u64."
   @type id :: {non_neg_integer(), non_neg_integer()}
@@ -45,7 +47,7 @@ defmodule Ringbus.Channel.Ids do
 
   @doc "A fresh stamp: the last ID is `0-0`."
   @spec new() :: :atomics.atomics_ref()
-  def new, do: :atomics.new(4, signed: false)
+  def new, do: :atomics.new(6, signed: false)
 
   @doc "The last ID given (or set by `set/2`)."
   @spec last(:atomics.atomics_ref()) :: id()
@@ -149,6 +151,37 @@ defmodule Ringbus.Channel.Ids do
     _prev = last_locked(ids)
     store(ids, id)
     unlock(ids)
+  end
+
+  @doc "The highest ID removed (`removed/2`): `0-0` before any."
+  @spec max_removed(:atomics.atomics_ref()) :: id()
+  def max_removed(ids) do
+    v = :atomics.get(ids, @version)
+    id = {:atomics.get(ids, @deleted_ms), :atomics.get(ids, @deleted_n)}
+
+    if (v &&& 1) == 1 or :atomics.get(ids, @version) != v do
+      :erlang.yield()
+      max_removed(ids)
+    else
+      id
+    end
+  end
+
+  @doc "Notes that the message of ID `id` was removed (Redis's max-deleted-entry-id)."
+  @spec removed(:atomics.atomics_ref(), id()) :: :ok
+  def removed(ids, {ms, n} = id) do
+    if above?(id, max_removed(ids)) do
+      lock(ids)
+
+      if above?(id, {:atomics.get(ids, @deleted_ms), :atomics.get(ids, @deleted_n)}) do
+        :atomics.put(ids, @deleted_ms, ms)
+        :atomics.put(ids, @deleted_n, n)
+      end
+
+      unlock(ids)
+    end
+
+    :ok
   end
 
   @doc "The `i`-th ID of a batch whose first is `first`, as `reserve/3` numbers them."

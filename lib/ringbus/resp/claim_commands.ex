@@ -7,7 +7,7 @@ defmodule Ringbus.Resp.ClaimCommands do
   # stream's home (`Ringbus.Resp.GroupRequest`); an argument's error is
   # answered after the group's checks, as Redis orders them.
 
-  alias Ringbus.Resp.{Args, Encoder, Entry, Errors, GroupRequest, StreamCommands, StreamIds}
+  alias Ringbus.Resp.{Args, Encoder, Entry, Errors, GroupRequest, StreamCommands}
 
   @max_u64 18_446_744_073_709_551_615
 
@@ -21,7 +21,7 @@ defmodule Ringbus.Resp.ClaimCommands do
 
         {total, low, high, counts} ->
           consumers = for {name, n} <- counts, do: [name, Integer.to_string(n)]
-          [total | StreamIds.formatted(key, [low, high])] ++ [consumers]
+          [total, Entry.format(low), Entry.format(high), consumers]
       end)
 
     {reply, s}
@@ -46,13 +46,11 @@ defmodule Ringbus.Resp.ClaimCommands do
          [start, stop, count | consumer] when length(consumer) <= 1 <- args,
          {:ok, low} <- pending_bound(start, :start),
          {:ok, high} <- pending_bound(stop, :end) do
-      [low, high] = StreamIds.bounds(key, [low, high])
-
       # A count that is no integer is answered once the IDs are found of the
       # stream's incarnation, as Redis checks them first: asked for none.
       {count, reply} =
         case Args.integer(count) do
-          {:ok, n} -> {n, &pending_rows(key, &1)}
+          {:ok, n} -> {n, &pending_rows/1}
           :error -> {0, fn _rows -> Errors.not_integer() end}
         end
 
@@ -75,10 +73,10 @@ defmodule Ringbus.Resp.ClaimCommands do
         {:error, Encoder.error("ERR invalid end ID for the interval")}
 
       {{:ok, id}, :start} ->
-        {:ok, {:after, id}}
+        {:ok, {:id, :after, id}}
 
       {{:ok, id}, :end} ->
-        {:ok, {:before, id}}
+        {:ok, {:id, :before, id}}
 
       {:error, _side} ->
         {:error, Args.invalid_id()}
@@ -87,8 +85,8 @@ defmodule Ringbus.Resp.ClaimCommands do
 
   defp pending_bound(text, side) do
     case Entry.parse(strip(text), missing(side)) do
-      {:ok, id} when side == :start -> {:ok, {:from, id}}
-      {:ok, id} -> {:ok, {:through, id}}
+      {:ok, id} when side == :start -> {:ok, {:id, :from, id}}
+      {:ok, id} -> {:ok, {:id, :through, id}}
       :error -> {:error, Args.invalid_id()}
     end
   end
@@ -96,13 +94,8 @@ defmodule Ringbus.Resp.ClaimCommands do
   defp missing(:start), do: 0
   defp missing(:end), do: @max_u64
 
-  defp pending_rows(key, rows) do
-    ids = StreamIds.formatted(key, for({seq, _, _, _} <- rows, do: seq))
-
-    Enum.zip_with(rows, ids, fn {_seq, owner, idle, deliveries}, id ->
-      [id, owner, idle, deliveries]
-    end)
-  end
+  defp pending_rows(rows),
+    do: for({id, owner, idle, n} <- rows, do: [Entry.format(id), owner, idle, n])
 
   defp strip("-"), do: "0-0"
   defp strip("+"), do: "18446744073709551615-18446744073709551615"
@@ -116,17 +109,14 @@ defmodule Ringbus.Resp.ClaimCommands do
     with {:ok, min_idle} <- idle_arg(min_idle),
          {:ok, start} <- Entry.parse(strip(start)) |> id_or_bound(start),
          {:ok, count, justid} <- autoclaim_options(opts, 100, false) do
-      [from] = StreamIds.bounds(key, [{:from, start}])
-      request = {:autoclaim, group, consumer, min_idle, from, count, justid}
+      request = {:autoclaim, group, consumer, min_idle, {:id, :from, start}, count, justid}
 
       reply =
         run(key, group, request, fn {next, claimed, deleted} ->
-          [next_id | deleted] = StreamIds.formatted(key, [next || 0 | deleted])
-
           [
-            if(next, do: next_id, else: "0-0"),
-            claimed(key, claimed, justid),
-            deleted
+            if(next, do: Entry.format(next), else: "0-0"),
+            claimed(claimed, justid),
+            Enum.map(deleted, &Entry.format/1)
           ]
         end)
 
@@ -178,10 +168,10 @@ defmodule Ringbus.Resp.ClaimCommands do
       {:ok, min_idle, opts} ->
         # An ID names the entry stored under it, if any; LASTID is a
         # position, as XGROUP SETID's.
-        {refs, last} = claim_seqs(key, ids, opts.last)
-        opts = %{opts | last: last}
+        refs = for id <- ids, do: {:entry, id}
+        opts = %{opts | last: opts.last && {:id, :through, opts.last}}
         request = {:claim, group, consumer, refs, min_idle, opts}
-        {run(key, group, request, &claimed(key, &1, opts.justid)), s}
+        {run(key, group, request, &claimed(&1, opts.justid)), s}
 
       {:error, reply} ->
         {unless_no_group(key, group, reply), s}
@@ -238,22 +228,9 @@ defmodule Ringbus.Resp.ClaimCommands do
     end
   end
 
-  # The seqs of the IDs given and of LASTID, in one request.
-  defp claim_seqs(key, ids, nil), do: {seqs(StreamIds.exact(key, ids)), nil}
-
-  defp claim_seqs(key, ids, last) do
-    [{after_last, _} | found] = StreamIds.seek(key, [or_max(Entry.succ(last)) | ids])
-    {seqs(Enum.map(found, fn {seq, exact} -> if exact, do: seq, else: :none end)), after_last - 1}
-  end
-
-  defp or_max(:none), do: Entry.max_id()
-  defp or_max(id), do: id
-
-  defp seqs(found), do: Enum.reject(found, &(&1 == :none))
-
   # What a claim took: IDs with JUSTID, else entries (with their IDs).
-  defp claimed(key, claimed, true), do: StreamIds.formatted(key, claimed)
-  defp claimed(_key, claimed, false), do: StreamCommands.entries(claimed)
+  defp claimed(claimed, true), do: Enum.map(claimed, &Entry.format/1)
+  defp claimed(claimed, false), do: StreamCommands.entries(claimed)
 
   # A request at the home: its answer, or NOGROUP without the stream or the group.
   defp run(key, group, request, reply) do

@@ -20,8 +20,7 @@ defmodule Ringbus.Resp.GroupCommands do
     Errors,
     GroupRequest,
     Keys,
-    StreamCommands,
-    StreamIds
+    StreamCommands
   }
 
   alias Ringbus.Server.Directory
@@ -186,9 +185,9 @@ defmodule Ringbus.Resp.GroupCommands do
   # Else the last seq whose ID is the ID given or below.
   defp group_position(_key, "$"), do: {:ok, :last}
 
-  defp group_position(key, id) do
+  defp group_position(_key, id) do
     case Entry.parse(id) do
-      {:ok, id} -> {:ok, hd(StreamIds.bounds(key, [{:through, id}]))}
+      {:ok, id} -> {:ok, {:id, :through, id}}
       :error -> {:error, Args.invalid_id()}
     end
   end
@@ -307,8 +306,7 @@ defmodule Ringbus.Resp.GroupCommands do
         id ->
           case Entry.parse(id) do
             {:ok, id} ->
-              [from] = StreamIds.bounds(key, [{:after, id}])
-              {:cont, {:ok, [{key, {:history, from}} | acc]}}
+              {:cont, {:ok, [{key, {:history, {:id, :after, id}}} | acc]}}
 
             :error ->
               {:halt, {:error, Args.invalid_id()}}
@@ -477,7 +475,7 @@ defmodule Ringbus.Resp.GroupCommands do
   def xack([key, group | ids], s) do
     case parse_ids(ids) do
       {:ok, ids} ->
-        refs = for seq <- StreamIds.exact(key, ids), seq != :none, do: seq
+        refs = for id <- ids, do: {:entry, id}
         {GroupRequest.run(key, {:ack, group, refs}, 0, fn {:ok, acked} -> acked end), s}
 
       :error ->

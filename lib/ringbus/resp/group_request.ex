@@ -3,11 +3,11 @@ defmodule Ringbus.Resp.GroupRequest do
   # How the consumer group commands (`GroupCommands`, `ClaimCommands`,
   # `StreamAdmin`) reach a stream's groups: each maps its arguments onto a
   # request of `Ringbus.Group` (seqs,
-  # `Ringbus.Resp.StreamIds` of the IDs given) and runs it as the operation
-  # `{:group, request}` through `Ringbus.run/3`: here when this node homes
-  # the stream, else at its home through the cluster's link, in one round
-  # trip; a request that answers messages, as `{:ids, {:group, request}}`,
-  # so that they come with their IDs. A cluster error answers as any call on another
+  # the IDs given as `Ringbus.Group.ByIds` takes them) and runs it as the
+  # operation `{:ids, {:group, request}}` through `Ringbus.run/3`: here when
+  # this node homes the stream, else at its home through the cluster's
+  # link, in one round trip; the answer gives IDs for seqs. A cluster error
+  # answers as any call on another
   # node's stream does: `-TRYAGAIN` or `-CLUSTERDOWN` (not done), `-TIMEOUT`
   # (may be done).
 
@@ -16,15 +16,13 @@ defmodule Ringbus.Resp.GroupRequest do
   @doc """
   Runs `request` on the groups of stream `key` and returns `reply.(answer)`,
   or `none` when no stream is named `key`. Other errors of the channel API
-  end the command (`Ringbus.Resp.Errors.fail!/2`). A request whose answer
-  is messages gets them with their IDs, `{seq, payload, id}`.
+  end the command (`Ringbus.Resp.Errors.fail!/2`). Messages come with
+  their IDs, `{seq, payload, id}`, and other seqs as IDs (`Ringbus.Group.ByIds`).
   """
   @spec run(binary(), Ringbus.Group.request(), term(), (term() -> term())) :: term()
   def run(key, request, none, reply) do
-    op = if elem(request, 0) in [:read, :history, :claim, :autoclaim, :take], do: {:ids, {:group, request}}, else: {:group, request}
-
     # Stamped, so that the request's own errors are told from the stream's.
-    case Ringbus.run(key, {:stamped, op}) do
+    case Ringbus.run(key, {:stamped, {:ids, {:group, request}}}) do
       {:ok, _incarnation, answer} -> reply.(answer)
       {:error, :no_channel} -> none
       {:error, reason} -> Errors.fail!(reason, key)

@@ -9,7 +9,7 @@ defmodule Ringbus.Resp.StreamAdmin do
   # XINFO reads a stream's groups at its home, one group request each
   # (`Ringbus.Resp.GroupRequest`).
 
-  alias Ringbus.Channel.{IdReads, Ids, Trim}
+  alias Ringbus.Channel.{Ids, Trim}
 
   alias Ringbus.Resp.{
     Args,
@@ -18,8 +18,7 @@ defmodule Ringbus.Resp.StreamAdmin do
     Errors,
     GroupRequest,
     Keys,
-    StreamCommands,
-    StreamIds
+    StreamCommands
   }
 
   @all 4_611_686_018_427_387_904
@@ -93,7 +92,7 @@ defmodule Ringbus.Resp.StreamAdmin do
         )
 
       true ->
-        case Errors.check!(Ringbus.run(key, {:set_id, id}), key) do
+        case Ringbus.run(key, {:set_id, id}) do
           :ok -> {:simple, "OK"}
           {:error, :smaller} -> smaller()
           {:error, :no_channel} -> no_key()
@@ -177,15 +176,13 @@ defmodule Ringbus.Resp.StreamAdmin do
 
   defp groups(key) do
     GroupRequest.run(key, {:groups, 0}, no_key(), fn {:ok, groups} ->
-      lasts = last_ids(key, groups)
-
-      for {g, last} <- Enum.zip(groups, lasts) do
+      for g <- groups do
         {:map,
          [
            {"name", g.name},
            {"consumers", Enum.count(g.consumers)},
            {"pending", g.pending},
-           {"last-delivered-id", last},
+           {"last-delivered-id", last_id(g)},
            {"entries-read", entries_read(g)},
            {"lag", lag(g)}
          ]}
@@ -216,25 +213,15 @@ defmodule Ringbus.Resp.StreamAdmin do
     end
   end
 
-  # Each group's last delivered entry's ID: `0-0` before any.
-  defp last_ids(key, groups) do
-    ids = StreamIds.formatted(key, for(%{last: last} <- groups, last >= 0, do: last))
-    last_ids(groups, ids, [])
-  end
-
-  defp last_ids([%{last: last} | rest], [id | ids], acc) when last >= 0,
-    do: last_ids(rest, ids, [id | acc])
-
-  defp last_ids([_none | rest], ids, acc), do: last_ids(rest, ids, ["0-0" | acc])
-  defp last_ids([], _ids, acc), do: :lists.reverse(acc)
+  # A group's last delivered entry's ID: `0-0` before any.
+  defp last_id(%{last_id: nil}), do: "0-0"
+  defp last_id(%{last_id: id}), do: Entry.format(id)
 
   defp first_id(%{first_id: nil}), do: "0-0"
   defp first_id(%{first_id: id}), do: Entry.format(id)
 
-  # The ring keeps no ID of what it removed: the entry before its oldest
-  # is named as `Ringbus.Resp.StreamIds` names a seq it no longer holds.
-  defp max_deleted(%{first_seq: 0}), do: "0-0"
-  defp max_deleted(%{first_seq: first}), do: Entry.format(IdReads.gone(first - 1))
+  # The highest ID XTRIM or XDEL removed.
+  defp max_deleted(%{max_removed_id: id}), do: Entry.format(id)
 
   defp consumers(key, group) do
     GroupRequest.run(key, {:consumers, group}, no_key(), fn
@@ -325,39 +312,35 @@ defmodule Ringbus.Resp.StreamAdmin do
   end
 
   defp full_groups(key, %{incarnation: incarnation}, count) do
-    case Ringbus.run(key, {:stamped, {:group, {:groups, count}}}) do
-      {:ok, ^incarnation, {:ok, groups}} -> {:ok, full_groups(key, groups)}
+    case Ringbus.run(key, {:stamped, {:ids, {:group, {:groups, count}}}}) do
+      {:ok, ^incarnation, {:ok, groups}} -> {:ok, full_groups(groups)}
       {:ok, _other, _answer} -> {:error, :new_incarnation}
       {:error, :no_channel} -> {:error, :no_channel}
       {:error, reason} -> Errors.fail!(reason, key)
     end
   end
 
-  defp full_groups(key, groups) do
-    for {g, last} <- Enum.zip(groups, last_ids(key, groups)) do
+  defp full_groups(groups) do
+    for g <- groups do
       consumers =
         for c <- g.consumers do
-          ids = StreamIds.formatted(key, for({seq, _, _} <- c.entries, do: seq))
-
           {:map,
            [
              {"name", c.name},
              {"seen-time", c.seen},
              {"pel-count", c.pending},
-             {"pending", Enum.zip_with(c.entries, ids, fn {_, time, n}, id -> [id, time, n] end)}
+             {"pending", for({id, time, n} <- c.entries, do: [Entry.format(id), time, n])}
            ]}
         end
-
-      ids = StreamIds.formatted(key, for({seq, _, _, _} <- g.entries, do: seq))
 
       {:map,
        [
          {"name", g.name},
-         {"last-delivered-id", last},
+         {"last-delivered-id", last_id(g)},
          {"entries-read", entries_read(g)},
          {"lag", lag(g)},
          {"pel-count", g.pending},
-         {"pending", Enum.zip_with(g.entries, ids, fn {_, c, time, n}, id -> [id, c, time, n] end)},
+         {"pending", for({id, c, time, n} <- g.entries, do: [Entry.format(id), c, time, n])},
          {"consumers", consumers},
          {"lost", g.lost},
          {"pending-dropped", g.dropped}

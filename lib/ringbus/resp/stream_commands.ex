@@ -223,6 +223,9 @@ defmodule Ringbus.Resp.StreamCommands do
 
   # A client's ID: stored under it if it is above the stream's last
   # (Redis's rules, where the stream lives).
+  # `0-0` is refused before the stream is looked up, so none is made for it.
+  defp explicit(_add, {0, 0}, _payload, _s), do: Errors.reply(:zero, "")
+
   defp explicit(add, id, payload, s),
     do: store_one_with({:push_id, id, payload}, add.key, add.nomkstream, add.trim, s)
 
@@ -383,11 +386,13 @@ defmodule Ringbus.Resp.StreamCommands do
     end
   end
 
-  # Where a stream's read starts: the seq after the ID given.
+  # Where a stream's read starts: the seq after the ID given, and that ID
+  # (nil for `$`), which what a wait gets must be above: a stream made
+  # while it waits starts at seq 0, below the ID.
   defp read_start(key, "$") do
     case Errors.check!(Ringbus.info(key), key) do
-      {:ok, info} -> {:ok, info.next_seq}
-      {:error, :no_channel} -> {:ok, 0}
+      {:ok, info} -> {:ok, info.next_seq, nil}
+      {:error, :no_channel} -> {:ok, 0, nil}
     end
   end
 
@@ -397,7 +402,7 @@ defmodule Ringbus.Resp.StreamCommands do
     case Entry.parse(id) do
       {:ok, id} ->
         [from] = StreamIds.bounds(key, [{:after, id}])
-        {:ok, from}
+        {:ok, from, id}
 
       :error ->
         :error
@@ -413,7 +418,7 @@ defmodule Ringbus.Resp.StreamCommands do
       max = if opts.count > 0, do: opts.count, else: @all
 
       found =
-        for {key, {:ok, from}} <- starts,
+        for {key, {:ok, from, _id}} <- starts,
             (messages = read(key, from, max)) != [],
             do: {key, entries(messages)}
 
@@ -429,23 +434,38 @@ defmodule Ringbus.Resp.StreamCommands do
   def streams_reply(found), do: {:pairs, found}
 
   defp wait(starts, opts, s) do
-    block = %{module: __MODULE__, timeout: BlockingRead.timeout(opts.block), count: opts.count}
-    starts = for {key, {:ok, from}} <- starts, do: {key, from}
+    block = %{
+      module: __MODULE__,
+      timeout: BlockingRead.timeout(opts.block),
+      count: opts.count,
+      above: for({key, {:ok, _from, id}} <- starts, id != nil, into: %{}, do: {key, id})
+    }
+
+    starts = for {key, {:ok, from, _id}} <- starts, do: {key, from}
     BlockingRead.block(starts, opts.count, block, s)
   end
 
   @doc false
   # The waiting XREAD got entries (`Ringbus.Resp.BlockingRead`): its reply.
   def woken(block, sub, messages, _lost, s) do
-    case messages do
+    key = Map.fetch!(block.subs, sub)
+
+    case above(key, messages, block.above[key]) do
       [] ->
+        n = Enum.count(messages)
+        if n > 0, do: Ringbus.ack(sub, n)
         {:wait, block}
 
-      _ ->
-        key = Map.fetch!(block.subs, sub)
-        {:reply, streams_reply([{key, key |> with_ids(messages) |> entries()}]), s}
+      messages ->
+        {:reply, streams_reply([{key, entries(messages)}]), s}
     end
   end
+
+  defp above(_key, [], _id), do: []
+  defp above(key, messages, nil), do: with_ids(key, messages)
+
+  defp above(key, messages, id),
+    do: Enum.filter(with_ids(key, messages), &Ids.above?(elem(&1, 2), id))
 
   @doc false
   # A stream the XREAD waits on was deleted: as Redis, it waits on for the

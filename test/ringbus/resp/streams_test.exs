@@ -29,7 +29,7 @@ defmodule Ringbus.Resp.StreamsTest do
       )
 
     c = RespClient.connect!(Ringbus.Server.port(server, :resp))
-    {["1-" <> _], c} = RespClient.call(c, ~w(XADD st-cap MAXLEN 3 * a 1))
+    {[_], c} = RespClient.call(c, ~w(XADD st-cap MAXLEN 3 * a 1))
 
     c =
       Enum.reduce(2..6, c, fn i, c ->
@@ -67,14 +67,14 @@ defmodule Ringbus.Resp.StreamsTest do
       )
 
     c = RespClient.connect!(Ringbus.Server.port(server, :resp))
-    {["1-" <> _], c} = RespClient.call(c, ~w(XADD st-repl * a 1))
-    {["2-" <> _], c} = RespClient.call(c, ~w(XADD st-repl * b 2))
+    {[_], c} = RespClient.call(c, ~w(XADD st-repl * a 1))
+    {[_], c} = RespClient.call(c, ~w(XADD st-repl * b 2))
 
     assert {:ok, %{replicas: 1, members: [member], max_bytes: 10_000}} = Ringbus.info("st-repl")
     assert member == node()
 
     {[entries], c} = RespClient.call(c, ~w(XRANGE st-repl - +))
-    assert [["1-" <> _, ["a", "1"]], ["2-" <> _, ["b", "2"]]] = entries
+    assert [[_, ["a", "1"]], [_, ["b", "2"]]] = entries
     {[2], _} = RespClient.call(c, ~w(XLEN st-repl))
 
     # More replicas than nodes connected: the XADD that would create it fails.
@@ -95,7 +95,7 @@ defmodule Ringbus.Resp.StreamsTest do
   test "INFO memory shows the streams' bytes and their bound", %{port: port} do
     c = RespClient.connect!(port)
 
-    {["1-" <> _], c} =
+    {[_], c} =
       RespClient.call(c, ["XADD", "st-mem", "*", "payload", String.duplicate("x", 1000)])
 
     {[info], c} = RespClient.call(c, ~w(INFO memory))
@@ -128,7 +128,7 @@ defmodule Ringbus.Resp.StreamsTest do
     c = RespClient.connect!(port)
     RespClient.send_commands(c, [~w(XADD st-rej * a 1), ~w(XADD st-rej * a 2)])
 
-    {["1-" <> _, {:error, "ERR stream 'st-rej' is full and its overflow is reject"}], _} =
+    {[_, {:error, "ERR stream 'st-rej' is full and its overflow is reject"}], _} =
       RespClient.recv(c, 2)
   end
 
@@ -141,11 +141,11 @@ defmodule Ringbus.Resp.StreamsTest do
     xadds = for v <- ~w(aaaa bbbb cccc), do: ["XADD", "st-bytes", "*", "payload", v]
     RespClient.send_commands(c, xadds ++ [~w(XADD st-bytes * payload 0123456789a)])
 
-    assert {["1-" <> _, "2-" <> _, "3-" <> _, {:error, error}], c} = RespClient.recv(c, 4)
+    assert {[_, _, _, {:error, error}], c} = RespClient.recv(c, 4)
     assert error == "ERR the entry is larger than the max_bytes of stream 'st-bytes'"
 
     # As three XADDs one by one: the oldest is overwritten to make room.
-    {[[["2-" <> _, ["payload", "bbbb"]], ["3-" <> _, ["payload", "cccc"]]]], _} =
+    {[[[_, ["payload", "bbbb"]], [_, ["payload", "cccc"]]]], _} =
       RespClient.call(c, ~w(XRANGE st-bytes - +))
 
     assert {:ok, %{pushed: 3, overwritten: 1, rejected: 1}} = Ringbus.info("st-bytes")
@@ -157,8 +157,8 @@ defmodule Ringbus.Resp.StreamsTest do
     assert eventually(fn -> RespClient.info!(port, "clients") =~ "blocked_clients:1" end)
 
     writer = RespClient.connect!(port)
-    {["1-" <> _], _} = RespClient.call(writer, ~w(XADD st-wait * k v))
-    {[[["st-wait", [["1-" <> _, ["k", "v"]]]]], "after"], _} = RespClient.recv(reader, 2)
+    {[_], _} = RespClient.call(writer, ~w(XADD st-wait * k v))
+    {[[["st-wait", [[_, ["k", "v"]]]]], "after"], _} = RespClient.recv(reader, 2)
     assert RespClient.info!(port, "clients") =~ "blocked_clients:0"
   end
 
@@ -178,10 +178,10 @@ defmodule Ringbus.Resp.StreamsTest do
     assert eventually(fn -> length(:sys.get_state(conn).held) == 2 end)
 
     writer = RespClient.connect!(port)
-    {["1-" <> _], _} = RespClient.call(writer, ~w(XADD st-held-a * k v))
-    {[[["st-held-a", [["1-" <> _, ["k", "v"]]]]]], reader} = RespClient.recv(reader, 1)
-    {["1-" <> _], _} = RespClient.call(writer, ~w(XADD st-held-b * k v))
-    {[[["st-held-b", [["1-" <> _, ["k", "v"]]]]], "after"], _} = RespClient.recv(reader, 2)
+    {[_], _} = RespClient.call(writer, ~w(XADD st-held-a * k v))
+    {[[["st-held-a", [[_, ["k", "v"]]]]]], reader} = RespClient.recv(reader, 1)
+    {[_], _} = RespClient.call(writer, ~w(XADD st-held-b * k v))
+    {[[["st-held-b", [[_, ["k", "v"]]]]], "after"], _} = RespClient.recv(reader, 2)
   end
 
   test "a client that hangs up while blocked is noticed", %{server: server, port: port} do
@@ -256,80 +256,141 @@ defmodule Ringbus.Resp.StreamsTest do
     assert pending == max - 2
   end
 
-  describe "IDs carry the stream's incarnation" do
-    @gone "ERR stream 'st-inc' was created again since that incarnation"
-
-    # Three entries, their IDs; then the stream is deleted and made again with five.
-    defp recreated(c) do
-      {["1-" <> tag], c} = RespClient.call(c, ~w(XADD st-inc * a 1))
-
-      {["2-" <> ^tag, "3-" <> ^tag], c} =
-        RespClient.calls(c, [~w(XADD st-inc * b 2), ~w(XADD st-inc * c 3)])
-
-      {:ok, %{incarnation: inc}} = Ringbus.info("st-inc")
-      assert tag == Integer.to_string(Ringbus.Resp.Entry.tag(inc))
-
-      {[1], c} = RespClient.call(c, ~w(DEL st-inc))
-
-      {_, c} = RespClient.calls(c, for(n <- 1..5, do: ["XADD", "st-inc", "*", "n", "#{n}"]))
-
-      {["1-" <> new], c} = RespClient.call(c, ~w(XRANGE st-inc - + COUNT 1)) |> first_id()
-      assert new != tag
-      {tag, new, c}
+  describe "IDs are Redis's" do
+    defp id!(text) do
+      [ms, n] = String.split(text, "-")
+      {String.to_integer(ms), String.to_integer(n)}
     end
 
-    defp first_id({[[[id, _] | _]], c}), do: {[id], c}
-
-    test "a read from an ID of the stream's last incarnation is told so, by every command",
+    test "auto IDs are the time of storing and a counter, and increase; a stream made again goes on later",
          %{port: port} do
-      {old, new, c} = recreated(RespClient.connect!(port))
-      {[{:simple, "OK"}], c} = RespClient.call(c, ~w(XGROUP CREATE st-inc g 0))
+      Ringbus.delete("st-ids")
+      c = RespClient.connect!(port)
+      before = System.system_time(:millisecond)
+      {ids, c} = RespClient.calls(c, for(n <- 1..50, do: ["XADD", "st-ids", "*", "n", "#{n}"]))
+      after_ = System.system_time(:millisecond)
+      ids = Enum.map(ids, &id!/1)
+      assert ids == Enum.sort(ids) and ids == Enum.uniq(ids)
+      assert Enum.all?(ids, fn {ms, _n} -> ms >= before and ms <= after_ end)
 
-      for command <- [
-            ~w(XREAD STREAMS st-inc 2-#{old}),
-            ~w(XREAD BLOCK 0 STREAMS st-inc 2-#{old}),
-            ~w(XRANGE st-inc 2-#{old} +),
-            ~w[XRANGE st-inc (2-#{old} +],
-            ~w(XREVRANGE st-inc + 2-#{old}),
-            ~w(XREADGROUP GROUP g alice STREAMS st-inc 2-#{old}),
-            ~w(XGROUP SETID st-inc g 2-#{old}),
-            ~w(XAUTOCLAIM st-inc g alice 0 2-#{old}),
-            ~w(XPENDING st-inc g 2-#{old} + 10),
-            ~w(XCLAIM st-inc g alice 0 1-#{new} LASTID 2-#{old})
-          ] do
-        {[reply], _} = RespClient.call(c, command)
-        assert reply == {:error, @gone}, Enum.join(command, " ")
-      end
+      # What XRANGE reads back is what XADD answered.
+      {[entries], c} = RespClient.call(c, ~w(XRANGE st-ids - +))
+      assert Enum.map(entries, fn [id, _] -> id!(id) end) == ids
 
-      # IDs of the new incarnation, and IDs that state none (sequence 0,
-      # or an incomplete one), read as before.
-      {[[["st-inc", [["3-" <> ^new, _], ["4-" <> ^new, _], ["5-" <> ^new, _]]]]], c} =
-        RespClient.call(c, ~w(XREAD STREAMS st-inc 2-#{new}))
-
-      {[[["st-inc", [["3-" <> ^new, _] | _]]]], c} =
-        RespClient.call(c, ~w(XREAD STREAMS st-inc 2-0))
-
-      {[[["2-" <> ^new, _]]], c} = RespClient.call(c, ~w[XRANGE st-inc (1-#{new} 2])
-      {[[["2-" <> ^new, _]]], c} = RespClient.call(c, ~w(XRANGE st-inc 2 2))
-
-      # An ID of another incarnation names no entry of this one.
-      {[0], c} = RespClient.call(c, ~w(XACK st-inc g 1-#{old}))
-      {[0], _} = RespClient.call(c, ~w(XDEL st-inc 1-#{old}))
+      {[1], c} = RespClient.call(c, ~w(DEL st-ids))
+      {[new], _} = RespClient.call(c, ~w(XADD st-ids * n 1))
+      {ms, _n} = id!(new)
+      assert ms >= elem(List.last(ids), 0)
     end
 
-    test "XINFO and XADD's errors give IDs of the stream's tag", %{port: port} do
-      {_old, new, c} = recreated(RespClient.connect!(port))
-      {[info], c} = RespClient.call(c, ~w(XINFO STREAM st-inc))
+    test "XADD takes a client's ID above the last, with Redis's errors", %{port: port} do
+      Ringbus.delete("st-given")
+      c = RespClient.connect!(port)
+
+      {replies, c} =
+        RespClient.calls(c, [
+          ~w(XADD st-given 0-0 a 1),
+          ~w(EXISTS st-given),
+          ~w(XADD st-given 5-0 a 1),
+          ~w(XADD st-given 5-0 a 2),
+          ~w(XADD st-given 4-9 a 2),
+          ~w(XADD st-given 5-* a 3),
+          ~w(XADD st-given 7-* a 4),
+          ~w(XADD st-given 18446744073709551615-18446744073709551615 a 5),
+          ~w(XADD st-given * a 6),
+          ~w(XADD st-given 18446744073709551615-* a 6)
+        ])
+
+      smaller =
+        {:error, "ERR The ID specified in XADD is equal or smaller than the target stream top item"}
+
+      assert replies == [
+               {:error, "ERR The ID specified in XADD must be greater than 0-0"},
+               0,
+               "5-0",
+               smaller,
+               smaller,
+               "5-1",
+               "7-0",
+               "18446744073709551615-18446744073709551615",
+               {:error,
+                "ERR The stream has exhausted the last possible ID, unable to add more items"},
+               smaller
+             ]
+
+      # Ranges by ms, exclusive bounds, MINID and XSETID.
+      {[range, excl, rev], c} =
+        RespClient.calls(c, [
+          ~w(XRANGE st-given 5 5),
+          ~w[XRANGE st-given (5-0 7],
+          ~w(XREVRANGE st-given 7-0 5-1)
+        ])
+
+      assert Enum.map(range, &hd/1) == ["5-0", "5-1"]
+      assert Enum.map(excl, &hd/1) == ["5-1", "7-0"]
+      assert Enum.map(rev, &hd/1) == ["7-0", "5-1"]
+
+      {[1, [[first, _] | _]], c} =
+        RespClient.calls(c, [~w(XTRIM st-given MINID 5-1), ~w(XRANGE st-given - +)])
+
+      assert first == "5-1"
+      {[info], _} = RespClient.call(c, ~w(XINFO STREAM st-given))
       info = Enum.chunk_every(info, 2)
-      assert ["last-generated-id", "5-" <> new] in info
-      assert ["recorded-first-entry-id", "1-" <> new] in info
+      assert ["max-deleted-entry-id", "5-0"] in info
+      assert ["recorded-first-entry-id", "5-1"] in info
+    end
 
-      {[{:error, message}], c} = RespClient.call(c, ~w(XADD st-inc 9-0 a 1))
-      assert message =~ "next ID, 6-#{new}:"
+    test "XSETID moves the last ID; the next auto ID is above it", %{port: port} do
+      Ringbus.delete("st-setid")
+      c = RespClient.connect!(port)
+      far = System.system_time(:millisecond) + 3_600_000
 
-      # The stream's own next ID, with its tag or without, is taken.
-      {["6-" <> ^new], c} = RespClient.call(c, ~w(XADD st-inc 6-#{new} a 1))
-      {["7-" <> ^new], _} = RespClient.call(c, ~w(XADD st-inc 7-0 a 1))
+      {replies, _} =
+        RespClient.calls(c, [
+          ~w(XADD st-setid 10-0 a 1),
+          ~w(XSETID st-setid 9-0),
+          ["XSETID", "st-setid", "#{far}-5"],
+          ~w(XADD st-setid * a 2)
+        ])
+
+      assert [
+               "10-0",
+               {:error,
+                "ERR The ID specified in XSETID is smaller than the target stream top item"},
+               {:simple, "OK"},
+               next
+             ] = replies
+
+      assert next == "#{far}-6"
+    end
+
+    test "a stream pushed by the Elixir API and many connections at once reads with IDs in seq order",
+         %{port: port} do
+      Ringbus.delete("st-mixed")
+      :ok = Ringbus.create("st-mixed", capacity: 10_000)
+
+      writers =
+        for w <- 1..4 do
+          Task.async(fn ->
+            c = RespClient.connect!(port)
+            {ids, _} = RespClient.calls(c, for(n <- 1..100, do: ["XADD", "st-mixed", "*", "w", "#{w}-#{n}"]))
+            ids
+          end)
+        end
+
+      for n <- 1..200, do: {:ok, _} = Ringbus.push("st-mixed", "api-#{n}")
+      answered = writers |> Enum.flat_map(&Task.await/1) |> Enum.map(&id!/1)
+
+      {:ok, messages, 0} = Ringbus.run("st-mixed", {:read, 0, 1_000, nil, :ids})
+      ids = for {_seq, _payload, id} <- messages, do: id
+      assert length(ids) == 600
+      assert ids == Enum.sort(ids) and ids == Enum.uniq(ids)
+      # Every ID an XADD answered is its entry's.
+      assert MapSet.subset?(MapSet.new(answered), MapSet.new(ids))
+
+      c = RespClient.connect!(port)
+      {[entries], _} = RespClient.call(c, ~w(XRANGE st-mixed - + COUNT 1000))
+      assert Enum.map(entries, fn [id, _] -> id!(id) end) == ids
     end
   end
 end

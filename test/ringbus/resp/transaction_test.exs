@@ -28,11 +28,11 @@ defmodule Ringbus.Resp.TransactionTest do
       RespClient.calls(c, [~w(MULTI), ~w(XADD tx-s * a 1), ~w(XADD tx-s * b 2), ~w(XLEN tx-s)])
 
     assert Ringbus.len("tx-s") == {:error, :no_channel}
-    {[["1-" <> _, "2-" <> _, 2]], c} = RespClient.call(c, ~w(EXEC))
+    {[[_, _, 2]], c} = RespClient.call(c, ~w(EXEC))
     assert Ringbus.len("tx-s") == 2
 
     # A command that fails when it runs fails alone, as in Redis.
-    {[_, _, _, [{:error, "ERR The ID specified in XADD" <> _}, "3-" <> _]], _} =
+    {[_, _, _, [{:error, "ERR The ID specified in XADD" <> _}, _]], _} =
       RespClient.calls(c, [~w(MULTI), ~w(XADD tx-s 1-0 c 3), ~w(XADD tx-s * d 4), ~w(EXEC)])
   end
 
@@ -104,9 +104,9 @@ defmodule Ringbus.Resp.TransactionTest do
 
   test "a blocking read in a transaction answers at once, as its timeout would", %{port: port} do
     c = RespClient.connect!(port)
-    {["1-" <> _], c} = RespClient.call(c, ~w(XADD tx-b * a 1))
+    {[_], c} = RespClient.call(c, ~w(XADD tx-b * a 1))
 
-    {[_, _, _, [nil, [["tx-b", [["1-" <> _, ["a", "1"]]]]]]], c} =
+    {[_, _, _, [nil, [["tx-b", [[_, ["a", "1"]]]]]]], c} =
       RespClient.calls(c, [
         ~w(MULTI),
         ~w(XREAD BLOCK 0 STREAMS tx-b $),

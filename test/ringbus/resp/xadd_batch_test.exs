@@ -9,7 +9,7 @@ defmodule Ringbus.Resp.XaddBatchTest do
   alias Ringbus.Cluster.Directory
   alias Ringbus.Resp.Session
   alias Ringbus.Server.ConnectionSupervisor
-  alias Ringbus.Test.{RespClient, RespTags}
+  alias Ringbus.Test.{RespClient, RespIds}
 
   import Ringbus.Test.Eventually
 
@@ -188,8 +188,13 @@ defmodule Ringbus.Resp.XaddBatchTest do
 
     assert pushes() == [{:push_run, "xb-b", 4}, {:push_run, "xb-a", 4}]
 
-    tags = %{"xb-a" => RespTags.tag_text!("xb-a"), "xb-b" => RespTags.tag_text!("xb-b")}
-    ids = for i <- 1..8, do: "#{div(i - 1, 2) + 2}-#{tags[Enum.at(["xb-a", "xb-b"], rem(i, 2))]}"
+    # Each XADD is answered, in order, with the ID its entry reads back with.
+    stored = fn key ->
+      {:ok, messages, 0} = Ringbus.run(key, {:read, 1, 4, nil, :ids})
+      for {_seq, _payload, {ms, n}} <- messages, do: "#{ms}-#{n}"
+    end
+
+    ids = Enum.zip(stored.("xb-b"), stored.("xb-a")) |> Enum.flat_map(&Tuple.to_list/1)
     assert IO.iodata_to_binary(out) == Enum.map_join(ids, &"$#{byte_size(&1)}\r\n#{&1}\r\n")
 
     assert {:ok, [{0, _}, {1, _}, {2, _}, {3, _}, {4, _}], 0} = Ringbus.read("xb-a", 0, 10)
@@ -215,8 +220,9 @@ defmodule Ringbus.Resp.XaddBatchTest do
 
     down = {:error, "CLUSTERDOWN the node that holds stream 'xb-remote' is not connected"}
     {replies, c} = RespClient.calls(RespClient.connect!(port), commands)
-    tag = RespTags.tag_text!("xb-a")
-    assert replies == [down, "1-#{tag}", down, down, down, "2-#{tag}"]
+    assert [^down, first, ^down, ^down, ^down, second] = replies
+    {:ok, [{1, _, id1}, {2, _, id2}], 0} = Ringbus.run("xb-a", {:read, 1, 2, nil, :ids})
+    assert [first, second] == Enum.map([id1, id2], fn {ms, n} -> "#{ms}-#{n}" end)
     assert {[{:simple, "PONG"}], _c} = RespClient.call(c, ~w(PING))
   end
 
@@ -317,8 +323,8 @@ defmodule Ringbus.Resp.XaddBatchTest do
 
     # Every command has run: its reply came.
     RespClient.close(client)
-    # IDs end in their stream's tag, another in each run: named by the stream.
-    {RespTags.untag(replies, @keys), Enum.map(@keys, &held/1)}
+    # Auto IDs are times, others in each run: named by their order.
+    {RespIds.named(replies), Enum.map(@keys, &held/1)}
   end
 
   defp held(key) do

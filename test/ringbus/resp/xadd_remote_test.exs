@@ -7,7 +7,7 @@ defmodule Ringbus.Resp.XaddRemoteTest do
 
   alias Ringbus.Test.Nodes
   alias Ringbus.Test.ClusterProbe, as: Probe
-  alias Ringbus.Test.{RespClient, RespTags}
+  alias Ringbus.Test.{RespClient, RespIds}
 
   import Ringbus.Test.Eventually
 
@@ -50,7 +50,7 @@ defmodule Ringbus.Resp.XaddRemoteTest do
     commands = for _ <- 1..20, do: ["XADD", "xr-d", "*", "f", value]
 
     {replies, [{"xr-d", %{len: 20}, _} | _]} = result = run(ctx, commands, :one_read)
-    assert replies == for(i <- 1..20, do: "#{i}-{xr-d}")
+    assert replies == for(i <- 1..20, do: "{id #{i}}")
     assert result == run(ctx, commands, :one_by_one)
   end
 
@@ -104,13 +104,9 @@ defmodule Ringbus.Resp.XaddRemoteTest do
       end
 
     RespClient.close(client)
-    # IDs end in their stream's tag, another in each run: named by the stream.
+    # Auto IDs are times, others in each run: named by their order.
     replies =
-      RespTags.untag(
-        replies,
-        Enum.map(@made, &elem(&1, 0)),
-        &Nodes.call(b, Ringbus, :incarnation, [&1])
-      )
+      RespIds.named(replies)
 
     {replies, for({name, _} <- @made, do: held(b, name))}
   end
