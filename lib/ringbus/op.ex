@@ -24,7 +24,7 @@ defmodule Ringbus.Op do
   # `{:error, :too_large}` and stays in the ring.
 
   alias Ringbus.{Channel, Group, Replica}
-  alias Ringbus.Group.{ByIds, Push}
+  alias Ringbus.Group.{ByIds, GoneIds, Push}
   alias Ringbus.Channel.{GivenIds, Hold, IdReads, Ids, Producers, Ring, Subscription, Times, Trim}
 
   # What a message costs in an answer beyond its payload, as a link counts it.
@@ -308,15 +308,15 @@ defmodule Ringbus.Op do
     if n > 1 and laps?(channel, next - first - pre + n, push) do
       {:error, :laps}
     else
-      _ = Ring.take_oldest(channel, pre)
-      then_trim(memory(channel, push, room), fn -> Ring.trim(channel, trim) end)
+      _ = GoneIds.take_oldest(channel, pre)
+      then_trim(memory(channel, push, room), fn -> GoneIds.trim(channel, trim) end)
     end
   end
 
   defp memory(channel, {:push_trim, push, trim}, room),
-    do: then_trim(memory(channel, push, room), fn -> Ring.trim(channel, trim) end)
+    do: then_trim(memory(channel, push, room), fn -> GoneIds.trim(channel, trim) end)
 
-  defp memory(channel, {:trim, trim}, _room), do: IdReads.trim(channel, trim)
+  defp memory(channel, {:trim, trim}, _room), do: GoneIds.trim(channel, trim)
 
   # The oldest message is looked at first, so one too large for the room
   # stays in the ring. (One that another puller's take puts at the head

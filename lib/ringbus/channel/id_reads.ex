@@ -109,7 +109,8 @@ defmodule Ringbus.Channel.IdReads do
   @doc """
   `info` with `:last_id` (the last ID the channel gave, `0-0` before any),
   `:first_id` (the oldest held message's ID, nil when none) and
-  `:max_removed_id` (`trim/2`'s highest, `0-0` before any).
+  `:max_removed_id` (the highest ID trimmed, `Ids.removed/2`; `0-0`
+  before any).
   """
   @spec put_info(map(), Channel.t()) :: map()
   def put_info(info, ch) do
@@ -121,20 +122,5 @@ defmodule Ringbus.Channel.IdReads do
       first_id: first_id,
       max_removed_id: Ids.max_removed(ch.ids)
     })
-  end
-
-  @doc """
-  `Ring.trim/2`, noting the highest ID it removes: the ID of the last seq
-  the trim names, read before it goes (an entry a holding group keeps
-  makes the trim stop short, and then nothing is noted).
-  """
-  @spec trim(Channel.t(), Ringbus.Channel.Trim.t()) :: {:ok, non_neg_integer()}
-  def trim(ch, trim) do
-    first = Ring.first_seq(ch)
-    n = Ringbus.Channel.Trim.count(trim, first, Ring.next_seq(ch))
-    last = if n > 0, do: Ring.stored_id(ch, first + n - 1)
-    {:ok, removed} = Ring.trim(ch, trim)
-    if last && removed == n, do: Ids.removed(ch.ids, last)
-    {:ok, removed}
   end
 end

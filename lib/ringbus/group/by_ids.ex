@@ -8,18 +8,26 @@ defmodule Ringbus.Group.ByIds do
   #
   # In a request, `{:id, side, id}` is a position (`IdReads.bound/3`) and
   # `{:entry, id}` the message stored under `id`; entries that name none
-  # leave a list. In an answer, each seq becomes its message's ID, or for a
-  # message the ring no longer holds, `IdReads.gone/1`'s name.
+  # leave a list. In an answer, each seq becomes its message's ID; for a
+  # message the ring no longer holds, the ID noted when it was trimmed
+  # (`Ringbus.Group.GoneIds`), else `IdReads.gone/1`'s name. Both kinds of
+  # dropped entry are in a range that starts below the oldest held.
 
   alias Ringbus.Channel
-  alias Ringbus.Channel.IdReads
+  alias Ringbus.Channel.{IdReads, Ids, Ring}
+  alias Ringbus.Group.GoneIds
 
   @doc "`request` with its IDs as seqs."
   @spec resolve(Channel.t(), term()) :: term()
   def resolve(ch, {:id, side, id}) when side in [:from, :after, :through, :before],
-    do: IdReads.bound(ch, side, id)
+    do: below_held(ch, side, id, IdReads.bound(ch, side, id))
 
-  def resolve(ch, {:entry, id}), do: IdReads.entry(ch, id)
+  def resolve(ch, {:entry, id}) do
+    case IdReads.entry(ch, id) do
+      :none -> GoneIds.seq(ch, id)
+      seq -> seq
+    end
+  end
 
   def resolve(ch, list) when is_list(list),
     do: for(item <- list, (seq = resolve(ch, item)) != :none, do: seq)
@@ -31,9 +39,35 @@ defmodule Ringbus.Group.ByIds do
 
   def resolve(_ch, other), do: other
 
+  # A range that starts at or below the oldest message held starts at the
+  # first seq the ring dropped whose ID (noted, or its name) is in it.
+  defp below_held(ch, side, id, seq) when side in [:from, :after] do
+    first = Ring.first_seq(ch)
+
+    if seq <= first do
+      noted = for {s, gone} <- GoneIds.all(ch), s < first, in_range?(side, gone, id), do: s
+      Enum.min([seq | noted ++ named(side, id, first)])
+    else
+      seq
+    end
+  end
+
+  defp below_held(_ch, _side, _id, seq), do: seq
+
+  defp in_range?(:from, gone, id), do: not Ids.above?(id, gone)
+  defp in_range?(:after, gone, id), do: Ids.above?(gone, id)
+
+  # The first seq below `first` whose name `0-<seq + 1>` is in the range.
+  defp named(:from, {0, 0}, first) when first > 0, do: [0]
+  defp named(:from, {0, n}, first) when n - 1 < first, do: [n - 1]
+  defp named(:after, {0, n}, first) when n < first, do: [n]
+  defp named(_side, _id, _first), do: []
+
   @doc "The answer to `request` (resolved) with IDs for its seqs."
   @spec answer(Channel.t(), term(), term()) :: term()
-  def answer(ch, request, {:ok, answer}), do: {:ok, ided(ch, elem(request, 0), answer)}
+  def answer(ch, request, {:ok, answer}) when is_tuple(request),
+    do: {:ok, ided(ch, elem(request, 0), answer)}
+
   def answer(_ch, _request, answer), do: answer
 
   defp ided(ch, kind, messages) when kind in [:read, :take, :history, :claim],
@@ -73,5 +107,5 @@ defmodule Ringbus.Group.ByIds do
   end
 
   defp ids(ch, seqs), do: Enum.map(seqs, &id(ch, &1))
-  defp id(ch, seq), do: IdReads.id_of(ch, seq)
+  defp id(ch, seq), do: Ring.stored_id(ch, seq) || GoneIds.id(ch, seq) || IdReads.gone(seq)
 end

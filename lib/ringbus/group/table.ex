@@ -27,6 +27,9 @@ defmodule Ringbus.Group.Table do
   #   {{:push, c, group, consumer}, pid, ref}
   #                                       the consumer's push subscription
   #                                       (`Ringbus.Group.Push`), told of acks
+  #   {{:gone, c, seq}, id}               the Redis stream ID of a pending
+  #                                       entry the ring trimmed
+  #                                       (`Ringbus.Group.GoneIds`)
   #
   # `last` is the seq of the last entry delivered (-1: none yet); `lost`
   # counts the entries that left the ring before the group got to them (or
@@ -161,6 +164,7 @@ defmodule Ringbus.Group.Table do
     :ets.select_delete(t, [{{{:pending, c, :_, :_}, :_, :_, :_, :_}, [], [true]}])
     :ets.select_delete(t, [{{{:due, c, :_, :_, :_}}, [], [true]}])
     :ets.select_delete(t, [{{{:push, c, :_, :_}, :_, :_}, [], [true]}])
+    :ets.select_delete(t, [{{{:gone, c, :_}, :_}, [], [true]}])
     :ok
   end
 
@@ -766,6 +770,13 @@ defmodule Ringbus.Group.Table do
   def pending_by_consumer(t, c, group) do
     :ets.select(t, [{{{:pending, c, group, :_}, :"$1", :_, :_, :_}, [], [:"$1"]}])
     |> Enum.frequencies()
+  end
+
+  @doc "The seqs below `stop` that any group of channel `c` has pending."
+  @spec pending_seqs(table(), c(), non_neg_integer()) :: MapSet.t(non_neg_integer())
+  def pending_seqs(t, c, stop) do
+    spec = [{{{:pending, c, :_, :"$1"}, :_, :_, :_, :_}, [{:<, :"$1", stop}], [:"$1"]}]
+    MapSet.new(:ets.select(t, spec))
   end
 
   @doc "The lowest and highest pending seq of a group, or nil."

@@ -30,18 +30,6 @@ defmodule Ringbus.Resp.Entry do
   @spec format(id()) :: binary()
   def format({ms, n}), do: Integer.to_string(ms) <> "-" <> Integer.to_string(n)
 
-  @doc "The ID right after `id`, or :none after the largest."
-  @spec succ(id()) :: id() | :none
-  def succ({@max_u64, @max_u64}), do: :none
-  def succ({ms, @max_u64}), do: {ms + 1, 0}
-  def succ({ms, n}), do: {ms, n + 1}
-
-  @doc "The ID right before `id`, or :none before `0-0`."
-  @spec pred(id()) :: id() | :none
-  def pred({0, 0}), do: :none
-  def pred({ms, 0}), do: {ms - 1, @max_u64}
-  def pred({ms, n}), do: {ms, n - 1}
-
   @doc """
   Parses an ID a client gave: `ms-seq`, or `ms` alone, whose sequence is
   `missing` (0 for a range's start, the largest for its end).

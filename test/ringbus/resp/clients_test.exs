@@ -26,17 +26,18 @@ defmodule Ringbus.Resp.ClientsTest do
   test "redis-cli: XADD, then XREAD BLOCK 0 with $ woken by an XADD from another client", %{
     port: port
   } do
-    # The part after the dash is the stream's tag, from its incarnation.
-    assert "1-" <> tag = RedisTools.cli!(port, ~w(XADD rc-s * f v)) |> String.trim_trailing()
+    # IDs are Redis's: the time of storing and a counter.
+    first = RedisTools.cli!(port, ~w(XADD rc-s * f v)) |> String.trim_trailing()
+    assert first =~ ~r/\A\d{13}-\d+\z/
 
     reader = Task.async(fn -> RedisTools.cli!(port, ~w(XREAD BLOCK 0 STREAMS rc-s $)) end)
     # INFO counts the reader as blocked once it waits.
     assert Ringbus.Test.Eventually.eventually(fn -> blocked?(port) end)
-    assert RedisTools.cli!(port, ~w(XADD rc-s * hello world)) == "2-#{tag}\n"
-    assert Task.await(reader, 20_000) == "rc-s\n2-#{tag}\nhello\nworld\n"
+    second = RedisTools.cli!(port, ~w(XADD rc-s * hello world)) |> String.trim_trailing()
+    assert Task.await(reader, 20_000) == "rc-s\n#{second}\nhello\nworld\n"
 
     assert RedisTools.cli!(port, ~w(XRANGE rc-s - +)) ==
-             "1-#{tag}\nf\nv\n2-#{tag}\nhello\nworld\n"
+             "#{first}\nf\nv\n#{second}\nhello\nworld\n"
 
     assert RedisTools.cli!(port, ~w(XLEN rc-s)) == "2\n"
     assert RedisTools.cli!(port, ~w(TYPE rc-s)) == "stream\n"
@@ -64,7 +65,7 @@ defmodule Ringbus.Resp.ClientsTest do
     RedisTools.cli!(port, ~w(XADD rc-r3 * a 1))
     out = RedisTools.cli!(port, ~w(-3 XREAD STREAMS rc-r3 0))
     assert out =~ "rc-r3"
-    assert out =~ ~r/\b1-[1-9]/
+    assert out =~ ~r/\b\d{13}-\d+/
 
     c = RespClient.connect!(port)
     {[{:map, hello}], c} = RespClient.call(c, ["HELLO", "3"])
@@ -83,18 +84,18 @@ defmodule Ringbus.Resp.ClientsTest do
   for i in range(100):
       p.xadd("rc-py", {"i": str(i), "blob": bytes([i, 0, 13, 10, 255])})
   ids = p.execute()
-  T = ids[0].split(b"-")[1]
-  assert T != b"0" and ids == [b"%d-%s" % (i + 1, T) for i in range(100)], ids
+  key = lambda i: tuple(int(x) for x in i.split(b"-"))
+  assert sorted(ids, key=key) == ids and len(set(ids)) == 100, ids
   entries = r.xrange("rc-py", "-", "+", count=3)
-  assert entries == [(b"%d-%s" % (i + 1, T), {b"i": b"%d" % i, b"blob": bytes([i, 0, 13, 10, 255])}) for i in range(3)], entries
+  assert entries == [(ids[i], {b"i": b"%d" % i, b"blob": bytes([i, 0, 13, 10, 255])}) for i in range(3)], entries
   assert r.xlen("rc-py") == 100
-  assert r.xrevrange("rc-py", "+", "-", count=1)[0][0] == (b"100-" + T)
+  assert r.xrevrange("rc-py", "+", "-", count=1)[0][0] == ids[-1]
   # redis-py trims with ~ by default: as in Redis, a stream of one node keeps it.
   assert r.xtrim("rc-py", maxlen=10) == 0
   assert r.xtrim("rc-py", maxlen=10, approximate=False) == 90
   assert r.xlen("rc-py") == 10
   info = r.xinfo_stream("rc-py")
-  assert info["length"] == 10 and info["last-generated-id"] == (b"100-" + T), info
+  assert info["length"] == 10 and info["last-generated-id"] == ids[-1], info
   print("ok")
   """
 
@@ -106,7 +107,7 @@ defmodule Ringbus.Resp.ClientsTest do
   import sys, threading, redis
   port = int(sys.argv[1])
   reader, writer = redis.Redis(port=port), redis.Redis(port=port)
-  T = writer.xadd("rc-block", {"before": "1"}).split(b"-")[1]
+  writer.xadd("rc-block", {"before": "1"})
   got = []
   def read():
       got.append(reader.xread({"rc-block": "$"}, block=0))
@@ -118,11 +119,11 @@ defmodule Ringbus.Resp.ClientsTest do
       if writer.info("clients")["blocked_clients"] >= 1:
           break
       time.sleep(0.005)
-  writer.xadd("rc-block", {"woke": "up"})
+  woke = writer.xadd("rc-block", {"woke": "up"})
   t.join(10)
   assert not t.is_alive(), "XREAD BLOCK was not woken"
-  assert got == [[[b"rc-block", [((b"2-" + T), {b"woke": b"up"})]]]], got
-  assert reader.xread({"rc-block": "2-0"}, block=50) == []
+  assert got == [[[b"rc-block", [(woke, {b"woke": b"up"})]]]], got
+  assert reader.xread({"rc-block": woke}, block=50) == []
   print("ok")
   """
 
@@ -133,32 +134,32 @@ defmodule Ringbus.Resp.ClientsTest do
   @groups """
   import sys, redis
   r = redis.Redis(port=int(sys.argv[1]))
-  T = r.xadd("rc-g", {"n": "0"}, maxlen=5).split(b"-")[1]
+  ids = [r.xadd("rc-g", {"n": "0"}, maxlen=5)]
   r.xgroup_create("rc-g", "workers", id="0")
   for i in range(1, 5):
-      r.xadd("rc-g", {"n": str(i)})
+      ids.append(r.xadd("rc-g", {"n": str(i)}))
   got = r.xreadgroup("workers", "alice", {"rc-g": ">"}, count=2)
-  assert [e[0] for e in got[0][1]] == [(b"1-" + T), (b"2-" + T)], got
+  assert [e[0] for e in got[0][1]] == ids[0:2], got
   got = r.xreadgroup("workers", "bob", {"rc-g": ">"})
-  assert [e[0] for e in got[0][1]] == [(b"3-" + T), (b"4-" + T), (b"5-" + T)], got
-  assert r.xack("rc-g", "workers", "1-0", "3-0") == 2
+  assert [e[0] for e in got[0][1]] == ids[2:5], got
+  assert r.xack("rc-g", "workers", ids[0], ids[2]) == 2
   summary = r.xpending("rc-g", "workers")
-  assert summary["pending"] == 3 and summary["min"] == (b"2-" + T) and summary["max"] == (b"5-" + T), summary
+  assert summary["pending"] == 3 and summary["min"] == ids[1] and summary["max"] == ids[4], summary
   assert sorted((c["name"], c["pending"]) for c in summary["consumers"]) == [(b"alice", 1), (b"bob", 2)], summary
   claimed = r.xautoclaim("rc-g", "workers", "carol", 0, "0-0", count=10)
-  assert [e[0] for e in claimed[1]] == [(b"2-" + T), (b"4-" + T), (b"5-" + T)], claimed
+  assert [e[0] for e in claimed[1]] == [ids[1], ids[3], ids[4]], claimed
   assert r.xreadgroup("workers", "alice", {"rc-g": ">"}) == []
   # Ten more entries, and a trim to five before the group reads them...
   for i in range(5, 15):
-      r.xadd("rc-g", {"n": str(i)})
+      ids.append(r.xadd("rc-g", {"n": str(i)}))
   assert r.xtrim("rc-g", maxlen=5, approximate=False) == 10
   groups = r.xinfo_groups("rc-g")
   assert groups[0]["lag"] == 10, groups
   # ...and the group is told of the five it never saw when it reads again.
   got = r.xreadgroup("workers", "alice", {"rc-g": ">"})
-  assert [e[0] for e in got[0][1]] == [(b"11-" + T), (b"12-" + T), (b"13-" + T), (b"14-" + T), (b"15-" + T)], got
+  assert [e[0] for e in got[0][1]] == ids[10:15], got
   groups = r.xinfo_stream("rc-g", full=True)["groups"]
-  assert groups[0]["lost"] == 5 and groups[0]["last-delivered-id"] == (b"15-" + T), groups
+  assert groups[0]["lost"] == 5 and groups[0]["last-delivered-id"] == ids[14], groups
   print("ok")
   """
 
@@ -170,19 +171,18 @@ defmodule Ringbus.Resp.ClientsTest do
   import sys, redis
   r = redis.Redis(port=int(sys.argv[1]))
   first = r.execute_command("XADD", "rc-tagged", "PRODUCER", "billing", "7", "*", "n", "1")
-  # The ID carries the stream's tag (docs/RESP.md, "IDs"), as its entry's in XRANGE.
-  tag = first.split(b"-")[1]
-  assert first.startswith(b"1-") and tag != b"0", first
+  # The ID is its entry's in XRANGE.
   assert [e[0] for e in r.xrange("rc-tagged")] == [first]
   # The same XADD sent again, as a client does after -TIMEOUT: stored once, same ID.
   again = r.execute_command("XADD", "rc-tagged", "PRODUCER", "billing", "7", "*", "n", "1")
   assert again == first, again
   assert r.xlen("rc-tagged") == 1
-  assert r.execute_command("XADD", "rc-tagged", "PRODUCER", "billing", "8", "MAXLEN", "10", "*", "n", "2") == b"2-" + tag
-  assert r.execute_command("XADD", "rc-tagged", "PRODUCER", "billing", "8", "MAXLEN", "10", "*", "n", "2") == b"2-" + tag
-  assert r.xlen("rc-tagged") == 2
+  second = r.execute_command("XADD", "rc-tagged", "PRODUCER", "billing", "8", "MAXLEN", "10", "*", "n", "2")
+  assert r.execute_command("XADD", "rc-tagged", "PRODUCER", "billing", "8", "MAXLEN", "10", "*", "n", "2") == second
+  assert r.xlen("rc-tagged") == 2 and r.xrange("rc-tagged")[1][0] == second
   # Another producer's counter is its own.
-  assert r.execute_command("XADD", "rc-tagged", "PRODUCER", "audit", "7", "*", "n", "3") == b"3-" + tag
+  third = r.execute_command("XADD", "rc-tagged", "PRODUCER", "audit", "7", "*", "n", "3")
+  assert r.xrange("rc-tagged")[2][0] == third
   assert r.xlen("rc-tagged") == 3
   r.execute_command("XADD", "rc-tagged", "PRODUCER", "billing", "200", "*", "n", "4")
   try:
@@ -265,16 +265,16 @@ defmodule Ringbus.Resp.ClientsTest do
   @claim """
   import sys, redis
   r = redis.Redis(port=int(sys.argv[1]))
-  T = [r.xadd("rc-claim", {"n": str(i)}) for i in range(3)][0].split(b"-")[1]
+  ids = [r.xadd("rc-claim", {"n": str(i)}) for i in range(3)]
   r.xgroup_create("rc-claim", "g", id="0")
   r.xreadgroup("g", "alice", {"rc-claim": ">"})
-  got = r.xclaim("rc-claim", "g", "bob", 0, ["1-0", "2-0"], idle=5000, retrycount=7)
-  assert [e[0] for e in got] == [(b"1-" + T), (b"2-" + T)], got
-  assert r.xclaim("rc-claim", "g", "bob", 0, ["3-0"], justid=True) == [(b"3-" + T)]
+  got = r.xclaim("rc-claim", "g", "bob", 0, ids[0:2], idle=5000, retrycount=7)
+  assert [e[0] for e in got] == ids[0:2], got
+  assert r.xclaim("rc-claim", "g", "bob", 0, [ids[2]], justid=True) == [ids[2]]
   rows = r.xpending_range("rc-claim", "g", "-", "+", 10)
-  assert [(p["message_id"], p["consumer"], p["times_delivered"]) for p in rows] == [((b"1-" + T), b"bob", 7), ((b"2-" + T), b"bob", 7), ((b"3-" + T), b"bob", 1)], rows
+  assert [(p["message_id"], p["consumer"], p["times_delivered"]) for p in rows] == [(ids[0], b"bob", 7), (ids[1], b"bob", 7), (ids[2], b"bob", 1)], rows
   assert rows[0]["time_since_delivered"] >= 5000, rows
-  assert r.execute_command("XSETID", "rc-claim", "3-0")
+  assert r.execute_command("XSETID", "rc-claim", ids[2])
   full = r.xinfo_stream("rc-claim", full=True)
   assert full["length"] == 3 and len(full["entries"]) == 3, full
   g = full["groups"][0]
@@ -289,30 +289,23 @@ defmodule Ringbus.Resp.ClientsTest do
   end
 
   @incarnation """
-  import sys, redis
+  import sys, time, redis
   r = redis.Redis(port=int(sys.argv[1]))
   last = r.xadd("rc-inc", {"n": "0"})
   second = r.xadd("rc-inc", {"n": "1"})
   assert r.xread({"rc-inc": last}) == [[b"rc-inc", [(second, {b"n": b"1"})]]]
-  # The stream is deleted and made again: its seqs, and so the numbers of its IDs, start anew.
+  # Deleted and made again a ms later: the new entries' IDs are later, as
+  # in Redis, so a reader resuming from an old ID reads them.
   r.delete("rc-inc")
-  for i in range(3):
-      r.xadd("rc-inc", {"n": "new %d" % i})
-  for resume in [lambda: r.xread({"rc-inc": last}), lambda: r.xread({"rc-inc": last}, block=0),
-                 lambda: r.xrange("rc-inc", min=last), lambda: r.xrevrange("rc-inc", min=last)]:
-      try:
-          got = resume()
-          raise AssertionError("resumed into the new incarnation: %r" % (got,))
-      except redis.ResponseError as e:
-          assert str(e) == "stream 'rc-inc' was created again since that incarnation", e
-  # Starting over reads the new entries.
-  got = r.xread({"rc-inc": "0-0"})
-  assert [f[b"n"] for _, f in got[0][1]] == [b"new 0", b"new 1", b"new 2"], got
+  time.sleep(0.002)
+  new = [r.xadd("rc-inc", {"n": "new %d" % i}) for i in range(3)]
+  got = r.xread({"rc-inc": second})
+  assert [e[0] for e in got[0][1]] == new, got
+  assert [e[0] for e in r.xrange("rc-inc", min=last)] == new
   print("ok")
   """
 
-  test "redis-py: XREAD and XRANGE from an ID of before a DEL and re-create get an error",
-       %{port: port} do
+  test "redis-py: a stream deleted and made again goes on with later IDs", %{port: port} do
     assert RedisTools.python!(@incarnation, ["#{port}"]) == "ok\n"
   end
 
@@ -322,7 +315,10 @@ defmodule Ringbus.Resp.ClientsTest do
     {:ok, 0} = Ringbus.Client.push(client, "rc-mixed", raw)
 
     c = RespClient.connect!(ctx.port)
-    {[[_, ["payload", ^raw]]], c} = call1(c, ["XRANGE", "rc-mixed", "-", "+"])
+    {[[first, ["payload", ^raw]]], c} = call1(c, ["XRANGE", "rc-mixed", "-", "+"])
+    # Its ID over RESP is the one it was stored under.
+    {:ok, [{0, ^raw, {ms, n}}], 0} = Ringbus.run("rc-mixed", {:read, 0, 1, nil, :ids})
+    assert first == "#{ms}-#{n}"
 
     # An XADD's pairs come back whole to a binary reader, as documented.
     {[_], c} = RespClient.call(c, ["XADD", "rc-mixed", "*", "f", "v\r\n", "", "x"])
@@ -336,7 +332,9 @@ defmodule Ringbus.Resp.ClientsTest do
 
     # And those raw bytes, pushed over the binary protocol, read back the same.
     {:ok, 3} = Ringbus.Client.push(client, "rc-mixed", payload)
-    {[[_, ["f", "v\r\n", "", "x"]]], _c} = call1(c, ["XRANGE", "rc-mixed", "4", "4"])
+    {:ok, [{3, _, {ms, n}}], 0} = Ringbus.run("rc-mixed", {:read, 3, 1, nil, :ids})
+    id = "#{ms}-#{n}"
+    {[[^id, ["f", "v\r\n", "", "x"]]], _c} = call1(c, ["XRANGE", "rc-mixed", id, id])
     Ringbus.Client.close(client)
   end
 

@@ -68,7 +68,7 @@ defmodule Ringbus.Resp.ErrorsTest do
 
     # An explicit ID takes the other path.
     {[{:error, "ERR the entry is larger" <> _}], c} =
-      RespClient.call(c, ["XADD", "er-bytes", "2-0", "f", big])
+      RespClient.call(c, ["XADD", "er-bytes", "99999999999999-0", "f", big])
 
     {[1], _c} = RespClient.call(c, ~w(XLEN er-bytes))
   end

@@ -8,7 +8,6 @@ defmodule Ringbus.Resp.RedisSuitesTest do
 
   import Ringbus.Test.Eventually
 
-  alias Ringbus.Resp.Entry
   alias Ringbus.Test.{RedisServer, RedisTools, RespClient}
 
   @moduletag timeout: 120_000
@@ -49,34 +48,10 @@ defmodule Ringbus.Resp.RedisSuitesTest do
 
   defp same!(clients, commands) do
     %{ours: ours, theirs: theirs} = both(clients, commands)
-    assert untag(ours) == theirs
+    assert ours == theirs
     theirs
   end
 
-  # Ringbus's IDs `<n>-<tag>` of this test's streams as `<n>-0`.
-  defp untag(reply) do
-    tags =
-      for name <- @streams,
-          {:ok, inc} <- [Ringbus.incarnation(name)],
-          do: Integer.to_string(Entry.tag(inc))
-
-    untag(reply, tags)
-  end
-
-  defp untag(text, tags) when is_binary(text) do
-    case String.split(text, "-") do
-      [n, tag] -> if tag in tags, do: n <> "-0", else: text
-      _ -> text
-    end
-  end
-
-  defp untag(list, tags) when is_list(list), do: Enum.map(list, &untag(&1, tags))
-  defp untag({:map, pairs}, tags), do: {:map, untag(pairs, tags)}
-
-  defp untag(tuple, tags) when is_tuple(tuple),
-    do: tuple |> Tuple.to_list() |> untag(tags) |> List.to_tuple()
-
-  defp untag(other, _tags), do: other
 
   defp fill(clients, key, n),
     do: same!(clients, for(i <- 1..n, do: ["XADD", key, "#{i}-0", "f", "#{i}"]))
@@ -213,7 +188,7 @@ defmodule Ringbus.Resp.RedisSuitesTest do
 
     %{ours: ours, theirs: theirs} = both(c, ranges)
     ids = fn replies -> for rows <- replies, do: for([id | _] <- rows, do: id) end
-    assert ids.(untag(ours)) == ids.(theirs)
+    assert ids.(ours) == ids.(theirs)
     assert ids.(theirs) == [["2-0", "3-0"], ["2-0", "3-0", "4-0"], ["1-0", "2-0", "3-0"]]
   end
 

@@ -221,7 +221,7 @@ defmodule Ringbus.Resp.XaddBatchTest do
     down = {:error, "CLUSTERDOWN the node that holds stream 'xb-remote' is not connected"}
     {replies, c} = RespClient.calls(RespClient.connect!(port), commands)
     assert [^down, first, ^down, ^down, ^down, second] = replies
-    {:ok, [{1, _, id1}, {2, _, id2}], 0} = Ringbus.run("xb-a", {:read, 1, 2, nil, :ids})
+    {:ok, [{0, _, id1}, {1, _, id2}], 0} = Ringbus.run("xb-a", {:read, 0, 2, nil, :ids})
     assert [first, second] == Enum.map([id1, id2], fn {ms, n} -> "#{ms}-#{n}" end)
     assert {[{:simple, "PONG"}], _c} = RespClient.call(c, ~w(PING))
   end
@@ -270,7 +270,7 @@ defmodule Ringbus.Resp.XaddBatchTest do
 
   defp pushes do
     receive do
-      {:trace, _pid, :call, {Ringbus, :run, [key, {:stamped, {f, _payloads, n, _bytes}} | _]}} ->
+      {:trace, _pid, :call, {Ringbus, :run, [key, {:ids, {f, _payloads, n, _bytes}} | _]}} ->
         [{f, key, n} | pushes()]
 
       {:trace, _pid, :call, {Ringbus, :run, [key, op | _]}} ->
