@@ -251,7 +251,9 @@ defmodule Ringbus.Op do
   end
 
   defp replicated(channel, :info, _room, _timeout),
-    do: {:reply, {:ok, channel |> Replica.info() |> Times.put_info(channel) |> IdReads.put_info(channel)}}
+    do:
+      {:reply,
+       {:ok, channel |> Replica.info() |> Times.put_info(channel) |> IdReads.put_info(channel)}}
 
   defp replicated(channel, op, room, _timeout), do: {:reply, memory(channel, op, room)}
 
@@ -346,8 +348,10 @@ defmodule Ringbus.Op do
   end
 
   defp memory(channel, :len, _room), do: Ring.len(channel)
+
   defp memory(channel, :info, _room),
     do: {:ok, channel |> Ring.info() |> Times.put_info(channel) |> IdReads.put_info(channel)}
+
   defp memory(channel, :incarnation, _room), do: {:ok, channel.incarnation}
 
   defp memory(channel, {:subscribe, opts, subscriber}, _room) do
@@ -424,7 +428,10 @@ defmodule Ringbus.Op do
 
   # The newest seq of a group answer's messages, -1 for none.
   defp newest({:ok, messages}) when is_list(messages),
-    do: Enum.reduce(messages, -1, fn m, max -> max(max, if(is_tuple(m), do: elem(m, 0), else: m)) end)
+    do:
+      Enum.reduce(messages, -1, fn m, max ->
+        max(max, if(is_tuple(m), do: elem(m, 0), else: m))
+      end)
 
   defp newest({:ok, {_next, claimed, _deleted}}) when is_list(claimed), do: newest({:ok, claimed})
   defp newest(_answer), do: -1

@@ -57,10 +57,14 @@ defmodule Ringbus.Group.GoneIds do
     t = Table.table()
     pending = Table.pending_seqs(t, c, stop)
 
-    for {{:gone, ^c, seq}, _id} <- notes(t, c), not MapSet.member?(pending, seq),
+    for {{:gone, ^c, seq}, _id} <- notes(t, c),
+        not MapSet.member?(pending, seq),
         do: :ets.delete(t, {:gone, c, seq})
 
-    for seq <- pending, seq >= first, id = Ring.stored_id(ch, seq), id != nil,
+    for seq <- pending,
+        seq >= first,
+        id = Ring.stored_id(ch, seq),
+        id != nil,
         do: :ets.insert(t, {{:gone, c, seq}, id})
 
     :ok

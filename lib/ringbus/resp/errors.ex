@@ -64,10 +64,12 @@ defmodule Ringbus.Resp.Errors do
         "ERR The ID specified in XADD is equal or smaller than the target stream top item"
       )
 
-  def reply(:zero, _key), do: Encoder.error("ERR The ID specified in XADD must be greater than 0-0")
+  def reply(:zero, _key),
+    do: Encoder.error("ERR The ID specified in XADD must be greater than 0-0")
 
   def reply(reason, _key) when reason in [:exhausted, :ids_exhausted],
-    do: Encoder.error("ERR The stream has exhausted the last possible ID, unable to add more items")
+    do:
+      Encoder.error("ERR The stream has exhausted the last possible ID, unable to add more items")
 
   def reply(:unsupported, key),
     do: Encoder.error(["ERR stream '", key, "' does not take that command: it is replicated"])

@@ -360,7 +360,8 @@ defmodule Ringbus.Resp.StreamCommands do
   @doc "Channel messages with their IDs (`{seq, payload, id}`) as stream entries."
   @spec entries([{Ringbus.seq(), binary(), Entry.id()}]) :: [Encoder.reply()]
   def entries(messages),
-    do: Enum.map(messages, fn {_seq, payload, id} -> [Entry.format(id), Entry.decode(payload)] end)
+    do:
+      Enum.map(messages, fn {_seq, payload, id} -> [Entry.format(id), Entry.decode(payload)] end)
 
   @doc "Messages `{seq, payload}` of stream `key` with their IDs, asked where it lives."
   @spec with_ids(binary(), [{Ringbus.seq(), binary()}]) :: [{Ringbus.seq(), binary(), Entry.id()}]

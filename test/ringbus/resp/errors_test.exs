@@ -63,8 +63,7 @@ defmodule Ringbus.Resp.ErrorsTest do
       ~w(PING)
     ])
 
-    {[_, {:error, "ERR the entry is larger" <> _}, {:simple, "PONG"}], c} =
-      RespClient.recv(c, 3)
+    {[_, {:error, "ERR the entry is larger" <> _}, {:simple, "PONG"}], c} = RespClient.recv(c, 3)
 
     # An explicit ID takes the other path.
     {[{:error, "ERR the entry is larger" <> _}], c} =

@@ -52,7 +52,6 @@ defmodule Ringbus.Resp.RedisSuitesTest do
     theirs
   end
 
-
   defp fill(clients, key, n),
     do: same!(clients, for(i <- 1..n, do: ["XADD", key, "#{i}-0", "f", "#{i}"]))
 

@@ -95,8 +95,7 @@ defmodule Ringbus.Resp.StreamsTest do
   test "INFO memory shows the streams' bytes and their bound", %{port: port} do
     c = RespClient.connect!(port)
 
-    {[_], c} =
-      RespClient.call(c, ["XADD", "st-mem", "*", "payload", String.duplicate("x", 1000)])
+    {[_], c} = RespClient.call(c, ["XADD", "st-mem", "*", "payload", String.duplicate("x", 1000)])
 
     {[info], c} = RespClient.call(c, ~w(INFO memory))
     assert info =~ "# Memory\r\n"
@@ -302,7 +301,8 @@ defmodule Ringbus.Resp.StreamsTest do
         ])
 
       smaller =
-        {:error, "ERR The ID specified in XADD is equal or smaller than the target stream top item"}
+        {:error,
+         "ERR The ID specified in XADD is equal or smaller than the target stream top item"}
 
       assert replies == [
                {:error, "ERR The ID specified in XADD must be greater than 0-0"},
@@ -373,7 +373,13 @@ defmodule Ringbus.Resp.StreamsTest do
         for w <- 1..4 do
           Task.async(fn ->
             c = RespClient.connect!(port)
-            {ids, _} = RespClient.calls(c, for(n <- 1..100, do: ["XADD", "st-mixed", "*", "w", "#{w}-#{n}"]))
+
+            {ids, _} =
+              RespClient.calls(
+                c,
+                for(n <- 1..100, do: ["XADD", "st-mixed", "*", "w", "#{w}-#{n}"])
+              )
+
             ids
           end)
         end

@@ -105,8 +105,7 @@ defmodule Ringbus.Resp.XaddRemoteTest do
 
     RespClient.close(client)
     # Auto IDs are times, others in each run: named by their order.
-    replies =
-      RespIds.named(replies)
+    replies = RespIds.named(replies)
 
     {replies, for({name, _} <- @made, do: held(b, name))}
   end
