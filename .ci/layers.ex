@@ -49,6 +49,7 @@ defmodule Layers do
     {"lib/ringbus/groups.ex", :api},
     {"lib/ringbus/groups/", :api},
     {"lib/ringbus/op.ex", :op},
+    {"lib/ringbus/op/", :op},
     {"lib/ringbus/group.ex", :group},
     {"lib/ringbus/group/", :group},
     {"lib/ringbus/application.ex", :application},

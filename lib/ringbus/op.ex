@@ -25,14 +25,13 @@ defmodule Ringbus.Op do
 
   alias Ringbus.{Channel, Group, Replica}
   alias Ringbus.Group.{ByIds, GoneIds, Push}
+  alias Ringbus.Op.Answers
   alias Ringbus.Channel.{GivenIds, Hold, IdReads, Ids, Producers, Ring, Subscription, Times, Trim}
 
   # What a message costs in an answer beyond its payload, as a link counts it.
   @message_bytes 16
   # Messages a cut read takes from the ring at a time.
   @read_step 64
-  # Waits of 1 ms at most for this member to apply a replicated push.
-  @apply_waits 100
 
   @typedoc "A producer tag (`Ringbus.push/3`), or nil."
   @type tag :: {term(), integer()} | nil
@@ -164,7 +163,7 @@ defmodule Ringbus.Op do
   # holds what the answer names.
   def run(channel, {:ids, {:group, request}}, room, timeout) do
     request = ByIds.resolve(channel, request)
-    ided(channel, request, run(channel, {:group, request}, room, timeout))
+    Answers.ided(channel, request, run(channel, {:group, request}, room, timeout))
   end
 
   def run(channel, {:stamped, {:ids, {:group, _}} = op}, room, timeout),
@@ -212,7 +211,7 @@ defmodule Ringbus.Op do
 
   defp replicated(channel, {:ids, push}, room, timeout) do
     {:wait, pushed} = replicated(channel, push, room, timeout)
-    {:wait, fn -> replicated_ids(channel, pushed.()) end}
+    {:wait, fn -> Answers.replicated_ids(channel, pushed.()) end}
   end
 
   defp replicated(_channel, {op, _given, _payload}, _room, _timeout) when op == :push_id,
@@ -272,10 +271,11 @@ defmodule Ringbus.Op do
     do:
       {:ok,
        Enum.map(batches, fn {payloads, n, bytes} ->
-         with_ids(channel, Ring.push_measured(channel, payloads, n, bytes))
+         Answers.with_ids(channel, Ring.push_measured(channel, payloads, n, bytes))
        end)}
 
-  defp memory(channel, {:ids, push}, room), do: with_ids(channel, memory(channel, push, room))
+  defp memory(channel, {:ids, push}, room),
+    do: Answers.with_ids(channel, memory(channel, push, room))
 
   defp memory(channel, {:push_id, given, payload}, _room),
     do: GivenIds.push(channel, payload, given)
@@ -387,54 +387,6 @@ defmodule Ringbus.Op do
   end
 
   defp then_trim(refused, _trim), do: refused
-
-  # A push's first ID, probed where it was stored: a message pulled or
-  # overwritten meanwhile gets `IdReads.gone/1`'s name.
-  defp with_ids(channel, {:ok, seq}) when is_integer(seq),
-    do: {:ok, seq, IdReads.id_of(channel, seq)}
-
-  defp with_ids(channel, {:ok, results}) when is_list(results),
-    do: {:ok, Enum.map(results, &with_ids(channel, &1))}
-
-  defp with_ids(_channel, refused), do: refused
-
-  # A replicated push's answer comes from its leader; this member has
-  # applied it, or soon will: its ID is read here once it has.
-  defp replicated_ids(channel, {:ok, seq} = pushed) when is_integer(seq) do
-    applied(channel, seq, @apply_waits)
-    with_ids(channel, pushed)
-  end
-
-  defp replicated_ids(channel, pushed), do: with_ids(channel, pushed)
-
-  defp applied(channel, seq, waits) do
-    if Ring.next_seq(channel) <= seq and waits > 0 do
-      Process.sleep(1)
-      applied(channel, seq, waits - 1)
-    end
-  end
-
-  defp ided(channel, request, {:reply, answer}),
-    do: {:reply, ByIds.answer(channel, request, answer)}
-
-  defp ided(channel, request, {:wait, fun}) do
-    {:wait,
-     fn ->
-       answer = fun.()
-       if channel.replica, do: applied(channel, newest(answer), @apply_waits)
-       ByIds.answer(channel, request, answer)
-     end}
-  end
-
-  # The newest seq of a group answer's messages, -1 for none.
-  defp newest({:ok, messages}) when is_list(messages),
-    do:
-      Enum.reduce(messages, -1, fn m, max ->
-        max(max, if(is_tuple(m), do: elem(m, 0), else: m))
-      end)
-
-  defp newest({:ok, {_next, claimed, _deleted}}) when is_list(claimed), do: newest({:ok, claimed})
-  defp newest(_answer), do: -1
 
   defp stamp(channel, {:reply, answer}), do: {:reply, stamped(channel, answer)}
   defp stamp(channel, {:wait, fun}), do: {:wait, fn -> stamped(channel, fun.()) end}

@@ -187,15 +187,17 @@ defmodule Ringbus.HTTPTest do
     port = Ringbus.Server.port(resp, :resp)
     c = RespClient.connect!(port)
 
-    for id <- ~w(1 2 3 4) do
-      {[_], _} = RespClient.call(c, ~w(XADD orders * n #{id}))
-    end
+    [first | _] =
+      for n <- ~w(1 2 3 4) do
+        {[id], _} = RespClient.call(c, ~w(XADD orders * n #{n}))
+        id
+      end
 
     {[{:simple, "OK"}], c} = RespClient.call(c, ~w(XGROUP CREATE orders billing 0))
     {[{:simple, "OK"}], c} = RespClient.call(c, ~w(XGROUP CREATE orders idle $))
     {[[_]], c} = RespClient.call(c, ~w(XREADGROUP GROUP billing alice COUNT 3 STREAMS orders >))
     {[[_]], c} = RespClient.call(c, ~w(XREADGROUP GROUP billing bob COUNT 1 STREAMS orders 0))
-    {[1], c} = RespClient.call(c, ~w(XACK orders billing 1-0))
+    {[1], c} = RespClient.call(c, ["XACK", "orders", "billing", first])
     {[_], c} = RespClient.call(c, ~w(XADD orders * n 5))
 
     {200, _, body} = get(url <> "/metrics")

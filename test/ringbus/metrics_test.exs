@@ -200,7 +200,11 @@ defmodule Ringbus.MetricsTest do
     r = RespClient.connect!(resp_port)
 
     :ok =
-      RespClient.send_commands(r, [~w(XADD timed * f 1), ~w(XADD timed 5-0 f 2), ~w(XLEN timed)])
+      RespClient.send_commands(r, [
+        ~w(XADD timed * f 1),
+        ~w(XADD timed 99999999999999-0 f 2),
+        ~w(XLEN timed)
+      ])
 
     {[_, _, 5], r} = RespClient.recv(r, 3)
 

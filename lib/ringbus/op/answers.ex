@@ -1,0 +1,64 @@
+defmodule Ringbus.Op.Answers do
+  @moduledoc false
+  # What `Ringbus.Op` adds to an answer for a front end that speaks Redis
+  # stream IDs: a push's first ID, and a group answer's seqs as IDs
+  # (`Ringbus.Group.ByIds`), read on this member's ring. A replicated
+  # channel's answer comes from its leader; this member has applied what it
+  # names, or soon will: its IDs are read here once it has, waiting 1 ms at
+  # a time, at most @apply_waits times.
+
+  alias Ringbus.Channel.{IdReads, Ring}
+  alias Ringbus.Group.ByIds
+
+  @apply_waits 100
+
+  @doc """
+  A push's answer with its first ID, probed where it was stored: a
+  message pulled or overwritten meanwhile gets `IdReads.gone/1`'s name.
+  """
+  def with_ids(channel, {:ok, seq}) when is_integer(seq),
+    do: {:ok, seq, IdReads.id_of(channel, seq)}
+
+  def with_ids(channel, {:ok, results}) when is_list(results),
+    do: {:ok, Enum.map(results, &with_ids(channel, &1))}
+
+  def with_ids(_channel, refused), do: refused
+
+  @doc "`with_ids/2` of a replicated push, once this member has applied it."
+  def replicated_ids(channel, {:ok, seq} = pushed) when is_integer(seq) do
+    applied(channel, seq, @apply_waits)
+    with_ids(channel, pushed)
+  end
+
+  def replicated_ids(channel, pushed), do: with_ids(channel, pushed)
+
+  @doc "A group request's outcome with IDs for its seqs (`ByIds.answer/3`)."
+  def ided(channel, request, {:reply, answer}),
+    do: {:reply, ByIds.answer(channel, request, answer)}
+
+  def ided(channel, request, {:wait, fun}) do
+    {:wait,
+     fn ->
+       answer = fun.()
+       if channel.replica, do: applied(channel, newest(answer), @apply_waits)
+       ByIds.answer(channel, request, answer)
+     end}
+  end
+
+  defp applied(channel, seq, waits) do
+    if Ring.next_seq(channel) <= seq and waits > 0 do
+      Process.sleep(1)
+      applied(channel, seq, waits - 1)
+    end
+  end
+
+  # The newest seq of a group answer's messages, -1 for none.
+  defp newest({:ok, messages}) when is_list(messages),
+    do:
+      Enum.reduce(messages, -1, fn m, max ->
+        max(max, if(is_tuple(m), do: elem(m, 0), else: m))
+      end)
+
+  defp newest({:ok, {_next, claimed, _deleted}}) when is_list(claimed), do: newest({:ok, claimed})
+  defp newest(_answer), do: -1
+end
