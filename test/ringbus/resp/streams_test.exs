@@ -74,8 +74,13 @@ defmodule Ringbus.Resp.StreamsTest do
     assert member == node()
 
     {[entries], c} = RespClient.call(c, ~w(XRANGE st-repl - +))
-    assert [[_, ["a", "1"]], [_, ["b", "2"]]] = entries
-    {[2], _} = RespClient.call(c, ~w(XLEN st-repl))
+    assert [[first, ["a", "1"]], [second, ["b", "2"]]] = entries
+    # The IDs the leader gave, as XADD answered them; a client's own ID is
+    # not taken on a replicated stream (docs/RESP.md, "IDs").
+    assert id!(first) < id!(second)
+
+    {[2, {:error, "ERR stream 'st-repl' does not take that command: it is replicated"}], _} =
+      RespClient.calls(c, [~w(XLEN st-repl), ~w(XADD st-repl 99999999999999-0 c 3)])
 
     # More replicas than nodes connected: the XADD that would create it fails.
     wide =
@@ -256,6 +261,31 @@ defmodule Ringbus.Resp.StreamsTest do
   end
 
   describe "IDs are Redis's" do
+    test "an entry a group has pending that the ring overwrote is named 0-<seq + 1>, and acked by it",
+         %{port: port} do
+      Ringbus.delete("st-lapped")
+      :ok = Ringbus.create("st-lapped", capacity: 2)
+      c = RespClient.connect!(port)
+
+      {[_, _, {:simple, "OK"}, [["st-lapped", [_, _]]], _, _, pending], c} =
+        RespClient.calls(c, [
+          ~w(XADD st-lapped * n 0),
+          ~w(XADD st-lapped * n 1),
+          ~w(XGROUP CREATE st-lapped g 0),
+          ~w(XREADGROUP GROUP g alice STREAMS st-lapped >),
+          ~w(XADD st-lapped * n 2),
+          ~w(XADD st-lapped * n 3),
+          ~w(XPENDING st-lapped g - + 10)
+        ])
+
+      assert Enum.map(pending, &hd/1) == ["0-1", "0-2"]
+
+      {[1, [[id, _, _, _]]], _} =
+        RespClient.calls(c, [~w(XACK st-lapped g 0-1), ~w(XPENDING st-lapped g - + 10)])
+
+      assert id == "0-2"
+    end
+
     defp id!(text) do
       [ms, n] = String.split(text, "-")
       {String.to_integer(ms), String.to_integer(n)}
