@@ -235,6 +235,14 @@ defmodule Ringbus.Op do
   defp replicated(channel, {:push_batches, batches}, _room, _timeout),
     do: {:wait, fn -> Replica.push_batches(channel, batches) end}
 
+  # A replicated channel's trims cut nodes of Redis's default size on
+  # every member, whatever version: the node size is a memory stream's.
+  defp replicated(channel, {:push_trim, push, %{node: _} = trim}, room, timeout),
+    do: replicated(channel, {:push_trim, push, Map.delete(trim, :node)}, room, timeout)
+
+  defp replicated(channel, {:trim, %{node: _} = trim}, room, timeout),
+    do: replicated(channel, {:trim, Map.delete(trim, :node)}, room, timeout)
+
   defp replicated(channel, {:push_trim, push, trim}, room, timeout) do
     {:wait, push} = replicated(channel, push, room, timeout)
     {:wait, fn -> then_trim(push.(), fn -> Replica.trim(channel, trim) end) end}
@@ -300,18 +308,21 @@ defmodule Ringbus.Op do
 
   # A push then its trim, as pushes and trims one by one would leave the
   # channel. Under drop-oldest, the messages held before the push that the
-  # trim will take go first, so that the push overwrites none of them; a
-  # batch that would lap the ring all the same is refused `:laps`, with
-  # nothing done, for the caller to push one by one.
+  # trim will take go first, so that the push overwrites none of them, and
+  # the rest of the trim's count (pushed messages it takes) after; a batch
+  # that would lap the ring all the same is refused `:laps`, with nothing
+  # done, for the caller to push one by one. The count is worked out once:
+  # a `~` trim run again after the push could take further nodes.
   defp memory(%Channel{overflow: :drop_oldest} = channel, {:push_trim, push, trim}, room) do
     {first, next, n} = {Ring.first_seq(channel), Ring.next_seq(channel), count(push)}
-    pre = min(Trim.count(trim, first, next + n), next - first)
+    total = Trim.count(trim, first, next + n)
+    pre = min(total, next - first)
 
     if n > 1 and laps?(channel, next - first - pre + n, push) do
       {:error, :laps}
     else
       _ = GoneIds.take_oldest(channel, pre)
-      then_trim(memory(channel, push, room), fn -> GoneIds.trim(channel, trim) end)
+      then_trim(memory(channel, push, room), fn -> GoneIds.take_oldest(channel, total - pre) end)
     end
   end
 

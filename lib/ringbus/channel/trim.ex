@@ -18,11 +18,14 @@ defmodule Ringbus.Channel.Trim do
   # 100k + 99, those still held. Redis also starts a node after 4,096 bytes
   # (`stream-node-max-bytes`), so with large entries its `~` removes fewer.
 
+  # A node's entries, unless the trim says (`:node`: RESP's CONFIG SET
+  # stream-node-max-entries, for a stream whose nodes are all of that size).
   @node 100
 
   @typedoc "A trim as the commands parse it."
   @type t :: %{
           optional(:run) => pos_integer(),
+          optional(:node) => pos_integer(),
           strategy: {:maxlen, non_neg_integer()} | {:min_seq, non_neg_integer()},
           approx: boolean(),
           limit: non_neg_integer() | nil
@@ -53,8 +56,8 @@ defmodule Ringbus.Channel.Trim do
   end
 
   def count(%{strategy: strategy, approx: approx} = trim, first, next) do
-    limit = limit(trim)
-    walk(strategy, approx, limit, first, next, 0)
+    node = Map.get(trim, :node, @node)
+    walk({strategy, node}, approx, limit(trim, node), first, next, 0)
   end
 
   @doc """
@@ -74,17 +77,18 @@ defmodule Ringbus.Channel.Trim do
   def of_run(trim, _n), do: trim
 
   # As Redis: `~` without LIMIT may remove 100 nodes' worth; LIMIT 0 is no bound.
-  defp limit(%{approx: true, limit: nil}), do: @node * 100
-  defp limit(%{approx: true, limit: limit}), do: limit
-  defp limit(_trim), do: 0
+  defp limit(%{approx: true, limit: nil}, node), do: node * 100
+  defp limit(%{approx: true, limit: limit}, _node), do: limit
+  defp limit(_trim, _node), do: 0
 
-  defp walk({:maxlen, max}, _approx, _limit, first, next, deleted) when next - first <= max,
-    do: deleted
+  defp walk({{:maxlen, max}, _node}, _approx, _limit, first, next, deleted)
+       when next - first <= max,
+       do: deleted
 
   defp walk(_strategy, _approx, _limit, first, next, deleted) when first >= next, do: deleted
 
-  defp walk(strategy, approx, limit, first, next, deleted) do
-    node_end = min((div(first, @node) + 1) * @node, next)
+  defp walk({strategy, node} = cut, approx, limit, first, next, deleted) do
+    node_end = min((div(first, node) + 1) * node, next)
     entries = node_end - first
 
     cond do
@@ -92,7 +96,7 @@ defmodule Ringbus.Channel.Trim do
         deleted
 
       whole_node?(strategy, first, next, node_end, entries) ->
-        walk(strategy, approx, limit, node_end, next, deleted + entries)
+        walk(cut, approx, limit, node_end, next, deleted + entries)
 
       approx ->
         deleted

@@ -18,7 +18,7 @@ defmodule Ringbus.Resp.StreamCommands do
   # (`Ringbus.Resp.StreamIds`).
 
   alias Ringbus.Channel.{Ids, Trim}
-  alias Ringbus.Resp.{Args, BlockingRead, Encoder, Entry, Errors, Keys, StreamIds}
+  alias Ringbus.Resp.{Args, BlockingRead, Counters, Encoder, Entry, Errors, Keys, StreamIds}
 
   # A read with no COUNT: everything, as in Redis; the ring bounds it.
   @all 4_611_686_018_427_387_904
@@ -167,7 +167,7 @@ defmodule Ringbus.Resp.StreamCommands do
   # outside any one command.
   defp push(key, op, nomkstream, trim, s) do
     op = with_ids(op)
-    op = if trim, do: {:push_trim, op, seq_trim(key, trim)}, else: op
+    op = if trim, do: {:push_trim, op, seq_trim(key, trim, s)}, else: op
 
     case made(Ringbus.run(key, op), key, op, nomkstream, s) do
       {:ok, seq, id} -> {:ok, seq, id}
@@ -232,17 +232,23 @@ defmodule Ringbus.Resp.StreamCommands do
   ## Trimming
 
   # A trim as the channel runs it: MINID's ID as the first seq it keeps,
-  # found where the stream lives (one more request); MAXLEN as it is.
-  defp seq_trim(key, %{strategy: {:minid, id}} = trim) do
+  # found where the stream lives (one more request); MAXLEN as it is; the
+  # node size CONFIG SET gave, when not Redis's default.
+  defp seq_trim(key, %{strategy: {:minid, id}} = trim, s) do
     [from] = StreamIds.bounds(key, [{:from, id}])
-    %{trim | strategy: {:min_seq, from}}
+    seq_trim(key, %{trim | strategy: {:min_seq, from}}, s)
   end
 
-  defp seq_trim(_key, trim), do: trim
+  defp seq_trim(_key, trim, s) do
+    case Counters.get(s.context.stats, :stream_node_max_entries) do
+      100 -> trim
+      node -> Map.put(trim, :node, node)
+    end
+  end
 
   def xtrim([key | rest], s) do
     case Args.parse_xtrim(rest) do
-      {:ok, trim} -> {trimmed(key, Ringbus.run(key, {:trim, seq_trim(key, trim)})), s}
+      {:ok, trim} -> {trimmed(key, Ringbus.run(key, {:trim, seq_trim(key, trim, s)})), s}
       {:error, reply} -> {reply, s}
     end
   end

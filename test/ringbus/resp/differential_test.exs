@@ -203,6 +203,30 @@ defmodule Ringbus.Resp.DifferentialTest do
     )
   end
 
+  test "trims cut nodes of the size CONFIG SET stream-node-max-entries gives, as Redis's", ctx do
+    adds = fn key, range -> for i <- range, do: ["XADD", key, "#{i}-0", "f", "#{i}"] end
+
+    compare(
+      [~w(CONFIG SET stream-node-max-entries 10)] ++
+        adds.("n10", 1..100) ++
+        [
+          ~w(XADD n10 MAXLEN ~ 55 LIMIT 30 101-0 f v),
+          ~w(XLEN n10),
+          ~w(XADD n10 MAXLEN ~ 55 LIMIT 30 102-0 f v),
+          ~w(XLEN n10),
+          ~w(CONFIG SET stream-node-max-entries 2)
+        ] ++
+        adds.("n2", 1..3) ++
+        [
+          ~w(XTRIM n2 MAXLEN ~ 0 LIMIT 1),
+          ~w(XTRIM n2 MAXLEN ~ 0 LIMIT 2),
+          ~w(CONFIG SET stream-node-max-entries 100)
+        ],
+      ctx.ours,
+      ctx.theirs
+    )
+  end
+
   test "XCLAIM and XSETID match Redis's", ctx do
     compare(
       [
