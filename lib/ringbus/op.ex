@@ -25,7 +25,8 @@ defmodule Ringbus.Op do
 
   alias Ringbus.{Channel, Group, Replica}
   alias Ringbus.Group.Push
-  alias Ringbus.Channel.{Hold, Producers, Ring, Subscription, Times, Trim}
+  alias Ringbus.Channel.{GivenIds, Hold, Ids, Producers, Ring, Subscription, Times, Trim}
+  require Ids
 
   # What a message costs in an answer beyond its payload, as a link counts it.
   @message_bytes 16
@@ -47,6 +48,14 @@ defmodule Ringbus.Op do
       list, or an enumerable of binaries that knows its count and bytes (a
       server's large `PUSH_BATCH`, as the bytes it came in)
     * `{:push_batches, [{payloads, count, bytes}]}` - batches, each alone
+    * `{:push_id, payload, given}` - one message under a Redis stream ID
+      (`t:Ringbus.Channel.Ids.given/0`: `:auto`, a client's `{ms, n}` or
+      `{ms, :auto}`), refused under Redis's rules: `{:ok, seq, id}`
+    * `{:set_id, id}` - sets the channel's last Redis stream ID (XSETID):
+      `:ok`, or `{:error, :below_top}` below the newest message's
+    * `:last_id`, `{:id_of, seq}` (nil when not held), `{:seq_of, id}` (the
+      first message at or above `id`): `{:ok, answer}`, read where the
+      channel lives (a replicated channel's on this member's ring)
     * `{:push_trim, push, trim}` - a push of the above, then `trim`: what
       RESP's XADD with MAXLEN is, as one operation
     * `:pull`, `{:read, from, max, incarnation | nil}`, `:len`, `:info`,
@@ -78,6 +87,11 @@ defmodule Ringbus.Op do
           | {:push_tagged, tag(), [binary()] | Enumerable.t(), non_neg_integer(),
              non_neg_integer()}
           | {:push_batches, [{[binary()], non_neg_integer(), non_neg_integer()}]}
+          | {:push_id, binary(), Ids.given()}
+          | {:set_id, Ids.id()}
+          | :last_id
+          | {:id_of, non_neg_integer()}
+          | {:seq_of, Ids.id()}
           | {:push_trim, t(), Trim.t()}
           | :pull
           | {:read, from(), non_neg_integer(), pos_integer() | nil}
@@ -165,10 +179,11 @@ defmodule Ringbus.Op do
   def write?(:pull), do: true
   def write?({:stamped, op}), do: write?(op)
   def write?({:times, op}), do: write?(op)
-  def write?(op) when is_tuple(op), do: elem(op, 0) in [:trim, :group | pushes()]
+  def write?(op) when is_tuple(op), do: elem(op, 0) in [:trim, :group, :set_id | pushes()]
   def write?(_op), do: false
 
-  defp pushes, do: [:push, :push_many, :push_run, :push_tagged, :push_batches, :push_trim]
+  defp pushes,
+    do: [:push, :push_many, :push_run, :push_tagged, :push_batches, :push_trim, :push_id]
 
   ## A replicated channel: writes through its Raft log, reads on this member's ring
 
@@ -186,6 +201,12 @@ defmodule Ringbus.Op do
     opts = [producer: tag] ++ within(timeout)
     {:wait, fn -> Replica.push(channel, payloads, bytes, opts) end}
   end
+
+  defp replicated(channel, {:push_id, payload, given}, _room, timeout),
+    do: {:wait, fn -> Replica.push_id(channel, payload, given, timeout) end}
+
+  defp replicated(channel, {:set_id, id}, _room, timeout),
+    do: {:wait, fn -> Replica.set_id(channel, id, timeout) end}
 
   defp replicated(channel, {:push_batches, batches}, _room, _timeout),
     do: {:wait, fn -> Replica.push_batches(channel, batches) end}
@@ -229,6 +250,19 @@ defmodule Ringbus.Op do
   # after :timeout finds the tag its first send stored.
   defp memory(channel, {:push_tagged, tag, payloads, count, bytes}, _room),
     do: Producers.push_tagged(channel, tag, payloads, count, bytes)
+
+  defp memory(channel, {:push_id, payload, given}, _room)
+       when is_binary(payload) and Ids.is_given(given),
+       do: GivenIds.push(channel, payload, given)
+
+  defp memory(channel, {:set_id, id}, _room) when Ids.is_id(id), do: GivenIds.set(channel, id)
+  defp memory(_channel, {:push_id, _, _}, _room), do: {:error, :badarg}
+  defp memory(_channel, {:set_id, _}, _room), do: {:error, :badarg}
+  defp memory(channel, :last_id, _room), do: {:ok, Ids.last(channel.ids)}
+  defp memory(channel, {:id_of, seq}, _room), do: {:ok, Ring.stored_id(channel, seq)}
+
+  defp memory(channel, {:seq_of, id}, _room) when Ids.is_id(id),
+    do: {:ok, Times.seek_id(channel, id)}
 
   defp memory(channel, {:push_batches, batches}, _room),
     do: {:ok, Ring.push_batches(channel, batches)}
@@ -294,17 +328,19 @@ defmodule Ringbus.Op do
     do: Ring.bytes(channel) + bytes(push) > max
 
   defp bytes({:push, payload}), do: byte_size(payload)
+  defp bytes({:push_id, payload, _given}), do: byte_size(payload)
   defp bytes({:push_tagged, _tag, _payloads, _count, bytes}), do: bytes
   defp bytes({:push_batches, batches}), do: Enum.reduce(batches, 0, &(elem(&1, 2) + &2))
   defp bytes({_push, _payloads, _count, bytes}), do: bytes
 
   defp count({:push, _payload}), do: 1
+  defp count({:push_id, _payload, _given}), do: 1
   defp count({:push_tagged, _tag, _payloads, count, _bytes}), do: count
   defp count({:push_batches, batches}), do: Enum.reduce(batches, 0, &(elem(&1, 1) + &2))
   defp count({_push, _payloads, count, _bytes}), do: count
 
   # A trim after a push that was refused does not run: nothing was added.
-  defp then_trim({:ok, _} = pushed, trim) do
+  defp then_trim(pushed, trim) when elem(pushed, 0) == :ok do
     _ = trim.()
     pushed
   end
@@ -419,6 +455,7 @@ defmodule Ringbus.Op do
   """
   @spec request_bytes(t()) :: non_neg_integer()
   def request_bytes({:push, payload}), do: byte_size(payload) + @message_bytes
+  def request_bytes({:push_id, payload, _given}), do: byte_size(payload) + @message_bytes
 
   def request_bytes({push, _payloads, count, bytes}) when push in [:push_many, :push_run],
     do: bytes + @message_bytes * count

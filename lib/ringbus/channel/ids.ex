@@ -43,6 +43,25 @@ defmodule Ringbus.Channel.Ids do
   @typedoc "A refusal, as Redis words it (`Ringbus.Resp.Errors`)."
   @type error :: :not_greater | :zero | :exhausted
 
+  @typedoc """
+  The ID a push asks for: `:auto` (Redis's `*`), `{ms, n}` (`ms-n`), or
+  `{ms, :auto}` (`ms-*`).
+  """
+  @type given :: :auto | {non_neg_integer(), non_neg_integer() | :auto}
+
+  @doc "Whether `id` is an ID: two u64."
+  defguard is_id(id)
+           when is_tuple(id) and tuple_size(id) == 2 and is_integer(elem(id, 0)) and
+                  is_integer(elem(id, 1)) and elem(id, 0) >= 0 and elem(id, 0) <= @max_u64 and
+                  elem(id, 1) >= 0 and elem(id, 1) <= @max_u64
+
+  @doc "Whether `given` is a push's ID request (`t:given/0`)."
+  defguard is_given(given)
+           when given == :auto or is_id(given) or
+                  (is_tuple(given) and tuple_size(given) == 2 and elem(given, 1) == :auto and
+                     is_integer(elem(given, 0)) and elem(given, 0) >= 0 and
+                     elem(given, 0) <= @max_u64)
+
   @doc "A fresh stamp: the last ID is `0-0`."
   @spec new() :: :atomics.atomics_ref()
   def new, do: :atomics.new(4, signed: false)
@@ -100,9 +119,14 @@ defmodule Ringbus.Channel.Ids do
   @doc "Moves the last ID up to the last of `count` given from `first` (a stamp `{at, first}`)."
   @spec follow(:atomics.atomics_ref(), {integer(), id()}, pos_integer()) :: {integer(), id()}
   def follow(ids, {_at, first} = stamp, count) do
-    last = nth(first, count - 1)
-    if above?(last, last(ids)), do: set(ids, last)
+    raise_to(ids, nth(first, count - 1))
     stamp
+  end
+
+  @doc "Moves the last ID up to `id`, if `id` is above it (a single writer's: a replicated ring's)."
+  @spec raise_to(:atomics.atomics_ref(), id()) :: :ok
+  def raise_to(ids, id) do
+    if above?(id, last(ids)), do: set(ids, id), else: :ok
   end
 
   @doc "`explicit/3` with nothing to claim: `{:ok, id}`, or the refusal."
@@ -144,11 +168,22 @@ defmodule Ringbus.Channel.Ids do
   checked it against the entries held.
   """
   @spec set(:atomics.atomics_ref(), id()) :: :ok
-  def set(ids, id) do
+  def set(ids, id), do: set(ids, id, fn _prev -> :ok end)
+
+  @doc """
+  Sets the last ID to `id` if `check` answers `:ok` on the last ID, run
+  while every other reservation waits; else the last ID stays, and
+  `check`'s answer is the answer.
+  """
+  @spec set(:atomics.atomics_ref(), id(), (id() -> :ok | {:error, term()})) ::
+          :ok | {:error, term()}
+  def set(ids, id, check) do
     lock(ids)
-    _prev = last_locked(ids)
-    store(ids, id)
+    prev = last_locked(ids)
+    result = check.(prev)
+    store(ids, if(result == :ok, do: id, else: prev))
     unlock(ids)
+    result
   end
 
   @doc "The `i`-th ID of a batch whose first is `first`, as `reserve/3` numbers them."
@@ -174,6 +209,21 @@ defmodule Ringbus.Channel.Ids do
   defp unpack(packed), do: {packed >>> @n_bits, packed &&& @n_max}
 
   ## Rules, on the last ID
+
+  @doc """
+  The rule of `reserve/3` on a last ID held elsewhere (a replicated
+  channel's machine decides IDs in its state): `count` auto IDs after
+  `prev` at system time `now_ms`, `{:ok, first, last}`. Pure.
+  """
+  @spec next_auto(id(), pos_integer(), non_neg_integer()) ::
+          {:ok, id(), id()} | {:error, :exhausted}
+  def next_auto(prev, count, now_ms), do: auto_after(prev, count, now_ms)
+
+  @doc "The rule of `explicit/3` on a last ID held elsewhere: the ID `given` names. Pure."
+  @spec next_given(id(), {non_neg_integer(), non_neg_integer() | :auto}) ::
+          {:ok, id()} | {:error, error()}
+  def next_given(_prev, {0, 0}), do: {:error, :zero}
+  def next_given(prev, given), do: explicit_after(prev, given)
 
   defp auto_after({ms, _n} = prev, count, now_ms) do
     first = if ms >= now_ms, do: next(prev), else: {:ok, {now_ms, 0}}
