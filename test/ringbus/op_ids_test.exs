@@ -1,0 +1,46 @@
+defmodule Ringbus.OpIdsTest do
+  # The operations on Redis stream IDs (`Ringbus.Op`: `:push_id`,
+  # `:set_id`, `:last_id`, `:id_of`, `:seq_of`), one path for both kinds of
+  # channel: a memory channel's decided where it lives (`GivenIds`), a
+  # replicated one's in its log (`Ringbus.Replica.StreamIds`); the same
+  # answers from both.
+  use ExUnit.Case, async: true
+
+  @trim_to_2 %{strategy: {:maxlen, 2}, approx: false, limit: nil}
+
+  for {kind, opts} <- [memory: [capacity: 10], replicated: [replicas: 1, capacity: 10]] do
+    test "push under an ID, XSETID, and the IDs read back (#{kind})" do
+      name = "op_ids_#{unquote(kind)}_#{System.unique_integer([:positive])}"
+      :ok = Ringbus.create(name, unquote(opts))
+      on_exit(fn -> Ringbus.delete(name) end)
+      run = &Ringbus.run(name, &1)
+      now = System.system_time(:millisecond)
+      f = now + 60_000
+
+      assert {:ok, 0, {ms, 0}} = run.({:push_id, "a", :auto})
+      assert ms in now..(now + 5_000)
+      assert run.({:push_id, "b", {f, 5}}) == {:ok, 1, {f, 5}}
+      assert run.({:push_id, "x", {f, 5}}) == {:error, :not_greater}
+      assert run.({:push_id, "x", {0, 0}}) == {:error, :zero}
+      assert run.({:push_id, "c", {f, :auto}}) == {:ok, 2, {f, 6}}
+      assert run.({:push_id, "x", :junk}) == {:error, :badarg}
+
+      assert run.(:last_id) == {:ok, {f, 6}}
+      assert run.({:id_of, 1}) == {:ok, {f, 5}}
+      assert run.({:id_of, 99}) == {:ok, nil}
+      assert run.({:seq_of, {f, 6}}) == {:ok, 2}
+      assert run.({:seq_of, {f, 0}}) == {:ok, 1}
+      assert run.({:seq_of, {f + 1, 0}}) == {:ok, 3}
+
+      assert run.({:set_id, {f, 5}}) == {:error, :below_top}
+      assert run.({:set_id, {f + 10, 0}}) == :ok
+      assert run.(:last_id) == {:ok, {f + 10, 0}}
+      assert run.({:push_id, "d", :auto}) == {:ok, 3, {f + 10, 1}}
+
+      # XADD with MAXLEN: a push under an ID, then its trim.
+      assert run.({:push_trim, {:push_id, "e", {f + 20, 0}}, @trim_to_2}) == {:ok, 4, {f + 20, 0}}
+      assert {:ok, [{3, "d"}, {4, "e"}], 3} = Ringbus.read(name, 0, 10)
+      assert {:ok, %{rejected: 0}} = Ringbus.info(name)
+    end
+  end
+end

@@ -1,0 +1,216 @@
+defmodule Ringbus.Replica.StreamIdsTest do
+  # A replicated channel's Redis stream IDs are decided in its log (machine
+  # version 6, `Ringbus.Replica.StreamIds`): the machine, applied to rings
+  # of this node, gives the same IDs to a ring whatever its history (one
+  # rebuilt from a snapshot of an empty ring); a client's ID and XSETID
+  # follow Redis's rules; under version 5 in effect nothing changes, and a
+  # snapshot of version 5 still loads.
+  use ExUnit.Case, async: true
+
+  alias Ringbus.Channel.{Ids, Ring}
+  alias Ringbus.Replica.Machine
+  alias Ringbus.Test.Internals
+
+  @max 0xFFFF_FFFF_FFFF_FFFF
+
+  defp ring(opts \\ [capacity: 100]) do
+    name = {__MODULE__, make_ref()}
+    :ok = Ringbus.create(name, opts)
+    on_exit(fn -> Ringbus.delete(name) end)
+    name
+  end
+
+  defp machine(name, opts \\ []),
+    do: Machine.init(Map.merge(%{channel: name, capacity: 100}, Map.new(opts)))
+
+  # Applies `commands` ({command, system_ms}) from log index `from`, under
+  # machine version `version`: the last state and every reply.
+  defp apply_all(state, commands, from \\ 1, version \\ Machine.version()) do
+    {state, replies} =
+      commands
+      |> Enum.with_index(from)
+      |> Enum.reduce({state, []}, fn {{cmd, ms}, i}, {st, replies} ->
+        meta = %{index: i, system_time: ms, machine_version: version}
+        {st, reply, _effects} = Machine.apply(meta, cmd, st)
+        {st, [reply | replies]}
+      end)
+
+    {state, Enum.reverse(replies)}
+  end
+
+  defp ids(name, seqs), do: Enum.map(seqs, &Ring.stored_id(Internals.channel!(name), &1))
+  defp last(name), do: Ids.last(Internals.channel!(name).ids)
+
+  test "a ring rebuilt from a snapshot of an empty ring gives the IDs every member gives" do
+    t = System.system_time(:millisecond)
+    [a, c] = [ring(), ring()]
+
+    # All in one ms, then a leader whose clock is behind.
+    before = [
+      {{:push, nil, ["a", "b"]}, t},
+      {{:push_batches, [{nil, ["c"]}, {nil, ["d", "e"]}]}, t},
+      {{:pull, 5}, t}
+    ]
+
+    later = [{{:push, nil, ["f"]}, t}, {{:push_id, :auto, "g"}, t - 5}]
+
+    {snapshot, _} = apply_all(machine(a), before)
+    {_, replies} = apply_all(snapshot, later, 4)
+    assert replies == [{:ok, 5}, {:ok, 6, {t, 6}}]
+    assert ids(a, 5..6) == [{t, 5}, {t, 6}]
+
+    # C's ring is new (its own stamp at 0-0) and empty, as the snapshot's.
+    {_, replies} = apply_all(%{snapshot | channel: c}, later, 4)
+    assert replies == [{:ok, 5}, {:ok, 6, {t, 6}}]
+    assert ids(c, 5..6) == ids(a, 5..6)
+    assert last(c) == last(a)
+  end
+
+  test "a snapshot's last ID is the ring's at once, before any push" do
+    t = System.system_time(:millisecond)
+    [a, c] = [ring(), ring()]
+    {snapshot, _} = apply_all(machine(a), [{{:push, nil, ["a"]}, t + 50}, {{:pull, 1}, t}])
+    assert snapshot.last_id == {t + 50, 0}
+    # As Ra starts a member from a snapshot.
+    [] = Machine.state_enter(:follower, %{snapshot | channel: c, groups: []})
+    assert last(c) == {t + 50, 0}
+  end
+
+  test "a client's ID and XSETID follow Redis's rules; every ring follows the last ID" do
+    t = System.system_time(:millisecond)
+    a = ring()
+    f = t + 100
+
+    {state, replies} =
+      apply_all(machine(a), [
+        {{:push_id, {f, 5}, "a"}, t},
+        {{:push_id, {f, 5}, "x"}, t},
+        {{:push_id, {0, 0}, "x"}, t},
+        {{:push_id, {f, :auto}, "b"}, t},
+        {{:push_id, {f - 1, :auto}, "x"}, t},
+        {{:push_id, :auto, "c"}, t},
+        {{:push, nil, ["d", "e"]}, t},
+        {{:set_id, {f, 8}}, t},
+        {{:set_id, {f, 9}}, t},
+        {{:set_id, {f + 100, 0}}, t},
+        {{:push_id, :auto, "f"}, t},
+        {{:push_id, {f, 3}, ["not", "one"]}, t},
+        {{:set_id, {-1, 0}}, t}
+      ])
+
+    assert replies == [
+             {:ok, 0, {f, 5}},
+             {:error, :not_greater},
+             {:error, :zero},
+             {:ok, 1, {f, 6}},
+             {:error, :not_greater},
+             {:ok, 2, {f, 7}},
+             {:ok, 3},
+             {:error, :below_top},
+             :ok,
+             :ok,
+             {:ok, 5, {f + 100, 1}},
+             {:error, :badarg},
+             {:error, :badarg}
+           ]
+
+    assert ids(a, 0..5) == [{f, 5}, {f, 6}, {f, 7}, {f, 8}, {f, 9}, {f + 100, 1}]
+    assert {state.head, state.rejected} == {6, 0}
+
+    # Emptied, the stream takes a lower last ID, as Redis's does; the ring too.
+    {state, [{:ok, _}, :ok]} = apply_all(state, [{{:pull, 6}, t}, {{:set_id, {1, 1}}, t}], 14)
+    assert last(a) == {1, 1}
+    {state, [{:ok, 6, {^t, 0}}]} = apply_all(state, [{{:push_id, :auto, "g"}, t}], 16)
+
+    # The largest ID: none after it.
+    {_state, replies} =
+      apply_all(
+        state,
+        [
+          {{:push_id, {@max, @max}, "h"}, t},
+          {{:push_id, :auto, "x"}, t},
+          {{:push, nil, ["x"]}, t},
+          {{:push_id, {@max, :auto}, "x"}, t}
+        ],
+        17
+      )
+
+    assert replies == [
+             {:ok, 7, {@max, @max}},
+             {:error, :ids_exhausted},
+             {:error, :ids_exhausted},
+             {:error, :not_greater}
+           ]
+
+    assert last(a) == {@max, @max}
+  end
+
+  test "a tagged push under an ID sent again gets its first reply" do
+    t = System.system_time(:millisecond)
+    push = {:tagged, {:w, 0, 0}, {:push_id, {t, 1}, "a"}}
+    {_, replies} = apply_all(machine(ring()), [{push, t}, {push, t}])
+    assert replies == [{:ok, 0, {t, 1}}, {:ok, 0, {t, 1}}]
+  end
+
+  test "under version 5 in effect, ID commands are refused and each ring stamps its own, as before; the change to 6 decides IDs above them" do
+    t = System.system_time(:millisecond)
+    a = ring()
+
+    {state, replies} =
+      apply_all(
+        machine(a),
+        [
+          {{:push, nil, ["a", "b"]}, t},
+          {{:push_id, {t + 5, 0}, "x"}, t},
+          {{:tagged, {:w, 0, 0}, {:push_id, :auto, "x"}}, t},
+          {{:set_id, {t + 5, 0}}, t},
+          {{:tagged, {:w, 1, 0}, {:set_id, {t + 5, 0}}}, t}
+        ],
+        1,
+        5
+      )
+
+    assert replies == [{:ok, 0} | List.duplicate({:error, :badarg}, 4)]
+    # The ring stamped them itself, at the command's ms; the state decided none.
+    assert [{ms, 0}, {ms, 1}] = ids(a, 0..1)
+    assert ms in (t - 1)..(t + 1)
+    assert {state.last_id, state.top_id} == {{0, 0}, {0, 0}}
+
+    {state, [:ok]} = apply_all(state, [{{:machine_version, 5, 6}, t + 1}], 6)
+    assert state.last_id == {t + 1, @max}
+    assert last(a) == {t + 1, @max}
+
+    {_, [{:ok, 2}, {:ok, 3, id}]} =
+      apply_all(state, [{{:push, nil, ["c"]}, t + 1}, {{:push_id, :auto, "d"}, t + 1}], 7)
+
+    assert ids(a, 2..3) == [{t + 2, 0}, {t + 2, 1}]
+    assert id == {t + 2, 1}
+
+    # A channel that never stored starts at 0-0.
+    {fresh, [:ok]} = apply_all(machine(ring()), [{{:machine_version, 0, 6}, t}])
+    assert fresh.last_id == {0, 0}
+  end
+
+  test "a snapshot of version 5, its messages without IDs, loads and goes on" do
+    t = System.system_time(:millisecond)
+    a = ring()
+
+    old =
+      machine(a)
+      |> Map.merge(%{head: 2, stamp: t, groups: [], messages: [{0, "a", t}, {1, "b", t}]})
+      |> Map.drop([:last_id, :top_id])
+
+    {state, [{:ok, 2}]} = apply_all(old, [{{:push, nil, ["c"]}, t}], 10, 5)
+
+    assert {:ok, [{0, "a", ^t}, {1, "b", ^t}, {2, "c", ^t}], 0} =
+             Ringbus.read(a, 0, 10, times: true)
+
+    [first, second, third] = ids(a, 0..2)
+    assert Ids.above?(second, first) and Ids.above?(third, second)
+
+    {state, [:ok]} = apply_all(state, [{{:machine_version, 5, 6}, t}], 11)
+    {_, [{:ok, 3, id}]} = apply_all(state, [{{:push_id, :auto, "d"}, t}], 12)
+    assert Ids.above?(id, third)
+    assert ids(a, [3]) == [id]
+  end
+end
