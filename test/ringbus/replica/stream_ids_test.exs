@@ -214,3 +214,113 @@ defmodule Ringbus.Replica.StreamIdsTest do
     assert ids(a, [3]) == [id]
   end
 end
+
+defmodule Ringbus.Replica.StreamIdsClusterTest do
+  # Three members of a `replicas: 3` channel give every message the same ID:
+  # pushes from every member at once (many in one ms), a client's ID, a
+  # member restarted from a snapshot of an empty ring, and one that catches
+  # up by replaying the log.
+  use ExUnit.Case, async: true
+
+  alias Ringbus.Test.{Nodes, Peers}
+  import Peers, only: [eventually: 2]
+
+  @moduletag timeout: 300_000
+  @trim_all %{strategy: {:maxlen, 0}, approx: false, limit: nil}
+
+  test "every member gives the same IDs, also once restored from a snapshot or the log" do
+    # Small snapshot intervals, so that a few entries make a snapshot.
+    [a, b, c] = nodes = Peers.start_joined(3, "replica_ids", env: [raft: [snapshot_interval: 16]])
+
+    :ok = Nodes.call(a, Ringbus, :create, ["s", [replicas: 3, capacity: 200]], 30_000)
+
+    nodes
+    |> Enum.map(fn n ->
+      Task.async(fn ->
+        for i <- 1..20 do
+          if rem(i, 2) == 0,
+            do: {:ok, _} = Nodes.call(n, Ringbus, :push_many, ["s", ["x#{i}", "y#{i}"]]),
+            else: {:ok, _} = Nodes.call(n, Ringbus, :push, ["s", "m#{i}"])
+        end
+      end)
+    end)
+    |> Task.await_many(60_000)
+
+    ids = alike(nodes, 0..89)
+    assert Enum.zip(ids, tl(ids)) |> Enum.all?(fn {x, y} -> Ringbus.Channel.Ids.above?(y, x) end)
+    # A batch's two share an ms.
+    assert Enum.any?(ids, &match?({_, n} when n > 0, &1))
+
+    # A client's ID, far ahead; then the ring emptied: a snapshot of it
+    # holds no message, and the last ID.
+    f = System.system_time(:millisecond) + 3_600_000
+    assert {:ok, 90, {^f, 0}} = run(b, {:push_id, "given", {f, 0}})
+    assert run(c, {:push_id, "again", {f, 0}}) == {:error, :not_greater}
+    {:ok, 91} = run(a, {:trim, @trim_all})
+    index = applied(c)
+
+    # Commands that change nothing, until c's snapshot is past them (Ra's
+    # figures are as of its last tick, each second).
+    Enum.reduce_while(1..100, nil, fn _, _ ->
+      {:ok, 0} = run(a, {:trim, @trim_all})
+      Process.sleep(50)
+      if snapshot_index(c) > index, do: {:halt, :ok}, else: {:cont, nil}
+    end)
+
+    assert snapshot_index(c) > index
+
+    Nodes.signal(c, :kill)
+    c = Nodes.restart(c)
+    on_exit(fn -> Nodes.stop([c]) end)
+    nodes = [a, b, c]
+    :ok = Nodes.join(nodes)
+    # Before any push, as after one: the ring from the snapshot has its last ID.
+    eventually(fn -> match?({:ok, {^f, 0}}, run(c, :last_id)) end, 30_000)
+    assert {:ok, 91, {^f, 1}} = run(c, {:push_id, "after", :auto})
+    alike(nodes, 91..91)
+
+    # b misses pushes and replays them from the log.
+    Nodes.signal(b, :kill)
+    for i <- 1..5, do: {:ok, _, _} = run(a, {:push_id, "while#{i}", :auto})
+    b = Nodes.restart(b)
+    on_exit(fn -> Nodes.stop([b]) end)
+    nodes = [a, b, c]
+    :ok = Nodes.join(nodes)
+    assert alike(nodes, 91..96) == for(n <- 1..6, do: {f, n})
+    assert Enum.uniq(for n <- nodes, do: run(n, :last_id)) == [{:ok, {f, 6}}]
+  end
+
+  defp run(node, op), do: Nodes.call(node, Ringbus, :run, ["s", op], 20_000)
+
+  # The IDs of `seqs`, once every member holds them, the same on each.
+  defp alike(nodes, seqs) do
+    read = fn n -> for seq <- seqs, do: run(n, {:id_of, seq}) end
+
+    eventually(
+      fn -> Enum.all?(nodes, fn n -> Enum.all?(read.(n), &match?({:ok, {_, _}}, &1)) end) end,
+      30_000
+    )
+
+    [first | rest] = for n <- nodes, do: read.(n)
+    for other <- rest, do: assert(other == first)
+    for {:ok, id} <- first, do: id
+  end
+
+  defp ra_metrics(node) do
+    {:ok, ch} = Nodes.call(node, Ringbus.Store, :fetch, ["s"])
+    {local, _} = ch.replica.server
+
+    case Nodes.call(node, :ets, :lookup, [:ra_metrics, local]) do
+      [{_, _term, snapshot, applied, _commit, _written, _latency}] -> {snapshot, applied}
+      [] -> {0, 0}
+    end
+  end
+
+  defp snapshot_index(node), do: elem(ra_metrics(node), 0)
+
+  # Ra's figures are as of its last tick: the applied index after the next.
+  defp applied(node) do
+    Process.sleep(1_500)
+    elem(ra_metrics(node), 1)
+  end
+end
