@@ -5,9 +5,11 @@ defmodule Ringbus.Channel.Ids do
   # last ID it gave in `:atomics`, read and advanced by compare-and-swap, so
   # that pushers reserve IDs from their own processes, as they reserve seqs.
   #
-  # The stamp. Slot 1 holds the last ID packed as `ms <<< 22 ||| n`: the ms
-  # of any date before 2109 and four million IDs per ms fit one unsigned
-  # 64-bit slot, so one CAS moves it. A reservation of `count` IDs takes the
+  # The stamp. Slot 1 holds the last ID packed as `(ms - epoch) <<< 18 ||| n`,
+  # `epoch` 2025-01-01: the ms of any date from then to 2094 and 262,144 IDs
+  # per ms fit one small integer (below 2^59, so no bignum is built on a
+  # push's path, which costs about as much as the rest of the reservation),
+  # and one CAS moves it. A reservation of `count` IDs takes the
   # ones after the stamp, or `{now, 0}` if that is later, and never lets a
   # batch's counter carry into the next ms (it then starts at the next ms):
   # a batch's IDs are `{ms, n}, {ms, n + 1}, ...`, so a chunk needs only its
@@ -17,19 +19,24 @@ defmodule Ringbus.Channel.Ids do
   # leaves a gap in the counter, which no reader sees.
   #
   # Wide IDs. An ID that does not pack (a client's explicit ID with a huge
-  # ms or counter; Redis's own tests use `18446744073709551615-...`) leaves
+  # or small ms or a huge counter; Redis's own tests use `1-1` and
+  # `18446744073709551615-...`; a fresh stamp's `0-0`) leaves
   # the stamp saturated: slots 3 and 4 then hold the last ID whole, written
   # under slot 2, a version that is odd while a writer holds it (readers
-  # retry on a change). Only that pathological state serialises pushers.
+  # retry on a change). Only that state serialises pushers, until the next
+  # auto ID, which packs again; so too a batch of more IDs than a ms holds.
   #
   # Errors are Redis's: `:not_greater` (an explicit ID at or below the last),
   # `:zero` (`0-0`), `:exhausted` (no ID after the last).
 
   import Bitwise
 
-  @n_bits 22
+  @n_bits 18
   @n_max (1 <<< @n_bits) - 1
-  @saturated 0xFFFF_FFFF_FFFF_FFFF
+  # 2025-01-01T00:00:00Z in system ms.
+  @epoch 1_735_689_600_000
+  # The largest small integer: above it an integer is a bignum, on the heap.
+  @saturated (1 <<< 59) - 1
   @max_u64 0xFFFF_FFFF_FFFF_FFFF
 
   @stamp 1
@@ -64,7 +71,12 @@ defmodule Ringbus.Channel.Ids do
 
   @doc "A fresh stamp: the last ID is `0-0`."
   @spec new() :: :atomics.atomics_ref()
-  def new, do: :atomics.new(4, signed: false)
+  def new do
+    ids = :atomics.new(4, signed: false)
+    # 0-0 is below the epoch: held wide.
+    :atomics.put(ids, @stamp, @saturated)
+    ids
+  end
 
   @doc "The last ID given (or set by `set/2`)."
   @spec last(:atomics.atomics_ref()) :: id()
@@ -83,13 +95,14 @@ defmodule Ringbus.Channel.Ids do
           {:ok, id()} | {:error, error()}
   def reserve(ids, count, now_ms) do
     stamp = :atomics.get(ids, @stamp)
-    first = max(stamp + 1, now_ms <<< @n_bits)
+    first = max(stamp + 1, (now_ms - @epoch) <<< @n_bits)
     # A batch never carries its counter into the next ms.
     first = if (first &&& @n_max) + count - 1 > @n_max, do: (first ||| @n_max) + 1, else: first
     last = first + count - 1
 
     cond do
-      stamp == @saturated or last >= @saturated or now_ms > @saturated >>> @n_bits ->
+      stamp == @saturated or last >= @saturated or count > @n_max or
+          now_ms - @epoch > @saturated >>> @n_bits ->
         wide(ids, fn prev -> auto_after(prev, count, now_ms) end)
 
       :atomics.compare_exchange(ids, @stamp, stamp, last) == :ok ->
@@ -199,14 +212,19 @@ defmodule Ringbus.Channel.Ids do
 
   @doc false
   @spec pack(id()) :: non_neg_integer() | :wide
-  def pack({ms, n}) when n <= @n_max do
-    packed = ms <<< @n_bits ||| n
+  def pack({ms, n}) when n <= @n_max and ms >= @epoch do
+    packed = (ms - @epoch) <<< @n_bits ||| n
     if packed < @saturated, do: packed, else: :wide
   end
 
   def pack(_id), do: :wide
 
-  defp unpack(packed), do: {packed >>> @n_bits, packed &&& @n_max}
+  defp unpack(packed), do: {(packed >>> @n_bits) + @epoch, packed &&& @n_max}
+
+  @doc false
+  # The IDs one ms holds packed: a batch of more goes wide.
+  @spec packed_per_ms() :: pos_integer()
+  def packed_per_ms, do: @n_max + 1
 
   ## Rules, on the last ID
 
