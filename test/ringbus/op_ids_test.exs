@@ -41,6 +41,13 @@ defmodule Ringbus.OpIdsTest do
       assert run.({:push_trim, {:push_id, "e", {f + 20, 0}}, @trim_to_2}) == {:ok, 4, {f + 20, 0}}
       assert {:ok, [{3, "d"}, {4, "e"}], 3} = Ringbus.read(name, 0, 10)
       assert {:ok, %{rejected: 0}} = Ringbus.info(name)
+
+      # The largest ID: no auto ID after it.
+      max = 0xFFFF_FFFF_FFFF_FFFF
+      assert run.({:push_id, "m", {max, max}}) == {:ok, 5, {max, max}}
+      assert run.({:push_id, "x", :auto}) == {:error, :exhausted}
+      assert run.({:push_id, "x", {max, :auto}}) == {:error, :not_greater}
+      assert run.(:last_id) == {:ok, {max, max}}
     end
   end
 end

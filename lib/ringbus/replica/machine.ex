@@ -269,6 +269,8 @@ defmodule Ringbus.Replica.Machine do
       when Ids.is_given(given) and is_binary(payload) do
     case store(state, [payload], given) do
       {state, {:ok, seq}, ops} -> {state, {:ok, seq, state.top_id}, finish(ops, state)}
+      # As a memory channel's answers it (`Ringbus.Channel.GivenIds`): Redis's word.
+      {state, {:error, :ids_exhausted}, ops} -> {state, {:error, :exhausted}, ops}
       refused -> refused
     end
   end
