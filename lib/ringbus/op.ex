@@ -257,12 +257,16 @@ defmodule Ringbus.Op do
 
   defp memory(channel, {:set_id, id}, _room) when Ids.is_id(id), do: GivenIds.set(channel, id)
   defp memory(_channel, {:push_id, _, _}, _room), do: {:error, :badarg}
-  defp memory(_channel, {:set_id, _}, _room), do: {:error, :badarg}
   defp memory(channel, :last_id, _room), do: {:ok, Ids.last(channel.ids)}
-  defp memory(channel, {:id_of, seq}, _room), do: {:ok, Ring.stored_id(channel, seq)}
+
+  defp memory(channel, {:id_of, seq}, _room) when is_integer(seq) and seq >= 0,
+    do: {:ok, Ring.stored_id(channel, seq)}
 
   defp memory(channel, {:seq_of, id}, _room) when Ids.is_id(id),
     do: {:ok, Times.seek_id(channel, id)}
+
+  defp memory(_channel, {id_op, _}, _room) when id_op in [:set_id, :id_of, :seq_of],
+    do: {:error, :badarg}
 
   defp memory(channel, {:push_batches, batches}, _room),
     do: {:ok, Ring.push_batches(channel, batches)}

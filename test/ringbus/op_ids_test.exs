@@ -24,6 +24,9 @@ defmodule Ringbus.OpIdsTest do
       assert run.({:push_id, "x", {0, 0}}) == {:error, :zero}
       assert run.({:push_id, "c", {f, :auto}}) == {:ok, 2, {f, 6}}
       assert run.({:push_id, "x", :junk}) == {:error, :badarg}
+      assert run.({:set_id, {-1, 0}}) == {:error, :badarg}
+      assert run.({:id_of, :junk}) == {:error, :badarg}
+      assert run.({:seq_of, {1, :junk}}) == {:error, :badarg}
 
       assert run.(:last_id) == {:ok, {f, 6}}
       assert run.({:id_of, 1}) == {:ok, {f, 5}}
