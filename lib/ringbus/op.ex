@@ -27,6 +27,7 @@ defmodule Ringbus.Op do
   alias Ringbus.Group.{ByIds, GoneIds, Push}
   alias Ringbus.Op.Answers
   alias Ringbus.Channel.{GivenIds, Hold, IdReads, Ids, Producers, Ring, Subscription, Times, Trim}
+  require Ids
 
   # What a message costs in an answer beyond its payload, as a link counts it.
   @message_bytes 16
@@ -48,6 +49,11 @@ defmodule Ringbus.Op do
       list, or an enumerable of binaries that knows its count and bytes (a
       server's large `PUSH_BATCH`, as the bytes it came in)
     * `{:push_batches, [{payloads, count, bytes}]}` - batches, each alone
+    * `{:push_id, payload, given}` - one message under a Redis stream ID
+      (`t:Ringbus.Channel.Ids.given/0`: `:auto`, a client's `{ms, n}` or
+      `{ms, :auto}`), refused under Redis's rules: `{:ok, seq, id}`
+    * `{:set_id, id}` - sets the channel's last Redis stream ID (XSETID):
+      `:ok`, or `{:error, :below_top}` below the newest message's
     * `{:push_trim, push, trim}` - a push of the above, then `trim`: what
       RESP's XADD with MAXLEN is, as one operation
     * `:pull`, `{:read, from, max, incarnation | nil}`, `:len`, `:info`,
@@ -60,16 +66,12 @@ defmodule Ringbus.Op do
     * `{:ids, push}` - a push of the above (not `:push_trim`; that takes
       `{:ids, push}` as its push), answered with the first message's ID:
       `{:ok, seq, id}`, or for `:push_batches` each result so
-    * `{:push_id, given, payload}` - one message under a client's Redis
-      stream ID, `{ms, n}` or `{ms, :auto}`, refused unless above the
-      last (`Ringbus.Channel.GivenIds`): `{:ok, seq, id}`
-    * `{:ids_of, seqs}` - `{:ok, ids}`, the ID of each seq (`IdReads.ids_of/2`)
+    * `{:ids_of, seqs}` - `{:ok, ids}`, the ID of each seq (`IdReads.ids_of/2`),
+      read where the channel lives (a replicated channel's on this member's ring)
     * `{:id_bounds, [{side, id}]}` - `{:ok, seqs}`, the seq each ID bounds
-      (`IdReads.bounds/2`)
+      (`IdReads.bounds/2`), read so too
     * `{:ids, {:group, request}}` - a group request whose positions are
       IDs and whose answer gives IDs for seqs (`Ringbus.Group.ByIds`)
-    * `{:set_id, id}` - the last ID becomes `id` (Redis's XSETID), unless
-      the newest message held is above it: `:ok` or `{:error, :smaller}`
     * `{:trim, trim}` - removes the oldest messages `Ringbus.Channel.Trim`
       names: one operation (one Raft entry) however many it removes
     * `{:subscribe, opts, subscriber}`, `{:subscriptions, timeout, limit}`;
@@ -94,15 +96,15 @@ defmodule Ringbus.Op do
           | {:push_tagged, tag(), [binary()] | Enumerable.t(), non_neg_integer(),
              non_neg_integer()}
           | {:push_batches, [{[binary()], non_neg_integer(), non_neg_integer()}]}
+          | {:push_id, binary(), Ids.given()}
+          | {:set_id, Ids.id()}
           | {:push_trim, t(), Trim.t()}
           | :pull
           | {:read, from(), non_neg_integer(), pos_integer() | nil}
           | {:read, from(), non_neg_integer(), pos_integer() | nil, :times | :ids}
           | {:ids, t()}
-          | {:push_id, {non_neg_integer(), non_neg_integer() | :auto}, binary()}
           | {:ids_of, [non_neg_integer()]}
           | {:id_bounds, [{IdReads.side(), Ids.id()}]}
-          | {:set_id, Ids.id()}
           | :len
           | :info
           | :incarnation
@@ -198,11 +200,11 @@ defmodule Ringbus.Op do
   def write?({:stamped, op}), do: write?(op)
   def write?({:times, op}), do: write?(op)
   def write?({:ids, op}), do: write?(op)
-  def write?(op) when is_tuple(op), do: elem(op, 0) in [:trim, :group | pushes()]
+  def write?(op) when is_tuple(op), do: elem(op, 0) in [:trim, :group, :set_id | pushes()]
   def write?(_op), do: false
 
   defp pushes,
-    do: [:push, :push_many, :push_run, :push_tagged, :push_batches, :push_trim, :push_id, :set_id]
+    do: [:push, :push_many, :push_run, :push_tagged, :push_batches, :push_trim, :push_id]
 
   ## A replicated channel: writes through its Raft log, reads on this member's ring
 
@@ -213,12 +215,6 @@ defmodule Ringbus.Op do
     {:wait, pushed} = replicated(channel, push, room, timeout)
     {:wait, fn -> Answers.replicated_ids(channel, pushed.()) end}
   end
-
-  defp replicated(_channel, {op, _given, _payload}, _room, _timeout) when op == :push_id,
-    do: {:reply, {:error, :unsupported}}
-
-  defp replicated(_channel, {:set_id, _id}, _room, _timeout),
-    do: {:reply, {:error, :unsupported}}
 
   defp replicated(channel, {:push, payload}, _room, timeout),
     do: {:wait, fn -> Replica.push(channel, [payload], byte_size(payload), within(timeout)) end}
@@ -231,6 +227,12 @@ defmodule Ringbus.Op do
     opts = [producer: tag] ++ within(timeout)
     {:wait, fn -> Replica.push(channel, payloads, bytes, opts) end}
   end
+
+  defp replicated(channel, {:push_id, payload, given}, _room, timeout),
+    do: {:wait, fn -> Replica.push_id(channel, payload, given, timeout) end}
+
+  defp replicated(channel, {:set_id, id}, _room, timeout),
+    do: {:wait, fn -> Replica.set_id(channel, id, timeout) end}
 
   defp replicated(channel, {:push_batches, batches}, _room, _timeout),
     do: {:wait, fn -> Replica.push_batches(channel, batches) end}
@@ -285,12 +287,17 @@ defmodule Ringbus.Op do
   defp memory(channel, {:ids, push}, room),
     do: Answers.with_ids(channel, memory(channel, push, room))
 
-  defp memory(channel, {:push_id, given, payload}, _room),
-    do: GivenIds.push(channel, payload, given)
+  defp memory(channel, {:ids_of, seqs}, _room) when is_list(seqs) do
+    if Enum.all?(seqs, &(is_integer(&1) and &1 >= 0)),
+      do: {:ok, IdReads.ids_of(channel, seqs)},
+      else: {:error, :badarg}
+  end
 
-  defp memory(channel, {:ids_of, seqs}, _room), do: {:ok, IdReads.ids_of(channel, seqs)}
-  defp memory(channel, {:id_bounds, bounds}, _room), do: {:ok, IdReads.bounds(channel, bounds)}
-  defp memory(channel, {:set_id, id}, _room), do: GivenIds.set(channel, id)
+  defp memory(channel, {:id_bounds, bounds}, _room) when is_list(bounds) do
+    if Enum.all?(bounds, &bound?/1),
+      do: {:ok, IdReads.bounds(channel, bounds)},
+      else: {:error, :badarg}
+  end
 
   defp memory(channel, {:push_many, payloads, count, bytes}, _room),
     do: Ring.push_measured(channel, payloads, count, bytes)
@@ -302,6 +309,16 @@ defmodule Ringbus.Op do
   # after :timeout finds the tag its first send stored.
   defp memory(channel, {:push_tagged, tag, payloads, count, bytes}, _room),
     do: Producers.push_tagged(channel, tag, payloads, count, bytes)
+
+  defp memory(channel, {:push_id, payload, given}, _room)
+       when is_binary(payload) and Ids.is_given(given),
+       do: GivenIds.push(channel, payload, given)
+
+  defp memory(channel, {:set_id, id}, _room) when Ids.is_id(id), do: GivenIds.set(channel, id)
+  defp memory(_channel, {:push_id, _, _}, _room), do: {:error, :badarg}
+
+  defp memory(_channel, {id_op, _}, _room) when id_op in [:set_id, :ids_of, :id_bounds],
+    do: {:error, :badarg}
 
   defp memory(channel, {:push_batches, batches}, _room),
     do: {:ok, Ring.push_batches(channel, batches)}
@@ -371,6 +388,11 @@ defmodule Ringbus.Op do
       else: Subscription.start(channel, subscriber, opts)
   end
 
+  defp bound?({side, id}) when side in [:from, :after, :through, :before, :entry],
+    do: Ids.is_id(id)
+
+  defp bound?(_bound), do: false
+
   defp laps?(%Channel{capacity: capacity}, len, _push) when len > capacity, do: true
   defp laps?(%Channel{max_bytes: nil}, _len, _push), do: false
 
@@ -378,15 +400,15 @@ defmodule Ringbus.Op do
     do: Ring.bytes(channel) + bytes(push) > max
 
   defp bytes({:ids, push}), do: bytes(push)
-  defp bytes({:push_id, _given, payload}), do: byte_size(payload)
   defp bytes({:push, payload}), do: byte_size(payload)
+  defp bytes({:push_id, payload, _given}), do: byte_size(payload)
   defp bytes({:push_tagged, _tag, _payloads, _count, bytes}), do: bytes
   defp bytes({:push_batches, batches}), do: Enum.reduce(batches, 0, &(elem(&1, 2) + &2))
   defp bytes({_push, _payloads, _count, bytes}), do: bytes
 
   defp count({:ids, push}), do: count(push)
-  defp count({:push_id, _given, _payload}), do: 1
   defp count({:push, _payload}), do: 1
+  defp count({:push_id, _payload, _given}), do: 1
   defp count({:push_tagged, _tag, _payloads, count, _bytes}), do: count
   defp count({:push_batches, batches}), do: Enum.reduce(batches, 0, &(elem(&1, 1) + &2))
   defp count({_push, _payloads, count, _bytes}), do: count
@@ -508,6 +530,7 @@ defmodule Ringbus.Op do
   """
   @spec request_bytes(t()) :: non_neg_integer()
   def request_bytes({:push, payload}), do: byte_size(payload) + @message_bytes
+  def request_bytes({:push_id, payload, _given}), do: byte_size(payload) + @message_bytes
 
   def request_bytes({push, _payloads, count, bytes}) when push in [:push_many, :push_run],
     do: bytes + @message_bytes * count
@@ -525,7 +548,6 @@ defmodule Ringbus.Op do
   def request_bytes({:stamped, op}), do: request_bytes(op)
   def request_bytes({:times, op}), do: request_bytes(op)
   def request_bytes({:ids, op}), do: request_bytes(op)
-  def request_bytes({:push_id, _given, payload}), do: byte_size(payload) + @message_bytes
   def request_bytes({:group, request}), do: :erlang.external_size(request)
   def request_bytes(_op), do: 0
 

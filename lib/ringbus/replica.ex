@@ -233,6 +233,30 @@ defmodule Ringbus.Replica do
     call(channel, {:push, opts[:producer], payloads, bytes}, opts[:timeout])
   end
 
+  @doc """
+  Pushes `payload` under the Redis stream ID `given` (`t:Ringbus.Channel.Ids.given/0`)
+  through Ra: the machine decides its ID (machine version 6; under an
+  older version in effect, refused `:badarg`). Answers `{:ok, seq, id}`.
+  """
+  @spec push_id(Channel.t(), binary(), Ringbus.Channel.Ids.given(), pos_integer() | nil) ::
+          {:ok, non_neg_integer(), Ringbus.Channel.Ids.id()}
+          | {:error, atom()}
+  def push_id(channel, payload, given, timeout),
+    do:
+      call(
+        channel,
+        {:push_id, given, payload, byte_size(payload)},
+        timeout || @default_timeout
+      )
+
+  @doc """
+  Sets the channel's last Redis stream ID (XSETID) through Ra: `:ok`, or
+  `{:error, :below_top}` when below the newest message's.
+  """
+  @spec set_id(Channel.t(), Ringbus.Channel.Ids.id(), pos_integer() | nil) ::
+          :ok | {:error, atom()}
+  def set_id(channel, id, timeout), do: call(channel, {:set_id, id}, timeout || @default_timeout)
+
   @doc "Takes the oldest message out, through Ra."
   @spec pull(Channel.t()) ::
           {:ok, non_neg_integer(), binary()} | :empty | {:error, :node_busy | :timeout}

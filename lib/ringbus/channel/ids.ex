@@ -5,9 +5,11 @@ defmodule Ringbus.Channel.Ids do
   # last ID it gave in `:atomics`, read and advanced by compare-and-swap, so
   # that pushers reserve IDs from their own processes, as they reserve seqs.
   #
-  # The stamp. Slot 1 holds the last ID packed as `ms <<< 22 ||| n`: the ms
-  # of any date before 2109 and four million IDs per ms fit one unsigned
-  # 64-bit slot, so one CAS moves it. A reservation of `count` IDs takes the
+  # The stamp. Slot 1 holds the last ID packed as `(ms - epoch) <<< 18 ||| n`,
+  # `epoch` 2025-01-01: the ms of any date from then to 2094 and 262,144 IDs
+  # per ms fit one small integer (below 2^59, so no bignum is built on a
+  # push's path, which costs about as much as the rest of the reservation),
+  # and one CAS moves it. A reservation of `count` IDs takes the
   # ones after the stamp, or `{now, 0}` if that is later, and never lets a
   # batch's counter carry into the next ms (it then starts at the next ms):
   # a batch's IDs are `{ms, n}, {ms, n + 1}, ...`, so a chunk needs only its
@@ -17,19 +19,24 @@ defmodule Ringbus.Channel.Ids do
   # leaves a gap in the counter, which no reader sees.
   #
   # Wide IDs. An ID that does not pack (a client's explicit ID with a huge
-  # ms or counter; Redis's own tests use `18446744073709551615-...`) leaves
+  # or small ms or a huge counter; Redis's own tests use `1-1` and
+  # `18446744073709551615-...`; a fresh stamp's `0-0`) leaves
   # the stamp saturated: slots 3 and 4 then hold the last ID whole, written
   # under slot 2, a version that is odd while a writer holds it (readers
-  # retry on a change). Only that pathological state serialises pushers.
+  # retry on a change). Only that state serialises pushers, until the next
+  # auto ID, which packs again; so too a batch of more IDs than a ms holds.
   #
   # Errors are Redis's: `:not_greater` (an explicit ID at or below the last),
   # `:zero` (`0-0`), `:exhausted` (no ID after the last).
 
   import Bitwise
 
-  @n_bits 22
+  @n_bits 18
   @n_max (1 <<< @n_bits) - 1
-  @saturated 0xFFFF_FFFF_FFFF_FFFF
+  # 2025-01-01T00:00:00Z in system ms.
+  @epoch 1_735_689_600_000
+  # The largest small integer: above it an integer is a bignum, on the heap.
+  @saturated (1 <<< 59) - 1
   @max_u64 0xFFFF_FFFF_FFFF_FFFF
 
   @stamp 1
@@ -45,9 +52,33 @@ defmodule Ringbus.Channel.Ids do
   @typedoc "A refusal, as Redis words it (`Ringbus.Resp.Errors`)."
   @type error :: :not_greater | :zero | :exhausted
 
+  @typedoc """
+  The ID a push asks for: `:auto` (Redis's `*`), `{ms, n}` (`ms-n`), or
+  `{ms, :auto}` (`ms-*`).
+  """
+  @type given :: :auto | {non_neg_integer(), non_neg_integer() | :auto}
+
+  @doc "Whether `id` is an ID: two u64."
+  defguard is_id(id)
+           when is_tuple(id) and tuple_size(id) == 2 and is_integer(elem(id, 0)) and
+                  is_integer(elem(id, 1)) and elem(id, 0) >= 0 and elem(id, 0) <= @max_u64 and
+                  elem(id, 1) >= 0 and elem(id, 1) <= @max_u64
+
+  @doc "Whether `given` is a push's ID request (`t:given/0`)."
+  defguard is_given(given)
+           when given == :auto or is_id(given) or
+                  (is_tuple(given) and tuple_size(given) == 2 and elem(given, 1) == :auto and
+                     is_integer(elem(given, 0)) and elem(given, 0) >= 0 and
+                     elem(given, 0) <= @max_u64)
+
   @doc "A fresh stamp: the last ID is `0-0`."
   @spec new() :: :atomics.atomics_ref()
-  def new, do: :atomics.new(6, signed: false)
+  def new do
+    ids = :atomics.new(6, signed: false)
+    # 0-0 is below the epoch: held wide.
+    :atomics.put(ids, @stamp, @saturated)
+    ids
+  end
 
   @doc "The last ID given (or set by `set/2`)."
   @spec last(:atomics.atomics_ref()) :: id()
@@ -66,13 +97,14 @@ defmodule Ringbus.Channel.Ids do
           {:ok, id()} | {:error, error()}
   def reserve(ids, count, now_ms) do
     stamp = :atomics.get(ids, @stamp)
-    first = max(stamp + 1, now_ms <<< @n_bits)
+    first = max(stamp + 1, (now_ms - @epoch) <<< @n_bits)
     # A batch never carries its counter into the next ms.
     first = if (first &&& @n_max) + count - 1 > @n_max, do: (first ||| @n_max) + 1, else: first
     last = first + count - 1
 
     cond do
-      stamp == @saturated or last >= @saturated or now_ms > @saturated >>> @n_bits ->
+      stamp == @saturated or last >= @saturated or count > @n_max or
+          now_ms - @epoch > @saturated >>> @n_bits ->
         wide(ids, fn prev -> auto_after(prev, count, now_ms) end)
 
       :atomics.compare_exchange(ids, @stamp, stamp, last) == :ok ->
@@ -102,9 +134,14 @@ defmodule Ringbus.Channel.Ids do
   @doc "Moves the last ID up to the last of `count` given from `first` (a stamp `{at, first}`)."
   @spec follow(:atomics.atomics_ref(), {integer(), id()}, pos_integer()) :: {integer(), id()}
   def follow(ids, {_at, first} = stamp, count) do
-    last = nth(first, count - 1)
-    if above?(last, last(ids)), do: set(ids, last)
+    raise_to(ids, nth(first, count - 1))
     stamp
+  end
+
+  @doc "Moves the last ID up to `id`, if `id` is above it (a single writer's: a replicated ring's)."
+  @spec raise_to(:atomics.atomics_ref(), id()) :: :ok
+  def raise_to(ids, id) do
+    if above?(id, last(ids)), do: set(ids, id), else: :ok
   end
 
   @doc "`explicit/3` with nothing to claim: `{:ok, id}`, or the refusal."
@@ -146,11 +183,22 @@ defmodule Ringbus.Channel.Ids do
   checked it against the entries held.
   """
   @spec set(:atomics.atomics_ref(), id()) :: :ok
-  def set(ids, id) do
+  def set(ids, id), do: set(ids, id, fn _prev -> :ok end)
+
+  @doc """
+  Sets the last ID to `id` if `check` answers `:ok` on the last ID, run
+  while every other reservation waits; else the last ID stays, and
+  `check`'s answer is the answer.
+  """
+  @spec set(:atomics.atomics_ref(), id(), (id() -> :ok | {:error, term()})) ::
+          :ok | {:error, term()}
+  def set(ids, id, check) do
     lock(ids)
-    _prev = last_locked(ids)
-    store(ids, id)
+    prev = last_locked(ids)
+    result = check.(prev)
+    store(ids, if(result == :ok, do: id, else: prev))
     unlock(ids)
+    result
   end
 
   @doc "The highest ID removed (`removed/2`): `0-0` before any."
@@ -197,16 +245,36 @@ defmodule Ringbus.Channel.Ids do
 
   @doc false
   @spec pack(id()) :: non_neg_integer() | :wide
-  def pack({ms, n}) when n <= @n_max do
-    packed = ms <<< @n_bits ||| n
+  def pack({ms, n}) when n <= @n_max and ms >= @epoch do
+    packed = (ms - @epoch) <<< @n_bits ||| n
     if packed < @saturated, do: packed, else: :wide
   end
 
   def pack(_id), do: :wide
 
-  defp unpack(packed), do: {packed >>> @n_bits, packed &&& @n_max}
+  defp unpack(packed), do: {(packed >>> @n_bits) + @epoch, packed &&& @n_max}
+
+  @doc false
+  # The IDs one ms holds packed: a batch of more goes wide.
+  @spec packed_per_ms() :: pos_integer()
+  def packed_per_ms, do: @n_max + 1
 
   ## Rules, on the last ID
+
+  @doc """
+  The rule of `reserve/3` on a last ID held elsewhere (a replicated
+  channel's machine decides IDs in its state): `count` auto IDs after
+  `prev` at system time `now_ms`, `{:ok, first, last}`. Pure.
+  """
+  @spec next_auto(id(), pos_integer(), non_neg_integer()) ::
+          {:ok, id(), id()} | {:error, :exhausted}
+  def next_auto(prev, count, now_ms), do: auto_after(prev, count, now_ms)
+
+  @doc "The rule of `explicit/3` on a last ID held elsewhere: the ID `given` names. Pure."
+  @spec next_given(id(), {non_neg_integer(), non_neg_integer() | :auto}) ::
+          {:ok, id()} | {:error, error()}
+  def next_given(_prev, {0, 0}), do: {:error, :zero}
+  def next_given(prev, given), do: explicit_after(prev, given)
 
   defp auto_after({ms, _n} = prev, count, now_ms) do
     first = if ms >= now_ms, do: next(prev), else: {:ok, {now_ms, 0}}

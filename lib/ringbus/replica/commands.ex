@@ -8,7 +8,9 @@ defmodule Ringbus.Replica.Commands do
   # decided on its own, so one refusal refuses no other); a run of pulls is
   # one `{:pull, n}`, whose messages go to the pullers in order; a trim is
   # one `{:trim, trim}`, however many messages it removes; a run of group
-  # requests is one `{:groups, [{room, request}]}`, one answer each. Order is
+  # requests is one `{:groups, [{room, request}]}`, one answer each; a push
+  # under a Redis stream ID is one `{:push_id, given, payload}` and an
+  # XSETID one `{:set_id, id}` (rare: each alone). Order is
   # kept: a caller waits for each answer, so its requests are never in one
   # queue together, and requests of different callers are not ordered.
 
@@ -23,6 +25,8 @@ defmodule Ringbus.Replica.Commands do
            {:push, term(), [binary()], non_neg_integer()}
            | :pull
            | {:trim, map()}
+           | {:push_id, term(), binary(), non_neg_integer()}
+           | {:set_id, term()}
            | {:group, pos_integer() | :infinity, term()}}
 
   @typedoc "A machine command, and who to answer, in order."
@@ -45,6 +49,11 @@ defmodule Ringbus.Replica.Commands do
   end
 
   defp group([{to, {:trim, trim}} | rest], acc), do: group(rest, [{{:trim, trim}, [to]} | acc])
+
+  defp group([{to, {:push_id, given, payload, _bytes}} | rest], acc),
+    do: group(rest, [{{:push_id, given, payload}, [to]} | acc])
+
+  defp group([{to, {:set_id, id}} | rest], acc), do: group(rest, [{{:set_id, id}, [to]} | acc])
 
   defp group([{_to, {:group, _, _}} | _] = requests, acc) do
     {to, group_requests, rest} = group_requests(requests, [], [], 0)
@@ -72,8 +81,8 @@ defmodule Ringbus.Replica.Commands do
 
   @doc """
   The answer to each request of a command, from the machine's reply: a
-  push gets `{:ok, seq}` or `{:error, reason}`; a pull `{:ok, seq, payload}`
-  or `:empty`.
+  push gets `{:ok, seq}` or `{:error, reason}` (one under an ID `{:ok,
+  seq, id}`); a pull `{:ok, seq, payload}` or `:empty`.
   """
   @spec answers(term(), [term()], term()) :: [{term(), term()}]
   def answers({:push_batches, _}, tos, replies) when is_list(replies),
@@ -83,6 +92,8 @@ defmodule Ringbus.Replica.Commands do
     do: pulled(tos, messages, [])
 
   def answers({:trim, _}, [to], {:ok, count}), do: [{to, {:ok, count}}]
+  def answers({:push_id, _, _}, [to], reply), do: [{to, reply}]
+  def answers({:set_id, _}, [to], reply), do: [{to, reply}]
 
   def answers({:groups, _}, tos, {:groups, replies}) when is_list(replies),
     do: Enum.zip(tos, replies)

@@ -13,6 +13,11 @@ defmodule Ringbus.Replica.Machine do
   # Commands:
   #
   #   {:push, tag, payloads}     one batch; replies {:ok, first_seq} | {:error, reason}
+  #   {:push_id, given, payload} one message under a Redis stream ID (`:auto`,
+  #                              a client's `{ms, n}` or `{ms, :auto}`: machine
+  #                              version 6); replies {:ok, seq, id} | {:error, reason}
+  #   {:set_id, id}              the channel's last ID (XSETID, version 6);
+  #                              replies :ok | {:error, :below_top}
   #   {:push_batches, [{tag, payloads}]}
   #                              many batches, each decided alone; replies a list
   #   {:pull, max}               takes up to max of the oldest; replies
@@ -63,8 +68,9 @@ defmodule Ringbus.Replica.Machine do
 
   @behaviour :ra_machine
 
-  alias Ringbus.Channel.{Hold, Ring, Times, Trim}
-  alias Ringbus.Replica.{Checkpoints, Retention, Versions}
+  alias Ringbus.Channel.{Hold, Ids, Ring, Trim}
+  require Ids
+  alias Ringbus.Replica.{Carry, Checkpoints, Retention, StreamIds, Versions}
   alias Ringbus.{Group, Store}
 
   # A replicated channel remembers as many tags as a memory channel does.
@@ -103,6 +109,10 @@ defmodule Ringbus.Replica.Machine do
     # stamped the later of it and the leader's time in the entry, so that
     # times never decrease even when leaders' clocks differ.
     stamp: 0,
+    # The last Redis stream ID given, and the newest stored message's
+    # (`Ringbus.Replica.StreamIds`).
+    last_id: {0, 0},
+    top_id: {0, 0},
     # Only under max_age: {first_seq, stamp} per stamp that stored
     # messages still live, oldest first.
     times: :queue.new(),
@@ -119,7 +129,9 @@ defmodule Ringbus.Replica.Machine do
   @type tag :: nil | {term(), integer()}
   @type reply :: {:ok, non_neg_integer()} | {:error, :full | :too_large | :stale_tag | :badarg}
   @type op ::
-          {:put, non_neg_integer(), [binary()], non_neg_integer(), non_neg_integer()}
+          {:put, non_neg_integer(), [binary()], non_neg_integer(), non_neg_integer(),
+           Ids.id() | nil}
+          | {:last_id, Ids.id()}
           | {:drop, non_neg_integer()}
           | {:pull, non_neg_integer(), non_neg_integer()}
           | {:rejected, non_neg_integer()}
@@ -160,24 +172,29 @@ defmodule Ringbus.Replica.Machine do
     {state, expired} = expire_in(version, %{state | stamp: now})
     {state, reply, ops} = decide_in(version, command, index, state)
     ops = expired ++ ops
-    reply = carry_out(state.channel, ops, reply, now)
+    reply = Carry.out(state.channel, ops, reply, now)
     state = settle(state, command, reply)
     {state, effects} = Checkpoints.checkpoint(state, index, version)
     {state, reply, effects ++ Retention.expiry_timer(state)}
   end
 
-  defp decide_in(version, command, index, state),
-    do: decide(Versions.command(version, command), index, state)
+  # Ra's change of version is decided as the version it changes to.
+  defp decide_in(_version, {:machine_version, _, _} = change, index, state),
+    do: decide(change, index, state)
+
+  defp decide_in(version, command, index, state) do
+    decided = decide(Versions.command(version, command), index, state)
+    StreamIds.in_version(version, state, decided)
+  end
 
   # Under a version before 3 in effect, no member expires anything, alike.
   defp expire_in(version, state) when version < 3, do: {state, []}
   defp expire_in(_version, state), do: Retention.expire(state)
 
   # A state from a snapshot of version 0 has no writers; of version 1, no
-  # groups; before messages had times, no stamp.
-  defp upgrade(
-         %__MODULE__{writers: _, groups: _, stamp: _, times: _, messages: _, released: _} = st
-       ),
+  # groups; before messages had times, no stamp; before version 6, no IDs.
+  defp upgrade(%__MODULE__{writers: _, groups: _, stamp: _, times: _, messages: _} = st)
+       when is_map_key(st, :released) and is_map_key(st, :top_id),
        do: st
 
   defp upgrade(state) do
@@ -191,6 +208,8 @@ defmodule Ringbus.Replica.Machine do
     |> Map.put_new(:times, :queue.new())
     |> Map.put_new(:messages, nil)
     |> Map.put_new(:released, 0)
+    |> Map.put_new(:last_id, {0, 0})
+    |> Map.put_new(:top_id, {0, 0})
   end
 
   # A snapshot's messages go in the ring before its groups read it.
@@ -203,6 +222,9 @@ defmodule Ringbus.Replica.Machine do
     case Store.fetch(state.channel) do
       {:ok, ch} ->
         Group.load(ch, rows)
+        # A ring rebuilt from a snapshot (even of an empty ring) gives its
+        # last ID as the state has it.
+        Ids.raise_to(ch.ids, state.last_id)
         %{state | groups: nil}
 
       {:error, :no_channel} ->
@@ -242,6 +264,18 @@ defmodule Ringbus.Replica.Machine do
     {state, reply, ops} = tagged(state, tag, payloads, index)
     {state, reply, ops |> finish(state)}
   end
+
+  def decide({:push_id, given, payload}, _index, state)
+      when Ids.is_given(given) and is_binary(payload) do
+    case store(state, [payload], given) do
+      {state, {:ok, seq}, ops} -> {state, {:ok, seq, state.top_id}, finish(ops, state)}
+      # As a memory channel's answers it (`Ringbus.Channel.GivenIds`): Redis's word.
+      {state, {:error, :ids_exhausted}, ops} -> {state, {:error, :exhausted}, ops}
+      refused -> refused
+    end
+  end
+
+  def decide({:set_id, id}, _index, state) when Ids.is_id(id), do: StreamIds.set(state, id)
 
   def decide({:push_batches, batches}, index, state) when is_list(batches) do
     {state, replies, ops} =
@@ -302,7 +336,10 @@ defmodule Ringbus.Replica.Machine do
   def decide({:timeout, :expire}, _index, state), do: {state, :ok, []}
 
   # Ra's own command when a leader of a newer version takes over.
-  def decide({:machine_version, _from, _to}, _index, state), do: {upgrade(state), :ok, []}
+  def decide({:machine_version, from, to}, _index, state) do
+    {state, ops} = StreamIds.upgrade(upgrade(state), from, to)
+    {state, :ok, ops}
+  end
 
   def decide(_unknown, _index, state), do: {state, {:error, :badarg}, []}
 
@@ -392,23 +429,22 @@ defmodule Ringbus.Replica.Machine do
 
   defp settle(state, _command, _reply), do: state
 
-  # Stores a batch, or refuses it, as the channel's overflow policy says.
-  defp store(state, payloads) do
-    case measure(payloads) do
-      :error ->
-        {state, {:error, :badarg}, []}
-
-      {0, _bytes} ->
-        {state, {:ok, state.head}, []}
-
-      {count, bytes} ->
-        {state, freed} = free_held(state, count, bytes)
-        {state, reply, ops} = store(state, payloads, count, bytes)
-        {state, reply, freed ++ ops}
+  # Stores a batch under the IDs `given` names, or refuses it, as the IDs'
+  # rules and the channel's overflow policy say.
+  defp store(state, payloads, given \\ :auto) do
+    with {count, bytes} when count > 0 <- measure(payloads),
+         {:ok, ids} <- StreamIds.next(state, given, count) do
+      {state, freed} = free_held(state, count, bytes)
+      {state, reply, ops} = store(state, payloads, count, bytes, ids)
+      {state, reply, freed ++ ops}
+    else
+      :error -> {state, {:error, :badarg}, []}
+      {0, _bytes} -> {state, {:ok, state.head}, []}
+      {:error, _} = refused -> {state, refused, []}
     end
   end
 
-  defp store(state, payloads, count, bytes) do
+  defp store(state, payloads, count, bytes, {first_id, _last} = ids) do
     cond do
       state.max_bytes != nil and bytes > state.max_bytes ->
         refuse(state, count, :too_large)
@@ -423,8 +459,9 @@ defmodule Ringbus.Replica.Machine do
           %{state | head: first + count}
           |> Retention.keep_time(first)
           |> Retention.keep_sizes(first, payloads, bytes)
+          |> StreamIds.taken(ids)
 
-        {state, {:ok, first}, [{:put, first, payloads, count, bytes}]}
+        {state, {:ok, first}, [{:put, first, payloads, count, bytes, first_id}]}
     end
   end
 
@@ -482,95 +519,29 @@ defmodule Ringbus.Replica.Machine do
 
   # Batches stored one after another are one put: the ring inserts them at
   # once and wakes its readers once, on every member.
-  defp merge_puts([{:put, first, payloads, count, bytes} | rest]),
-    do: merge_puts(rest, first, [payloads], count, bytes)
+  # Their IDs follow each other: a merged put carries its first batch's.
+  defp merge_puts([{:put, first, payloads, count, bytes, id} | rest]),
+    do: merge_puts(rest, first, [payloads], count, bytes, id)
 
   defp merge_puts([op | rest]), do: [op | merge_puts(rest)]
   defp merge_puts([]), do: []
 
-  defp merge_puts([{:put, next, payloads, n, b} | rest], first, runs, count, bytes)
+  defp merge_puts([{:put, next, payloads, n, b, _id} | rest], first, runs, count, bytes, id)
        when next == first + count,
-       do: merge_puts(rest, first, [payloads | runs], count + n, bytes + b)
+       do: merge_puts(rest, first, [payloads | runs], count + n, bytes + b, id)
 
-  defp merge_puts(rest, first, runs, count, bytes),
-    do: [
-      {:put, first, runs |> :lists.reverse() |> :lists.append(), count, bytes} | merge_puts(rest)
-    ]
+  defp merge_puts(rest, first, runs, count, bytes, id) do
+    payloads = runs |> :lists.reverse() |> :lists.append()
+    [{:put, first, payloads, count, bytes, id} | merge_puts(rest)]
+  end
 
   # After a command's pushes: a drop-oldest channel drops what the capacity
   # and max_bytes no longer hold, once, after all of its batches.
   defp finish(ops, %__MODULE__{overflow: :drop_oldest} = state) do
-    if Enum.any?(ops, &match?({:put, _, _, _, _}, &1)),
+    if Enum.any?(ops, &match?({:put, _, _, _, _, _}, &1)),
       do: ops ++ [{:drop, state.tail}],
       else: ops
   end
 
   defp finish(ops, _state), do: ops
-
-  ## Carrying decisions out on this node's ring
-
-  defp carry_out(channel, ops, reply, now) do
-    case Store.fetch(channel) do
-      {:ok, ch} -> Enum.reduce(ops, reply, &carry(ch, &1, &2, now))
-      # The channel is not on this node (yet): the log still holds it.
-      {:error, :no_channel} -> pulled_reply(reply, [])
-    end
-  end
-
-  # Each request alone: one that cannot be carried out answers badarg,
-  # alike on every member, and takes no other down.
-  defp carry(ch, {:groups, requests}, _reply, now) do
-    {:groups,
-     for request <- requests do
-       try do
-         {room, request} = request
-         Group.decided(ch, request, room, now)
-       rescue
-         # So too a request its version refuses (`Versions`), not a pair.
-         _ in [FunctionClauseError, MatchError, CaseClauseError, ArgumentError] ->
-           {:error, :badarg}
-       end
-     end}
-  end
-
-  # Stored at the command's stamp, on this node's clock: every member gives
-  # the messages the same time.
-  defp carry(ch, {:put, first, payloads, count, bytes}, reply, now) do
-    Ring.put_decided(ch, first, payloads, count, bytes, Times.at_of(now))
-    reply
-  end
-
-  defp carry(ch, op, reply, _now), do: carry(ch, op, reply)
-
-  defp carry(ch, {:expire, bound}, reply) do
-    Ring.expire_decided(ch, bound)
-    reply
-  end
-
-  defp carry(ch, {:drop, tail}, reply) do
-    Ring.drop_decided(ch, tail)
-    reply
-  end
-
-  # A trim's messages are thrown away: taken without reading them.
-  defp carry(ch, {:pull, first, count}, {:trimmed, _first, _count} = reply) do
-    Ring.take_decided(ch, first, count)
-    pulled_reply(reply, [])
-  end
-
-  defp carry(ch, {:pull, first, count}, reply),
-    do: pulled_reply(reply, Ring.pull_decided(ch, first, count))
-
-  defp carry(ch, {:rejected, total}, reply) do
-    Ring.rejected_decided(ch, total)
-    reply
-  end
-
-  defp pulled_reply({:pulled, _first, _count}, messages), do: {:ok, messages}
-  defp pulled_reply({:trimmed, _first, count}, _messages), do: {:ok, count}
-
-  defp pulled_reply({:groups, requests}, _messages),
-    do: {:groups, for(_ <- requests, do: {:error, :no_channel})}
-
-  defp pulled_reply(reply, _messages), do: reply
 end

@@ -9,9 +9,11 @@ defmodule Ringbus.Replica.Versions do
   # Version 1 adds {:tagged, ...}, version 2 {:groups, ...}, version 3 expiry
   # under max_age (and {:timeout, :expire}), version 4 a trim's `:run` (the
   # trim of a run of pushes, `Ringbus.Channel.Trim.of_run/2`), version 5 a
-  # group's `:ack_fetch` (acks and a fetch in one request).
+  # group's `:ack_fetch` (acks and a fetch in one request), version 6 Redis
+  # stream IDs decided in the log (`Ringbus.Replica.StreamIds`: puts carry
+  # them, and {:push_id, ...} and {:set_id, id}).
 
-  @version 5
+  @version 6
 
   @doc "The newest version."
   @spec current() :: pos_integer()
@@ -33,6 +35,12 @@ defmodule Ringbus.Replica.Versions do
   def command(version, {:tagged, tag, command}), do: {:tagged, tag, command(version, command)}
 
   def command(1, {:groups, _}), do: {:unknown, 1}
+
+  # Under a version before 6, commands on IDs are refused whole, as those
+  # versions refuse a command they do not know.
+  def command(version, {:push_id, _, _}) when version < 6, do: {:unknown, version}
+
+  def command(version, {:set_id, _}) when version < 6, do: {:unknown, version}
 
   # Under a version before 5, an `:ack_fetch` is refused as version 4's
   # groups refuse a request they do not know: badarg, that request alone.

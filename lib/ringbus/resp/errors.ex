@@ -71,9 +71,6 @@ defmodule Ringbus.Resp.Errors do
     do:
       Encoder.error("ERR The stream has exhausted the last possible ID, unable to add more items")
 
-  def reply(:unsupported, key),
-    do: Encoder.error(["ERR stream '", key, "' does not take that command: it is replicated"])
-
   # A subscription that dies while it starts exits with a reason of its own.
   def reply(other, key),
     do: Encoder.error(["ERR stream '", key, "': ", inspect(other)])

@@ -94,7 +94,7 @@ defmodule Ringbus.Resp.StreamAdmin do
       true ->
         case Ringbus.run(key, {:set_id, id}) do
           :ok -> {:simple, "OK"}
-          {:error, :smaller} -> smaller()
+          {:error, :below_top} -> smaller()
           {:error, :no_channel} -> no_key()
           {:error, reason} -> Errors.reply(reason, key)
         end

@@ -177,7 +177,7 @@ defmodule Ringbus.Resp.StreamCommands do
   end
 
   # A client's ID is answered as it is stored; any other push, with its first ID.
-  defp with_ids({:push_id, _given, _payload} = op), do: op
+  defp with_ids({:push_id, _payload, _given} = op), do: op
   defp with_ids(op), do: {:ids, op}
 
   # A new stream's options are worked out only when the stream is missing.
@@ -227,7 +227,7 @@ defmodule Ringbus.Resp.StreamCommands do
   defp explicit(_add, {0, 0}, _payload, _s), do: Errors.reply(:zero, "")
 
   defp explicit(add, id, payload, s),
-    do: store_one_with({:push_id, id, payload}, add.key, add.nomkstream, add.trim, s)
+    do: store_one_with({:push_id, payload, id}, add.key, add.nomkstream, add.trim, s)
 
   ## Trimming
 

@@ -22,11 +22,29 @@ defmodule Ringbus.Channel.IdsTest do
 
   test "a batch's counter never carries into the next ms: it starts there" do
     ids = Ids.new()
-    counters = Bitwise.bsl(1, 22)
-    assert {:ok, {7, 0}} = Ids.reserve(ids, counters - 2, 7)
-    assert Ids.reserve(ids, 5, 7) == {:ok, {8, 0}}
-    assert Ids.nth({8, 0}, 4) == {8, 4}
-    assert Ids.last(ids) == {8, 4}
+    t = System.system_time(:millisecond)
+    counters = Ids.packed_per_ms()
+    assert {:ok, {^t, 0}} = Ids.reserve(ids, counters - 2, t)
+    assert Ids.reserve(ids, 5, t) == {:ok, {t + 1, 0}}
+    assert Ids.nth({t + 1, 0}, 4) == {t + 1, 4}
+    assert Ids.last(ids) == {t + 1, 4}
+    # A batch of more than a ms holds: its counters go on, and so do the next.
+    assert Ids.reserve(ids, counters + 1, t) == {:ok, {t + 1, 5}}
+    assert Ids.last(ids) == {t + 1, counters + 5}
+    assert Ids.reserve(ids, 1, t) == {:ok, {t + 1, counters + 6}}
+    assert Ids.reserve(ids, 1, t + 2) == {:ok, {t + 2, 0}}
+  end
+
+  test "a stamp of this century's IDs is a small integer: a reservation builds no bignum" do
+    now = System.system_time(:millisecond)
+    packed = Ids.pack({now, Ids.packed_per_ms() - 1})
+    assert is_integer(packed) and :erts_debug.flat_size(packed) == 0
+    ids = Ids.new()
+    {:ok, _} = Ids.reserve(ids, 3, now)
+    assert :erts_debug.flat_size(:atomics.get(ids, 1)) == 0
+    # Below the epoch or beyond the counters: wide, and still right.
+    assert Ids.pack({1, 1}) == :wide
+    assert Ids.pack({now, Ids.packed_per_ms()}) == :wide
   end
 
   test "explicit IDs: above the last only, 0-0 refused, ms-* takes the next counter" do

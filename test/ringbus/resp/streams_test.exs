@@ -75,12 +75,17 @@ defmodule Ringbus.Resp.StreamsTest do
 
     {[entries], c} = RespClient.call(c, ~w(XRANGE st-repl - +))
     assert [[first, ["a", "1"]], [second, ["b", "2"]]] = entries
-    # The IDs the leader gave, as XADD answered them; a client's own ID is
-    # not taken on a replicated stream (docs/RESP.md, "IDs").
+    # The IDs the leader gave, as XADD answered them; a client's own ID and
+    # XSETID decided in the log too.
     assert id!(first) < id!(second)
 
-    {[2, {:error, "ERR stream 'st-repl' does not take that command: it is replicated"}], _} =
-      RespClient.calls(c, [~w(XLEN st-repl), ~w(XADD st-repl 99999999999999-0 c 3)])
+    {[2, "99999999999999-0", {:simple, "OK"}, "99999999999999-2"], _} =
+      RespClient.calls(c, [
+        ~w(XLEN st-repl),
+        ~w(XADD st-repl 99999999999999-0 c 3),
+        ~w(XSETID st-repl 99999999999999-1),
+        ~w(XADD st-repl 99999999999999-* d 4)
+      ])
 
     # More replicas than nodes connected: the XADD that would create it fails.
     wide =
