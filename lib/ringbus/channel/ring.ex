@@ -52,9 +52,10 @@ defmodule Ringbus.Channel.Ring do
   # moving tail, then deletes what those seqs hold (`drop_through/2`). Because
   # every seq is claimed once, the counts follow from the cursors:
   #
-  #   len         = head - tail
+  #   len         = head - tail - tombstones standing
   #   pushed      = head - skipped
-  #   overwritten = tail - pulled - skipped - expired
+  #   overwritten = tail - pulled - skipped - expired - tombstones passed
+  #                 (tombstones: messages deleted, `Ringbus.Channel.Deletes`)
   #
   # Under `max_age`, a message older than it is claimed as a pull claims
   # it, and counted `expired` (`expire/1`): the oldest one's time is
@@ -114,7 +115,7 @@ defmodule Ringbus.Channel.Ring do
   # a push reported stored is readable, pulled, or counted overwritten.
 
   alias Ringbus.Channel
-  alias Ringbus.Channel.{Anchor, Hold, Ids, Trim}
+  alias Ringbus.Channel.{Anchor, Deletes, Hold, Ids, Payloads, Trim}
 
   @head 1
   @tail 2
@@ -128,7 +129,8 @@ defmodule Ringbus.Channel.Ring do
   @dropped 10
   # Slots 11 and 12 are `Ringbus.Channel.Hold`'s.
   @expired 13
-  @slots 13
+  # Slots 14 and 15 are `Ringbus.Channel.Deletes`'s.
+  @slots 15
 
   # How long a reader waits for a reserved seq whose producer has not stored it.
   @stall_ms 5
@@ -195,7 +197,7 @@ defmodule Ringbus.Channel.Ring do
     size = byte_size(payload)
     {at, id} = stamp || late_stamp(ch, 1)
 
-    if :ets.insert_new(ch.table, {seq, detach(payload), at, id}) do
+    if :ets.insert_new(ch.table, {seq, Payloads.detach(payload), at, id}) do
       stored_bytes(ch, size)
       stored(ch, seq, seq)
       {:ok, seq}
@@ -209,16 +211,7 @@ defmodule Ringbus.Channel.Ring do
 
   @doc "Counts a batch and its bytes; raises `ArgumentError` on a payload that is not a binary."
   @spec measure!([binary()]) :: {non_neg_integer(), non_neg_integer()}
-  def measure!(payloads), do: measure(payloads, 0, 0)
-
-  defp measure([p | rest], n, bytes) when is_binary(p),
-    do: measure(rest, n + 1, bytes + byte_size(p))
-
-  defp measure([], n, bytes), do: {n, bytes}
-
-  defp measure([p | _], _n, _bytes) do
-    raise ArgumentError, "expected every payload to be a binary, got: #{inspect(p)}"
-  end
+  defdelegate measure!(payloads), to: Payloads
 
   @doc """
   Pushes a batch of `count` binaries, `bytes` bytes in all, as counted by
@@ -305,7 +298,7 @@ defmodule Ringbus.Channel.Ring do
       :ets.delete(t, reservation_key(last))
       :retry
     else
-      {data, ends} = chunk(payloads)
+      {data, ends} = Payloads.chunk(payloads)
       {at, id} = at
       :ets.insert(t, {chunk_key(last), first, bytes, count, data, ends, at, id})
       :ets.delete(t, reservation_key(last))
@@ -314,28 +307,6 @@ defmodule Ringbus.Channel.Ring do
       {:ok, first}
     end
   end
-
-  # A batch's payloads in one binary, and where each ends in it, after a 0:
-  # payload i is the bytes between entries i and i + 1. A batch is a list,
-  # or any enumerable of binaries (a server's large PUSH_BATCH, as the bytes
-  # it came in), walked once without listing it: both binaries grow in place.
-  defp chunk(payloads) when is_list(payloads),
-    do: {IO.iodata_to_binary(payloads), ends(payloads, 0, <<0::32>>)}
-
-  defp chunk(payloads) do
-    {data, ends, _at} =
-      Enum.reduce(payloads, {<<>>, <<0::32>>, 0}, fn p, {data, ends, at} ->
-        at = at + byte_size(p)
-        {<<data::binary, p::binary>>, <<ends::binary, at::32>>, at}
-      end)
-
-    {data, ends}
-  end
-
-  defp ends([p | rest], at, acc),
-    do: ends(rest, at + byte_size(p), <<acc::binary, at + byte_size(p)::32>>)
-
-  defp ends([], _at, acc), do: acc
 
   # Whether a mark stands on a seq in first..last: the only integer keys a
   # reserved range can hold.
@@ -348,14 +319,15 @@ defmodule Ringbus.Channel.Ring do
   defp objects(payloads, seq, {at, id}, acc), do: objects(payloads, seq, at, id, 0, acc)
 
   defp objects([p | rest], seq, at, id, i, acc),
-    do: objects(rest, seq + 1, at, id, i + 1, [{seq, detach(p), at, Ids.nth(id, i)} | acc])
+    do:
+      objects(rest, seq + 1, at, id, i + 1, [{seq, Payloads.detach(p), at, Ids.nth(id, i)} | acc])
 
   defp objects([], _seq, _at, _id, _i, acc), do: acc
 
   defp objects(payloads, seq, at, id, _i, acc) do
     {acc, _seq, _i} =
       Enum.reduce(payloads, {acc, seq, 0}, fn p, {acc, seq, i} ->
-        {[{seq, detach(p), at, Ids.nth(id, i)} | acc], seq + 1, i + 1}
+        {[{seq, Payloads.detach(p), at, Ids.nth(id, i)} | acc], seq + 1, i + 1}
       end)
 
     acc
@@ -366,17 +338,6 @@ defmodule Ringbus.Channel.Ring do
   # A stamp taken outside a reservation: for tests that play a stalled
   # producer, whose IDs then need not follow seq order.
   defp late_stamp(ch, count), do: Ids.stamp!(ch.ids, count, now_us())
-
-  # A message stored on its own never keeps more than twice its size alive: a
-  # payload that is a small part of a larger binary (a batch read off a
-  # socket) is copied. ETS copies payloads of up to 64 bytes itself.
-  defp detach(payload) when byte_size(payload) <= 64, do: payload
-
-  defp detach(payload) do
-    if :binary.referenced_byte_size(payload) > 2 * byte_size(payload),
-      do: :binary.copy(payload),
-      else: payload
-  end
 
   @doc false
   # Counts a refused push (or batch) of `count` messages.
@@ -422,10 +383,11 @@ defmodule Ringbus.Channel.Ring do
 
   # A mark at the tail has no time; the next stored seq's is later than its
   # reservation was, so a mark goes (as a pull would take it) when that does.
+  # So does a tombstone, passed as a pull passes it.
   defp tail_at(ch, tail) do
     with nil <- stored_at(ch, tail),
-         mark when is_mark(mark) <- element(ch.table, tail, 2) do
-      stored_at(ch, tail + 1)
+         mark when is_mark(mark) or mark == :deleted <- element(ch.table, tail, 2) do
+      tail_at(ch, tail + 1)
     end
   end
 
@@ -451,9 +413,30 @@ defmodule Ringbus.Channel.Ring do
   @spec trim(Channel.t(), Trim.t()) :: {:ok, non_neg_integer()}
   def trim(ch, trim) do
     # With holding groups, only what they all acked.
-    limit = if Hold.held?(ch), do: Hold.floor(ch), else: :infinity
-    {:ok, take(ch, Trim.count(trim, first_seq(ch), next_seq(ch)), limit, 0)}
+    {count, bound} = Trim.bounds(trim, first_seq(ch), next_seq(ch), Deletes.standing(ch))
+    limit = if Hold.held?(ch), do: min(Hold.floor(ch), bound), else: bound
+    {:ok, take(ch, count, limit, 0)}
   end
+
+  @doc """
+  Deletes the messages held under `seqs` (`Ringbus.Channel.Deletes`); answers
+  how many it deleted (a seq not held, or deleted already, counts nothing).
+  """
+  @spec delete(Channel.t(), [seq]) :: {:ok, non_neg_integer()}
+  def delete(ch, seqs), do: {:ok, Enum.count(Enum.uniq(seqs), &delete_one(ch, &1))}
+
+  defp delete_one(%Channel{atomics: a} = ch, seq) when is_integer(seq) do
+    with true <- seq >= :atomics.get(a, @tail) and seq < :atomics.get(a, @head),
+         :none <- Deletes.delete_row(ch, seq),
+         {:chunk, _key, _first} <- cover(ch, seq) do
+      Deletes.delete_in_chunk(ch, seq, fn -> seq < :atomics.get(a, @tail) end)
+    else
+      {:ok, bytes} -> release(ch, bytes) == :ok
+      _ -> false
+    end
+  end
+
+  defp delete_one(_ch, _seq), do: false
 
   @doc "Pulls up to `count` of the oldest messages; answers how many it got."
   @spec take_oldest(Channel.t(), non_neg_integer()) :: non_neg_integer()
@@ -697,6 +680,9 @@ defmodule Ringbus.Channel.Ring do
       [{_, mark}] when mark in [:skipped, :skipped_claimed] ->
         :atomics.sub(ch.atomics, @skipped, 1)
 
+      [{_, :deleted}] ->
+        Deletes.passed(ch, 1)
+
       _ ->
         :ok
     end
@@ -704,10 +690,12 @@ defmodule Ringbus.Channel.Ring do
 
   # Deletes a chunk and releases its bytes, if it is still there: of two
   # callers racing for it, only the one whose delete matched releases them.
+  # Its tombstones go with it.
   defp drop_chunk(ch, key) do
-    with bytes when is_integer(bytes) <- element(ch.table, key, 3) do
-      pattern = {key, :_, :_, :_, :_, :_, :_, :_}
-      if :ets.select_delete(ch.table, [{pattern, [], [true]}]) == 1, do: release(ch, bytes)
+    with [first, bytes] when is_integer(bytes) <- elements(ch.table, key, [2, 3]),
+         1 <- :ets.select_delete(ch.table, [{{key, :_, :_, :_, :_, :_, :_, :_}, [], [true]}]) do
+      release(ch, bytes)
+      Deletes.take_range(ch, first, trunc(key))
     end
 
     :ok
@@ -763,15 +751,9 @@ defmodule Ringbus.Channel.Ring do
 
   defp chunk_payload(ch, key, seq) do
     case :ets.lookup(ch.table, key) do
-      [chunk] -> slice(chunk, seq)
+      [chunk] -> Payloads.slice(chunk, seq)
       [] -> nil
     end
-  end
-
-  defp slice({_key, first, _bytes, _left, data, ends, _at, _id}, seq) do
-    <<_::binary-size(4 * (seq - first)), from::32, to::32, _::binary>> = ends
-    payload = binary_part(data, from, to - from)
-    if to - from <= 64, do: :binary.copy(payload), else: payload
   end
 
   # nil when the object is gone (a drop deleted it meanwhile).
@@ -831,7 +813,8 @@ defmodule Ringbus.Channel.Ring do
     {n, took} =
       with [] <- :ets.take(ch.table, seq), {:chunk, key, _first} <- cover(ch, seq) do
         n = min(trunc(key), stop - 1) - seq + 1
-        {n, if(count_down(ch, key, n) == :gone, do: 0, else: n)}
+        deleted = Deletes.take_range(ch, seq, seq + n - 1)
+        {n, if(count_down(ch, key, n) == :gone, do: 0, else: n - deleted)}
       else
         # A message or a mark, taken: as a pull takes it.
         [_] = row -> {1, one(taken(ch, seq, row, @stall_ms, nil))}
@@ -855,6 +838,11 @@ defmodule Ringbus.Channel.Ring do
   end
 
   defp taken(_ch, _seq, [{_, :abandoned}], _stall_ms, _deadline), do: :gone
+
+  defp taken(ch, _seq, [{_, :deleted}], _stall_ms, _deadline) do
+    Deletes.passed(ch, 1)
+    :gone
+  end
 
   # A subscription gave up on it before we claimed it: the skip is ours,
   # and the wait was done.
@@ -883,9 +871,12 @@ defmodule Ringbus.Channel.Ring do
       nil ->
         take_claimed(ch, seq, stall_ms, deadline)
 
+      # A deleted message is not the claimer's; its tombstone goes before
+      # the count down that may drop the chunk (and its tombstones).
       payload ->
+        deleted? = Deletes.take(ch, seq)
         count_down(ch, key, 1)
-        {:ok, payload}
+        if deleted?, do: :gone, else: {:ok, payload}
     end
   end
 
@@ -1054,6 +1045,10 @@ defmodule Ringbus.Channel.Ring do
       [{_, payload, at, _id}] when is_binary(payload) ->
         collect(ch, seq + 1, limit, [{seq, payload} | acc], n + 1, lost, run(runs, at, 1))
 
+      # Deleted: passed over, not lost, and the read goes one further.
+      [{_, :deleted}] ->
+        collect(ch, seq + 1, min(limit + 1, next_seq(ch)), acc, n, lost, runs)
+
       [{_, mark}] when is_mark(mark) ->
         case cover(ch, seq) do
           # A stale mark inside a stored chunk: it goes, the message stays.
@@ -1090,9 +1085,10 @@ defmodule Ringbus.Channel.Ring do
     case :ets.lookup(ch.table, key) do
       [chunk] ->
         stop = min(trunc(key), limit - 1)
-        acc = Enum.reduce(seq..stop, acc, &[{&1, slice(chunk, &1)} | &2])
-        runs = run(runs, elem(chunk, 6), stop - seq + 1)
-        collect(ch, stop + 1, limit, acc, n + stop - seq + 1, lost, runs)
+        {acc, got} = Deletes.slices(ch, chunk, seq..stop, acc)
+        runs = if got > 0, do: run(runs, elem(chunk, 6), got), else: runs
+        limit = min(limit + stop - seq + 1 - got, next_seq(ch))
+        collect(ch, stop + 1, limit, acc, n + got, lost, runs)
 
       [] ->
         collect(ch, seq, limit, acc, n, lost, runs)
@@ -1221,7 +1217,7 @@ defmodule Ringbus.Channel.Ring do
 
   defp pull_decided(%Channel{atomics: a} = ch, seq, stop, acc) do
     with true <- :atomics.get(a, @tail) == seq,
-         {:ok, ^seq, payload} <- pull(ch, 0) do
+         {:ok, ^seq, payload} <- pull_to(ch, seq + 1, 0) do
       pull_decided(ch, seq + 1, stop, [{seq, payload} | acc])
     else
       _ -> pull_decided(ch, seq + 1, stop, acc)
@@ -1271,9 +1267,11 @@ defmodule Ringbus.Channel.Ring do
   def bytes(%Channel{atomics: a}), do: max(:atomics.get(a, @held), 0)
 
   @spec len(Channel.t()) :: non_neg_integer()
-  def len(%Channel{atomics: a, capacity: cap}) do
-    (:atomics.get(a, @head) - :atomics.get(a, @tail)) |> max(0) |> min(cap)
-  end
+  def len(%Channel{atomics: a} = ch),
+    do: held(ch, :atomics.get(a, @head), :atomics.get(a, @tail), Deletes.standing(ch))
+
+  defp held(%Channel{capacity: cap}, head, tail, standing),
+    do: max(min(max(head - tail, 0), cap) - standing, 0)
 
   @spec info(Channel.t()) :: map()
   def info(%Channel{atomics: a, capacity: cap} = ch) do
@@ -1282,19 +1280,21 @@ defmodule Ringbus.Channel.Ring do
     pulled = :atomics.get(a, @pulled)
     skipped = :atomics.get(a, @skipped)
     expired = :atomics.get(a, @expired)
+    {deleted, passed} = Deletes.counts(ch)
 
     %{
       capacity: cap,
       overflow: ch.overflow,
       incarnation: ch.incarnation,
       max_bytes: ch.max_bytes,
-      len: (head - tail) |> max(0) |> min(cap),
+      len: held(ch, head, tail, deleted - passed),
       first_seq: max(tail, head - cap),
       next_seq: head,
       pushed: head - skipped,
       pulled: pulled,
-      overwritten: max(tail - pulled - skipped - expired, 0),
+      overwritten: max(tail - pulled - skipped - expired - passed, 0),
       expired: expired,
+      deleted: deleted,
       max_age: ch.max_age,
       rejected: :atomics.get(a, @rejected),
       skipped: skipped,
