@@ -56,6 +56,9 @@ defmodule Ringbus.Op do
       messages carry their times: `{seq, payload, ms}`
     * `{:trim, trim}` - removes the oldest messages `Ringbus.Channel.Trim`
       names: one operation (one Raft entry) however many it removes
+    * `{:delete, seqs}` - deletes the messages held under `seqs`, any of
+      them (`Ringbus.Channel.Deletes`): one operation (one Raft entry);
+      answers `{:ok, count}` deleted
     * `{:subscribe, opts, subscriber}`, `{:subscriptions, timeout, limit}`;
       with `opts[:group]`, a push subscription to a consumer group
       (`Ringbus.Group.Push`), whose group requests run here
@@ -86,6 +89,7 @@ defmodule Ringbus.Op do
           | :info
           | :incarnation
           | {:trim, Trim.t()}
+          | {:delete, [non_neg_integer()]}
           | {:subscribe, keyword(), pid()}
           | {:subscriptions, timeout(), pos_integer()}
           | {:stamped, t()}
@@ -165,7 +169,7 @@ defmodule Ringbus.Op do
   def write?(:pull), do: true
   def write?({:stamped, op}), do: write?(op)
   def write?({:times, op}), do: write?(op)
-  def write?(op) when is_tuple(op), do: elem(op, 0) in [:trim, :group | pushes()]
+  def write?(op) when is_tuple(op), do: elem(op, 0) in [:trim, :delete, :group | pushes()]
   def write?(_op), do: false
 
   defp pushes, do: [:push, :push_many, :push_run, :push_tagged, :push_batches, :push_trim]
@@ -197,6 +201,9 @@ defmodule Ringbus.Op do
 
   defp replicated(channel, {:trim, trim}, _room, _timeout),
     do: {:wait, fn -> Replica.trim(channel, trim) end}
+
+  defp replicated(channel, {:delete, seqs}, _room, _timeout),
+    do: {:wait, fn -> Replica.delete_messages(channel, seqs) end}
 
   defp replicated(channel, :pull, room, _timeout) do
     if too_large_head?(channel, room),
@@ -254,6 +261,7 @@ defmodule Ringbus.Op do
     do: then_trim(memory(channel, push, room), fn -> Ring.trim(channel, trim) end)
 
   defp memory(channel, {:trim, trim}, _room), do: Ring.trim(channel, trim)
+  defp memory(channel, {:delete, seqs}, _room), do: Ring.delete(channel, seqs)
 
   # The oldest message is looked at first, so one too large for the room
   # stays in the ring. (One that another puller's take puts at the head
@@ -436,6 +444,7 @@ defmodule Ringbus.Op do
   def request_bytes({:stamped, op}), do: request_bytes(op)
   def request_bytes({:times, op}), do: request_bytes(op)
   def request_bytes({:group, request}), do: :erlang.external_size(request)
+  def request_bytes({:delete, seqs}), do: :erlang.external_size(seqs)
   def request_bytes(_op), do: 0
 
   @doc """

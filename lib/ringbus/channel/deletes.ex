@@ -21,15 +21,18 @@ defmodule Ringbus.Channel.Deletes do
   # twice.
   #
   # Where a tombstone lives. A message stored on its own is replaced by
-  # `{seq, :deleted}`, atomically with `select_replace`: a claimer's take
-  # finds the message or the tombstone, never both, and its payload goes
-  # at once. A message inside a chunk (a drop-oldest batch stored as one
+  # `{seq, :deleted, at, id}`, atomically with `select_replace`: a claimer's
+  # take finds the message or the tombstone, never both, and its payload
+  # goes at once. It keeps its time and ID, so that a search over times or
+  # IDs probes it as a message (the read from there skips it), and a
+  # replicated channel's snapshot carries it (`Ring.dump_decided/2`). A message inside a chunk (a drop-oldest batch stored as one
   # object) cannot be cut out of it without racing the pulls that count the
   # chunk down, and cutting it would cost a copy of the rest; so it gets a
   # row `{{:deleted, seq}}` beside the chunk. Tuple keys sort after every
   # number, so no walk of the ring's seqs, chunks or reservations meets
   # one; they are looked up only while a tombstone stands (deleted >
-  # passed), and go when their seq is claimed, or with their chunk. The
+  # passed), and whoever claims their seq takes them (a pull, a trim, an
+  # expiry, or a push that overwrites), never whoever drops the chunk. The
   # payload stays in the chunk until the chunk goes, as a pulled one does.
   #
   # A chunk's tombstone and a claim of its seq exclude each other as a
@@ -55,12 +58,20 @@ defmodule Ringbus.Channel.Deletes do
 
   @doc "How many tombstones stand (made, not passed yet)."
   @spec standing(Channel.t()) :: non_neg_integer()
-  def standing(%Channel{atomics: a}),
-    do: max(:atomics.get(a, @deleted) - :atomics.get(a, @passed), 0)
+  def standing(%Channel{atomics: a}) do
+    passed = :atomics.get(a, @passed)
+    max(:atomics.get(a, @deleted) - passed, 0)
+  end
 
   @doc "Whether a tombstone may stand: the only case anyone looks for one."
   @spec standing?(Channel.t()) :: boolean()
-  def standing?(%Channel{atomics: a}), do: :atomics.get(a, @deleted) > :atomics.get(a, @passed)
+  def standing?(%Channel{atomics: a}) do
+    # Every tombstone is counted deleted before it goes in, and passed after
+    # it goes: read in this order, a tombstone in the table all along is
+    # never missed.
+    passed = :atomics.get(a, @passed)
+    :atomics.get(a, @deleted) > passed
+  end
 
   @doc """
   Replaces the message stored on its own under `seq` with a tombstone:
@@ -71,7 +82,10 @@ defmodule Ringbus.Channel.Deletes do
     with payload when is_binary(payload) <- payload(t, seq) do
       # Counted first, so that `deleted - passed` never misses a tombstone.
       :atomics.add(a, @deleted, 1)
-      spec = [{{seq, :"$1", :_, :_}, [{:is_binary, :"$1"}], [{{seq, :deleted}}]}]
+
+      spec = [
+        {{seq, :"$1", :"$2", :"$3"}, [{:is_binary, :"$1"}], [{{seq, :deleted, :"$2", :"$3"}}]}
+      ]
 
       if :ets.select_replace(t, spec) == 1 do
         {:ok, byte_size(payload)}
@@ -90,9 +104,9 @@ defmodule Ringbus.Channel.Deletes do
   """
   @spec delete_in_chunk(Channel.t(), non_neg_integer(), (() -> boolean())) :: boolean()
   def delete_in_chunk(%Channel{table: t, atomics: a}, seq, claimed?) do
-    if :ets.insert_new(t, {{:deleted, seq}}) do
-      :atomics.add(a, @deleted, 1)
+    :atomics.add(a, @deleted, 1)
 
+    if :ets.insert_new(t, {{:deleted, seq}}) do
       cond do
         not claimed?.() -> true
         # Its claimer has not seen it: it took the message.
@@ -101,7 +115,7 @@ defmodule Ringbus.Channel.Deletes do
         true -> true
       end
     else
-      false
+      uncount(a)
     end
   end
 

@@ -383,11 +383,10 @@ defmodule Ringbus.Channel.Ring do
 
   # A mark at the tail has no time; the next stored seq's is later than its
   # reservation was, so a mark goes (as a pull would take it) when that does.
-  # So does a tombstone, passed as a pull passes it.
   defp tail_at(ch, tail) do
     with nil <- stored_at(ch, tail),
-         mark when is_mark(mark) or mark == :deleted <- element(ch.table, tail, 2) do
-      tail_at(ch, tail + 1)
+         mark when is_mark(mark) <- element(ch.table, tail, 2) do
+      stored_at(ch, tail + 1)
     end
   end
 
@@ -604,8 +603,10 @@ defmodule Ringbus.Channel.Ring do
   # from..to were claimed by moving tail: a chunk they end inside counts them
   # as gone, as a pull counts its one message, so that it is deleted as soon
   # as nothing in it is left to take. (Chunks ending inside the range are
-  # deleted by the drop that follows.)
+  # deleted by the drop that follows.) The claimer takes their tombstones.
   defp claimed(ch, from, to) do
+    Deletes.take_range(ch, from, to)
+
     with {:chunk, key, first} when trunc(key) > to <- cover(ch, to) do
       count_down(ch, key, to - max(from, first) + 1)
     end
@@ -680,7 +681,7 @@ defmodule Ringbus.Channel.Ring do
       [{_, mark}] when mark in [:skipped, :skipped_claimed] ->
         :atomics.sub(ch.atomics, @skipped, 1)
 
-      [{_, :deleted}] ->
+      [{_, :deleted, _at, _id}] ->
         Deletes.passed(ch, 1)
 
       _ ->
@@ -690,12 +691,10 @@ defmodule Ringbus.Channel.Ring do
 
   # Deletes a chunk and releases its bytes, if it is still there: of two
   # callers racing for it, only the one whose delete matched releases them.
-  # Its tombstones go with it.
   defp drop_chunk(ch, key) do
-    with [first, bytes] when is_integer(bytes) <- elements(ch.table, key, [2, 3]),
-         1 <- :ets.select_delete(ch.table, [{{key, :_, :_, :_, :_, :_, :_, :_}, [], [true]}]) do
-      release(ch, bytes)
-      Deletes.take_range(ch, first, trunc(key))
+    with bytes when is_integer(bytes) <- element(ch.table, key, 3) do
+      pattern = {key, :_, :_, :_, :_, :_, :_, :_}
+      if :ets.select_delete(ch.table, [{pattern, [], [true]}]) == 1, do: release(ch, bytes)
     end
 
     :ok
@@ -839,7 +838,7 @@ defmodule Ringbus.Channel.Ring do
 
   defp taken(_ch, _seq, [{_, :abandoned}], _stall_ms, _deadline), do: :gone
 
-  defp taken(ch, _seq, [{_, :deleted}], _stall_ms, _deadline) do
+  defp taken(ch, _seq, [{_, :deleted, _at, _id}], _stall_ms, _deadline) do
     Deletes.passed(ch, 1)
     :gone
   end
@@ -861,8 +860,9 @@ defmodule Ringbus.Channel.Ring do
         :erlang.yield()
         take_claimed(ch, seq, stall_ms, deadline)
 
+      # A chunk dropped since the claim: its tombstone is still the claimer's.
       nil ->
-        wait_claimed(ch, seq, stall_ms, deadline)
+        if Deletes.take(ch, seq), do: :gone, else: wait_claimed(ch, seq, stall_ms, deadline)
     end
   end
 
@@ -1046,7 +1046,7 @@ defmodule Ringbus.Channel.Ring do
         collect(ch, seq + 1, limit, [{seq, payload} | acc], n + 1, lost, run(runs, at, 1))
 
       # Deleted: passed over, not lost, and the read goes one further.
-      [{_, :deleted}] ->
+      [{_, :deleted, _at, _id}] ->
         collect(ch, seq + 1, min(limit + 1, next_seq(ch)), acc, n, lost, runs)
 
       [{_, mark}] when is_mark(mark) ->
@@ -1140,10 +1140,11 @@ defmodule Ringbus.Channel.Ring do
 
   @doc false
   # A snapshot's messages from `from` on, `{seq, payload, at, id}`: a
-  # replicated ring has single rows.
+  # replicated ring has single rows; a tombstone's payload is `:deleted`.
   @spec dump_decided(Channel.t(), seq) :: [{seq, binary(), integer(), Ids.id()}]
   def dump_decided(ch, from) do
-    spec = {{:"$1", :"$2", :_, :_}, [{:>=, :"$1", from}, {:is_binary, :"$2"}], [:"$_"]}
+    held = {:orelse, {:is_binary, :"$2"}, {:==, :"$2", :deleted}}
+    spec = {{:"$1", :"$2", :_, :_}, [{:>=, :"$1", from}, held], [:"$_"]}
     :ets.select(ch.table, [spec])
   end
 

@@ -7,7 +7,8 @@ defmodule Ringbus.Replica.Commands do
   # A run of pushes is one `{:push_batches, [{tag, payloads}]}` (each batch
   # decided on its own, so one refusal refuses no other); a run of pulls is
   # one `{:pull, n}`, whose messages go to the pullers in order; a trim is
-  # one `{:trim, trim}`, however many messages it removes; a run of group
+  # one `{:trim, trim}`, however many messages it removes, a delete one
+  # `{:delete, seqs}`; a run of group
   # requests is one `{:groups, [{room, request}]}`, one answer each. Order is
   # kept: a caller waits for each answer, so its requests are never in one
   # queue together, and requests of different callers are not ordered.
@@ -23,6 +24,7 @@ defmodule Ringbus.Replica.Commands do
            {:push, term(), [binary()], non_neg_integer()}
            | :pull
            | {:trim, map()}
+           | {:delete, [non_neg_integer()]}
            | {:group, pos_integer() | :infinity, term()}}
 
   @typedoc "A machine command, and who to answer, in order."
@@ -44,7 +46,8 @@ defmodule Ringbus.Replica.Commands do
     group(rest, [{{:pull, length(to)}, to} | acc])
   end
 
-  defp group([{to, {:trim, trim}} | rest], acc), do: group(rest, [{{:trim, trim}, [to]} | acc])
+  defp group([{to, {op, _} = command} | rest], acc) when op in [:trim, :delete],
+    do: group(rest, [{command, [to]} | acc])
 
   defp group([{_to, {:group, _, _}} | _] = requests, acc) do
     {to, group_requests, rest} = group_requests(requests, [], [], 0)
@@ -82,7 +85,7 @@ defmodule Ringbus.Replica.Commands do
   def answers({:pull, _}, tos, {:ok, messages}) when is_list(messages),
     do: pulled(tos, messages, [])
 
-  def answers({:trim, _}, [to], {:ok, count}), do: [{to, {:ok, count}}]
+  def answers({op, _}, [to], {:ok, count}) when op in [:trim, :delete], do: [{to, {:ok, count}}]
 
   def answers({:groups, _}, tos, {:groups, replies}) when is_list(replies),
     do: Enum.zip(tos, replies)

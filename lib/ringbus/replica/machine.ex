@@ -19,6 +19,9 @@ defmodule Ringbus.Replica.Machine do
   #                              {:ok, [{seq, payload}]} (on the node that applies it)
   #   {:trim, trim}              takes the oldest that `Ringbus.Channel.Trim`
   #                              names, as pulls; replies {:ok, count}
+  #   {:delete, seqs}            deletes the messages held under seqs
+  #                              (`Ringbus.Replica.Deleted`; machine version
+  #                              7); replies {:ok, count deleted}
   #   {:timeout, :expire}       the leader's timer under max_age: nothing but
   #                              the expiry every command starts with
   #   {:groups, [{room, request}]}
@@ -64,7 +67,7 @@ defmodule Ringbus.Replica.Machine do
   @behaviour :ra_machine
 
   alias Ringbus.Channel.{Hold, Ring, Times, Trim}
-  alias Ringbus.Replica.{Checkpoints, Retention, Versions}
+  alias Ringbus.Replica.{Checkpoints, Deleted, Retention, Versions}
   alias Ringbus.{Group, Store}
 
   # A replicated channel remembers as many tags as a memory channel does.
@@ -113,7 +116,9 @@ defmodule Ringbus.Replica.Machine do
     # once there (`Ringbus.Replica.Checkpoints`).
     messages: nil,
     # The index of the last snapshot of the state as it stood.
-    released: 0
+    released: 0,
+    # The seqs deleted that the tail has not passed (`Ringbus.Replica.Deleted`).
+    deleted: Deleted.new()
   ]
 
   @type tag :: nil | {term(), integer()}
@@ -159,6 +164,7 @@ defmodule Ringbus.Replica.Machine do
 
     {state, expired} = expire_in(version, %{state | stamp: now})
     {state, reply, ops} = decide_in(version, command, index, state)
+    state = %{state | deleted: Deleted.prune(state.deleted, state.tail)}
     ops = expired ++ ops
     reply = carry_out(state.channel, ops, reply, now)
     state = settle(state, command, reply)
@@ -177,7 +183,8 @@ defmodule Ringbus.Replica.Machine do
   # groups; before messages had times, no stamp.
   defp upgrade(
          %__MODULE__{writers: _, groups: _, stamp: _, times: _, messages: _, released: _} = st
-       ),
+       )
+       when is_map_key(st, :deleted),
        do: st
 
   defp upgrade(state) do
@@ -191,6 +198,7 @@ defmodule Ringbus.Replica.Machine do
     |> Map.put_new(:times, :queue.new())
     |> Map.put_new(:messages, nil)
     |> Map.put_new(:released, 0)
+    |> Map.put_new(:deleted, Deleted.new())
   end
 
   # A snapshot's messages go in the ring before its groups read it.
@@ -265,10 +273,15 @@ defmodule Ringbus.Replica.Machine do
 
   # With holding groups, a trim takes only what they all acked.
   def decide({:trim, %{strategy: _} = trim}, _index, state) do
-    count = Trim.count(trim, state.tail, state.head)
-    count = if floor = hold_floor(state), do: min(count, max(floor - state.tail, 0)), else: count
-    {state, {:pulled, first, count}, ops} = take(state, count)
+    {count, bound} = Trim.bounds(trim, state.tail, state.head, Deleted.size(state.deleted))
+    bound = if floor = hold_floor(state), do: min(bound, floor), else: bound
+    {state, {:pulled, first, count}, ops} = take(state, count, bound)
     {state, {:trimmed, first, count}, ops}
+  end
+
+  def decide({:delete, seqs}, _index, state) when is_list(seqs) do
+    {deleted, fresh, n} = Deleted.delete(state.deleted, seqs, state.tail, state.head)
+    {%{state | deleted: deleted}, {:ok, n}, [{:delete, fresh}]}
   end
 
   def decide({:tagged, {writer, n, floor}, command}, index, state)
@@ -428,12 +441,14 @@ defmodule Ringbus.Replica.Machine do
     end
   end
 
-  # Takes the `count` oldest messages (fewer if the ring holds fewer).
-  defp take(state, count) do
-    count = min(count, state.head - state.tail)
+  # Takes the `count` oldest messages below `bound` (fewer if the ring
+  # holds fewer), passing the deleted seqs among them: the reply counts the
+  # messages, the ring's op the seqs.
+  defp take(state, count, bound \\ :infinity) do
     first = state.tail
-    state = %{state | tail: first + count} |> Retention.forget_sizes(count)
-    {state, {:pulled, first, count}, [{:pull, first, count}]}
+    {seqs, count} = Deleted.span(state.deleted, first, count, min(state.head, bound))
+    state = %{state | tail: first + seqs} |> Retention.forget_sizes(seqs)
+    {state, {:pulled, first, count}, [{:pull, first, seqs}]}
   end
 
   # A full reject channel with holding groups frees what they all acked
@@ -443,7 +458,7 @@ defmodule Ringbus.Replica.Machine do
   defp free_held(%__MODULE__{overflow: :reject} = state, count, bytes) do
     with false <- fits?(state, count, bytes),
          floor when is_integer(floor) and floor > state.tail <- hold_floor(state) do
-      {state, _pulled, ops} = take(state, floor - state.tail)
+      {state, _pulled, ops} = take(state, floor - state.tail, floor)
       {state, ops}
     else
       _ -> {state, []}
@@ -560,6 +575,11 @@ defmodule Ringbus.Replica.Machine do
 
   defp carry(ch, {:pull, first, count}, reply),
     do: pulled_reply(reply, Ring.pull_decided(ch, first, count))
+
+  defp carry(ch, {:delete, seqs}, reply) do
+    {:ok, _} = Ring.delete(ch, seqs)
+    reply
+  end
 
   defp carry(ch, {:rejected, total}, reply) do
     Ring.rejected_decided(ch, total)

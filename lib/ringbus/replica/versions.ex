@@ -9,9 +9,11 @@ defmodule Ringbus.Replica.Versions do
   # Version 1 adds {:tagged, ...}, version 2 {:groups, ...}, version 3 expiry
   # under max_age (and {:timeout, :expire}), version 4 a trim's `:run` (the
   # trim of a run of pushes, `Ringbus.Channel.Trim.of_run/2`), version 5 a
-  # group's `:ack_fetch` (acks and a fetch in one request).
+  # group's `:ack_fetch` (acks and a fetch in one request), version 7
+  # {:delete, seqs} (6 is another branch's, for stream IDs: renumbered when
+  # they merge).
 
-  @version 5
+  @version 7
 
   @doc "The newest version."
   @spec current() :: pos_integer()
@@ -33,6 +35,9 @@ defmodule Ringbus.Replica.Versions do
   def command(version, {:tagged, tag, command}), do: {:tagged, tag, command(version, command)}
 
   def command(1, {:groups, _}), do: {:unknown, 1}
+
+  # Under a version before 7, a delete is refused, badarg, on every member alike.
+  def command(version, {:delete, _}) when version < 7, do: {:unknown, version}
 
   # Under a version before 5, an `:ack_fetch` is refused as version 4's
   # groups refuse a request they do not know: badarg, that request alone.

@@ -5,11 +5,10 @@ defmodule Ringbus.Resp.StreamCommands do
   # the command's arguments (its name aside) and the session, and returns
   # `{reply, session}` or, for a read that waits, `{:block, block, session}`.
   #
-  # Removing entries. A ring gives up its entries from the oldest end only,
-  # by pulling them: XTRIM, the trimming options of XADD and XDEL are one
-  # trim where the stream lives (`Ringbus.Channel.Trim`), and the stream's
-  # `pulled` figure counts what they remove. XDEL deletes the IDs given when
-  # they are the stream's oldest entries, and refuses to punch a hole.
+  # Removing entries. XTRIM and the trimming options of XADD are one trim
+  # where the stream lives (`Ringbus.Channel.Trim`), from the oldest end,
+  # and the stream's `pulled` figure counts what they remove. XDEL is one
+  # delete of any entries (`Ringbus.Channel.Deletes`), counted `deleted`.
 
   alias Ringbus.Channel.Trim
   alias Ringbus.Resp.{Args, BlockingRead, Encoder, Entry, Errors, Keys}
@@ -308,10 +307,10 @@ defmodule Ringbus.Resp.StreamCommands do
   def xdel([key | ids], s) do
     case Args.parse_ids(ids, []) do
       {:ok, ids} ->
-        case Errors.check!(Ringbus.info(key), key) do
-          {:ok, info} ->
-            tag = Entry.tag(info.incarnation)
-            {delete_oldest(key, Enum.map(ids, &Entry.local(&1, tag)), info), s}
+        case Errors.check!(Ringbus.incarnation(key), key) do
+          {:ok, incarnation} ->
+            tag = Entry.tag(incarnation)
+            {deleted(key, Enum.flat_map(ids, &held_seq(Entry.local(&1, tag)))), s}
 
           {:error, :no_channel} ->
             {0, s}
@@ -322,34 +321,16 @@ defmodule Ringbus.Resp.StreamCommands do
     end
   end
 
-  # The IDs of entries the stream holds must be its oldest ones.
-  defp delete_oldest(key, ids, info) do
-    held =
-      ids
-      |> Enum.flat_map(fn id ->
-        case Entry.seq(id) do
-          {:ok, seq} when seq >= info.first_seq and seq < info.next_seq -> [seq]
-          _ -> []
-        end
-      end)
-      |> Enum.uniq()
-
-    count = Enum.count(held)
-
-    cond do
-      count == 0 ->
-        0
-
-      Enum.max(held) == info.first_seq + count - 1 ->
-        trim = %{strategy: {:min_seq, info.first_seq + count}, approx: false, limit: nil}
-        trimmed(key, Ringbus.run(key, {:trim, trim}))
-
-      true ->
-        Encoder.error(
-          "ERR a Ringbus stream deletes entries from its oldest end only: XDEL its oldest entries, or XTRIM"
-        )
+  # An ID of this incarnation names a seq; another's names none.
+  defp held_seq(id) do
+    case Entry.seq(id) do
+      {:ok, seq} -> [seq]
+      :none -> []
     end
   end
+
+  defp deleted(_key, []), do: 0
+  defp deleted(key, seqs), do: trimmed(key, Ringbus.run(key, {:delete, seqs}))
 
   defp trimmed(key, answer) do
     case Errors.check!(answer, key) do
