@@ -273,6 +273,7 @@ defmodule Ringbus.Replica.Machine do
 
   # With holding groups, a trim takes only what they all acked.
   def decide({:trim, %{strategy: _} = trim}, _index, state) do
+    state = %{state | deleted: Deleted.prune(state.deleted, state.tail)}
     {count, bound} = Trim.bounds(trim, state.tail, state.head, Deleted.size(state.deleted))
     bound = if floor = hold_floor(state), do: min(bound, floor), else: bound
     {state, {:pulled, first, count}, ops} = take(state, count, bound)

@@ -391,8 +391,9 @@ defmodule Ringbus.Resp.GroupCommands do
     end)
   end
 
-  # [id, nil] for an entry the ring no longer holds, as Redis answers for a deleted one.
-  defp history_entry(seq, nil, tag), do: [Entry.id(seq, tag), nil]
+  # [id, null array] for an entry the ring no longer holds (deleted, or gone),
+  # as Redis answers for a deleted one.
+  defp history_entry(seq, nil, tag), do: [Entry.id(seq, tag), :null_array]
   defp history_entry(seq, payload, tag), do: [Entry.id(seq, tag), Entry.decode(payload)]
 
   # The wait is listed as the group's before the group is looked up, so

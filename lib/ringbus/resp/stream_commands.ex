@@ -379,18 +379,35 @@ defmodule Ringbus.Resp.StreamCommands do
             []
 
           direction == :forward ->
-            key |> read(low, min(count, high - low + 1)) |> entries(tag)
+            key |> read(low, min(count, high - low + 1)) |> through(high) |> entries(tag)
 
           true ->
-            key
-            |> read(max(low, high - count + 1), min(count, high - low + 1))
-            |> :lists.reverse()
-            |> entries(tag)
+            key |> read_back(low, high, count, []) |> entries(tag)
         end
 
       {:error, :no_channel} ->
         []
     end
+  end
+
+  # A read passes over deleted entries (`Ringbus.Channel.Deletes`), so it
+  # may reach past `high`: those go.
+  defp through(messages, high), do: Enum.take_while(messages, &(elem(&1, 0) <= high))
+
+  # Up to `count` entries from `high` down to `low`, newest first: a window
+  # of `count` seqs below `high`, then below it again while deleted entries
+  # left the window short.
+  defp read_back(key, low, high, count, acc) do
+    from = max(low, high - count + 1)
+
+    {acc, n} =
+      key
+      |> read(from, high - from + 1)
+      |> through(high)
+      |> Enum.reduce({[], 0}, fn message, {newer, n} -> {[message | newer], n + 1} end)
+      |> then(fn {window, n} -> {acc ++ window, n} end)
+
+    if n < count and from > low, do: read_back(key, low, from - 1, count - n, acc), else: acc
   end
 
   @doc false
