@@ -127,9 +127,8 @@ defmodule Ringbus.Channel.Ring do
   @waiting 8
   @chunked 9
   @dropped 10
-  # Slots 11 and 12 are `Ringbus.Channel.Hold`'s.
+  # Slots 11 and 12 are `Ringbus.Channel.Hold`'s, 14 and 15 `Ringbus.Channel.Deletes`'s.
   @expired 13
-  # Slots 14 and 15 are `Ringbus.Channel.Deletes`'s.
   @slots 15
 
   # How long a reader waits for a reserved seq whose producer has not stored it.

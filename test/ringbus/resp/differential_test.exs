@@ -378,7 +378,6 @@ defmodule Ringbus.Resp.DifferentialTest do
     {["2-" <> _], ours} = RespClient.call(ours, ~w(XADD d * b 2))
     {[1], ours} = RespClient.call(ours, ~w(XDEL d 1-0))
 
-
     # Commands of other key types and of key lifetimes are unknown, not WRONGTYPE.
     ours =
       Enum.reduce(
