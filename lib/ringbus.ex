@@ -727,8 +727,10 @@ defmodule Ringbus do
   `deleted`. Answers how many it deleted: a seq not held (never pushed, or
   gone already) or deleted already counts nothing. A deleted message frees
   its bytes, but keeps its seq's place in the capacity until the oldest end
-  passes it: it costs at most a row. On a replicated channel it is one
-  command in the log, decided alike on every member.
+  passes it: it costs at most a row. (A reader still behind the oldest end
+  counts the seqs gone there as `lost`, deleted ones among them: they are
+  no longer told apart.) On a replicated channel it is one command in the
+  log, decided alike on every member.
 
       iex> Ringbus.create("doc-delete", capacity: 10)
       iex> {:ok, 0} = Ringbus.push_many("doc-delete", ["a", "b", "c"])

@@ -25,7 +25,7 @@ defmodule Ringbus.Op do
 
   alias Ringbus.{Channel, Group, Replica}
   alias Ringbus.Group.Push
-  alias Ringbus.Channel.{Hold, Producers, Ring, Subscription, Times, Trim}
+  alias Ringbus.Channel.{Deletes, Hold, Producers, Ring, Subscription, Times, Trim}
 
   # What a message costs in an answer beyond its payload, as a link counts it.
   @message_bytes 16
@@ -247,12 +247,14 @@ defmodule Ringbus.Op do
   # nothing done, for the caller to push one by one.
   defp memory(%Channel{overflow: :drop_oldest} = channel, {:push_trim, push, trim}, room) do
     {first, next, n} = {Ring.first_seq(channel), Ring.next_seq(channel), count(push)}
-    pre = min(Trim.count(trim, first, next + n), next - first)
+    # In messages held, deleted ones left out (`Trim.bounds/4`).
+    {count, bound} = Trim.bounds(trim, first, next + n, Deletes.standing(channel))
+    pre = min(count, next - first)
 
     if n > 1 and laps?(channel, next - first - pre + n, push) do
       {:error, :laps}
     else
-      _ = Ring.take_oldest(channel, pre)
+      _ = Ring.take_oldest(channel, pre, bound)
       then_trim(memory(channel, push, room), fn -> Ring.trim(channel, trim) end)
     end
   end

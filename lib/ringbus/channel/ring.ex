@@ -436,9 +436,9 @@ defmodule Ringbus.Channel.Ring do
 
   defp delete_one(_ch, _seq), do: false
 
-  @doc "Pulls up to `count` of the oldest messages; answers how many it got."
-  @spec take_oldest(Channel.t(), non_neg_integer()) :: non_neg_integer()
-  def take_oldest(ch, count), do: take(ch, count, :infinity, 0)
+  @doc "Pulls up to `count` of the oldest messages, below seq `limit`; answers how many it got."
+  @spec take_oldest(Channel.t(), non_neg_integer(), seq | :infinity) :: non_neg_integer()
+  def take_oldest(ch, count, limit \\ :infinity), do: take(ch, count, limit, 0)
 
   # With holding groups, a full ring frees what they all acked: how many.
   defp free_held(ch),
