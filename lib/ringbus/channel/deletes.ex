@@ -151,6 +151,13 @@ defmodule Ringbus.Channel.Deletes do
     end
   end
 
+  @doc "Whether `seq` holds a tombstone, on its own or in a chunk."
+  @spec deleted?(Channel.t(), non_neg_integer()) :: boolean()
+  def deleted?(%Channel{table: t} = ch, seq) do
+    standing?(ch) and
+      (:ets.member(t, {:deleted, seq}) or match?([{_, :deleted, _, _}], :ets.lookup(t, seq)))
+  end
+
   @doc "Whether chunk seq `seq` has a tombstone, for a reader (which takes nothing)."
   @spec in_chunk?(Channel.t(), non_neg_integer()) :: boolean()
   def in_chunk?(%Channel{table: t} = ch, seq),

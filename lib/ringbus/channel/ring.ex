@@ -115,7 +115,7 @@ defmodule Ringbus.Channel.Ring do
   # a push reported stored is readable, pulled, or counted overwritten.
 
   alias Ringbus.Channel
-  alias Ringbus.Channel.{Anchor, Deletes, Hold, Ids, Payloads, Trim}
+  alias Ringbus.Channel.{Anchor, Deletes, Hold, Ids, Payloads, Trim, Wake}
 
   @head 1
   @tail 2
@@ -124,7 +124,7 @@ defmodule Ringbus.Channel.Ring do
   @rejected 5
   @held 6
   @bytes_pushed 7
-  @waiting 8
+  # Slot 8, the wake flag, is `Ringbus.Channel.Wake`'s.
   @chunked 9
   @dropped 10
   # Slots 11 and 12 are `Ringbus.Channel.Hold`'s, 14 and 15 `Ringbus.Channel.Deletes`'s.
@@ -421,7 +421,22 @@ defmodule Ringbus.Channel.Ring do
   how many it deleted (a seq not held, or deleted already, counts nothing).
   """
   @spec delete(Channel.t(), [seq]) :: {:ok, non_neg_integer()}
-  def delete(ch, seqs), do: {:ok, Enum.count(Enum.uniq(seqs), &delete_one(ch, &1))}
+  def delete(ch, seqs) do
+    deleted = Enum.count(Enum.uniq(seqs), &delete_one(ch, &1))
+    pass_deleted(ch)
+    {:ok, deleted}
+  end
+
+  # Deleted messages at the oldest end are passed at once, as a pull passes
+  # them: the first seq held moves, as Redis's first ID does on an XDEL.
+  defp pass_deleted(%Channel{atomics: a} = ch) do
+    tail = :atomics.get(a, @tail)
+
+    if Deletes.deleted?(ch, tail) and :atomics.compare_exchange(a, @tail, tail, tail + 1) == :ok do
+      _gone = take_claimed(ch, tail, 0, nil)
+      pass_deleted(ch)
+    end
+  end
 
   defp delete_one(%Channel{atomics: a} = ch, seq) when is_integer(seq) do
     with true <- seq >= :atomics.get(a, @tail) and seq < :atomics.get(a, @head),
@@ -1303,53 +1318,13 @@ defmodule Ringbus.Channel.Ring do
     }
   end
 
-  ## Wake-ups for subscriptions
+  ## Wake-ups for subscriptions: `Ringbus.Channel.Wake`
 
-  @doc """
-  Asks the next push to wake the channel's subscriptions. A subscription calls
-  this when it has caught up, then reads once more before it waits: the push
-  stores before it looks at the flag, the subscription sets the flag before it
-  looks at the store, so one of the two always sees the other.
-  """
-  @spec arm_wake(Channel.t()) :: :ok
-  def arm_wake(%Channel{atomics: a} = ch) do
-    :ets.insert(ch.waiters, {self()})
-    :atomics.put(a, @waiting, 1)
-  end
-
-  @doc "Withdraws the calling process from the channel's waiters."
-  @spec disarm(Channel.t()) :: true
-  def disarm(%Channel{} = ch), do: :ets.delete(ch.waiters, self())
-
-  @doc """
-  Wakes the channel's waiters as a push does, for a change other than a
-  push that they wait for (a consumer group's pending entries come due).
-  A channel deleted meanwhile has nobody waiting.
-  """
-  @spec wake_waiters(Channel.t()) :: :ok
-  def wake_waiters(%Channel{atomics: a} = ch) do
-    if :atomics.exchange(a, @waiting, 0) != 0, do: wake_all(ch)
-    :ok
-  rescue
-    ArgumentError -> :ok
-  end
-
-  # Each waiter is removed and then woken, so none is removed unwoken; a
-  # waiter that died meanwhile is removed all the same. Inserting and
-  # removing one waiter costs the same however many there are.
-  defp wake_all(ch) do
-    for {pid} <- :ets.tab2list(ch.waiters) do
-      :ets.delete(ch.waiters, pid)
-      send(pid, :ringbus_wake)
-    end
-  end
-
-  defp wake(%Channel{atomics: a} = ch) do
-    # An atomic read-modify-write orders this read after the insert above.
-    if :atomics.add_get(a, @waiting, 0) != 0 and :atomics.exchange(a, @waiting, 0) != 0 do
-      wake_all(ch)
-    end
-
-    :ok
-  end
+  @doc "See `Ringbus.Channel.Wake.arm/1`."
+  defdelegate arm_wake(ch), to: Wake, as: :arm
+  @doc "See `Ringbus.Channel.Wake.disarm/1`."
+  defdelegate disarm(ch), to: Wake
+  @doc "See `Ringbus.Channel.Wake.wake_waiters/1`."
+  defdelegate wake_waiters(ch), to: Wake
+  defp wake(ch), do: Wake.stored(ch)
 end

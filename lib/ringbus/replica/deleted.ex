@@ -59,6 +59,19 @@ defmodule Ringbus.Replica.Deleted do
     end
   end
 
+  @doc """
+  How many seqs from `tail` on are deleted, one after another.
+
+      iex> Ringbus.Replica.Deleted.leading(:gb_sets.from_list([3, 4, 6]), 3)
+      2
+  """
+  @spec leading(t(), non_neg_integer()) :: non_neg_integer()
+  def leading(set, tail), do: leading(set, tail, 0)
+
+  defp leading(set, seq, n) do
+    if :gb_sets.is_member(seq, set), do: leading(set, seq + 1, n + 1), else: n
+  end
+
   @doc "Forgets the seqs below `tail`: the tail has passed them."
   @spec prune(t(), non_neg_integer()) :: t()
   def prune(set, tail) do

@@ -282,7 +282,13 @@ defmodule Ringbus.Replica.Machine do
 
   def decide({:delete, seqs}, _index, state) when is_list(seqs) do
     {deleted, fresh, n} = Deleted.delete(state.deleted, seqs, state.tail, state.head)
-    {%{state | deleted: deleted}, {:ok, n}, [{:delete, fresh}]}
+    # Those at the oldest end are passed at once, as each ring's delete does.
+    passed = Deleted.leading(deleted, state.tail)
+
+    state =
+      %{state | deleted: deleted, tail: state.tail + passed} |> Retention.forget_sizes(passed)
+
+    {state, {:ok, n}, [{:delete, fresh}]}
   end
 
   def decide({:tagged, {writer, n, floor}, command}, index, state)

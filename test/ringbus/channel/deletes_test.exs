@@ -65,6 +65,27 @@ defmodule Ringbus.Channel.DeletesTest do
     end
   end
 
+  for how <- [:one_by_one, :chunk] do
+    @tag how: how
+    test "deleting the oldest messages moves the first seq at once, as Redis's first ID (#{how})",
+         ctx do
+      {name, ch} = channel(capacity: 10)
+
+      if ctx.how == :chunk,
+        do: {:ok, 0} = Ringbus.push_many(name, ~w(a b c d)),
+        else: for(p <- ~w(a b c d), do: {:ok, _} = Ringbus.push(name, p))
+
+      # 1 is not the oldest yet: it stays until 0 goes, then both are passed.
+      assert {:ok, 1} = Ringbus.delete_messages(name, [1])
+      assert %{first_seq: 0} = info(name)
+      assert {:ok, 1} = Ringbus.delete_messages(name, [0])
+      assert %{first_seq: 2, len: 2, deleted: 2, pulled: 0, overwritten: 0} = i = info(name)
+      assert balanced?(i)
+      assert {:ok, [{2, "c"}, {3, "d"}], 0} = Ringbus.read(name, 2, 10)
+      if ctx.how == :one_by_one, do: assert(rows(ch) == 2)
+    end
+  end
+
   test "a trim passes deleted messages without counting them; MAXLEN counts the messages held" do
     {name, ch} = channel(capacity: 10)
     {:ok, 0} = Ringbus.push_many(name, ~w(a b c d e f))

@@ -7,6 +7,8 @@ defmodule Ringbus.Replica.DeletesTest do
 
   alias Ringbus.Replica.{Checkpoints, Deleted, Machine, Versions}
 
+  doctest Ringbus.Replica.Deleted
+
   setup do
     on_exit(fn ->
       for name <- Ringbus.channels(),
@@ -46,6 +48,9 @@ defmodule Ringbus.Replica.DeletesTest do
              Machine.decide({:delete, [1, 3, 3, 6, -1, :x]}, 2, state)
 
     assert {_, {:ok, 0}, [{:delete, []}]} = Machine.decide({:delete, [1, 3]}, 3, state)
+
+    # The oldest deleted: the tail passes it and the deleted one after it.
+    assert {%{tail: 2}, {:ok, 1}, [{:delete, [0]}]} = Machine.decide({:delete, [0]}, 3, state)
 
     # Two messages from the tail are 0 and 2: the ring passes three seqs.
     assert {state, {:pulled, 0, 2}, [{:pull, 0, 3}]} = Machine.decide({:pull, 2}, 3, state)
