@@ -13,16 +13,17 @@ defmodule Ringbus.Replica.Deleted do
   @spec new() :: t()
   def new, do: :gb_sets.empty()
 
-  @doc "How many stand."
-  @spec size(t()) :: non_neg_integer()
-  def size(set), do: :gb_sets.size(set)
+  @doc "How many stand at or after `tail`."
+  @spec size(t(), non_neg_integer()) :: non_neg_integer()
+  def size(set, tail), do: :gb_sets.size(prune(set, tail))
 
   @doc """
   Deletes those of `seqs` held (from `tail` to `head - 1`) and not deleted
-  yet: the set, those seqs in the order given, and how many they are.
+  yet: the set, those seqs in the order given, how many they are, and how
+  many seqs from `tail` on are deleted now, one after another (`leading/2`).
   """
   @spec delete(t(), [term()], non_neg_integer(), non_neg_integer()) ::
-          {t(), [non_neg_integer()], non_neg_integer()}
+          {t(), [non_neg_integer()], non_neg_integer(), non_neg_integer()}
   def delete(set, seqs, tail, head) do
     {set, fresh, n} =
       Enum.reduce(seqs, {set, [], 0}, fn seq, {set, fresh, n} ->
@@ -31,7 +32,7 @@ defmodule Ringbus.Replica.Deleted do
           else: {set, fresh, n}
       end)
 
-    {set, :lists.reverse(fresh), n}
+    {set, :lists.reverse(fresh), n, leading(set, tail)}
   end
 
   @doc """

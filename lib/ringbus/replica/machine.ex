@@ -19,9 +19,8 @@ defmodule Ringbus.Replica.Machine do
   #                              {:ok, [{seq, payload}]} (on the node that applies it)
   #   {:trim, trim}              takes the oldest that `Ringbus.Channel.Trim`
   #                              names, as pulls; replies {:ok, count}
-  #   {:delete, seqs}            deletes the messages held under seqs
-  #                              (`Ringbus.Replica.Deleted`; machine version
-  #                              7); replies {:ok, count deleted}
+  #   {:delete, seqs}            deletes what seqs hold (`Replica.Deleted`,
+  #                              machine version 7); replies {:ok, count}
   #   {:timeout, :expire}       the leader's timer under max_age: nothing but
   #                              the expiry every command starts with
   #   {:groups, [{room, request}]}
@@ -273,22 +272,18 @@ defmodule Ringbus.Replica.Machine do
 
   # With holding groups, a trim takes only what they all acked.
   def decide({:trim, %{strategy: _} = trim}, _index, state) do
-    state = %{state | deleted: Deleted.prune(state.deleted, state.tail)}
-    {count, bound} = Trim.bounds(trim, state.tail, state.head, Deleted.size(state.deleted))
+    standing = Deleted.size(state.deleted, state.tail)
+    {count, bound} = Trim.bounds(trim, state.tail, state.head, standing)
     bound = if floor = hold_floor(state), do: min(bound, floor), else: bound
     {state, {:pulled, first, count}, ops} = take(state, count, bound)
     {state, {:trimmed, first, count}, ops}
   end
 
   def decide({:delete, seqs}, _index, state) when is_list(seqs) do
-    {deleted, fresh, n} = Deleted.delete(state.deleted, seqs, state.tail, state.head)
     # Those at the oldest end are passed at once, as each ring's delete does.
-    passed = Deleted.leading(deleted, state.tail)
-
-    state =
-      %{state | deleted: deleted, tail: state.tail + passed} |> Retention.forget_sizes(passed)
-
-    {state, {:ok, n}, [{:delete, fresh}]}
+    {deleted, fresh, n, passed} = Deleted.delete(state.deleted, seqs, state.tail, state.head)
+    state = %{state | deleted: deleted, tail: state.tail + passed}
+    {Retention.forget_sizes(state, passed), {:ok, n}, [{:delete, fresh}]}
   end
 
   def decide({:tagged, {writer, n, floor}, command}, index, state)
@@ -448,9 +443,8 @@ defmodule Ringbus.Replica.Machine do
     end
   end
 
-  # Takes the `count` oldest messages below `bound` (fewer if the ring
-  # holds fewer), passing the deleted seqs among them: the reply counts the
-  # messages, the ring's op the seqs.
+  # Takes the `count` oldest messages below `bound` (fewer if the ring holds
+  # fewer), passing deleted seqs: the reply counts messages, the op seqs.
   defp take(state, count, bound \\ :infinity) do
     first = state.tail
     {seqs, count} = Deleted.span(state.deleted, first, count, min(state.head, bound))
