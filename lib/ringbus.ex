@@ -33,10 +33,11 @@ defmodule Ringbus do
   ## Messages and loss
 
   Every message a push reported stored is, from then on, readable, pulled, or
-  counted as overwritten or expired. A message leaves a channel in one of four
-  ways, and each is counted in `info/1`: it is pulled (`pulled`), overwritten
-  or dropped to make room (`overwritten`), older than the channel's
-  `:max_age` (`expired`, see "Time"), or it was never taken in (`rejected`). Reads
+  counted as overwritten, expired or deleted. A message leaves a channel in one
+  of five ways, and each is counted in `info/1`: it is pulled (`pulled`),
+  overwritten or dropped to make room (`overwritten`), older than the channel's
+  `:max_age` (`expired`, see "Time"), deleted by seq (`deleted`,
+  `delete_messages/2`), or it was never taken in (`rejected`). Reads
   and subscriptions never remove anything; when the messages they ask for are
   gone they say how many with a `lost` count.
 
@@ -257,7 +258,7 @@ defmodule Ringbus do
 
   A channel created with `max_age: ms` lets messages older than that go,
   each counted `expired` in `info/1`, so that `pushed == pulled +
-  overwritten + expired + len`; readers, subscribers and consumer groups
+  overwritten + expired + deleted + len`; readers, subscribers and consumer groups
   count those they had not got as `lost`, as they count overwritten ones.
   A memory channel removes them as it is next used: every push, pull,
   read, `len/1`, `info/1`, subscription read and group request looks at
@@ -336,6 +337,7 @@ defmodule Ringbus do
     * `:max_age` - its configuration: the most ms a message stays, or nil
     * `:expired` - messages that left because they were older than
       `:max_age` (see "Time")
+    * `:deleted` - messages deleted by seq (`delete_messages/2`)
     * `:bytes` - payload bytes the channel holds now. A batch stored as one
       unit (a drop-oldest batch on a channel without `:max_bytes`) is freed
       whole, when the last of its messages leaves
@@ -346,7 +348,7 @@ defmodule Ringbus do
     * `:oldest_time`, `:newest_time` - the times (system ms) of the oldest
       and newest messages held, nil when it holds none (see "Time")
 
-  At rest, `pushed == pulled + overwritten + expired + len`.
+  At rest, `pushed == pulled + overwritten + expired + deleted + len`.
   """
   @type info :: %{
           capacity: pos_integer(),
@@ -362,6 +364,7 @@ defmodule Ringbus do
           max_bytes: pos_integer() | nil,
           max_age: pos_integer() | nil,
           expired: non_neg_integer(),
+          deleted: non_neg_integer(),
           bytes: non_neg_integer(),
           bytes_pushed: non_neg_integer(),
           incarnation: pos_integer(),
@@ -716,6 +719,31 @@ defmodule Ringbus do
     raise ArgumentError,
           "expected a read's start to be a non-negative integer or {:time, ms}, got: #{inspect(other)}"
   end
+
+  @doc """
+  Deletes the messages held under `seqs`, any of them, not only the oldest
+  (Redis's XDEL): reads, subscriptions, pulls and consumer groups pass over
+  them without counting them `lost`, `len/1` drops, and `info/1` counts them
+  `deleted`. Answers how many it deleted: a seq not held (never pushed, or
+  gone already) or deleted already counts nothing. A deleted message frees
+  its bytes, but keeps its seq's place in the capacity until the oldest end
+  passes it: it costs at most a row. (A reader still behind the oldest end
+  counts the seqs gone there as `lost`, deleted ones among them: they are
+  no longer told apart.) On a replicated channel it is one command in the
+  log, decided alike on every member.
+
+      iex> Ringbus.create("doc-delete", capacity: 10)
+      iex> {:ok, 0} = Ringbus.push_many("doc-delete", ["a", "b", "c"])
+      iex> Ringbus.delete_messages("doc-delete", [1, 7])
+      {:ok, 1}
+      iex> Ringbus.read("doc-delete", 0, 10)
+      {:ok, [{0, "a"}, {2, "c"}], 0}
+      iex> Ringbus.delete("doc-delete")
+      :ok
+  """
+  @spec delete_messages(name(), [seq()]) ::
+          {:ok, non_neg_integer()} | {:error, :no_channel | node_error()}
+  def delete_messages(name, seqs) when is_list(seqs), do: on_channel(name, {:delete, seqs})
 
   @doc "The number of messages the channel holds. Constant time."
   @spec len(name()) :: non_neg_integer() | {:error, :no_channel | node_error()}

@@ -26,7 +26,20 @@ defmodule Ringbus.Op do
   alias Ringbus.{Channel, Group, Replica}
   alias Ringbus.Group.{ByIds, GoneIds, Push}
   alias Ringbus.Op.Answers
-  alias Ringbus.Channel.{GivenIds, Hold, IdReads, Ids, Producers, Ring, Subscription, Times, Trim}
+
+  alias Ringbus.Channel.{
+    Deletes,
+    GivenIds,
+    Hold,
+    IdReads,
+    Ids,
+    Producers,
+    Ring,
+    Subscription,
+    Times,
+    Trim
+  }
+
   require Ids
 
   # What a message costs in an answer beyond its payload, as a link counts it.
@@ -74,6 +87,9 @@ defmodule Ringbus.Op do
       IDs and whose answer gives IDs for seqs (`Ringbus.Group.ByIds`)
     * `{:trim, trim}` - removes the oldest messages `Ringbus.Channel.Trim`
       names: one operation (one Raft entry) however many it removes
+    * `{:delete, seqs}` - deletes the messages held under `seqs`, any of
+      them (`Ringbus.Channel.Deletes`): one operation (one Raft entry);
+      answers `{:ok, count}` deleted
     * `{:subscribe, opts, subscriber}`, `{:subscriptions, timeout, limit}`;
       with `opts[:group]`, a push subscription to a consumer group
       (`Ringbus.Group.Push`), whose group requests run here
@@ -109,6 +125,7 @@ defmodule Ringbus.Op do
           | :info
           | :incarnation
           | {:trim, Trim.t()}
+          | {:delete, [non_neg_integer()]}
           | {:subscribe, keyword(), pid()}
           | {:subscriptions, timeout(), pos_integer()}
           | {:stamped, t()}
@@ -200,7 +217,10 @@ defmodule Ringbus.Op do
   def write?({:stamped, op}), do: write?(op)
   def write?({:times, op}), do: write?(op)
   def write?({:ids, op}), do: write?(op)
-  def write?(op) when is_tuple(op), do: elem(op, 0) in [:trim, :group, :set_id | pushes()]
+
+  def write?(op) when is_tuple(op),
+    do: elem(op, 0) in [:trim, :delete, :group, :set_id | pushes()]
+
   def write?(_op), do: false
 
   defp pushes,
@@ -252,6 +272,9 @@ defmodule Ringbus.Op do
 
   defp replicated(channel, {:trim, trim}, _room, _timeout),
     do: {:wait, fn -> Replica.trim(channel, trim) end}
+
+  defp replicated(channel, {:delete, seqs}, _room, _timeout),
+    do: {:wait, fn -> Replica.delete_messages(channel, seqs) end}
 
   defp replicated(channel, :pull, room, _timeout) do
     if too_large_head?(channel, room),
@@ -332,14 +355,18 @@ defmodule Ringbus.Op do
   # a `~` trim run again after the push could take further nodes.
   defp memory(%Channel{overflow: :drop_oldest} = channel, {:push_trim, push, trim}, room) do
     {first, next, n} = {Ring.first_seq(channel), Ring.next_seq(channel), count(push)}
-    total = Trim.count(trim, first, next + n)
+    # In messages held, deleted ones left out (`Trim.bounds/4`).
+    {total, bound} = Trim.bounds(trim, first, next + n, Deletes.standing(channel))
     pre = min(total, next - first)
 
     if n > 1 and laps?(channel, next - first - pre + n, push) do
       {:error, :laps}
     else
-      _ = GoneIds.take_oldest(channel, pre)
-      then_trim(memory(channel, push, room), fn -> GoneIds.take_oldest(channel, total - pre) end)
+      _ = GoneIds.take_oldest(channel, pre, bound)
+
+      then_trim(memory(channel, push, room), fn ->
+        GoneIds.take_oldest(channel, total - pre, bound)
+      end)
     end
   end
 
@@ -347,6 +374,7 @@ defmodule Ringbus.Op do
     do: then_trim(memory(channel, push, room), fn -> GoneIds.trim(channel, trim) end)
 
   defp memory(channel, {:trim, trim}, _room), do: GoneIds.trim(channel, trim)
+  defp memory(channel, {:delete, seqs}, _room), do: GoneIds.delete(channel, seqs)
 
   # The oldest message is looked at first, so one too large for the room
   # stays in the ring. (One that another puller's take puts at the head
@@ -549,6 +577,7 @@ defmodule Ringbus.Op do
   def request_bytes({:times, op}), do: request_bytes(op)
   def request_bytes({:ids, op}), do: request_bytes(op)
   def request_bytes({:group, request}), do: :erlang.external_size(request)
+  def request_bytes({:delete, seqs}), do: :erlang.external_size(seqs)
   def request_bytes(_op), do: 0
 
   @doc """

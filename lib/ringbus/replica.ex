@@ -271,6 +271,15 @@ defmodule Ringbus.Replica do
   def trim(channel, trim), do: call(channel, {:trim, trim}, @default_timeout)
 
   @doc """
+  Deletes the messages held under `seqs` (`Ringbus.Channel.Deletes`), as
+  one command through Ra; answers how many it deleted.
+  """
+  @spec delete_messages(Channel.t(), [non_neg_integer()]) ::
+          {:ok, non_neg_integer()} | {:error, :node_busy | :timeout | :no_channel | :badarg}
+  def delete_messages(channel, seqs) when is_list(seqs),
+    do: call(channel, {:delete, seqs}, @default_timeout)
+
+  @doc """
   Runs a consumer group request (`Ringbus.Group.request()`) through Ra:
   every member's machine applies it to its own groups, and this answers
   what it answered (`room` bounds its payloads).

@@ -24,6 +24,7 @@ defmodule Ringbus.MetricsTest do
     {:ok, 1, "bb"} = Ringbus.pull("metrics")
     {:ok, 0} = Ringbus.push("rejects", "x")
     {:error, :full} = Ringbus.push("rejects", "y")
+    {:ok, 1} = Ringbus.delete_messages("rejects", [0])
     {:ok, sub} = Ringbus.subscribe("metrics", from: 0, max_credit: 1, name: "audit")
     assert_receive {:ringbus, ^sub, [{2, "ccc"}], 2}
     {:ok, client} = Ringbus.Client.connect(port: port)
@@ -48,6 +49,7 @@ defmodule Ringbus.MetricsTest do
     sample(text, ~s(ringbus_channel_overwritten_total{channel="metrics"} 1\n))
     sample(text, ~s(ringbus_channel_rejected_total{channel="rejects"} 1\n))
     sample(text, ~s(ringbus_channel_expired_total{channel="metrics"} 0\n))
+    sample(text, ~s(ringbus_channel_deleted_total{channel="rejects"} 1\n))
     sample(text, ~s(ringbus_channel_skipped{channel="metrics"} 0\n))
     sample(text, ~s(ringbus_channel_subscriptions{channel="metrics"} 1\n))
     assert text =~ ~r/ringbus_channel_held_bytes\{channel="metrics"\} \d+\n/

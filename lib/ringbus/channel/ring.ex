@@ -52,9 +52,10 @@ defmodule Ringbus.Channel.Ring do
   # moving tail, then deletes what those seqs hold (`drop_through/2`). Because
   # every seq is claimed once, the counts follow from the cursors:
   #
-  #   len         = head - tail
+  #   len         = head - tail - tombstones standing
   #   pushed      = head - skipped
-  #   overwritten = tail - pulled - skipped - expired
+  #   overwritten = tail - pulled - skipped - expired - tombstones passed
+  #                 (tombstones: messages deleted, `Ringbus.Channel.Deletes`)
   #
   # Under `max_age`, a message older than it is claimed as a pull claims
   # it, and counted `expired` (`expire/1`): the oldest one's time is
@@ -114,7 +115,7 @@ defmodule Ringbus.Channel.Ring do
   # a push reported stored is readable, pulled, or counted overwritten.
 
   alias Ringbus.Channel
-  alias Ringbus.Channel.{Anchor, Hold, Ids, Trim}
+  alias Ringbus.Channel.{Anchor, Deletes, Hold, Ids, Payloads, Trim, Wake}
 
   @head 1
   @tail 2
@@ -123,12 +124,12 @@ defmodule Ringbus.Channel.Ring do
   @rejected 5
   @held 6
   @bytes_pushed 7
-  @waiting 8
+  # Slot 8, the wake flag, is `Ringbus.Channel.Wake`'s.
   @chunked 9
   @dropped 10
-  # Slots 11 and 12 are `Ringbus.Channel.Hold`'s.
+  # Slots 11 and 12 are `Ringbus.Channel.Hold`'s, 14 and 15 `Ringbus.Channel.Deletes`'s.
   @expired 13
-  @slots 13
+  @slots 15
 
   # How long a reader waits for a reserved seq whose producer has not stored it.
   @stall_ms 5
@@ -195,7 +196,7 @@ defmodule Ringbus.Channel.Ring do
     size = byte_size(payload)
     {at, id} = stamp || late_stamp(ch, 1)
 
-    if :ets.insert_new(ch.table, {seq, detach(payload), at, id}) do
+    if :ets.insert_new(ch.table, {seq, Payloads.detach(payload), at, id}) do
       stored_bytes(ch, size)
       stored(ch, seq, seq)
       {:ok, seq}
@@ -209,16 +210,7 @@ defmodule Ringbus.Channel.Ring do
 
   @doc "Counts a batch and its bytes; raises `ArgumentError` on a payload that is not a binary."
   @spec measure!([binary()]) :: {non_neg_integer(), non_neg_integer()}
-  def measure!(payloads), do: measure(payloads, 0, 0)
-
-  defp measure([p | rest], n, bytes) when is_binary(p),
-    do: measure(rest, n + 1, bytes + byte_size(p))
-
-  defp measure([], n, bytes), do: {n, bytes}
-
-  defp measure([p | _], _n, _bytes) do
-    raise ArgumentError, "expected every payload to be a binary, got: #{inspect(p)}"
-  end
+  defdelegate measure!(payloads), to: Payloads
 
   @doc """
   Pushes a batch of `count` binaries, `bytes` bytes in all, as counted by
@@ -305,7 +297,7 @@ defmodule Ringbus.Channel.Ring do
       :ets.delete(t, reservation_key(last))
       :retry
     else
-      {data, ends} = chunk(payloads)
+      {data, ends} = Payloads.chunk(payloads)
       {at, id} = at
       :ets.insert(t, {chunk_key(last), first, bytes, count, data, ends, at, id})
       :ets.delete(t, reservation_key(last))
@@ -314,28 +306,6 @@ defmodule Ringbus.Channel.Ring do
       {:ok, first}
     end
   end
-
-  # A batch's payloads in one binary, and where each ends in it, after a 0:
-  # payload i is the bytes between entries i and i + 1. A batch is a list,
-  # or any enumerable of binaries (a server's large PUSH_BATCH, as the bytes
-  # it came in), walked once without listing it: both binaries grow in place.
-  defp chunk(payloads) when is_list(payloads),
-    do: {IO.iodata_to_binary(payloads), ends(payloads, 0, <<0::32>>)}
-
-  defp chunk(payloads) do
-    {data, ends, _at} =
-      Enum.reduce(payloads, {<<>>, <<0::32>>, 0}, fn p, {data, ends, at} ->
-        at = at + byte_size(p)
-        {<<data::binary, p::binary>>, <<ends::binary, at::32>>, at}
-      end)
-
-    {data, ends}
-  end
-
-  defp ends([p | rest], at, acc),
-    do: ends(rest, at + byte_size(p), <<acc::binary, at + byte_size(p)::32>>)
-
-  defp ends([], _at, acc), do: acc
 
   # Whether a mark stands on a seq in first..last: the only integer keys a
   # reserved range can hold.
@@ -348,14 +318,15 @@ defmodule Ringbus.Channel.Ring do
   defp objects(payloads, seq, {at, id}, acc), do: objects(payloads, seq, at, id, 0, acc)
 
   defp objects([p | rest], seq, at, id, i, acc),
-    do: objects(rest, seq + 1, at, id, i + 1, [{seq, detach(p), at, Ids.nth(id, i)} | acc])
+    do:
+      objects(rest, seq + 1, at, id, i + 1, [{seq, Payloads.detach(p), at, Ids.nth(id, i)} | acc])
 
   defp objects([], _seq, _at, _id, _i, acc), do: acc
 
   defp objects(payloads, seq, at, id, _i, acc) do
     {acc, _seq, _i} =
       Enum.reduce(payloads, {acc, seq, 0}, fn p, {acc, seq, i} ->
-        {[{seq, detach(p), at, Ids.nth(id, i)} | acc], seq + 1, i + 1}
+        {[{seq, Payloads.detach(p), at, Ids.nth(id, i)} | acc], seq + 1, i + 1}
       end)
 
     acc
@@ -366,17 +337,6 @@ defmodule Ringbus.Channel.Ring do
   # A stamp taken outside a reservation: for tests that play a stalled
   # producer, whose IDs then need not follow seq order.
   defp late_stamp(ch, count), do: Ids.stamp!(ch.ids, count, now_us())
-
-  # A message stored on its own never keeps more than twice its size alive: a
-  # payload that is a small part of a larger binary (a batch read off a
-  # socket) is copied. ETS copies payloads of up to 64 bytes itself.
-  defp detach(payload) when byte_size(payload) <= 64, do: payload
-
-  defp detach(payload) do
-    if :binary.referenced_byte_size(payload) > 2 * byte_size(payload),
-      do: :binary.copy(payload),
-      else: payload
-  end
 
   @doc false
   # Counts a refused push (or batch) of `count` messages.
@@ -451,13 +411,49 @@ defmodule Ringbus.Channel.Ring do
   @spec trim(Channel.t(), Trim.t()) :: {:ok, non_neg_integer()}
   def trim(ch, trim) do
     # With holding groups, only what they all acked.
-    limit = if Hold.held?(ch), do: Hold.floor(ch), else: :infinity
-    {:ok, take(ch, Trim.count(trim, first_seq(ch), next_seq(ch)), limit, 0)}
+    {count, bound} = Trim.bounds(trim, first_seq(ch), next_seq(ch), Deletes.standing(ch))
+    limit = if Hold.held?(ch), do: min(Hold.floor(ch), bound), else: bound
+    {:ok, take(ch, count, limit, 0)}
   end
 
-  @doc "Pulls up to `count` of the oldest messages; answers how many it got."
-  @spec take_oldest(Channel.t(), non_neg_integer()) :: non_neg_integer()
-  def take_oldest(ch, count), do: take(ch, count, :infinity, 0)
+  @doc """
+  Deletes the messages held under `seqs` (`Ringbus.Channel.Deletes`); answers
+  how many it deleted (a seq not held, or deleted already, counts nothing).
+  """
+  @spec delete(Channel.t(), [seq]) :: {:ok, non_neg_integer()}
+  def delete(ch, seqs) do
+    deleted = Enum.count(Enum.uniq(seqs), &delete_one(ch, &1))
+    pass_deleted(ch)
+    {:ok, deleted}
+  end
+
+  # Deleted messages at the oldest end are passed at once, as a pull passes
+  # them: the first seq held moves, as Redis's first ID does on an XDEL.
+  defp pass_deleted(%Channel{atomics: a} = ch) do
+    tail = :atomics.get(a, @tail)
+
+    if Deletes.deleted?(ch, tail) and :atomics.compare_exchange(a, @tail, tail, tail + 1) == :ok do
+      _gone = take_claimed(ch, tail, 0, nil)
+      pass_deleted(ch)
+    end
+  end
+
+  defp delete_one(%Channel{atomics: a} = ch, seq) when is_integer(seq) do
+    with true <- seq >= :atomics.get(a, @tail) and seq < :atomics.get(a, @head),
+         :none <- Deletes.delete_row(ch, seq),
+         {:chunk, _key, _first} <- cover(ch, seq) do
+      Deletes.delete_in_chunk(ch, seq, fn -> seq < :atomics.get(a, @tail) end)
+    else
+      {:ok, bytes} -> release(ch, bytes) == :ok
+      _ -> false
+    end
+  end
+
+  defp delete_one(_ch, _seq), do: false
+
+  @doc "Pulls up to `count` of the oldest messages, below seq `limit`; answers how many it got."
+  @spec take_oldest(Channel.t(), non_neg_integer(), seq | :infinity) :: non_neg_integer()
+  def take_oldest(ch, count, limit \\ :infinity), do: take(ch, count, limit, 0)
 
   # With holding groups, a full ring frees what they all acked: how many.
   defp free_held(ch),
@@ -621,8 +617,10 @@ defmodule Ringbus.Channel.Ring do
   # from..to were claimed by moving tail: a chunk they end inside counts them
   # as gone, as a pull counts its one message, so that it is deleted as soon
   # as nothing in it is left to take. (Chunks ending inside the range are
-  # deleted by the drop that follows.)
+  # deleted by the drop that follows.) The claimer takes their tombstones.
   defp claimed(ch, from, to) do
+    Deletes.take_range(ch, from, to)
+
     with {:chunk, key, first} when trunc(key) > to <- cover(ch, to) do
       count_down(ch, key, to - max(from, first) + 1)
     end
@@ -697,6 +695,9 @@ defmodule Ringbus.Channel.Ring do
       [{_, mark}] when mark in [:skipped, :skipped_claimed] ->
         :atomics.sub(ch.atomics, @skipped, 1)
 
+      [{_, :deleted, _at, _id}] ->
+        Deletes.passed(ch, 1)
+
       _ ->
         :ok
     end
@@ -763,15 +764,9 @@ defmodule Ringbus.Channel.Ring do
 
   defp chunk_payload(ch, key, seq) do
     case :ets.lookup(ch.table, key) do
-      [chunk] -> slice(chunk, seq)
+      [chunk] -> Payloads.slice(chunk, seq)
       [] -> nil
     end
-  end
-
-  defp slice({_key, first, _bytes, _left, data, ends, _at, _id}, seq) do
-    <<_::binary-size(4 * (seq - first)), from::32, to::32, _::binary>> = ends
-    payload = binary_part(data, from, to - from)
-    if to - from <= 64, do: :binary.copy(payload), else: payload
   end
 
   # nil when the object is gone (a drop deleted it meanwhile).
@@ -831,7 +826,8 @@ defmodule Ringbus.Channel.Ring do
     {n, took} =
       with [] <- :ets.take(ch.table, seq), {:chunk, key, _first} <- cover(ch, seq) do
         n = min(trunc(key), stop - 1) - seq + 1
-        {n, if(count_down(ch, key, n) == :gone, do: 0, else: n)}
+        deleted = Deletes.take_range(ch, seq, seq + n - 1)
+        {n, if(count_down(ch, key, n) == :gone, do: 0, else: n - deleted)}
       else
         # A message or a mark, taken: as a pull takes it.
         [_] = row -> {1, one(taken(ch, seq, row, @stall_ms, nil))}
@@ -856,6 +852,11 @@ defmodule Ringbus.Channel.Ring do
 
   defp taken(_ch, _seq, [{_, :abandoned}], _stall_ms, _deadline), do: :gone
 
+  defp taken(ch, _seq, [{_, :deleted, _at, _id}], _stall_ms, _deadline) do
+    Deletes.passed(ch, 1)
+    :gone
+  end
+
   # A subscription gave up on it before we claimed it: the skip is ours,
   # and the wait was done.
   defp taken(ch, seq, [{_, :skipped}], stall_ms, _deadline) do
@@ -873,8 +874,9 @@ defmodule Ringbus.Channel.Ring do
         :erlang.yield()
         take_claimed(ch, seq, stall_ms, deadline)
 
+      # A chunk dropped since the claim: its tombstone is still the claimer's.
       nil ->
-        wait_claimed(ch, seq, stall_ms, deadline)
+        if Deletes.take(ch, seq), do: :gone, else: wait_claimed(ch, seq, stall_ms, deadline)
     end
   end
 
@@ -883,9 +885,12 @@ defmodule Ringbus.Channel.Ring do
       nil ->
         take_claimed(ch, seq, stall_ms, deadline)
 
+      # A deleted message is not the claimer's; its tombstone goes before
+      # the count down that may drop the chunk (and its tombstones).
       payload ->
+        deleted? = Deletes.take(ch, seq)
         count_down(ch, key, 1)
-        {:ok, payload}
+        if deleted?, do: :gone, else: {:ok, payload}
     end
   end
 
@@ -1054,6 +1059,10 @@ defmodule Ringbus.Channel.Ring do
       [{_, payload, at, _id}] when is_binary(payload) ->
         collect(ch, seq + 1, limit, [{seq, payload} | acc], n + 1, lost, run(runs, at, 1))
 
+      # Deleted: passed over, not lost, and the read goes one further.
+      [{_, :deleted, _at, _id}] ->
+        collect(ch, seq + 1, min(limit + 1, next_seq(ch)), acc, n, lost, runs)
+
       [{_, mark}] when is_mark(mark) ->
         case cover(ch, seq) do
           # A stale mark inside a stored chunk: it goes, the message stays.
@@ -1090,9 +1099,10 @@ defmodule Ringbus.Channel.Ring do
     case :ets.lookup(ch.table, key) do
       [chunk] ->
         stop = min(trunc(key), limit - 1)
-        acc = Enum.reduce(seq..stop, acc, &[{&1, slice(chunk, &1)} | &2])
-        runs = run(runs, elem(chunk, 6), stop - seq + 1)
-        collect(ch, stop + 1, limit, acc, n + stop - seq + 1, lost, runs)
+        {acc, got} = Deletes.slices(ch, chunk, seq..stop, acc)
+        runs = if got > 0, do: run(runs, elem(chunk, 6), got), else: runs
+        limit = min(limit + stop - seq + 1 - got, next_seq(ch))
+        collect(ch, stop + 1, limit, acc, n + got, lost, runs)
 
       [] ->
         collect(ch, seq, limit, acc, n, lost, runs)
@@ -1144,10 +1154,11 @@ defmodule Ringbus.Channel.Ring do
 
   @doc false
   # A snapshot's messages from `from` on, `{seq, payload, at, id}`: a
-  # replicated ring has single rows.
+  # replicated ring has single rows; a tombstone's payload is `:deleted`.
   @spec dump_decided(Channel.t(), seq) :: [{seq, binary(), integer(), Ids.id()}]
   def dump_decided(ch, from) do
-    spec = {{:"$1", :"$2", :_, :_}, [{:>=, :"$1", from}, {:is_binary, :"$2"}], [:"$_"]}
+    held = {:orelse, {:is_binary, :"$2"}, {:==, :"$2", :deleted}}
+    spec = {{:"$1", :"$2", :_, :_}, [{:>=, :"$1", from}, held], [:"$_"]}
     :ets.select(ch.table, [spec])
   end
 
@@ -1221,7 +1232,7 @@ defmodule Ringbus.Channel.Ring do
 
   defp pull_decided(%Channel{atomics: a} = ch, seq, stop, acc) do
     with true <- :atomics.get(a, @tail) == seq,
-         {:ok, ^seq, payload} <- pull(ch, 0) do
+         {:ok, ^seq, payload} <- pull_to(ch, seq + 1, 0) do
       pull_decided(ch, seq + 1, stop, [{seq, payload} | acc])
     else
       _ -> pull_decided(ch, seq + 1, stop, acc)
@@ -1271,9 +1282,11 @@ defmodule Ringbus.Channel.Ring do
   def bytes(%Channel{atomics: a}), do: max(:atomics.get(a, @held), 0)
 
   @spec len(Channel.t()) :: non_neg_integer()
-  def len(%Channel{atomics: a, capacity: cap}) do
-    (:atomics.get(a, @head) - :atomics.get(a, @tail)) |> max(0) |> min(cap)
-  end
+  def len(%Channel{atomics: a} = ch),
+    do: held(ch, :atomics.get(a, @head), :atomics.get(a, @tail), Deletes.standing(ch))
+
+  defp held(%Channel{capacity: cap}, head, tail, standing),
+    do: max(min(max(head - tail, 0), cap) - standing, 0)
 
   @spec info(Channel.t()) :: map()
   def info(%Channel{atomics: a, capacity: cap} = ch) do
@@ -1282,19 +1295,21 @@ defmodule Ringbus.Channel.Ring do
     pulled = :atomics.get(a, @pulled)
     skipped = :atomics.get(a, @skipped)
     expired = :atomics.get(a, @expired)
+    {deleted, passed} = Deletes.counts(ch)
 
     %{
       capacity: cap,
       overflow: ch.overflow,
       incarnation: ch.incarnation,
       max_bytes: ch.max_bytes,
-      len: (head - tail) |> max(0) |> min(cap),
+      len: held(ch, head, tail, deleted - passed),
       first_seq: max(tail, head - cap),
       next_seq: head,
       pushed: head - skipped,
       pulled: pulled,
-      overwritten: max(tail - pulled - skipped - expired, 0),
+      overwritten: max(tail - pulled - skipped - expired - passed, 0),
       expired: expired,
+      deleted: deleted,
       max_age: ch.max_age,
       rejected: :atomics.get(a, @rejected),
       skipped: skipped,
@@ -1303,53 +1318,13 @@ defmodule Ringbus.Channel.Ring do
     }
   end
 
-  ## Wake-ups for subscriptions
+  ## Wake-ups for subscriptions: `Ringbus.Channel.Wake`
 
-  @doc """
-  Asks the next push to wake the channel's subscriptions. A subscription calls
-  this when it has caught up, then reads once more before it waits: the push
-  stores before it looks at the flag, the subscription sets the flag before it
-  looks at the store, so one of the two always sees the other.
-  """
-  @spec arm_wake(Channel.t()) :: :ok
-  def arm_wake(%Channel{atomics: a} = ch) do
-    :ets.insert(ch.waiters, {self()})
-    :atomics.put(a, @waiting, 1)
-  end
-
-  @doc "Withdraws the calling process from the channel's waiters."
-  @spec disarm(Channel.t()) :: true
-  def disarm(%Channel{} = ch), do: :ets.delete(ch.waiters, self())
-
-  @doc """
-  Wakes the channel's waiters as a push does, for a change other than a
-  push that they wait for (a consumer group's pending entries come due).
-  A channel deleted meanwhile has nobody waiting.
-  """
-  @spec wake_waiters(Channel.t()) :: :ok
-  def wake_waiters(%Channel{atomics: a} = ch) do
-    if :atomics.exchange(a, @waiting, 0) != 0, do: wake_all(ch)
-    :ok
-  rescue
-    ArgumentError -> :ok
-  end
-
-  # Each waiter is removed and then woken, so none is removed unwoken; a
-  # waiter that died meanwhile is removed all the same. Inserting and
-  # removing one waiter costs the same however many there are.
-  defp wake_all(ch) do
-    for {pid} <- :ets.tab2list(ch.waiters) do
-      :ets.delete(ch.waiters, pid)
-      send(pid, :ringbus_wake)
-    end
-  end
-
-  defp wake(%Channel{atomics: a} = ch) do
-    # An atomic read-modify-write orders this read after the insert above.
-    if :atomics.add_get(a, @waiting, 0) != 0 and :atomics.exchange(a, @waiting, 0) != 0 do
-      wake_all(ch)
-    end
-
-    :ok
-  end
+  @doc "See `Ringbus.Channel.Wake.arm/1`."
+  defdelegate arm_wake(ch), to: Wake, as: :arm
+  @doc "See `Ringbus.Channel.Wake.disarm/1`."
+  defdelegate disarm(ch), to: Wake
+  @doc "See `Ringbus.Channel.Wake.wake_waiters/1`."
+  defdelegate wake_waiters(ch), to: Wake
+  defp wake(ch), do: Wake.stored(ch)
 end

@@ -61,6 +61,27 @@ defmodule Ringbus.Channel.Trim do
   end
 
   @doc """
+  What a trim of a stream holding the seqs `first..next - 1`, `deleted`
+  of them deleted (`Ringbus.Channel.Deletes`), removes: `{count, bound}`,
+  up to `count` messages, those below seq `bound`. A MAXLEN counts the
+  messages held; a MINID, the seqs below it, deleted ones among them.
+
+      iex> Ringbus.Channel.Trim.bounds(%{strategy: {:maxlen, 2}, approx: false, limit: nil}, 0, 6, 1)
+      {3, :infinity}
+      iex> Ringbus.Channel.Trim.bounds(%{strategy: {:min_seq, 4}, approx: false, limit: nil}, 0, 6, 1)
+      {4, 4}
+  """
+  @spec bounds(t(), Ringbus.seq(), Ringbus.seq(), non_neg_integer()) ::
+          {non_neg_integer(), Ringbus.seq() | :infinity}
+  def bounds(%{strategy: {:min_seq, _}} = trim, first, next, _deleted) do
+    count = count(trim, first, next)
+    {count, first + count}
+  end
+
+  def bounds(trim, first, next, deleted),
+    do: {count(trim, first, max(next - deleted, first)), :infinity}
+
+  @doc """
   The trim of a run of `n` pushes that each carry `trim`, run once after
   them all, removing what the pushes trimming one by one would have.
   Only `~` needs to know the run: with it (and with LIMIT), what a push

@@ -13,7 +13,7 @@ defmodule Ringbus.Group.GoneIds do
   # noted: those keep the name `Ringbus.Channel.IdReads.gone/1` gives.
 
   alias Ringbus.Channel
-  alias Ringbus.Channel.{Ids, Ring, Trim}
+  alias Ringbus.Channel.{Deletes, Ids, Ring, Trim}
   alias Ringbus.Group.Table
 
   @doc """
@@ -25,35 +25,53 @@ defmodule Ringbus.Group.GoneIds do
   """
   @spec trim(Channel.t(), Trim.t()) :: {:ok, non_neg_integer()}
   def trim(ch, trim) do
-    first = Ring.first_seq(ch)
-    n = Trim.count(trim, first, Ring.next_seq(ch))
-    last = before_taking(ch, first, n)
-    {:ok, removed} = Ring.trim(ch, trim)
-    if last && removed == n, do: Ids.removed(ch.ids, last)
-    {:ok, removed}
+    {first, next, standing} = {Ring.first_seq(ch), Ring.next_seq(ch), Deletes.standing(ch)}
+    {count, _bound} = Trim.bounds(trim, first, next, standing)
+    taking(ch, first, min(first + count + standing, next), fn -> Ring.trim(ch, trim) end)
   end
 
-  @doc "`Ring.take_oldest/2`, noting as `trim/2` does."
-  @spec take_oldest(Channel.t(), non_neg_integer()) :: non_neg_integer()
-  def take_oldest(ch, n) do
-    last = before_taking(ch, Ring.first_seq(ch), n)
-    taken = Ring.take_oldest(ch, n)
-    if last && taken == n, do: Ids.removed(ch.ids, last)
+  @doc "`Ring.take_oldest/3`, noting as `trim/2` does."
+  @spec take_oldest(Channel.t(), non_neg_integer(), Ringbus.seq() | :infinity) ::
+          non_neg_integer()
+  def take_oldest(ch, n, bound \\ :infinity) do
+    {first, next} = {Ring.first_seq(ch), Ring.next_seq(ch)}
+    stop = min(first + n + Deletes.standing(ch), next)
+    {:ok, taken} = taking(ch, first, stop, fn -> {:ok, Ring.take_oldest(ch, n, bound)} end)
     taken
   end
 
-  # The ID of the last of the `n` seqs from `first`, once the IDs of those
-  # a group has pending are noted.
-  defp before_taking(_ch, _first, 0), do: nil
-
-  defp before_taking(%Channel{incarnation: c} = ch, first, n) do
-    if Table.any?(Table.table(), c), do: note(ch, first, first + n)
-    Ring.stored_id(ch, first + n - 1)
+  @doc """
+  `Ring.delete/2`, noting the IDs a group still needs (deleted at the
+  oldest end, a message goes at once) and the highest ID deleted.
+  """
+  @spec delete(Channel.t(), [non_neg_integer()]) :: {:ok, non_neg_integer()}
+  def delete(%Channel{incarnation: c} = ch, seqs) do
+    held = for seq <- seqs, id = Ring.stored_id(ch, seq), id != nil, do: {seq, id}
+    if held != [] and Table.any?(Table.table(), c), do: note(ch, Enum.map(held, &elem(&1, 0)))
+    {:ok, deleted} = Ring.delete(ch, seqs)
+    if deleted > 0, do: Ids.removed(ch.ids, held |> Enum.map(&elem(&1, 1)) |> Enum.max())
+    {:ok, deleted}
   end
 
-  # Notes the IDs of the pending seqs in first..stop - 1, and forgets
-  # those of seqs no PEL holds any more.
-  defp note(%Channel{incarnation: c} = ch, first, stop) do
+  # Takes what `take` takes from the seqs `first..stop - 1` at most: the IDs
+  # of those a group has pending noted first, and after, if everything
+  # below `stop` went, the last one's as the highest removed.
+  defp taking(_ch, first, stop, take) when stop <= first, do: take.()
+
+  defp taking(%Channel{incarnation: c} = ch, first, stop, take) do
+    if Table.any?(Table.table(), c), do: note(ch, first, stop)
+    last = Ring.stored_id(ch, stop - 1)
+    taken = take.()
+    if last && Ring.first_seq(ch) >= stop, do: Ids.removed(ch.ids, last)
+    taken
+  end
+
+  # Notes the IDs of the pending seqs in first..stop - 1 (or of `seqs`),
+  # and forgets those of seqs no PEL holds any more.
+  defp note(ch, first, stop), do: note_taken(ch, &(&1 >= first), stop)
+  defp note(ch, seqs), do: note_taken(ch, &(&1 in seqs), Enum.max(seqs) + 1)
+
+  defp note_taken(%Channel{incarnation: c} = ch, taken?, stop) do
     t = Table.table()
     pending = Table.pending_seqs(t, c, stop)
 
@@ -62,7 +80,7 @@ defmodule Ringbus.Group.GoneIds do
         do: :ets.delete(t, {:gone, c, seq})
 
     for seq <- pending,
-        seq >= first,
+        taken?.(seq),
         id = Ring.stored_id(ch, seq),
         id != nil,
         do: :ets.insert(t, {{:gone, c, seq}, id})

@@ -28,6 +28,8 @@ defmodule Ringbus.Metrics.Prometheus do
      ~w(channel)},
     {"ringbus_channel_expired_total", :counter,
      "Messages that left because they were older than the channel's max_age.", ~w(channel)},
+    {"ringbus_channel_deleted_total", :counter,
+     "Messages deleted by seq (Ringbus.delete_messages/2, RESP XDEL).", ~w(channel)},
     {"ringbus_channel_skipped", :gauge,
      "Seqs given up on because their producer stalled; a late producer settles them.",
      ~w(channel)},
@@ -219,6 +221,7 @@ defmodule Ringbus.Metrics.Prometheus do
     {"ringbus_channel_overwritten_total", :overwritten},
     {"ringbus_channel_rejected_total", :rejected},
     {"ringbus_channel_expired_total", :expired},
+    {"ringbus_channel_deleted_total", :deleted},
     {"ringbus_channel_skipped", :skipped}
   ]
 

@@ -75,6 +75,11 @@ defmodule Ringbus.Replica.Carry do
   defp carry(ch, {:pull, first, count}, reply),
     do: pulled_reply(reply, Ring.pull_decided(ch, first, count))
 
+  defp carry(ch, {:delete, seqs}, reply) do
+    {:ok, _} = Ring.delete(ch, seqs)
+    reply
+  end
+
   defp carry(ch, {:rejected, total}, reply) do
     Ring.rejected_decided(ch, total)
     reply

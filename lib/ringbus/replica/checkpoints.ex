@@ -60,7 +60,8 @@ defmodule Ringbus.Replica.Checkpoints do
 
   defp grouped(state, index, ch, false), do: checkpoints(state, index, ch)
 
-  # The messages the ring holds from `tail`: `{seq, payload, ms, id}`.
+  # The messages the ring holds from `tail`: `{seq, payload, ms, id}`,
+  # payload `:deleted` for a tombstone.
   defp messages(ch, state) do
     for {seq, payload, at, id} <- Ring.dump_decided(ch, state.tail),
         seq < state.head,
@@ -87,7 +88,14 @@ defmodule Ringbus.Replica.Checkpoints do
     end
   end
 
-  # A snapshot's message, with its ID or (a snapshot from before IDs) without.
+  # A snapshot's message, with its ID or (a snapshot from before IDs)
+  # without; a deleted one goes in as its tombstone, so the seqs stay
+  # contiguous.
+  defp put(ch, {seq, :deleted, ms, id}) do
+    put(ch, {seq, "", ms, id})
+    {:ok, _} = Ring.delete(ch, [seq])
+  end
+
   defp put(ch, {seq, payload, ms, id}),
     do: Ring.put_decided(ch, seq, [payload], 1, byte_size(payload), {Times.at_of(ms), id})
 

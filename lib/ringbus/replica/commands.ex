@@ -7,10 +7,11 @@ defmodule Ringbus.Replica.Commands do
   # A run of pushes is one `{:push_batches, [{tag, payloads}]}` (each batch
   # decided on its own, so one refusal refuses no other); a run of pulls is
   # one `{:pull, n}`, whose messages go to the pullers in order; a trim is
-  # one `{:trim, trim}`, however many messages it removes; a run of group
-  # requests is one `{:groups, [{room, request}]}`, one answer each; a push
-  # under a Redis stream ID is one `{:push_id, given, payload}` and an
-  # XSETID one `{:set_id, id}` (rare: each alone). Order is
+  # one `{:trim, trim}`, however many messages it removes, a delete one
+  # `{:delete, seqs}`; a run of group requests is one `{:groups, [{room,
+  # request}]}`, one answer each; a push under a Redis stream ID is one
+  # `{:push_id, given, payload}` and an XSETID one `{:set_id, id}` (rare:
+  # each alone). Order is
   # kept: a caller waits for each answer, so its requests are never in one
   # queue together, and requests of different callers are not ordered.
 
@@ -27,6 +28,7 @@ defmodule Ringbus.Replica.Commands do
            | {:trim, map()}
            | {:push_id, term(), binary(), non_neg_integer()}
            | {:set_id, term()}
+           | {:delete, [non_neg_integer()]}
            | {:group, pos_integer() | :infinity, term()}}
 
   @typedoc "A machine command, and who to answer, in order."
@@ -48,7 +50,8 @@ defmodule Ringbus.Replica.Commands do
     group(rest, [{{:pull, length(to)}, to} | acc])
   end
 
-  defp group([{to, {:trim, trim}} | rest], acc), do: group(rest, [{{:trim, trim}, [to]} | acc])
+  defp group([{to, {op, _} = command} | rest], acc) when op in [:trim, :delete],
+    do: group(rest, [{command, [to]} | acc])
 
   defp group([{to, {:push_id, given, payload, _bytes}} | rest], acc),
     do: group(rest, [{{:push_id, given, payload}, [to]} | acc])
@@ -91,7 +94,7 @@ defmodule Ringbus.Replica.Commands do
   def answers({:pull, _}, tos, {:ok, messages}) when is_list(messages),
     do: pulled(tos, messages, [])
 
-  def answers({:trim, _}, [to], {:ok, count}), do: [{to, {:ok, count}}]
+  def answers({op, _}, [to], {:ok, count}) when op in [:trim, :delete], do: [{to, {:ok, count}}]
   def answers({:push_id, _, _}, [to], reply), do: [{to, reply}]
   def answers({:set_id, _}, [to], reply), do: [{to, reply}]
 

@@ -24,6 +24,8 @@ defmodule Ringbus.Replica.Machine do
   #                              {:ok, [{seq, payload}]} (on the node that applies it)
   #   {:trim, trim}              takes the oldest that `Ringbus.Channel.Trim`
   #                              names, as pulls; replies {:ok, count}
+  #   {:delete, seqs}            deletes what seqs hold (`Replica.Deleted`,
+  #                              machine version 7); replies {:ok, count}
   #   {:timeout, :expire}       the leader's timer under max_age: nothing but
   #                              the expiry every command starts with
   #   {:groups, [{room, request}]}
@@ -70,7 +72,7 @@ defmodule Ringbus.Replica.Machine do
 
   alias Ringbus.Channel.{Hold, Ids, Ring, Trim}
   require Ids
-  alias Ringbus.Replica.{Carry, Checkpoints, Retention, StreamIds, Versions}
+  alias Ringbus.Replica.{Carry, Checkpoints, Deleted, Retention, StreamIds, Versions}
   alias Ringbus.{Group, Store}
 
   # A replicated channel remembers as many tags as a memory channel does.
@@ -123,7 +125,9 @@ defmodule Ringbus.Replica.Machine do
     # once there (`Ringbus.Replica.Checkpoints`).
     messages: nil,
     # The index of the last snapshot of the state as it stood.
-    released: 0
+    released: 0,
+    # The seqs deleted that the tail has not passed (`Ringbus.Replica.Deleted`).
+    deleted: Deleted.new()
   ]
 
   @type tag :: nil | {term(), integer()}
@@ -171,6 +175,7 @@ defmodule Ringbus.Replica.Machine do
 
     {state, expired} = expire_in(version, %{state | stamp: now})
     {state, reply, ops} = decide_in(version, command, index, state)
+    state = %{state | deleted: Deleted.prune(state.deleted, state.tail)}
     ops = expired ++ ops
     reply = Carry.out(state.channel, ops, reply, now)
     state = settle(state, command, reply)
@@ -192,9 +197,8 @@ defmodule Ringbus.Replica.Machine do
   defp expire_in(_version, state), do: Retention.expire(state)
 
   # A state from a snapshot of version 0 has no writers; of version 1, no
-  # groups; before messages had times, no stamp; before version 6, no IDs.
   defp upgrade(%__MODULE__{writers: _, groups: _, stamp: _, times: _, messages: _} = st)
-       when is_map_key(st, :released) and is_map_key(st, :top_id),
+       when is_map_key(st, :released) and is_map_key(st, :top_id) and is_map_key(st, :deleted),
        do: st
 
   defp upgrade(state) do
@@ -210,6 +214,7 @@ defmodule Ringbus.Replica.Machine do
     |> Map.put_new(:released, 0)
     |> Map.put_new(:last_id, {0, 0})
     |> Map.put_new(:top_id, {0, 0})
+    |> Map.put_new(:deleted, Deleted.new())
   end
 
   # A snapshot's messages go in the ring before its groups read it.
@@ -299,10 +304,18 @@ defmodule Ringbus.Replica.Machine do
 
   # With holding groups, a trim takes only what they all acked.
   def decide({:trim, %{strategy: _} = trim}, _index, state) do
-    count = Trim.count(trim, state.tail, state.head)
-    count = if floor = hold_floor(state), do: min(count, max(floor - state.tail, 0)), else: count
-    {state, {:pulled, first, count}, ops} = take(state, count)
+    standing = Deleted.size(state.deleted, state.tail)
+    {count, bound} = Trim.bounds(trim, state.tail, state.head, standing)
+    bound = if floor = hold_floor(state), do: min(bound, floor), else: bound
+    {state, {:pulled, first, count}, ops} = take(state, count, bound)
     {state, {:trimmed, first, count}, ops}
+  end
+
+  def decide({:delete, seqs}, _index, state) when is_list(seqs) do
+    # Those at the oldest end are passed at once, as each ring's delete does.
+    {deleted, fresh, n, passed} = Deleted.delete(state.deleted, seqs, state.tail, state.head)
+    state = %{state | deleted: deleted, tail: state.tail + passed}
+    {Retention.forget_sizes(state, passed), {:ok, n}, [{:delete, fresh}]}
   end
 
   def decide({:tagged, {writer, n, floor}, command}, index, state)
@@ -465,12 +478,13 @@ defmodule Ringbus.Replica.Machine do
     end
   end
 
-  # Takes the `count` oldest messages (fewer if the ring holds fewer).
-  defp take(state, count) do
-    count = min(count, state.head - state.tail)
+  # Takes the `count` oldest messages below `bound` (fewer if the ring holds
+  # fewer), passing deleted seqs: the reply counts messages, the op seqs.
+  defp take(state, count, bound \\ :infinity) do
     first = state.tail
-    state = %{state | tail: first + count} |> Retention.forget_sizes(count)
-    {state, {:pulled, first, count}, [{:pull, first, count}]}
+    {seqs, count} = Deleted.span(state.deleted, first, count, min(state.head, bound))
+    state = %{state | tail: first + seqs} |> Retention.forget_sizes(seqs)
+    {state, {:pulled, first, count}, [{:pull, first, seqs}]}
   end
 
   # A full reject channel with holding groups frees what they all acked
@@ -480,7 +494,7 @@ defmodule Ringbus.Replica.Machine do
   defp free_held(%__MODULE__{overflow: :reject} = state, count, bytes) do
     with false <- fits?(state, count, bytes),
          floor when is_integer(floor) and floor > state.tail <- hold_floor(state) do
-      {state, _pulled, ops} = take(state, floor - state.tail)
+      {state, _pulled, ops} = take(state, floor - state.tail, floor)
       {state, ops}
     else
       _ -> {state, []}

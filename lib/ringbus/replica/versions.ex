@@ -11,9 +11,9 @@ defmodule Ringbus.Replica.Versions do
   # trim of a run of pushes, `Ringbus.Channel.Trim.of_run/2`), version 5 a
   # group's `:ack_fetch` (acks and a fetch in one request), version 6 Redis
   # stream IDs decided in the log (`Ringbus.Replica.StreamIds`: puts carry
-  # them, and {:push_id, ...} and {:set_id, id}).
+  # them, and {:push_id, ...} and {:set_id, id}), version 7 {:delete, seqs}.
 
-  @version 6
+  @version 7
 
   @doc "The newest version."
   @spec current() :: pos_integer()
@@ -41,6 +41,9 @@ defmodule Ringbus.Replica.Versions do
   def command(version, {:push_id, _, _}) when version < 6, do: {:unknown, version}
 
   def command(version, {:set_id, _}) when version < 6, do: {:unknown, version}
+
+  # Under a version before 7, a delete is refused, badarg, on every member alike.
+  def command(version, {:delete, _}) when version < 7, do: {:unknown, version}
 
   # Under a version before 5, an `:ack_fetch` is refused as version 4's
   # groups refuse a request they do not know: badarg, that request alone.

@@ -390,8 +390,9 @@ defmodule Ringbus.Resp.GroupCommands do
     end)
   end
 
-  # [id, nil] for an entry the ring no longer holds, as Redis answers for a deleted one.
-  defp history_entry({_seq, nil, id}), do: [Entry.format(id), nil]
+  # [id, null array] for an entry the ring no longer holds (deleted, or
+  # gone), as Redis answers for a deleted one.
+  defp history_entry({_seq, nil, id}), do: [Entry.format(id), :null_array]
   defp history_entry({_seq, payload, id}), do: [Entry.format(id), Entry.decode(payload)]
 
   # The wait is listed as the group's before the group is looked up, so

@@ -166,7 +166,8 @@ defmodule Ringbus.Resp.StreamAdmin do
            {"max-bytes", Map.fetch!(info, :max_bytes)},
            {"bytes", Map.fetch!(info, :bytes)},
            {"overwritten", Map.fetch!(info, :overwritten)},
-           {"pulled", Map.fetch!(info, :pulled)}
+           {"pulled", Map.fetch!(info, :pulled)},
+           {"deleted", Map.fetch!(info, :deleted)}
          ]}
 
       {:error, :no_channel} ->
@@ -367,7 +368,8 @@ defmodule Ringbus.Resp.StreamAdmin do
        {"max-bytes", info.max_bytes},
        {"bytes", info.bytes},
        {"overwritten", info.overwritten},
-       {"pulled", info.pulled}
+       {"pulled", info.pulled},
+       {"deleted", info.deleted}
      ]}
   end
 end

@@ -5,11 +5,10 @@ defmodule Ringbus.Resp.StreamCommands do
   # the command's arguments (its name aside) and the session, and returns
   # `{reply, session}` or, for a read that waits, `{:block, block, session}`.
   #
-  # Removing entries. A ring gives up its entries from the oldest end only,
-  # by pulling them: XTRIM, the trimming options of XADD and XDEL are one
-  # trim where the stream lives (`Ringbus.Channel.Trim`), and the stream's
-  # `pulled` figure counts what they remove. XDEL deletes the IDs given when
-  # they are the stream's oldest entries, and refuses to punch a hole.
+  # Removing entries. XTRIM and the trimming options of XADD are one trim
+  # where the stream lives (`Ringbus.Channel.Trim`), from the oldest end,
+  # and the stream's `pulled` figure counts what they remove. XDEL is one
+  # delete of any entries (`Ringbus.Channel.Deletes`), counted `deleted`.
   #
   # IDs. Every entry has the ID it was stored under (`Ringbus.Channel.Ids`):
   # a push answers it where the stream lives (`Ringbus.Op`'s `{:ids,
@@ -258,9 +257,10 @@ defmodule Ringbus.Resp.StreamCommands do
   def xdel([key | ids], s) do
     case Args.parse_ids(ids, []) do
       {:ok, ids} ->
-        case Errors.check!(Ringbus.info(key), key) do
-          {:ok, info} ->
-            {delete_oldest(key, StreamIds.exact(key, ids), info), s}
+        case Errors.check!(Ringbus.incarnation(key), key) do
+          {:ok, _incarnation} ->
+            seqs = for seq <- StreamIds.exact(key, ids), seq != :none, do: seq
+            {deleted(key, seqs), s}
 
           {:error, :no_channel} ->
             {0, s}
@@ -271,29 +271,8 @@ defmodule Ringbus.Resp.StreamCommands do
     end
   end
 
-  # The IDs of entries the stream holds must be its oldest ones.
-  defp delete_oldest(key, seqs, info) do
-    held =
-      seqs
-      |> Enum.filter(&(is_integer(&1) and &1 >= info.first_seq and &1 < info.next_seq))
-      |> Enum.uniq()
-
-    count = Enum.count(held)
-
-    cond do
-      count == 0 ->
-        0
-
-      Enum.max(held) == info.first_seq + count - 1 ->
-        trim = %{strategy: {:min_seq, info.first_seq + count}, approx: false, limit: nil}
-        trimmed(key, Ringbus.run(key, {:trim, trim}))
-
-      true ->
-        Encoder.error(
-          "ERR a Ringbus stream deletes entries from its oldest end only: XDEL its oldest entries, or XTRIM"
-        )
-    end
-  end
+  defp deleted(_key, []), do: 0
+  defp deleted(key, seqs), do: trimmed(key, Ringbus.run(key, {:delete, seqs}))
 
   defp trimmed(key, answer) do
     case Errors.check!(answer, key) do
@@ -339,18 +318,35 @@ defmodule Ringbus.Resp.StreamCommands do
             []
 
           direction == :forward ->
-            key |> read(low, min(count, high - low + 1)) |> entries()
+            key |> read(low, min(count, high - low + 1)) |> through(high) |> entries()
 
           true ->
-            key
-            |> read(max(low, high - count + 1), min(count, high - low + 1))
-            |> :lists.reverse()
-            |> entries()
+            key |> read_back(low, high, count, []) |> entries()
         end
 
       {:error, :no_channel} ->
         []
     end
+  end
+
+  # A read passes over deleted entries (`Ringbus.Channel.Deletes`), so it
+  # may reach past `high`: those go.
+  defp through(messages, high), do: Enum.take_while(messages, &(elem(&1, 0) <= high))
+
+  # Up to `count` entries from `high` down to `low`, newest first: a window
+  # of `count` seqs below `high`, then below it again while deleted entries
+  # left the window short.
+  defp read_back(key, low, high, count, acc) do
+    from = max(low, high - count + 1)
+
+    {acc, n} =
+      key
+      |> read(from, high - from + 1)
+      |> through(high)
+      |> Enum.reduce({[], 0}, fn message, {newer, n} -> {[message | newer], n + 1} end)
+      |> then(fn {window, n} -> {acc ++ window, n} end)
+
+    if n < count and from > low, do: read_back(key, low, from - 1, count - n, acc), else: acc
   end
 
   @doc false

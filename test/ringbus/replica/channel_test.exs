@@ -43,6 +43,23 @@ defmodule Ringbus.Replica.ChannelTest do
     assert %{replica: %{members: [_]}} = Internals.channel!(name)
   end
 
+  test "deletes go through Ra as one command: reads skip them, pulls pass them, info counts them" do
+    name = unique()
+    :ok = Ringbus.create(name, replicas: 1, capacity: 10)
+    {:ok, 0} = Ringbus.push_many(name, ~w(a b c d e))
+
+    assert {:ok, 2} = Ringbus.delete_messages(name, [1, 3, 3, 42])
+    assert {:ok, 0} = Ringbus.delete_messages(name, [1])
+    assert {:ok, [{0, "a"}, {2, "c"}, {4, "e"}], 0} = Ringbus.read(name, 0, 10)
+    assert {:ok, %{deleted: 2, len: 3, pushed: 5}} = Ringbus.info(name)
+
+    assert {:ok, 0, "a"} = Ringbus.pull(name)
+    assert {:ok, 2, "c"} = Ringbus.pull(name)
+    {:ok, i} = Ringbus.info(name)
+    assert %{deleted: 2, pulled: 2, len: 1, overwritten: 0} = i
+    assert i.pushed == i.pulled + i.overwritten + i.expired + i.deleted + i.len
+  end
+
   # A trim is one operation where the channel lives: on a replicated
   # channel one command through Ra, however many messages it removes.
   test "XTRIM and XADD MAXLEN over RESP are one Raft entry each, however many entries they remove" do
