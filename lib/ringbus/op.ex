@@ -76,9 +76,8 @@ defmodule Ringbus.Op do
       messages carry their times: `{seq, payload, ms}`; with `:ids`, their
       Redis stream IDs (`Ringbus.Channel.IdReads`): `{seq, payload, id}`.
       `from` may also be `{:id, id}`: the first message whose ID is it or above
-    * `{:ids, push}` - a push of the above (not `:push_trim`; that takes
-      `{:ids, push}` as its push), answered with the first message's ID:
-      `{:ok, seq, id}`, or for `:push_batches` each result so
+    * `{:ids, push}` - a push of the above (`:push_trim` takes it as its
+      push), answered `{:ok, seq, first_id}` (`:push_batches`: each result)
     * `{:ids_of, seqs}` - `{:ok, ids}`, the ID of each seq (`IdReads.ids_of/2`),
       read where the channel lives (a replicated channel's on this member's ring)
     * `{:id_bounds, [{side, id}]}` - `{:ok, seqs}`, the seq each ID bounds
@@ -310,17 +309,8 @@ defmodule Ringbus.Op do
   defp memory(channel, {:ids, push}, room),
     do: Answers.with_ids(channel, memory(channel, push, room))
 
-  defp memory(channel, {:ids_of, seqs}, _room) when is_list(seqs) do
-    if Enum.all?(seqs, &(is_integer(&1) and &1 >= 0)),
-      do: {:ok, IdReads.ids_of(channel, seqs)},
-      else: {:error, :badarg}
-  end
-
-  defp memory(channel, {:id_bounds, bounds}, _room) when is_list(bounds) do
-    if Enum.all?(bounds, &bound?/1),
-      do: {:ok, IdReads.bounds(channel, bounds)},
-      else: {:error, :badarg}
-  end
+  defp memory(channel, {id_op, _} = op, _room) when id_op in [:ids_of, :id_bounds, :set_id],
+    do: Answers.id_op(channel, op)
 
   defp memory(channel, {:push_many, payloads, count, bytes}, _room),
     do: Ring.push_measured(channel, payloads, count, bytes)
@@ -337,11 +327,7 @@ defmodule Ringbus.Op do
        when is_binary(payload) and Ids.is_given(given),
        do: GivenIds.push(channel, payload, given)
 
-  defp memory(channel, {:set_id, id}, _room) when Ids.is_id(id), do: GivenIds.set(channel, id)
   defp memory(_channel, {:push_id, _, _}, _room), do: {:error, :badarg}
-
-  defp memory(_channel, {id_op, _}, _room) when id_op in [:set_id, :ids_of, :id_bounds],
-    do: {:error, :badarg}
 
   defp memory(channel, {:push_batches, batches}, _room),
     do: {:ok, Ring.push_batches(channel, batches)}
@@ -415,11 +401,6 @@ defmodule Ringbus.Op do
       do: Push.start(channel, subscriber, opts, &run!(channel, {:group, &1})),
       else: Subscription.start(channel, subscriber, opts)
   end
-
-  defp bound?({side, id}) when side in [:from, :after, :through, :before, :entry],
-    do: Ids.is_id(id)
-
-  defp bound?(_bound), do: false
 
   defp laps?(%Channel{capacity: capacity}, len, _push) when len > capacity, do: true
   defp laps?(%Channel{max_bytes: nil}, _len, _push), do: false

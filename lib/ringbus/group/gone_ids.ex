@@ -49,7 +49,10 @@ defmodule Ringbus.Group.GoneIds do
     held = for seq <- seqs, id = Ring.stored_id(ch, seq), id != nil, do: {seq, id}
     if held != [] and Table.any?(Table.table(), c), do: note(ch, Enum.map(held, &elem(&1, 0)))
     {:ok, deleted} = Ring.delete(ch, seqs)
-    if deleted > 0, do: Ids.removed(ch.ids, held |> Enum.map(&elem(&1, 1)) |> Enum.max())
+    # A message stored between the look and the delete is deleted unnoted.
+    if deleted > 0 and held != [],
+      do: Ids.removed(ch.ids, held |> Enum.map(&elem(&1, 1)) |> Enum.max())
+
     {:ok, deleted}
   end
 

@@ -1,13 +1,14 @@
 defmodule Ringbus.Op.Answers do
   @moduledoc false
-  # What `Ringbus.Op` adds to an answer for a front end that speaks Redis
-  # stream IDs: a push's first ID, and a group answer's seqs as IDs
+  # What `Ringbus.Op` answers a front end that speaks Redis stream IDs: the
+  # operations on IDs, a push's first ID, and a group answer's seqs as IDs
   # (`Ringbus.Group.ByIds`), read on this member's ring. A replicated
   # channel's answer comes from its leader; this member has applied what it
   # names, or soon will: its IDs are read here once it has, waiting 1 ms at
   # a time, at most @apply_waits times.
 
-  alias Ringbus.Channel.{IdReads, Ring}
+  alias Ringbus.Channel.{GivenIds, IdReads, Ids, Ring}
+  require Ids
   alias Ringbus.Group.ByIds
 
   @apply_waits 100
@@ -31,6 +32,31 @@ defmodule Ringbus.Op.Answers do
   end
 
   def replicated_ids(channel, pushed), do: with_ids(channel, pushed)
+
+  @doc """
+  The answer to an operation on IDs where the channel lives: `{:ids_of,
+  seqs}`, `{:id_bounds, bounds}` (`IdReads`), `{:set_id, id}`
+  (`GivenIds.set/2`); `{:error, :badarg}` for a malformed one.
+  """
+  def id_op(channel, {:ids_of, seqs}) when is_list(seqs) do
+    if Enum.all?(seqs, &(is_integer(&1) and &1 >= 0)),
+      do: {:ok, IdReads.ids_of(channel, seqs)},
+      else: {:error, :badarg}
+  end
+
+  def id_op(channel, {:id_bounds, bounds}) when is_list(bounds) do
+    if Enum.all?(bounds, &bound?/1),
+      do: {:ok, IdReads.bounds(channel, bounds)},
+      else: {:error, :badarg}
+  end
+
+  def id_op(channel, {:set_id, id}) when Ids.is_id(id), do: GivenIds.set(channel, id)
+  def id_op(_channel, _op), do: {:error, :badarg}
+
+  defp bound?({side, id}) when side in [:from, :after, :through, :before, :entry],
+    do: Ids.is_id(id)
+
+  defp bound?(_bound), do: false
 
   @doc "A group request's outcome with IDs for its seqs (`ByIds.answer/3`)."
   def ided(channel, request, {:reply, answer}),
