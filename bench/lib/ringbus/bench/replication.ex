@@ -83,6 +83,9 @@ defmodule Ringbus.Bench.Replication do
     * `--seconds` - seconds per row at most. Defaults to `3`.
     * `--max-messages` - messages per row at most. Defaults to `1000000`.
     * `--window` - unconfirmed sends per producer. Defaults to `256`.
+    * `--wal-max-bytes` - the Ringbus nodes' `:raft` `:wal_max_bytes` (the
+      size at which Ra's WAL rolls over). Defaults to the application's
+      default (`Ringbus.Replica.Config.raft/0`).
     * `-o`, `--out` - write the CSV to this file.
     * `-q`, `--quiet` - no progress lines (they go to stderr).
   """
@@ -107,6 +110,7 @@ defmodule Ringbus.Bench.Replication do
     seconds: :integer,
     max_messages: :integer,
     window: :integer,
+    wal_max_bytes: :integer,
     out: :string,
     quiet: :boolean
   ]
@@ -124,7 +128,9 @@ defmodule Ringbus.Bench.Replication do
 
     IO.puts(
       "Replication: #{Enum.join(config.systems, ", ")}; payloads #{Enum.join(config.payloads, ", ")} B; " <>
-        "#{config.seconds} s or #{config.max_messages} messages a row, window #{config.window}; " <>
+        "#{config.seconds} s or #{config.max_messages} messages a row, window #{config.window}" <>
+        if(config.wal_max_bytes, do: ", wal_max_bytes #{config.wal_max_bytes}", else: "") <>
+        "; " <>
         "OTP #{System.otp_release()}, #{:erlang.system_info(:logical_processors_available)} cores\n"
     )
 
@@ -148,6 +154,7 @@ defmodule Ringbus.Bench.Replication do
       seconds: Args.positive!(opts, :seconds, 3),
       max_messages: Args.positive!(opts, :max_messages, 1_000_000),
       window: Args.positive!(opts, :window, 256),
+      wal_max_bytes: opts[:wal_max_bytes] && Args.positive!(opts, :wal_max_bytes, 1),
       out: opts[:out],
       quiet: Keyword.get(opts, :quiet, false)
     }
@@ -190,10 +197,13 @@ defmodule Ringbus.Bench.Replication do
   defp ringbus(payload, config) do
     progress(config, "ringbus #{payload} B: starting 3 nodes")
 
+    env =
+      if config.wal_max_bytes, do: [env: [raft: [wal_max_bytes: config.wal_max_bytes]]], else: []
+
     Nodes.with_joined(
       3,
       "bench_replication",
-      [net_ticktime: 4],
+      [net_ticktime: 4] ++ env,
       &ringbus_rows(&1, payload, config)
     )
   end
