@@ -381,11 +381,12 @@ defmodule Ringbus.Channel.Ring do
   end
 
   # A mark at the tail has no time; the next stored seq's is later than its
-  # reservation was, so a mark goes (as a pull would take it) when that does.
-  defp tail_at(ch, tail) do
-    with nil <- stored_at(ch, tail),
-         mark when is_mark(mark) <- element(ch.table, tail, 2) do
-      stored_at(ch, tail + 1)
+  # reservation was, so a mark goes (as a pull would take it) when that does,
+  # and so does a run of marks.
+  defp tail_at(ch, seq) do
+    with nil <- stored_at(ch, seq),
+         mark when is_mark(mark) <- element(ch.table, seq, 2) do
+      tail_at(ch, seq + 1)
     end
   end
 
