@@ -380,12 +380,14 @@ defmodule Ringbus.Channel.Ring do
     end
   end
 
-  # A mark at the tail has no time; the next stored seq's is later than its
-  # reservation was, so a mark goes (as a pull would take it) when that does,
-  # and so does a run of marks.
+  # A mark at the tail has no time, nor has a seq not stored (a range its
+  # producer gave up, or is storing); the next stored seq's time is later
+  # than their reservations were, so they go (as a pull takes them) when
+  # that does.
   defp tail_at(ch, seq) do
     with nil <- stored_at(ch, seq),
-         mark when is_mark(mark) <- element(ch.table, seq, 2) do
+         true <- seq + 1 < :atomics.get(ch.atomics, @head),
+         empty when empty == nil or is_mark(empty) <- element(ch.table, seq, 2) do
       tail_at(ch, seq + 1)
     end
   end
