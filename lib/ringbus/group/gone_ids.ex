@@ -4,9 +4,10 @@ defmodule Ringbus.Group.GoneIds do
   # trims them. The ring keeps a message's ID in its row, gone with it;
   # Redis's PEL keeps IDs of entries deleted under it, and its clients name
   # them (XPENDING shows them, XCLAIM drops them, XREADGROUP's history reads
-  # them as deleted). So a trim where the channel has groups first notes, in
-  # the group table, the ID of each seq it takes that some group's PEL
-  # holds: `{{:gone, c, seq}, id}`. A note outlives no PEL row: the notes of
+  # them as deleted). So a trim, or a delete (a tombstone at the oldest end
+  # goes at once), where the channel has groups first notes, in the group
+  # table, the ID of each seq it takes that some group's PEL holds:
+  # `{{:gone, c, seq}, id}`. A note outlives no PEL row: the notes of
   # seqs no group has pending go at the next trim that notes, and all of a
   # channel's with its rows (`Table.drop/2`). Entries overwritten by a
   # drop-oldest push (no trim) and trims on a replicated channel are not
