@@ -16,8 +16,6 @@ defmodule Ringbus.Channel.IdReads do
   alias Ringbus.Channel
   alias Ringbus.Channel.{Ids, Ring, Times}
 
-  @max_u64 0xFFFF_FFFF_FFFF_FFFF
-
   @doc "The ID named for seq `seq`, which the ring no longer holds."
   @spec gone(non_neg_integer()) :: Ids.id()
   def gone(seq), do: {0, seq + 1}
@@ -30,15 +28,9 @@ defmodule Ringbus.Channel.IdReads do
   @spec id_of(Channel.t(), non_neg_integer()) :: Ids.id()
   def id_of(ch, seq), do: Ring.stored_id(ch, seq) || gone(seq)
 
-  @doc """
-  For each ID, the first seq whose ID is it or above (the channel's next
-  seq when none is), and whether that seq's ID is it exactly: `{seq,
-  exact?}`. An ID of the form `gone/1` names, for a seq below the oldest
-  held, that seq, exactly.
-  """
-  @spec seek(Channel.t(), [Ids.id()]) :: [{non_neg_integer(), boolean()}]
-  def seek(ch, ids), do: Enum.map(ids, &exact(ch, &1))
-
+  # The first seq whose ID is `id` or above (the channel's next seq when
+  # none is), and whether its ID is `id` exactly. An ID of the form
+  # `gone/1` names, for a seq below the oldest held, that seq, exactly.
   defp exact(ch, {0, n} = id) when n > 0 do
     if n - 1 < Ring.first_seq(ch), do: {n - 1, true}, else: found(ch, id)
   end
@@ -70,22 +62,11 @@ defmodule Ringbus.Channel.IdReads do
   def bound(ch, :after, id), do: beyond(ch, id)
   def bound(ch, :through, id), do: beyond(ch, id) - 1
 
-  # The first seq above `id`.
-  defp beyond(ch, {ms, n} = id) do
-    case {ms, n} do
-      {@max_u64, @max_u64} ->
-        {seq, exact} = exact(ch, id)
-        if exact, do: seq + 1, else: seq
+  # The first seq above `id`: at or above the ID after it (after the
+  # largest, one above every u64 pair, so past every message).
+  defp beyond(ch, id), do: ch |> exact(Ids.nth(id, 1)) |> elem(0)
 
-      {ms, @max_u64} ->
-        ch |> exact({ms + 1, 0}) |> elem(0)
-
-      {ms, n} ->
-        ch |> exact({ms, n + 1}) |> elem(0)
-    end
-  end
-
-  @doc "The seq of the message whose ID is `id`, or :none (`seek/2`)."
+  @doc "The seq of the message whose ID is `id`, or :none."
   @spec entry(Channel.t(), Ids.id()) :: non_neg_integer() | :none
   def entry(ch, id) do
     case exact(ch, id) do

@@ -26,12 +26,10 @@ defmodule Ringbus.Op.Answers do
   def with_ids(_channel, refused), do: refused
 
   @doc "`with_ids/2` of a replicated push, once this member has applied it."
-  def replicated_ids(channel, {:ok, seq} = pushed) when is_integer(seq) do
-    applied(channel, seq, @apply_waits)
+  def replicated_ids(channel, pushed) do
+    applied(channel, newest(pushed), @apply_waits)
     with_ids(channel, pushed)
   end
-
-  def replicated_ids(channel, pushed), do: with_ids(channel, pushed)
 
   @doc """
   The answer to an operation on IDs where the channel lives: `{:ids_of,
@@ -78,13 +76,15 @@ defmodule Ringbus.Op.Answers do
     end
   end
 
-  # The newest seq of a group answer's messages, -1 for none.
-  defp newest({:ok, messages}) when is_list(messages),
-    do:
-      Enum.reduce(messages, -1, fn m, max ->
-        max(max, if(is_tuple(m), do: elem(m, 0), else: m))
-      end)
-
+  # The newest seq an answer names: a push's, a batch's results', a group
+  # answer's messages' (or seqs'); -1 for none.
+  defp newest({:ok, seq}) when is_integer(seq), do: seq
   defp newest({:ok, {_next, claimed, _deleted}}) when is_list(claimed), do: newest({:ok, claimed})
+  defp newest({:ok, items}) when is_list(items), do: Enum.reduce(items, -1, &max(seq_of(&1), &2))
   defp newest(_answer), do: -1
+
+  defp seq_of({:ok, seq}) when is_integer(seq), do: seq
+  defp seq_of({seq, _payload}) when is_integer(seq), do: seq
+  defp seq_of(seq) when is_integer(seq), do: seq
+  defp seq_of(_other), do: -1
 end

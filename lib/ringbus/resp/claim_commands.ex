@@ -9,8 +9,6 @@ defmodule Ringbus.Resp.ClaimCommands do
 
   alias Ringbus.Resp.{Args, Encoder, Entry, Errors, GroupRequest, StreamCommands}
 
-  @max_u64 18_446_744_073_709_551_615
-
   ## XPENDING, XAUTOCLAIM
 
   def xpending([key, group | []], s) do
@@ -62,37 +60,14 @@ defmodule Ringbus.Resp.ClaimCommands do
     end
   end
 
-  # A bound of XPENDING's range as a position: an ID, `-`, `+`, or `(` and
-  # an ID for an exclusive one, as Redis's streamParseIntervalIDOrReply.
-  defp pending_bound("(" <> text, side) do
-    case {Entry.parse(strip(text), missing(side)), side} do
-      {{:ok, {@max_u64, @max_u64}}, :start} ->
-        {:error, Encoder.error("ERR invalid start ID for the interval")}
+  # A bound of XPENDING's range as a position where the stream lives
+  # (`Ringbus.Group.ByIds`): XRANGE's (`Args.range_id/2`), taking `(-` and
+  # `(+` as well.
+  defp pending_bound("(" <> text, side), do: position(Args.range_id("(" <> strip(text), side))
+  defp pending_bound(text, side), do: position(Args.range_id(text, side))
 
-      {{:ok, {0, 0}}, :end} ->
-        {:error, Encoder.error("ERR invalid end ID for the interval")}
-
-      {{:ok, id}, :start} ->
-        {:ok, {:id, :after, id}}
-
-      {{:ok, id}, :end} ->
-        {:ok, {:id, :before, id}}
-
-      {:error, _side} ->
-        {:error, Args.invalid_id()}
-    end
-  end
-
-  defp pending_bound(text, side) do
-    case Entry.parse(strip(text), missing(side)) do
-      {:ok, id} when side == :start -> {:ok, {:id, :from, id}}
-      {:ok, id} -> {:ok, {:id, :through, id}}
-      :error -> {:error, Args.invalid_id()}
-    end
-  end
-
-  defp missing(:start), do: 0
-  defp missing(:end), do: @max_u64
+  defp position({:ok, {bound, id}}), do: {:ok, {:id, bound, id}}
+  defp position(error), do: error
 
   defp pending_rows(rows),
     do: for({id, owner, idle, n} <- rows, do: [Entry.format(id), owner, idle, n])

@@ -109,7 +109,7 @@ defmodule Ringbus.Resp.GroupCommands do
   defp create(key, group, id, opts, s) do
     with {:ok, mkstream, entries_read} <- create_options(opts, false, -1),
          :ok <- ensure_stream(key, mkstream, s),
-         {:ok, from} <- group_position(key, id) do
+         {:ok, from} <- group_position(id) do
       run(key, {:create, group, from, entries_read}, fn
         :ok ->
           {:simple, "OK"}
@@ -183,9 +183,9 @@ defmodule Ringbus.Resp.GroupCommands do
 
   # The seq of the last entry a group has had: `$` is the stream's last.
   # Else the last seq whose ID is the ID given or below.
-  defp group_position(_key, "$"), do: {:ok, :last}
+  defp group_position("$"), do: {:ok, :last}
 
-  defp group_position(_key, id) do
+  defp group_position(id) do
     case Entry.parse(id) do
       {:ok, id} -> {:ok, {:id, :through, id}}
       :error -> {:error, Args.invalid_id()}
@@ -195,7 +195,7 @@ defmodule Ringbus.Resp.GroupCommands do
   # SETID takes `-` for 0-0, as Redis (CREATE does not).
   defp setid(key, group, id, opts) do
     with {:ok, read} <- setid_options(opts),
-         {:ok, from} <- group_position(key, if(id == "-", do: "0-0", else: id)) do
+         {:ok, from} <- group_position(if(id == "-", do: "0-0", else: id)) do
       run(key, {:set_id, group, from, read}, fn
         :ok -> {:simple, "OK"}
         {:error, :no_group} -> Errors.no_group(key, group)
