@@ -369,10 +369,14 @@ defmodule Ringbus.Resp.StreamsTest do
         RespClient.calls(c, [~w(XTRIM st-given MINID 5-1), ~w(XRANGE st-given - +)])
 
       assert first == "5-1"
-      {[info], _} = RespClient.call(c, ~w(XINFO STREAM st-given))
+      {[info], c} = RespClient.call(c, ~w(XINFO STREAM st-given))
       info = Enum.chunk_every(info, 2)
       assert ["max-deleted-entry-id", "5-0"] in info
       assert ["recorded-first-entry-id", "5-1"] in info
+
+      # XDEL of an entry in the middle moves it too.
+      {[1, info], _} = RespClient.calls(c, [~w(XDEL st-given 7-0), ~w(XINFO STREAM st-given)])
+      assert ["max-deleted-entry-id", "7-0"] in Enum.chunk_every(info, 2)
     end
 
     test "XSETID moves the last ID; the next auto ID is above it", %{port: port} do
