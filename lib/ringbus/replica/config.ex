@@ -27,6 +27,17 @@ defmodule Ringbus.Replica.Config do
   # until the WAL rolls over and the segment writer flushes it, so the WAL's
   # size bounds that memory; Ra's own default, 256 MB, let a node's ETS
   # grow past 400 MB under a small ring.
+  #
+  # Ra's other WAL and segment settings stay Ra's defaults: no checksums
+  # (WAL or segments), a pre-allocated WAL, O_SYNC writes, larger segments,
+  # larger or smaller WAL batches and fsync instead of fdatasync were each
+  # run against these in alternating replication bench rounds, and none
+  # was faster in every round. `wal_write_strategy: :sync_after_notify` and
+  # `wal_sync_method: :none` are out: both let an entry be acked before
+  # it is synced (test/ringbus/replica/sync_test.exs). Most slow acks of a
+  # busy replicated channel come in the second after a WAL roll-over, while
+  # each node's segment writer copies the closed WAL into segments, so
+  # `wal_max_bytes` sets how often they come.
   @raft_defaults [
     wal_max_bytes: 32_000_000,
     wal_max_batch_size: 8192,
