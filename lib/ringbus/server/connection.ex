@@ -14,15 +14,20 @@ defmodule Ringbus.Server.Connection do
   # `Ringbus.Socket.reads/2`), each carrying whatever the kernel has, up to
   # the large user buffer. The protocol decodes every item of a read and
   # answers them all; the socket is armed again when it says it has gone
-  # passive. While the protocol waits (a blocked XREAD), reads are held, not
+  # passive. A read that comes while more messages wait behind it is queued,
+  # and the queued reads are decoded and answered as one once the mailbox
+  # has emptied (64 KiB of them at most): a connection that falls behind
+  # pays one run of its protocol and one write per turn of its mailbox, not
+  # one per read, as a server that reads all a socket holds when it gets to
+  # it. While the protocol waits (a blocked XREAD), reads are held, not
   # decoded, and the socket stays armed so that a hang-up is noticed; it is
   # armed again only once the held reads have run, so what queues here stays
   # bounded by the reads of one arming.
   #
   # Writes. Output collects as iodata and goes out with one socket write
   # when the mailbox is empty (gen_server's timeout of 0 fires only then),
-  # after each read, and whenever 64 KiB have piled up. Never one write per
-  # message.
+  # after a read that nothing waits behind, and whenever 64 KiB have piled
+  # up. Never one write per message.
   #
   # Backlog safety. No selective receive: TCP writes go to the port without
   # waiting for its reply (see `Ringbus.Socket.TCP`), and the calls a session
@@ -57,6 +62,7 @@ defmodule Ringbus.Server.Connection do
   alias Ringbus.Server.{Protocol, Stats, Transport}
 
   @flush_bytes 64 * 1024
+  @queued_bytes 64 * 1024
   # A frame larger than this, which came in several reads, is followed by a
   # garbage collection (see `collected/2`).
   @collect_after 1024 * 1024
@@ -96,6 +102,10 @@ defmodule Ringbus.Server.Connection do
       waiting?: false,
       held: [],
       passive?: false,
+      # Reads that came while more messages waited, newest first, to run as
+      # one once the mailbox empties (see `later?/2`).
+      queued: [],
+      queued_bytes: 0,
       out: [],
       out_bytes: 0,
       stats: nil,
@@ -138,9 +148,24 @@ defmodule Ringbus.Server.Connection do
   def handle_info({tag, socket, data}, %{socket: socket, messages: {tag, _, _, _}} = state) do
     state = %{state | largest_read: max(state.largest_read, byte_size(data))}
 
-    if state.waiting?,
-      do: noreply(%{state | held: [data | state.held]}),
-      else: state |> busy(data) |> read(data) |> continue()
+    cond do
+      state.waiting? -> noreply(%{state | held: [data | state.held]})
+      later?(state, data) -> noreply(queue(state, data))
+      true -> state |> queue(data) |> run_queued() |> continue()
+    end
+  end
+
+  # The mailbox is empty: the reads queued meanwhile run, as one.
+  def handle_info(:timeout, %{queued: [_ | _]} = state), do: state |> run_queued() |> continue()
+
+  def handle_info({:inet_reply, _socket, :ok}, state), do: noreply(state)
+
+  # Any other message comes after the reads queued before it.
+  def handle_info(message, %{queued: [_ | _]} = state) do
+    case run_queued(state) do
+      {:ok, state} -> handle_info(message, state)
+      stop -> stop
+    end
   end
 
   # The reads asked for have come: ask for more, unless reads are held
@@ -159,8 +184,6 @@ defmodule Ringbus.Server.Connection do
   end
 
   def handle_info(:timeout, state), do: state |> flush() |> noreply()
-
-  def handle_info({:inet_reply, _socket, :ok}, state), do: noreply(state)
 
   def handle_info({:inet_reply, _socket, {:error, :timeout}}, state),
     do: close(state, :send_timeout)
@@ -215,6 +238,10 @@ defmodule Ringbus.Server.Connection do
   # {:ok, state}, or the stop of a session that closed the connection itself.
   defp answer_queued(%{waiting?: true} = state), do: {:ok, state}
 
+  defp answer_queued(%{queued: [_ | _]} = state) do
+    with {:ok, state} <- run_queued(state), do: answer_queued(state)
+  end
+
   defp answer_queued(%{socket: socket, messages: {tag, _, _, _}} = state) do
     receive do
       {^tag, ^socket, data} ->
@@ -233,6 +260,27 @@ defmodule Ringbus.Server.Connection do
   end
 
   ## Reads
+
+  # Whether this read waits in the queue: more messages wait behind it, and
+  # the queue holds less than `@queued_bytes` with it (see "Reads" above).
+  defp later?(state, data) do
+    state.queued_bytes + byte_size(data) < @queued_bytes and
+      Process.info(self(), :message_queue_len) != {:message_queue_len, 0}
+  end
+
+  defp queue(state, data),
+    do: %{
+      state
+      | queued: [data | state.queued],
+        queued_bytes: state.queued_bytes + byte_size(data)
+    }
+
+  defp run_queued(%{queued: queued} = state) do
+    data =
+      if match?([_], queued), do: hd(queued), else: IO.iodata_to_binary(:lists.reverse(queued))
+
+    %{state | queued: [], queued_bytes: 0} |> busy(data) |> read(data)
+  end
 
   # {:ok, state} with the answers written, or the stop.
   defp read(state, data) do
@@ -290,10 +338,19 @@ defmodule Ringbus.Server.Connection do
 
   defp after_read({:ok, state}, got_items?) do
     state = if got_items?, do: touch(state), else: state
-    {:ok, flush(state)}
+    {:ok, flush_unless_queued(state)}
   end
 
   defp after_read(stop, _got_items?), do: stop
+
+  # Answers go out at once unless messages wait here: then they go with
+  # what those add, once the mailbox has emptied (`noreply/1`'s timeout of 0).
+  defp flush_unless_queued(state) do
+    case Process.info(self(), :message_queue_len) do
+      {:message_queue_len, 0} -> flush(state)
+      _queued -> state
+    end
+  end
 
   # A frame that spanned reads of `partial` bytes is handled: its reads, the
   # binary they were joined into and what it took to handle it are garbage
@@ -398,6 +455,8 @@ defmodule Ringbus.Server.Connection do
   # has no deadline; otherwise sleep until the deadline.
   defp noreply(%{collect?: true} = state),
     do: {:noreply, %{state | collect?: false}, {:continue, :collect}}
+
+  defp noreply(%{queued: [_ | _]} = state), do: {:noreply, state, 0}
 
   defp noreply(%{out_bytes: 0, waiting?: true} = state), do: {:noreply, state}
   defp noreply(%{out_bytes: 0} = state), do: {:noreply, state, remaining(state.deadline)}

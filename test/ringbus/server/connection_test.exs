@@ -226,6 +226,28 @@ defmodule Ringbus.Server.ConnectionTest do
     assert {[{:pong, 1}], _} = RawClient.recv(ctx.client, 1)
   end
 
+  test "reads that queued while the connection was busy are answered as one read", ctx do
+    [conn] = Ringbus.Server.connections(ctx.server)
+    # Past the first arming's few reads, to one of many small ones.
+    c = Enum.reduce(1..4, ctx.client, fn i, c -> elem(RawClient.call(c, {:ping, i}), 1) end)
+    :ok = :sys.suspend(conn)
+
+    # Five writes, each waited for until it is a read of its own in the
+    # connection's mailbox.
+    for i <- 1..5 do
+      RawClient.send_frames(c, [{:push, i, :ack, "queued", "m#{i}"}])
+
+      assert eventually(fn -> reads_queued(conn) == i end)
+    end
+
+    :ok = :sys.resume(conn)
+
+    # One combined PUSH_ACKS for the five, in order: one run, one write.
+    assert {[{:push_acks, 5, acks}], c} = RawClient.recv(c, 1)
+    assert acks == Enum.map(1..5, &{&1, {:ok, &1 - 1}})
+    assert {{:pong, 6}, _} = RawClient.call(c, {:ping, 6})
+  end
+
   test "SUB_CLOSED says why: channel deleted, or its anchor gone", %{client: c} do
     {{:ok, 1}, c} = RawClient.call(c, {:create, 1, "why", 10, :drop_oldest, nil, nil})
     {{:subscribed, 2, sub, _}, c} = RawClient.call(c, {:subscribe, 2, "why", :latest, 10, 10})
@@ -234,6 +256,29 @@ defmodule Ringbus.Server.ConnectionTest do
 
     {{:subscribed, 3, sub, _}, c} = RawClient.call(c, {:subscribe, 3, "why", :latest, 10, 10})
     {[{:ok, 4}, {:sub_closed, ^sub, :no_channel}], _} = delete_and_recv(c, "why")
+  end
+
+  test "reads queued when the client hangs up are still run", ctx do
+    [conn] = Ringbus.Server.connections(ctx.server)
+    c = Enum.reduce(1..4, ctx.client, fn i, c -> elem(RawClient.call(c, {:ping, i}), 1) end)
+    :ok = :sys.suspend(conn)
+
+    for i <- 1..3 do
+      RawClient.send_frames(c, [{:push, i, :no_ack, "hangup", "m#{i}"}])
+      assert eventually(fn -> reads_queued(conn) == i end)
+    end
+
+    :ok = :gen_tcp.close(c.socket)
+    assert eventually(fn -> match?({:messages, [_, _, _, _]}, Process.info(conn, :messages)) end)
+    ref = Process.monitor(conn)
+    :ok = :sys.resume(conn)
+    assert_receive {:DOWN, ^ref, _, _, _}, 5_000
+    assert Ringbus.len("hangup") == 3
+  end
+
+  defp reads_queued(conn) do
+    {:messages, messages} = Process.info(conn, :messages)
+    Enum.count(messages, &match?({:tcp, _, _}, &1))
   end
 
   # OK and SUB_CLOSED come in either order; sorted, OK first.
