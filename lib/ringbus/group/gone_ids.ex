@@ -34,7 +34,13 @@ defmodule Ringbus.Group.GoneIds do
   @doc "`Ring.take_oldest/3`, noting as `trim/2` does."
   @spec take_oldest(Channel.t(), non_neg_integer(), Ringbus.seq() | :infinity) ::
           non_neg_integer()
-  def take_oldest(ch, n, bound \\ :infinity) do
+  def take_oldest(ch, n, bound \\ :infinity)
+
+  # Nothing to take (a push that a `~` trim lets through whole): nothing to
+  # look at either.
+  def take_oldest(_ch, 0, _bound), do: 0
+
+  def take_oldest(ch, n, bound) do
     {first, next} = {Ring.first_seq(ch), Ring.next_seq(ch)}
     stop = min(first + n + Deletes.standing(ch), next)
     {:ok, taken} = taking(ch, first, stop, fn -> {:ok, Ring.take_oldest(ch, n, bound)} end)
