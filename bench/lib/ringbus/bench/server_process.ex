@@ -156,6 +156,7 @@ defmodule Ringbus.Bench.ServerProcess do
   @spec main([String.t()]) :: no_return()
   def main(["ringbus", auto_create]) do
     {:ok, _} = Application.ensure_all_started(:ringbus)
+    load_all()
     opts = [port: 0, resp_port: 0]
     opts = if auto_create == "true", do: opts, else: Keyword.put(opts, :auto_create, false)
     {:ok, server} = Ringbus.Server.start_link(opts)
@@ -169,8 +170,18 @@ defmodule Ringbus.Bench.ServerProcess do
 
   def main(["bare", _auto_create]) do
     {_acceptor, port} = Ringbus.Bench.Resp.Bare.start()
+    load_all()
     IO.puts("READY resp=#{port}")
     serve()
+  end
+
+  # The release boots in embedded mode, every module of every application
+  # loaded before the first request; this BEAM, started by `elixir`, would
+  # load each on its first call, inside the first rows it serves.
+  defp load_all do
+    for {app, _, _} <- Application.loaded_applications(),
+        {:ok, modules} <- [:application.get_key(app, :modules)],
+        do: :code.ensure_modules_loaded(modules)
   end
 
   defp serve do
