@@ -227,19 +227,7 @@ defmodule Ringbus.Server.ConnectionTest do
   end
 
   test "reads that queued while the connection was busy are answered as one read", ctx do
-    [conn] = Ringbus.Server.connections(ctx.server)
-    # Past the first arming's few reads, to one of many small ones.
-    c = Enum.reduce(1..4, ctx.client, fn i, c -> elem(RawClient.call(c, {:ping, i}), 1) end)
-    :ok = :sys.suspend(conn)
-
-    # Five writes, each waited for until it is a read of its own in the
-    # connection's mailbox.
-    for i <- 1..5 do
-      RawClient.send_frames(c, [{:push, i, :ack, "queued", "m#{i}"}])
-
-      assert eventually(fn -> reads_queued(conn) == i end)
-    end
-
+    {conn, c} = queue_reads(ctx, for(i <- 1..5, do: {:push, i, :ack, "queued", "m#{i}"}))
     :ok = :sys.resume(conn)
 
     # One combined PUSH_ACKS for the five, in order: one run, one write.
@@ -259,21 +247,31 @@ defmodule Ringbus.Server.ConnectionTest do
   end
 
   test "reads queued when the client hangs up are still run", ctx do
-    [conn] = Ringbus.Server.connections(ctx.server)
-    c = Enum.reduce(1..4, ctx.client, fn i, c -> elem(RawClient.call(c, {:ping, i}), 1) end)
-    :ok = :sys.suspend(conn)
-
-    for i <- 1..3 do
-      RawClient.send_frames(c, [{:push, i, :no_ack, "hangup", "m#{i}"}])
-      assert eventually(fn -> reads_queued(conn) == i end)
-    end
-
+    {conn, c} = queue_reads(ctx, for(i <- 1..3, do: {:push, i, :no_ack, "hangup", "m#{i}"}))
     :ok = :gen_tcp.close(c.socket)
     assert eventually(fn -> match?({:messages, [_, _, _, _]}, Process.info(conn, :messages)) end)
     ref = Process.monitor(conn)
     :ok = :sys.resume(conn)
     assert_receive {:DOWN, ^ref, _, _, _}, 5_000
     assert Ringbus.len("hangup") == 3
+  end
+
+  # Suspends the connection and sends each frame in a write of its own,
+  # each waited for until it is a read of its own in the connection's
+  # mailbox (past the first arming's few reads, to one of many small ones).
+  defp queue_reads(ctx, frames) do
+    [conn] = Ringbus.Server.connections(ctx.server)
+    c = Enum.reduce(1..4, ctx.client, fn i, c -> elem(RawClient.call(c, {:ping, i}), 1) end)
+    :ok = :sys.suspend(conn)
+
+    frames
+    |> Enum.with_index(1)
+    |> Enum.each(fn {frame, i} ->
+      RawClient.send_frames(c, [frame])
+      assert eventually(fn -> reads_queued(conn) == i end)
+    end)
+
+    {conn, c}
   end
 
   defp reads_queued(conn) do
