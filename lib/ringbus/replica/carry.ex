@@ -36,54 +36,35 @@ defmodule Ringbus.Replica.Carry do
      end}
   end
 
-  # Stored at the command's stamp, on this node's clock: every member gives
-  # the messages the same time, and the IDs decided in the log (before
-  # machine version 6, none: this ring stamps its own, as those versions did).
-  defp carry(ch, {:put, first, payloads, count, bytes, nil}, reply, now) do
-    Ring.put_decided(ch, first, payloads, count, bytes, Times.at_of(now))
-    reply
-  end
-
-  defp carry(ch, {:put, first, payloads, count, bytes, id}, reply, now) do
-    Ring.put_decided(ch, first, payloads, count, bytes, {Times.at_of(now), id})
-    reply
-  end
-
-  defp carry(ch, op, reply, _now), do: carry(ch, op, reply)
-
-  defp carry(ch, {:last_id, id}, reply) do
-    Ids.set(ch.ids, id)
-    reply
-  end
-
-  defp carry(ch, {:expire, bound}, reply) do
-    Ring.expire_decided(ch, bound)
-    reply
-  end
-
-  defp carry(ch, {:drop, tail}, reply) do
-    Ring.drop_decided(ch, tail)
-    reply
-  end
-
   # A trim's messages are thrown away: taken without reading them.
-  defp carry(ch, {:pull, first, count}, {:trimmed, _first, _count} = reply) do
+  defp carry(ch, {:pull, first, count}, {:trimmed, _first, _count} = reply, _now) do
     Ring.take_decided(ch, first, count)
     pulled_reply(reply, [])
   end
 
-  defp carry(ch, {:pull, first, count}, reply),
+  defp carry(ch, {:pull, first, count}, reply, _now),
     do: pulled_reply(reply, Ring.pull_decided(ch, first, count))
 
-  defp carry(ch, {:delete, seqs}, reply) do
-    {:ok, _} = Ring.delete(ch, seqs)
+  # The other ops leave the reply as it is.
+  defp carry(ch, op, reply, now) do
+    effect(ch, op, now)
     reply
   end
 
-  defp carry(ch, {:rejected, total}, reply) do
-    Ring.rejected_decided(ch, total)
-    reply
-  end
+  # Stored at the command's stamp, on this node's clock: every member gives
+  # the messages the same time, and the IDs decided in the log (before
+  # machine version 6, none: this ring stamps its own, as those versions did).
+  defp effect(ch, {:put, first, payloads, count, bytes, nil}, now),
+    do: Ring.put_decided(ch, first, payloads, count, bytes, Times.at_of(now))
+
+  defp effect(ch, {:put, first, payloads, count, bytes, id}, now),
+    do: Ring.put_decided(ch, first, payloads, count, bytes, {Times.at_of(now), id})
+
+  defp effect(ch, {:last_id, id}, _now), do: Ids.set(ch.ids, id)
+  defp effect(ch, {:expire, bound}, _now), do: Ring.expire_decided(ch, bound)
+  defp effect(ch, {:drop, tail}, _now), do: Ring.drop_decided(ch, tail)
+  defp effect(ch, {:delete, seqs}, _now), do: {:ok, _} = Ring.delete(ch, seqs)
+  defp effect(ch, {:rejected, total}, _now), do: Ring.rejected_decided(ch, total)
 
   defp pulled_reply({:pulled, _first, _count}, messages), do: {:ok, messages}
   defp pulled_reply({:trimmed, _first, count}, _messages), do: {:ok, count}
