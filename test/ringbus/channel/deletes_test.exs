@@ -6,6 +6,8 @@ defmodule Ringbus.Channel.DeletesTest do
   # deleted + len`, also with pushes, pulls, trims and deletes racing.
   use ExUnit.Case, async: true
 
+  import Ringbus.Test.Counts, only: [balanced?: 1, info!: 1]
+
   alias Ringbus.Channel.Ring
   alias Ringbus.Test.Internals
 
@@ -16,13 +18,6 @@ defmodule Ringbus.Channel.DeletesTest do
     on_exit(fn -> Ringbus.delete(name) end)
     {name, Internals.channel!(name)}
   end
-
-  defp info(name) do
-    {:ok, info} = Ringbus.info(name)
-    info
-  end
-
-  defp balanced?(i), do: i.pushed == i.pulled + i.overwritten + i.expired + i.deleted + i.len
 
   # What the ring table holds: a drained ring keeps no tombstone.
   defp rows(ch), do: :ets.info(ch.table, :size)
@@ -47,7 +42,7 @@ defmodule Ringbus.Channel.DeletesTest do
       # A read counts messages, not seqs: two from seq 1 are c and e.
       assert {:ok, [{2, "c"}, {4, "e"}], 0} = Ringbus.read(name, 1, 2)
       assert 3 = Ringbus.len(name)
-      assert %{deleted: 2, len: 3, pushed: 5, pulled: 0, overwritten: 0} = i = info(name)
+      assert %{deleted: 2, len: 3, pushed: 5, pulled: 0, overwritten: 0} = i = info!(name)
       assert balanced?(i)
       if ctx.how == :one_by_one, do: assert(i.bytes == 3)
 
@@ -58,7 +53,7 @@ defmodule Ringbus.Channel.DeletesTest do
 
       # Passed by the tail, they count once: deleted, not pulled.
       assert %{deleted: 2, len: 0, pushed: 5, pulled: 3, overwritten: 0, bytes: 0} =
-               i = info(name)
+               i = info!(name)
 
       assert balanced?(i)
       assert rows(ch) == 0
@@ -77,9 +72,9 @@ defmodule Ringbus.Channel.DeletesTest do
 
       # 1 is not the oldest yet: it stays until 0 goes, then both are passed.
       assert {:ok, 1} = Ringbus.delete_messages(name, [1])
-      assert %{first_seq: 0} = info(name)
+      assert %{first_seq: 0} = info!(name)
       assert {:ok, 1} = Ringbus.delete_messages(name, [0])
-      assert %{first_seq: 2, len: 2, deleted: 2, pulled: 0, overwritten: 0} = i = info(name)
+      assert %{first_seq: 2, len: 2, deleted: 2, pulled: 0, overwritten: 0} = i = info!(name)
       assert balanced?(i)
       assert {:ok, [{2, "c"}, {3, "d"}], 0} = Ringbus.read(name, 2, 10)
       if ctx.how == :one_by_one, do: assert(rows(ch) == 2)
@@ -95,13 +90,13 @@ defmodule Ringbus.Channel.DeletesTest do
     maxlen = %{strategy: {:maxlen, 2}, approx: false, limit: nil}
     assert {:ok, 2} = Ringbus.run(name, {:trim, maxlen})
     assert {:ok, [{4, "e"}, {5, "f"}], 0} = Ringbus.read(name, 4, 10)
-    assert %{pulled: 2, deleted: 2, len: 2} = i = info(name)
+    assert %{pulled: 2, deleted: 2, len: 2} = i = info!(name)
     assert balanced?(i)
 
     # MINID: the seqs below it, a deleted one among them.
     {:ok, 1} = Ringbus.delete_messages(name, [4])
     assert {:ok, 1} = Ringbus.run(name, {:trim, %{maxlen | strategy: {:min_seq, 6}}})
-    assert %{pulled: 3, deleted: 3, len: 0} = i = info(name)
+    assert %{pulled: 3, deleted: 3, len: 0} = i = info!(name)
     assert balanced?(i)
     assert rows(ch) == 0
   end
@@ -121,7 +116,7 @@ defmodule Ringbus.Channel.DeletesTest do
       {:ok, 2} = Ringbus.delete_messages(name, [1, 2])
       push.(~w(e f g h))
 
-      assert %{pushed: 8, overwritten: 2, deleted: 2, len: 4} = i = info(name)
+      assert %{pushed: 8, overwritten: 2, deleted: 2, len: 4} = i = info!(name)
       assert balanced?(i)
       # The lapped tombstones are gone with their messages: only e f g h stay.
       assert {:ok, [{4, "e"}, {5, "f"}, {6, "g"}, {7, "h"}], 2} = Ringbus.read(name, 2, 10)
@@ -136,7 +131,7 @@ defmodule Ringbus.Channel.DeletesTest do
     {:ok, 1} = Ringbus.delete_messages(name, [1])
     Process.sleep(60)
     assert {:ok, [], 3} = Ringbus.read(name, 0, 10)
-    assert %{expired: 2, deleted: 1, len: 0} = i = info(name)
+    assert %{expired: 2, deleted: 1, len: 0} = i = info!(name)
     assert balanced?(i)
   end
 
@@ -191,7 +186,7 @@ defmodule Ringbus.Channel.DeletesTest do
       {:ok, held, _lost} = Ringbus.read(name, 0, 1_000)
       assert MapSet.disjoint?(MapSet.new(held, &elem(&1, 0)), deleted_seqs)
 
-      i = info(name)
+      i = info!(name)
       assert i.pushed == pushed
       assert i.deleted == length(deleted)
       assert i.pulled == length(pulled) + trimmed
@@ -202,7 +197,7 @@ defmodule Ringbus.Channel.DeletesTest do
 
       # Drained, the ring holds nothing: no tombstone outlives its seq.
       Ringbus.run(name, {:trim, %{strategy: {:maxlen, 0}, approx: false, limit: nil}})
-      assert %{len: 0, deleted: d} = i = info(name)
+      assert %{len: 0, deleted: d} = i = info!(name)
       assert d == length(deleted) and balanced?(i)
       assert rows(ch) == 0
     end
@@ -227,38 +222,40 @@ defmodule Ringbus.Channel.DeletesTest do
     end
   end
 
+  # Runs `step` on the accumulator until the deadline; the last accumulator.
+  defp until(deadline, acc, step) do
+    if System.monotonic_time(:millisecond) > deadline,
+      do: acc,
+      else: until(deadline, step.(acc), step)
+  end
+
   defp pull_until(name, deadline, acc) do
-    if System.monotonic_time(:millisecond) > deadline do
-      acc
-    else
+    until(deadline, acc, fn acc ->
       case Ringbus.pull(name) do
-        {:ok, seq, payload} -> pull_until(name, deadline, [{seq, payload} | acc])
-        :empty -> pull_until(name, deadline, acc)
+        {:ok, seq, payload} -> [{seq, payload} | acc]
+        :empty -> acc
       end
-    end
+    end)
   end
 
   defp delete_until(ch, name, deadline, acc) do
-    if System.monotonic_time(:millisecond) > deadline do
-      acc
-    else
+    until(deadline, acc, fn acc ->
       {first, next} = {Ring.first_seq(ch), Ring.next_seq(ch)}
       seq = if next > first, do: Enum.random(first..(next - 1)), else: first
 
       case Ringbus.delete_messages(name, [seq]) do
-        {:ok, 1} -> delete_until(ch, name, deadline, [seq | acc])
-        {:ok, 0} -> delete_until(ch, name, deadline, acc)
+        {:ok, 1} -> [seq | acc]
+        {:ok, 0} -> acc
       end
-    end
+    end)
   end
 
   defp trim_until(name, deadline, acc) do
-    if System.monotonic_time(:millisecond) > deadline do
-      acc
-    else
-      trim = %{strategy: {:maxlen, 32}, approx: false, limit: nil}
+    trim = %{strategy: {:maxlen, 32}, approx: false, limit: nil}
+
+    until(deadline, acc, fn acc ->
       {:ok, n} = Ringbus.run(name, {:trim, trim})
-      trim_until(name, deadline, acc + n)
-    end
+      acc + n
+    end)
   end
 end

@@ -5,6 +5,8 @@ defmodule Ringbus.Replica.DeletesTest do
   # trims without counting them, and carried by a snapshot.
   use ExUnit.Case, async: true
 
+  import Ringbus.Test.Counts, only: [balanced?: 1, info!: 1]
+
   alias Ringbus.Replica.{Checkpoints, Deleted, Machine, Versions}
 
   doctest Ringbus.Replica.Deleted
@@ -32,13 +34,6 @@ defmodule Ringbus.Replica.DeletesTest do
     end)
     |> then(fn {replies, st} -> {st, replies} end)
   end
-
-  defp info(name) do
-    {:ok, info} = Ringbus.info(name)
-    info
-  end
-
-  defp balanced?(i), do: i.pushed == i.pulled + i.overwritten + i.expired + i.deleted + i.len
 
   test "decisions: only seqs held and not deleted yet; pulls and trims pass the deleted" do
     state = machine(capacity: 10)
@@ -73,7 +68,7 @@ defmodule Ringbus.Replica.DeletesTest do
     assert {_, {:error, :badarg}, _} =
              Machine.apply(%{index: 2, machine_version: 5}, {:delete, [0]}, state)
 
-    assert %{deleted: 0, len: 2} = info(name)
+    assert %{deleted: 0, len: 2} = info!(name)
   end
 
   test "applied on this node's ring: reads skip, pulls pass, replays change nothing" do
@@ -84,19 +79,19 @@ defmodule Ringbus.Replica.DeletesTest do
     {state, [{:ok, 0}, {:ok, 2}]} = apply_all(fresh, commands, 1)
 
     assert {:ok, [{0, "a"}, {3, "d"}], 0} = Ringbus.read(name, 0, 10)
-    assert %{deleted: 2, len: 2} = i = info(name)
+    assert %{deleted: 2, len: 2} = i = info!(name)
     assert balanced?(i)
 
     # A replay of the same entries (Ra recovering) finds them carried out.
     {replayed, [{:ok, 0}, {:ok, 2}]} = apply_all(fresh, commands, 1)
     assert {replayed.head, replayed.deleted} == {state.head, state.deleted}
-    assert %{deleted: 2, len: 2, pushed: 4} = info(name)
+    assert %{deleted: 2, len: 2, pushed: 4} = info!(name)
 
     {state, [{:ok, [{0, "a"}]}, {:ok, [{3, "d"}]}]} =
       apply_all(state, [{:pull, 1}, {:pull, 1}], 3)
 
     assert state.deleted == Deleted.new()
-    assert %{deleted: 2, pulled: 2, len: 0, overwritten: 0} = i = info(name)
+    assert %{deleted: 2, pulled: 2, len: 0, overwritten: 0} = i = info!(name)
     assert balanced?(i)
   end
 
@@ -118,12 +113,12 @@ defmodule Ringbus.Replica.DeletesTest do
     :ok = Ringbus.create(other, capacity: 10)
     assert Checkpoints.load(other, snapshot.messages) == nil
     assert {:ok, [{0, "a"}, {2, "c"}, {3, "d"}], 0} = Ringbus.read(other, 0, 10)
-    assert %{deleted: 1, len: 3, next_seq: 4} = info(other)
+    assert %{deleted: 1, len: 3, next_seq: 4} = info!(other)
 
     # The state goes on there: its pulls pass the deleted seq.
     st = %{snapshot | channel: other, messages: nil, groups: nil}
     {_, [{:ok, [{0, "a"}, {2, "c"}]}]} = apply_all(st, [{:pull, 2}], 5_001)
-    assert %{deleted: 1, pulled: 2, len: 1} = i = info(other)
+    assert %{deleted: 1, pulled: 2, len: 1} = i = info!(other)
     assert balanced?(i)
   end
 end
